@@ -1,0 +1,179 @@
+"""Command-line parsing only: each verb calls into the module that does the work.
+
+User mistakes (``UserError``) become one line on stderr and exit code 2; anything else is an
+internal error: a short message plus the path of the log holding the traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import traceback
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from launcher import __version__
+from launcher.errors import UserError
+from launcher.paths import internal_log_path
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+def _check(args: argparse.Namespace) -> int:
+    from launcher.checking import run_check
+
+    return run_check(Path(args.profile), remote=not args.no_remote)
+
+
+def _tfconfig(args: argparse.Namespace) -> int:
+    from launcher.checking import run_tfconfig
+
+    return run_tfconfig(Path(args.profile), args.task)
+
+
+def _up(args: argparse.Namespace) -> int:
+    from launcher.jobs import run_up
+
+    return run_up(args)
+
+
+def _down(args: argparse.Namespace) -> int:
+    from launcher.jobs import run_down
+
+    return run_down(args)
+
+
+def _status(args: argparse.Namespace) -> int:
+    from launcher.jobs import run_status
+
+    return run_status(args)
+
+
+def _logs(args: argparse.Namespace) -> int:
+    from launcher.jobs import run_logs
+
+    return run_logs(args)
+
+
+def _restart(args: argparse.Namespace) -> int:
+    from launcher.jobs import run_restart
+
+    return run_restart(args)
+
+
+def _attach(args: argparse.Namespace) -> int:
+    from launcher.jobs import run_attach
+
+    return run_attach(args)
+
+
+def _replay(args: argparse.Namespace) -> int:
+    from launcher.jobs import run_replay
+
+    return run_replay(args)
+
+
+def _export(args: argparse.Namespace) -> int:
+    from launcher.export.tfjob import run_export_tfjob
+
+    return run_export_tfjob(Path(args.profile), image=args.image, namespace=args.namespace,
+                            output=Path(args.output) if args.output else None)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="distlaunch",
+        description="Launch distributed TensorFlow jobs from a cluster profile and watch them live.",
+    )
+    parser.add_argument("--version", action="version", version=f"distlaunch {__version__}")
+    sub = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
+
+    p = sub.add_parser("check", help="validate a profile, preflight its hosts, print the plan")
+    p.add_argument("profile", help="cluster profile (TOML)")
+    p.add_argument("--no-remote", action="store_true", help="validate only; do not contact hosts")
+    p.set_defaults(handler=_check)
+
+    p = sub.add_parser("up", help="launch a job and show it live")
+    p.add_argument("profile", help="cluster profile (TOML)")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--no-tui", action="store_true", help="plain progress lines instead of the dashboard")
+    mode.add_argument("--json", action="store_true", help="print the event stream as JSON lines")
+    p.add_argument("--detach", action="store_true", help="start the job and return; tasks keep running")
+    p.add_argument("--run-dir", help="where to keep this run's events, logs and state")
+    p.add_argument("--run-id", help="use this run id instead of a generated one")
+    p.set_defaults(handler=_up)
+
+    p = sub.add_parser("down", help="stop everything of a run, on every host")
+    p.add_argument("run", nargs="?", help="run id or run directory (default: the most recent run)")
+    p.set_defaults(handler=_down)
+
+    p = sub.add_parser("status", help="what runs, where, in what state")
+    p.add_argument("run", nargs="?", help="run id or run directory (default: the most recent run)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(handler=_status)
+
+    p = sub.add_parser("logs", help="one task's output")
+    p.add_argument("run", help="run id or run directory")
+    p.add_argument("task", help="task id, e.g. worker:1")
+    p.add_argument("-f", "--follow", action="store_true", help="keep printing new output")
+    p.set_defaults(handler=_logs)
+
+    p = sub.add_parser("restart", help="restart one task by hand")
+    p.add_argument("run", help="run id or run directory")
+    p.add_argument("task", help="task id, e.g. worker:1")
+    p.set_defaults(handler=_restart)
+
+    p = sub.add_parser("attach", help="reopen the dashboard of a running job")
+    p.add_argument("run", nargs="?", help="run id or run directory (default: the most recent run)")
+    p.add_argument("--no-tui", action="store_true", help="plain progress lines instead of the dashboard")
+    p.set_defaults(handler=_attach)
+
+    p = sub.add_parser("replay", help="re-play a finished run's events in the dashboard")
+    p.add_argument("run", nargs="?", help="run id or run directory (default: the most recent run)")
+    p.add_argument("--speed", type=float, default=1.0, help="playback speed factor (default 1.0)")
+    p.set_defaults(handler=_replay)
+
+    p = sub.add_parser("tfconfig", help="print the TF_CONFIG a task gets")
+    p.add_argument("profile", help="cluster profile (TOML)")
+    p.add_argument("task", help="task id, e.g. worker:1")
+    p.set_defaults(handler=_tfconfig)
+
+    p = sub.add_parser("export", help="convert a profile for another system")
+    exp = p.add_subparsers(dest="target", metavar="TARGET", required=True)
+    t = exp.add_parser("tfjob", help="a Kubeflow TFJob manifest (YAML)")
+    t.add_argument("profile", help="cluster profile (TOML)")
+    t.add_argument("--image", default="tensorflow/tensorflow:latest", help="container image")
+    t.add_argument("--namespace", default=None, help="Kubernetes namespace")
+    t.add_argument("-o", "--output", default=None, help="write to FILE instead of stdout")
+    t.set_defaults(handler=_export)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    handler: Handler = args.handler
+    try:
+        return handler(args)
+    except UserError as exc:
+        print(f"distlaunch: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("distlaunch: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 1
+    except Exception as exc:
+        log = internal_log_path()
+        try:
+            log.parent.mkdir(parents=True, exist_ok=True)
+            with log.open("a", encoding="utf-8") as fh:
+                fh.write(f"--- distlaunch {' '.join(sys.argv[1:])}\n")
+                traceback.print_exc(file=fh)
+        except OSError:
+            pass
+        print(f"distlaunch: internal error: {type(exc).__name__}: {exc} (details in {log})", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,169 @@
+"""The event stream: one schema shared by agents, supervisor, run dir, TUI and printers.
+
+Every event is one JSON object on one line (DESIGN.md section 5)::
+
+    {"v": 1, "ts": 1700000000.0, "run": "<run id>", "task": "worker:1" | null, "kind": "<kind>", ...}
+
+This module is stdlib-only and runs on any Python >= 3.9: it is packed into the agent
+zipapp that the launcher uploads to each host.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Dict, Optional
+
+SCHEMA_VERSION = 1
+
+# kinds
+JOB = "job"
+STATE = "state"
+METRIC = "metric"
+SAMPLE = "sample"
+PLACEMENT = "placement"
+LOG = "log"
+KINDS = (JOB, STATE, METRIC, SAMPLE, PLACEMENT, LOG)
+
+# job states
+JOB_CREATED = "Created"
+JOB_RUNNING = "Running"
+JOB_RESTARTING = "Restarting"
+JOB_SUCCEEDED = "Succeeded"
+JOB_FAILED = "Failed"
+JOB_STATES = (JOB_CREATED, JOB_RUNNING, JOB_RESTARTING, JOB_SUCCEEDED, JOB_FAILED)
+
+# task states
+PENDING = "pending"
+STARTING = "starting"
+RUNNING = "running"
+SUCCEEDED = "succeeded"
+FAILED = "failed"
+RESTARTING = "restarting"
+STOPPED = "stopped"
+TASK_STATES = (PENDING, STARTING, RUNNING, SUCCEEDED, FAILED, RESTARTING, STOPPED)
+FINAL_TASK_STATES = (SUCCEEDED, FAILED, STOPPED)
+
+# The prefix a training script puts before one JSON object on stdout to talk to its agent.
+REPORT_PREFIX = "@distlaunch "
+
+_HEADER = ("v", "ts", "run", "task", "kind")
+
+
+class EventDecodeError(ValueError):
+    """A line that is not a valid event."""
+
+
+@dataclass(frozen=True)
+class Event:
+    """One event. ``data`` holds the kind-specific fields (``state``, ``step``, ...)."""
+
+    kind: str
+    run: str
+    task: Optional[str]
+    ts: float = field(default_factory=time.time)
+    data: Dict[str, Any] = field(default_factory=dict)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.data.get(key, default)
+
+    def to_dict(self) -> Dict[str, Any]:
+        out: Dict[str, Any] = {"v": SCHEMA_VERSION, "ts": self.ts, "run": self.run, "task": self.task,
+                               "kind": self.kind}
+        out.update(self.data)
+        return out
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), separators=(",", ":"), default=_json_default,
+                          allow_nan=False)
+
+    @classmethod
+    def from_dict(cls, obj: Dict[str, Any]) -> "Event":
+        if not isinstance(obj, dict):
+            raise EventDecodeError("event is not a JSON object")
+        kind = obj.get("kind")
+        if kind not in KINDS:
+            raise EventDecodeError("unknown event kind %r" % (kind,))
+        if obj.get("v") != SCHEMA_VERSION:
+            raise EventDecodeError("unsupported event version %r" % (obj.get("v"),))
+        run = obj.get("run")
+        task = obj.get("task")
+        ts = obj.get("ts")
+        if not isinstance(run, str) or not (task is None or isinstance(task, str)):
+            raise EventDecodeError("event lacks run/task")
+        if not isinstance(ts, (int, float)):
+            raise EventDecodeError("event lacks ts")
+        data = {k: v for k, v in obj.items() if k not in _HEADER}
+        return cls(kind=kind, run=run, task=task, ts=float(ts), data=data)
+
+    @classmethod
+    def from_json(cls, line: str) -> "Event":
+        try:
+            obj = json.loads(line)
+        except ValueError as exc:
+            raise EventDecodeError("not JSON: %s" % exc) from None
+        return cls.from_dict(obj)
+
+
+def _json_default(value: Any) -> Any:
+    # numpy scalars and similar: anything with item() or __float__
+    if hasattr(value, "item"):
+        return value.item()
+    if hasattr(value, "__float__"):
+        return float(value)
+    return str(value)
+
+
+def finite(value: Any) -> Optional[float]:
+    """A float, or None for NaN/inf/non-numbers (JSON has no NaN)."""
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+# -- constructors: the one place each kind's fields are spelled ------------------------------
+
+
+def job_event(run: str, state: str, reason: str = "", ts: Optional[float] = None) -> Event:
+    return Event(JOB, run, None, ts if ts is not None else time.time(), {"state": state, "reason": reason})
+
+
+def state_event(run: str, task: str, state: str, *, host: Optional[str] = None, pid: Optional[int] = None,
+                restarts: int = 0, exit_code: Optional[int] = None, reason: str = "",
+                ts: Optional[float] = None, **extra: Any) -> Event:
+    data: Dict[str, Any] = {"state": state, "host": host, "pid": pid, "restarts": restarts,
+                            "exit_code": exit_code, "reason": reason}
+    data.update(extra)
+    return Event(STATE, run, task, ts if ts is not None else time.time(), data)
+
+
+def metric_event(run: str, task: str, step: Optional[int] = None, loss: Optional[float] = None,
+                 values: Optional[Dict[str, float]] = None, ts: Optional[float] = None) -> Event:
+    clean = {}
+    for k, v in (values or {}).items():
+        f = finite(v)
+        if f is not None:
+            clean[str(k)] = f
+    return Event(METRIC, run, task, ts if ts is not None else time.time(),
+                 {"step": int(step) if step is not None else None, "loss": finite(loss), "values": clean})
+
+
+def sample_event(run: str, task: str, *, cpu_percent: Optional[float], rss_bytes: Optional[int],
+                 gpus: Optional[list] = None, source: str = "", ts: Optional[float] = None,
+                 **extra: Any) -> Event:
+    data: Dict[str, Any] = {"cpu_percent": cpu_percent, "rss_bytes": rss_bytes, "gpus": gpus or [],
+                            "source": source}
+    data.update(extra)
+    return Event(SAMPLE, run, task, ts if ts is not None else time.time(), data)
+
+
+def placement_event(run: str, task: str, variables: list, ts: Optional[float] = None) -> Event:
+    return Event(PLACEMENT, run, task, ts if ts is not None else time.time(), {"variables": variables})
+
+
+def log_event(run: str, task: str, stream: str, line: str, ts: Optional[float] = None) -> Event:
+    return Event(LOG, run, task, ts if ts is not None else time.time(), {"stream": stream, "line": line})

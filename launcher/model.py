@@ -1,0 +1,126 @@
+"""The typed profile (DESIGN.md section 4) and the plan derived from it.
+
+``profile.py`` turns TOML into these objects; ``plan.py`` turns a Profile into TaskSpecs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+Strategy = Literal["parameter_server", "multi_worker_mirrored", "custom"]
+SuccessPolicy = Literal["chief", "all_workers"]
+RestartPolicy = Literal["never", "on-failure", "always", "exit-code"]
+HostKeyPolicy = Literal["reject", "accept-new"]
+Transport = Literal["ssh", "local"]
+
+ROLES = ("chief", "ps", "worker", "evaluator")
+#: the order tasks are listed and started in: ps first, then workers, evaluator, chief last
+START_ORDER = ("ps", "worker", "evaluator", "chief")
+
+
+@dataclass(frozen=True)
+class SshSettings:
+    user: str | None = None
+    identity_file: str | None = None
+    known_hosts: str = "~/.ssh/known_hosts"
+    host_key_policy: HostKeyPolicy = "reject"
+    connect_timeout: float = 10.0
+    ssh_port: int = 22
+
+
+@dataclass(frozen=True)
+class HostConfig:
+    name: str
+    address: str
+    transport: Transport = "ssh"
+    ssh: SshSettings = field(default_factory=SshSettings)
+    gpus: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class TaskDefaults:
+    """Settings every task has; [defaults] and each [roles.X] produce one of these."""
+
+    command: str
+    python: str | None = None  # None: the launcher's own interpreter on local hosts, python3 over ssh
+    workdir: str = "."
+    env: dict[str, str] = field(default_factory=dict)
+    restart: RestartPolicy = "on-failure"
+    max_restarts: int = 3
+    grace_seconds: float = 10.0
+
+
+@dataclass(frozen=True)
+class RoleConfig:
+    name: str
+    count: int
+    hosts: tuple[str, ...]
+    port: int | None  # None: a free port is picked per task at launch
+    gpus_per_task: int
+    settings: TaskDefaults  # [defaults] merged with this role's overrides (env merged key by key)
+
+
+@dataclass(frozen=True)
+class MetricsConfig:
+    step: str | None = None
+    loss: str | None = None
+    extra: dict[str, str] = field(default_factory=dict)  # other name = regex pairs
+
+
+@dataclass(frozen=True)
+class Profile:
+    path: Path
+    name: str
+    strategy: Strategy
+    success_policy: SuccessPolicy
+    backoff_limit: int
+    orphan_grace_seconds: float
+    sample_interval: float
+    defaults: TaskDefaults
+    hosts: dict[str, HostConfig]
+    roles: dict[str, RoleConfig]  # keyed by role name, in ROLES order
+    metrics: MetricsConfig
+
+    @property
+    def directory(self) -> Path:
+        return self.path.parent
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """One task as the plan sees it. ``port`` is None where a free port is picked at launch."""
+
+    task_id: str  # "worker:1"
+    role: str
+    index: int
+    host: str  # host name in the profile
+    address: str
+    port: int | None
+    gpus: tuple[int, ...]  # physical GPU indices on the host given to this task
+    command: str  # rendered, placeholders filled ({port} only once the port is known)
+    python: str
+    workdir: str
+    env: dict[str, str]  # the profile's env plus CUDA_VISIBLE_DEVICES; TF_CONFIG added at launch
+    restart: RestartPolicy
+    max_restarts: int
+    grace_seconds: float
+    in_cluster: bool  # False for the evaluator, which TF_CONFIG's cluster must not list
+
+    @property
+    def slug(self) -> str:
+        """A file-name-safe form of the task id: ``worker-1``."""
+        return self.task_id.replace(":", "-")
+
+
+@dataclass(frozen=True)
+class Plan:
+    profile: Profile
+    tasks: tuple[TaskSpec, ...]  # in START_ORDER, then by index
+
+    def task(self, task_id: str) -> TaskSpec:
+        for t in self.tasks:
+            if t.task_id == task_id:
+                return t
+        raise KeyError(task_id)
