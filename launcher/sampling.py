@@ -1,0 +1,302 @@
+"""CPU, memory and GPU use of one task's whole process tree, sampled by the agent.
+
+A task is ``/bin/sh -c <command>`` plus whatever it forks (data loaders,
+``tf.data`` service workers, ...), and children come and go, so the tree is
+walked again on every sample. CPU is the percent of one core (like ``top``:
+four busy threads read 400), computed from the growth of user+system time of the
+processes alive in the tree between two samples; a child that lives and dies
+between two samples is not seen.
+
+Sources, best first, and the sample's ``source`` string says which were used:
+CPU/memory from ``psutil`` or ``/proc``; GPUs from NVML (``launcher.nvml``) or
+one ``nvidia-smi`` call per sample. No GPU, no driver, or a vanished task are
+normal states: values become None, nothing raises.
+
+Stdlib-only at import and Python >= 3.9: this module is packed into the agent
+zipapp that runs on hosts.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import subprocess
+import time
+from typing import Any, Dict, List, Optional, Tuple
+
+from launcher import nvml
+
+log = logging.getLogger(__name__)
+
+# (pid, start time) names one process even when a pid is reused.
+ProcKey = Tuple[int, float]
+# per process: (cpu seconds, rss bytes or None)
+TreeReading = Dict[ProcKey, Tuple[float, Optional[int]]]
+
+NVIDIA_SMI_TIMEOUT_S = 2.0
+_MIB = 1024 * 1024
+_SMI_QUERY = "--query-gpu=index,utilization.gpu,memory.used,memory.total"
+
+GPU_NVML = "nvml"
+GPU_SMI = "nvidia-smi"
+GPU_NONE = "nogpu"
+
+
+class TaskSampler:
+    """Samples one task: build it right after the task starts, call ``sample()`` every interval.
+
+    ``pid`` is the task's root process; ``gpu_indices`` are the physical GPU indices
+    the task was given (empty: none). ``use_psutil`` / ``use_nvml``: None picks the
+    best available source, False forces the fallback (``/proc``, ``nvidia-smi``).
+    The first ``sample()`` covers the time since construction.
+    """
+
+    def __init__(self, pid: int, gpu_indices: List[int], use_psutil: Optional[bool] = None,
+                 use_nvml: Optional[bool] = None) -> None:
+        self.pid = pid
+        self.gpu_indices = list(gpu_indices)
+        self._use_nvml = use_nvml
+        self._psutil: Any = None
+        if use_psutil is not False:
+            try:
+                import psutil
+
+                self._psutil = psutil
+            except ImportError:
+                self._psutil = None
+        self._psutil_root: Any = None
+        self._children_files: Optional[bool] = None
+        self._clock_ticks = float(os.sysconf("SC_CLK_TCK")) if hasattr(os, "sysconf") else 100.0
+        self._page_size = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+        self._gpu_mode: Optional[str] = None
+        self._prev_cpu: Dict[ProcKey, float] = {}
+        self._prev_time = time.monotonic()
+        baseline = self._read_tree_safely()
+        if baseline is not None:
+            self._prev_cpu = {key: cpu for key, (cpu, _) in baseline.items()}
+
+    @property
+    def cpu_source(self) -> str:
+        return "psutil" if self._psutil is not None else "proc"
+
+    def sample(self) -> Dict[str, Any]:
+        """``{"cpu_percent", "rss_bytes", "gpus": [...], "source"}``; never raises."""
+        now = time.monotonic()
+        reading = self._read_tree_safely()
+        cpu_percent: Optional[float] = None
+        rss_bytes: Optional[int] = None
+        pids: set = set()
+        if reading is not None:
+            elapsed = now - self._prev_time
+            used = sum(max(0.0, cpu - self._prev_cpu.get(key, 0.0)) for key, (cpu, _) in reading.items())
+            if elapsed > 0:
+                cpu_percent = round(100.0 * used / elapsed, 1)
+            rss_bytes = sum(rss for _, rss in reading.values() if rss is not None)
+            pids = {pid for pid, _ in reading}
+            self._prev_cpu = {key: cpu for key, (cpu, _) in reading.items()}
+        self._prev_time = now
+        try:
+            gpus = self._sample_gpus(pids)
+        except Exception as exc:  # the agent must keep supervising whatever happens here
+            log.warning("GPU sampling failed: %s: %s", type(exc).__name__, exc)
+            self._gpu_mode = GPU_NONE
+            gpus = [_empty_gpu(i) for i in self.gpu_indices]
+        source = self.cpu_source
+        if self.gpu_indices:
+            source += "+" + (self._gpu_mode or GPU_NONE)
+        return {"cpu_percent": cpu_percent, "rss_bytes": rss_bytes, "gpus": gpus, "source": source}
+
+    # -- process tree ----------------------------------------------------------------------
+
+    def _read_tree_safely(self) -> Optional[TreeReading]:
+        try:
+            if self._psutil is not None:
+                return self._read_tree_psutil()
+            return self._read_tree_proc()
+        except Exception as exc:
+            log.warning("process sampling of pid %d failed: %s: %s", self.pid, type(exc).__name__, exc)
+            return None
+
+    def _read_tree_psutil(self) -> Optional[TreeReading]:
+        psutil = self._psutil
+        gone = (psutil.NoSuchProcess, psutil.AccessDenied)
+        try:
+            if self._psutil_root is None:
+                self._psutil_root = psutil.Process(self.pid)
+            root = self._psutil_root
+            if not root.is_running():
+                return None
+            procs = [root, *root.children(recursive=True)]
+        except gone:
+            return None
+        out: TreeReading = {}
+        for proc in procs:
+            try:
+                with proc.oneshot():
+                    times = proc.cpu_times()
+                    rss = proc.memory_info().rss
+                    out[(proc.pid, proc.create_time())] = (times.user + times.system, int(rss))
+            except gone:
+                continue
+        return out
+
+    def _read_tree_proc(self) -> Optional[TreeReading]:
+        root = _read_proc_stat(self.pid)
+        if root is None:
+            return None
+        if self._children_files is None:
+            self._children_files = os.path.exists("/proc/%d/task/%d/children" % (self.pid, self.pid))
+        parents: Optional[Dict[int, List[int]]] = None if self._children_files else _scan_parents()
+        out: TreeReading = {}
+        stack = [self.pid]
+        seen = set()
+        while stack:
+            pid = stack.pop()
+            if pid in seen:
+                continue
+            seen.add(pid)
+            stat = root if pid == self.pid else _read_proc_stat(pid)
+            if stat is None:
+                continue
+            _, ticks, start = stat
+            out[(pid, start)] = (ticks / self._clock_ticks, self._read_rss(pid))
+            stack.extend(_proc_children(pid) if parents is None else parents.get(pid, []))
+        return out
+
+    def _read_rss(self, pid: int) -> Optional[int]:
+        try:
+            with open("/proc/%d/statm" % pid) as f:
+                return int(f.read().split()[1]) * self._page_size
+        except (OSError, ValueError, IndexError):
+            return None
+
+    # -- GPUs ------------------------------------------------------------------------------
+
+    def _sample_gpus(self, pids: set) -> List[Dict[str, Any]]:
+        if not self.gpu_indices:
+            return []
+        if self._gpu_mode is None:
+            self._gpu_mode = self._pick_gpu_mode()
+        if self._gpu_mode == GPU_NVML:
+            return [self._nvml_gpu(index, pids) for index in self.gpu_indices]
+        if self._gpu_mode == GPU_SMI:
+            by_index = self._run_nvidia_smi()
+            if by_index is not None:
+                return [by_index.get(i) or _empty_gpu(i) for i in self.gpu_indices]
+        return [_empty_gpu(i) for i in self.gpu_indices]
+
+    def _pick_gpu_mode(self) -> str:
+        if self._use_nvml is not False and nvml.available():
+            return GPU_NVML
+        if shutil.which("nvidia-smi"):
+            return GPU_SMI
+        return GPU_NONE
+
+    def _nvml_gpu(self, index: int, pids: set) -> Dict[str, Any]:
+        entry = nvml.gpu_stats(index) or _empty_gpu(index)
+        entry["proc_mem_bytes"] = None
+        entry["proc_util_percent"] = None
+        procs = nvml.compute_processes(index)
+        if procs is not None:
+            ours = [used for pid, used in procs.items() if pid in pids]
+            known = [used for used in ours if used is not None]
+            entry["proc_mem_bytes"] = sum(known) if known or not ours else None
+        utils = nvml.process_utilization(index)
+        if utils is not None:
+            entry["proc_util_percent"] = float(sum(u for pid, u in utils.items() if pid in pids))
+        return entry
+
+    def _run_nvidia_smi(self) -> Optional[Dict[int, Dict[str, Any]]]:
+        """One ``nvidia-smi`` call for all GPUs; on any failure, stop using it for good."""
+        path = shutil.which("nvidia-smi")
+        try:
+            if path is None:
+                raise OSError("nvidia-smi is no longer on PATH")
+            done = subprocess.run([path, _SMI_QUERY, "--format=csv,noheader,nounits"],
+                                  stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                                  timeout=NVIDIA_SMI_TIMEOUT_S, check=False)
+            if done.returncode != 0:
+                raise OSError("exit code %d: %s" % (done.returncode, done.stderr.strip()[:200]))
+        except (OSError, subprocess.SubprocessError) as exc:
+            log.warning("nvidia-smi failed, no more GPU samples from it: %s", exc)
+            self._gpu_mode = GPU_NONE
+            return None
+        return parse_nvidia_smi(done.stdout)
+
+
+def parse_nvidia_smi(text: str) -> Dict[int, Dict[str, Any]]:
+    """Parse ``index, util %, used MiB, total MiB`` CSV lines; "[N/A]"-style values become None."""
+    out: Dict[int, Dict[str, Any]] = {}
+    for line in text.splitlines():
+        fields = [f.strip() for f in line.split(",")]
+        if len(fields) < 4:
+            continue
+        index = _number(fields[0])
+        if index is None:
+            continue
+        util, used, total = (_number(f) for f in fields[1:4])
+        out[int(index)] = {
+            "index": int(index),
+            "util_percent": util,
+            "mem_used_bytes": int(used * _MIB) if used is not None else None,
+            "mem_total_bytes": int(total * _MIB) if total is not None else None,
+            "proc_mem_bytes": None,
+            "proc_util_percent": None,
+        }
+    return out
+
+
+def _number(text: str) -> Optional[float]:
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def _empty_gpu(index: int) -> Dict[str, Any]:
+    return {"index": index, "util_percent": None, "mem_used_bytes": None, "mem_total_bytes": None,
+            "proc_mem_bytes": None, "proc_util_percent": None}
+
+
+def _read_proc_stat(pid: int) -> Optional[Tuple[int, int, float]]:
+    """``(ppid, utime+stime ticks, start time ticks)`` from ``/proc/<pid>/stat``, or None if gone."""
+    try:
+        with open("/proc/%d/stat" % pid, "rb") as f:
+            data = f.read().decode("ascii", "replace")
+    except OSError:
+        return None
+    # the command name (field 2) may contain spaces and parentheses: fields start after the last ')'
+    fields = data[data.rfind(")") + 2:].split()
+    try:
+        return int(fields[1]), int(fields[11]) + int(fields[12]), float(fields[19])
+    except (IndexError, ValueError):
+        return None
+
+
+def _proc_children(pid: int) -> List[int]:
+    """Children of every thread of ``pid``, from ``/proc/<pid>/task/*/children``."""
+    out: List[int] = []
+    try:
+        tids = os.listdir("/proc/%d/task" % pid)
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            with open("/proc/%d/task/%s/children" % (pid, tid)) as f:
+                out.extend(int(c) for c in f.read().split())
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def _scan_parents() -> Dict[int, List[int]]:
+    """``{ppid: [pid, ...]}`` for every process, for kernels without the ``children`` files."""
+    parents: Dict[int, List[int]] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        stat = _read_proc_stat(int(name))
+        if stat is not None:
+            parents.setdefault(stat[0], []).append(int(name))
+    return parents
