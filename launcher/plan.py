@@ -1,0 +1,161 @@
+"""Profile -> Plan: which task runs where, on which port and GPUs, with which command and env.
+
+The plan is computed without touching any host, so ``check``, ``tfconfig`` and ``up`` all see
+the same tasks. Ports a role leaves open and the run directory are only known at launch:
+commands keep ``{port}`` and ``{run_dir}`` until ``render_command`` fills them.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+from launcher.errors import UserError
+from launcher.model import START_ORDER, HostConfig, Plan, Profile, RoleConfig, TaskSpec
+from launcher.profile import PLACEHOLDER_RE
+
+#: roles in TF_CONFIG's cluster, in the order TensorFlow's docs list them
+CLUSTER_ROLES = ("chief", "worker", "ps")
+_SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "KEY")
+MASK = "****"
+
+
+class PortUnresolved(UserError):
+    """A task's port is picked at launch, so its TF_CONFIG cannot be written before that."""
+
+
+class UnknownTask(UserError):
+    """A task id that the plan does not have."""
+
+
+def build_plan(profile: Profile) -> Plan:
+    """Every task of the profile, in START_ORDER then by index."""
+    gpus_used: dict[str, int] = {}
+    tasks: list[TaskSpec] = []
+    for role_name in START_ORDER:
+        role = profile.roles.get(role_name)
+        if role is None:
+            continue
+        on_host: dict[str, int] = {}
+        for index in range(role.count):
+            host = profile.hosts[role.hosts[index % len(role.hosts)]]
+            nth_on_host = on_host.get(host.name, 0)
+            on_host[host.name] = nth_on_host + 1
+            first_gpu = gpus_used.get(host.name, 0)
+            gpus = host.gpus[first_gpu:first_gpu + role.gpus_per_task]
+            gpus_used[host.name] = first_gpu + role.gpus_per_task
+            tasks.append(_task(profile, role, index, host, nth_on_host, gpus))
+    return Plan(profile=profile, tasks=tuple(tasks))
+
+
+def _task(profile: Profile, role: RoleConfig, index: int, host: HostConfig, nth_on_host: int,
+          gpus: tuple[int, ...]) -> TaskSpec:
+    settings = role.settings
+    task_id = f"{role.name}:{index}"
+    python = settings.python or (sys.executable if host.transport == "local" else "python3")
+    env = dict(settings.env)
+    if gpus:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpus)
+    elif host.gpus and "CUDA_VISIBLE_DEVICES" not in env:
+        env["CUDA_VISIBLE_DEVICES"] = ""  # a CPU task must not grab the host's GPUs
+    # A python given in the profile is the user's shell text (it may be "uv run python");
+    # the launcher's own interpreter path is quoted like every other value.
+    shell_python = settings.python or shlex.quote(python)
+    command = fill_placeholders(settings.command, {"python": shell_python}, quote=False)
+    command = fill_placeholders(command, {
+        "role": role.name, "index": str(index), "task": task_id, "host": host.address,
+    })
+    return TaskSpec(
+        task_id=task_id,
+        role=role.name,
+        index=index,
+        host=host.name,
+        address=host.address,
+        port=None if role.port is None else role.port + nth_on_host,
+        gpus=gpus,
+        command=command,
+        python=python,
+        workdir=_workdir(settings.workdir, host, profile.directory),
+        env=env,
+        restart=settings.restart,
+        max_restarts=settings.max_restarts,
+        grace_seconds=settings.grace_seconds,
+        in_cluster=role.name != "evaluator",
+    )
+
+
+def _workdir(workdir: str, host: HostConfig, profile_dir: Path) -> str:
+    """Local hosts: an absolute path, relative ones taken from the profile's directory.
+
+    SSH hosts: the path on the host as written, ``{profile_dir}`` expanded (useful for SSH to
+    this machine or a shared filesystem).
+    """
+    expanded = fill_placeholders(workdir, {"profile_dir": str(profile_dir.resolve())}, quote=False)
+    if host.transport != "local":
+        return expanded
+    return str((profile_dir / Path(expanded).expanduser()).resolve())
+
+
+def fill_placeholders(template: str, values: Mapping[str, str], *, quote: bool = True) -> str:
+    """Replace ``{name}`` for the names in ``values``; everything else (``${VAR}``, ``{port}``) stays.
+
+    Values are shell-quoted (a no-op for plain words) because the command runs under a shell.
+    """
+
+    def fill(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in values:
+            return match.group(0)
+        return shlex.quote(values[name]) if quote else values[name]
+
+    return PLACEHOLDER_RE.sub(fill, template)
+
+
+def render_command(template: str, *, port: int, run_dir: str) -> str:
+    """Fill the launch-time placeholders ``{port}`` and ``{run_dir}`` of a task's command."""
+    return fill_placeholders(template, {"port": str(port), "run_dir": run_dir})
+
+
+def host_port(address: str, port: int) -> str:
+    """``address:port``, with brackets around IPv6 addresses as gRPC expects."""
+    return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
+
+
+def tf_config(plan: Plan, task_id: str, ports: Mapping[str, int] | None = None) -> dict[str, object]:
+    """The TF_CONFIG of one task, exactly in TensorFlow's format.
+
+    ``ports`` maps task ids to the ports picked at launch; they win over the profile's. The
+    evaluator is left out of ``cluster`` (ParameterServerStrategy breaks on it) but gets its
+    own ``task`` entry.
+    """
+    try:
+        task = plan.task(task_id)
+    except KeyError:
+        raise UnknownTask(f"no task {task_id!r} in {plan.profile.path}; "
+                          f"valid task ids: {', '.join(t.task_id for t in plan.tasks)}") from None
+    ports = ports or {}
+    cluster: dict[str, list[str]] = {}
+    for role in CLUSTER_ROLES:
+        members = sorted((t for t in plan.tasks if t.role == role and t.in_cluster), key=lambda t: t.index)
+        for member in members:
+            port = ports.get(member.task_id, member.port)
+            if port is None:
+                raise PortUnresolved(
+                    f"{plan.profile.path}: task {member.task_id} has no port; its port is picked at "
+                    f"launch: give roles.{member.role}.port to fix it")
+            cluster.setdefault(role, []).append(host_port(member.address, port))
+    return {"cluster": cluster, "task": {"type": task.role, "index": task.index}}
+
+
+def is_secret(name: str) -> bool:
+    """Whether an env var name looks like it holds a secret (TOKEN, SECRET, PASSWORD, KEY)."""
+    upper = name.upper()
+    return any(word in upper for word in _SECRET_WORDS)
+
+
+def mask_env(env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` with the values of secret-looking keys replaced by ``****``, for printing."""
+    return {name: MASK if is_secret(name) else value for name, value in env.items()}

@@ -1,0 +1,499 @@
+"""TOML cluster profile -> validated ``Profile`` (DESIGN.md section 4).
+
+Every mistake becomes one ``ProfileError`` line that names the file, the line where the key
+sits when it can be found cheaply, the key path, and how to fix it. Nothing is started from a
+profile that did not load, so all checks that need no host happen here.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+import tomllib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+
+from launcher.errors import ProfileError
+from launcher.model import (
+    ROLES,
+    START_ORDER,
+    HostConfig,
+    HostKeyPolicy,
+    MetricsConfig,
+    Profile,
+    RestartPolicy,
+    RoleConfig,
+    SshSettings,
+    Strategy,
+    SuccessPolicy,
+    TaskDefaults,
+    Transport,
+)
+
+STRATEGIES: tuple[Strategy, ...] = ("parameter_server", "multi_worker_mirrored", "custom")
+SUCCESS_POLICIES: tuple[SuccessPolicy, ...] = ("chief", "all_workers")
+RESTART_POLICIES: tuple[RestartPolicy, ...] = ("never", "on-failure", "always", "exit-code")
+HOST_KEY_POLICIES: tuple[HostKeyPolicy, ...] = ("reject", "accept-new")
+TRANSPORTS: tuple[Transport, ...] = ("ssh", "local")
+
+#: placeholders a command may use; ``{port}`` and ``{run_dir}`` are filled at launch
+COMMAND_PLACEHOLDERS = ("python", "role", "index", "task", "host", "port", "run_dir")
+#: placeholders a workdir may use
+WORKDIR_PLACEHOLDERS = ("profile_dir",)
+#: ``{name}`` not preceded by ``$``, so shell's ``${VAR}`` is left alone
+PLACEHOLDER_RE = re.compile(r"(?<!\$)\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+_TOP_KEYS = ("name", "strategy", "success_policy", "backoff_limit", "orphan_grace_seconds",
+             "sample_interval", "defaults", "ssh", "hosts", "roles", "metrics")
+_DEFAULT_KEYS = ("command", "python", "workdir", "env", "restart", "max_restarts", "grace_seconds")
+_SSH_KEYS = ("user", "identity_file", "known_hosts", "host_key_policy", "connect_timeout", "ssh_port")
+_HOST_KEYS = ("address", "transport", "gpus", *_SSH_KEYS)
+_ROLE_KEYS = ("count", "hosts", "port", "gpus_per_task", *_DEFAULT_KEYS)
+_HOST_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
+_LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
+
+_KEY_PART = r"""(?:[A-Za-z0-9_-]+|"[^"]*"|'[^']*')"""
+_ASSIGNMENT_RE = re.compile(rf"^({_KEY_PART}(?:\s*\.\s*{_KEY_PART})*)\s*=\s*(.*)$")
+_INLINE_KEY_RE = re.compile(rf"(?:^\{{|,)\s*({_KEY_PART})\s*=")
+
+KeyPath = tuple[str, ...]
+
+
+def load_profile(path: Path) -> Profile:
+    """Read and validate the profile at ``path``; raise ``ProfileError`` (one line) on any mistake."""
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except FileNotFoundError:
+        raise ProfileError(f"{path}: profile not found; check the path "
+                           "(ready ones are in cluster_profiles/)") from None
+    except IsADirectoryError:
+        raise ProfileError(f"{path}: is a directory; give the profile's .toml file") from None
+    except UnicodeDecodeError as exc:
+        raise ProfileError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start}); "
+                           "save the profile as UTF-8") from None
+    except OSError as exc:
+        raise ProfileError(f"{path}: cannot read the profile: {exc.strerror}") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ProfileError(_toml_error_line(path, text, exc)) from None
+    return _ProfileReader(path, text).read(data)
+
+
+def _toml_error_line(path: Path, text: str, exc: tomllib.TOMLDecodeError) -> str:
+    """``path:LINE:COL: invalid TOML: ...`` from tomllib's "... (at line L, column C)" message."""
+    message = str(exc)
+    match = re.search(r"\s*\(at line (\d+), column (\d+)\)\s*$", message)
+    if match:
+        line, col = match.group(1), match.group(2)
+        message = message[: match.start()]
+    else:
+        lines = text.splitlines() or [""]
+        line, col = str(len(lines)), str(len(lines[-1]) + 1)
+        message = re.sub(r"\s*\(at end of document\)\s*$", " at the end of the file", message)
+    return f"{path}:{line}:{col}: invalid TOML: {message}; fix the syntax there"
+
+
+def key_lines(text: str) -> dict[KeyPath, int]:
+    """Map each key path to the line it is written on: a cheap scan, good enough for messages.
+
+    It understands table headers, ``key = value`` lines (dotted keys too) and the keys of
+    single-line inline tables. Keys it cannot place are reported without a line number.
+    """
+    found: dict[KeyPath, int] = {}
+    table: KeyPath = ()
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        header = re.match(r"^\[\[?\s*([^\]]+?)\s*\]\]?", line)
+        if header:
+            table = _split_key(header.group(1))
+            found.setdefault(table, number)
+            continue
+        assignment = _ASSIGNMENT_RE.match(line)
+        if not assignment:
+            continue
+        key = table + _split_key(assignment.group(1))
+        found.setdefault(key, number)
+        rest = assignment.group(2)
+        if rest.startswith("{"):
+            for inner in _INLINE_KEY_RE.findall(rest):
+                found.setdefault(key + _split_key(inner), number)
+    return found
+
+
+def _split_key(dotted: str) -> KeyPath:
+    parts = re.findall(r""""([^"]*)"|'([^']*)'|([A-Za-z0-9_-]+)""", dotted)
+    return tuple(a or b or c for a, b, c in parts)
+
+
+def show_value(value: object) -> str:
+    """A value as the user wrote it in TOML, for messages."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, dict):
+        return "a table"
+    if isinstance(value, list):
+        return "[" + ", ".join(show_value(v) for v in value) + "]"
+    return str(value)
+
+
+def suggest(word: str, choices: Iterable[str]) -> str:
+    """``; did you mean "x"?`` when a close choice exists, else the list of valid ones."""
+    options = list(choices)
+    close = difflib.get_close_matches(word, options, n=1, cutoff=0.6)
+    if close:
+        return f'did you mean "{close[0]}"?'
+    return "valid: " + ", ".join(options)
+
+
+@dataclass
+class _ProfileReader:
+    """Walks the parsed TOML once, checking every key; ``fail`` raises the one-line error."""
+
+    path: Path
+    text: str
+
+    def __post_init__(self) -> None:
+        self._lines = key_lines(self.text)
+
+    # ---- reporting ----------------------------------------------------------------------
+
+    def fail(self, key: KeyPath, message: str) -> ProfileError:
+        where = f"{self.path}"
+        for n in range(len(key), 0, -1):
+            line = self._lines.get(key[:n])
+            if line is not None:
+                where = f"{self.path}:{line}"
+                break
+        dotted = ".".join(k if re.fullmatch(r"[A-Za-z0-9_-]+", k) else json.dumps(k) for k in key)
+        return ProfileError(f"{where}: {dotted or '(top level)'}: {message}")
+
+    def check_keys(self, table: Mapping[str, Any], key: KeyPath, allowed: Sequence[str]) -> None:
+        for name in table:
+            if name not in allowed:
+                where = f"[{'.'.join(key)}]" if key else "the top level"
+                raise self.fail((*key, name), f"unknown key in {where}; {suggest(name, allowed)}")
+
+    # ---- typed getters ------------------------------------------------------------------
+
+    def table(self, parent: Mapping[str, Any], name: str, key: KeyPath) -> dict[str, Any]:
+        value = parent.get(name, {})
+        if not isinstance(value, dict):
+            raise self.fail((*key, name), f"expected a table, got {show_value(value)}")
+        return value
+
+    def string(self, parent: Mapping[str, Any], name: str, key: KeyPath) -> str | None:
+        value = parent.get(name)
+        if value is None or isinstance(value, str):
+            return value
+        raise self.fail((*key, name), f"expected a string, got {show_value(value)}; put it in quotes")
+
+    def integer(self, parent: Mapping[str, Any], name: str, key: KeyPath, *, minimum: int = 0,
+                maximum: int | None = None) -> int | None:
+        value = parent.get(name)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self.fail((*key, name), f"expected an integer, got {show_value(value)}")
+        if value < minimum:
+            raise self.fail((*key, name), f"must be >= {minimum}, got {value}")
+        if maximum is not None and value > maximum:
+            raise self.fail((*key, name), f"must be <= {maximum}, got {value}")
+        return value
+
+    def number(self, parent: Mapping[str, Any], name: str, key: KeyPath, *,
+               positive: bool = False) -> float | None:
+        value = parent.get(name)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise self.fail((*key, name), f"expected a number, got {show_value(value)}")
+        if value < 0 or (positive and value == 0):
+            raise self.fail((*key, name), f"must be {'> 0' if positive else '>= 0'}, got {value}")
+        return float(value)
+
+    def choice(self, parent: Mapping[str, Any], name: str, key: KeyPath,
+               choices: Sequence[str]) -> str | None:
+        value = self.string(parent, name, key)
+        if value is not None and value not in choices:
+            raise self.fail((*key, name), f"{show_value(value)} is not one of {', '.join(choices)}; "
+                            f"{suggest(value, choices)}")
+        return value
+
+    # ---- sections -----------------------------------------------------------------------
+
+    def read(self, data: dict[str, Any]) -> Profile:
+        self.check_keys(data, (), _TOP_KEYS)
+        name = self.string(data, "name", ()) or self.path.stem
+        if not name.strip():
+            raise self.fail(("name",), 'is empty; give the job a name, e.g. name = "mnist-ps"')
+        defaults = self.task_settings(self.table(data, "defaults", ()), ("defaults",), None)
+        ssh = self.ssh_settings(self.table(data, "ssh", ()), ("ssh",), SshSettings())
+        hosts = self.hosts(self.table(data, "hosts", ()), ssh)
+        roles = self.roles(self.table(data, "roles", ()), defaults, hosts)
+        metrics = self.metrics(self.table(data, "metrics", ()))
+        has_ps = "ps" in roles and roles["ps"].count > 0
+        strategy = cast(Strategy | None, self.choice(data, "strategy", (), STRATEGIES))
+        success = cast(SuccessPolicy, self.choice(data, "success_policy", (), SUCCESS_POLICIES) or "chief")
+        backoff = self.integer(data, "backoff_limit", ())
+        orphan = self.number(data, "orphan_grace_seconds", ())
+        interval = self.number(data, "sample_interval", (), positive=True)
+        self.check_job(roles, success)
+        return Profile(
+            path=self.path,
+            name=name,
+            strategy=strategy or ("parameter_server" if has_ps else "multi_worker_mirrored"),
+            success_policy=success,
+            backoff_limit=10 if backoff is None else backoff,
+            orphan_grace_seconds=60.0 if orphan is None else orphan,
+            sample_interval=1.0 if interval is None else interval,
+            defaults=defaults,
+            hosts=hosts,
+            roles=roles,
+            metrics=metrics,
+        )
+
+    def task_settings(self, table: Mapping[str, Any], key: KeyPath,
+                      base: TaskDefaults | None) -> TaskDefaults:
+        """[defaults] (``base`` None) or a role's overrides of it (env merged key by key)."""
+        if base is None:
+            self.check_keys(table, key, _DEFAULT_KEYS)
+            base = TaskDefaults(command="")
+        command = self.string(table, "command", key)
+        if command is not None:
+            self.check_command(command, (*key, "command"))
+        python = self.string(table, "python", key)
+        if python is not None and not python.strip():
+            raise self.fail((*key, "python"), "is empty; give an interpreter, e.g. \"python3\", "
+                            "or leave the key out")
+        workdir = self.string(table, "workdir", key)
+        if workdir is not None:
+            self.check_placeholders(workdir, (*key, "workdir"), WORKDIR_PLACEHOLDERS)
+        env = dict(base.env)
+        env.update(self.env(table, key))
+        restart = cast(RestartPolicy | None, self.choice(table, "restart", key, RESTART_POLICIES))
+        max_restarts = self.integer(table, "max_restarts", key)
+        grace = self.number(table, "grace_seconds", key)
+        return TaskDefaults(
+            command=base.command if command is None else command,
+            python=base.python if python is None else python,
+            workdir=base.workdir if workdir is None else workdir,
+            env=env,
+            restart=base.restart if restart is None else restart,
+            max_restarts=base.max_restarts if max_restarts is None else max_restarts,
+            grace_seconds=base.grace_seconds if grace is None else grace,
+        )
+
+    def env(self, table: Mapping[str, Any], key: KeyPath) -> dict[str, str]:
+        env = self.table(table, "env", key)
+        for var, value in env.items():
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", var):
+                raise self.fail((*key, "env", var), "is not a valid environment variable name; "
+                                "use letters, digits and _")
+            if not isinstance(value, str):
+                raise self.fail((*key, "env", var), f"expected a string, got {show_value(value)}; "
+                                f'quote it: {var} = "{show_value(value)}"')
+        return dict(env)
+
+    def check_command(self, command: str, key: KeyPath) -> None:
+        if not command.strip():
+            raise self.fail(key, 'is empty; give the shell command each task runs, '
+                            'e.g. "{python} train.py"')
+        self.check_placeholders(command, key, COMMAND_PLACEHOLDERS)
+
+    def check_placeholders(self, value: str, key: KeyPath, valid: Sequence[str]) -> None:
+        for match in PLACEHOLDER_RE.finditer(value):
+            word = match.group(1)
+            if word not in valid:
+                braced = [f"{{{v}}}" for v in valid]
+                raise self.fail(key, f"unknown placeholder {{{word}}}; "
+                                f"{suggest('{' + word + '}', braced)} (shell variables: write ${{{word}}})")
+
+    def ssh_settings(self, table: Mapping[str, Any], key: KeyPath, base: SshSettings) -> SshSettings:
+        if key == ("ssh",):
+            self.check_keys(table, key, _SSH_KEYS)
+        user = self.string(table, "user", key)
+        identity = self.string(table, "identity_file", key)
+        known = self.string(table, "known_hosts", key)
+        policy = cast(HostKeyPolicy | None, self.choice(table, "host_key_policy", key, HOST_KEY_POLICIES))
+        timeout = self.number(table, "connect_timeout", key, positive=True)
+        port = self.integer(table, "ssh_port", key, minimum=1, maximum=65535)
+        return SshSettings(
+            user=base.user if user is None else user,
+            identity_file=base.identity_file if identity is None else identity,
+            known_hosts=base.known_hosts if known is None else known,
+            host_key_policy=base.host_key_policy if policy is None else policy,
+            connect_timeout=base.connect_timeout if timeout is None else timeout,
+            ssh_port=base.ssh_port if port is None else port,
+        )
+
+    def hosts(self, table: Mapping[str, Any], ssh: SshSettings) -> dict[str, HostConfig]:
+        if not table:
+            # No [hosts]: everything runs on this machine.
+            return {"local": HostConfig(name="local", address="localhost", transport="local")}
+        hosts: dict[str, HostConfig] = {}
+        for name in table:
+            key = ("hosts", name)
+            if not _HOST_NAME_RE.match(name):
+                raise self.fail(key, "host names may use only letters, digits, '-', '_' and '.'; "
+                                "rename the host")
+            entry = self.table(table, name, ("hosts",))
+            self.check_keys(entry, key, _HOST_KEYS)
+            address = self.string(entry, "address", key)
+            if address is None or not address.strip():
+                raise self.fail(key, f'has no address; add address = "10.0.0.1" (or "localhost") '
+                                f"under [hosts.{name}]")
+            transport = cast(Transport, self.choice(entry, "transport", key, TRANSPORTS) or "ssh")
+            hosts[name] = HostConfig(name=name, address=address.strip(), transport=transport,
+                                     ssh=self.ssh_settings(entry, key, ssh), gpus=self.gpus(entry, key))
+        return hosts
+
+    def gpus(self, entry: Mapping[str, Any], key: KeyPath) -> tuple[int, ...]:
+        value = entry.get("gpus", [])
+        if not isinstance(value, list) or not all(
+            isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in value
+        ):
+            raise self.fail((*key, "gpus"), f"expected a list of GPU indices like [0, 1], "
+                            f"got {show_value(value)}")
+        if len(set(value)) != len(value):
+            raise self.fail((*key, "gpus"), f"lists a GPU twice: {show_value(value)}; list each index once")
+        return tuple(value)
+
+    def roles(self, table: Mapping[str, Any], defaults: TaskDefaults,
+              hosts: Mapping[str, HostConfig]) -> dict[str, RoleConfig]:
+        for name in table:
+            if name == "master":
+                raise self.fail(("roles", name), 'TensorFlow 2 has no "master" role; '
+                                "rename [roles.master] to [roles.chief]")
+            if name not in ROLES:
+                raise self.fail(("roles", name), f"unknown role; {suggest(name, ROLES)}")
+        roles: dict[str, RoleConfig] = {}
+        for name in ROLES:
+            if name in table:
+                roles[name] = self.role(name, self.table(table, name, ("roles",)), defaults, hosts)
+        self.check_ports(roles, hosts)
+        self.check_gpus(roles, hosts)
+        return roles
+
+    def role(self, name: str, entry: Mapping[str, Any], defaults: TaskDefaults,
+             hosts: Mapping[str, HostConfig]) -> RoleConfig:
+        key = ("roles", name)
+        self.check_keys(entry, key, _ROLE_KEYS)
+        count = self.integer(entry, "count", key)
+        count = 1 if count is None else count
+        if name in ("chief", "evaluator") and count > 1:
+            raise self.fail((*key, "count"), f"a job has at most one {name}, got {count}; "
+                            f"use count = 1 (or add workers instead)")
+        host_names = self.role_hosts(name, entry, hosts, count)
+        port = self.integer(entry, "port", key, minimum=1, maximum=65535)
+        gpus_per_task = self.integer(entry, "gpus_per_task", key) or 0
+        settings = self.task_settings(entry, key, defaults)
+        if count > 0 and not settings.command:
+            raise self.fail((*key, "command"), "no command for this role; set command under "
+                            f"[defaults] or [roles.{name}]")
+        return RoleConfig(name=name, count=count, hosts=host_names, port=port,
+                          gpus_per_task=gpus_per_task, settings=settings)
+
+    def role_hosts(self, role: str, entry: Mapping[str, Any], hosts: Mapping[str, HostConfig],
+                   count: int) -> tuple[str, ...]:
+        key = ("roles", role, "hosts")
+        if "hosts" not in entry:
+            if len(hosts) == 1 or count == 0:
+                return tuple(hosts)[:1]
+            raise self.fail(key, f"missing; say where {role} tasks run, e.g. hosts = "
+                            f"[{', '.join(json.dumps(h) for h in hosts)}]")
+        value = entry["hosts"]
+        if not isinstance(value, list) or not all(isinstance(h, str) for h in value):
+            raise self.fail(key, f'expected a list of host names like ["gpu1"], got {show_value(value)}')
+        if not value and count > 0:
+            raise self.fail(key, f"is empty; list the hosts the {role} tasks run on")
+        for host in value:
+            if host not in hosts:
+                raise self.fail(key, f'host "{host}" is not defined; {suggest(host, hosts)} '
+                                f"(or add [hosts.{host}])")
+        return tuple(value)
+
+    def check_ports(self, roles: Mapping[str, RoleConfig], hosts: Mapping[str, HostConfig]) -> None:
+        """Two tasks may not share an address:port (after the base-port rule)."""
+        taken: dict[tuple[str, int], str] = {}
+        for name in START_ORDER:
+            role = roles.get(name)
+            if role is None or role.port is None:
+                continue
+            for index, (host, port) in enumerate(task_ports(role)):
+                address = hosts[host].address
+                where = ("localhost" if address in _LOOPBACK_NAMES else address, port)
+                task_id = f"{name}:{index}"
+                if port > 65535:
+                    raise self.fail(("roles", name, "port"), f"{task_id} would get port {port} "
+                                    "(port + task number on its host); choose a lower port")
+                if where in taken:
+                    raise self.fail(("roles", name, "port"), f"{task_id} and {taken[where]} both use "
+                                    f"{address}:{port}; give the roles port ranges that do not overlap "
+                                    f"(the i-th task on a host gets port + i)")
+                taken[where] = task_id
+
+    def check_gpus(self, roles: Mapping[str, RoleConfig], hosts: Mapping[str, HostConfig]) -> None:
+        asked: dict[str, int] = {}
+        for name in START_ORDER:
+            role = roles.get(name)
+            if role is None or role.gpus_per_task == 0:
+                continue
+            for index in range(role.count):
+                host = role.hosts[index % len(role.hosts)]
+                asked[host] = asked.get(host, 0) + role.gpus_per_task
+                offered = len(hosts[host].gpus)
+                if asked[host] > offered:
+                    raise self.fail(("roles", name, "gpus_per_task"),
+                                    f'tasks on host "{host}" ask for {asked[host]} GPUs but it offers '
+                                    f"{offered} (hosts.{host}.gpus = {show_value(list(hosts[host].gpus))}); "
+                                    "lower gpus_per_task or count, or list more GPUs")
+
+    def check_job(self, roles: Mapping[str, RoleConfig], success: SuccessPolicy) -> None:
+        chiefs = roles["chief"].count if "chief" in roles else 0
+        workers = roles["worker"].count if "worker" in roles else 0
+        if chiefs == 0 and workers == 0:
+            raise self.fail(("roles",), "no chief and no workers, so nothing decides when the job "
+                            "succeeded; add [roles.chief] or [roles.worker] with count >= 1")
+        if success == "all_workers" and workers == 0:
+            raise self.fail(("success_policy",), '"all_workers" needs workers; add [roles.worker] '
+                            'or use success_policy = "chief"')
+
+    def metrics(self, table: Mapping[str, Any]) -> MetricsConfig:
+        patterns: dict[str, str] = {}
+        for name, value in table.items():
+            key = ("metrics", name)
+            if not isinstance(value, str):
+                raise self.fail(key, f"expected a regex string, got {show_value(value)}")
+            try:
+                compiled = re.compile(value)
+            except re.error as exc:
+                raise self.fail(key, f"bad regex: {exc}; fix it (TOML literal strings '...' "
+                                "keep backslashes as written)") from None
+            if compiled.groups < 1:
+                raise self.fail(key, "the regex has no capture group; wrap the number in "
+                                "parentheses, e.g. 'loss: ([-+0-9.eE]+)'")
+            patterns[name] = value
+        step = patterns.pop("step", None)
+        loss = patterns.pop("loss", None)
+        return MetricsConfig(step=step, loss=loss, extra=patterns)
+
+
+def task_ports(role: RoleConfig) -> list[tuple[str, int]]:
+    """(host, port) of each task of a role with a base port: the i-th task on a host gets port + i."""
+    assert role.port is not None
+    seen: dict[str, int] = {}
+    placed: list[tuple[str, int]] = []
+    for index in range(role.count):
+        host = role.hosts[index % len(role.hosts)]
+        placed.append((host, role.port + seen.get(host, 0)))
+        seen[host] = seen.get(host, 0) + 1
+    return placed
+
