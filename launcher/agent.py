@@ -1,0 +1,939 @@
+"""The per-host agent: supervises one task as a daemon and writes its events to a file.
+
+It runs ON each host from the uploaded zipapp (``python agent.pyz VERB ...``), so it is
+stdlib-only and must work on any Python >= 3.9. The launcher never owns a task process: it
+starts one detached ``run`` agent per task and *follows* the agents' ``events.jsonl`` files,
+which is why a dropped SSH link, ``--detach`` and ``attach`` all behave the same.
+
+Verbs (docs/ARCHITECTURE.md): ``run``, ``follow``, ``stop``, ``ports``, ``sweep``,
+``preflight``. Every verb except ``run``/``follow`` prints one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import importlib
+import importlib.util
+import json
+import os
+import platform
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import IO, Any, Callable, Dict, List, Optional, Set, Tuple
+
+from launcher import events
+
+MAX_LINE_BYTES = 1024 * 1024
+MALFORMED_REPORT_EVERY = 100
+LEASE_CHECK_SECONDS = 0.5
+FOLLOW_POLL_SECONDS = 0.03
+FOLLOW_HEARTBEAT_SECONDS = 1.0
+FOLLOW_LEASE_TOUCH_SECONDS = 1.0
+READER_DRAIN_SECONDS = 5.0
+LEFTOVER_TERM_SECONDS = 2.0
+KILL_CONFIRM_SECONDS = 5.0
+PR_SET_CHILD_SUBREAPER = 36
+
+
+# -- the spec ---------------------------------------------------------------------------------
+
+
+@dataclass
+class AgentSpec:
+    """What one ``run`` agent supervises: the contents of ``tasks/<slug>/spec.json``."""
+
+    run: str
+    task: str
+    command: str
+    workdir: str
+    host: str = "local"
+    incarnation: int = 0
+    restarts: int = 0
+    env: Dict[str, str] = field(default_factory=dict)
+    grace_seconds: float = 10.0
+    orphan_grace_seconds: float = 60.0
+    sample_interval: float = 1.0
+    metrics: Dict[str, str] = field(default_factory=dict)
+    gpus: List[int] = field(default_factory=list)
+
+    @classmethod
+    def from_dict(cls, obj: Dict[str, Any]) -> "AgentSpec":
+        missing = [k for k in ("run", "task", "command", "workdir") if k not in obj]
+        if missing:
+            raise ValueError("spec.json lacks %s" % ", ".join(missing))
+        return cls(
+            run=str(obj["run"]),
+            task=str(obj["task"]),
+            command=str(obj["command"]),
+            workdir=str(obj["workdir"]),
+            host=str(obj.get("host") or "local"),
+            incarnation=int(obj.get("incarnation") or 0),
+            restarts=int(obj.get("restarts") or 0),
+            env={str(k): str(v) for k, v in (obj.get("env") or {}).items()},
+            grace_seconds=float(obj.get("grace_seconds", 10.0)),
+            orphan_grace_seconds=float(obj.get("orphan_grace_seconds", 60.0)),
+            sample_interval=float(obj.get("sample_interval", 1.0)),
+            metrics={str(k): str(v) for k, v in (obj.get("metrics") or {}).items()},
+            gpus=[int(g) for g in (obj.get("gpus") or [])],
+        )
+
+    @classmethod
+    def load(cls, path: str) -> "AgentSpec":
+        with open(path, encoding="utf-8") as f:
+            return cls.from_dict(json.load(f))
+
+
+# -- small process helpers (Linux /proc, with kill(0) fallbacks) ------------------------------
+
+
+def _write_atomic(path: str, text: str) -> None:
+    tmp = "%s.tmp.%d" % (path, os.getpid())
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def _read_int(path: str) -> Optional[int]:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _proc_stat(pid: int) -> Optional[Tuple[str, int]]:
+    """(state letter, pgid) of a process from /proc, or None when it is gone."""
+    try:
+        with open("/proc/%d/stat" % pid, "rb") as f:
+            raw = f.read().decode("ascii", "replace")
+    except OSError:
+        return None
+    rest = raw[raw.rfind(")") + 2:].split()
+    try:
+        return rest[0], int(rest[2])
+    except (IndexError, ValueError):
+        return None
+
+
+def _all_pids() -> List[int]:
+    try:
+        return [int(n) for n in os.listdir("/proc") if n.isdigit()]
+    except OSError:
+        return []
+
+
+def _pid_alive(pid: int) -> bool:
+    """True while the process exists and is not a zombie."""
+    stat = _proc_stat(pid)
+    if stat is not None:
+        return stat[0] != "Z"
+    if os.path.isdir("/proc/self"):
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _group_members(pgid: int) -> List[int]:
+    """Live (non-zombie) processes of a process group."""
+    if not os.path.isdir("/proc/self"):
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return []
+        except PermissionError:
+            pass
+        return [pgid]
+    members = []
+    for pid in _all_pids():
+        stat = _proc_stat(pid)
+        if stat is not None and stat[1] == pgid and stat[0] != "Z":
+            members.append(pid)
+    return members
+
+
+def _environ_has(pid: int, name: str, value: str) -> bool:
+    try:
+        with open("/proc/%d/environ" % pid, "rb") as f:
+            entries = f.read().split(b"\0")
+    except OSError:
+        return False
+    return ("%s=%s" % (name, value)).encode() in entries
+
+
+def _cmdline(pid: int) -> List[str]:
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            raw = f.read()
+    except OSError:
+        return []
+    return [part.decode("utf-8", "replace") for part in raw.split(b"\0") if part]
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def _signal_pid(pid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, sig)
+
+
+def _wait_until(predicate: Callable[[], bool], timeout: float, interval: float = 0.05) -> bool:
+    deadline = time.monotonic() + timeout
+    while True:
+        if predicate():
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(interval)
+
+
+def _kill_group_for_good(pgid: int, term_first: float, reap: Callable[[], None]) -> None:
+    """SIGTERM (when ``term_first`` > 0), wait, then SIGKILL until no live member remains."""
+    if not _group_members(pgid):
+        return
+    if term_first > 0:
+        _signal_group(pgid, signal.SIGTERM)
+
+        def gone() -> bool:
+            reap()
+            return not _group_members(pgid)
+
+        if _wait_until(gone, term_first):
+            return
+    deadline = time.monotonic() + KILL_CONFIRM_SECONDS
+    while _group_members(pgid) and time.monotonic() < deadline:
+        _signal_group(pgid, signal.SIGKILL)
+        time.sleep(0.05)
+        reap()
+
+
+def _become_subreaper() -> None:
+    """Orphaned grandchildren of the task get the agent as parent, so it can reap them."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+def _reap_adopted(exclude: int) -> None:
+    """Collect zombies adopted as subreaper, leaving the task leader to Popen."""
+    for pid in _all_pids():
+        if pid == exclude:
+            continue
+        stat = _proc_stat(pid)
+        if stat is None or stat[0] != "Z":
+            continue
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)
+
+
+def describe_exit(returncode: int) -> Tuple[int, str]:
+    """(exit code as a shell reports it, reason): a signal N becomes 128+N."""
+    if returncode < 0:
+        signum = -returncode
+        try:
+            name = signal.Signals(signum).name
+        except ValueError:
+            name = "signal %d" % signum
+        return 128 + signum, "killed by %s" % name
+    return returncode, "exit code %d" % returncode
+
+
+# -- events out -------------------------------------------------------------------------------
+
+
+class EventWriter:
+    """The one writer of ``events.jsonl``: one line per event, flushed, under one lock.
+
+    After ``close`` further events are dropped, so nothing follows the final state event.
+    """
+
+    def __init__(self, path: str) -> None:
+        self._lock = threading.Lock()
+        self._file: Optional[IO[str]] = open(path, "a", encoding="utf-8")  # noqa: SIM115 (lives until close)
+
+    def write(self, event: events.Event) -> None:
+        line = event.to_json() + "\n"
+        with self._lock:
+            if self._file is None:
+                return
+            try:
+                self._file.write(line)
+                self._file.flush()
+            except OSError as exc:
+                sys.stderr.write("agent: cannot write event: %s\n" % exc)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._file is not None:
+                self._file.close()
+                self._file = None
+
+
+# -- task output ------------------------------------------------------------------------------
+
+
+class OutputInterpreter:
+    """Turns one line of task output into events: report lines, logs, regex metrics."""
+
+    def __init__(self, spec: AgentSpec, emit: Callable[[events.Event], None]) -> None:
+        self._spec = spec
+        self._emit = emit
+        self._lock = threading.Lock()
+        self._malformed = 0
+        self._regexes: List[Tuple[str, "re.Pattern[str]"]] = []
+        for name, pattern in spec.metrics.items():
+            try:
+                self._regexes.append((name, re.compile(pattern)))
+            except re.error as exc:
+                emit(events.log_event(spec.run, spec.task, "stderr",
+                                      "distlaunch agent: metrics regex %r is invalid (%s); ignored"
+                                      % (name, exc)))
+
+    def handle(self, stream: str, line: str) -> None:
+        if line.startswith(events.REPORT_PREFIX):
+            self._handle_report(stream, line[len(events.REPORT_PREFIX):])
+            return
+        self._emit(events.log_event(self._spec.run, self._spec.task, stream, line))
+        if self._regexes:
+            metric = self._regex_metric(line)
+            if metric is not None:
+                self._emit(metric)
+
+    def _handle_report(self, stream: str, payload: str) -> None:
+        spec = self._spec
+        try:
+            obj = json.loads(payload)
+            if not isinstance(obj, dict):
+                raise ValueError("not a JSON object")
+            kind = obj.get("kind")
+            if kind == "metric":
+                values = obj.get("values") or {}
+                if not isinstance(values, dict):
+                    raise ValueError("metric values is not an object")
+                step = obj.get("step")
+                event = events.metric_event(spec.run, spec.task,
+                                            step=int(step) if step is not None else None,
+                                            loss=obj.get("loss"), values=values)
+            elif kind == "placement":
+                variables = obj.get("variables")
+                if not isinstance(variables, list):
+                    raise ValueError("placement variables is not a list")
+                event = events.placement_event(spec.run, spec.task, variables)
+            else:
+                raise ValueError("unknown kind %r" % (kind,))
+        except (ValueError, TypeError) as exc:
+            with self._lock:
+                self._malformed += 1
+                count = self._malformed
+            if count % MALFORMED_REPORT_EVERY == 1:
+                self._emit(events.log_event(
+                    spec.run, spec.task, stream,
+                    "distlaunch agent: malformed %sline ignored (%d so far): %s"
+                    % (events.REPORT_PREFIX, count, exc)))
+            return
+        self._emit(event)
+
+    def _regex_metric(self, line: str) -> Optional[events.Event]:
+        step: Optional[int] = None
+        loss: Optional[float] = None
+        values: Dict[str, float] = {}
+        matched = False
+        for name, regex in self._regexes:
+            m = regex.search(line)
+            if m is None:
+                continue
+            text = m.group(1) if regex.groups else m.group(0)
+            try:
+                if name == "step":
+                    step = int(float(text))
+                elif name == "loss":
+                    loss = float(text)
+                else:
+                    values[name] = float(text)
+            except (TypeError, ValueError):
+                continue
+            matched = True
+        if not matched:
+            return None
+        return events.metric_event(self._spec.run, self._spec.task, step=step, loss=loss, values=values)
+
+
+def _read_lines(pipe: IO[bytes], stream: str, handle: Callable[[str, str], None]) -> None:
+    """Read a pipe line by line with a bounded line length; overlong lines are cut."""
+    try:
+        while True:
+            chunk = pipe.readline(MAX_LINE_BYTES + 1)
+            if not chunk:
+                return
+            truncated = False
+            if len(chunk) > MAX_LINE_BYTES and not chunk.endswith(b"\n"):
+                chunk = chunk[:MAX_LINE_BYTES]
+                truncated = True
+                while True:
+                    rest = pipe.readline(MAX_LINE_BYTES)
+                    if not rest or rest.endswith(b"\n"):
+                        break
+            text = chunk.decode("utf-8", errors="replace").rstrip("\n").rstrip("\r")
+            if "\r" in text:
+                parts = [p for p in text.split("\r") if p]
+                text = parts[-1] if parts else ""
+            if truncated:
+                text += " [line truncated]"
+            handle(stream, text)
+    except (OSError, ValueError):
+        return
+    finally:
+        with contextlib.suppress(OSError):
+            pipe.close()
+
+
+# -- the run verb ---------------------------------------------------------------------------
+
+
+def agent_pythonpath_entry() -> str:
+    """The directory (or zipapp) holding the ``launcher`` package this agent runs from."""
+    return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def task_environment(spec: AgentSpec) -> Dict[str, str]:
+    env = dict(os.environ)
+    env.update(spec.env)
+    env["DISTLAUNCH_RUN_ID"] = spec.run
+    env["DISTLAUNCH_TASK"] = spec.task
+    existing = env.get("PYTHONPATH", "")
+    entry = agent_pythonpath_entry()
+    env["PYTHONPATH"] = entry + os.pathsep + existing if existing else entry
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def _load_sampling() -> Any:
+    """launcher.sampling is optional in the zipapp: without it the agent emits no samples."""
+    try:
+        return importlib.import_module("launcher.sampling")
+    except ImportError:
+        return None
+
+
+class TaskRunner:
+    """Runs one task to its end and writes exactly one final state event."""
+
+    def __init__(self, task_dir: str, spec: AgentSpec) -> None:
+        self.task_dir = task_dir
+        self.spec = spec
+        self.host_run_dir = os.path.dirname(os.path.dirname(os.path.abspath(task_dir)))
+        self.writer = EventWriter(os.path.join(task_dir, "events.jsonl"))
+        self.started_at = time.time()
+        self._stop_reason: Optional[str] = None
+        self._stop_requested = threading.Event()
+        self._done = threading.Event()
+        self._detached_seen_at = 0.0
+
+    # signal handlers and lease loss both end here
+    def request_stop(self, reason: str) -> None:
+        if self._stop_reason is None:
+            self._stop_reason = reason
+        self._stop_requested.set()
+
+    def _state(self, state: str, **fields: Any) -> None:
+        self.writer.write(events.state_event(self.spec.run, self.spec.task, state, host=self.spec.host,
+                                             restarts=self.spec.restarts, **fields))
+
+    def run(self) -> int:
+        spec = self.spec
+        _become_subreaper()
+        self._state(events.STARTING)
+        try:
+            proc = subprocess.Popen(
+                ["/bin/sh", "-c", spec.command], cwd=spec.workdir, env=task_environment(spec),
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                start_new_session=True, close_fds=True)
+        except OSError as exc:
+            self._state(events.FAILED, reason="could not start: %s" % exc)
+            self.writer.close()
+            return 0
+        pgid = proc.pid
+        _write_atomic(os.path.join(self.task_dir, "task.pgid"), "%d\n" % pgid)
+        self._state(events.RUNNING, pid=proc.pid)
+
+        interpreter = OutputInterpreter(spec, self.writer.write)
+        assert proc.stdout is not None and proc.stderr is not None
+        readers = [threading.Thread(target=_read_lines, args=(pipe, name, interpreter.handle),
+                                    name="read-" + name, daemon=True)
+                   for pipe, name in ((proc.stdout, "stdout"), (proc.stderr, "stderr"))]
+        for reader in readers:
+            reader.start()
+        sampler = threading.Thread(target=self._sample_loop, args=(proc.pid,), name="sampler", daemon=True)
+        sampler.start()
+
+        self._supervise(proc)
+        if self._stop_requested.is_set():
+            self._terminate(proc, pgid)
+        returncode = proc.wait()
+        _kill_group_for_good(pgid, LEFTOVER_TERM_SECONDS, lambda: _reap_adopted(proc.pid))
+        _reap_adopted(proc.pid)
+
+        deadline = time.monotonic() + READER_DRAIN_SECONDS
+        for reader in readers:
+            reader.join(max(0.0, deadline - time.monotonic()))
+        self._done.set()
+        sampler.join(2.0)
+
+        exit_code, reason = describe_exit(returncode)
+        if self._stop_reason is not None:
+            self._state(events.STOPPED, pid=proc.pid, exit_code=exit_code, reason=self._stop_reason)
+        elif returncode == 0:
+            self._state(events.SUCCEEDED, pid=proc.pid, exit_code=0)
+        else:
+            self._state(events.FAILED, pid=proc.pid, exit_code=exit_code, reason=reason)
+        self.writer.close()
+        return 0
+
+    def _supervise(self, proc: "subprocess.Popen[bytes]") -> None:
+        next_lease_check = 0.0
+        while proc.poll() is None:
+            if self._stop_requested.is_set():
+                return
+            now = time.monotonic()
+            if now >= next_lease_check:
+                next_lease_check = now + LEASE_CHECK_SECONDS
+                if self._launcher_lost():
+                    self.request_stop("launcher lost for %g s" % self.spec.orphan_grace_seconds)
+                    return
+            self._stop_requested.wait(0.1)
+
+    def _launcher_lost(self) -> bool:
+        now = time.time()
+        if os.path.exists(os.path.join(self.host_run_dir, "detached")):
+            self._detached_seen_at = now
+            return False
+        try:
+            lease = os.stat(os.path.join(self.host_run_dir, "lease")).st_mtime
+        except OSError:
+            lease = 0.0
+        last_sign = max(lease, self.started_at, self._detached_seen_at)
+        return now - last_sign > self.spec.orphan_grace_seconds
+
+    def _terminate(self, proc: "subprocess.Popen[bytes]", pgid: int) -> None:
+        _signal_group(pgid, signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=max(0.0, self.spec.grace_seconds))
+        _kill_group_for_good(pgid, 0.0, lambda: _reap_adopted(proc.pid))
+
+    def _sample_loop(self, pid: int) -> None:
+        sampling = _load_sampling()
+        if sampling is None:
+            return
+        try:
+            sampler = sampling.TaskSampler(pid, list(self.spec.gpus))
+        except Exception as exc:  # a broken sampler must never take the task down
+            sys.stderr.write("agent: sampling unavailable: %s\n" % exc)
+            return
+        interval = max(0.05, self.spec.sample_interval)
+        complained = False
+        while not self._done.wait(interval):
+            try:
+                sample = sampler.sample()
+                event = events.sample_event(
+                    self.spec.run, self.spec.task, cpu_percent=sample.get("cpu_percent"),
+                    rss_bytes=sample.get("rss_bytes"), gpus=sample.get("gpus"),
+                    source=str(sample.get("source", "")))
+            except Exception as exc:
+                if not complained:
+                    sys.stderr.write("agent: sample failed: %s\n" % exc)
+                    complained = True
+                continue
+            self.writer.write(event)
+
+
+def cmd_run(task_dir: str) -> int:
+    try:
+        spec = AgentSpec.load(os.path.join(task_dir, "spec.json"))
+    except (OSError, ValueError, TypeError) as exc:
+        sys.stderr.write("agent: cannot read %s/spec.json: %s\n" % (task_dir, exc))
+        return 2
+    runner = TaskRunner(task_dir, spec)
+
+    def on_signal(signum: int, frame: Any) -> None:
+        runner.request_stop("stopped on request")
+
+    # handlers first, pid file second: a `stop` that reads the pid always finds them installed
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    _write_atomic(os.path.join(task_dir, "agent.pid"), "%d\n" % os.getpid())
+    return runner.run()
+
+
+# -- the follow verb --------------------------------------------------------------------------
+
+
+class EventFileTail:
+    """New complete lines of one ``events.jsonl``, from a byte offset; keeps a partial tail."""
+
+    def __init__(self, path: str, offset: int) -> None:
+        self.path = path
+        self.offset = offset
+        self._partial = b""
+
+    def read_lines(self) -> List[bytes]:
+        try:
+            size = os.stat(self.path).st_size
+        except OSError:
+            return []
+        if size <= self.offset:
+            return []
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                data = f.read(size - self.offset)
+        except OSError:
+            return []
+        self.offset += len(data)
+        data = self._partial + data
+        lines = data.split(b"\n")
+        self._partial = lines.pop()
+        return [line for line in lines if line]
+
+
+def _touch(path: str) -> None:
+    try:
+        with open(path, "a"):
+            pass
+        os.utime(path, None)
+    except OSError:
+        pass
+
+
+def _parse_offsets(items: List[str]) -> Dict[str, int]:
+    offsets: Dict[str, int] = {}
+    for item in items:
+        slug, sep, value = item.partition("=")
+        if not sep:
+            raise ValueError("--offset wants SLUG=BYTES, got %r" % item)
+        offsets[slug] = int(value)
+    return offsets
+
+
+def cmd_follow(run_dir: str, offsets: Dict[str, int]) -> int:
+    stdin_closed = threading.Event()
+
+    def watch_stdin() -> None:
+        try:
+            while sys.stdin.buffer.read(4096):
+                pass
+        except (OSError, ValueError):
+            pass
+        stdin_closed.set()
+
+    threading.Thread(target=watch_stdin, name="stdin", daemon=True).start()
+    tasks_dir = os.path.join(run_dir, "tasks")
+    lease = os.path.join(run_dir, "lease")
+    tails: Dict[str, EventFileTail] = {}
+    out = sys.stdout.buffer
+    last_output = time.monotonic()
+    last_touch = 0.0
+    try:
+        while not stdin_closed.is_set():
+            now = time.monotonic()
+            if now - last_touch >= FOLLOW_LEASE_TOUCH_SECONDS:
+                _touch(lease)
+                last_touch = now
+            try:
+                slugs = sorted(os.listdir(tasks_dir))
+            except OSError:
+                slugs = []
+            wrote = False
+            for slug in slugs:
+                tail = tails.get(slug)
+                if tail is None:
+                    path = os.path.join(tasks_dir, slug, "events.jsonl")
+                    if not os.path.exists(path):
+                        continue
+                    tail = tails[slug] = EventFileTail(path, offsets.get(slug, 0))
+                for line in tail.read_lines():
+                    out.write(line + b"\n")
+                    wrote = True
+            if not wrote and now - last_output >= FOLLOW_HEARTBEAT_SECONDS:
+                out.write(b"#hb %.3f\n" % time.time())
+                wrote = True
+            if wrote:
+                out.flush()
+                last_output = time.monotonic()
+            stdin_closed.wait(FOLLOW_POLL_SECONDS)
+    except BrokenPipeError:
+        # the reader went away: silence the interpreter's final flush too
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
+    return 0
+
+
+# -- the stop verb ----------------------------------------------------------------------------
+
+
+def _is_our_agent(pid: int, task_dir: str, run_id: Optional[str]) -> bool:
+    """A pid file may point to a reused pid: trust it only if the process looks like our agent."""
+    if not _pid_alive(pid):
+        return False
+    args = _cmdline(pid)
+    want = os.path.realpath(task_dir)
+    try:
+        cwd = os.readlink("/proc/%d/cwd" % pid)
+    except OSError:
+        cwd = ""
+    if any("agent" in a for a in args):
+        for arg in args:
+            if os.path.realpath(os.path.join(cwd, arg)) == want:
+                return True
+    return run_id is not None and _environ_has(pid, "DISTLAUNCH_RUN_ID", run_id)
+
+
+def _is_our_group(pgid: int, run_id: Optional[str]) -> bool:
+    members = _group_members(pgid)
+    if not members:
+        return False
+    if run_id is None or not os.path.isdir("/proc/self"):
+        return True
+    return any(_environ_has(pid, "DISTLAUNCH_RUN_ID", run_id) for pid in members)
+
+
+def _last_state(events_path: str) -> Optional[str]:
+    try:
+        with open(events_path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 256 * 1024))
+            tail = f.read().decode("utf-8", "replace").splitlines()
+    except OSError:
+        return None
+    for line in reversed(tail):
+        if '"kind":"state"' not in line:
+            continue
+        try:
+            return str(json.loads(line).get("state"))
+        except ValueError:
+            continue
+    return None
+
+
+def cmd_stop(task_dir: str, grace: Optional[float]) -> Dict[str, Any]:
+    spec: Optional[AgentSpec]
+    try:
+        spec = AgentSpec.load(os.path.join(task_dir, "spec.json"))
+    except (OSError, ValueError):
+        spec = None
+    run_id = spec.run if spec else None
+    if grace is None:
+        grace = spec.grace_seconds if spec else 10.0
+    agent_pid = _read_int(os.path.join(task_dir, "agent.pid"))
+    pgid = _read_int(os.path.join(task_dir, "task.pgid"))
+
+    agent_was_running = agent_pid is not None and _is_our_agent(agent_pid, task_dir, run_id)
+    agent_killed = False
+    if agent_was_running and agent_pid is not None:
+        pid = agent_pid
+        _signal_pid(pid, signal.SIGTERM)
+        if not _wait_until(lambda: not _pid_alive(pid), grace + 5.0):
+            _signal_pid(pid, signal.SIGKILL)
+            agent_killed = True
+            _wait_until(lambda: not _pid_alive(pid), KILL_CONFIRM_SECONDS)
+    group_killed = False
+    if pgid is not None and _is_our_group(pgid, run_id):
+        group_killed = True
+        _kill_group_for_good(pgid, 0.0, lambda: None)
+    left = _group_members(pgid) if pgid is not None else []
+
+    events_path = os.path.join(task_dir, "events.jsonl")
+    wrote_final = False
+    if spec is not None and os.path.exists(events_path):
+        last = _last_state(events_path)
+        if last is not None and last not in events.FINAL_TASK_STATES:
+            writer = EventWriter(events_path)
+            writer.write(events.state_event(spec.run, spec.task, events.STOPPED, host=spec.host,
+                                            pid=pgid, restarts=spec.restarts,
+                                            reason="stopped on request (agent did not report)"))
+            writer.close()
+            wrote_final = True
+    return {"stopped": not left, "agent_pid": agent_pid, "agent_was_running": agent_was_running,
+            "agent_killed": agent_killed, "pgid": pgid, "group_killed": group_killed,
+            "left": left, "wrote_final_state": wrote_final}
+
+
+# -- the ports verb ---------------------------------------------------------------------------
+
+
+def _listening_ports() -> Set[int]:
+    """TCP ports in LISTEN state on any address (TF's gRPC server binds every address)."""
+    ports = set()
+    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(name, encoding="ascii") as f:
+                next(f, None)
+                for row in f:
+                    cols = row.split()
+                    if len(cols) > 3 and cols[3] == "0A":
+                        ports.add(int(cols[1].rsplit(":", 1)[1], 16))
+        except (OSError, ValueError):
+            continue
+    return ports
+
+
+def _family(addr: str) -> int:
+    return socket.AF_INET6 if ":" in addr else socket.AF_INET
+
+
+def _can_bind(addr: str, port: int) -> bool:
+    # SO_REUSEADDR on, as TF's gRPC server has it: sockets in TIME_WAIT do not make a port busy.
+    sock = socket.socket(_family(addr), socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((addr, port))
+        return True
+    except OSError:
+        return False
+    finally:
+        sock.close()
+
+
+def cmd_ports(addr: str, check: List[int], pick: int) -> Dict[str, Any]:
+    listening = _listening_ports()
+    busy = [p for p in check if p in listening or not _can_bind(addr, p)]
+    picked: List[int] = []
+    held: List[socket.socket] = []
+    try:
+        for _ in range(pick * 20):
+            if len(picked) >= pick:
+                break
+            sock = socket.socket(_family(addr), socket.SOCK_STREAM)
+            held.append(sock)
+            sock.bind((addr, 0))
+            port = sock.getsockname()[1]
+            if port in check or port in listening or port in picked:
+                continue
+            picked.append(port)
+    finally:
+        for sock in held:
+            sock.close()
+    if len(picked) < pick:
+        raise OSError("could not find %d free ports on %s" % (pick, addr))
+    return {"busy": busy, "picked": picked}
+
+
+# -- the sweep verb ---------------------------------------------------------------------------
+
+
+def _run_processes(run_id: str) -> List[int]:
+    skip = {os.getpid(), os.getppid()}
+    return [pid for pid in _all_pids()
+            if pid not in skip and _environ_has(pid, "DISTLAUNCH_RUN_ID", run_id) and _pid_alive(pid)]
+
+
+def cmd_sweep(run_id: str, kill: bool, grace: float) -> Dict[str, Any]:
+    pids = _run_processes(run_id)
+    if kill and pids:
+        for pid in pids:
+            _signal_pid(pid, signal.SIGTERM)
+        _wait_until(lambda: not any(_pid_alive(p) for p in pids), grace)
+        for pid in pids:
+            if _pid_alive(pid):
+                _signal_pid(pid, signal.SIGKILL)
+        _wait_until(lambda: not any(_pid_alive(p) for p in pids), KILL_CONFIRM_SECONDS)
+        pids = _run_processes(run_id)
+    return {"left": [{"pid": pid, "cmdline": " ".join(_cmdline(pid))} for pid in pids]}
+
+
+# -- preflight --------------------------------------------------------------------------------
+
+
+def cmd_preflight() -> Dict[str, Any]:
+    def has(module: str) -> bool:
+        try:
+            return importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):
+            return False
+
+    return {"python": platform.python_version(), "psutil": has("psutil"), "pynvml": has("pynvml")}
+
+
+# -- entry point ------------------------------------------------------------------------------
+
+
+def _port_list(text: str) -> List[int]:
+    return [int(p) for p in text.split(",") if p.strip()]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="agent.pyz", description="distlaunch host agent")
+    verbs = parser.add_subparsers(dest="verb", required=True)
+    run = verbs.add_parser("run", help="supervise the task of D/spec.json")
+    run.add_argument("--task-dir", required=True)
+    follow = verbs.add_parser("follow", help="stream every task's new events")
+    follow.add_argument("--run-dir", required=True)
+    follow.add_argument("--offset", action="append", default=[], metavar="SLUG=BYTES")
+    stop = verbs.add_parser("stop", help="stop one task and its agent")
+    stop.add_argument("--task-dir", required=True)
+    stop.add_argument("--grace", type=float, default=None)
+    ports = verbs.add_parser("ports", help="check and pick TCP ports")
+    ports.add_argument("--bind", required=True)
+    ports.add_argument("--check", type=_port_list, default=[])
+    ports.add_argument("--pick", type=int, default=0)
+    sweep = verbs.add_parser("sweep", help="find (and kill) every process of a run")
+    sweep.add_argument("--run-id", required=True)
+    sweep.add_argument("--kill", action="store_true")
+    sweep.add_argument("--grace", type=float, default=5.0)
+    verbs.add_parser("preflight", help="what this host's Python offers")
+    return parser
+
+
+def _print_json(obj: Dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.verb == "run":
+        return cmd_run(args.task_dir)
+    if args.verb == "follow":
+        try:
+            offsets = _parse_offsets(args.offset)
+        except ValueError as exc:
+            sys.stderr.write("agent: %s\n" % exc)
+            return 2
+        return cmd_follow(args.run_dir, offsets)
+    if args.verb == "stop":
+        _print_json(cmd_stop(args.task_dir, args.grace))
+    elif args.verb == "ports":
+        try:
+            _print_json(cmd_ports(args.bind, args.check, args.pick))
+        except OSError as exc:
+            _print_json({"error": str(exc)})
+            return 1
+    elif args.verb == "sweep":
+        _print_json(cmd_sweep(args.run_id, args.kill, args.grace))
+    elif args.verb == "preflight":
+        _print_json(cmd_preflight())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
