@@ -47,7 +47,7 @@ def print_plan(plan: Plan, out: TextIO) -> None:
     profile = plan.profile
     out.write(f"profile   {profile.path}\n")
     out.write(f"job       {profile.name}\n")
-    out.write(f"strategy  {profile.strategy}   success policy: {profile.success_policy}   "
+    out.write(f"strategy  {profile.strategy}   success: {_success_rule(plan)}   "
               f"backoff limit: {profile.backoff_limit}\n\n")
     rows = [("TASK", "HOST", "ADDRESS:PORT", "GPUS", "COMMAND")]
     rows += [(t.task_id, t.host, _endpoint(t), ",".join(map(str, t.gpus)) or "-", t.command)
@@ -63,6 +63,14 @@ def print_plan(plan: Plan, out: TextIO) -> None:
         workdir = ", ".join(dict.fromkeys(t.workdir for t in plan.tasks if t.role == role.name))
         out.write(f"{role.name:<10} restart={settings.restart} max_restarts={settings.max_restarts} "
                   f"workdir={workdir} env: {shown}\n")
+
+
+def _success_rule(plan: Plan) -> str:
+    """The success policy in words, naming the task that decides it."""
+    if plan.profile.success_policy == "all_workers":
+        return "all_workers (every worker exits 0)"
+    decider = "chief:0" if any(t.role == "chief" for t in plan.tasks) else "worker:0"
+    return f"chief ({decider} exits 0)"
 
 
 def _endpoint(task: TaskSpec) -> str:

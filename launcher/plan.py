@@ -7,6 +7,7 @@ commands keep ``{port}`` and ``{run_dir}`` until ``render_command`` fills them.
 
 from __future__ import annotations
 
+import posixpath
 import re
 import shlex
 import sys
@@ -95,7 +96,7 @@ def _workdir(workdir: str, host: HostConfig, profile_dir: Path) -> str:
     """
     expanded = fill_placeholders(workdir, {"profile_dir": str(profile_dir.resolve())}, quote=False)
     if host.transport != "local":
-        return expanded
+        return posixpath.normpath(expanded) if expanded != workdir else workdir
     return str((profile_dir / Path(expanded).expanduser()).resolve())
 
 
