@@ -25,7 +25,9 @@ METRIC = "metric"
 SAMPLE = "sample"
 PLACEMENT = "placement"
 LOG = "log"
-KINDS = (JOB, STATE, METRIC, SAMPLE, PLACEMENT, LOG)
+# extension: a host became unreachable or came back (`host`, `state`: up / unreachable, `reason`)
+HOST = "host"
+KINDS = (JOB, STATE, METRIC, SAMPLE, PLACEMENT, LOG, HOST)
 
 # job states
 JOB_CREATED = "Created"
@@ -163,6 +165,11 @@ def sample_event(run: str, task: str, *, cpu_percent: Optional[float], rss_bytes
 
 def placement_event(run: str, task: str, variables: list, ts: Optional[float] = None) -> Event:
     return Event(PLACEMENT, run, task, ts if ts is not None else time.time(), {"variables": variables})
+
+
+def host_event(run: str, host: str, state: str, reason: str = "", ts: Optional[float] = None) -> Event:
+    return Event(HOST, run, None, ts if ts is not None else time.time(),
+                 {"host": host, "state": state, "reason": reason})
 
 
 def log_event(run: str, task: str, stream: str, line: str, ts: Optional[float] = None) -> Event:

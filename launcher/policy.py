@@ -1,0 +1,72 @@
+"""Restart and success policies (DESIGN.md section 6), as pure functions of task facts."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from launcher.model import RestartPolicy, Strategy, SuccessPolicy
+
+#: first back-off delay and its ceiling, in seconds; the delay doubles with each restart
+BACKOFF_FIRST = 1.0
+BACKOFF_MAX = 30.0
+
+
+def wants_restart(policy: RestartPolicy, exit_code: int | None, succeeded: bool) -> bool:
+    """Does the task's own policy ask for a restart after it ended this way?"""
+    if policy == "always":
+        return True
+    if succeeded:
+        return False
+    if policy == "on-failure":
+        return True
+    if policy == "exit-code":
+        # killed by a signal (OOM killer, preemption, kill -9) is retryable; 1-127 is the script's verdict
+        return exit_code is None or exit_code >= 128
+    return False
+
+
+def why_not_restarted(policy: RestartPolicy, exit_code: int | None) -> str:
+    if policy == "never":
+        return "restart policy is never"
+    if policy == "exit-code":
+        return f"exit code {exit_code} is permanent under the exit-code policy (only >= 128 is retried)"
+    return f"restart policy {policy}"
+
+
+def backoff_delay(restarts_so_far: int) -> float:
+    return float(min(BACKOFF_FIRST * (2 ** max(restarts_so_far, 0)), BACKOFF_MAX))
+
+
+def restart_group(strategy: Strategy, failed: str, task_ids: Iterable[str]) -> list[str]:
+    """The tasks restarted together when ``failed`` fails, as TensorFlow's recovery needs.
+
+    parameter_server: a worker or the chief alone; a ps together with the chief (which restores
+    from its checkpoint). multi_worker_mirrored: the whole worker group (chief included), since
+    collectives cannot continue with a missing peer. custom: the task alone.
+    """
+    ids = list(task_ids)
+    role = failed.split(":", 1)[0]
+    if strategy == "parameter_server" and role == "ps":
+        return [failed] + [t for t in ids if t.startswith("chief:")]
+    if strategy == "multi_worker_mirrored" and role in ("worker", "chief"):
+        return [failed] + [t for t in ids if t != failed and t.split(":", 1)[0] in ("worker", "chief")]
+    return [failed]
+
+
+def deciding_task(task_ids: Iterable[str]) -> str | None:
+    """chief:0, or worker:0 when there is no chief."""
+    ids = set(task_ids)
+    if "chief:0" in ids:
+        return "chief:0"
+    if "worker:0" in ids:
+        return "worker:0"
+    return None
+
+
+def job_succeeded(policy: SuccessPolicy, states: Mapping[str, str]) -> bool:
+    """Has the job succeeded, given every task's current state?"""
+    if policy == "all_workers":
+        deciders = [t for t in states if t.split(":", 1)[0] in ("worker", "chief")]
+        return bool(deciders) and all(states[t] == "succeeded" for t in deciders)
+    decider = deciding_task(states)
+    return decider is not None and states.get(decider) == "succeeded"

@@ -1,0 +1,196 @@
+"""Everything checked on the hosts before a task starts (DESIGN.md section 7).
+
+Used by `check` (which only reports) and by `up` (which stops at the first problem, before
+anything is started anywhere). Hosts are checked in parallel, one thread each.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TypeVar
+
+from launcher.errors import HostError, UserError
+from launcher.model import Plan
+from launcher.paths import state_home
+from launcher.remote import HostSession, remote_base_dir
+from launcher.transport import Host, make_host
+
+T = TypeVar("T")
+
+TF_CHECK = ("import platform, tensorflow as tf; "
+            "print(platform.python_version(), tf.__version__)")
+PY_CHECK = "import platform; print(platform.python_version())"
+
+
+class PreflightError(UserError):
+    """One or more problems on the hosts; the message has one line per problem."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("\n".join(problems))
+        self.problems = problems
+
+
+@dataclass
+class Preflight:
+    """What a successful preflight found: connected hosts, their sessions and every task's port."""
+
+    hosts: dict[str, Host]
+    sessions: dict[str, HostSession] = field(default_factory=dict)
+    ports: dict[str, int] = field(default_factory=dict)
+    versions: dict[str, str] = field(default_factory=dict)
+
+    def close(self) -> None:
+        for host in self.hosts.values():
+            host.close()
+
+
+def _parallel(items: dict[str, T], fn: Callable[[str, T], list[str]]) -> list[str]:
+    if not items:
+        return []
+    with ThreadPoolExecutor(max_workers=min(32, len(items))) as pool:
+        results = list(pool.map(lambda kv: fn(*kv), items.items()))
+    return [problem for problems in results for problem in problems]
+
+
+def connect_hosts(plan: Plan, on_notice: Callable[[str], None]) -> dict[str, Host]:
+    """Connect to every host the plan uses; raise PreflightError naming each one that failed."""
+    used = {t.host for t in plan.tasks}
+    configs = {name: cfg for name, cfg in plan.profile.hosts.items() if name in used}
+    hosts: dict[str, Host] = {}
+
+    def connect(name: str, cfg: object) -> list[str]:
+        host = make_host(plan.profile.hosts[name], on_notice=on_notice)
+        try:
+            host.connect()
+        except HostError as exc:
+            return [str(exc)]
+        hosts[name] = host
+        return []
+
+    problems = _parallel(configs, connect)
+    if problems:
+        for host in hosts.values():
+            host.close()
+        raise PreflightError(problems)
+    return hosts
+
+
+def check_pythons(plan: Plan, hosts: dict[str, Host]) -> tuple[list[str], dict[str, str]]:
+    """Each (host, python) pair runs, and imports TensorFlow unless the strategy is custom."""
+    need_tf = plan.profile.strategy != "custom"
+    pairs = sorted({(t.host, t.python) for t in plan.tasks})
+    versions: dict[str, str] = {}
+
+    def check(host_name: str, pythons: list[str]) -> list[str]:
+        host = hosts[host_name]
+        problems = []
+        for python in pythons:
+            code = TF_CHECK if need_tf else PY_CHECK
+            result = host.run(f"{shlex.quote(python)} -c {shlex.quote(code)}", timeout=180)
+            if result.exit_code == 127 or "not found" in result.stderr and not result.stdout:
+                problems.append(f"host {host_name}: python {python!r} not found; set `python` in "
+                                "[defaults] (or the role) to an interpreter that exists there")
+            elif result.exit_code != 0:
+                last = (result.stderr.strip().splitlines() or ["unknown error"])[-1]
+                problems.append(f"host {host_name}: `import tensorflow` fails with {python} ({last}); "
+                                "install tensorflow there or point `python` at an interpreter that has it")
+            else:
+                versions[f"{host_name} {python}"] = result.stdout.strip()
+        return problems
+
+    by_host: dict[str, list[str]] = {}
+    for host_name, python in pairs:
+        by_host.setdefault(host_name, []).append(python)
+    return _parallel(by_host, check), versions
+
+
+def check_ports(plan: Plan, sessions: dict[str, HostSession]) -> tuple[list[str], dict[str, int]]:
+    """Given ports must be free on their host; tasks without one get a free port picked there."""
+    ports: dict[str, int] = {}
+    chosen: dict[str, dict[str, int]] = {}
+
+    def check(host_name: str, session: HostSession) -> list[str]:
+        tasks = [t for t in plan.tasks if t.host == host_name]
+        given = [t for t in tasks if t.port is not None]
+        auto = [t for t in tasks if t.port is None]
+        busy, picked = session.check_ports("0.0.0.0", [t.port for t in given if t.port], len(auto))
+        problems = [f"host {host_name}: port {t.port} for {t.task_id} is already in use; stop what "
+                    f"listens there or give roles.{t.role}.port another value" for t in given if t.port in busy]
+        found = {t.task_id: int(t.port) for t in given if t.port is not None}
+        found.update({t.task_id: p for t, p in zip(auto, picked, strict=False)})
+        chosen[host_name] = found
+        return problems
+
+    problems = _parallel(sessions, check)
+    for found in chosen.values():
+        ports.update(found)
+    return problems, ports
+
+
+def _python_for(plan: Plan, host_name: str) -> str:
+    return next(t.python for t in plan.tasks if t.host == host_name)
+
+
+def prepare_hosts(plan: Plan, run_id: str, local_root: Path | None,
+                  on_notice: Callable[[str], None], progress: Callable[[str], None]) -> Preflight:
+    """Connect, check interpreters and ports, upload the agent: everything before the first task."""
+    n = len({t.host for t in plan.tasks})
+    progress(f"connecting to {n} host{'s' if n != 1 else ''}")
+    hosts = connect_hosts(plan, on_notice)
+    pre = Preflight(hosts)
+    try:
+        progress("checking python" + ("" if plan.profile.strategy == "custom" else " and TensorFlow")
+                 + " on the hosts")
+        problems, pre.versions = check_pythons(plan, hosts)
+        if problems:
+            raise PreflightError(problems)
+        root = str(local_root) if local_root is not None else None
+        for name, host in hosts.items():
+            base = remote_base_dir(host, plan.profile.hosts[name], run_id, root)
+            pre.sessions[name] = HostSession(plan.profile.hosts[name], host, run_id, base, _python_for(plan, name))
+        upload_problems = _parallel(pre.sessions, _upload)
+        if upload_problems:
+            raise PreflightError(upload_problems)
+        progress("checking ports")
+        problems, pre.ports = check_ports(plan, pre.sessions)
+        if problems:
+            raise PreflightError(problems)
+    except BaseException:
+        pre.close()
+        raise
+    return pre
+
+
+def _upload(name: str, session: HostSession) -> list[str]:
+    try:
+        session.prepare()
+    except (HostError, OSError) as exc:
+        return [f"host {name}: cannot upload the agent to {session.base_dir}: {exc}"]
+    return []
+
+
+def preflight_plan(plan: Plan) -> list[str]:
+    """For `check`: every problem on the hosts as one line each (empty when all is well)."""
+
+    def progress(msg: str) -> None:
+        print(f"... {msg}", file=sys.stderr)
+
+    def notice(msg: str) -> None:
+        print(f"distlaunch: {msg}", file=sys.stderr)
+
+    try:
+        pre = prepare_hosts(plan, "preflight", state_home() / "preflight", notice, progress)
+    except PreflightError as exc:
+        return exc.problems
+    try:
+        for where, version in sorted(pre.versions.items()):
+            print(f"  {where}: {version}")
+        print("preflight: all hosts reachable, interpreters work, ports free")
+    finally:
+        pre.close()
+    return []

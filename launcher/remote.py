@@ -1,0 +1,114 @@
+"""A run's presence on one host: its run dir there, the uploaded agent, and the agent verbs.
+
+The supervisor talks to hosts only through this class; it turns agent verbs
+(docs/ARCHITECTURE.md) into shell commands over a ``Host`` and parses their JSON answers.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from launcher.agentpack import build_agent_zipapp
+from launcher.errors import HostError
+from launcher.model import HostConfig
+from launcher.transport import Host, LineStream
+
+
+def remote_base_dir(host: Host, config: HostConfig, run_id: str, local_host_root: str | None) -> str:
+    """The host run dir: under the local run dir for local hosts, under ~/.cache on SSH hosts."""
+    if config.transport == "local" and local_host_root is not None:
+        return f"{local_host_root}/{config.name}"
+    return f"{host.home()}/.cache/distlaunch/runs/{run_id}"
+
+
+class HostSession:
+    def __init__(self, config: HostConfig, host: Host, run_id: str, base_dir: str, python: str) -> None:
+        self.config = config
+        self.host = host
+        self.run_id = run_id
+        self.base_dir = base_dir
+        self.python = python
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    @property
+    def pyz(self) -> str:
+        return f"{self.base_dir}/agent.pyz"
+
+    def task_dir(self, slug: str) -> str:
+        return f"{self.base_dir}/tasks/{slug}"
+
+    def _agent_cmd(self, verb: str, *args: str, python: str | None = None) -> str:
+        parts = [python or self.python, self.pyz, verb, *args]
+        return " ".join(shlex.quote(p) for p in parts)
+
+    def agent(self, verb: str, *args: str, timeout: float = 60.0) -> dict[str, Any]:
+        """Run an agent verb and return its JSON answer."""
+        result = self.host.run(self._agent_cmd(verb, *args), timeout=timeout)
+        lines = [ln for ln in result.stdout.splitlines() if ln.strip()]
+        if result.exit_code != 0 or not lines:
+            detail = (result.stderr.strip().splitlines() or ["no output"])[-1]
+            raise HostError(f"host {self.name}: agent `{verb}` failed (exit {result.exit_code}): {detail}")
+        try:
+            answer: dict[str, Any] = json.loads(lines[-1])
+        except ValueError:
+            raise HostError(f"host {self.name}: agent `{verb}` answered {lines[-1][:200]!r}") from None
+        return answer
+
+    # -- setup ----------------------------------------------------------------------------------
+
+    def prepare(self) -> None:
+        self.host.put_file(build_agent_zipapp(), self.pyz, mode=0o644)
+
+    def write_spec(self, slug: str, spec: Mapping[str, Any]) -> None:
+        data = json.dumps(spec, indent=1, sort_keys=True).encode()
+        self.host.put_file(data, f"{self.task_dir(slug)}/spec.json", mode=0o600)
+
+    def check_ports(self, bind: str, check: Iterable[int], pick: int) -> tuple[list[int], list[int]]:
+        args = ["--bind", bind]
+        ports = ",".join(str(p) for p in check)
+        if ports:
+            args += ["--check", ports]
+        if pick:
+            args += ["--pick", str(pick)]
+        answer = self.agent("ports", *args)
+        return [int(p) for p in answer.get("busy", [])], [int(p) for p in answer.get("picked", [])]
+
+    def set_detached(self, detached: bool) -> None:
+        marker = shlex.quote(f"{self.base_dir}/detached")
+        self.host.run(f"touch {marker}" if detached else f"rm -f {marker}", timeout=30)
+
+    # -- tasks ----------------------------------------------------------------------------------
+
+    def start_agent(self, slug: str, python: str) -> int:
+        cmd = (f"DISTLAUNCH_RUN_ID={shlex.quote(self.run_id)} exec "
+               + self._agent_cmd("run", "--task-dir", self.task_dir(slug), python=python))
+        return self.host.start_detached(cmd, f"{self.task_dir(slug)}/agent.log", cwd=self.base_dir)
+
+    def stop_agents(self, slugs: Iterable[str], grace: float) -> None:
+        """Stop several tasks at once (in parallel on the host) and wait for all of them."""
+        stops = [self._agent_cmd("stop", "--task-dir", self.task_dir(s), "--grace", f"{grace:g}")
+                 for s in slugs]
+        if not stops:
+            return
+        script = " & ".join(f"{c} >/dev/null" for c in stops) + " & wait"
+        self.host.run(script, timeout=grace + 30)
+
+    def sweep(self, kill: bool, grace: float = 5.0) -> list[dict[str, Any]]:
+        args = ["--run-id", self.run_id, "--grace", f"{grace:g}"]
+        if kill:
+            args.append("--kill")
+        left: list[dict[str, Any]] = self.agent("sweep", *args, timeout=grace + 30).get("left", [])
+        return left
+
+    def follow(self, offsets: Mapping[str, int], on_line: Callable[[str], None],
+               on_close: Callable[[int | None], None]) -> LineStream:
+        args = ["--run-dir", self.base_dir]
+        for slug, offset in sorted(offsets.items()):
+            args += ["--offset", f"{slug}={offset}"]
+        return self.host.stream_lines(self._agent_cmd("follow", *args), on_line, on_close)

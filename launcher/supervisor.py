@@ -1,0 +1,516 @@
+"""The controller: task state machine, restart and success policies, teardown.
+
+One loop thread owns all state. Agents' events arrive from per-host follower streams and
+commands from the CLI/TUI arrive as callables, both through one inbox queue; blocking host
+operations run on one worker thread per host, so a slow host never stalls the others.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from launcher import events as ev
+from launcher.errors import HostError
+from launcher.events import Event, EventDecodeError
+from launcher.model import START_ORDER, Plan, TaskSpec
+from launcher.plan import render_command, tf_config
+from launcher.policy import (
+    backoff_delay,
+    job_succeeded,
+    restart_group,
+    wants_restart,
+    why_not_restarted,
+)
+from launcher.remote import HostSession
+from launcher.rundir import DOWN_MARKER, RunDir, host_to_json
+from launcher.transport import LineStream
+
+#: how long teardown waits for the agents' final events before it sweeps anyway
+DRAIN_SECONDS = 5.0
+RECONNECT_MAX_DELAY = 10.0
+
+
+@dataclass
+class TaskRuntime:
+    spec: TaskSpec
+    port: int
+    state: str = ev.PENDING
+    restarts: int = 0
+    incarnation: int = 0
+    pid: int | None = None
+    exit_code: int | None = None
+    expected_stop: bool = False  # the supervisor asked for this stop: not a failure
+    restarting: bool = False
+    last_event: float = field(default_factory=time.time)
+
+    @property
+    def final(self) -> bool:
+        return self.state in ev.FINAL_TASK_STATES
+
+
+class Feed:
+    """An EventSource for one consumer: every event published after it subscribed."""
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue[Event | None] = queue.SimpleQueue()
+        self._closed = False
+
+    def put(self, event: Event | None) -> None:
+        if not self._closed:
+            self._queue.put(event)
+
+    def events(self) -> Iterator[Event]:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            yield item
+
+    def close(self) -> None:
+        self._closed = True
+        self._queue.put(None)
+
+
+class Supervisor:
+    """Runs one job. ``launch()`` starts it; ``wait()`` blocks until it ended or was detached."""
+
+    def __init__(self, plan: Plan, rundir: RunDir, sessions: dict[str, HostSession],
+                 ports: dict[str, int], *, detached: bool = False,
+                 on_notice: Callable[[str], None] | None = None) -> None:
+        self.plan = plan
+        self.profile = plan.profile
+        self.rundir = rundir
+        self.run_id = rundir.run_id
+        self.sessions = sessions
+        self.ports = ports
+        self.detached = detached
+        self._notice = on_notice or (lambda _msg: None)
+        self.tasks: dict[str, TaskRuntime] = {t.task_id: TaskRuntime(t, ports[t.task_id]) for t in plan.tasks}
+        self.job_state = ev.JOB_CREATED
+        self.job_reason = ""
+        self.job_restarts = 0
+        self.leftovers: dict[str, list[dict[str, Any]]] = {}
+        self.outcome: str | None = None  # Succeeded / Failed / detached, once wait() returns
+        self._inbox: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._executors = {h: ThreadPoolExecutor(1, thread_name_prefix=f"host-{h}") for h in sessions}
+        self._streams: dict[str, LineStream] = {}
+        self._offsets: dict[str, dict[str, int]] = {h: {} for h in sessions}
+        self._host_up: dict[str, bool] = dict.fromkeys(sessions, True)
+        self._feeds: list[Feed] = []
+        self._timers: list[tuple[float, Callable[[], None]]] = []
+        self._finishing = False
+        self._all_final = threading.Event()
+        self._done = threading.Event()
+        self._loop_thread: threading.Thread | None = None
+
+    # -- public: consumers and control ------------------------------------------------------------
+
+    def subscribe(self) -> Feed:
+        feed = Feed()
+        self._feeds.append(feed)
+        return feed
+
+    def launch(self) -> None:
+        """Start every task (ps first, chief last). On any failure, stop what started and raise."""
+        self._loop_thread = threading.Thread(target=self._loop, name="supervisor", daemon=True)
+        self._loop_thread.start()
+        self._call(lambda: self._publish(ev.job_event(self.run_id, ev.JOB_CREATED, self.profile.name)))
+        for rt in self.tasks.values():
+            self._call(lambda rt=rt: self._publish(ev.state_event(
+                self.run_id, rt.spec.task_id, ev.PENDING, host=rt.spec.host)))
+        try:
+            self._on_hosts(lambda s: self._write_specs(s, [rt for rt in self.tasks.values()
+                                                            if rt.spec.host == s.name]))
+            self.write_state()
+            for name in self.sessions:
+                self._start_follower(name)
+            for role in START_ORDER:
+                group = [rt for rt in self.tasks.values() if rt.spec.role == role]
+                if group:
+                    self._on_hosts(lambda s, g=group: self._start_agents(s, [rt for rt in g
+                                                                             if rt.spec.host == s.name]))
+            if self.detached:
+                self._on_hosts(lambda s: s.set_detached(True))
+        except BaseException as exc:
+            reason = f"launch failed: {exc}"
+            self._call(lambda: self._finish(ev.JOB_FAILED, reason))
+            self.wait()
+            raise
+        self.write_state()
+
+    def wait(self, timeout: float | None = None) -> str | None:
+        self._done.wait(timeout)
+        return self.outcome
+
+    def restart_task(self, task_id: str) -> None:
+        self._call(lambda: self._manual_restart(task_id))
+
+    def stop_task(self, task_id: str) -> None:
+        self._call(lambda: self._manual_stop(task_id))
+
+    def teardown(self, reason: str = "torn down by the user") -> None:
+        self._call(lambda: self._finish(ev.JOB_FAILED, reason))
+
+    def detach(self) -> None:
+        self._call(self._detach)
+
+    # -- the loop ------------------------------------------------------------------------------
+
+    def _call(self, fn: Callable[[], None]) -> None:
+        self._inbox.put(fn)
+
+    def _loop(self) -> None:
+        while not self._done.is_set():
+            timeout = 0.2
+            if self._timers:
+                timeout = max(0.0, min(timeout, min(t for t, _ in self._timers) - time.time()))
+            try:
+                fn = self._inbox.get(timeout=timeout)
+            except queue.Empty:
+                fn = None
+            if fn is not None:
+                fn()
+            now = time.time()
+            due = [f for t, f in self._timers if t <= now]
+            self._timers = [(t, f) for t, f in self._timers if t > now]
+            for f in due:
+                f()
+
+    def _after(self, delay: float, fn: Callable[[], None]) -> None:
+        self._timers.append((time.time() + delay, fn))
+
+    def _publish(self, event: Event) -> None:
+        self.rundir.append(event)
+        for feed in self._feeds:
+            feed.put(event)
+
+    # -- host work (on host threads) -------------------------------------------------------------
+
+    def _on_hosts(self, fn: Callable[[HostSession], None], hosts: list[str] | None = None) -> None:
+        """Run ``fn`` on each host's thread in parallel; re-raise the first error."""
+        futures: list[Future[None]] = [self._executors[h].submit(fn, self.sessions[h])
+                                       for h in (hosts if hosts is not None else self.sessions)]
+        errors = [f.exception() for f in futures]
+        for err in errors:
+            if err is not None:
+                raise err
+
+    def agent_spec(self, rt: TaskRuntime) -> dict[str, Any]:
+        spec = rt.spec
+        session = self.sessions[spec.host]
+        env = dict(spec.env)
+        env["TF_CONFIG"] = json.dumps(tf_config(self.plan, spec.task_id, self.ports))
+        metrics = self.profile.metrics
+        patterns = {k: v for k, v in (("step", metrics.step), ("loss", metrics.loss)) if v}
+        patterns.update(metrics.extra)
+        return {
+            "run": self.run_id, "task": spec.task_id, "host": spec.host,
+            "incarnation": rt.incarnation, "restarts": rt.restarts,
+            "command": render_command(spec.command, port=rt.port, run_dir=session.base_dir),
+            "workdir": spec.workdir, "env": env, "gpus": list(spec.gpus),
+            "grace_seconds": spec.grace_seconds,
+            "orphan_grace_seconds": self.profile.orphan_grace_seconds,
+            "sample_interval": self.profile.sample_interval, "metrics": patterns,
+        }
+
+    def _write_specs(self, session: HostSession, rts: list[TaskRuntime]) -> None:
+        for rt in rts:
+            session.write_spec(rt.spec.slug, self.agent_spec(rt))
+
+    def _start_agents(self, session: HostSession, rts: list[TaskRuntime]) -> None:
+        for rt in rts:
+            session.start_agent(rt.spec.slug, rt.spec.python)
+
+    def _start_follower(self, host: str) -> None:
+        session = self.sessions[host]
+        offsets = dict(self._offsets[host])
+
+        def on_line(line: str) -> None:
+            self._call(lambda: self._on_line(host, line))
+
+        def on_close(code: int | None) -> None:
+            self._call(lambda: self._on_stream_closed(host, stream))
+
+        stream = session.follow(offsets, on_line, on_close)
+        self._streams[host] = stream
+
+    # -- events from agents ------------------------------------------------------------------------
+
+    def _on_line(self, host: str, line: str) -> None:
+        if not line or line.startswith("#"):
+            return
+        try:
+            event = Event.from_json(line)
+        except EventDecodeError:
+            return
+        if event.task is not None:
+            slug = event.task.replace(":", "-")
+            offsets = self._offsets[host]
+            offsets[slug] = offsets.get(slug, 0) + len(line.encode()) + 1
+        self._publish(event)
+        if event.kind == ev.STATE and event.task in self.tasks:
+            self._on_task_state(self.tasks[event.task], event)
+
+    def _on_task_state(self, rt: TaskRuntime, event: Event) -> None:
+        state = str(event.get("state"))
+        rt.state = state
+        rt.last_event = event.ts
+        if event.get("pid") is not None:
+            rt.pid = int(event.get("pid"))
+        if state in (ev.STARTING, ev.RUNNING):
+            if state == ev.RUNNING:
+                rt.restarting = False
+                self._maybe_running()
+            return
+        if state not in ev.FINAL_TASK_STATES:
+            return
+        rt.exit_code = event.get("exit_code")
+        self.write_state()
+        if all(t.final for t in self.tasks.values()):
+            self._all_final.set()
+        if rt.expected_stop:
+            rt.expected_stop = False
+            return
+        if self._finishing:
+            return
+        if state == ev.SUCCEEDED:
+            if job_succeeded(self.profile.success_policy, {t: r.state for t, r in self.tasks.items()}):
+                decider = "all workers" if self.profile.success_policy == "all_workers" else rt.spec.task_id
+                self._finish(ev.JOB_SUCCEEDED, f"{decider} exited 0")
+            elif rt.spec.restart == "always":
+                self._schedule_restart(rt, "exited 0 (restart policy always)")
+            return
+        if state == ev.STOPPED and self._down_requested():
+            self._finish(ev.JOB_FAILED, "stopped by `distlaunch down`")
+            return
+        reason = str(event.get("reason") or f"exit code {rt.exit_code}")
+        self._on_failure(rt, reason)
+
+    def _on_failure(self, rt: TaskRuntime, reason: str) -> None:
+        spec = rt.spec
+        if not wants_restart(spec.restart, rt.exit_code, False):
+            self._finish(ev.JOB_FAILED, f"{spec.task_id} failed ({reason}); not restarted: "
+                         f"{why_not_restarted(spec.restart, rt.exit_code)}")
+        elif rt.restarts >= spec.max_restarts:
+            self._finish(ev.JOB_FAILED, f"{spec.task_id} failed ({reason}) after {rt.restarts} restarts "
+                         f"(max_restarts = {spec.max_restarts})")
+        elif self.job_restarts >= self.profile.backoff_limit:
+            self._finish(ev.JOB_FAILED, f"{spec.task_id} failed ({reason}); the job used all "
+                         f"{self.profile.backoff_limit} restarts (backoff_limit)")
+        else:
+            self._schedule_restart(rt, f"failed ({reason})")
+
+    def _schedule_restart(self, rt: TaskRuntime, why: str, delay: float | None = None) -> None:
+        group = restart_group(self.profile.strategy, rt.spec.task_id, self.tasks)
+        group = [t for t in group if not self.tasks[t].restarting]
+        if not group:
+            return
+        self.job_restarts += 1
+        wait = backoff_delay(rt.restarts) if delay is None else delay
+        self.job_state = ev.JOB_RESTARTING
+        self._publish(ev.job_event(self.run_id, ev.JOB_RESTARTING,
+                                   f"{rt.spec.task_id} {why}; restarting {', '.join(group)} in {wait:g}s"))
+        for task_id in group:
+            member = self.tasks[task_id]
+            member.restarting = True
+            self._publish(ev.state_event(self.run_id, task_id, ev.RESTARTING, host=member.spec.host,
+                                         restarts=member.restarts, reason=f"{rt.spec.task_id} {why}"))
+        self._after(wait, lambda: self._restart_now(group))
+
+    def _restart_now(self, group: list[str]) -> None:
+        if self._finishing:
+            return
+        members = [self.tasks[t] for t in group]
+        for rt in members:
+            if not rt.final:
+                rt.expected_stop = True
+            rt.restarts += 1
+            rt.incarnation += 1
+        threading.Thread(target=self._restart_blocking, args=(members,), name="restart", daemon=True).start()
+
+    def _restart_blocking(self, members: list[TaskRuntime]) -> None:
+        try:
+            running = {h: [rt.spec.slug for rt in members if rt.spec.host == h and rt.expected_stop]
+                       for h in self.sessions}
+            hosts = [h for h, slugs in running.items() if slugs]
+            self._on_hosts(lambda s: s.stop_agents(running[s.name], max(rt.spec.grace_seconds for rt in members)),
+                           hosts)
+            for role in START_ORDER:
+                group = [rt for rt in members if rt.spec.role == role]
+                hosts = sorted({rt.spec.host for rt in group})
+                self._on_hosts(lambda s, g=group: self._write_specs(s, [rt for rt in g if rt.spec.host == s.name]),
+                               hosts)
+                self._on_hosts(lambda s, g=group: self._start_agents(s, [rt for rt in g if rt.spec.host == s.name]),
+                               hosts)
+        except Exception as exc:
+            err = exc
+            self._call(lambda: self._finish(ev.JOB_FAILED, f"restart failed: {err}"))
+
+    def _maybe_running(self) -> None:
+        if self._finishing or self.job_state == ev.JOB_RUNNING:
+            return
+        if all(rt.state == ev.RUNNING or rt.final for rt in self.tasks.values()):
+            self.job_state = ev.JOB_RUNNING
+            self._publish(ev.job_event(self.run_id, ev.JOB_RUNNING, ""))
+
+    def _down_requested(self) -> bool:
+        return (self.rundir.path / DOWN_MARKER).exists()
+
+    # -- manual actions ---------------------------------------------------------------------------
+
+    def _manual_restart(self, task_id: str) -> None:
+        rt = self.tasks.get(task_id)
+        if rt is None or self._finishing or rt.restarting:
+            return
+        self._schedule_restart(rt, "restart requested", delay=0.0)
+
+    def _manual_stop(self, task_id: str) -> None:
+        rt = self.tasks.get(task_id)
+        if rt is None or rt.final or self._finishing:
+            return
+        rt.expected_stop = True
+        session = self.sessions[rt.spec.host]
+        self._executors[rt.spec.host].submit(session.stop_agents, [rt.spec.slug], rt.spec.grace_seconds)
+
+    # -- links -----------------------------------------------------------------------------------------
+
+    def _on_stream_closed(self, host: str, stream: LineStream) -> None:
+        if self._finishing or self._done.is_set() or self._streams.get(host) is not stream:
+            return
+        self._host_up[host] = False
+        self._publish(ev.host_event(self.run_id, host, "unreachable", "event stream lost; reconnecting"))
+        self._executors[host].submit(self._reconnect, host, 1.0)
+
+    def _reconnect(self, host: str, delay: float) -> None:
+        """On the host's thread: reconnect with back-off, then resume the stream at our offsets."""
+        session = self.sessions[host]
+        while not self._finishing and not self._done.is_set():
+            time.sleep(delay)
+            try:
+                session.host.close()
+                session.host.connect()
+            except HostError:
+                delay = min(delay * 2, RECONNECT_MAX_DELAY)
+                continue
+            done = threading.Event()
+
+            def resume() -> None:
+                try:
+                    if not self._finishing:
+                        self._start_follower(host)
+                        self._host_up[host] = True
+                        self._publish(ev.host_event(self.run_id, host, "up", "reconnected"))
+                except HostError:
+                    self._executors[host].submit(self._reconnect, host, min(delay * 2, RECONNECT_MAX_DELAY))
+                finally:
+                    done.set()
+
+            self._call(resume)
+            done.wait(30)
+            return
+
+    # -- the end -----------------------------------------------------------------------------------------
+
+    def _finish(self, state: str, reason: str) -> None:
+        if self._finishing:
+            return
+        self._finishing = True
+        self.job_state = state
+        self.job_reason = reason
+        self._publish(ev.job_event(self.run_id, state, reason))
+        for rt in self.tasks.values():
+            if not rt.final:
+                rt.expected_stop = True
+        threading.Thread(target=self._teardown_blocking, args=(state,), name="teardown", daemon=True).start()
+
+    def _teardown_blocking(self, state: str) -> None:
+        by_host = {h: [rt.spec.slug for rt in self.tasks.values() if rt.spec.host == h] for h in self.sessions}
+        grace = max((rt.spec.grace_seconds for rt in self.tasks.values()), default=10.0)
+        try:
+            self._on_hosts(lambda s: s.stop_agents(by_host[s.name], grace))
+        except Exception as exc:
+            self._notice(f"stopping tasks: {exc}")
+        if not self._all_final.wait(DRAIN_SECONDS):
+            self._call(self._mark_unreported_stopped)
+        self._sweep_all()
+        self._call(lambda: self._close(state))
+
+    def _sweep_all(self) -> None:
+        def sweep(session: HostSession) -> None:
+            left = session.sweep(kill=True)
+            if left:
+                self.leftovers[session.name] = left
+
+        try:
+            self._on_hosts(sweep)
+        except Exception as exc:
+            self._notice(f"checking for leftover processes: {exc}")
+
+    def _mark_unreported_stopped(self) -> None:
+        for task_id, rt in self.tasks.items():
+            if not rt.final:
+                rt.state = ev.STOPPED
+                self._publish(ev.state_event(self.run_id, task_id, ev.STOPPED, host=rt.spec.host,
+                                             restarts=rt.restarts, reason="stopped (no final event received)"))
+
+    def _close(self, outcome: str) -> None:
+        for stream in self._streams.values():
+            stream.close()
+        self.outcome = outcome
+        self.write_state()
+        for feed in self._feeds:
+            feed.close()
+        for ex in self._executors.values():
+            ex.shutdown(wait=False)
+        self._done.set()
+
+    def _detach(self) -> None:
+        if self._finishing:
+            return
+        self._finishing = True
+        self.detached = True
+
+        def mark_and_close() -> None:
+            try:
+                self._on_hosts(lambda s: s.set_detached(True))
+            finally:
+                self._call(lambda: self._close("detached"))
+
+        threading.Thread(target=mark_and_close, name="detach", daemon=True).start()
+
+    # -- state.json --------------------------------------------------------------------------------------
+
+    def write_state(self) -> None:
+        state = {
+            "run_id": self.run_id,
+            "profile": str(self.profile.path),
+            "name": self.profile.name,
+            "strategy": self.profile.strategy,
+            "job_state": self.job_state,
+            "job_reason": self.job_reason,
+            "outcome": self.outcome,
+            "detached": self.detached,
+            "launcher_pid": _own_pid(),
+            "updated": time.time(),
+            "hosts": {h: {"config": host_to_json(s.config), "base_dir": s.base_dir, "python": s.python}
+                      for h, s in self.sessions.items()},
+            "tasks": {t: {"host": rt.spec.host, "slug": rt.spec.slug, "address": rt.spec.address,
+                          "port": rt.port, "pid": rt.pid, "state": rt.state, "restarts": rt.restarts,
+                          "python": rt.spec.python}
+                      for t, rt in self.tasks.items()},
+            "offsets": self._offsets,
+        }
+        self.rundir.write_state(state)
+
+
+def _own_pid() -> int:
+    import os
+
+    return os.getpid()
