@@ -1,0 +1,138 @@
+"""report(): the ``@distlaunch`` metric lines, the rate limiter, stdlib-only import."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+from launcher import events, report
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _messages(text: str) -> list[dict]:
+    lines = text.splitlines()
+    assert all(line.startswith(events.REPORT_PREFIX) for line in lines), lines
+    return [json.loads(line[len(events.REPORT_PREFIX):]) for line in lines]
+
+
+@pytest.fixture
+def reporter(capsys: pytest.CaptureFixture[str]) -> Iterator[pytest.CaptureFixture[str]]:
+    """A reporter with nothing pending and no recent line, stdout captured."""
+    report.flush()
+    report._reporter.last_emit = float("-inf")
+    capsys.readouterr()
+    yield capsys
+    report.flush()
+    report.configure(min_interval=report.DEFAULT_MIN_INTERVAL_S)
+
+
+def _run_python(code: str, env: dict[str, str] | None = None,
+                python: str = sys.executable) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO,
+                          env={**os.environ, "PYTHONPATH": REPO, **(env or {})}, check=True)
+
+
+def test_metric_line_is_what_the_agent_decodes(reporter: pytest.CaptureFixture[str]) -> None:
+    report.configure(min_interval=0)
+    report.report(step=3, loss=0.5, accuracy=np.float32(0.75), lr=np.float64(1e-3))
+    (message,) = _messages(reporter.readouterr().out)
+    assert message == {"kind": "metric", "step": 3, "loss": 0.5,
+                       "values": {"accuracy": 0.75, "lr": 1e-3}}
+    event = events.metric_event("r", "worker:0", step=message["step"], loss=message["loss"],
+                                values=message["values"])
+    assert events.Event.from_json(event.to_json()).get("values") == {"accuracy": 0.75, "lr": 1e-3}
+
+
+def test_nan_inf_and_non_numbers_become_null(reporter: pytest.CaptureFixture[str]) -> None:
+    report.configure(min_interval=0)
+    report.report(step=np.int64(7), loss=float("nan"), up=float("inf"), word="abc")
+    (message,) = _messages(reporter.readouterr().out)
+    assert message["step"] == 7
+    assert message["loss"] is None
+    assert message["values"] == {"up": None, "word": None}
+
+
+def test_rate_limited_reports_are_merged_into_the_next_line(reporter: pytest.CaptureFixture[str]) -> None:
+    report.configure(min_interval=3600)
+    report.report(step=0, loss=9.0)  # nothing emitted yet: goes out at once
+    for step in range(1, 1001):
+        report.report(step=step, loss=1.0 / step)
+        if step == 10:
+            report.report(epoch=1)
+    assert len(_messages(reporter.readouterr().out)) == 1
+    report.flush()
+    (message,) = _messages(reporter.readouterr().out)
+    assert message["step"] == 1000 and message["loss"] == pytest.approx(1e-3)
+    assert message["values"] == {"epoch": 1.0}
+    report.flush()
+    assert reporter.readouterr().out == "", "flush with nothing pending writes nothing"
+
+
+def test_lines_per_second_are_bounded_by_the_interval(reporter: pytest.CaptureFixture[str]) -> None:
+    interval = 0.05
+    report.configure(min_interval=interval)
+    start = time.monotonic()
+    calls = 0
+    while time.monotonic() - start < 0.5:
+        report.report(step=calls, loss=1.0)
+        calls += 1
+    elapsed = time.monotonic() - start
+    steps = [m["step"] for m in _messages(reporter.readouterr().out)]
+    assert calls > 1000
+    assert 2 <= len(steps) <= elapsed / interval + 2, (len(steps), calls)
+    assert steps == sorted(steps)
+
+
+def test_env_interval_and_exit_flush() -> None:
+    code = ("from launcher import report\n"
+            "report.report(step=1, loss=2.0)\n"
+            "report.report(step=2, loss=1.0)\n"
+            "print('plain output')\n")
+    done = _run_python(code, env={report.INTERVAL_ENV: "3600"})
+    lines = done.stdout.splitlines()
+    assert lines[1] == "plain output"
+    first, last = _messages("\n".join([lines[0], lines[2]]))
+    assert (first["step"], last["step"], last["loss"]) == (1, 2, 1.0), "the pending step 2 left at exit"
+
+
+def test_task_of_device() -> None:
+    assert report.task_of_device("/job:ps/replica:0/task:1/device:CPU:0") == "ps:1"
+    assert report.task_of_device("/job:worker/task:3/device:GPU:0") == "worker:3"
+    assert report.task_of_device("/job:localhost/replica:0/task:0/device:CPU:0") == ""
+    assert report.task_of_device("") == ""
+
+
+HOST_MODULES_SCRIPT = """
+import sys
+from launcher import nvml, report, sampling
+heavy = [m for m in ("tensorflow", "keras", "numpy", "psutil", "pynvml") if m in sys.modules]
+assert not heavy, heavy
+sample = sampling.TaskSampler(__import__("os").getpid(), [0], use_psutil=False, use_nvml=False).sample()
+assert sample["rss_bytes"] > 0 and sample["source"].startswith("proc"), sample
+report.configure(min_interval=0)
+report.report(step=1, loss=0.25, x=3)
+print(nvml.available())
+"""
+
+
+def test_host_modules_import_stdlib_only() -> None:
+    done = _run_python(HOST_MODULES_SCRIPT)
+    assert done.stdout.splitlines()[0].startswith(events.REPORT_PREFIX)
+
+
+PY39 = os.path.expanduser("~/.pyenv/versions/3.9.18/bin/python3.9")
+
+
+@pytest.mark.skipif(not os.path.exists(PY39), reason="no Python 3.9 interpreter here")
+def test_host_modules_run_on_python39() -> None:
+    done = _run_python(HOST_MODULES_SCRIPT, python=PY39)
+    (message,) = _messages(done.stdout.splitlines()[0])
+    assert message["values"] == {"x": 3.0}
