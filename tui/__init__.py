@@ -1,0 +1,1 @@
+"""The distlaunch dashboard: a Textual app that shows a job's event stream and acts on it."""

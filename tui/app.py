@@ -1,0 +1,358 @@
+"""The dashboard app, and `run_dashboard`, the one entry point the CLI calls.
+
+Threading: `EventSource.events()` blocks, so it is read in a thread worker that folds each
+event into the `JobView` under a lock. The UI thread flushes the view to the widgets at
+`FLUSH_HZ` (set_interval): however fast events arrive, the screen is rewritten at most ten
+times a second, and only the cells that changed. Widgets are touched on the UI thread only;
+the worker reaches it through `post_message`.
+
+Leaving: the app returns a `DashboardResult` and does not act on the job itself when
+the user quits. The caller acts on ``result.action``: "teardown" -> tear the job down,
+"detach" -> detach from it (tasks keep running), "quit" -> the job had ended, or this was a
+replay. Only `D` (tear down, confirmed) and `r`/`x` call `JobControl` from inside the app.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from typing import Literal
+
+from textual import work
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.message import Message
+from textual.widgets import ContentSwitcher, DataTable, Footer, Input
+
+from launcher.control import EventSource, JobControl
+from tui.charts import LossChart, TaskSparklines
+from tui.commands import DashboardCommands
+from tui.header import JobHeader, header_text
+from tui.log_pane import LogPane
+from tui.model import JobView
+from tui.placement import PlacementPanel
+from tui.screens import QUIT_DETACH, QUIT_TEARDOWN, ConfirmScreen, HelpScreen, QuitScreen
+from tui.task_table import TaskTable
+
+FLUSH_HZ = 10.0
+CHART_EVERY = 5
+"""The loss chart is redrawn on every fifth flush at most (twice a second)."""
+
+LeaveAction = Literal["teardown", "detach", "quit"]
+NOT_IN_REPLAY = "not available in replay"
+
+
+@dataclass(frozen=True)
+class DashboardResult:
+    """How the user left the dashboard.
+
+    ``action``: "teardown" (the caller should tear the job down), "detach" (leave the job
+    running; the caller detaches), "quit" (nothing to do: the job had ended, or replay).
+    ``teardown_requested``: `D` was confirmed, so ``JobControl.teardown`` was already called.
+    """
+
+    action: LeaveAction
+    teardown_requested: bool = False
+
+
+class StreamEnded(Message):
+    """The event source is exhausted (job over, replay finished, or the stream failed)."""
+
+    def __init__(self, error: str | None) -> None:
+        super().__init__()
+        self.error = error
+
+
+class DashboardApp(App[DashboardResult]):
+    """Shows one job live (or a replay) and asks the supervisor to act on it."""
+
+    CSS_PATH = "dashboard.tcss"
+    TITLE = "distlaunch"
+    COMMANDS = App.COMMANDS | {DashboardCommands}
+    BINDINGS = [
+        Binding("up", "select(-1)", "Previous task", id="select.up", show=False),
+        Binding("down", "select(1)", "Next task", id="select.down", show=False),
+        Binding("l", "toggle_logs", "Logs", id="view.logs"),
+        Binding("p", "toggle_placement", "Placement", id="view.placement"),
+        Binding("space,f", "toggle_follow", "Follow/pause log", id="log.follow", key_display="space/f",
+                show=False),
+        Binding("slash", "search", "Search log", id="log.search", key_display="/", show=False),
+        Binding("r", "restart_task", "Restart task", id="task.restart"),
+        Binding("x", "stop_task", "Stop task", id="task.stop"),
+        Binding("D", "teardown", "Tear down job", id="job.teardown"),
+        Binding("question_mark", "help", "Help", id="app.help", key_display="?"),
+        Binding("q", "leave", "Quit", id="app.quit"),
+    ]
+
+    def __init__(self, source: EventSource, control: JobControl | None, *, title: str, strategy: str,
+                 hosts_total: int, live: bool = True, clock: Callable[[], float] = time.time) -> None:
+        super().__init__()
+        self.source = source
+        self.control = control
+        self.job_title = title
+        self.strategy = strategy
+        self.hosts_total = hosts_total
+        self.live = live
+        self.clock = clock
+        self.view = JobView()
+        self.lock = threading.Lock()
+        self.stream_ended = False
+        self.teardown_requested = False
+        self.flushes = 0
+        self.selected_task: str | None = None
+        self._source_closed = False
+
+    # -- layout --------------------------------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        yield JobHeader(id="header")
+        with ContentSwitcher(initial="dashboard", id="views"):
+            with Vertical(id="dashboard"):
+                yield TaskTable(id="tasks")
+                with Horizontal(id="lower"):
+                    yield LogPane(id="log")
+                    with Vertical(id="charts"):
+                        yield LossChart(id="loss")
+                        yield TaskSparklines(id="sparklines")
+            yield PlacementPanel(id="placement")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.title = f"distlaunch — {self.job_title}"
+        # held here: `query_one` on the app searches the active screen, which may be a modal
+        self.table = self.query_one(TaskTable)
+        self.log_pane = self.query_one(LogPane)
+        self.header = self.query_one(JobHeader)
+        self.loss_chart = self.query_one(LossChart)
+        self.sparklines = self.query_one(TaskSparklines)
+        self.placement_panel = self.query_one(PlacementPanel)
+        self.views = self.query_one(ContentSwitcher)
+        self.dashboard = self.query_one("#dashboard")
+        self.log_pane.search_input.display = False
+        self.table.focus()
+        self.set_interval(1 / FLUSH_HZ, self.flush)
+        self.read_events()
+
+    def on_unmount(self) -> None:
+        self.close_source()
+
+    def action_bindings(self) -> list[Binding]:
+        """The dashboard's own bindings (for help and the command palette)."""
+        return [b for b in self.BINDINGS if isinstance(b, Binding)]
+
+    # -- events in ---------------------------------------------------------------------
+
+    @work(thread=True, exclusive=True, group="events")
+    def read_events(self) -> None:
+        error: str | None = None
+        try:
+            for event in self.source.events():
+                with self.lock:
+                    self.view.apply(event)
+        except Exception as exc:  # the stream broke: say so on screen instead of dying
+            error = f"event stream failed: {exc}"
+        self.post_message(StreamEnded(error))
+
+    def on_stream_ended(self, message: StreamEnded) -> None:
+        self.stream_ended = True
+        self.flush(force_chart=True)
+        if message.error:
+            self.notify(message.error, severity="error", timeout=10)
+        elif not self.live:
+            self.notify("Replay finished", timeout=5)
+
+    def close_source(self) -> None:
+        if not self._source_closed:
+            self._source_closed = True
+            self.source.close()
+
+    def now(self) -> float:
+        """Live: the clock. Replay: the time of the last event (the recording's own clock)."""
+        if self.live:
+            return self.clock()
+        return self.view.last_ts if self.view.last_ts is not None else 0.0
+
+    # -- events out to widgets -----------------------------------------------------------
+
+    def flush(self, force_chart: bool = False) -> None:
+        """Bring every visible widget up to date with the view: keyed diffs only."""
+        self.flushes += 1
+        table = self.table
+        with self.lock, self.batch_update():
+            view = self.view
+            now = self.now()
+            dirty = view.take_dirty()
+            for notice in view.take_notices():
+                self.notify(notice.message, severity=notice.severity,  # type: ignore[arg-type]
+                            timeout=8 if notice.severity == "error" else 4)
+            self.header.show(header_text(
+                view, now, title=self.job_title, strategy=self.strategy, hosts_total=self.hosts_total,
+                live=self.live, stream_ended=self.stream_ended))
+            table.sync(view, now, dirty)
+            selected = table.selected_task
+            if selected != self.selected_task:
+                self._select(selected)
+            elif selected is not None and selected in dirty:
+                self.log_pane.sync(view)
+                self.sparklines.show(view.tasks.get(selected))
+            if force_chart or self.stream_ended or self.flushes % CHART_EVERY == 0:
+                self.loss_chart.sync(view)
+            placement = self.placement_panel
+            if view.placement_dirty and placement.display:
+                view.placement_dirty = False
+                placement.sync(view.placement)
+
+    def _select(self, task_id: str | None) -> None:
+        self.selected_task = task_id
+        self.log_pane.show_task(self.view, task_id)
+        self.sparklines.show(self.view.tasks.get(task_id) if task_id else None)
+
+    def on_data_table_row_highlighted(self, message: DataTable.RowHighlighted) -> None:
+        if not isinstance(message.data_table, TaskTable):
+            return
+        task_id = message.row_key.value
+        if task_id != self.selected_task:
+            with self.lock:
+                self._select(task_id)
+
+    # -- actions -------------------------------------------------------------------------
+
+    def action_select(self, delta: int) -> None:
+        table = self.table
+        if table.row_count:
+            table.move_cursor(row=max(0, min(table.row_count - 1, table.cursor_row + delta)),
+                              animate=False)
+
+    def action_toggle_logs(self) -> None:
+        self.views.current = "dashboard"
+        self.dashboard.toggle_class("logs-only")
+
+    def action_toggle_placement(self) -> None:
+        switcher = self.views
+        if switcher.current == "placement":
+            switcher.current = "dashboard"
+            self.table.focus()
+            return
+        switcher.current = "placement"
+        with self.lock:
+            self.view.placement_dirty = False
+            self.placement_panel.sync(self.view.placement)
+
+    def action_toggle_follow(self) -> None:
+        pane = self.log_pane
+        with self.lock:
+            pane.set_paused(self.view, not pane.paused)
+
+    def action_search(self) -> None:
+        self.views.current = "dashboard"
+        search = self.log_pane.search_input
+        search.display = True
+        search.focus()
+
+    def on_input_changed(self, message: Input.Changed) -> None:
+        if message.input.id == "log-search":
+            with self.lock:
+                self.log_pane.set_query(self.view, message.value.strip())
+
+    def on_input_submitted(self, message: Input.Submitted) -> None:
+        if message.input.id == "log-search":
+            self.table.focus()
+
+    def on_key(self, event: object) -> None:
+        key = getattr(event, "key", None)
+        search = self.log_pane.search_input
+        if key == "escape" and search.has_focus:
+            search.value = ""
+            search.display = False
+            self.table.focus()
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen(self.action_bindings()))
+
+    def _control_or_say(self) -> JobControl | None:
+        if self.control is None:
+            self.notify(NOT_IN_REPLAY, severity="warning")
+        return self.control
+
+    def _call_control(self, what: str, call: Callable[[], None]) -> None:
+        """Control calls may touch the network: run them off the UI thread, report failures."""
+
+        def run() -> None:
+            try:
+                call()
+            except Exception as exc:
+                self.call_from_thread(self.notify, f"{what} failed: {exc}", severity="error")
+
+        self.run_worker(run, thread=True, group="control", name=what)
+
+    def _task_action(self, verb: str, method: Callable[[JobControl, str], None]) -> None:
+        control = self._control_or_say()
+        task_id = self.table.selected_task
+        if control is None:
+            return
+        if task_id is None:
+            self.notify("No task selected", severity="warning")
+            return
+
+        def confirmed(yes: bool | None) -> None:
+            if yes:
+                self._call_control(f"{verb} {task_id}", partial(method, control, task_id))
+                self.notify(f"{verb.capitalize()} of {task_id} requested")
+
+        self.push_screen(ConfirmScreen(f"{verb.capitalize()} {task_id}?", verb.capitalize()), confirmed)
+
+    def action_restart_task(self) -> None:
+        self._task_action("restart", lambda control, task_id: control.restart_task(task_id))
+
+    def action_stop_task(self) -> None:
+        self._task_action("stop", lambda control, task_id: control.stop_task(task_id))
+
+    def action_teardown(self) -> None:
+        control = self._control_or_say()
+        if control is None:
+            return
+
+        def confirmed(yes: bool | None) -> None:
+            if yes:
+                self.teardown_requested = True
+                self._call_control("teardown", control.teardown)
+                self.notify("Teardown requested: stopping every task", severity="warning")
+
+        self.push_screen(ConfirmScreen("Tear down the whole job? Every task on every host is stopped.",
+                                       "Tear down"), confirmed)
+
+    def action_leave(self) -> None:
+        job_running = self.live and self.control is not None and not self.view.ended \
+            and not self.stream_ended and not self.teardown_requested
+        if not job_running:
+            self.leave("quit")
+            return
+
+        def chosen(choice: str | None) -> None:
+            if choice == QUIT_TEARDOWN:
+                self.leave("teardown")
+            elif choice == QUIT_DETACH:
+                self.leave("detach")
+
+        self.push_screen(QuitScreen(), chosen)
+
+    def leave(self, action: LeaveAction) -> None:
+        if self.teardown_requested and action == "quit":
+            action = "teardown"
+        self.close_source()
+        self.exit(DashboardResult(action, self.teardown_requested))
+
+
+def run_dashboard(source: EventSource, control: JobControl | None, *, title: str, strategy: str,
+                  hosts_total: int, live: bool = True) -> DashboardResult:
+    """Run the dashboard until the user leaves (blocking); see `DashboardResult` for what to do next."""
+    app = DashboardApp(source, control, title=title, strategy=strategy, hosts_total=hosts_total, live=live)
+    try:
+        result = app.run()
+    finally:
+        app.close_source()
+    return result if result is not None else DashboardResult("quit")

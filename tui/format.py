@@ -1,0 +1,69 @@
+"""How numbers and states are written in the dashboard (plain functions, no widgets)."""
+
+from __future__ import annotations
+
+from rich.text import Text
+
+from launcher import events as ev
+
+MISSING = "—"
+
+STATE_STYLES = {
+    ev.RUNNING: "bold green",
+    ev.FAILED: "bold red",
+    ev.RESTARTING: "bold yellow",
+    ev.STARTING: "yellow",
+    ev.PENDING: "dim",
+    ev.SUCCEEDED: "dim blue",
+    ev.STOPPED: "dim",
+}
+
+JOB_STATE_STYLES = {
+    ev.JOB_CREATED: "dim",
+    ev.JOB_RUNNING: "bold green",
+    ev.JOB_RESTARTING: "bold yellow",
+    ev.JOB_SUCCEEDED: "bold blue",
+    ev.JOB_FAILED: "bold red",
+}
+
+
+def human_bytes(n: int | float | None) -> str:
+    """1536 -> '1.5K'; powers of 1024, one decimal below 10."""
+    if n is None:
+        return MISSING
+    value = float(n)
+    for unit in ("B", "K", "M", "G", "T"):
+        if abs(value) < 1024 or unit == "T":
+            if unit == "B":
+                return f"{int(value)}B"
+            return f"{value:.1f}{unit}" if abs(value) < 10 else f"{value:.0f}{unit}"
+        value /= 1024
+    return f"{value:.0f}T"  # pragma: no cover
+
+
+def duration(seconds: float | None) -> str:
+    """Compact elapsed time: 42s, 3m05s, 2h03m, 3d04h."""
+    if seconds is None:
+        return MISSING
+    s = int(seconds)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h{(s % 3600) // 60:02d}m"
+    return f"{s // 86400}d{(s % 86400) // 3600:02d}h"
+
+
+def number(value: float | None, fmt: str = "{:.1f}") -> str:
+    return MISSING if value is None else fmt.format(value)
+
+
+def loss(value: float | None) -> str:
+    if value is None:
+        return MISSING
+    return f"{value:.4g}"
+
+
+def styled_state(state: str) -> Text:
+    return Text(state, style=STATE_STYLES.get(state, ""))

@@ -1,0 +1,51 @@
+"""The job header: name, strategy, job state, elapsed, global step, rate, restarts, hosts."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.widgets import Static
+
+from tui import format as fmt
+from tui.model import JobView
+
+
+def header_text(view: JobView, now: float, *, title: str, strategy: str, hosts_total: int,
+                live: bool, stream_ended: bool) -> Text:
+    text = Text(no_wrap=False)
+    text.append(" distlaunch ", style="bold reverse")
+    text.append(f" {title} ", style="bold")
+    text.append(f"[{strategy}]", style="dim")
+    text.append("  job ")
+    text.append(view.state, style=fmt.JOB_STATE_STYLES.get(view.state, ""))
+    if not live:
+        text.append(" (replay)", style="dim italic")
+    elif stream_ended and not view.ended:
+        text.append(" (stream ended)", style="dim italic")
+    text.append("  elapsed ")
+    text.append(fmt.duration(view.elapsed(now)), style="bold")
+    step = view.global_step
+    text.append("  step ")
+    text.append(str(step) if step is not None else fmt.MISSING, style="bold")
+    text.append("  ")
+    text.append(fmt.number(view.global_steps_per_s), style="bold")
+    text.append(" steps/s  restarts ")
+    restarts = view.total_restarts
+    text.append(str(restarts), style="bold yellow" if restarts else "bold")
+    up = len(view.hosts_up())
+    text.append("  hosts ")
+    text.append(f"{up}/{hosts_total}", style="bold" if up >= hosts_total else "bold yellow")
+    text.append(" up")
+    return text
+
+
+class JobHeader(Static):
+    """Re-rendered only when its text changes."""
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__("", id=id)
+        self._shown = ""
+
+    def show(self, text: Text) -> None:
+        if text.markup != self._shown:
+            self._shown = text.markup
+            self.update(text)

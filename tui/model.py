@@ -1,0 +1,358 @@
+"""The dashboard's picture of a job, built from events alone and free of any widget.
+
+`JobView.apply` folds one `Event` into per-task state (`TaskView`), job state, the
+placement table and bounded log buffers. Widgets read it; tests drive it directly.
+Everything kept over time is bounded (deques), so a week-long job costs the same memory
+as a minute-long one.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from launcher import events as ev
+from launcher.events import Event
+
+HISTORY_POINTS = 120
+"""Points kept per sparkline series (steps/s, GPU util) per task."""
+
+LOSS_POINTS = 400
+"""(step, loss) points kept per task for the loss chart."""
+
+LOG_LINES = 2000
+"""Log lines kept per task."""
+
+RATE_WINDOW_S = 10.0
+"""Steps/s is measured over the metric events of this many recent seconds."""
+
+STALE_AFTER_S = 10.0
+"""A running task with no event for this long is shown as stale."""
+
+IMBALANCE_RATIO = 1.5
+"""A ps holding more than this times the mean bytes per ps is flagged."""
+
+UNREACHABLE_REASON = "host unreachable"
+ROLE_ORDER = {"chief": 0, "ps": 1, "worker": 2, "evaluator": 3}
+
+
+def task_sort_key(task_id: str) -> tuple[int, str, int]:
+    """Chief first, then ps, workers, evaluator; indices numerically (worker:10 after worker:9)."""
+    role, _, index = task_id.partition(":")
+    return (ROLE_ORDER.get(role, 9), role, int(index) if index.isdigit() else 0)
+
+
+@dataclass
+class LogLine:
+    stream: str
+    line: str
+    ts: float
+
+
+@dataclass
+class TaskLog:
+    """The last `LOG_LINES` lines of one task; `total` counts every line ever added, so a
+    reader that remembers the total it last saw knows how many lines are new."""
+
+    lines: deque[LogLine] = field(default_factory=lambda: deque(maxlen=LOG_LINES))
+    total: int = 0
+
+    def add(self, line: LogLine) -> None:
+        self.lines.append(line)
+        self.total += 1
+
+    def since(self, seen_total: int) -> list[LogLine]:
+        """Lines added after a reader saw `seen_total` (only those still kept)."""
+        new = min(self.total - seen_total, len(self.lines))
+        return list(self.lines)[-new:] if new > 0 else []
+
+
+@dataclass
+class TaskView:
+    """Everything shown about one task."""
+
+    task_id: str
+    state: str = ev.PENDING
+    host: str | None = None
+    pid: int | None = None
+    restarts: int = 0
+    exit_code: int | None = None
+    reason: str = ""
+    step: int | None = None
+    loss: float | None = None
+    steps_per_s: float | None = None
+    cpu_percent: float | None = None
+    rss_bytes: int | None = None
+    gpu_util: float | None = None
+    gpu_mem_used: int | None = None
+    gpu_mem_total: int | None = None
+    has_gpu: bool = False
+    last_event_ts: float | None = None
+    rate_history: deque[float] = field(default_factory=lambda: deque(maxlen=HISTORY_POINTS))
+    gpu_history: deque[float] = field(default_factory=lambda: deque(maxlen=HISTORY_POINTS))
+    loss_history: deque[tuple[int, float]] = field(default_factory=lambda: deque(maxlen=LOSS_POINTS))
+    _step_points: deque[tuple[float, int]] = field(default_factory=deque)
+
+    @property
+    def role(self) -> str:
+        return self.task_id.partition(":")[0]
+
+    def age(self, now: float) -> float | None:
+        return None if self.last_event_ts is None else max(0.0, now - self.last_event_ts)
+
+    def is_stale(self, now: float) -> bool:
+        age = self.age(now)
+        return self.state == ev.RUNNING and age is not None and age > STALE_AFTER_S
+
+    def record_step(self, ts: float, step: int) -> None:
+        """Steps/s from the step delta over the last `RATE_WINDOW_S` seconds of metrics."""
+        points = self._step_points
+        if points and step < points[-1][1]:
+            points.clear()  # restarted from an older checkpoint: the old slope means nothing
+        points.append((ts, step))
+        while len(points) > 2 and ts - points[0][0] > RATE_WINDOW_S:
+            points.popleft()
+        first_ts, first_step = points[0]
+        if ts > first_ts:
+            self.steps_per_s = (step - first_step) / (ts - first_ts)
+            self.rate_history.append(self.steps_per_s)
+
+
+@dataclass
+class VariablePlacement:
+    name: str
+    task: str
+    bytes: int
+    shape: str
+    dtype: str
+
+
+@dataclass
+class PlacementView:
+    """Where each variable lives; the latest report of a variable wins."""
+
+    variables: dict[str, VariablePlacement] = field(default_factory=dict)
+
+    def apply(self, variables: list[dict[str, object]]) -> None:
+        for var in variables:
+            name = str(var.get("name", "?"))
+            task = str(var.get("task") or var.get("device") or "?")
+            size = var.get("bytes")
+            self.variables[name] = VariablePlacement(
+                name=name, task=task, bytes=int(size) if isinstance(size, int | float) else 0,
+                shape=str(var.get("shape", "")), dtype=str(var.get("dtype", "")))
+
+    @property
+    def holders(self) -> list[str]:
+        """The tasks holding variables, ps first in task order."""
+        return sorted({v.task for v in self.variables.values()}, key=task_sort_key)
+
+    def bytes_per_task(self) -> dict[str, int]:
+        totals = dict.fromkeys(self.holders, 0)
+        for var in self.variables.values():
+            totals[var.task] += var.bytes
+        return totals
+
+    def imbalance(self) -> tuple[str, float] | None:
+        """(task, max/mean) when one holder has more than `IMBALANCE_RATIO` x the mean, else None."""
+        totals = self.bytes_per_task()
+        if len(totals) < 2:
+            return None
+        mean = sum(totals.values()) / len(totals)
+        task, most = max(totals.items(), key=lambda kv: kv[1])
+        if mean > 0 and most > IMBALANCE_RATIO * mean:
+            return task, most / mean
+        return None
+
+
+@dataclass
+class Notice:
+    """Something the user should be told about once (a toast)."""
+
+    message: str
+    severity: str  # "information" | "warning" | "error"
+
+
+@dataclass
+class JobView:
+    """The whole job, as far as the events seen so far tell."""
+
+    run: str = ""
+    state: str = ev.JOB_CREATED
+    reason: str = ""
+    start_ts: float | None = None
+    end_ts: float | None = None
+    last_ts: float | None = None
+    tasks: dict[str, TaskView] = field(default_factory=dict)
+    logs: dict[str, TaskLog] = field(default_factory=dict)
+    placement: PlacementView = field(default_factory=PlacementView)
+    hosts_down: set[str] = field(default_factory=set)
+    global_step_points: deque[tuple[float, int]] = field(default_factory=deque)
+    global_steps_per_s: float | None = None
+    notices: list[Notice] = field(default_factory=list)
+    dirty_tasks: set[str] = field(default_factory=set)
+    placement_dirty: bool = False
+    events_applied: int = 0
+
+    # -- reading -------------------------------------------------------------------------
+
+    @property
+    def ended(self) -> bool:
+        return self.state in (ev.JOB_SUCCEEDED, ev.JOB_FAILED)
+
+    @property
+    def total_restarts(self) -> int:
+        return sum(t.restarts for t in self.tasks.values())
+
+    @property
+    def global_step(self) -> int | None:
+        """The chief's step; without a chief, the highest worker step."""
+        chief = self.tasks.get("chief:0")
+        if chief is not None and chief.step is not None:
+            return chief.step
+        steps = [t.step for t in self.tasks.values() if t.role == "worker" and t.step is not None]
+        return max(steps) if steps else None
+
+    def hosts_up(self) -> set[str]:
+        """Hosts with a running task, minus those reported unreachable."""
+        return {t.host for t in self.tasks.values()
+                if t.state == ev.RUNNING and t.host and t.host not in self.hosts_down}
+
+    def elapsed(self, now: float) -> float:
+        if self.start_ts is None:
+            return 0.0
+        end = self.end_ts if self.end_ts is not None else now
+        return max(0.0, end - self.start_ts)
+
+    def log(self, task_id: str) -> TaskLog:
+        return self.logs.setdefault(task_id, TaskLog())
+
+    def take_notices(self) -> list[Notice]:
+        out, self.notices = self.notices, []
+        return out
+
+    def take_dirty(self) -> set[str]:
+        out, self.dirty_tasks = self.dirty_tasks, set()
+        return out
+
+    # -- folding events ------------------------------------------------------------------
+
+    def task(self, task_id: str) -> TaskView:
+        view = self.tasks.get(task_id)
+        if view is None:
+            view = self.tasks[task_id] = TaskView(task_id)
+        return view
+
+    def apply(self, event: Event) -> None:
+        self.events_applied += 1
+        self.run = self.run or event.run
+        if self.start_ts is None:
+            self.start_ts = event.ts
+        self.last_ts = event.ts if self.last_ts is None else max(self.last_ts, event.ts)
+        if event.kind == ev.JOB:
+            self._apply_job(event)
+            return
+        if event.task is None:
+            return
+        task = self.task(event.task)
+        task.last_event_ts = event.ts
+        self.dirty_tasks.add(event.task)
+        if event.kind == ev.STATE:
+            self._apply_state(task, event)
+        elif event.kind == ev.METRIC:
+            self._apply_metric(task, event)
+        elif event.kind == ev.SAMPLE:
+            self._apply_sample(task, event)
+        elif event.kind == ev.LOG:
+            self.log(event.task).add(LogLine(str(event.get("stream", "stdout")),
+                                             str(event.get("line", "")), event.ts))
+        elif event.kind == ev.PLACEMENT:
+            self.placement.apply(list(event.get("variables") or []))
+            self.placement_dirty = True
+
+    def _apply_job(self, event: Event) -> None:
+        state = str(event.get("state", self.state))
+        was_ended = self.ended
+        self.state, self.reason = state, str(event.get("reason") or "")
+        host_state = event.get("host_state")
+        if isinstance(host_state, dict):
+            for host, status in host_state.items():
+                if str(status).lower() in ("down", "unreachable", "lost"):
+                    self.hosts_down.add(str(host))
+                else:
+                    self.hosts_down.discard(str(host))
+        if self.ended and not was_ended:
+            self.end_ts = event.ts
+            why = f": {self.reason}" if self.reason else ""
+            self.notices.append(Notice(f"Job {state}{why}",
+                                       "information" if state == ev.JOB_SUCCEEDED else "error"))
+
+    def _apply_state(self, task: TaskView, event: Event) -> None:
+        old = task.state
+        task.state = str(event.get("state", task.state))
+        task.host = event.get("host") or task.host
+        pid = event.get("pid")
+        task.pid = pid if isinstance(pid, int) else (None if task.state in ev.FINAL_TASK_STATES else task.pid)
+        task.restarts = int(event.get("restarts") or task.restarts)
+        task.exit_code = event.get("exit_code")
+        task.reason = str(event.get("reason") or "")
+        if task.host:
+            if task.reason == UNREACHABLE_REASON:
+                self.hosts_down.add(task.host)
+            elif task.state == ev.RUNNING:
+                self.hosts_down.discard(task.host)
+        if task.state != ev.RUNNING:
+            task.steps_per_s = None
+            task._step_points.clear()
+        if task.state == old:
+            return
+        why = f" ({task.reason})" if task.reason else ""
+        if task.state == ev.FAILED:
+            code = f", exit code {task.exit_code}" if task.exit_code is not None else ""
+            self.notices.append(Notice(f"{task.task_id} failed{code}{why}", "error"))
+        elif task.state == ev.RESTARTING:
+            self.notices.append(Notice(f"{task.task_id} restarting (restart {task.restarts}){why}",
+                                       "warning"))
+
+    def _apply_metric(self, task: TaskView, event: Event) -> None:
+        step = event.get("step")
+        loss = ev.finite(event.get("loss"))
+        if isinstance(step, int):
+            task.step = step
+            task.record_step(event.ts, step)
+            self._record_global_step(event.ts)
+        if loss is not None:
+            task.loss = loss
+            if task.step is not None:
+                task.loss_history.append((task.step, loss))
+
+    def _record_global_step(self, ts: float) -> None:
+        step = self.global_step
+        if step is None:
+            return
+        points = self.global_step_points
+        if points and step < points[-1][1]:
+            points.clear()
+        if points and points[-1][1] == step:
+            return
+        points.append((ts, step))
+        while len(points) > 2 and ts - points[0][0] > RATE_WINDOW_S:
+            points.popleft()
+        if ts > points[0][0]:
+            self.global_steps_per_s = (step - points[0][1]) / (ts - points[0][0])
+
+    def _apply_sample(self, task: TaskView, event: Event) -> None:
+        task.cpu_percent = ev.finite(event.get("cpu_percent"))
+        rss = event.get("rss_bytes")
+        task.rss_bytes = int(rss) if isinstance(rss, int | float) else None
+        gpus = [g for g in (event.get("gpus") or []) if isinstance(g, dict)]
+        task.has_gpu = bool(gpus)
+        if gpus:
+            utils = [u for u in (ev.finite(g.get("util_percent")) for g in gpus) if u is not None]
+            task.gpu_util = sum(utils) / len(utils) if utils else None
+            task.gpu_mem_used = sum(int(g.get("mem_used_bytes") or 0) for g in gpus)
+            task.gpu_mem_total = sum(int(g.get("mem_total_bytes") or 0) for g in gpus)
+            if task.gpu_util is not None:
+                task.gpu_history.append(task.gpu_util)
+        else:
+            task.gpu_util = task.gpu_mem_used = task.gpu_mem_total = None
