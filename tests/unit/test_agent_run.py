@@ -1,0 +1,436 @@
+"""The agent's `run` and `stop` verbs, driven as real processes from the real zipapp."""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from launcher import agentpack
+
+RUN_ID = "r-agent-test"
+
+
+def wait_for(predicate, timeout: float, what: str, interval: float = 0.02):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.1f} s waiting for {what}")
+
+
+def read_events(task_dir: Path) -> list[dict]:
+    path = task_dir / "events.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line]
+
+
+def states(evs: list[dict]) -> list[str]:
+    return [e["state"] for e in evs if e["kind"] == "state"]
+
+
+def final_state(task_dir: Path) -> dict | None:
+    evs = read_events(task_dir)
+    finals = [e for e in evs if e["kind"] == "state" and e["state"] in ("succeeded", "failed", "stopped")]
+    return finals[-1] if finals else None
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def group_members(pgid: int) -> list[int]:
+    members = []
+    for stat in glob.glob("/proc/[0-9]*/stat"):
+        try:
+            with open(stat) as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            members.append(int(stat.split("/")[2]))
+    return members
+
+
+@pytest.fixture(scope="module")
+def pyz(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("agent") / "agent.pyz"
+    path.write_bytes(agentpack.build_agent_zipapp())
+    return path
+
+
+class AgentHarness:
+    """A host run dir in tmp_path and helpers to start agents on tasks in it."""
+
+    def __init__(self, root: Path, pyz: Path, python: str = sys.executable) -> None:
+        self.root = root
+        self.pyz = pyz
+        self.python = python
+        self.procs: list[subprocess.Popen] = []
+
+    def task(self, command: str, slug: str = "worker-0", **spec_fields) -> Path:
+        task_dir = self.root / "tasks" / slug
+        task_dir.mkdir(parents=True)
+        spec = {"run": RUN_ID, "task": slug.replace("-", ":"), "host": "local", "incarnation": 0,
+                "restarts": 0, "command": command, "workdir": str(self.root),
+                "env": {"TF_CONFIG": json.dumps({"cluster": {"worker": ["localhost:1"]},
+                                                 "task": {"type": "worker", "index": 0}})},
+                "grace_seconds": 5, "orphan_grace_seconds": 60, "sample_interval": 1.0,
+                "metrics": {}, "gpus": []}
+        spec.update(spec_fields)
+        (task_dir / "spec.json").write_text(json.dumps(spec))
+        return task_dir
+
+    def start(self, task_dir: Path) -> subprocess.Popen:
+        env = dict(os.environ, DISTLAUNCH_RUN_ID=RUN_ID)
+        with open(task_dir / "agent.log", "ab") as log:
+            proc = subprocess.Popen([self.python, str(self.pyz), "run", "--task-dir", str(task_dir)],
+                                    stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env,
+                                    start_new_session=True)
+        self.procs.append(proc)
+        return proc
+
+    def run_to_end(self, task_dir: Path, timeout: float = 20.0) -> list[dict]:
+        proc = self.start(task_dir)
+        assert proc.wait(timeout=timeout) == 0, (task_dir / "agent.log").read_text()
+        return read_events(task_dir)
+
+    def agent(self, *args: str, timeout: float = 30.0) -> dict:
+        out = subprocess.run([self.python, str(self.pyz), *args], capture_output=True, text=True,
+                             timeout=timeout, check=True)
+        return json.loads(out.stdout)
+
+    def cleanup(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(5)
+        for pgid_file in self.root.glob("tasks/*/task.pgid"):
+            with contextlib.suppress(ProcessLookupError, ValueError):
+                os.killpg(int(pgid_file.read_text()), signal.SIGKILL)
+
+
+@pytest.fixture
+def host(tmp_path, pyz):
+    harness = AgentHarness(tmp_path / "host", pyz)
+    harness.root.mkdir()
+    yield harness
+    harness.cleanup()
+
+
+def test_success_emits_starting_running_succeeded_and_pid_files(host):
+    task_dir = host.task("echo hello")
+    evs = host.run_to_end(task_dir)
+    assert states(evs) == ["starting", "running", "succeeded"]
+    running = next(e for e in evs if e["kind"] == "state" and e["state"] == "running")
+    final = evs[-1]
+    assert final["kind"] == "state" and final["exit_code"] == 0
+    assert running["pid"] == int((task_dir / "task.pgid").read_text())
+    assert running["host"] == "local" and running["run"] == RUN_ID and running["task"] == "worker:0"
+    assert int((task_dir / "agent.pid").read_text()) == host.procs[0].pid
+    assert [e["line"] for e in evs if e["kind"] == "log"] == ["hello"]
+
+
+def test_failure_reports_exit_code_and_reason(host):
+    final = host.run_to_end(host.task("echo bye; exit 3"))[-1]
+    assert (final["state"], final["exit_code"], final["reason"]) == ("failed", 3, "exit code 3")
+
+
+def test_killed_by_signal_is_128_plus_n(host):
+    final = host.run_to_end(host.task("kill -KILL $$"))[-1]
+    assert (final["state"], final["exit_code"], final["reason"]) == ("failed", 137, "killed by SIGKILL")
+
+
+def test_restarts_from_spec_are_reported(host):
+    evs = host.run_to_end(host.task("true", restarts=2, incarnation=2))
+    assert {e["restarts"] for e in evs if e["kind"] == "state"} == {2}
+
+
+def test_report_lines_become_metric_and_placement_events_and_are_not_logged(host):
+    script = host.root / "report.py"
+    script.write_text(textwrap.dedent("""
+        import json
+        print('@distlaunch ' + json.dumps({"kind": "metric", "step": 5, "loss": 0.5, "values": {"acc": 0.9}}))
+        print('@distlaunch ' + json.dumps({"kind": "placement", "variables": [
+            {"name": "w", "shape": [2], "dtype": "float32", "bytes": 8, "device": "/job:ps/task:0",
+             "task": "ps:0"}]}))
+        print('@distlaunch {not json')
+        print('plain line')
+    """))
+    evs = host.run_to_end(host.task(f"{sys.executable} report.py"))
+    metrics = [e for e in evs if e["kind"] == "metric"]
+    assert [(m["step"], m["loss"], m["values"]) for m in metrics] == [(5, 0.5, {"acc": 0.9})]
+    placements = [e for e in evs if e["kind"] == "placement"]
+    assert placements[0]["variables"][0]["device"] == "/job:ps/task:0"
+    logs = [e["line"] for e in evs if e["kind"] == "log"]
+    assert not any(line.startswith("@distlaunch") for line in logs)
+    assert logs[-1] == "plain line"
+    assert len([line for line in logs if "malformed" in line]) == 1
+
+
+def test_metrics_regexes_turn_plain_lines_into_metrics(host):
+    task_dir = host.task("echo 'global step: 7 loss = 0.25'; echo 'nothing here'",
+                         metrics={"step": r"global step: (\d+)", "loss": r"loss[ =:]+([-+0-9.eE]+)"})
+    evs = host.run_to_end(task_dir)
+    metrics = [e for e in evs if e["kind"] == "metric"]
+    assert [(m["step"], m["loss"]) for m in metrics] == [(7, 0.25)]
+    assert "global step: 7 loss = 0.25" in [e["line"] for e in evs if e["kind"] == "log"]
+
+
+def test_stderr_lines_carry_stream_stderr(host):
+    evs = host.run_to_end(host.task("echo out; echo err >&2"))
+    streams = {e["line"]: e["stream"] for e in evs if e["kind"] == "log"}
+    assert streams == {"out": "stdout", "err": "stderr"}
+
+
+def test_task_environment_and_pythonpath(host):
+    script = host.root / "env.py"
+    script.write_text(textwrap.dedent("""
+        import json, os, sys
+        import launcher.events
+        try:
+            from launcher import report  # noqa: F401
+            has_report = True
+        except ImportError:
+            has_report = False
+        print(json.dumps({k: os.environ.get(k) for k in
+              ("TF_CONFIG", "DISTLAUNCH_RUN_ID", "DISTLAUNCH_TASK", "PYTHONPATH", "EXTRA",
+               "PYTHONUNBUFFERED")} | {"events_from": launcher.events.__file__, "report": has_report}))
+    """))
+    tf_config = json.dumps({"cluster": {"worker": ["localhost:5"]}, "task": {"type": "worker", "index": 0}})
+    evs = host.run_to_end(host.task(f"{sys.executable} env.py",
+                                    env={"TF_CONFIG": tf_config, "EXTRA": "x y",
+                                         "PYTHONPATH": "/somewhere/else"}))
+    seen = json.loads(next(e["line"] for e in evs if e["kind"] == "log"))
+    assert seen["TF_CONFIG"] == tf_config
+    assert seen["DISTLAUNCH_RUN_ID"] == RUN_ID and seen["DISTLAUNCH_TASK"] == "worker:0"
+    assert seen["EXTRA"] == "x y" and seen["PYTHONUNBUFFERED"] == "1"
+    assert seen["PYTHONPATH"] == f"{host.pyz}:/somewhere/else"
+    assert seen["events_from"].startswith(str(host.pyz))
+    assert seen["report"] == os.path.exists(os.path.join(os.path.dirname(agentpack.__file__), "report.py"))
+
+
+def test_final_state_is_the_last_event_after_much_output(host):
+    evs = host.run_to_end(host.task("seq 1 3000"))
+    assert [e["line"] for e in evs if e["kind"] == "log"] == [str(i) for i in range(1, 3001)]
+    assert evs[-1]["kind"] == "state" and evs[-1]["state"] == "succeeded"
+
+
+def test_leftover_children_holding_the_pipes_are_killed_after_exit(host):
+    task_dir = host.task("sh -c 'echo $$ > child.pid; exec sleep 120' & sleep 0.2; echo done")
+    t0 = time.monotonic()
+    evs = host.run_to_end(task_dir, timeout=15)
+    assert time.monotonic() - t0 < 10
+    assert evs[-1]["state"] == "succeeded"
+    child = int((host.root / "child.pid").read_text())
+    assert not pid_alive(child)
+
+
+def test_stop_verb_kills_a_task_that_ignores_sigterm_and_its_grandchild(host):
+    task_dir = host.task("trap '' TERM; sh -c 'echo $$ > grandchild.pid; exec sleep 120' & sleep 120",
+                         grace_seconds=30)
+    agent = host.start(task_dir)
+    wait_for(lambda: (host.root / "grandchild.pid").exists() and "running" in states(read_events(task_dir)),
+             10, "the task to run")
+    grandchild = int((host.root / "grandchild.pid").read_text())
+    pgid = int((task_dir / "task.pgid").read_text())
+    t0 = time.monotonic()
+    result = host.agent("stop", "--task-dir", str(task_dir), "--grace", "1")
+    elapsed = time.monotonic() - t0
+    # the stop verb's grace reaches the agent via SIGTERM only; the agent uses the spec's grace
+    # (30 s) so the stop verb SIGKILLs the group after its own grace + 5 s
+    assert result["stopped"] is True and result["agent_was_running"] is True
+    assert elapsed < 15
+    assert agent.wait(5) is not None
+    assert not pid_alive(grandchild)
+    assert group_members(pgid) == []
+    final = final_state(task_dir)
+    assert final is not None and final["state"] == "stopped"
+    assert states(read_events(task_dir)).count("stopped") == 1
+
+
+def test_sigterm_to_agent_uses_spec_grace_then_sigkills_the_group(host):
+    task_dir = host.task("trap '' TERM; sh -c 'echo $$ > grandchild.pid; exec sleep 120' & sleep 120",
+                         grace_seconds=1)
+    agent = host.start(task_dir)
+    wait_for(lambda: (host.root / "grandchild.pid").exists() and "running" in states(read_events(task_dir)),
+             10, "the task to run")
+    grandchild = int((host.root / "grandchild.pid").read_text())
+    pgid = int((task_dir / "task.pgid").read_text())
+    t0 = time.monotonic()
+    agent.send_signal(signal.SIGTERM)
+    assert agent.wait(15) == 0
+    assert 0.9 <= time.monotonic() - t0 < 10
+    final = final_state(task_dir)
+    assert final is not None
+    assert (final["state"], final["exit_code"], final["reason"]) == ("stopped", 137, "stopped on request")
+    assert read_events(task_dir)[-1] == final
+    assert not pid_alive(grandchild) and group_members(pgid) == []
+
+
+def test_a_task_that_honours_sigterm_is_stopped_with_143(host):
+    task_dir = host.task("exec sleep 120")
+    agent = host.start(task_dir)
+    wait_for(lambda: "running" in states(read_events(task_dir)), 10, "running")
+    result = host.agent("stop", "--task-dir", str(task_dir))
+    assert result["stopped"] is True and result["agent_killed"] is False
+    assert agent.wait(5) == 0
+    final = final_state(task_dir)
+    assert final is not None and (final["state"], final["exit_code"]) == ("stopped", 143)
+
+
+def test_stop_does_not_trust_a_reused_agent_pid_but_still_cleans_the_group(host):
+    task_dir = host.task("sleep 120")
+    stranger = subprocess.Popen(["sleep", "120"], start_new_session=True)
+    task = subprocess.Popen(["sh", "-c", "sleep 120 & sleep 120"], start_new_session=True,
+                            env=dict(os.environ, DISTLAUNCH_RUN_ID=RUN_ID))
+    host.procs += [stranger, task]
+    (task_dir / "agent.pid").write_text(f"{stranger.pid}\n")
+    (task_dir / "task.pgid").write_text(f"{task.pid}\n")
+    wait_for(lambda: len(group_members(task.pid)) >= 2, 5, "the task's child")
+    result = host.agent("stop", "--task-dir", str(task_dir), "--grace", "1")
+    assert result["agent_was_running"] is False and result["group_killed"] is True
+    assert task.wait(5) == -signal.SIGKILL
+    assert group_members(task.pid) == []
+    assert stranger.poll() is None
+
+
+def test_orphaned_task_is_stopped_when_no_launcher_touches_the_lease(host):
+    task_dir = host.task("exec sleep 120", orphan_grace_seconds=2)
+    t0 = time.monotonic()
+    agent = host.start(task_dir)
+    final = wait_for(lambda: final_state(task_dir), 10, "the orphaned task to be stopped")
+    elapsed = time.monotonic() - t0
+    assert 2.0 <= elapsed < 6.0
+    assert final["state"] == "stopped" and "launcher lost" in final["reason"]
+    assert agent.wait(5) == 0
+
+
+def test_lease_touches_keep_the_task_alive(host):
+    task_dir = host.task("exec sleep 120", orphan_grace_seconds=1)
+    agent = host.start(task_dir)
+    lease = host.root / "lease"
+    deadline = time.monotonic() + 3.0
+    while time.monotonic() < deadline:
+        lease.touch()
+        assert final_state(task_dir) is None
+        time.sleep(0.2)
+    agent.send_signal(signal.SIGTERM)
+    assert agent.wait(10) == 0
+    assert final_state(task_dir)["reason"] == "stopped on request"
+
+
+def test_detached_run_ignores_the_lease(host):
+    (host.root / "detached").touch()
+    task_dir = host.task("exec sleep 120", orphan_grace_seconds=1)
+    agent = host.start(task_dir)
+    wait_for(lambda: "running" in states(read_events(task_dir)), 10, "running")
+    deadline = time.monotonic() + 3.0
+    while time.monotonic() < deadline:
+        assert final_state(task_dir) is None and agent.poll() is None
+        time.sleep(0.1)
+    agent.send_signal(signal.SIGTERM)
+    assert agent.wait(10) == 0
+    assert final_state(task_dir)["reason"] == "stopped on request"
+
+
+def test_workdir_that_does_not_exist_fails_with_a_reason(host):
+    final = host.run_to_end(host.task("true", workdir="/nonexistent/dir"))[-1]
+    assert final["state"] == "failed" and "could not start" in final["reason"]
+
+
+def _zipapp_with(tmp_path: Path, sampling_source: str | None) -> Path:
+    files = agentpack.agent_sources()
+    files.pop("launcher/sampling.py", None)
+    if sampling_source is not None:
+        files["launcher/sampling.py"] = sampling_source.encode()
+    path = tmp_path / "custom-agent.pyz"
+    path.write_bytes(agentpack.pack_zipapp(files))
+    return path
+
+
+# Stands in for launcher/sampling.py at its agreed seam: TaskSampler(pid, gpu_indices).sample().
+SAMPLER_STUB = """
+class TaskSampler:
+    def __init__(self, pid, gpu_indices):
+        self.pid = pid
+        self.gpu_indices = gpu_indices
+
+    def sample(self):
+        return {"cpu_percent": 12.5, "rss_bytes": self.pid, "source": "stub",
+                "gpus": [{"index": i, "util_percent": 1.0, "mem_used_bytes": 2, "mem_total_bytes": 3}
+                         for i in self.gpu_indices]}
+"""
+
+
+def test_samples_come_from_the_sampler_every_interval(tmp_path):
+    harness = AgentHarness(tmp_path / "host", _zipapp_with(tmp_path, SAMPLER_STUB))
+    harness.root.mkdir()
+    try:
+        task_dir = harness.task("sleep 1", sample_interval=0.1, gpus=[0, 1])
+        evs = harness.run_to_end(task_dir)
+    finally:
+        harness.cleanup()
+    samples = [e for e in evs if e["kind"] == "sample"]
+    assert len(samples) >= 3
+    running = next(e for e in evs if e["kind"] == "state" and e["state"] == "running")
+    assert samples[0]["rss_bytes"] == running["pid"] and samples[0]["source"] == "stub"
+    assert [g["index"] for g in samples[0]["gpus"]] == [0, 1]
+    assert evs[-1]["kind"] == "state"
+
+
+def test_no_sampling_module_means_no_sample_events(tmp_path):
+    harness = AgentHarness(tmp_path / "host", _zipapp_with(tmp_path, None))
+    harness.root.mkdir()
+    try:
+        evs = harness.run_to_end(harness.task("sleep 0.5", sample_interval=0.1))
+    finally:
+        harness.cleanup()
+    assert [e for e in evs if e["kind"] == "sample"] == []
+    assert evs[-1]["state"] == "succeeded"
+
+
+def _old_python() -> str | None:
+    pyenv = sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.9*/bin/python")))
+    for candidate in ("python3.9", *pyenv):
+        found = shutil.which(candidate)
+        if found:
+            try:
+                subprocess.run([found, "-c", "import sys; assert sys.version_info[:2] == (3, 9)"],
+                               check=True, capture_output=True, timeout=10)
+            except (subprocess.SubprocessError, OSError):
+                continue
+            return found
+    return None
+
+
+def test_agent_runs_on_python_3_9(tmp_path, pyz):
+    python = _old_python()
+    if python is None:
+        pytest.skip("no Python 3.9 interpreter on this machine")
+    harness = AgentHarness(tmp_path / "host", pyz, python=python)
+    harness.root.mkdir()
+    try:
+        command = "echo '@distlaunch {\"kind\": \"metric\", \"step\": 1}'; exit 4"
+        evs = harness.run_to_end(harness.task(command))
+    finally:
+        harness.cleanup()
+    assert [e["step"] for e in evs if e["kind"] == "metric"] == [1]
+    assert evs[-1]["exit_code"] == 4
