@@ -13,6 +13,7 @@ import shlex
 import sys
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TypedDict
 
 from launcher.errors import UserError
 from launcher.model import START_ORDER, HostConfig, Plan, Profile, RoleConfig, TaskSpec
@@ -22,6 +23,18 @@ from launcher.profile import PLACEHOLDER_RE
 CLUSTER_ROLES = ("chief", "worker", "ps")
 _SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "KEY")
 MASK = "****"
+
+
+class TaskEntry(TypedDict):
+    type: str
+    index: int
+
+
+class TFConfig(TypedDict):
+    """TensorFlow's TF_CONFIG: ``json.dumps`` of this is what a task's environment gets."""
+
+    cluster: dict[str, list[str]]
+    task: TaskEntry
 
 
 class PortUnresolved(UserError):
@@ -125,7 +138,7 @@ def host_port(address: str, port: int) -> str:
     return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
 
 
-def tf_config(plan: Plan, task_id: str, ports: Mapping[str, int] | None = None) -> dict[str, object]:
+def tf_config(plan: Plan, task_id: str, ports: Mapping[str, int] | None = None) -> TFConfig:
     """The TF_CONFIG of one task, exactly in TensorFlow's format.
 
     ``ports`` maps task ids to the ports picked at launch; they win over the profile's. The
