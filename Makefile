@@ -1,0 +1,40 @@
+# The two commands:  make demo  (set up, run the local job)   make test  (set up, pass the tests)
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test lint typecheck unit integration bench clean
+
+$(STAMP): pyproject.toml
+	@test -n "$(PYTHON)" || { echo "make: need python3.11 (or python3 >= 3.11) on PATH"; exit 2; }
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[cpu,test]'
+	@touch $@
+
+## set up and run the embedded default job (cluster_profiles/local.toml) with the dashboard
+demo: $(STAMP)
+	$(BIN)/distlaunch up cluster_profiles/local.toml
+
+## set up, lint, type-check and run every test
+test: $(STAMP) lint typecheck
+	$(BIN)/python -m pytest -q -ra
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+unit: $(STAMP)
+	$(BIN)/python -m pytest -q tests/unit tests/tui
+
+integration: $(STAMP)
+	$(BIN)/python -m pytest -q -ra tests/integration
+
+bench: $(STAMP)
+	@for b in benchmarks/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,90 @@
+"""How `distlaunch restart` and `down` in another terminal reach a live launcher.
+
+The launcher listens on a Linux abstract unix socket named after the run id (no file to clean
+up, no path-length limit); a request is one JSON line, the answer one JSON line.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from typing import Any
+
+from launcher.control import JobControl
+
+ACTIONS = ("restart", "stop", "teardown", "detach")
+
+
+def _address(run_id: str) -> str:
+    return f"\0distlaunch/{run_id}"
+
+
+class ControlServer:
+    def __init__(self, run_id: str, control: JobControl) -> None:
+        self.control = control
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._sock.bind(_address(run_id))
+        self._sock.listen(8)
+        self._closed = False
+        self._thread = threading.Thread(target=self._serve, name="control", daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while not self._closed:
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:
+                return
+            with conn:
+                conn.settimeout(5)
+                try:
+                    request = json.loads(conn.makefile("r").readline())
+                    answer = self._handle(request)
+                except (OSError, ValueError) as exc:
+                    answer = {"ok": False, "error": str(exc)}
+                try:
+                    conn.sendall((json.dumps(answer) + "\n").encode())
+                except OSError:
+                    pass
+
+    def _handle(self, request: dict[str, Any]) -> dict[str, Any]:
+        action, task = request.get("action"), request.get("task")
+        if action == "restart" and isinstance(task, str):
+            self.control.restart_task(task)
+        elif action == "stop" and isinstance(task, str):
+            self.control.stop_task(task)
+        elif action == "teardown":
+            self.control.teardown()
+        elif action == "detach":
+            self.control.detach()
+        else:
+            return {"ok": False, "error": f"unknown request {request!r}"}
+        return {"ok": True}
+
+    def close(self) -> None:
+        self._closed = True
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self._sock.close()
+
+
+def send(run_id: str, action: str, task: str | None = None, timeout: float = 5.0) -> dict[str, Any] | None:
+    """Ask the run's launcher to act; None when no launcher is listening."""
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(timeout)
+            sock.connect(_address(run_id))
+            sock.sendall((json.dumps({"action": action, "task": task}) + "\n").encode())
+            line = sock.makefile("r").readline()
+    except (ConnectionRefusedError, FileNotFoundError):
+        return None
+    except OSError:
+        return None
+    try:
+        answer: dict[str, Any] = json.loads(line)
+    except ValueError:
+        return None
+    return answer

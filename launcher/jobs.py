@@ -1,0 +1,329 @@
+"""The job verbs: up, down, status, logs, restart, attach, replay."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from launcher import controlsock
+from launcher import events as ev
+from launcher.errors import HostError, UserError
+from launcher.model import Plan
+from launcher.plan import build_plan
+from launcher.preflight import PreflightError, prepare_hosts
+from launcher.printer import JsonPrinter, ProgressPrinter, human_bytes
+from launcher.profile import load_profile
+from launcher.remote import HostSession
+from launcher.rundir import DOWN_MARKER, RunDir, find_run, host_from_json, new_run_id, read_events, read_state
+from launcher.supervisor import Supervisor
+from launcher.transport import make_host
+
+
+def _err(msg: str) -> None:
+    print(f"distlaunch: {msg}", file=sys.stderr, flush=True)
+
+
+def _progress(quiet: bool) -> Callable[[str], None]:
+    def show(msg: str) -> None:
+        if not quiet:
+            print(f"... {msg}", file=sys.stderr, flush=True)
+
+    return show
+
+
+# -- up ---------------------------------------------------------------------------------------------
+
+
+def run_up(args: argparse.Namespace) -> int:
+    profile = load_profile(Path(args.profile))
+    plan = build_plan(profile)
+    run_id = args.run_id or new_run_id(profile.name)
+    rundir = RunDir.create(run_id, Path(args.run_dir) if args.run_dir else None)
+    tui = not (args.no_tui or args.json or args.detach)
+    progress = _progress(quiet=False)
+    progress(f"run {run_id} ({rundir.path})")
+    pre = prepare_hosts(plan, run_id, rundir.path / "hosts", _err, progress)
+    sup = Supervisor(plan, rundir, pre.sessions, pre.ports, detached=args.detach, on_notice=_err)
+    feed = sup.subscribe()
+    server = _control_server(run_id, sup)
+    interrupted = False
+
+    def on_sigint(_sig: int, _frame: FrameType | None) -> None:
+        nonlocal interrupted
+        if interrupted:
+            raise KeyboardInterrupt
+        interrupted = True
+        _err("interrupted: tearing the job down (Ctrl-C again to abandon the wait)")
+        sup.teardown("interrupted by Ctrl-C")
+
+    old_int = signal.signal(signal.SIGINT, on_sigint)
+    old_term = signal.signal(signal.SIGTERM, on_sigint)
+    try:
+        progress(f"starting {len(plan.tasks)} tasks on {len(pre.sessions)} host(s)")
+        try:
+            sup.launch()
+        except (HostError, OSError) as exc:
+            raise UserError(f"could not start the job: {exc}; every started task was stopped") from None
+        if args.detach:
+            sup.detach()
+            feed.close()
+            sup.wait()
+            print(f"{run_id} detached; follow it with `distlaunch attach {run_id}`, "
+                  f"stop it with `distlaunch down {run_id}`")
+            return 0
+        if tui:
+            _run_tui(sup, feed, plan, live=True)
+        elif args.json:
+            JsonPrinter().consume(feed.events())
+        else:
+            ProgressPrinter().consume(feed.events())
+        outcome = sup.wait()
+    finally:
+        signal.signal(signal.SIGINT, old_int)
+        signal.signal(signal.SIGTERM, old_term)
+        if server is not None:
+            server.close()
+        pre.close()
+        rundir.close()
+    return _finish_message(sup, outcome, interrupted)
+
+
+def _control_server(run_id: str, sup: Supervisor) -> controlsock.ControlServer | None:
+    try:
+        return controlsock.ControlServer(run_id, sup)
+    except OSError as exc:
+        _err(f"control socket unavailable ({exc}); `restart` from another terminal will not work")
+        return None
+
+
+def _finish_message(sup: Supervisor, outcome: str | None, interrupted: bool) -> int:
+    for host, left in sup.leftovers.items():
+        _err(f"host {host}: {len(left)} process(es) of the run survived teardown: "
+             + ", ".join(str(p.get("pid")) for p in left))
+    if outcome == "detached":
+        print(f"{sup.run_id} left running; `distlaunch attach {sup.run_id}` or `distlaunch down {sup.run_id}`")
+        return 0
+    if outcome == ev.JOB_SUCCEEDED:
+        return 0
+    if interrupted:
+        return 130
+    return 1
+
+
+def _run_tui(sup: Supervisor, feed: Any, plan: Plan, live: bool) -> None:
+    from tui.app import run_dashboard
+
+    result = run_dashboard(feed, sup, title=plan.profile.name, strategy=plan.profile.strategy,
+                           hosts_total=len(sup.sessions), live=live)
+    choice = str(getattr(result, "value", result)).lower()
+    if "teardown" in choice:
+        sup.teardown("torn down from the dashboard")
+    elif "detach" in choice:
+        sup.detach()
+
+
+# -- down / restart: act on a run, with or without its launcher ------------------------------------------
+
+
+def connect_sessions(state: dict[str, Any]) -> dict[str, HostSession]:
+    """Reconnect to every host of a run from its state.json."""
+    sessions: dict[str, HostSession] = {}
+    problems: list[str] = []
+
+    def connect(item: tuple[str, dict[str, Any]]) -> None:
+        name, info = item
+        config = host_from_json(info["config"])
+        host = make_host(config, on_notice=_err)
+        try:
+            host.connect()
+        except HostError as exc:
+            problems.append(str(exc))
+            return
+        sessions[name] = HostSession(config, host, str(state["run_id"]), info["base_dir"], info["python"])
+
+    hosts = list(state.get("hosts", {}).items())
+    if hosts:
+        with ThreadPoolExecutor(max_workers=min(32, len(hosts))) as pool:
+            list(pool.map(connect, hosts))
+    if problems:
+        for s in sessions.values():
+            s.host.close()
+        raise PreflightError(problems)
+    return sessions
+
+
+def run_down(args: argparse.Namespace) -> int:
+    path = find_run(args.run)
+    state = read_state(path)
+    run_id = str(state["run_id"])
+    (path / DOWN_MARKER).touch()
+    if controlsock.send(run_id, "teardown") is not None:
+        print(f"asked the launcher of {run_id} to tear down")
+    sessions = connect_sessions(state)
+    grace = 10.0
+    leftovers: dict[str, list[dict[str, Any]]] = {}
+
+    def down(session: HostSession) -> None:
+        slugs = [t["slug"] for t in state.get("tasks", {}).values() if t["host"] == session.name]
+        session.stop_agents(slugs, grace)
+        left = session.sweep(kill=True)
+        if left:
+            leftovers[session.name] = left
+
+    try:
+        with ThreadPoolExecutor(max_workers=max(1, len(sessions))) as pool:
+            list(pool.map(down, sessions.values()))
+    finally:
+        for s in sessions.values():
+            s.host.close()
+    if leftovers:
+        for host, left in leftovers.items():
+            _err(f"host {host}: still running after down: "
+                 + ", ".join(f"{p.get('pid')} ({p.get('cmdline', '')[:60]})" for p in left))
+        return 1
+    print(f"{run_id}: stopped on {len(sessions)} host(s); no process of the run is left")
+    return 0
+
+
+def run_restart(args: argparse.Namespace) -> int:
+    path = find_run(args.run)
+    state = read_state(path)
+    if args.task not in state.get("tasks", {}):
+        raise UserError(f"run {state['run_id']} has no task {args.task!r}; its tasks: "
+                        + ", ".join(state.get("tasks", {})))
+    answer = controlsock.send(str(state["run_id"]), "restart", args.task)
+    if answer is None:
+        raise UserError(f"run {state['run_id']} has no live launcher; `distlaunch attach {state['run_id']}` "
+                        "first, then restart from there")
+    if not answer.get("ok"):
+        raise UserError(f"restart refused: {answer.get('error')}")
+    print(f"restart of {args.task} requested; watch it with `distlaunch status {state['run_id']}`")
+    return 0
+
+
+# -- status / logs ------------------------------------------------------------------------------------
+
+
+def summarize(path: Path) -> dict[str, Any]:
+    """A run's current picture from its state file and events."""
+    state = read_state(path)
+    tasks: dict[str, dict[str, Any]] = {
+        t: {"host": info["host"], "address": info.get("address"), "port": info.get("port"),
+            "state": info.get("state"), "pid": info.get("pid"), "restarts": info.get("restarts", 0),
+            "step": None, "loss": None, "exit_code": None, "reason": ""}
+        for t, info in state.get("tasks", {}).items()}
+    job = {"state": state.get("job_state"), "reason": state.get("job_reason", "")}
+    for event in read_events(path):
+        if event.kind == ev.JOB:
+            job = {"state": event.get("state"), "reason": event.get("reason") or ""}
+        elif event.task in tasks:
+            row = tasks[event.task]
+            if event.kind == ev.STATE:
+                row["state"] = event.get("state")
+                row["restarts"] = event.get("restarts") or row["restarts"]
+                row["exit_code"] = event.get("exit_code")
+                row["reason"] = event.get("reason") or ""
+                if event.get("pid"):
+                    row["pid"] = event.get("pid")
+            elif event.kind == ev.METRIC:
+                if event.get("step") is not None:
+                    row["step"] = event.get("step")
+                if event.get("loss") is not None:
+                    row["loss"] = event.get("loss")
+    return {"run": state["run_id"], "dir": str(path), "profile": state.get("profile"),
+            "name": state.get("name"), "strategy": state.get("strategy"), "job": job,
+            "detached": state.get("detached", False), "launcher_pid": state.get("launcher_pid"),
+            "launcher_alive": _alive(state.get("launcher_pid")) and state.get("outcome") is None,
+            "tasks": tasks}
+
+
+def _alive(pid: Any) -> bool:
+    if not isinstance(pid, int):
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def run_status(args: argparse.Namespace) -> int:
+    summary = summarize(find_run(args.run))
+    if args.json:
+        print(json.dumps(summary, indent=2))
+        return 0
+    job = summary["job"]
+    who = "launcher attached" if summary["launcher_alive"] else ("detached" if summary["detached"] else "no launcher")
+    print(f"run {summary['run']}  ({summary['name']}, {summary['strategy']}, {who})")
+    print(f"job {job['state']}" + (f": {job['reason']}" if job.get("reason") else ""))
+    rows = [("TASK", "HOST", "ADDRESS", "STATE", "PID", "RESTARTS", "STEP", "LOSS")]
+    for task_id, t in summary["tasks"].items():
+        loss = f"{t['loss']:.4f}" if isinstance(t["loss"], float) else "-"
+        rows.append((task_id, t["host"], f"{t['address']}:{t['port']}", str(t["state"]),
+                     str(t["pid"] or "-"), str(t["restarts"]), str(t["step"] if t["step"] is not None else "-"),
+                     loss))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for r in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+    return 0
+
+
+def run_logs(args: argparse.Namespace) -> int:
+    path = find_run(args.run)
+    state = read_state(path)
+    if args.task not in state.get("tasks", {}):
+        raise UserError(f"run {state['run_id']} has no task {args.task!r}; its tasks: "
+                        + ", ".join(state.get("tasks", {})))
+    log = path / "logs" / f"{args.task.replace(':', '-')}.log"
+    offset = 0
+    while True:
+        if log.exists():
+            with log.open("rb") as fh:
+                fh.seek(offset)
+                chunk = fh.read()
+            if chunk:
+                sys.stdout.write(chunk.decode("utf-8", errors="replace"))
+                sys.stdout.flush()
+                offset += len(chunk)
+        if not args.follow:
+            return 0
+        current = read_state(path)
+        if current.get("outcome") is not None or not _alive(current.get("launcher_pid")):
+            return 0
+        time.sleep(0.25)
+
+
+# -- replay -------------------------------------------------------------------------------------------
+
+
+def run_replay(args: argparse.Namespace) -> int:
+    from tui.app import run_dashboard
+    from tui.replay import ReplaySource
+
+    path = find_run(args.run)
+    state = read_state(path)
+    source = ReplaySource(path / "events.jsonl", speed=args.speed)
+    run_dashboard(source, None, title=str(state.get("name")), strategy=str(state.get("strategy")),
+                  hosts_total=len(state.get("hosts", {})), live=False)
+    return 0
+
+
+def run_attach(args: argparse.Namespace) -> int:
+    from launcher.attach import attach_run
+
+    return attach_run(find_run(args.run), tui=not args.no_tui)
+
+
+def _unused() -> None:  # keep human_bytes import meaningful for status extensions
+    human_bytes(0)
