@@ -638,10 +638,12 @@ def cmd_follow(run_dir: str, offsets: Dict[str, int]) -> int:
     stdin_closed = threading.Event()
 
     def watch_stdin() -> None:
+        # os.read on the fd, not sys.stdin: a daemon thread blocked inside a buffered reader
+        # aborts the interpreter at exit
         try:
-            while sys.stdin.buffer.read(4096):
+            while os.read(0, 4096):
                 pass
-        except (OSError, ValueError):
+        except OSError:
             pass
         stdin_closed.set()
 

@@ -1,0 +1,48 @@
+"""The agent zipapp: what it holds, that it is reproducible, and that it runs on its own."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+from launcher import agentpack
+
+PACKAGE_DIR = Path(agentpack.__file__).parent
+
+
+def test_zipapp_holds_main_and_every_host_module_present_in_the_tree():
+    names = set(zipfile.ZipFile(io.BytesIO(agentpack.build_agent_zipapp())).namelist())
+    expected = {"__main__.py"} | {
+        f"launcher/{m}.py" for m in agentpack.AGENT_MODULES if (PACKAGE_DIR / f"{m}.py").exists()}
+    assert names == expected
+    assert {"launcher/__init__.py", "launcher/events.py", "launcher/agent.py"} <= names
+
+
+def test_zipapp_is_deterministic_and_cached():
+    first = agentpack.build_agent_zipapp()
+    assert agentpack.build_agent_zipapp() is first
+    assert agentpack.pack_zipapp(agentpack.agent_sources()) == first
+    for info in zipfile.ZipFile(io.BytesIO(first)).infolist():
+        assert info.date_time == (1980, 1, 1, 0, 0, 0)
+
+
+def test_zipapp_runs_without_site_packages_or_the_source_tree(tmp_path):
+    pyz = tmp_path / "agent.pyz"
+    pyz.write_bytes(agentpack.build_agent_zipapp())
+    # -I ignores PYTHONPATH and the cwd, -S drops site-packages: only the stdlib and the zipapp remain
+    out = subprocess.run([sys.executable, "-I", "-S", str(pyz), "preflight"], capture_output=True,
+                         text=True, timeout=30, cwd=tmp_path, check=True)
+    assert set(json.loads(out.stdout)) == {"python", "psutil", "pynvml"}
+    modules = [m for m in agentpack.AGENT_MODULES if m != "__init__" and (PACKAGE_DIR / f"{m}.py").exists()]
+    imports = ", ".join("launcher." + m for m in modules)
+    code = f"import sys; sys.path.insert(0, {str(pyz)!r}); import {imports}"
+    subprocess.run([sys.executable, "-I", "-S", "-c", code], check=True, timeout=30, cwd=tmp_path)
+
+
+def test_agent_command_quotes_every_part():
+    command = agentpack.agent_command("python3", "/runs/my run/agent.pyz", "run", "--task-dir", "/x/it's")
+    assert command == "python3 '/runs/my run/agent.pyz' run --task-dir '/x/it'\"'\"'s'"
