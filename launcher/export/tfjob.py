@@ -269,7 +269,8 @@ def _header(profile: Profile, *, job: str, image: str, namespace: str | None, pl
             "index": "{index} = the pod label " + REPLICA_INDEX_LABEL,
             "task": "{task} = <role>:<that index>",
             "host": "{host} = the pod name",
-            "run_dir": "{run_dir} = " + RUN_DIR_MOUNT + ", an emptyDir that lives as long as the pod",
+            "run_dir": f"{{run_dir}} = {RUN_DIR_MOUNT}, an emptyDir deleted with the pod "
+                       "(checkpoints belong on a persistent volume)",
         }
         lines.append("Placeholders filled in each pod at start:")
         lines += [f"  {described[key]}" for key in _PER_REPLICA if key in placeholders]
