@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
-from launcher.model import Plan, TaskSpec
+from launcher.model import START_ORDER, Plan, TaskSpec
 from launcher.plan import build_plan, host_port, mask_env, tf_config
 from launcher.profile import load_profile
 
@@ -54,7 +54,7 @@ def print_plan(plan: Plan, out: TextIO) -> None:
              for t in plan.tasks]
     out.write(_table(rows))
     out.write("\n")
-    for role in profile.roles.values():
+    for role in (profile.roles[name] for name in START_ORDER if name in profile.roles):
         if role.count == 0:
             continue
         settings = role.settings

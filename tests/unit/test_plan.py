@@ -146,6 +146,16 @@ def test_launch_ports_override_and_unresolved_ports(tmp_path: Path) -> None:
     assert config["cluster"] == {"chief": ["localhost:7100"], "worker": ["localhost:7001", "localhost:7002"]}
 
 
+def test_roles_without_tasks_are_left_out_of_cluster(tmp_path: Path) -> None:
+    path = tmp_path / "p.toml"
+    path.write_text('[defaults]\ncommand = "x"\n[roles.ps]\ncount = 0\n[roles.chief]\nport = 7000\n',
+                    encoding="utf-8")
+    plan = build_plan(load_profile(path))
+    assert [t.task_id for t in plan.tasks] == ["chief:0"]
+    assert tf_config(plan, "chief:0") == {"cluster": {"chief": ["localhost:7000"]},
+                                          "task": {"type": "chief", "index": 0}}
+
+
 def test_ipv6_addresses_are_bracketed(tmp_path: Path) -> None:
     path = tmp_path / "p.toml"
     path.write_text('[defaults]\ncommand = "x"\n[hosts.v6]\naddress = "::1"\ntransport = "local"\n'
