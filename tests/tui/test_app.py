@@ -1,0 +1,254 @@
+"""The dashboard driven through Textual's Pilot by a recorded job."""
+
+from __future__ import annotations
+
+import pytest
+from textual.widgets import Input, RichLog, Static
+
+from launcher import events as ev
+from tests.tui.tui_support import (
+    RUN,
+    T0,
+    RecordingControl,
+    fixed_clock,
+    load,
+    make_app,
+    recorded_job,
+    wait_until,
+)
+from tui.app import NOT_IN_REPLAY, DashboardResult
+from tui.placement import TOTAL_ROW
+from tui.screens import ConfirmScreen, HelpScreen, QuitScreen
+
+SIZES = [(100, 30), (200, 50)]
+
+
+def cell(app, task_id: str, column: str):
+    return app.table.get_cell(task_id, column)
+
+
+def toasts(app) -> list[str]:
+    return [str(n.message) for n in app._notifications]
+
+
+def log_lines(app) -> list[str]:
+    return [strip.text for strip in app.log_pane.query_one("#log-lines", RichLog).lines]
+
+
+@pytest.mark.parametrize("size", SIZES)
+async def test_rows_appear_and_cells_follow_metrics(size) -> None:
+    events = recorded_job(steps=3, fail_worker=False)
+    source_app = make_app(events)
+    async with source_app.run_test(size=size) as pilot:
+        app = source_app
+        await load(pilot, app, len(events))
+        assert [key.value for key in app.table.rows] == ["chief:0", "ps:0", "ps:1", "worker:0", "worker:1"]
+        assert cell(app, "chief:0", "step").plain == "30"
+        assert cell(app, "worker:0", "gpu").plain == "83"
+        assert cell(app, "worker:0", "gpu_mem").plain == "3.0G/16G"
+        assert cell(app, "ps:0", "gpu").plain == "—"
+        assert cell(app, "ps:0", "rss").plain == "286M"
+        source = app.source
+        source.push(ev.metric_event(RUN, "chief:0", step=40, loss=0.125, ts=T0 + 5))
+        await wait_until(pilot, lambda: cell(app, "chief:0", "step").plain == "40")
+        assert cell(app, "chief:0", "loss").plain == "0.125"
+        header = str(app.header.render())
+        assert "step 40" in header and "hosts 2/2 up" in header and "parameter_server" in header
+
+
+async def test_failed_task_turns_red_and_notifies() -> None:
+    events = recorded_job(steps=2)
+    app = make_app(events)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await load(pilot, app, len(events))
+        state = cell(app, "worker:1", "state")
+        assert state.plain.strip() == "failed" and "red" in str(state.style)
+        assert "green" in str(cell(app, "chief:0", "state").style)
+        assert any("worker:1 failed" in message for message in toasts(app))
+
+
+async def test_stale_running_row_is_highlighted() -> None:
+    events = recorded_job(steps=2, fail_worker=False)
+    # at T0+12, ps:1 said nothing for 11.2 s (stale), worker:0 for 9 s (not yet)
+    app = make_app(events, clock=fixed_clock(T0 + 12))
+    async with app.run_test(size=(100, 30)) as pilot:
+        await load(pilot, app, len(events))
+        assert "yellow" in str(cell(app, "ps:1", "age").style)
+        assert "yellow" in str(cell(app, "ps:1", "task").style)
+        assert "yellow" not in str(cell(app, "worker:0", "age").style)
+
+
+async def test_placement_view_sums_bytes_per_ps_and_warns() -> None:
+    events = recorded_job(steps=1)
+    app = make_app(events)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await load(pilot, app, len(events))
+        await pilot.press("p")
+        table = app.placement_panel.query_one("#placement-table")
+        assert table.get_cell(TOTAL_ROW, "ps:0") == "11M"  # 12,005,120 bytes
+        assert table.get_cell(TOTAL_ROW, "ps:1") == "50K"  # 51,712 bytes
+        assert table.get_cell("embedding", "ps:0") == "11M" and table.get_cell("embedding", "ps:1") == ""
+        summary = str(app.placement_panel.query_one("#placement-summary", Static).render())
+        assert "ps:0 holds" in summary
+        await pilot.press("p")
+        assert app.views.current == "dashboard"
+
+
+@pytest.mark.parametrize(("key", "call"), [("r", ("restart_task", "ps:0")), ("x", ("stop_task", "ps:0"))])
+async def test_task_actions_ask_then_call_control_for_the_selected_task(key, call) -> None:
+    events = recorded_job(steps=1)
+    control = RecordingControl()
+    app = make_app(events, control=control)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await load(pilot, app, len(events))
+        await pilot.press("down")
+        assert app.selected_task == "ps:0"
+        await pilot.press(key)
+        assert isinstance(app.screen, ConfirmScreen)
+        assert control.calls == []
+        await pilot.press("y")
+        await wait_until(pilot, lambda: control.calls == [call])
+
+
+async def test_cancel_does_nothing() -> None:
+    events = recorded_job(steps=1)
+    control = RecordingControl()
+    app = make_app(events, control=control)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await load(pilot, app, len(events))
+        for key in ("r", "x", "D"):
+            await pilot.press(key)
+            assert isinstance(app.screen, ConfirmScreen)
+            await pilot.press("escape")
+            assert not isinstance(app.screen, ConfirmScreen)
+        await pilot.press("x")
+        await pilot.click("#cancel")
+        await pilot.pause(0.1)
+        assert control.calls == []
+
+
+async def test_teardown_after_confirm_and_quit_then_reports_it() -> None:
+    events = recorded_job(steps=1)
+    control = RecordingControl()
+    app = make_app(events, control=control)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await load(pilot, app, len(events))
+        await pilot.press("D")
+        await pilot.click("#confirm")
+        await wait_until(pilot, lambda: control.calls == [("teardown",)])
+        await pilot.press("q")  # teardown already asked for: no second question
+    assert app.return_value == DashboardResult("teardown", teardown_requested=True)
+
+
+@pytest.mark.parametrize(("key", "action"), [("d", "detach"), ("t", "teardown")])
+async def test_quit_while_running_asks_and_returns_the_choice(key, action) -> None:
+    events = recorded_job(steps=1)
+    control = RecordingControl()
+    app = make_app(events, control=control)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await load(pilot, app, len(events))
+        await pilot.press("q")
+        assert isinstance(app.screen, QuitScreen)
+        await pilot.press("c")
+        assert not isinstance(app.screen, QuitScreen) and app.is_running
+        await pilot.press("q")
+        await pilot.press(key)
+        await wait_until(pilot, lambda: app.return_value is not None)
+    assert app.return_value == DashboardResult(action)
+    assert control.calls == []  # the caller acts on the result
+
+
+async def test_quit_after_the_job_ended_leaves_directly() -> None:
+    events = [*recorded_job(steps=1), ev.job_event(RUN, ev.JOB_SUCCEEDED, ts=T0 + 20)]
+    app = make_app(events, control=RecordingControl())
+    async with app.run_test(size=(100, 30)) as pilot:
+        await load(pilot, app, len(events))
+        assert any("Job Succeeded" in message for message in toasts(app))
+        await pilot.press("q")
+        await wait_until(pilot, lambda: app.return_value is not None)
+    assert app.return_value == DashboardResult("quit")
+
+
+async def test_replay_refuses_actions_and_quits_directly() -> None:
+    events = recorded_job(steps=1)
+    app = make_app(events, control=None, live=False, hold_open=False)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await load(pilot, app, len(events))
+        await wait_until(pilot, lambda: app.stream_ended)
+        for key in ("r", "x", "D"):
+            await pilot.press(key)
+            assert not isinstance(app.screen, ConfirmScreen)
+        assert toasts(app).count(NOT_IN_REPLAY) == 3
+        assert "elapsed 3s" in str(app.header.render())  # replay time, not the wall clock
+        await pilot.press("q")
+        await wait_until(pilot, lambda: app.return_value is not None)
+    assert app.return_value == DashboardResult("quit")
+
+
+async def test_help_lists_every_binding_description() -> None:
+    app = make_app(recorded_job(steps=1))
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        text = str(app.screen.query_one("#help-text", Static).render())
+        for binding in app.action_bindings():
+            assert binding.description in text
+            assert binding.id
+        await pilot.press("escape")
+        assert not isinstance(app.screen, HelpScreen)
+
+
+async def test_command_palette_lists_the_actions() -> None:
+    from tui.commands import DashboardCommands
+
+    app = make_app(recorded_job(steps=1))
+    async with app.run_test(size=(100, 30)) as pilot:
+        provider = DashboardCommands(app.screen)
+        found = [hit.text async for hit in provider.discover()]
+        assert "Restart task" in found and "Tear down job" in found and "Placement" in found
+        hits = [hit async for hit in provider.search("placement")]
+        assert hits
+        await hits[0].command()
+        await pilot.pause()
+        assert app.views.current == "placement"
+
+
+async def test_log_pane_follows_pauses_searches_and_marks_stderr() -> None:
+    events = recorded_job(steps=5)
+    app = make_app(events)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await load(pilot, app, len(events))
+        for _ in range(4):
+            await pilot.press("down")
+        assert app.selected_task == "worker:1"
+        assert log_lines(app)[-1] == "ResourceExhaustedError: OOM"
+        stderr_strip = app.log_pane.query_one("#log-lines", RichLog).lines[-1]
+        assert any(seg.style and "red" in str(seg.style) for seg in stderr_strip)
+        # pause: new lines are held back and counted, resume writes them
+        await pilot.press("f")
+        app.source.push(ev.log_event(RUN, "worker:1", "stdout", "after pause", ts=T0 + 30))
+        await wait_until(pilot, lambda: "1 new" in str(app.log_pane.query_one("#log-title").render()))
+        assert "after pause" not in log_lines(app)
+        await pilot.press("space")
+        assert log_lines(app)[-1] == "after pause"
+        # search filters to matching lines
+        await pilot.press("slash")
+        assert isinstance(app.focused, Input)
+        await pilot.press(*"batch 3")
+        assert log_lines(app) == ["worker batch 3"]
+        await pilot.press("enter")
+        assert app.focused is app.table
+        await pilot.press("slash", "escape")
+        assert len(log_lines(app)) == 7
+
+
+async def test_logs_view_hides_the_table_and_keeps_selection_keys() -> None:
+    events = recorded_job(steps=2)
+    app = make_app(events)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await load(pilot, app, len(events))
+        await pilot.press("l")
+        assert not app.table.display or app.dashboard.has_class("logs-only")
+        await pilot.press("down")
+        assert app.selected_task == "ps:0"
+        assert "log ps:0" in str(app.log_pane.query_one("#log-title").render())

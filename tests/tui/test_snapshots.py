@@ -1,0 +1,45 @@
+"""Snapshots of the main screen, the placement view and the quit dialog (fixed clock, recorded job).
+
+Update after an intended change with: pytest tests/tui/test_snapshots.py --snapshot-update
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.tui.tui_support import RecordingControl, load, make_app, recorded_job
+
+SIZES = [(100, 30), (200, 50)]
+
+
+def loaded(*keys: str):
+    events = recorded_job(steps=10)
+
+    async def run_before(pilot) -> None:
+        await load(pilot, pilot.app, len(events))
+        pilot.app.clear_notifications()
+        if keys:
+            await pilot.press(*keys)
+        await pilot.pause()
+
+    return events, run_before
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_main_screen(snap_compare, size) -> None:
+    events, run_before = loaded()
+    app = make_app(events, control=RecordingControl())
+    assert snap_compare(app, terminal_size=size, run_before=run_before)
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_placement_view(snap_compare, size) -> None:
+    events, run_before = loaded("p")
+    app = make_app(events, control=RecordingControl())
+    assert snap_compare(app, terminal_size=size, run_before=run_before)
+
+
+def test_quit_dialog(snap_compare) -> None:
+    events, run_before = loaded("q")
+    assert snap_compare(make_app(events, control=RecordingControl()), terminal_size=(100, 30),
+                        run_before=run_before)
