@@ -523,6 +523,12 @@ class SshHost(Host):
             return f"{self.label}: cannot resolve address {self.address}; fix hosts.{self.name}.address"
         if isinstance(exc, OSError):
             return f"{self.label}: unreachable ({exc.strerror or exc}); check the address and the network"
+        if isinstance(exc, paramiko.SSHException) and any(
+                sign in str(exc) for sign in ("banner", "No existing session", "Negotiation failed")):
+            # the TCP port answered but no SSH handshake finished in time (or the peer hung up)
+            return (f"{self.label}: no SSH answer within {self.settings.connect_timeout:g}s "
+                    f"(connect_timeout); check that ssh_port = {self.port} is an SSH server "
+                    f"and the host is up")
         if isinstance(exc, paramiko.SSHException) and "No authentication methods" in str(exc):
             return f"{self.label}: no SSH key to offer for user {self.user}; set identity_file"
         return f"{self.label}: SSH failed: {exc}"

@@ -16,7 +16,7 @@ import pytest
 
 from launcher.model import HostConfig
 from launcher.transport import MAX_LINE_BYTES, CommandTimeout, Host, LocalHost, SshHost
-from tests.sshd import PrivateSshd, require_sshd
+from tests.sshd import PrivateSshd
 
 DEADLINE = 10.0
 
@@ -50,20 +50,12 @@ def host(request: pytest.FixtureRequest) -> Iterator[Host]:
     made: Host
     if request.param == "local":
         made = LocalHost(HostConfig(name="local", address="localhost", transport="local"))
-    else:
-        require_sshd()
+    else:  # the session-wide private sshd of tests/sshd.py (skips where sshd is missing)
         server: PrivateSshd = request.getfixturevalue("sshd")
         made = SshHost(server.host_config("ssh1"))
     made.connect()
     yield made
     made.close()
-
-
-@pytest.fixture(scope="session")
-def sshd() -> Iterator[PrivateSshd]:
-    require_sshd()
-    with PrivateSshd() as server:
-        yield server
 
 
 def test_run_returns_exit_code_stdout_and_stderr(host: Host) -> None:
