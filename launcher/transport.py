@@ -65,6 +65,10 @@ class LineStream(ABC):
     def wait(self, timeout: float | None = None) -> int | None:
         """The command's exit code once it ended, or None on timeout."""
 
+    def stderr_tail(self) -> str:
+        """The last few KiB the command wrote to stderr (to explain why a stream ended)."""
+        return ""
+
 
 class Host(ABC):
     name: str
@@ -195,7 +199,7 @@ class _LocalLineStream(LineStream):
         self._on_close = on_close
         self._closing = threading.Event()
         self._exit_code: int | None = None
-        self.stderr = _TailBuffer()
+        self._stderr = _TailBuffer()
         self._stderr_thread = threading.Thread(target=self._drain_stderr, daemon=True,
                                                name="local-stream-stderr")
         self._reader = threading.Thread(target=self._read, daemon=True, name="local-stream")
@@ -206,7 +210,7 @@ class _LocalLineStream(LineStream):
         assert self._proc.stderr is not None
         fd = self._proc.stderr.fileno()
         while chunk := os.read(fd, 65536):
-            self.stderr.add(chunk)
+            self._stderr.add(chunk)
 
     def _read(self) -> None:
         assert self._proc.stdout is not None
@@ -237,6 +241,9 @@ class _LocalLineStream(LineStream):
     @property
     def alive(self) -> bool:
         return self._reader.is_alive()
+
+    def stderr_tail(self) -> str:
+        return self._stderr.text()
 
     def wait(self, timeout: float | None = None) -> int | None:
         self._reader.join(timeout)
@@ -373,7 +380,7 @@ class _SshLineStream(LineStream):
         self._on_close = on_close
         self._closing = threading.Event()
         self._exit_code: int | None = None
-        self.stderr = _TailBuffer()
+        self._stderr = _TailBuffer()
         self._reader = threading.Thread(target=self._read, daemon=True, name="ssh-stream")
         self._reader.start()
 
@@ -383,7 +390,7 @@ class _SshLineStream(LineStream):
         try:
             while True:
                 while channel.recv_stderr_ready():  # unread stderr would hold the shared window
-                    self.stderr.add(channel.recv_stderr(_CHUNK))
+                    self._stderr.add(channel.recv_stderr(_CHUNK))
                 try:
                     chunk = channel.recv(_CHUNK)
                 except TimeoutError:
@@ -398,6 +405,9 @@ class _SshLineStream(LineStream):
         except (OSError, EOFError, paramiko.SSHException):
             pass  # a dropped connection ends the stream like EOF does
         finally:
+            with contextlib.suppress(Exception):
+                while channel.recv_stderr_ready():
+                    self._stderr.add(channel.recv_stderr(_CHUNK))
             channel.close()
             if self._on_close is not None:
                 self._on_close(None if self._closing.is_set() else self._exit_code)
@@ -405,6 +415,9 @@ class _SshLineStream(LineStream):
     @property
     def alive(self) -> bool:
         return self._reader.is_alive()
+
+    def stderr_tail(self) -> str:
+        return self._stderr.text()
 
     def wait(self, timeout: float | None = None) -> int | None:
         self._reader.join(timeout)

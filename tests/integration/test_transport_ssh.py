@@ -8,6 +8,7 @@ from __future__ import annotations
 import socket
 import subprocess
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -139,4 +140,22 @@ def test_connection_loss_is_a_host_error_and_reconnect_works(server: PrivateSshd
     assert host.run("echo still").stdout == "still\n"
     host.close()
     assert host.run("echo again").stdout == "again\n"  # run reconnects a closed host
+    host.close()
+
+
+def test_commands_from_many_threads_share_the_connection_beside_a_stream(server: PrivateSshd) -> None:
+    host = SshHost(server.host_config("gpu1"))
+    host.connect()
+    lines: list[str] = []
+    stream = host.stream_lines("echo started; echo warn >&2; cat", lines.append)
+    try:
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            results = list(pool.map(lambda i: host.run(f"echo {i}").stdout, range(40)))
+        assert results == [f"{i}\n" for i in range(40)]
+        host.put_file(b"x", str(server.dir / "sub" / "f"))
+        assert lines == ["started"]
+        assert stream.alive
+    finally:
+        stream.close()
+    assert stream.stderr_tail() == "warn\n"
     host.close()
