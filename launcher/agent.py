@@ -377,33 +377,47 @@ class OutputInterpreter:
         return events.metric_event(self._spec.run, self._spec.task, step=step, loss=loss, values=values)
 
 
-def _read_lines(pipe: IO[bytes], stream: str, handle: Callable[[str, str], None]) -> None:
-    """Read a pipe line by line with a bounded line length; overlong lines are cut."""
+def _decode_line(raw: bytes) -> str:
+    text = raw.decode("utf-8", errors="replace").rstrip("\r")
+    if "\r" in text:  # progress bars redraw with \r: keep what a terminal would show last
+        parts = [p for p in text.split("\r") if p]
+        text = parts[-1] if parts else ""
+    return text
+
+
+def _read_lines(fd: int, stream: str, handle: Callable[[str, str], None]) -> None:
+    """Read a pipe line by line until EOF; a line over MAX_LINE_BYTES is cut and the rest dropped.
+
+    Raw ``os.read`` on a file descriptor this thread owns, not a buffered file object: a daemon
+    thread blocked inside a buffered reader at exit aborts the interpreter, and a pipe held open
+    by an escaped grandchild may never reach EOF.
+    """
+    pending = b""
+    dropping = False
     try:
         while True:
-            chunk = pipe.readline(MAX_LINE_BYTES + 1)
-            if not chunk:
-                return
-            truncated = False
-            if len(chunk) > MAX_LINE_BYTES and not chunk.endswith(b"\n"):
-                chunk = chunk[:MAX_LINE_BYTES]
-                truncated = True
-                while True:
-                    rest = pipe.readline(MAX_LINE_BYTES)
-                    if not rest or rest.endswith(b"\n"):
-                        break
-            text = chunk.decode("utf-8", errors="replace").rstrip("\n").rstrip("\r")
-            if "\r" in text:
-                parts = [p for p in text.split("\r") if p]
-                text = parts[-1] if parts else ""
-            if truncated:
-                text += " [line truncated]"
-            handle(stream, text)
-    except (OSError, ValueError):
-        return
+            data = os.read(fd, 65536)
+            if not data:
+                break
+            parts = (pending + data).split(b"\n")
+            pending = parts.pop()
+            for part in parts:
+                if dropping:
+                    dropping = False
+                    continue
+                handle(stream, _decode_line(part))
+            if len(pending) > MAX_LINE_BYTES:
+                if not dropping:
+                    handle(stream, _decode_line(pending[:MAX_LINE_BYTES]) + " [line truncated]")
+                dropping = True
+                pending = b""
+        if pending and not dropping:
+            handle(stream, _decode_line(pending))
+    except OSError:
+        pass
     finally:
         with contextlib.suppress(OSError):
-            pipe.close()
+            os.close(fd)
 
 
 # -- the run verb ---------------------------------------------------------------------------
@@ -477,16 +491,21 @@ class TaskRunner:
 
         interpreter = OutputInterpreter(spec, self.writer.write)
         assert proc.stdout is not None and proc.stderr is not None
-        readers = [threading.Thread(target=_read_lines, args=(pipe, name, interpreter.handle),
-                                    name="read-" + name, daemon=True)
-                   for pipe, name in ((proc.stdout, "stdout"), (proc.stderr, "stderr"))]
+        readers = []
+        for pipe, name in ((proc.stdout, "stdout"), (proc.stderr, "stderr")):
+            fd = os.dup(pipe.fileno())  # the reader thread owns (and closes) its own descriptor
+            pipe.close()
+            readers.append(threading.Thread(target=_read_lines, args=(fd, name, interpreter.handle),
+                                            name="read-" + name, daemon=True))
         for reader in readers:
             reader.start()
         sampler = threading.Thread(target=self._sample_loop, args=(proc.pid,), name="sampler", daemon=True)
         sampler.start()
 
         self._supervise(proc)
-        if self._stop_requested.is_set():
+        # a stop that comes after the task ended by itself does not rewrite how it ended
+        stopped = self._stop_requested.is_set() and proc.returncode is None
+        if stopped:
             self._terminate(proc, pgid)
         returncode = proc.wait()
         _kill_group_for_good(pgid, LEFTOVER_TERM_SECONDS, lambda: _reap_adopted(proc.pid))
@@ -499,8 +518,9 @@ class TaskRunner:
         sampler.join(2.0)
 
         exit_code, reason = describe_exit(returncode)
-        if self._stop_reason is not None:
-            self._state(events.STOPPED, pid=proc.pid, exit_code=exit_code, reason=self._stop_reason)
+        if stopped:
+            self._state(events.STOPPED, pid=proc.pid, exit_code=exit_code,
+                        reason=self._stop_reason or "stopped on request")
         elif returncode == 0:
             self._state(events.SUCCEEDED, pid=proc.pid, exit_code=0)
         else:

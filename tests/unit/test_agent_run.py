@@ -243,6 +243,37 @@ def test_leftover_children_holding_the_pipes_are_killed_after_exit(host):
     assert not pid_alive(child)
 
 
+def test_an_escaped_daemon_holding_stdout_does_not_keep_the_agent_alive(host):
+    # setsid leaves the task's process group, so the agent cannot kill it, and it keeps the pipe open
+    task_dir = host.task("setsid sh -c 'echo $$ > escaped.pid; exec sleep 60' & sleep 0.2; echo done")
+    try:
+        t0 = time.monotonic()
+        evs = host.run_to_end(task_dir, timeout=20)
+        assert time.monotonic() - t0 < 12
+        assert evs[-1]["state"] == "succeeded"
+        assert "Fatal Python error" not in (task_dir / "agent.log").read_text()
+    finally:
+        escaped = host.root / "escaped.pid"
+        if escaped.exists():
+            os.kill(int(escaped.read_text()), signal.SIGKILL)
+
+
+def test_overlong_lines_are_cut_and_carriage_returns_keep_the_last_redraw(host):
+    script = host.root / "long.py"
+    script.write_text(textwrap.dedent("""
+        import sys
+        sys.stdout.write("x" * (3 * 1024 * 1024) + "\\n")
+        sys.stdout.write("after\\n")
+        sys.stdout.write("step 1\\rstep 2\\rstep 3\\r\\n")
+    """))
+    evs = host.run_to_end(host.task(f"{sys.executable} long.py"))
+    logs = [e["line"] for e in evs if e["kind"] == "log"]
+    assert len(logs) == 3
+    assert logs[0].startswith("xxx") and logs[0].endswith("[line truncated]")
+    assert len(logs[0]) < 1024 * 1024 + 100
+    assert logs[1:] == ["after", "step 3"]
+
+
 def test_stop_verb_kills_a_task_that_ignores_sigterm_and_its_grandchild(host):
     task_dir = host.task("trap '' TERM; sh -c 'echo $$ > grandchild.pid; exec sleep 120' & sleep 120",
                          grace_seconds=30)

@@ -25,8 +25,10 @@ def test_zipapp_holds_main_and_every_host_module_present_in_the_tree():
 def test_zipapp_is_deterministic_and_cached():
     first = agentpack.build_agent_zipapp()
     assert agentpack.build_agent_zipapp() is first
-    assert agentpack.pack_zipapp(agentpack.agent_sources()) == first
-    for info in zipfile.ZipFile(io.BytesIO(first)).infolist():
+    sources = agentpack.agent_sources()
+    packed = agentpack.pack_zipapp(sources)
+    assert agentpack.pack_zipapp(dict(reversed(list(sources.items())))) == packed
+    for info in zipfile.ZipFile(io.BytesIO(packed)).infolist():
         assert info.date_time == (1980, 1, 1, 0, 0, 0)
 
 
