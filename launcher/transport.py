@@ -260,12 +260,14 @@ class _LocalLineStream(LineStream):
             self._reader.join(5.0)
         try:
             self._proc.wait(timeout=2.0)
-        except subprocess.TimeoutExpired:
-            self._proc.kill()
+        except subprocess.TimeoutExpired:  # it ignored EOF: its session is ours to end
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self._proc.pid, signal.SIGKILL)
             self._proc.wait(timeout=5.0)
         self._stderr_thread.join(1.0)
-        for pipe in (self._proc.stdout, self._proc.stderr):
-            if pipe is not None:
+        # a pipe still being read by a thread stays open (closing it under a blocked read is unsafe)
+        for pipe, reader in ((self._proc.stdout, self._reader), (self._proc.stderr, self._stderr_thread)):
+            if pipe is not None and not reader.is_alive():
                 pipe.close()
 
 
