@@ -1,0 +1,124 @@
+"""Helpers for tests that run whole jobs: profiles in tmp dirs, the CLI as a process, event waits."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+PYTHON = sys.executable
+
+
+def cli(*args: str, timeout: float = 240, env: dict[str, str] | None = None,
+        cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([PYTHON, "-m", "launcher.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, **(env or {})}, cwd=cwd)
+
+
+def start_cli(*args: str, log: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """The CLI as a background process (its own process group), output to ``log``."""
+    fh = log.open("wb")
+    return subprocess.Popen([PYTHON, "-m", "launcher.cli", *args], stdout=fh, stderr=subprocess.STDOUT,
+                            cwd=REPO, env={**os.environ, **(env or {})}, start_new_session=True)
+
+
+def read_events(run_dir: Path) -> list[dict[str, Any]]:
+    path = run_dir / "events.jsonl"
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            pass
+    return out
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.1) -> Any:
+    """Poll ``predicate`` until it returns something truthy; fail with ``what`` after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+def wait_for_event(run_dir: Path, match: Callable[[dict[str, Any]], bool], timeout: float,
+                   what: str) -> dict[str, Any]:
+    def find() -> dict[str, Any] | None:
+        return next((e for e in read_events(run_dir) if match(e)), None)
+
+    result: dict[str, Any] = wait_for(find, timeout, what)
+    return result
+
+
+def pids_with_run_id(run_id: str) -> list[int]:
+    """Every process on this machine whose environment carries DISTLAUNCH_RUN_ID=run_id."""
+    needle = f"DISTLAUNCH_RUN_ID={run_id}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            env = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        if needle in env.split(b"\0"):
+            found.append(int(entry.name))
+    return found
+
+
+def kill_run_processes(run_id: str) -> None:
+    """Last-resort cleanup so a failing test does not leave a cluster running."""
+    for pid in pids_with_run_id(run_id):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def write_profile(path: Path, body: str) -> Path:
+    path.write_text(body)
+    return path
+
+
+def local_ps_profile(tmp: Path, *, steps: int = 120, name: str = "it-local", orphan_grace: int = 60,
+                     extra: str = "", ports: bool = False) -> Path:
+    """A small ParameterServerStrategy job on this machine (1 ps, 1 worker, 1 chief)."""
+    port_lines = ("", "", "")
+    if ports:
+        from tests.sshd import free_port
+
+        port_lines = tuple(f"port = {free_port()}" for _ in range(3))  # type: ignore[assignment]
+    return write_profile(tmp / "local.toml", f"""
+name = "{name}"
+orphan_grace_seconds = {orphan_grace}
+{extra}
+[defaults]
+command = "{{python}} examples/ps_mnist.py --steps {steps} --log-every 20 --checkpoint-dir {{run_dir}}/ckpt"
+workdir = "{REPO}"
+env = {{ TF_CPP_MIN_LOG_LEVEL = "2" }}
+grace_seconds = 5
+[hosts.local]
+address = "localhost"
+transport = "local"
+[roles.ps]
+hosts = ["local"]
+{port_lines[0]}
+[roles.worker]
+hosts = ["local"]
+{port_lines[1]}
+[roles.chief]
+hosts = ["local"]
+{port_lines[2]}
+""")

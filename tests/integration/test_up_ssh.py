@@ -1,0 +1,121 @@
+"""`distlaunch up` through a real OpenSSH server on loopback, with host keys verified."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.integration.jobtools import (
+    REPO,
+    cli,
+    kill_run_processes,
+    pids_with_run_id,
+    read_events,
+    start_cli,
+    wait_for,
+    wait_for_event,
+    write_profile,
+)
+from tests.sshd import PrivateSshd, free_port
+
+pytestmark = [pytest.mark.slow, pytest.mark.sshd]
+
+
+def ssh_profile(tmp: Path, server: PrivateSshd, *, steps: int = 100, known_hosts: Path | None = None,
+                policy: str = "reject", name: str = "it-ssh") -> Path:
+    ports = [free_port() for _ in range(3)]
+    return write_profile(tmp / "ssh.toml", f"""
+name = "{name}"
+orphan_grace_seconds = 30
+[defaults]
+command = "{{python}} examples/ps_mnist.py --steps {steps} --log-every 20 --checkpoint-dir {{run_dir}}/ckpt"
+python = "{sys.executable}"
+workdir = "{REPO}"
+env = {{ TF_CPP_MIN_LOG_LEVEL = "2" }}
+grace_seconds = 5
+[ssh]
+user = "{server.user}"
+identity_file = "{server.identity_file}"
+known_hosts = "{known_hosts or server.known_hosts}"
+host_key_policy = "{policy}"
+[hosts.box]
+address = "127.0.0.1"
+ssh_port = {server.port}
+[roles.ps]
+hosts = ["box"]
+port = {ports[0]}
+[roles.worker]
+hosts = ["box"]
+port = {ports[1]}
+[roles.chief]
+hosts = ["box"]
+port = {ports[2]}
+""")
+
+
+def test_job_over_ssh_succeeds_and_leaves_nothing(tmp_path: Path, sshd: PrivateSshd) -> None:
+    run_dir, run_id = tmp_path / "run", "it-ssh-ok"
+    try:
+        result = cli("up", str(ssh_profile(tmp_path, sshd)), "--no-tui", "--run-dir", str(run_dir),
+                     "--run-id", run_id, timeout=300)
+        assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+        events = read_events(run_dir)
+        steps = [e["step"] for e in events if e["kind"] == "metric" and e["step"] is not None]
+        assert steps and steps[-1] >= 100
+        final = {e["task"]: e["state"] for e in events if e["kind"] == "state"}
+        assert final == {"chief:0": "succeeded", "ps:0": "stopped", "worker:0": "stopped"}
+        assert all(e["host"] == "box" for e in events if e["kind"] == "state" and e["state"] == "running")
+        assert pids_with_run_id(run_id) == []
+        assert "Accepted publickey" in (sshd.log_path.read_text())
+    finally:
+        kill_run_processes(run_id)
+
+
+def test_unknown_host_key_is_refused_unless_accept_new(tmp_path: Path, sshd: PrivateSshd) -> None:
+    empty = tmp_path / "known_hosts"
+    empty.write_text("")
+    run_dir = tmp_path / "run"
+    up = cli("up", str(ssh_profile(tmp_path, sshd, known_hosts=empty)), "--no-tui",
+             "--run-dir", str(run_dir), "--run-id", "it-ssh-unknown")
+    assert up.returncode == 2
+    errors = [ln for ln in up.stderr.splitlines() if "error" in ln]
+    assert len(errors) == 1 and "unknown host key" in errors[0] and "Traceback" not in up.stderr
+    assert not [e for e in read_events(run_dir) if e["kind"] == "state"]
+
+    accepted = cli("check", str(ssh_profile(tmp_path, sshd, known_hosts=empty, policy="accept-new")))
+    assert accepted.returncode == 0, accepted.stderr
+    assert "127.0.0.1" in empty.read_text() and "added" in accepted.stderr.lower()
+
+
+def test_unreachable_host_is_one_line_and_nothing_starts(tmp_path: Path, sshd: PrivateSshd) -> None:
+    profile = ssh_profile(tmp_path, sshd)
+    profile.write_text(profile.read_text().replace(f"ssh_port = {sshd.port}", f"ssh_port = {free_port()}"))
+    for verb in ("check", "up"):
+        args = [verb, str(profile)] + (["--no-tui", "--run-dir", str(tmp_path / "run")] if verb == "up" else [])
+        result = cli(*args, timeout=60)
+        assert result.returncode == 2, result.stderr
+        errors = [ln for ln in result.stderr.splitlines() if "error" in ln]
+        assert len(errors) == 1 and "box" in errors[0] and "Traceback" not in result.stderr
+
+
+def test_down_from_another_terminal_stops_the_job(tmp_path: Path, sshd: PrivateSshd) -> None:
+    run_dir, run_id = tmp_path / "run", "it-ssh-down"
+    launcher = start_cli("up", str(ssh_profile(tmp_path, sshd, steps=1_000_000)), "--no-tui",
+                         "--run-dir", str(run_dir), "--run-id", run_id, log=tmp_path / "up.log")
+    try:
+        wait_for_event(run_dir, lambda e: e["kind"] == "metric" and e["task"] == "chief:0", 180,
+                       "the chief's first metric")
+        down = cli("down", str(run_dir), timeout=120)
+        assert down.returncode == 0, down.stdout + down.stderr
+        assert "no process of the run is left" in down.stdout
+        assert pids_with_run_id(run_id) == []
+        assert wait_for(lambda: launcher.poll() is not None, 60, "the launcher to exit") is not None
+        assert launcher.returncode != 0
+        jobs = [e for e in read_events(run_dir) if e["kind"] == "job"]
+        assert jobs[-1]["state"] == "Failed"
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+        kill_run_processes(run_id)
