@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
+import errno
 import importlib
 import importlib.util
 import json
@@ -823,20 +824,35 @@ def _family(addr: str) -> int:
     return socket.AF_INET6 if ":" in addr else socket.AF_INET
 
 
+def _bindable_address(addr: str) -> str:
+    """``addr``, or the wildcard address when ``addr`` is not on this host (a NAT address).
+
+    TF's gRPC server listens on every address anyway, so the wildcard check is the honest one.
+    """
+    with socket.socket(_family(addr), socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((addr, 0))
+            return addr
+        except OSError as exc:
+            if exc.errno != errno.EADDRNOTAVAIL:
+                raise
+    return "::" if _family(addr) == socket.AF_INET6 else "0.0.0.0"
+
+
 def _can_bind(addr: str, port: int) -> bool:
-    # SO_REUSEADDR on, as TF's gRPC server has it: sockets in TIME_WAIT do not make a port busy.
-    sock = socket.socket(_family(addr), socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((addr, port))
-        return True
-    except OSError:
-        return False
-    finally:
-        sock.close()
+    # SO_REUSEADDR on, as TF's gRPC server has it: sockets in TIME_WAIT do not make a port busy,
+    # while a listener or a plain bound socket still does.
+    with socket.socket(_family(addr), socket.SOCK_STREAM) as sock:
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((addr, port))
+            return True
+        except OSError:
+            return False
 
 
 def cmd_ports(addr: str, check: List[int], pick: int) -> Dict[str, Any]:
+    addr = _bindable_address(addr)
     listening = _listening_ports()
     busy = [p for p in check if p in listening or not _can_bind(addr, p)]
     picked: List[int] = []
@@ -948,6 +964,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         try:
             _print_json(cmd_ports(args.bind, args.check, args.pick))
         except OSError as exc:
+            sys.stderr.write("agent ports: %s\n" % exc)
             _print_json({"error": str(exc)})
             return 1
     elif args.verb == "sweep":

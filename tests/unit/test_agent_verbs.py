@@ -255,3 +255,14 @@ def test_preflight_reports_python_and_optional_modules(pyz):
     assert result["python"] == platform.python_version()
     assert result["psutil"] is True  # installed in the test venv
     assert isinstance(result["pynvml"], bool)
+
+
+def test_an_address_not_on_this_host_is_checked_on_the_wildcard(pyz):
+    # 192.0.2.1 (TEST-NET-1) is never a local address: think of a NAT address in a profile
+    with socket.socket() as listener:
+        listener.bind(("0.0.0.0", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        result = agent_json(pyz, "ports", "--bind", "192.0.2.1", "--check", str(port), "--pick", "1")
+    assert result["busy"] == [port]
+    assert len(result["picked"]) == 1 and result["picked"][0] != port
