@@ -22,6 +22,7 @@ shard they belong to.
 from __future__ import annotations
 
 import argparse
+import importlib
 import math
 import os
 import sys
@@ -47,7 +48,7 @@ def _load_report() -> ModuleType | None:
     except ImportError:
         sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     try:
-        from launcher import report as module
+        module = importlib.import_module("launcher.report")
     except ImportError:
         return None
     return module

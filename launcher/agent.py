@@ -461,6 +461,7 @@ class TaskRunner:
         self._stop_reason: Optional[str] = None
         self._stop_requested = threading.Event()
         self._done = threading.Event()
+        self._task_exited = threading.Event()
         self._detached_seen_at = 0.0
 
     # signal handlers and lease loss both end here
@@ -509,6 +510,7 @@ class TaskRunner:
         if stopped:
             self._terminate(proc, pgid)
         returncode = proc.wait()
+        self._task_exited.set()
         _kill_group_for_good(pgid, LEFTOVER_TERM_SECONDS, lambda: _reap_adopted(proc.pid))
         _reap_adopted(proc.pid)
 
@@ -571,7 +573,7 @@ class TaskRunner:
             return
         interval = max(0.05, self.spec.sample_interval)
         complained = False
-        while not self._done.wait(interval):
+        while not self._done.wait(interval) and not self._task_exited.is_set():
             try:
                 sample = sampler.sample()
                 event = events.sample_event(

@@ -6,6 +6,7 @@ up, no path-length limit); a request is one JSON line, the answer one JSON line.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import threading
@@ -43,10 +44,8 @@ class ControlServer:
                     answer = self._handle(request)
                 except (OSError, ValueError) as exc:
                     answer = {"ok": False, "error": str(exc)}
-                try:
+                with contextlib.suppress(OSError):
                     conn.sendall((json.dumps(answer) + "\n").encode())
-                except OSError:
-                    pass
 
     def _handle(self, request: dict[str, Any]) -> dict[str, Any]:
         action, task = request.get("action"), request.get("task")
@@ -64,10 +63,8 @@ class ControlServer:
 
     def close(self) -> None:
         self._closed = True
-        try:
+        with contextlib.suppress(OSError):
             self._sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
         self._sock.close()
 
 

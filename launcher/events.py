@@ -14,7 +14,7 @@ import json
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, Optional
+from typing import Any
 
 SCHEMA_VERSION = 1
 
@@ -64,15 +64,15 @@ class Event:
 
     kind: str
     run: str
-    task: Optional[str]
+    task: str | None
     ts: float = field(default_factory=time.time)
-    data: Dict[str, Any] = field(default_factory=dict)
+    data: dict[str, Any] = field(default_factory=dict)
 
     def get(self, key: str, default: Any = None) -> Any:
         return self.data.get(key, default)
 
-    def to_dict(self) -> Dict[str, Any]:
-        out: Dict[str, Any] = {"v": SCHEMA_VERSION, "ts": self.ts, "run": self.run, "task": self.task,
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"v": SCHEMA_VERSION, "ts": self.ts, "run": self.run, "task": self.task,
                                "kind": self.kind}
         out.update(self.data)
         return out
@@ -82,7 +82,7 @@ class Event:
                           allow_nan=False)
 
     @classmethod
-    def from_dict(cls, obj: Dict[str, Any]) -> "Event":
+    def from_dict(cls, obj: dict[str, Any]) -> Event:
         if not isinstance(obj, dict):
             raise EventDecodeError("event is not a JSON object")
         kind = obj.get("kind")
@@ -101,7 +101,7 @@ class Event:
         return cls(kind=kind, run=run, task=task, ts=float(ts), data=data)
 
     @classmethod
-    def from_json(cls, line: str) -> "Event":
+    def from_json(cls, line: str) -> Event:
         try:
             obj = json.loads(line)
         except ValueError as exc:
@@ -118,7 +118,7 @@ def _json_default(value: Any) -> Any:
     return str(value)
 
 
-def finite(value: Any) -> Optional[float]:
+def finite(value: Any) -> float | None:
     """A float, or None for NaN/inf/non-numbers (JSON has no NaN)."""
     try:
         f = float(value)
@@ -130,21 +130,21 @@ def finite(value: Any) -> Optional[float]:
 # -- constructors: the one place each kind's fields are spelled ------------------------------
 
 
-def job_event(run: str, state: str, reason: str = "", ts: Optional[float] = None) -> Event:
+def job_event(run: str, state: str, reason: str = "", ts: float | None = None) -> Event:
     return Event(JOB, run, None, ts if ts is not None else time.time(), {"state": state, "reason": reason})
 
 
-def state_event(run: str, task: str, state: str, *, host: Optional[str] = None, pid: Optional[int] = None,
-                restarts: int = 0, exit_code: Optional[int] = None, reason: str = "",
-                ts: Optional[float] = None, **extra: Any) -> Event:
-    data: Dict[str, Any] = {"state": state, "host": host, "pid": pid, "restarts": restarts,
+def state_event(run: str, task: str, state: str, *, host: str | None = None, pid: int | None = None,
+                restarts: int = 0, exit_code: int | None = None, reason: str = "",
+                ts: float | None = None, **extra: Any) -> Event:
+    data: dict[str, Any] = {"state": state, "host": host, "pid": pid, "restarts": restarts,
                             "exit_code": exit_code, "reason": reason}
     data.update(extra)
     return Event(STATE, run, task, ts if ts is not None else time.time(), data)
 
 
-def metric_event(run: str, task: str, step: Optional[int] = None, loss: Optional[float] = None,
-                 values: Optional[Dict[str, float]] = None, ts: Optional[float] = None) -> Event:
+def metric_event(run: str, task: str, step: int | None = None, loss: float | None = None,
+                 values: dict[str, float] | None = None, ts: float | None = None) -> Event:
     clean = {}
     for k, v in (values or {}).items():
         f = finite(v)
@@ -154,23 +154,23 @@ def metric_event(run: str, task: str, step: Optional[int] = None, loss: Optional
                  {"step": int(step) if step is not None else None, "loss": finite(loss), "values": clean})
 
 
-def sample_event(run: str, task: str, *, cpu_percent: Optional[float], rss_bytes: Optional[int],
-                 gpus: Optional[list] = None, source: str = "", ts: Optional[float] = None,
+def sample_event(run: str, task: str, *, cpu_percent: float | None, rss_bytes: int | None,
+                 gpus: list | None = None, source: str = "", ts: float | None = None,
                  **extra: Any) -> Event:
-    data: Dict[str, Any] = {"cpu_percent": cpu_percent, "rss_bytes": rss_bytes, "gpus": gpus or [],
+    data: dict[str, Any] = {"cpu_percent": cpu_percent, "rss_bytes": rss_bytes, "gpus": gpus or [],
                             "source": source}
     data.update(extra)
     return Event(SAMPLE, run, task, ts if ts is not None else time.time(), data)
 
 
-def placement_event(run: str, task: str, variables: list, ts: Optional[float] = None) -> Event:
+def placement_event(run: str, task: str, variables: list, ts: float | None = None) -> Event:
     return Event(PLACEMENT, run, task, ts if ts is not None else time.time(), {"variables": variables})
 
 
-def host_event(run: str, host: str, state: str, reason: str = "", ts: Optional[float] = None) -> Event:
+def host_event(run: str, host: str, state: str, reason: str = "", ts: float | None = None) -> Event:
     return Event(HOST, run, None, ts if ts is not None else time.time(),
                  {"host": host, "state": state, "reason": reason})
 
 
-def log_event(run: str, task: str, stream: str, line: str, ts: Optional[float] = None) -> Event:
+def log_event(run: str, task: str, stream: str, line: str, ts: float | None = None) -> Event:
     return Event(LOG, run, task, ts if ts is not None else time.time(), {"stream": stream, "line": line})

@@ -92,7 +92,7 @@ def check_pythons(plan: Plan, hosts: dict[str, Host]) -> tuple[list[str], dict[s
         for python in pythons:
             code = TF_CHECK if need_tf else PY_CHECK
             result = host.run(f"{shlex.quote(python)} -c {shlex.quote(code)}", timeout=180)
-            if result.exit_code == 127 or "not found" in result.stderr and not result.stdout:
+            if result.exit_code == 127 or ("not found" in result.stderr and not result.stdout):
                 problems.append(f"host {host_name}: python {python!r} not found; set `python` in "
                                 "[defaults] (or the role) to an interpreter that exists there")
             elif result.exit_code != 0:

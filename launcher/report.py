@@ -51,7 +51,7 @@ def _interval_from_env() -> float:
 class _MetricReporter:
     """Holds the pending metric values and decides when a line goes out.
 
-    The hot path (``update``) stores references only: no conversion, no JSON,
+    The hot path (``report()``) stores references only: no conversion, no JSON,
     no lock unless a line is due. Conversion of tensors to floats happens at emit.
     """
 
@@ -63,17 +63,6 @@ class _MetricReporter:
         self.step: Any = None
         self.loss: Any = None
         self.values: Dict[str, Any] = {}
-
-    def update(self, step: Any, loss: Any, values: Dict[str, Any]) -> None:
-        if step is not None:
-            self.step = step
-        if loss is not None:
-            self.loss = loss
-        if values:
-            self.values.update(values)
-        self.pending = True
-        if time.monotonic() - self.last_emit >= self.min_interval:
-            self.emit()
 
     def emit(self) -> None:
         with self.lock:
@@ -93,6 +82,7 @@ class _MetricReporter:
 
 
 _reporter = _MetricReporter(_interval_from_env())
+_monotonic = time.monotonic
 _write_lock = threading.Lock()
 
 
@@ -108,7 +98,17 @@ def report(step: Optional[int] = None, loss: Optional[float] = None, **values: A
     Accepts Python numbers, numpy scalars and TensorFlow scalar tensors. NaN and
     infinities, and values that cannot be read as a number, are sent as null.
     """
-    _reporter.update(step, loss, values)
+    # runs once per training step: attribute stores and one clock read, nothing else
+    r = _reporter
+    if step is not None:
+        r.step = step
+    if loss is not None:
+        r.loss = loss
+    if values:
+        r.values.update(values)
+    r.pending = True
+    if _monotonic() - r.last_emit >= r.min_interval:
+        r.emit()
 
 
 def flush() -> None:

@@ -7,7 +7,9 @@ operations run on one worker thread per host, so a slow host never stalls the ot
 
 from __future__ import annotations
 
+import functools
 import json
+import os
 import queue
 import threading
 import time
@@ -121,21 +123,13 @@ class Supervisor:
         """Start every task (ps first, chief last). On any failure, stop what started and raise."""
         self._loop_thread = threading.Thread(target=self._loop, name="supervisor", daemon=True)
         self._loop_thread.start()
-        self._call(lambda: self._publish(ev.job_event(self.run_id, ev.JOB_CREATED, self.profile.name)))
-        for rt in self.tasks.values():
-            self._call(lambda rt=rt: self._publish(ev.state_event(
-                self.run_id, rt.spec.task_id, ev.PENDING, host=rt.spec.host)))
+        self._call(self._announce)
         try:
-            self._on_hosts(lambda s: self._write_specs(s, [rt for rt in self.tasks.values()
-                                                            if rt.spec.host == s.name]))
+            self._start_tasks(list(self.tasks.values()), start=False)
             self.write_state()
             for name in self.sessions:
                 self._start_follower(name)
-            for role in START_ORDER:
-                group = [rt for rt in self.tasks.values() if rt.spec.role == role]
-                if group:
-                    self._on_hosts(lambda s, g=group: self._start_agents(s, [rt for rt in g
-                                                                             if rt.spec.host == s.name]))
+            self._start_tasks(list(self.tasks.values()), write=False)
             if self.detached:
                 self._on_hosts(lambda s: s.set_detached(True))
         except BaseException as exc:
@@ -144,6 +138,11 @@ class Supervisor:
             self.wait()
             raise
         self.write_state()
+
+    def _announce(self) -> None:
+        self._publish(ev.job_event(self.run_id, ev.JOB_CREATED, self.profile.name))
+        for rt in self.tasks.values():
+            self._publish(ev.state_event(self.run_id, rt.spec.task_id, ev.PENDING, host=rt.spec.host))
 
     def wait(self, timeout: float | None = None) -> str | None:
         self._done.wait(timeout)
@@ -339,19 +338,30 @@ class Supervisor:
         try:
             running = {h: [rt.spec.slug for rt in members if rt.spec.host == h and rt.expected_stop]
                        for h in self.sessions}
-            hosts = [h for h, slugs in running.items() if slugs]
-            self._on_hosts(lambda s: s.stop_agents(running[s.name], max(rt.spec.grace_seconds for rt in members)),
-                           hosts)
-            for role in START_ORDER:
-                group = [rt for rt in members if rt.spec.role == role]
-                hosts = sorted({rt.spec.host for rt in group})
-                self._on_hosts(lambda s, g=group: self._write_specs(s, [rt for rt in g if rt.spec.host == s.name]),
-                               hosts)
-                self._on_hosts(lambda s, g=group: self._start_agents(s, [rt for rt in g if rt.spec.host == s.name]),
-                               hosts)
+            grace = max(rt.spec.grace_seconds for rt in members)
+            self._on_hosts(lambda s: s.stop_agents(running[s.name], grace), [h for h, v in running.items() if v])
+            self._start_tasks(members)
         except Exception as exc:
             err = exc
             self._call(lambda: self._finish(ev.JOB_FAILED, f"restart failed: {err}"))
+
+    def _start_tasks(self, members: list[TaskRuntime], write: bool = True, start: bool = True) -> None:
+        """Write specs (``write``) and start agents (``start``) role by role in START_ORDER,
+        hosts in parallel within a role."""
+        for role in START_ORDER:
+            group = [rt for rt in members if rt.spec.role == role]
+            hosts = sorted({rt.spec.host for rt in group})
+            if not group:
+                continue
+
+            def work(session: HostSession, group: list[TaskRuntime] = group) -> None:
+                mine = [rt for rt in group if rt.spec.host == session.name]
+                if write:
+                    self._write_specs(session, mine)
+                if start:
+                    self._start_agents(session, mine)
+
+            self._on_hosts(work, hosts)
 
     def _maybe_running(self) -> None:
         if self._finishing or self.job_state == ev.JOB_RUNNING:
@@ -389,7 +399,7 @@ class Supervisor:
         self._executors[host].submit(self._reconnect, host, 1.0)
 
     def _reconnect(self, host: str, delay: float) -> None:
-        """On the host's thread: reconnect with back-off, then resume the stream at our offsets."""
+        """On the host's thread: reconnect with back-off; the loop then resumes the stream."""
         session = self.sessions[host]
         while not self._finishing and not self._done.is_set():
             time.sleep(delay)
@@ -399,22 +409,20 @@ class Supervisor:
             except HostError:
                 delay = min(delay * 2, RECONNECT_MAX_DELAY)
                 continue
-            done = threading.Event()
-
-            def resume() -> None:
-                try:
-                    if not self._finishing:
-                        self._start_follower(host)
-                        self._host_up[host] = True
-                        self._publish(ev.host_event(self.run_id, host, "up", "reconnected"))
-                except HostError:
-                    self._executors[host].submit(self._reconnect, host, min(delay * 2, RECONNECT_MAX_DELAY))
-                finally:
-                    done.set()
-
-            self._call(resume)
-            done.wait(30)
+            self._call(functools.partial(self._resume_stream, host, delay))
             return
+
+    def _resume_stream(self, host: str, delay: float) -> None:
+        """On the loop: follow the host's agents again from the offsets already received."""
+        if self._finishing:
+            return
+        try:
+            self._start_follower(host)
+        except HostError:
+            self._executors[host].submit(self._reconnect, host, min(delay * 2, RECONNECT_MAX_DELAY))
+            return
+        self._host_up[host] = True
+        self._publish(ev.host_event(self.run_id, host, "up", "reconnected"))
 
     # -- the end -----------------------------------------------------------------------------------------
 
@@ -457,8 +465,8 @@ class Supervisor:
         for task_id, rt in self.tasks.items():
             if not rt.final:
                 rt.state = ev.STOPPED
-                self._publish(ev.state_event(self.run_id, task_id, ev.STOPPED, host=rt.spec.host,
-                                             restarts=rt.restarts, reason="stopped (no final event received)"))
+                self._publish(ev.state_event(self.run_id, task_id, ev.STOPPED, host=rt.spec.host, restarts=rt.restarts,
+                                             reason="stopped (no final event received)"))
 
     def _close(self, outcome: str) -> None:
         for stream in self._streams.values():
@@ -497,7 +505,7 @@ class Supervisor:
             "job_reason": self.job_reason,
             "outcome": self.outcome,
             "detached": self.detached,
-            "launcher_pid": _own_pid(),
+            "launcher_pid": os.getpid(),
             "updated": time.time(),
             "hosts": {h: {"config": host_to_json(s.config), "base_dir": s.base_dir, "python": s.python}
                       for h, s in self.sessions.items()},
@@ -508,9 +516,3 @@ class Supervisor:
             "offsets": self._offsets,
         }
         self.rundir.write_state(state)
-
-
-def _own_pid() -> int:
-    import os
-
-    return os.getpid()

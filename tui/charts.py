@@ -54,11 +54,11 @@ class TaskSparklines(Vertical):
     def show(self, task: TaskView | None) -> None:
         name = task.task_id if task else "—"
         rate = task.steps_per_s if task else None
-        self.query_one("#rate-label", Static).update(f"{name} steps/s {fmt.number(rate)}")
+        self.query_one("#rate-label", Static).update(f"{name} steps/s {fmt.number(rate)}", layout=False)
         self.query_one("#rate-spark", Sparkline).data = list(task.rate_history) if task else []
         if task is not None and task.has_gpu:
             label = f"{name} GPU {fmt.number(task.gpu_util, '{:.0f}')}%"
         else:
             label = f"{name} GPU {fmt.MISSING} (no GPU)"
-        self.query_one("#gpu-label", Static).update(label)
+        self.query_one("#gpu-label", Static).update(label, layout=False)
         self.query_one("#gpu-spark", Sparkline).data = list(task.gpu_history) if task else []

@@ -23,8 +23,9 @@ def header_text(view: JobView, now: float, *, title: str, strategy: str, hosts_t
         text.append(" (stream ended)", style="dim italic")
     text.append("  elapsed ")
     text.append(fmt.duration(view.elapsed(now)), style="bold")
+    text.append("\n ")
     step = view.global_step
-    text.append("  step ")
+    text.append("step ")
     text.append(str(step) if step is not None else fmt.MISSING, style="bold")
     text.append("  ")
     text.append(fmt.number(view.global_steps_per_s), style="bold")
@@ -48,4 +49,4 @@ class JobHeader(Static):
     def show(self, text: Text) -> None:
         if text.markup != self._shown:
             self._shown = text.markup
-            self.update(text)
+            self.update(text, layout=False)  # always two lines: no relayout per tick

@@ -94,4 +94,4 @@ class LogPane(Vertical):
             title += f"  filter: {self.search_query!r}"
         if title != self._title_shown:
             self._title_shown = title
-            self.query_one("#log-title", Static).update(Text(title, style="bold"))
+            self.query_one("#log-title", Static).update(Text(title, style="bold"), layout=False)

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from rich.segment import Segment
+from rich.style import Style
 from rich.text import Text
 from textual.widgets import DataTable
+from textual.widgets.data_table import ColumnKey, RowKey
 
 from tui import format as fmt
 from tui.model import JobView, TaskView, task_sort_key
@@ -29,6 +32,7 @@ COLUMNS: tuple[tuple[str, str, int, bool], ...] = (
 STALE_STYLE = "bold black on yellow"
 
 Cell = tuple[str, str]  # (text, style): compared before any Text is built
+RENDERED_CELLS_KEPT = 8192
 
 
 def task_cells(task: TaskView, now: float) -> tuple[Cell, ...]:
@@ -67,6 +71,38 @@ class TaskTable(DataTable[Text]):
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id, cursor_type="row", cell_padding=0, zebra_stripes=False)
         self._shown: dict[str, tuple[Cell, ...]] = {}
+        self._pending: set[str] = set()
+        self._cell_versions: dict[tuple[RowKey, ColumnKey], int] = {}
+        self._version = 0
+        self._rendered: dict[tuple[object, ...], list[list[Segment]]] = {}
+
+    # DataTable keys its rendered-cell cache on a table-wide update counter, so one changed
+    # cell re-renders every visible cell: with 256 busy tasks that is hundreds of ms per
+    # refresh. Here each cell carries its own version, and only changed cells are rendered.
+
+    def update_cell(self, row_key: RowKey | str, column_key: ColumnKey | str, value: Text, *,
+                    update_width: bool = False) -> None:
+        super().update_cell(row_key, column_key, value, update_width=update_width)
+        self._version += 1
+        self._cell_versions[(RowKey(row_key) if isinstance(row_key, str) else row_key,
+                             ColumnKey(column_key) if isinstance(column_key, str) else column_key)] = self._version
+
+    def _render_cell(self, row_index: int, column_index: int, base_style: Style, width: int,
+                     cursor: bool = False, hover: bool = False) -> list[list[Segment]]:
+        if row_index < 0 or column_index < 0:
+            return super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
+        row_key = self._row_locations.get_key(row_index)
+        column_key = self._column_locations.get_key(column_index)
+        version = self._cell_versions.get((row_key, column_key), 0) if row_key and column_key else 0
+        key = (row_key, column_key, row_index, version, base_style,
+               width, cursor, hover, self._show_hover_cursor, self.show_cursor, self._pseudo_class_state)
+        lines = self._rendered.get(key)
+        if lines is None:
+            if len(self._rendered) >= RENDERED_CELLS_KEPT:
+                self._rendered.clear()
+            lines = self._rendered[key] = super()._render_cell(row_index, column_index, base_style, width,
+                                                               cursor, hover)
+        return lines
 
     def on_mount(self) -> None:
         for key, label, width, right in COLUMNS:
@@ -90,11 +126,13 @@ class TaskTable(DataTable[Text]):
         if added:
             self._restore_order()
         changed = 0
-        dirty = set(dirty)
-        for task_id, shown in self._shown.items():
+        self._pending.update(dirty)
+        for task_id in self._visible_tasks():
             task = view.tasks[task_id]
-            if task_id not in dirty and task.last_event_ts is None:
+            if task_id not in self._pending and task.last_event_ts is None:
                 continue
+            self._pending.discard(task_id)
+            shown = self._shown[task_id]
             cells = task_cells(task, now)
             if cells == shown:
                 continue
@@ -104,6 +142,13 @@ class TaskTable(DataTable[Text]):
                     changed += 1
             self._shown[task_id] = cells
         return changed
+
+    def _visible_tasks(self) -> list[str]:
+        """Rows on screen now (plus a small margin); rows off screen are brought up to date when
+        they scroll into view, so a refresh costs the same with 8 tasks or 8,000."""
+        first = max(0, int(self.scroll_y) - 2)
+        last = min(self.row_count, int(self.scroll_y) + self.size.height + 2)
+        return [row.key.value for row in self.ordered_rows[first:last] if row.key.value is not None]
 
     def _restore_order(self) -> None:
         """Keep chief, ps, workers, evaluator in order while keeping the same task selected."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -35,10 +36,8 @@ def read_events(run_dir: Path) -> list[dict[str, Any]]:
         return []
     out = []
     for line in path.read_text().splitlines():
-        try:
+        with contextlib.suppress(ValueError):
             out.append(json.loads(line))
-        except ValueError:
-            pass
     return out
 
 
@@ -81,10 +80,8 @@ def pids_with_run_id(run_id: str) -> list[int]:
 def kill_run_processes(run_id: str) -> None:
     """Last-resort cleanup so a failing test does not leave a cluster running."""
     for pid in pids_with_run_id(run_id):
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
 
 
 def write_profile(path: Path, body: str) -> Path:

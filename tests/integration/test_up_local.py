@@ -79,7 +79,8 @@ def test_busy_port_is_refused_by_check_and_up_before_anything_starts(tmp_path: P
     busy = holder.getsockname()[1]
     try:
         profile = local_ps_profile(tmp_path, extra="")
-        text = profile.read_text().replace('[roles.ps]\nhosts = ["local"]', f'[roles.ps]\nhosts = ["local"]\nport = {busy}')
+        ps_role = '[roles.ps]\nhosts = ["local"]'
+        text = profile.read_text().replace(ps_role, f"{ps_role}\nport = {busy}")
         profile.write_text(text)
         checked = cli("check", str(profile))
         assert checked.returncode == 2

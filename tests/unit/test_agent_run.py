@@ -465,3 +465,32 @@ def test_agent_runs_on_python_3_9(tmp_path, pyz):
         harness.cleanup()
     assert [e["step"] for e in evs if e["kind"] == "metric"] == [1]
     assert evs[-1]["exit_code"] == 4
+
+
+@pytest.mark.skipif(not (Path(agentpack.__file__).parent / "sampling.py").exists(),
+                    reason="launcher/sampling.py is not in this tree")
+def test_the_packed_sampler_measures_a_busy_task(host):
+    script = host.root / "busy.py"
+    script.write_text("import time\nend = time.time() + 1.5\nwhile time.time() < end:\n    pass\n")
+    evs = host.run_to_end(host.task(f"{sys.executable} busy.py", sample_interval=0.3))
+    samples = [e for e in evs if e["kind"] == "sample"]
+    assert len(samples) >= 2
+    assert max(s["cpu_percent"] or 0 for s in samples) > 20
+    assert samples[0]["rss_bytes"] > 1_000_000, samples
+    assert all(s["source"] for s in samples)
+
+
+@pytest.mark.skipif(not (Path(agentpack.__file__).parent / "report.py").exists(),
+                    reason="launcher/report.py is not in this tree")
+def test_report_module_from_the_zipapp_reaches_the_agent(host):
+    script = host.root / "train.py"
+    script.write_text(textwrap.dedent("""
+        from launcher import report
+        report.configure(min_interval=0)
+        report.report(step=3, loss=1.5, acc=0.75)
+        report.flush()
+    """))
+    evs = host.run_to_end(host.task(f"{sys.executable} train.py"))
+    metrics = [e for e in evs if e["kind"] == "metric"]
+    assert [(m["step"], m["loss"], m["values"]) for m in metrics] == [(3, 1.5, {"acc": 0.75})]
+    assert not [e for e in evs if e["kind"] == "log" and "@distlaunch" in e["line"]]
