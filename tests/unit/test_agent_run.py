@@ -465,6 +465,12 @@ def test_agent_runs_on_python_3_9(tmp_path, pyz):
         harness.cleanup()
     assert [e["step"] for e in evs if e["kind"] == "metric"] == [1]
     assert evs[-1]["exit_code"] == 4
+    assert harness.agent("preflight")["python"].startswith("3.9.")
+    assert len(harness.agent("ports", "--bind", "127.0.0.1", "--pick", "2")["picked"]) == 2
+    assert harness.agent("sweep", "--run-id", "no-such-run-" + str(os.getpid())) == {"left": []}
+    follow = subprocess.run([python, str(pyz), "follow", "--run-dir", str(harness.root)],
+                            input=b"", capture_output=True, timeout=10)
+    assert follow.returncode == 0 and b"Traceback" not in follow.stderr
 
 
 @pytest.mark.skipif(not (Path(agentpack.__file__).parent / "sampling.py").exists(),
