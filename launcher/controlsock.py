@@ -12,7 +12,7 @@ import socket
 import threading
 from typing import Any
 
-from launcher.control import JobControl
+from launcher.supervisor import Supervisor
 
 ACTIONS = ("restart", "stop", "teardown", "detach")
 
@@ -22,7 +22,7 @@ def _address(run_id: str) -> str:
 
 
 class ControlServer:
-    def __init__(self, run_id: str, control: JobControl) -> None:
+    def __init__(self, run_id: str, control: Supervisor) -> None:
         self.control = control
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._sock.bind(_address(run_id))
@@ -54,7 +54,8 @@ class ControlServer:
         elif action == "stop" and isinstance(task, str):
             self.control.stop_task(task)
         elif action == "teardown":
-            self.control.teardown()
+            reason = request.get("reason")
+            self.control.teardown(reason if isinstance(reason, str) and reason else "torn down on request")
         elif action == "detach":
             self.control.detach()
         else:
@@ -68,13 +69,14 @@ class ControlServer:
         self._sock.close()
 
 
-def send(run_id: str, action: str, task: str | None = None, timeout: float = 5.0) -> dict[str, Any] | None:
+def send(run_id: str, action: str, task: str | None = None, reason: str | None = None,
+         timeout: float = 5.0) -> dict[str, Any] | None:
     """Ask the run's launcher to act; None when no launcher is listening."""
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
             sock.settimeout(timeout)
             sock.connect(_address(run_id))
-            sock.sendall((json.dumps({"action": action, "task": task}) + "\n").encode())
+            sock.sendall((json.dumps({"action": action, "task": task, "reason": reason}) + "\n").encode())
             line = sock.makefile("r").readline()
     except (ConnectionRefusedError, FileNotFoundError):
         return None

@@ -20,7 +20,7 @@ from launcher.errors import HostError, UserError
 from launcher.model import Plan
 from launcher.plan import build_plan
 from launcher.preflight import PreflightError, prepare_hosts
-from launcher.printer import JsonPrinter, ProgressPrinter, human_bytes
+from launcher.printer import JsonPrinter, ProgressPrinter
 from launcher.profile import load_profile
 from launcher.remote import HostSession
 from launcher.rundir import DOWN_MARKER, RunDir, find_run, host_from_json, new_run_id, read_events, read_state
@@ -49,6 +49,9 @@ def run_up(args: argparse.Namespace) -> int:
     run_id = args.run_id or new_run_id(profile.name)
     rundir = RunDir.create(run_id, Path(args.run_dir) if args.run_dir else None)
     tui = not (args.no_tui or args.json or args.detach)
+    if tui and not (sys.stdin.isatty() and sys.stdout.isatty()):
+        _err("not a terminal: showing progress lines instead of the dashboard (--no-tui)")
+        tui = False
     progress = _progress(quiet=False)
     progress(f"run {run_id} ({rundir.path})")
     pre = prepare_hosts(plan, run_id, rundir.path / "hosts", _err, progress)
@@ -166,7 +169,7 @@ def run_down(args: argparse.Namespace) -> int:
     state = read_state(path)
     run_id = str(state["run_id"])
     (path / DOWN_MARKER).touch()
-    if controlsock.send(run_id, "teardown") is not None:
+    if controlsock.send(run_id, "teardown", reason="stopped by `distlaunch down`") is not None:
         print(f"asked the launcher of {run_id} to tear down")
     sessions = connect_sessions(state)
     grace = 10.0
@@ -267,6 +270,8 @@ def run_status(args: argparse.Namespace) -> int:
     who = "launcher attached" if summary["launcher_alive"] else ("detached" if summary["detached"] else "no launcher")
     print(f"run {summary['run']}  ({summary['name']}, {summary['strategy']}, {who})")
     print(f"job {job['state']}" + (f": {job['reason']}" if job.get("reason") else ""))
+    if summary["detached"] and not summary["launcher_alive"]:
+        print(f"(detached: task states as last seen by a launcher; `distlaunch attach {summary['run']}` for live)")
     rows = [("TASK", "HOST", "ADDRESS", "STATE", "PID", "RESTARTS", "STEP", "LOSS")]
     for task_id, t in summary["tasks"].items():
         loss = f"{t['loss']:.4f}" if isinstance(t["loss"], float) else "-"
@@ -324,6 +329,3 @@ def run_attach(args: argparse.Namespace) -> int:
 
     return attach_run(find_run(args.run), tui=not args.no_tui)
 
-
-def _unused() -> None:  # keep human_bytes import meaningful for status extensions
-    human_bytes(0)

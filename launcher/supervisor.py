@@ -139,6 +139,33 @@ class Supervisor:
             raise
         self.write_state()
 
+    def resume(self, state: dict[str, Any], history: list[Event]) -> None:
+        """Take over a running job from its state.json (attach): replay ``history`` to the
+        subscribers, then follow every host from the offsets the last launcher had reached."""
+        for task_id, info in state.get("tasks", {}).items():
+            rt = self.tasks.get(task_id)
+            if rt is None:
+                continue
+            rt.state = str(info.get("state") or ev.PENDING)
+            rt.restarts = int(info.get("restarts") or 0)
+            rt.incarnation = int(info.get("incarnation") or rt.restarts)
+            rt.pid = info.get("pid")
+        for host, offsets in (state.get("offsets") or {}).items():
+            if host in self._offsets:
+                self._offsets[host] = {slug: int(n) for slug, n in offsets.items()}
+        self.job_state = str(state.get("job_state") or ev.JOB_RUNNING)
+        self.job_restarts = int(state.get("job_restarts") or 0)
+        self.detached = False
+        for event in history:
+            for feed in self._feeds:
+                feed.put(event)
+        self._loop_thread = threading.Thread(target=self._loop, name="supervisor", daemon=True)
+        self._loop_thread.start()
+        self._on_hosts(lambda s: s.set_detached(False))
+        for name in self.sessions:
+            self._start_follower(name)
+        self.write_state()
+
     def _announce(self) -> None:
         self._publish(ev.job_event(self.run_id, ev.JOB_CREATED, self.profile.name))
         for rt in self.tasks.values():
@@ -503,6 +530,7 @@ class Supervisor:
             "strategy": self.profile.strategy,
             "job_state": self.job_state,
             "job_reason": self.job_reason,
+            "job_restarts": self.job_restarts,
             "outcome": self.outcome,
             "detached": self.detached,
             "launcher_pid": os.getpid(),
@@ -511,7 +539,7 @@ class Supervisor:
                       for h, s in self.sessions.items()},
             "tasks": {t: {"host": rt.spec.host, "slug": rt.spec.slug, "address": rt.spec.address,
                           "port": rt.port, "pid": rt.pid, "state": rt.state, "restarts": rt.restarts,
-                          "python": rt.spec.python}
+                          "incarnation": rt.incarnation, "python": rt.spec.python}
                       for t, rt in self.tasks.items()},
             "offsets": self._offsets,
         }

@@ -1,0 +1,61 @@
+"""`distlaunch attach RUN`: become the launcher of a running job again.
+
+A detached run (or one whose launcher died within the orphan grace) is taken over from its
+state.json: the profile is planned again with the ports the run already uses, every host is
+reconnected, and each agent's event file is followed from where the last launcher stopped,
+so the history is complete and policies apply again.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from launcher import events as ev
+from launcher.errors import UserError
+from launcher.jobs import _alive, _control_server, _err, _finish_message, _run_tui, connect_sessions
+from launcher.plan import build_plan
+from launcher.printer import ProgressPrinter
+from launcher.profile import load_profile
+from launcher.rundir import RunDir, read_events, read_state
+from launcher.supervisor import Supervisor
+
+
+def attach_run(path: Path, tui: bool) -> int:
+    state = read_state(path)
+    run_id = str(state["run_id"])
+    if state.get("outcome") in (ev.JOB_SUCCEEDED, ev.JOB_FAILED):
+        raise UserError(f"run {run_id} already ended ({state['outcome']}); see it with `distlaunch replay {run_id}`")
+    if _alive(state.get("launcher_pid")) and state.get("outcome") is None and not state.get("detached"):
+        raise UserError(f"run {run_id} is still followed by its launcher (pid {state['launcher_pid']}); "
+                        f"use that terminal, or `distlaunch status {run_id}`")
+    profile = load_profile(Path(str(state["profile"])))
+    plan = build_plan(profile)
+    known = set(state.get("tasks", {}))
+    if {t.task_id for t in plan.tasks} != known:
+        raise UserError(f"{profile.path}: its tasks changed since run {run_id} started; attach needs the "
+                        "profile as it was (restore it, or `distlaunch down` the run)")
+    ports = {t: int(info["port"]) for t, info in state["tasks"].items()}
+    print(f"... reconnecting to {len(state.get('hosts', {}))} host(s) of {run_id}", file=sys.stderr)
+    sessions = connect_sessions(state)
+    rundir = RunDir.open(path)
+    sup = Supervisor(plan, rundir, sessions, ports, on_notice=_err)
+    feed = sup.subscribe()
+    sup.resume(state, list(read_events(path)))
+    server = _control_server(run_id, sup)
+    try:
+        if tui and sys.stdout.isatty():
+            _run_tui(sup, feed, plan, live=True)
+        else:
+            ProgressPrinter().consume(feed.events())
+        outcome = sup.wait()
+    except KeyboardInterrupt:
+        sup.detach()
+        outcome = sup.wait()
+    finally:
+        if server is not None:
+            server.close()
+        for session in sessions.values():
+            session.host.close()
+        rundir.close()
+    return _finish_message(sup, outcome, interrupted=False)
