@@ -127,10 +127,9 @@ def _run_tui(sup: Supervisor, feed: Any, plan: Plan, live: bool) -> None:
 
     result = run_dashboard(feed, sup, title=plan.profile.name, strategy=plan.profile.strategy,
                            hosts_total=len(sup.sessions), live=live)
-    choice = str(getattr(result, "value", result)).lower()
-    if "teardown" in choice:
+    if result.action == "teardown" and not result.teardown_requested:
         sup.teardown("torn down from the dashboard")
-    elif "detach" in choice:
+    elif result.action == "detach":
         sup.detach()
 
 
