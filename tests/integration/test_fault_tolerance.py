@@ -1,0 +1,240 @@
+"""Fault tolerance end to end: restart policies, limits, recovery groups by strategy, manual restart.
+
+Shell-command jobs (strategy = "custom" or a mirrored job of `sleep`s) check the policy machinery
+in seconds; the ParameterServerStrategy tests kill real TensorFlow tasks mid-training and check
+that training goes on (a worker restarted alone) or resumes from its checkpoint (ps + chief).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.jobtools import (
+    REPO,
+    cli,
+    kill_run_processes,
+    local_ps_profile,
+    pids_with_run_id,
+    read_events,
+    start_cli,
+    wait_for,
+    wait_for_event,
+    write_profile,
+)
+
+
+def shell_profile(tmp: Path, roles: str, *, strategy: str = "custom", extra: str = "",
+                  restart: str = "on-failure", max_restarts: int = 3) -> Path:
+    """A job of plain shell commands on this machine: no TensorFlow, so it runs in seconds."""
+    return write_profile(tmp / "shell.toml", f"""
+name = "it-faults"
+strategy = "{strategy}"
+orphan_grace_seconds = 30
+{extra}
+[defaults]
+command = "sleep 600"
+workdir = "{REPO}"
+restart = "{restart}"
+max_restarts = {max_restarts}
+grace_seconds = 2
+[hosts.local]
+address = "localhost"
+transport = "local"
+{roles}
+""")
+
+
+def states_of(events: list[dict[str, Any]], task: str) -> list[dict[str, Any]]:
+    return [e for e in events if e["kind"] == "state" and e["task"] == task]
+
+
+def job_states(events: list[dict[str, Any]]) -> list[str]:
+    return [e["state"] for e in events if e["kind"] == "job"]
+
+
+def job_end(events: list[dict[str, Any]]) -> dict[str, Any]:
+    return [e for e in events if e["kind"] == "job"][-1]
+
+
+def running_pid(run_dir: Path, task: str, restarts: int = 0, timeout: float = 60) -> int:
+    event = wait_for_event(
+        run_dir, lambda e: e["kind"] == "state" and e["task"] == task and e["state"] == "running"
+        and e.get("restarts", 0) == restarts, timeout, f"{task} running (restarts {restarts})")
+    return int(event["pid"])
+
+
+def stop_job(run_dir: Path, launcher: subprocess.Popen[bytes], log: Path) -> None:
+    """`down` from another process, then the backgrounded `up` must end by itself."""
+    down = cli("down", str(run_dir), timeout=60)
+    assert down.returncode == 0, down.stdout + down.stderr
+    launcher.wait(timeout=30)
+    assert launcher.returncode != 0, log.read_text()[-2000:]  # stopped by down is not success
+
+
+def assert_nothing_left(run_id: str) -> None:
+    wait_for(lambda: pids_with_run_id(run_id) == [], 10, f"no process of {run_id} left")
+
+
+def kill_launcher(launcher: subprocess.Popen[bytes] | None) -> None:
+    if launcher is not None and launcher.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(launcher.pid, signal.SIGKILL)
+        launcher.wait(timeout=10)
+
+
+# -- restart policies and limits (shell commands) -------------------------------------------------------
+
+
+def test_exit_code_policy_treats_3_as_permanent(tmp_path: Path) -> None:
+    run_dir, run_id = tmp_path / "run", "it-ft-exit3"
+    profile = shell_profile(tmp_path, '[roles.worker]\nhosts = ["local"]\ncommand = "exit 3"',
+                            restart="exit-code")
+    try:
+        up = cli("up", str(profile), "--no-tui", "--run-dir", str(run_dir), "--run-id", run_id, timeout=60)
+        assert up.returncode != 0 and up.returncode != 2, up.stdout + up.stderr
+        events = read_events(run_dir)
+        assert [e["state"] for e in states_of(events, "worker:0")] == ["pending", "starting", "running", "failed"]
+        assert states_of(events, "worker:0")[-1]["exit_code"] == 3
+        end = job_end(events)
+        assert end["state"] == "Failed"
+        assert "exit code 3" in end["reason"] and "permanent" in end["reason"], end["reason"]
+        assert "Restarting" not in job_states(events)
+        assert pids_with_run_id(run_id) == []
+    finally:
+        kill_run_processes(run_id)
+
+
+def test_exit_code_policy_retries_a_task_killed_by_a_signal(tmp_path: Path) -> None:
+    run_dir, run_id = tmp_path / "run", "it-ft-sig"
+    # the first run kills itself with SIGKILL (exit 137); the restarted one finds its marker and exits 0
+    once = "test -e {run_dir}/killed-once && exit 0; touch {run_dir}/killed-once; kill -9 $$"
+    profile = shell_profile(tmp_path, f'[roles.worker]\nhosts = ["local"]\ncommand = "{once}"',
+                            restart="exit-code")
+    try:
+        up = cli("up", str(profile), "--no-tui", "--run-dir", str(run_dir), "--run-id", run_id, timeout=60)
+        assert up.returncode == 0, up.stdout + up.stderr
+        events = read_events(run_dir)
+        worker = states_of(events, "worker:0")
+        assert [e["state"] for e in worker] == ["pending", "starting", "running", "failed", "restarting",
+                                                 "starting", "running", "succeeded"]
+        assert worker[3]["exit_code"] == 137
+        assert worker[-1]["restarts"] == 1
+        assert job_states(events) == ["Created", "Running", "Restarting", "Running", "Succeeded"]
+        assert pids_with_run_id(run_id) == []
+    finally:
+        kill_run_processes(run_id)
+
+
+def test_max_restarts_fails_the_job_after_backing_off(tmp_path: Path) -> None:
+    run_dir, run_id = tmp_path / "run", "it-ft-maxr"
+    profile = shell_profile(tmp_path, '[roles.worker]\nhosts = ["local"]\ncommand = "exit 1"', max_restarts=2)
+    try:
+        up = cli("up", str(profile), "--no-tui", "--run-dir", str(run_dir), "--run-id", run_id, timeout=60)
+        assert up.returncode == 1, up.stdout + up.stderr
+        events = read_events(run_dir)
+        worker = states_of(events, "worker:0")
+        failures = [e for e in worker if e["state"] == "failed"]
+        starts = [e for e in worker if e["state"] == "starting"]
+        assert len(failures) == 3 and len(starts) == 3
+        assert [e["restarts"] for e in starts] == [0, 1, 2]
+        # exponential back-off: 1 s before the first restart, 2 s before the second
+        assert starts[1]["ts"] - failures[0]["ts"] >= 1.0 - 0.05
+        assert starts[2]["ts"] - failures[1]["ts"] >= 2.0 - 0.05
+        end = job_end(events)
+        assert end["state"] == "Failed" and "max_restarts" in end["reason"] and "worker:0" in end["reason"]
+        assert job_states(events).count("Restarting") == 2
+        assert pids_with_run_id(run_id) == []
+    finally:
+        kill_run_processes(run_id)
+
+
+def test_backoff_limit_is_shared_by_the_whole_job(tmp_path: Path) -> None:
+    run_dir, run_id = tmp_path / "run", "it-ft-backoff"
+    # worker:0 decides and keeps running; worker:1 and worker:2 fail; each task could restart 5 times,
+    # but the job as a whole may restart only once
+    command = "test {index} = 0 && exec sleep 600; exit 1"
+    profile = shell_profile(tmp_path, f'[roles.worker]\ncount = 3\nhosts = ["local"]\ncommand = "{command}"',
+                            extra="backoff_limit = 1", max_restarts=5)
+    try:
+        up = cli("up", str(profile), "--no-tui", "--run-dir", str(run_dir), "--run-id", run_id, timeout=60)
+        assert up.returncode == 1, up.stdout + up.stderr
+        events = read_events(run_dir)
+        end = job_end(events)
+        assert end["state"] == "Failed" and "backoff_limit" in end["reason"], end["reason"]
+        assert "max_restarts" not in end["reason"]
+        restarting = [e for e in events if e["kind"] == "state" and e["state"] == "restarting"]
+        assert len(restarting) == 1 and restarting[0]["task"] in ("worker:1", "worker:2")
+        assert states_of(events, "worker:0")[-1]["state"] == "stopped"
+        assert pids_with_run_id(run_id) == []
+    finally:
+        kill_run_processes(run_id)
+
+
+# -- restart by hand, and the mirrored worker group -----------------------------------------------------
+
+
+def test_restart_from_another_process_goes_through_the_restart_machinery(tmp_path: Path) -> None:
+    run_dir, run_id, log = tmp_path / "run", "it-ft-manual", tmp_path / "up.log"
+    profile = shell_profile(tmp_path, '[roles.ps]\nhosts = ["local"]\n[roles.worker]\nhosts = ["local"]')
+    launcher = None
+    try:
+        launcher = start_cli("up", str(profile), "--no-tui", "--run-dir", str(run_dir), "--run-id", run_id, log=log)
+        first = running_pid(run_dir, "worker:0")
+        ps_pid = running_pid(run_dir, "ps:0")
+        wait_for_event(run_dir, lambda e: e["kind"] == "job" and e["state"] == "Running", 30, "job Running")
+        asked = cli("restart", str(run_dir), "worker:0", timeout=30)
+        assert asked.returncode == 0, asked.stdout + asked.stderr
+        second = running_pid(run_dir, "worker:0", restarts=1)
+        assert second != first
+        with pytest.raises(ProcessLookupError):
+            os.kill(first, 0)
+        wait_for(lambda: job_states(read_events(run_dir))[-2:] == ["Restarting", "Running"], 20,
+                 "job Restarting then Running")
+        events = read_events(run_dir)
+        worker = [e["state"] for e in states_of(events, "worker:0")]
+        # the supervisor announces the restart, then the agent reports the stop it asked for
+        assert worker[-4:] == ["restarting", "stopped", "starting", "running"] and "failed" not in worker
+        assert [e["state"] for e in states_of(events, "ps:0")] == ["pending", "starting", "running"]
+        os.kill(ps_pid, 0)  # the ps was left alone
+        stop_job(run_dir, launcher, log)
+        assert_nothing_left(run_id)
+    finally:
+        kill_launcher(launcher)
+        kill_run_processes(run_id)
+
+
+def test_mirrored_worker_failure_restarts_the_whole_worker_group(tmp_path: Path) -> None:
+    run_dir, run_id, log = tmp_path / "run", "it-ft-mwms", tmp_path / "up.log"
+    profile = shell_profile(tmp_path, '[roles.worker]\ncount = 2\nhosts = ["local"]',
+                            strategy="multi_worker_mirrored")
+    launcher = None
+    try:
+        launcher = start_cli("up", str(profile), "--no-tui", "--run-dir", str(run_dir), "--run-id", run_id, log=log)
+        first0 = running_pid(run_dir, "worker:0")
+        first1 = running_pid(run_dir, "worker:1")
+        os.kill(first1, signal.SIGKILL)
+        second0 = running_pid(run_dir, "worker:0", restarts=1)
+        second1 = running_pid(run_dir, "worker:1", restarts=1)
+        assert second0 != first0 and second1 != first1
+        with pytest.raises(ProcessLookupError):
+            os.kill(first0, 0)
+        events = read_events(run_dir)
+        w0 = [e["state"] for e in states_of(events, "worker:0")]
+        w1 = [e["state"] for e in states_of(events, "worker:1")]
+        assert "failed" in w1 and w1[-3:] == ["restarting", "starting", "running"]
+        assert w0[-4:] == ["restarting", "stopped", "starting", "running"] and "failed" not in w0
+        restarting = [e for e in events if e["kind"] == "job" and e["state"] == "Restarting"]
+        assert len(restarting) == 1 and "worker:0" in restarting[0]["reason"] and "worker:1" in restarting[0]["reason"]
+        wait_for(lambda: job_states(read_events(run_dir))[-1] == "Running", 20, "job back to Running")
+        stop_job(run_dir, launcher, log)
+        assert_nothing_left(run_id)
+    finally:
+        kill_launcher(launcher)
+        kill_run_processes(run_id)
