@@ -185,11 +185,19 @@ def _components(var: Any) -> List[Any]:
     return [var]
 
 
+# dtype sizes for variables whose dtype is a name (Keras), so TensorFlow need not be imported
+_DTYPE_SIZES = {"bool": 1, "int8": 1, "uint8": 1, "int16": 2, "uint16": 2, "float16": 2, "bfloat16": 2,
+                "int32": 4, "uint32": 4, "float32": 4, "int64": 8, "uint64": 8, "float64": 8,
+                "complex64": 8, "complex128": 16}
+
+
 def _dtype_of(var: Any) -> "tuple[str, int]":
     dtype = var.dtype
     name = getattr(dtype, "name", None) or str(dtype)
     size = getattr(dtype, "size", None)
     if not isinstance(size, int):
+        size = _DTYPE_SIZES.get(name)
+    if size is None:
         try:
             import tensorflow as tf
 
@@ -229,8 +237,28 @@ def report_placement(variables: Iterable[Any]) -> List[Dict[str, Any]]:
     ``job:index`` of the task holding it, "" when not in a cluster). Not rate-limited.
     """
     entries = [_placement_entry(part) for var in variables for part in _components(var)]
-    _write_line({"kind": PLACEMENT, "variables": entries})
+    _write_line({"kind": PLACEMENT, "variables": _fit_line(entries)})
     return entries
+
+
+# The agent cuts report lines at 1 MiB; stay well below it.
+MAX_PLACEMENT_LINE_BYTES = 900_000
+
+
+def _fit_line(entries: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """The entries that fit one line, largest variables first when all of them do not."""
+    if len(json.dumps(entries, separators=(",", ":"))) <= MAX_PLACEMENT_LINE_BYTES:
+        return entries
+    kept: List[Dict[str, Any]] = []
+    size = 0
+    for entry in sorted(entries, key=lambda e: -e["bytes"]):
+        size += len(json.dumps(entry, separators=(",", ":"))) + 1
+        if size > MAX_PLACEMENT_LINE_BYTES:
+            break
+        kept.append(entry)
+    sys.stderr.write("distlaunch report: placement of %d variables is too large for one line; "
+                     "sent the %d largest\n" % (len(entries), len(kept)))
+    return kept
 
 
 # -- Keras -------------------------------------------------------------------------------------

@@ -136,3 +136,25 @@ def test_host_modules_run_on_python39() -> None:
     done = _run_python(HOST_MODULES_SCRIPT, python=PY39)
     (message,) = _messages(done.stdout.splitlines()[0])
     assert message["values"] == {"x": 3.0}
+
+
+class _Var:
+    """The attributes report_placement reads from a tf.Variable (stands in for thousands of them)."""
+
+    def __init__(self, name: str, size: int) -> None:
+        self.name, self.shape, self.dtype = f"{name}:0", [size], "float32"
+        self.device = "/job:ps/replica:0/task:0/device:CPU:0"
+
+
+def test_huge_placement_stays_under_the_agent_line_limit(reporter: pytest.CaptureFixture[str]) -> None:
+    variables = [_Var(f"layer_{i}/a_rather_long_variable_name_{i}", i + 1) for i in range(20_000)]
+    entries = report.report_placement(variables)
+    captured = reporter.readouterr()
+    line = captured.out.splitlines()[0]
+    assert len(entries) == 20_000
+    assert len(line.encode()) < 1024 * 1024
+    (message,) = _messages(line)
+    sent = message["variables"]
+    assert 0 < len(sent) < 20_000 and sent[0]["bytes"] == 20_000 * 4, "the largest go first"
+    assert sent[0]["task"] == "ps:0" and sent[0]["name"] == "layer_19999/a_rather_long_variable_name_19999"
+    assert "too large for one line" in captured.err
