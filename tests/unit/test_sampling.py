@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -30,6 +32,7 @@ while time.monotonic() < deadline:
     for _ in range(10000):
         x += 1
 '''])
+print(child.pid, flush=True)
 child.wait()
 """
 
@@ -37,12 +40,16 @@ child.wait()
 @pytest.fixture
 def busy_tree() -> Iterator[subprocess.Popen[str]]:
     proc = subprocess.Popen([sys.executable, "-c", TREE_SCRIPT], stdout=subprocess.PIPE, text=True)
+    child_pid = 0
     try:
         assert proc.stdout is not None
+        child_pid = int(proc.stdout.readline())
         assert proc.stdout.readline().strip() == "ready"
         yield proc
     finally:
-        subprocess.run(["pkill", "-KILL", "-P", str(proc.pid)], check=False)
+        if child_pid:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child_pid, signal.SIGKILL)
         proc.kill()
         proc.wait(timeout=10)
 
