@@ -92,7 +92,7 @@ def configure(min_interval: Optional[float] = None) -> None:
         _reporter.min_interval = float(min_interval)
 
 
-def report(step: Optional[int] = None, loss: Optional[float] = None, **values: Any) -> None:
+def report(step: Any = None, loss: Any = None, **values: Any) -> None:
     """Report the global step, the loss and any other numbers; rate-limited, never blocks long.
 
     Accepts Python numbers, numpy scalars and TensorFlow scalar tensors. NaN and
