@@ -219,6 +219,10 @@ def train(tf: Any, resolver: Any, args: argparse.Namespace) -> int:
             checkpoint.restore(manager.latest_checkpoint).assert_existing_objects_matched()
             restored_step = int(global_step.numpy())
             print(f"restored {manager.latest_checkpoint} at global step {restored_step}", flush=True)
+            if report is not None:
+                # a metric of its own, so the dashboard (and tests) see where a restarted chief resumed
+                report.report(step=restored_step, restored_step=restored_step)
+                report.flush()
 
     emit_placement(model.weights() + list(optimizer.velocities) + [global_step])
 
