@@ -119,8 +119,15 @@ def flush() -> None:
 atexit.register(flush)
 
 
+# Set while a Keras progress bar (verbose=1) may leave an unterminated line on stdout: a report
+# line must start a line of its own, or the agent would not see its prefix.
+_newline_first = False
+
+
 def _write_line(message: Dict[str, Any]) -> None:
     line = REPORT_PREFIX + json.dumps(message, separators=(",", ":"), allow_nan=False) + "\n"
+    if _newline_first:
+        line = "\n" + line
     stream = sys.stdout if sys.stdout is not None else sys.__stdout__
     if stream is None:
         return
@@ -284,6 +291,9 @@ def keras_callback(every_n_batches: int = 1, keras_module: Any = None) -> Any:
             self._step = 0
 
         def on_train_begin(self, logs: Optional[Dict[str, Any]] = None) -> None:
+            global _newline_first
+            # Keras' default progress bar redraws one line with backspaces and no newline
+            _newline_first = getattr(self, "params", {}).get("verbose") in (1, "auto")
             model = self.model
             self._step = _optimizer_iterations(model)
             variables = getattr(model, "variables", None) or getattr(model, "weights", [])
@@ -305,7 +315,9 @@ def keras_callback(every_n_batches: int = 1, keras_module: Any = None) -> Any:
             flush()
 
         def on_train_end(self, logs: Optional[Dict[str, Any]] = None) -> None:
+            global _newline_first
             flush()
+            _newline_first = False
 
     return DistlaunchCallback()
 

@@ -53,8 +53,9 @@ with strategy.scope():
 rng = np.random.default_rng(0)
 x = rng.random((256, 4), dtype=np.float32)
 y = x.sum(axis=1, keepdims=True)
-every = int(sys.argv[1])
-model.fit(x, y, batch_size=32, epochs=2, verbose=2, callbacks=[report.keras_callback(every_n_batches=every)])
+every, verbose = int(sys.argv[1]), int(sys.argv[2])
+model.fit(x, y, batch_size=32, epochs=2, verbose=verbose,
+          callbacks=[report.keras_callback(every_n_batches=every)])
 """
 
 
@@ -106,7 +107,7 @@ def test_sharded_variable_one_entry_per_shard(placements: list[list[dict]]) -> N
 
 
 def test_keras_callback_reports_placement_and_rising_steps() -> None:
-    lines = _run_tf(FIT_SCRIPT, "1")
+    lines = _run_tf(FIT_SCRIPT, "1", "2")
     (placement,) = _messages(lines, "placement")
     variables = placement["variables"]
     assert len(variables) == 4 * 2, "2 kernels + 2 biases, mirrored on 2 devices"
@@ -121,7 +122,9 @@ def test_keras_callback_reports_placement_and_rising_steps() -> None:
     assert epochs == [1.0, 2.0]
 
 
-def test_keras_callback_every_n_batches() -> None:
-    metrics = _messages(_run_tf(FIT_SCRIPT, "4"), "metric")
+def test_keras_callback_every_n_batches_beside_the_progress_bar() -> None:
+    # verbose=1 draws Keras' progress bar, which leaves its line open; _messages checks that
+    # every report line still starts a line of its own
+    metrics = _messages(_run_tf(FIT_SCRIPT, "4", "1"), "metric")
     batch_steps = [m["step"] for m in metrics if "epoch" not in m["values"]]
     assert batch_steps == [4, 8, 12, 16]
