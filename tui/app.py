@@ -26,7 +26,7 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.message import Message
-from textual.widgets import ContentSwitcher, DataTable, Footer, Input
+from textual.widgets import ContentSwitcher, Footer, Input
 
 from launcher.control import EventSource, JobControl
 from tui.charts import LossChart, TaskSparklines
@@ -211,10 +211,8 @@ class DashboardApp(App[DashboardResult]):
         self.log_pane.show_task(self.view, task_id)
         self.sparklines.show(self.view.tasks.get(task_id) if task_id else None)
 
-    def on_data_table_row_highlighted(self, message: DataTable.RowHighlighted) -> None:
-        if not isinstance(message.data_table, TaskTable):
-            return
-        task_id = message.row_key.value
+    def on_task_table_row_highlighted(self, message: TaskTable.RowHighlighted) -> None:
+        task_id = message.task_id
         if task_id != self.selected_task:
             with self.lock:
                 self._select(task_id)
@@ -222,10 +220,7 @@ class DashboardApp(App[DashboardResult]):
     # -- actions -------------------------------------------------------------------------
 
     def action_select(self, delta: int) -> None:
-        table = self.table
-        if table.row_count:
-            table.move_cursor(row=max(0, min(table.row_count - 1, table.cursor_row + delta)),
-                              animate=False)
+        self.table.move_cursor(self.table.cursor_row + delta)
 
     def action_toggle_logs(self) -> None:
         self.views.current = "dashboard"

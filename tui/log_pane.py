@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from collections import deque
+
 from rich.text import Text
+from textual import events
 from textual.app import ComposeResult
 from textual.containers import Vertical
-from textual.widgets import Input, RichLog, Static
+from textual.strip import Strip
+from textual.widget import Widget
+from textual.widgets import Input, Static
 
 from tui.model import LOG_LINES, JobView, LogLine
 
@@ -24,6 +29,65 @@ def matches(line: LogLine, query: str) -> bool:
     return not query or query.lower() in line.line.lower()
 
 
+class LogLines(Widget):
+    """The last lines of a log, bottom-aligned, drawn line by line (Textual's Line API).
+
+    RichLog resizes its virtual area on every write, and each resize relayouts the whole
+    screen; with a busy task that is several full repaints a second. This widget never
+    changes size: it keeps an offset from the end (0 = following the tail), the mouse wheel
+    moves it, and only its own region is repainted when lines arrive."""
+
+    DEFAULT_CSS = "LogLines { height: 1fr; }"
+
+    def __init__(self, max_lines: int, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.texts: deque[Text] = deque(maxlen=max_lines)
+        self.back = 0
+        self._strips: dict[tuple[int, int], Strip] = {}
+
+    @property
+    def plain_lines(self) -> list[str]:
+        return [text.plain for text in self.texts]
+
+    def replace(self, texts: list[Text]) -> None:
+        self.texts.clear()
+        self.back = 0
+        self.append(texts)
+
+    def append(self, texts: list[Text]) -> None:
+        if not texts:
+            return
+        if self.back:
+            self.back = min(self.back + len(texts), self._max_back(len(self.texts) + len(texts)))
+        self.texts.extend(texts)
+        self._strips.clear()
+        self.refresh()
+
+    def _max_back(self, count: int) -> int:
+        return max(0, count - self.size.height)
+
+    def on_mouse_scroll_up(self, event: events.MouseScrollUp) -> None:
+        self.back = min(self.back + 3, self._max_back(len(self.texts)))
+        self.refresh()
+
+    def on_mouse_scroll_down(self, event: events.MouseScrollDown) -> None:
+        self.back = max(0, self.back - 3)
+        self.refresh()
+
+    def render_line(self, y: int) -> Strip:
+        width, height = self.size
+        first = max(0, len(self.texts) - height - self.back)
+        index = first + y
+        if index >= len(self.texts) or index < first or y >= height:
+            return Strip.blank(width, self.rich_style)
+        strip = self._strips.get((index, width))
+        if strip is None:
+            segments = list(self.texts[index].render(self.app.console))
+            strip = Strip(segments).crop_extend(0, width, self.rich_style).apply_style(self.rich_style)
+            self._strips[(index, width)] = strip
+        return strip
+
+
 class LogPane(Vertical):
     """Shows one task's log. While paused it stops writing (the view holds still) and counts
     what it missed; resuming writes the missed lines."""
@@ -38,14 +102,12 @@ class LogPane(Vertical):
 
     def compose(self) -> ComposeResult:
         yield Static("", id="log-title")
-        lines = RichLog(id="log-lines", max_lines=LOG_LINES, wrap=False, markup=False, auto_scroll=True)
-        lines.can_focus = False
-        yield lines
+        yield LogLines(LOG_LINES, id="log-lines")
         yield Input(placeholder="search this task's log (enter: keep, esc: clear)", id="log-search")
 
     @property
-    def lines(self) -> RichLog:
-        return self.query_one("#log-lines", RichLog)
+    def lines(self) -> LogLines:
+        return self.query_one("#log-lines", LogLines)
 
     @property
     def search_input(self) -> Input:
@@ -54,24 +116,21 @@ class LogPane(Vertical):
     def show_task(self, view: JobView, task_id: str | None) -> None:
         """Redraw from scratch: another task, or another search."""
         self.task_id = task_id
-        lines = self.lines
-        lines.clear()
         self._seen_total = 0
+        wanted: list[LogLine] = []
         if task_id is not None:
             log = view.log(task_id)
             wanted = [line for line in log.lines if matches(line, self.search_query)][-SHOWN_ON_SWITCH:]
-            for line in wanted:
-                lines.write(log_text(line, self.search_query))
             self._seen_total = log.total
+        self.lines.replace([log_text(line, self.search_query) for line in wanted])
         self._update_title(view)
 
     def sync(self, view: JobView) -> None:
         """Write the lines that arrived since the last call, unless paused."""
         if self.task_id is not None and not self.paused:
             log = view.log(self.task_id)
-            for line in log.since(self._seen_total):
-                if matches(line, self.search_query):
-                    self.lines.write(log_text(line, self.search_query))
+            self.lines.append([log_text(line, self.search_query) for line in log.since(self._seen_total)
+                               if matches(line, self.search_query)])
             self._seen_total = log.total
         self._update_title(view)
 
