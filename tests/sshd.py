@@ -53,10 +53,12 @@ class PrivateSshd:
     """One sshd process serving ``address``:``port`` for the current user only."""
 
     def __init__(self, address: str = "127.0.0.1", port: int | None = None,
-                 extra_config: str = "") -> None:
+                 extra_config: str = "", netns: str | None = None) -> None:
+        """``netns``: run sshd inside that network namespace (``ip netns exec``; root only)."""
         if not os.path.exists(SSHD):
             raise SshdUnavailable(f"{SSHD} not found (install openssh-server)")
         self.address = address
+        self.netns = netns
         self.port = port or free_port(address)
         self.user = getpass.getuser()
         self._tmp = tempfile.TemporaryDirectory(prefix="distlaunch-sshd-")
@@ -75,7 +77,8 @@ class PrivateSshd:
         _keygen(self.host_key, "distlaunch-test-host")
         _keygen(self.identity_file, "distlaunch-test-user")
         self.authorized_keys.write_text(Path(f"{self.identity_file}.pub").read_text())
-        self.host_key_line = f"[{self.address}]:{self.port} {self._public_key(self.host_key)}"
+        name = self.address if self.port == 22 else f"[{self.address}]:{self.port}"  # as ssh writes it
+        self.host_key_line = f"{name} {self._public_key(self.host_key)}"
         self.known_hosts.write_text(self.host_key_line + "\n")
         self.config_path.write_text("\n".join([
             f"ListenAddress {self.address}",
@@ -104,8 +107,9 @@ class PrivateSshd:
 
     def start(self) -> PrivateSshd:
         os.makedirs("/run/sshd", mode=0o755, exist_ok=True)  # privilege separation dir
+        prefix = ["ip", "netns", "exec", self.netns] if self.netns else []
         self._proc = subprocess.Popen(
-            [SSHD, "-f", str(self.config_path), "-D", "-e", "-E", str(self.log_path)],
+            [*prefix, SSHD, "-f", str(self.config_path), "-D", "-e", "-E", str(self.log_path)],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + START_TIMEOUT
         while time.monotonic() < deadline:
