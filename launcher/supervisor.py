@@ -37,6 +37,9 @@ from launcher.transport import LineStream
 #: how long teardown waits for the agents' final events before it sweeps anyway
 DRAIN_SECONDS = 5.0
 RECONNECT_MAX_DELAY = 10.0
+#: a follower prints at least a `#hb` line every second; this much silence means the link is dead
+#: (a partitioned TCP connection only errors out after minutes of retransmissions)
+STREAM_SILENCE_SECONDS = 5.0
 
 
 @dataclass
@@ -105,6 +108,7 @@ class Supervisor:
         self._streams: dict[str, LineStream] = {}
         self._offsets: dict[str, dict[str, int]] = {h: {} for h in sessions}
         self._host_up: dict[str, bool] = dict.fromkeys(sessions, True)
+        self._last_heard: dict[str, float] = {}  # monotonic time of each host's last stream line
         self._feeds: list[Feed] = []
         self._timers: list[tuple[float, Callable[[], None]]] = []
         self._finishing = False
@@ -208,6 +212,7 @@ class Supervisor:
             self._timers = [(t, f) for t, f in self._timers if t > now]
             for f in due:
                 f()
+            self._check_silence()
 
     def _after(self, delay: float, fn: Callable[[], None]) -> None:
         self._timers.append((time.time() + delay, fn))
@@ -259,11 +264,13 @@ class Supervisor:
         offsets = dict(self._offsets[host])
 
         def on_line(line: str) -> None:
+            self._last_heard[host] = time.monotonic()  # here, not on the loop: a busy loop is no silence
             self._call(lambda: self._on_line(host, line))
 
         def on_close(code: int | None) -> None:
             self._call(lambda: self._on_stream_closed(host, stream))
 
+        self._last_heard[host] = time.monotonic()
         stream = session.follow(offsets, on_line, on_close)
         self._streams[host] = stream
 
@@ -418,12 +425,24 @@ class Supervisor:
 
     # -- links -----------------------------------------------------------------------------------------
 
-    def _on_stream_closed(self, host: str, stream: LineStream) -> None:
+    def _on_stream_closed(self, host: str, stream: LineStream, why: str = "event stream lost") -> None:
         if self._finishing or self._done.is_set() or self._streams.get(host) is not stream:
             return
         self._host_up[host] = False
-        self._publish(ev.host_event(self.run_id, host, "unreachable", "event stream lost; reconnecting"))
+        del self._streams[host]  # its late on_close must not count as a second loss
+        self._publish(ev.host_event(self.run_id, host, "unreachable", f"{why}; reconnecting"))
+        self._executors[host].submit(stream.close)  # off the loop: closing may wait for its reader
         self._executors[host].submit(self._reconnect, host, 1.0)
+
+    def _check_silence(self) -> None:
+        """Treat a stream that sent nothing, not even a heartbeat, for STREAM_SILENCE_SECONDS as lost."""
+        if self._finishing:
+            return
+        now = time.monotonic()
+        for host, stream in list(self._streams.items()):
+            silent = now - self._last_heard.get(host, now)
+            if self._host_up[host] and silent > STREAM_SILENCE_SECONDS:
+                self._on_stream_closed(host, stream, f"no heartbeat for {silent:.0f}s")
 
     def _reconnect(self, host: str, delay: float) -> None:
         """On the host's thread: reconnect with back-off; the loop then resumes the stream."""
