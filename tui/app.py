@@ -335,6 +335,11 @@ class DashboardApp(App[DashboardResult]):
 
         self.push_screen(QuitScreen(), chosen)
 
+    async def action_quit(self) -> None:
+        """ctrl+q asks the same question as `q`: quitting never silently abandons a running job."""
+        if not isinstance(self.screen, QuitScreen):
+            self.action_leave()
+
     def leave(self, action: LeaveAction) -> None:
         if self.teardown_requested and action == "quit":
             action = "teardown"

@@ -252,3 +252,14 @@ async def test_logs_view_hides_the_table_and_keeps_selection_keys() -> None:
         await pilot.press("down")
         assert app.selected_task == "ps:0"
         assert "log ps:0" in str(app.log_pane.query_one("#log-title").render())
+
+
+async def test_ctrl_q_asks_like_q_while_the_job_runs() -> None:
+    events = recorded_job(steps=1)
+    app = make_app(events, control=RecordingControl())
+    async with app.run_test(size=(100, 30)) as pilot:
+        await load(pilot, app, len(events))
+        await pilot.press("ctrl+q")
+        assert isinstance(app.screen, QuitScreen)
+        await pilot.press("escape")
+        assert app.is_running and not isinstance(app.screen, QuitScreen)

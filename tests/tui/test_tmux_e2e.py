@@ -54,7 +54,8 @@ def test_dashboard_in_tmux_shows_rising_steps_and_leaves_nothing(tmp_path: Path)
         screen = _tmux(socket, "capture-pane", "-p", "-t", "e2e")
         assert "job Succeeded" in screen, screen
         assert steps and steps[-1] >= 300, f"step column never reached 300: {steps}"
-        assert re.search(r"ps:0\s+local\s+stopped", screen), screen
+        wait_for(lambda: re.search(r"ps:0\s+local\s+stopped", _tmux(socket, "capture-pane", "-p", "-t", "e2e")),
+                 60, "the ps row to show stopped")
         _tmux(socket, "send-keys", "-t", "e2e", "q")
         wait_for(lambda: "EXIT=" in _tmux(socket, "capture-pane", "-p", "-t", "e2e"), 60, "the CLI to exit")
         assert "EXIT=0" in _tmux(socket, "capture-pane", "-p", "-t", "e2e")
