@@ -238,3 +238,94 @@ def test_mirrored_worker_failure_restarts_the_whole_worker_group(tmp_path: Path)
     finally:
         kill_launcher(launcher)
         kill_run_processes(run_id)
+
+
+# -- ParameterServerStrategy with real TensorFlow -------------------------------------------------------
+
+
+def chief_metrics(run_dir: Path) -> list[dict[str, Any]]:
+    return [e for e in read_events(run_dir) if e["kind"] == "metric" and e["task"] == "chief:0"
+            and e["step"] is not None]
+
+
+def latest_checkpoint_step(run_dir: Path) -> int:
+    """The step of the checkpoint a restarted chief restores: the one the ``checkpoint`` file names.
+
+    CheckpointManager updates that file only after a save is complete, so a save cut short by the
+    kill never counts.
+    """
+    for state in run_dir.rglob("ckpt/checkpoint"):
+        for line in state.read_text().splitlines():
+            if line.startswith("model_checkpoint_path:"):
+                return int(line.split('"')[1].rsplit("-", 1)[1])
+    return 0
+
+
+@pytest.mark.slow
+def test_killed_worker_is_restarted_alone_and_training_goes_on(tmp_path: Path) -> None:
+    run_dir, run_id, log = tmp_path / "run", "it-ft-worker", tmp_path / "up.log"
+    profile = local_ps_profile(tmp_path, steps=400, name="it-ft-worker")
+    launcher = None
+    try:
+        launcher = start_cli("up", str(profile), "--no-tui", "--run-dir", str(run_dir), "--run-id", run_id, log=log)
+        worker_pid = running_pid(run_dir, "worker:0", timeout=90)
+        ps_pid = running_pid(run_dir, "ps:0")
+        chief_pid = running_pid(run_dir, "chief:0")
+        wait_for(lambda: any(m["step"] >= 40 for m in chief_metrics(run_dir)), 120, "the chief at step 40")
+        os.kill(worker_pid, signal.SIGKILL)
+        killed_at = max(m["step"] for m in chief_metrics(run_dir))
+        running_pid(run_dir, "worker:0", restarts=1, timeout=60)
+        restarted_at = len(read_events(run_dir))
+        launcher.wait(timeout=180)
+        assert launcher.returncode == 0, log.read_text()[-3000:]
+        events = read_events(run_dir)
+        worker = [e["state"] for e in states_of(events, "worker:0")]
+        assert worker[3:8] == ["failed", "restarting", "starting", "running", "stopped"], worker
+        # the ps and the chief were never touched: one incarnation each
+        assert [e["pid"] for e in states_of(events, "ps:0") if e["state"] == "running"] == [ps_pid]
+        assert [e["pid"] for e in states_of(events, "chief:0") if e["state"] == "running"] == [chief_pid]
+        later = [e["step"] for e in events[restarted_at:] if e["kind"] == "metric" and e["task"] == "chief:0"
+                 and e["step"] is not None]
+        assert later and later[-1] >= 400 and min(later) >= killed_at and later == sorted(later)
+        assert job_states(events)[-3:] == ["Restarting", "Running", "Succeeded"]
+        assert pids_with_run_id(run_id) == []
+    finally:
+        kill_launcher(launcher)
+        kill_run_processes(run_id)
+
+
+@pytest.mark.slow
+def test_killed_ps_restarts_with_the_chief_which_resumes_from_its_checkpoint(tmp_path: Path) -> None:
+    run_dir, run_id, log = tmp_path / "run", "it-ft-ps", tmp_path / "up.log"
+    profile = local_ps_profile(tmp_path, steps=200, name="it-ft-ps")
+    profile.write_text(profile.read_text().replace("--log-every 20", "--log-every 10 --checkpoint-every 20"))
+    launcher = None
+    try:
+        launcher = start_cli("up", str(profile), "--no-tui", "--run-dir", str(run_dir), "--run-id", run_id, log=log)
+        ps_pid = running_pid(run_dir, "ps:0", timeout=90)
+        worker_pid = running_pid(run_dir, "worker:0")
+        wait_for(lambda: latest_checkpoint_step(run_dir) >= 40, 120, "a checkpoint at step 40")
+        os.kill(ps_pid, signal.SIGKILL)
+        checkpointed = latest_checkpoint_step(run_dir)
+        running_pid(run_dir, "ps:0", restarts=1, timeout=60)
+        running_pid(run_dir, "chief:0", restarts=1, timeout=60)
+        launcher.wait(timeout=240)
+        assert launcher.returncode == 0, log.read_text()[-3000:]
+        events = read_events(run_dir)
+        restarted = next(i for i, e in enumerate(events) if e["kind"] == "state" and e["task"] == "chief:0"
+                         and e["state"] == "running" and e["restarts"] == 1)
+        after = [e for e in events[restarted:] if e["kind"] == "metric" and e["task"] == "chief:0"]
+        assert after, "the restarted chief reported nothing"
+        assert after[0]["values"].get("restored_step") == after[0]["step"]
+        assert after[0]["step"] >= checkpointed > 0
+        steps = [e["step"] for e in after if e["step"] is not None]
+        assert min(steps) >= checkpointed and steps == sorted(steps) and steps[-1] >= 200
+        restarting = [e for e in events if e["kind"] == "job" and e["state"] == "Restarting"]
+        assert len(restarting) == 1 and "ps:0" in restarting[0]["reason"] and "chief:0" in restarting[0]["reason"]
+        # the worker is not part of the ps group: it kept its one incarnation
+        assert [e["pid"] for e in states_of(events, "worker:0") if e["state"] == "running"] == [worker_pid]
+        assert job_states(events)[-1] == "Succeeded"
+        assert pids_with_run_id(run_id) == []
+    finally:
+        kill_launcher(launcher)
+        kill_run_processes(run_id)
