@@ -16,6 +16,7 @@ from typing import Any
 
 from launcher import controlsock
 from launcher import events as ev
+from launcher.checking import exposure_warnings
 from launcher.errors import HostError, UserError
 from launcher.model import Plan
 from launcher.plan import build_plan
@@ -46,6 +47,8 @@ def _progress(quiet: bool) -> Callable[[str], None]:
 def run_up(args: argparse.Namespace) -> int:
     profile = load_profile(Path(args.profile))
     plan = build_plan(profile)
+    for warning in exposure_warnings(plan):
+        _err(f"warning: {warning}")
     run_id = args.run_id or new_run_id(profile.name)
     rundir = RunDir.create(run_id, Path(args.run_dir) if args.run_dir else None)
     tui = not (args.no_tui or args.json or args.detach)
