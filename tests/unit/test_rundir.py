@@ -1,0 +1,56 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from launcher import events as ev
+from launcher.errors import UserError
+from launcher.rundir import RunDir, find_run, new_run_id, read_events, read_state
+
+
+def test_events_logs_and_state_are_written_and_read_back(tmp_path: Path) -> None:
+    rd = RunDir.create("r1", tmp_path / "r1")
+    rd.append(ev.job_event("r1", ev.JOB_RUNNING))
+    rd.append(ev.log_event("r1", "worker:1", "stderr", "boom"))
+    rd.append(ev.metric_event("r1", "chief:0", step=5, loss=0.5))
+    rd.write_state({"run_id": "r1", "tasks": {}})
+    # visible before close: every event is flushed as it comes
+    kinds = [e.kind for e in read_events(rd.path)]
+    assert kinds == ["job", "log", "metric"]
+    assert (rd.path / "logs" / "worker-1.log").read_text() == "boom\n"
+    assert read_state(rd.path)["run_id"] == "r1"
+    rd.close()
+
+
+def test_a_torn_last_line_is_skipped(tmp_path: Path) -> None:
+    rd = RunDir.create("r2", tmp_path / "r2")
+    rd.append(ev.job_event("r2", ev.JOB_CREATED))
+    rd.close()
+    with (rd.path / "events.jsonl").open("a") as fh:
+        fh.write('{"v": 1, "kind": "job", "ts"')
+    assert len(list(read_events(rd.path))) == 1
+
+
+def test_find_run_by_id_path_and_latest(tmp_path: Path, distlaunch_home: Path) -> None:
+    first = RunDir.create(new_run_id("my job"))
+    first.write_state({"run_id": first.run_id})
+    second = RunDir.create(new_run_id("my job"))
+    second.write_state({"run_id": second.run_id})
+    assert " " not in second.run_id and second.run_id.startswith("my-job-")
+    assert find_run(None) == second.path
+    assert find_run(first.run_id) == first.path
+    assert find_run(str(first.path)) == first.path
+    with pytest.raises(UserError, match="no run 'nope'"):
+        find_run("nope")
+
+
+def test_state_file_problems_are_user_errors(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match="not a distlaunch run directory"):
+        read_state(tmp_path)
+    (tmp_path / "state.json").write_text("{broken")
+    with pytest.raises(UserError, match="unreadable run state"):
+        read_state(tmp_path)
+    (tmp_path / "state.json").write_text(json.dumps({"run_id": "x"}))
+    assert read_state(tmp_path)["run_id"] == "x"
