@@ -329,3 +329,43 @@ def test_killed_ps_restarts_with_the_chief_which_resumes_from_its_checkpoint(tmp
     finally:
         kill_launcher(launcher)
         kill_run_processes(run_id)
+
+
+# -- detach, attach, down --------------------------------------------------------------------------------
+
+
+def test_detached_job_is_attached_again_then_downed_from_another_process(tmp_path: Path) -> None:
+    run_dir, run_id, log = tmp_path / "run", "it-ft-attach", tmp_path / "attach.log"
+    profile = shell_profile(tmp_path, '[roles.worker]\ncount = 2\nhosts = ["local"]')
+    attach = None
+    try:
+        up = cli("up", str(profile), "--detach", "--run-dir", str(run_dir), "--run-id", run_id, timeout=90)
+        assert up.returncode == 0, up.stdout + up.stderr
+        assert f"distlaunch attach {run_id}" in up.stdout
+        # a detached launcher stops following at once: the tasks' own event files say they run
+        pids = {t: running_pid(run_dir / "hosts" / "local" / "tasks" / t.replace(":", "-"), t, timeout=30)
+                for t in ("worker:0", "worker:1")}
+        for pid in pids.values():
+            os.kill(pid, 0)  # `up` returned, the tasks run on
+
+        attach = start_cli("attach", str(run_dir), "--no-tui", log=log)
+        # the history first: the job as `up` saw it, before this process existed
+        wait_for(lambda: "job Created" in log.read_text() and f"pid {pids['worker:1']}" in log.read_text(), 60,
+                 "attach to print the run's history")
+        assert attach.poll() is None
+
+        # then it follows and acts: a restart asked from a third process goes through the attached launcher
+        wait_for(lambda: cli("restart", str(run_dir), "worker:1", timeout=30).returncode == 0, 30,
+                 "the attached launcher to accept a restart")
+        new_pid = running_pid(run_dir, "worker:1", restarts=1, timeout=30)
+        wait_for(lambda: f"pid {new_pid}" in log.read_text(), 20, "attach to print the restarted worker")
+
+        down = cli("down", str(run_dir), timeout=60)
+        assert down.returncode == 0, down.stdout + down.stderr
+        attach.wait(timeout=30)
+        assert attach.returncode not in (0, 2), log.read_text()[-2000:]
+        assert "job Failed" in log.read_text()
+        assert_nothing_left(run_id)
+    finally:
+        kill_launcher(attach)
+        kill_run_processes(run_id)
