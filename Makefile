@@ -10,7 +10,7 @@ $(STAMP): pyproject.toml
 	@test -n "$(PYTHON)" || { echo "make: need python3.11 (or python3 >= 3.11) on PATH"; exit 2; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[cpu,test]'
+	$(BIN)/python -m pip install -q -e '.[cpu,test]' --config-settings editable_mode=compat
 	@touch $@
 
 ## set up and run the embedded default job (cluster_profiles/local.toml) with the dashboard
