@@ -199,12 +199,15 @@ def run_down(args: argparse.Namespace) -> int:
     return 0
 
 
+def _require_task(state: dict[str, Any], task: str) -> None:
+    if task not in state.get("tasks", {}):
+        raise UserError(f"run {state['run_id']} has no task {task!r}; its tasks: " + ", ".join(state.get("tasks", {})))
+
+
 def run_restart(args: argparse.Namespace) -> int:
     path = find_run(args.run)
     state = read_state(path)
-    if args.task not in state.get("tasks", {}):
-        raise UserError(f"run {state['run_id']} has no task {args.task!r}; its tasks: "
-                        + ", ".join(state.get("tasks", {})))
+    _require_task(state, args.task)
     answer = controlsock.send(str(state["run_id"]), "restart", args.task)
     if answer is None:
         raise UserError(f"run {state['run_id']} has no live launcher; `distlaunch attach {state['run_id']}` "
@@ -289,9 +292,7 @@ def run_status(args: argparse.Namespace) -> int:
 def run_logs(args: argparse.Namespace) -> int:
     path = find_run(args.run)
     state = read_state(path)
-    if args.task not in state.get("tasks", {}):
-        raise UserError(f"run {state['run_id']} has no task {args.task!r}; its tasks: "
-                        + ", ".join(state.get("tasks", {})))
+    _require_task(state, args.task)
     log = path / "logs" / f"{args.task.replace(':', '-')}.log"
     offset = 0
     while True:
