@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
+from pathlib import Path
 from typing import Literal
 
 from textual import work
@@ -39,8 +40,8 @@ from tui.screens import QUIT_DETACH, QUIT_TEARDOWN, ConfirmScreen, HelpScreen, Q
 from tui.task_table import TaskTable
 
 FLUSH_HZ = 10.0
-CHART_EVERY = 5
-"""The loss chart is redrawn on every fifth flush at most (twice a second)."""
+CHART_EVERY = 10
+"""The loss chart (plotext, tens of ms to draw) is redrawn once a second at most."""
 
 LeaveAction = Literal["teardown", "detach", "quit"]
 NOT_IN_REPLAY = "not available in replay"
@@ -70,7 +71,7 @@ class StreamEnded(Message):
 class DashboardApp(App[DashboardResult]):
     """Shows one job live (or a replay) and asks the supervisor to act on it."""
 
-    CSS_PATH = "dashboard.tcss"
+    CSS_PATH = Path(__file__).with_name("dashboard.tcss")  # absolute: subclasses live elsewhere
     TITLE = "distlaunch"
     COMMANDS = App.COMMANDS | {DashboardCommands}
     BINDINGS = [
