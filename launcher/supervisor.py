@@ -53,6 +53,7 @@ class TaskRuntime:
     exit_code: int | None = None
     expected_stop: bool = False  # the supervisor asked for this stop: not a failure
     restarting: bool = False
+    restart_pending: bool = False  # a restart is scheduled but not yet carried out
     last_event: float = field(default_factory=time.time)
 
     @property
@@ -323,6 +324,12 @@ class Supervisor:
         if state == ev.STOPPED and self._down_requested():
             self._finish(ev.JOB_FAILED, "stopped by `distlaunch down`")
             return
+        if rt.restart_pending:
+            # already in a pending group restart (a chief crashing because its ps died): that restart
+            # starts it again; its own policy must not call the consequence a permanent failure
+            return
+        # a restart carried out ended here, even if this incarnation never reached running
+        rt.restarting = False
         reason = str(event.get("reason") or f"exit code {rt.exit_code}")
         self._on_failure(rt, reason)
 
@@ -353,6 +360,7 @@ class Supervisor:
         for task_id in group:
             member = self.tasks[task_id]
             member.restarting = True
+            member.restart_pending = True
             self._publish(ev.state_event(self.run_id, task_id, ev.RESTARTING, host=member.spec.host,
                                          restarts=member.restarts, reason=f"{rt.spec.task_id} {why}"))
         self._after(wait, lambda: self._restart_now(group))
@@ -366,6 +374,7 @@ class Supervisor:
                 rt.expected_stop = True
             rt.restarts += 1
             rt.incarnation += 1
+            rt.restart_pending = False
         threading.Thread(target=self._restart_blocking, args=(members,), name="restart", daemon=True).start()
 
     def _restart_blocking(self, members: list[TaskRuntime]) -> None:
