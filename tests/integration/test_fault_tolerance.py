@@ -177,6 +177,54 @@ def test_backoff_limit_is_shared_by_the_whole_job(tmp_path: Path) -> None:
         kill_run_processes(run_id)
 
 
+def test_a_task_that_dies_while_its_group_restart_is_pending_is_not_judged_by_its_own_policy(
+        tmp_path: Path) -> None:
+    """A chief that crashes because its ps died (TF raises UnavailableError, exit 1) is already being
+    restarted with the ps: its own exit-code policy must not turn that into a permanent failure."""
+    run_dir, run_id = tmp_path / "run", "it-ft-pending"
+    ps = "test -e {run_dir}/ps-died && exec sleep 600; touch {run_dir}/ps-died; kill -9 $$"
+    # the first chief waits until the launcher announced the group restart, then crashes with 3
+    launcher_events = "{run_dir}/../../events.jsonl"
+    chief = (f"test -e {{run_dir}}/chief-once && exit 0; touch {{run_dir}}/chief-once; "
+             f"until grep -q restarting {launcher_events}; do sleep 0.05; done; exit 3")
+    roles = (f'[roles.ps]\nhosts = ["local"]\ncommand = "{ps}"\n'
+             f'[roles.worker]\nhosts = ["local"]\n'
+             f'[roles.chief]\nhosts = ["local"]\ncommand = "{chief}"')
+    profile = shell_profile(tmp_path, roles, strategy="parameter_server", restart="exit-code")
+    try:
+        up = cli("up", str(profile), "--no-tui", "--run-dir", str(run_dir), "--run-id", run_id, timeout=60)
+        events = read_events(run_dir)
+        assert up.returncode == 0, job_end(events)
+        chief_states = states_of(events, "chief:0")
+        assert any(e["state"] == "failed" and e["exit_code"] == 3 for e in chief_states)
+        assert chief_states[-1]["state"] == "succeeded" and chief_states[-1]["restarts"] == 1
+        assert [e["state"] for e in events if e["kind"] == "job"].count("Restarting") == 1
+        assert pids_with_run_id(run_id) == []
+    finally:
+        kill_run_processes(run_id)
+
+
+def test_a_restart_that_cannot_start_the_task_still_counts_towards_max_restarts(tmp_path: Path) -> None:
+    """A new incarnation that fails before it ever runs (its workdir vanished) is judged by the
+    policy like any other failure: the job must end Failed, not wait forever."""
+    run_dir, run_id = tmp_path / "run", "it-ft-nostart"
+    workdir = tmp_path / "gone"
+    workdir.mkdir()
+    roles = f'[roles.worker]\nhosts = ["local"]\nworkdir = "{workdir}"\ncommand = "rmdir {workdir}; exit 1"'
+    profile = shell_profile(tmp_path, roles, max_restarts=2)
+    try:
+        up = cli("up", str(profile), "--no-tui", "--run-dir", str(run_dir), "--run-id", run_id, timeout=60)
+        events = read_events(run_dir)
+        assert up.returncode == 1, up.stdout[-2000:]
+        end = job_end(events)
+        assert end["state"] == "Failed" and "max_restarts" in end["reason"], end["reason"]
+        failures = [e for e in states_of(events, "worker:0") if e["state"] == "failed"]
+        assert len(failures) == 3 and "could not start" in failures[-1]["reason"]
+        assert pids_with_run_id(run_id) == []
+    finally:
+        kill_run_processes(run_id)
+
+
 # -- restart by hand, and the mirrored worker group -----------------------------------------------------
 
 
