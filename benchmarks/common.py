@@ -1,0 +1,167 @@
+"""Shared parts of the benchmarks: private sshds as "hosts", generated profiles, watching a run.
+
+Every benchmark here runs real parts on this machine: private OpenSSH servers on loopback ports
+(``tests.sshd.PrivateSshd``), the real ``distlaunch up`` (as a subprocess, or the Supervisor
+in-process), real agents. The sshds all log in as the same user on the same machine, so each
+one gets its own ``$HOME`` (sshd ``SetEnv``): otherwise every "host" would share one host run
+dir and each host's ``agent follow`` would stream every other host's tasks too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from tests.sshd import PrivateSshd  # noqa: E402
+
+PYTHON = str(REPO / ".venv" / "bin" / "python")
+
+
+@dataclass
+class BenchHost:
+    """One sshd standing in for one host, with its own home directory."""
+
+    name: str
+    sshd: PrivateSshd
+    home: Path
+
+
+@contextlib.contextmanager
+def sshd_hosts(count: int, prefix: str = "h") -> Iterator[list[BenchHost]]:
+    """Start ``count`` private sshds, each with its own ``$HOME``; stop them and remove the homes."""
+    root = Path(tempfile.mkdtemp(prefix="distlaunch-bench-homes-"))
+    hosts: list[BenchHost] = []
+    try:
+        for i in range(count):
+            home = root / f"{prefix}{i}"
+            home.mkdir()
+            server = PrivateSshd(extra_config=f"SetEnv HOME={home}").start()
+            hosts.append(BenchHost(f"{prefix}{i}", server, home))
+        yield hosts
+    finally:
+        for h in hosts:
+            h.sshd.cleanup()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def ssh_profile(path: Path, name: str, hosts: list[BenchHost], roles: dict[str, dict[str, Any]], *,
+                strategy: str = "custom", command: str = "sleep 30", sample_interval: float = 1.0,
+                workdir: str = "/tmp", extra_top: str = "") -> Path:
+    """Write a profile whose hosts are the given sshds; ``roles`` maps role -> {count, command?}."""
+    lines = [f'name = "{name}"', f'strategy = "{strategy}"', 'success_policy = "chief"',
+             "orphan_grace_seconds = 30", f"sample_interval = {sample_interval}", extra_top, "",
+             "[defaults]", f"command = {json.dumps(command)}", f'python = "{PYTHON}"',
+             f'workdir = "{workdir}"', 'restart = "never"', "grace_seconds = 5", "",
+             "[ssh]", 'host_key_policy = "reject"', "connect_timeout = 10", ""]
+    for h in hosts:
+        lines += [f"[hosts.{h.name}]", 'address = "127.0.0.1"', f"ssh_port = {h.sshd.port}",
+                  f'identity_file = "{h.sshd.identity_file}"', f'known_hosts = "{h.sshd.known_hosts}"', ""]
+    names = json.dumps([h.name for h in hosts])
+    for role, opts in roles.items():
+        lines += [f"[roles.{role}]", f"count = {opts.get('count', 1)}", f"hosts = {names}"]
+        if "command" in opts:
+            lines.append(f"command = {json.dumps(opts['command'])}")
+        lines.append("")
+    path.write_text("\n".join(lines))
+    return path
+
+
+def ssh_config(path: Path, hosts: list[BenchHost]) -> Path:
+    """An ssh_config with one alias per sshd (port, identity, known_hosts): for ssh and pdsh."""
+    blocks = []
+    for h in hosts:
+        blocks.append("\n".join([
+            f"Host {h.name}", "  HostName 127.0.0.1", f"  Port {h.sshd.port}", f"  User {h.sshd.user}",
+            f"  IdentityFile {h.sshd.identity_file}", "  IdentitiesOnly yes",
+            f"  UserKnownHostsFile {h.sshd.known_hosts}", "  StrictHostKeyChecking yes",
+            "  BatchMode yes", "  LogLevel ERROR"]))
+    path.write_text("\n\n".join(blocks) + "\n")
+    return path
+
+
+def start_up(profile: Path, run_dir: Path, run_id: str, *, json_out: bool = False,
+             env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """``distlaunch up PROFILE --no-tui`` (or ``--json``) as a subprocess, output discarded."""
+    cmd = [PYTHON, "-m", "launcher.cli", "up", str(profile), "--json" if json_out else "--no-tui",
+           "--run-dir", str(run_dir), "--run-id", run_id]
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    return subprocess.Popen(cmd, cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, env=full_env)
+
+
+def down(run_dir: Path, timeout: float = 120.0) -> None:
+    subprocess.run([PYTHON, "-m", "launcher.cli", "down", str(run_dir)], cwd=REPO, timeout=timeout,
+                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def stop_up(proc: subprocess.Popen[bytes], run_dir: Path, timeout: float = 120.0) -> None:
+    """Tear a running ``up`` down the way a user would (SIGINT), falling back to ``down``."""
+    if proc.poll() is None:
+        proc.send_signal(2)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            down(run_dir)
+            proc.kill()
+            proc.wait(timeout=30)
+
+
+class EventsTail:
+    """New events of a run dir's ``events.jsonl``, read as they are appended."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._offset = 0
+        self._partial = b""
+
+    def read(self) -> list[dict[str, Any]]:
+        try:
+            with self.path.open("rb") as fh:
+                fh.seek(self._offset)
+                data = fh.read()
+        except FileNotFoundError:
+            return []
+        self._offset += len(data)
+        parts = (self._partial + data).split(b"\n")
+        self._partial = parts.pop()
+        return [json.loads(p) for p in parts if p.strip()]
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float, interval: float = 0.01) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return False
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    k = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
+    return ordered[k]
+
+
+def mean(values: list[float]) -> float:
+    return statistics.fmean(values) if values else float("nan")
+
+
+def machine() -> str:
+    return f"{os.cpu_count()} cores, no GPU, {sys.platform}, Python {sys.version.split()[0]}"

@@ -1,0 +1,178 @@
+"""How long does ``distlaunch up`` take until every task runs, for 4, 16 and 64 tasks over SSH?
+
+Hosts are private sshds on loopback ports (default 4), tasks (``sleep 30``, strategy custom,
+ports picked at launch) are spread over them in order. For each size, alternating, best of
+``--repeats`` after one warm-up:
+
+* ``up total``: from starting ``distlaunch up --no-tui`` until events.jsonl holds a ``running``
+  state for every task. It includes preflight: connect, python check, agent upload, port pick;
+* ``up launch``: the part from the supervisor's first event (job Created, emitted when it
+  starts tasks, i.e. after preflight) until all run;
+* ``pdsh/host``: ``pdsh -R ssh`` over the hosts, each starting its share of ``sleep 30``
+  detached (``setsid``) and printing the pids: the tool a user would otherwise reach for;
+* ``pdsh/task``: ``pdsh`` with one ssh alias per task (one connection per task, fan-out N);
+* ``ssh serial``: the sum of one ``ssh host true`` per task, one after another.
+
+Targets: ``up total`` within 1.3x of ``pdsh/host``; 64 tasks no more than 2x the time of 4.
+
+Run: ``.venv/bin/python benchmarks/launch_fanout.py [--sizes 4,16,64] [--hosts 4] [--repeats 3]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from common import (
+    BenchHost,
+    EventsTail,
+    machine,
+    ssh_config,
+    ssh_profile,
+    sshd_hosts,
+    start_up,
+    stop_up,
+    wait_for,
+)
+
+
+def time_up(hosts: list[BenchHost], tasks: int, work: Path, tag: str) -> tuple[float, float]:
+    """(total, launch part) seconds for one ``up`` of ``tasks`` tasks; tears it down after."""
+    profile = ssh_profile(work / f"{tag}.toml", f"fanout-{tasks}", hosts, {"worker": {"count": tasks}})
+    run_dir = work / tag
+    t0 = time.time()
+    proc = start_up(profile, run_dir, tag)
+    tail = EventsTail(run_dir / "events.jsonl")
+    running: dict[str, float] = {}
+    first_ts: list[float] = []
+
+    def all_running() -> bool:
+        for e in tail.read():
+            if not first_ts:
+                first_ts.append(float(e["ts"]))
+            if e["kind"] == "state" and e.get("state") == "running":
+                running.setdefault(e["task"], float(e["ts"]))
+            if e["kind"] == "job" and e.get("state") == "Failed":
+                raise RuntimeError(f"{tag}: job failed: {e.get('reason')}")
+        return len(running) == tasks
+
+    try:
+        if not wait_for(all_running, timeout=180, interval=0.005):
+            raise RuntimeError(f"{tag}: only {len(running)}/{tasks} tasks running after 180 s")
+        t_seen = time.time()
+    finally:
+        stop_up(proc, run_dir)
+    # the agents stamp `running` when their task started; the watcher saw it a few ms later
+    t_all = max(running.values())
+    return max(t_all, t_seen - 0.05) - t0, t_all - first_ts[0]
+
+
+def pdsh(targets: list[str], command: str, cfg: Path, fanout: int) -> list[str]:
+    env = dict(os.environ, PDSH_SSH_ARGS_APPEND=f"-F {cfg}")
+    result = subprocess.run(["pdsh", "-R", "ssh", "-f", str(fanout), "-w", ",".join(targets), command],
+                            capture_output=True, text=True, timeout=120, env=env, stdin=subprocess.DEVNULL)
+    if result.returncode != 0:
+        raise RuntimeError(f"pdsh failed ({result.returncode}): {result.stderr.strip()[-300:]}")
+    return result.stdout.splitlines()
+
+
+def kill_pids(lines: list[str]) -> None:
+    """pdsh answered ``host: pid`` lines; end exactly those processes."""
+    for line in lines:
+        for word in line.split(":", 1)[-1].split():
+            if word.isdigit():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(word), signal.SIGTERM)
+
+
+START_ONE = "setsid sleep 30 </dev/null >/dev/null 2>&1 & echo $!"
+
+
+def time_pdsh_per_host(hosts: list[BenchHost], tasks: int, cfg: Path) -> float:
+    per_host = {h.name: 0 for h in hosts}
+    for i in range(tasks):
+        per_host[hosts[i % len(hosts)].name] += 1
+    count = max(per_host.values())  # sizes here divide evenly over the hosts
+    command = f"for i in $(seq {count}); do {START_ONE}; done"
+    t0 = time.time()
+    out = pdsh([h.name for h in hosts], command, cfg, fanout=len(hosts))
+    elapsed = time.time() - t0
+    kill_pids(out)
+    return elapsed
+
+
+def time_pdsh_per_task(hosts: list[BenchHost], tasks: int, work: Path) -> float:
+    aliases = work / f"ssh_config_tasks{tasks}"
+    base = (work / "ssh_config").read_text()
+    extra = [f"Host t{i}\n  HostName 127.0.0.1\n  Port {hosts[i % len(hosts)].sshd.port}\n"
+             f"  User {hosts[i % len(hosts)].sshd.user}\n  IdentityFile {hosts[i % len(hosts)].sshd.identity_file}\n"
+             f"  IdentitiesOnly yes\n  UserKnownHostsFile {hosts[i % len(hosts)].sshd.known_hosts}\n"
+             f"  HostKeyAlias [127.0.0.1]:{hosts[i % len(hosts)].sshd.port}\n"
+             "  StrictHostKeyChecking yes\n  BatchMode yes\n  LogLevel ERROR\n" for i in range(tasks)]
+    aliases.write_text(base + "\n" + "\n".join(extra))
+    t0 = time.time()
+    out = pdsh([f"t{i}" for i in range(tasks)], START_ONE, aliases, fanout=tasks)
+    elapsed = time.time() - t0
+    kill_pids(out)
+    return elapsed
+
+
+def time_ssh_serial(hosts: list[BenchHost], tasks: int, cfg: Path) -> float:
+    t0 = time.time()
+    for i in range(tasks):
+        subprocess.run(["ssh", "-F", str(cfg), hosts[i % len(hosts)].name, "true"], check=True,
+                       timeout=60, stdin=subprocess.DEVNULL, capture_output=True)
+    return time.time() - t0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--sizes", default="4,16,64")
+    parser.add_argument("--hosts", type=int, default=4)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+    work = Path(tempfile.mkdtemp(prefix="distlaunch-bench-fanout-"))
+    results: dict[int, dict[str, list[float]]] = {
+        n: {"up total": [], "up launch": [], "pdsh/host": [], "pdsh/task": [], "ssh serial": []} for n in sizes}
+    try:
+        with sshd_hosts(args.hosts) as hosts:
+            cfg = ssh_config(work / "ssh_config", hosts)
+            time_up(hosts, 4, work, "warmup")  # first zipapp build, page cache
+            for rep in range(args.repeats):
+                for n in sizes:
+                    total, launch = time_up(hosts, n, work, f"up{n}-{rep}")
+                    r = results[n]
+                    r["up total"].append(total)
+                    r["up launch"].append(launch)
+                    r["pdsh/host"].append(time_pdsh_per_host(hosts, n, cfg))
+                    r["pdsh/task"].append(time_pdsh_per_task(hosts, n, work))
+                    if rep == 0:
+                        r["ssh serial"].append(time_ssh_serial(hosts, n, cfg))
+                    print(f"  rep {rep} n={n}: " + ", ".join(f"{k} {v[-1]:.2f}s" for k, v in r.items() if v),
+                          flush=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print(f"\nlaunch fan-out over {args.hosts} sshd hosts ({machine()}); best of {args.repeats}, seconds")
+    print(f"{'tasks':>5} {'up total':>9} {'up launch':>9} {'pdsh/host':>9} {'pdsh/task':>9} {'ssh serial':>10}"
+          f" {'up/pdsh-host':>12} {'up/pdsh-task':>12}")
+    best = {n: {k: min(v) for k, v in r.items()} for n, r in results.items()}
+    for n in sizes:
+        b = best[n]
+        print(f"{n:>5} {b['up total']:>9.2f} {b['up launch']:>9.2f} {b['pdsh/host']:>9.2f} {b['pdsh/task']:>9.2f}"
+              f" {b['ssh serial']:>10.2f} {b['up total'] / b['pdsh/host']:>11.2f}x"
+              f" {b['up total'] / b['pdsh/task']:>11.2f}x")
+    if 4 in best and 64 in best:
+        print(f"64 vs 4 tasks: up total {best[64]['up total'] / best[4]['up total']:.2f}x, "
+              f"up launch {best[64]['up launch'] / best[4]['up launch']:.2f}x (target <= 2x)")
+
+
+if __name__ == "__main__":
+    main()
