@@ -177,6 +177,24 @@ def build_optimizer(tf: Any, strategy: Any, shards: list[Any], learning_rate: fl
     return MomentumSgd()
 
 
+def restore_checkpoint(tf: Any, checkpoint: Any, path: str) -> None:
+    """Restore everything from ``path``; with another ps count, the weights and step only.
+
+    Sharded weights restore into any number of shards, but the momentum slots are kept one per
+    shard, so after the ps count changed they no longer fit and start again from zero.
+    """
+    velocities = list(checkpoint.optimizer.velocities)
+    saved_shapes = dict(tf.train.list_variables(path))
+    saved_slots = [saved_shapes.get(f"optimizer/velocities/{i}/.ATTRIBUTES/VARIABLE_VALUE")
+                   for i in range(len(velocities) + 1)]
+    if saved_slots == [v.shape.as_list() for v in velocities] + [None]:
+        checkpoint.restore(path).assert_existing_objects_matched()
+        return
+    print(f"optimizer state in {path} was saved for another ps count; restoring weights and global step only",
+          flush=True)
+    tf.train.Checkpoint(model=checkpoint.model, global_step=checkpoint.global_step).restore(path).expect_partial()
+
+
 def make_dataset_fn(tf: Any, batch_size: int) -> Any:
     """Endless synthetic batches: centred uniform images, labels from a fixed random projection."""
 
@@ -216,7 +234,7 @@ def train(tf: Any, resolver: Any, args: argparse.Namespace) -> int:
     if args.checkpoint_dir:
         manager = tf.train.CheckpointManager(checkpoint, args.checkpoint_dir, max_to_keep=2)
         if manager.latest_checkpoint:
-            checkpoint.restore(manager.latest_checkpoint).assert_existing_objects_matched()
+            restore_checkpoint(tf, checkpoint, manager.latest_checkpoint)
             restored_step = int(global_step.numpy())
             print(f"restored {manager.latest_checkpoint} at global step {restored_step}", flush=True)
             if report is not None:
