@@ -417,3 +417,38 @@ def test_detached_job_is_attached_again_then_downed_from_another_process(tmp_pat
     finally:
         kill_launcher(attach)
         kill_run_processes(run_id)
+
+
+@pytest.mark.slow
+def test_killed_chief_is_restarted_alone_and_resumes_from_its_checkpoint(tmp_path: Path) -> None:
+    run_dir, run_id, log = tmp_path / "run", "it-ft-chief", tmp_path / "up.log"
+    profile = local_ps_profile(tmp_path, steps=200, name="it-ft-chief")
+    profile.write_text(profile.read_text().replace("--log-every 20", "--log-every 10 --checkpoint-every 20"))
+    launcher = None
+    try:
+        launcher = start_cli("up", str(profile), "--no-tui", "--run-dir", str(run_dir), "--run-id", run_id, log=log)
+        chief_pid = running_pid(run_dir, "chief:0", timeout=90)
+        ps_pid = running_pid(run_dir, "ps:0")
+        worker_pid = running_pid(run_dir, "worker:0")
+        wait_for(lambda: latest_checkpoint_step(run_dir) >= 40, 120, "a checkpoint at step 40")
+        os.kill(chief_pid, signal.SIGKILL)
+        checkpointed = latest_checkpoint_step(run_dir)
+        running_pid(run_dir, "chief:0", restarts=1, timeout=60)
+        launcher.wait(timeout=240)
+        assert launcher.returncode == 0, log.read_text()[-3000:]
+        events = read_events(run_dir)
+        restarted = next(i for i, e in enumerate(events) if e["kind"] == "state" and e["task"] == "chief:0"
+                         and e["state"] == "running" and e["restarts"] == 1)
+        after = [e for e in events[restarted:] if e["kind"] == "metric" and e["task"] == "chief:0"]
+        assert after and after[0]["values"].get("restored_step") == after[0]["step"] >= checkpointed > 0
+        steps = [e["step"] for e in after if e["step"] is not None]
+        assert min(steps) >= checkpointed and steps[-1] >= 200
+        restarting = [e for e in events if e["kind"] == "job" and e["state"] == "Restarting"]
+        assert len(restarting) == 1 and "restarting chief:0 in" in restarting[0]["reason"]
+        for task, pid in (("ps:0", ps_pid), ("worker:0", worker_pid)):
+            assert [e["pid"] for e in states_of(events, task) if e["state"] == "running"] == [pid]
+        assert job_states(events)[-1] == "Succeeded"
+        assert pids_with_run_id(run_id) == []
+    finally:
+        kill_launcher(launcher)
+        kill_run_processes(run_id)
