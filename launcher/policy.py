@@ -34,7 +34,10 @@ def why_not_restarted(policy: RestartPolicy, exit_code: int | None) -> str:
 
 
 def backoff_delay(restarts_so_far: int) -> float:
-    return float(min(BACKOFF_FIRST * (2 ** max(restarts_so_far, 0)), BACKOFF_MAX))
+    """Seconds to wait before the next restart: 1, 2, 4, ... up to BACKOFF_MAX."""
+    # the exponent is capped so that a task with a huge max_restarts cannot overflow a float
+    exponent = min(max(restarts_so_far, 0), 64)
+    return float(min(BACKOFF_FIRST * (2 ** exponent), BACKOFF_MAX))
 
 
 def restart_group(strategy: Strategy, failed: str, task_ids: Iterable[str]) -> list[str]:
