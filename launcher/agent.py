@@ -38,6 +38,10 @@ LEASE_CHECK_SECONDS = 0.5
 FOLLOW_POLL_SECONDS = 0.03
 FOLLOW_HEARTBEAT_SECONDS = 1.0
 FOLLOW_LEASE_TOUCH_SECONDS = 1.0
+# `follow --pinged`: the launcher writes a byte to stdin every second. Only a recent ping proves it
+# still reads us: in a partition sshd keeps our session (and this loop) alive for hours.
+FOLLOW_PING_FRESH_SECONDS = 2.5
+FOLLOW_PING_EXIT_SECONDS = 30.0
 READER_DRAIN_SECONDS = 5.0
 LEFTOVER_TERM_SECONDS = 2.0
 KILL_CONFIRM_SECONDS = 5.0
@@ -657,15 +661,16 @@ def _parse_offsets(items: List[str]) -> Dict[str, int]:
     return offsets
 
 
-def cmd_follow(run_dir: str, offsets: Dict[str, int]) -> int:
+def cmd_follow(run_dir: str, offsets: Dict[str, int], pinged: bool = False) -> int:
     stdin_closed = threading.Event()
+    last_ping = [time.monotonic()]  # pinged mode: when stdin last brought data
 
     def watch_stdin() -> None:
         # os.read on the fd, not sys.stdin: a daemon thread blocked inside a buffered reader
         # aborts the interpreter at exit
         try:
             while os.read(0, 4096):
-                pass
+                last_ping[0] = time.monotonic()
         except OSError:
             pass
         stdin_closed.set()
@@ -680,7 +685,10 @@ def cmd_follow(run_dir: str, offsets: Dict[str, int]) -> int:
     try:
         while not stdin_closed.is_set():
             now = time.monotonic()
-            if now - last_touch >= FOLLOW_LEASE_TOUCH_SECONDS:
+            if pinged and now - last_ping[0] > FOLLOW_PING_EXIT_SECONDS:
+                return 0  # the launcher is gone without closing the link; it starts a new follower
+            fresh = not pinged or now - last_ping[0] <= FOLLOW_PING_FRESH_SECONDS
+            if fresh and now - last_touch >= FOLLOW_LEASE_TOUCH_SECONDS:
                 _touch(lease)
                 last_touch = now
             try:
@@ -929,6 +937,8 @@ def build_parser() -> argparse.ArgumentParser:
     follow = verbs.add_parser("follow", help="stream every task's new events")
     follow.add_argument("--run-dir", required=True)
     follow.add_argument("--offset", action="append", default=[], metavar="SLUG=BYTES")
+    follow.add_argument("--pinged", action="store_true",
+                        help="touch the lease only while stdin brings a ping every second")
     stop = verbs.add_parser("stop", help="stop one task and its agent")
     stop.add_argument("--task-dir", required=True)
     stop.add_argument("--grace", type=float, default=None)
@@ -959,7 +969,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         except ValueError as exc:
             sys.stderr.write("agent: %s\n" % exc)
             return 2
-        return cmd_follow(args.run_dir, offsets)
+        return cmd_follow(args.run_dir, offsets, pinged=args.pinged)
     if args.verb == "stop":
         _print_json(cmd_stop(args.task_dir, args.grace))
     elif args.verb == "ports":

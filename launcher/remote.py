@@ -108,7 +108,7 @@ class HostSession:
 
     def follow(self, offsets: Mapping[str, int], on_line: Callable[[str], None],
                on_close: Callable[[int | None], None]) -> LineStream:
-        args = ["--run-dir", self.base_dir]
+        args = ["--run-dir", self.base_dir, "--pinged"]  # the supervisor pings the stream every second
         for slug, offset in sorted(offsets.items()):
             args += ["--offset", f"{slug}={offset}"]
         return self.host.stream_lines(self._agent_cmd("follow", *args), on_line, on_close)

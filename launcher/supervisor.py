@@ -40,6 +40,8 @@ RECONNECT_MAX_DELAY = 10.0
 #: a follower prints at least a `#hb` line every second; this much silence means the link is dead
 #: (a partitioned TCP connection only errors out after minutes of retransmissions)
 STREAM_SILENCE_SECONDS = 5.0
+#: followers touch their host's lease only while these pings arrive (agent `follow --pinged`)
+PING_SECONDS = 1.0
 
 
 @dataclass
@@ -198,6 +200,7 @@ class Supervisor:
         self._inbox.put(fn)
 
     def _loop(self) -> None:
+        threading.Thread(target=self._ping_streams, name="ping", daemon=True).start()
         while not self._done.is_set():
             timeout = 0.2
             if self._timers:
@@ -442,6 +445,13 @@ class Supervisor:
         self._publish(ev.host_event(self.run_id, host, "unreachable", f"{why}; reconnecting"))
         self._executors[host].submit(stream.close)  # off the loop: closing may wait for its reader
         self._executors[host].submit(self._reconnect, host, 1.0)
+
+    def _ping_streams(self) -> None:
+        """Tell every follower the launcher still reads it; on its own thread, as a send into a
+        dead link may block. Without pings a partitioned host's follower would keep the lease fresh."""
+        while not self._done.wait(PING_SECONDS):
+            for stream in list(self._streams.values()):
+                stream.send(b"\n")
 
     def _check_silence(self) -> None:
         """Treat a stream that sent nothing, not even a heartbeat, for STREAM_SILENCE_SECONDS as lost."""

@@ -69,6 +69,10 @@ class LineStream(ABC):
         """The last few KiB the command wrote to stderr (to explain why a stream ended)."""
         return ""
 
+    def send(self, data: bytes) -> bool:
+        """Write a few bytes to the command's stdin (pings); False where they could not go now."""
+        return False
+
 
 class Host(ABC):
     name: str
@@ -245,6 +249,15 @@ class _LocalLineStream(LineStream):
     def stderr_tail(self) -> str:
         return self._stderr.text()
 
+    def send(self, data: bytes) -> bool:
+        stdin = self._proc.stdin
+        if self._closing.is_set() or stdin is None:
+            return False
+        try:
+            return os.write(stdin.fileno(), data) == len(data)
+        except (OSError, ValueError):  # the command exited, or close() closed the pipe
+            return False
+
     def wait(self, timeout: float | None = None) -> int | None:
         self._reader.join(timeout)
         return None if self._reader.is_alive() else self._exit_code
@@ -420,6 +433,15 @@ class _SshLineStream(LineStream):
 
     def stderr_tail(self) -> str:
         return self._stderr.text()
+
+    def send(self, data: bytes) -> bool:
+        channel = self._channel
+        if self._closing.is_set() or channel.closed or not channel.send_ready():
+            return False
+        try:
+            return channel.send(data) == len(data)
+        except (OSError, EOFError, paramiko.SSHException):
+            return False
 
     def wait(self, timeout: float | None = None) -> int | None:
         self._reader.join(timeout)
