@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from collections import deque
 
+from rich.style import Style
 from rich.text import Text
 from textual import events
 from textual.app import ComposeResult
 from textual.containers import Vertical
+from textual.geometry import Region
 from textual.strip import Strip
 from textual.widget import Widget
 from textual.widgets import Input, Static
@@ -35,57 +37,78 @@ class LogLines(Widget):
     RichLog resizes its virtual area on every write, and each resize relayouts the whole
     screen; with a busy task that is several full repaints a second. This widget never
     changes size: it keeps an offset from the end (0 = following the tail), the mouse wheel
-    moves it, and only its own region is repainted when lines arrive."""
+    moves it, and only its own region is repainted when lines arrive. Each line is rendered
+    once, when first shown, and kept with its text."""
 
     DEFAULT_CSS = "LogLines { height: 1fr; }"
 
     def __init__(self, max_lines: int, *, id: str | None = None) -> None:
         super().__init__(id=id)
-        self.texts: deque[Text] = deque(maxlen=max_lines)
+        self.entries: deque[_LogEntry] = deque(maxlen=max_lines)
         self.back = 0
-        self._strips: dict[tuple[int, int], Strip] = {}
+        self._base_style = Style()
+
+    @property
+    def texts(self) -> list[Text]:
+        return [entry.text for entry in self.entries]
 
     @property
     def plain_lines(self) -> list[str]:
-        return [text.plain for text in self.texts]
+        return [entry.text.plain for entry in self.entries]
 
     def replace(self, texts: list[Text]) -> None:
-        self.texts.clear()
+        self.entries.clear()
         self.back = 0
         self.append(texts)
+        self.refresh()
 
     def append(self, texts: list[Text]) -> None:
         if not texts:
             return
         if self.back:
-            self.back = min(self.back + len(texts), self._max_back(len(self.texts) + len(texts)))
-        self.texts.extend(texts)
-        self._strips.clear()
+            self.back = min(self.back + len(texts), self._max_back(len(self.entries) + len(texts)))
+        self.entries.extend(_LogEntry(text) for text in texts)
         self.refresh()
 
     def _max_back(self, count: int) -> int:
         return max(0, count - self.size.height)
 
     def on_mouse_scroll_up(self, event: events.MouseScrollUp) -> None:
-        self.back = min(self.back + 3, self._max_back(len(self.texts)))
+        self.back = min(self.back + 3, self._max_back(len(self.entries)))
         self.refresh()
 
     def on_mouse_scroll_down(self, event: events.MouseScrollDown) -> None:
         self.back = max(0, self.back - 3)
         self.refresh()
 
+    def render_lines(self, crop: Region) -> list[Strip]:
+        self._base_style = self.rich_style  # walks the DOM: once per paint, not once per line
+        return super().render_lines(crop)
+
     def render_line(self, y: int) -> Strip:
         width, height = self.size
-        first = max(0, len(self.texts) - height - self.back)
+        first = max(0, len(self.entries) - height - self.back)
         index = first + y
-        if index >= len(self.texts) or index < first or y >= height:
-            return Strip.blank(width, self.rich_style)
-        strip = self._strips.get((index, width))
-        if strip is None:
-            segments = list(self.texts[index].render(self.app.console))
-            strip = Strip(segments).crop_extend(0, width, self.rich_style).apply_style(self.rich_style)
-            self._strips[(index, width)] = strip
-        return strip
+        if index >= len(self.entries) or y >= height:
+            return Strip.blank(width, self._base_style)
+        entry = self.entries[index]
+        if entry.strip is None or entry.width != width or entry.base != self._base_style:
+            segments = list(entry.text.render(self.app.console))
+            entry.strip = Strip(segments).crop_extend(0, width, self._base_style).apply_style(self._base_style)
+            entry.width, entry.base = width, self._base_style
+        return entry.strip
+
+
+class _LogEntry:
+    """One log line and, once drawn, its strip at the width it was drawn for."""
+
+    __slots__ = ("base", "strip", "text", "width")
+
+    def __init__(self, text: Text) -> None:
+        self.text = text
+        self.strip: Strip | None = None
+        self.width = 0
+        self.base: Style | None = None
 
 
 class LogPane(Vertical):

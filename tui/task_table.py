@@ -17,7 +17,7 @@ from rich.style import Style
 from rich.text import Text
 from textual import events
 from textual.binding import Binding
-from textual.geometry import Size
+from textual.geometry import Region, Size
 from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
@@ -120,6 +120,7 @@ class TaskTable(ScrollView, can_focus=True):
         self._strips: dict[tuple[str, int, bool, bool], Strip] = {}
         self._pending: set[str] = set()
         self._header = header_line()
+        self._base_style = Style()
 
     # -- reading -----------------------------------------------------------------------
 
@@ -230,9 +231,13 @@ class TaskTable(ScrollView, can_focus=True):
 
     # -- drawing -----------------------------------------------------------------------
 
+    def render_lines(self, crop: Region) -> list[Strip]:
+        self._base_style = self.rich_style  # walks the DOM: once per paint, not once per line
+        return super().render_lines(crop)
+
     def render_line(self, y: int) -> Strip:
         width = self.size.width
-        base = self.rich_style
+        base = self._base_style
         if y == 0:
             return Strip(list(self._header.render(self.app.console))).crop_extend(0, width, base) \
                 .apply_style(base)
