@@ -73,7 +73,7 @@ class QuitScreen(ModalScreen[str | None]):
 def help_text(bindings: list[Binding]) -> Text:
     text = Text("Keys\n\n", style="bold")
     for binding in bindings:
-        keys = ", ".join(binding.key_display or key for key in binding.key.split(","))
+        keys = binding.key_display or ", ".join(binding.key.split(","))
         text.append(f"  {keys:<14}", style="bold cyan")
         text.append(f"{binding.description}\n")
     text.append("\nctrl+p opens the command palette with the same actions.", style="dim")

@@ -190,7 +190,10 @@ async def test_help_lists_every_binding_description() -> None:
     async with app.run_test(size=(100, 30)) as pilot:
         await pilot.press("question_mark")
         assert isinstance(app.screen, HelpScreen)
-        text = str(app.screen.query_one("#help-text", Static).render())
+        help_text = app.screen.query_one("#help-text", Static)
+        await pilot.pause()
+        assert help_text.size.width > 40 and help_text.size.height >= len(app.action_bindings())
+        text = str(help_text.render())
         for binding in app.action_bindings():
             assert binding.description in text
             assert binding.id
