@@ -79,6 +79,12 @@ def plain_progress_callback(keras: Any, every_n_batches: int) -> Any:
     return PlainProgress()
 
 
+def training_processes() -> int:
+    """How many processes train together: the chief and workers in TF_CONFIG (1 without it)."""
+    cluster = json.loads(os.environ.get("TF_CONFIG") or "{}").get("cluster", {})
+    return max(1, len(cluster.get("chief", [])) + len(cluster.get("worker", [])))
+
+
 def multi_worker_sequential(keras: Any, tf: Any, strategy: Any, layers: list[Any]) -> Any:
     """A ``keras.Sequential`` that ``model.fit`` can train under MultiWorkerMirroredStrategy.
 
@@ -101,6 +107,8 @@ def multi_worker_sequential(keras: Any, tf: Any, strategy: Any, layers: list[Any
 
         def train_step(self, data: Any) -> dict[str, Any]:
             logs = super().train_step(data)
+            if training_processes() == 1:
+                return logs  # a lone worker's logs are not reduced over axis 0
             return {name: tf.reshape(value, [1]) for name, value in logs.items()}
 
     return MultiWorkerSequential(layers)
