@@ -348,12 +348,21 @@ class DashboardApp(App[DashboardResult]):
         self.exit(DashboardResult(action, self.teardown_requested))
 
 
+class DashboardError(RuntimeError):
+    """The dashboard itself failed (Textual has printed the traceback). The job was not acted
+    on: the caller decides, e.g. keep it running headless or detach."""
+
+
 def run_dashboard(source: EventSource, control: JobControl | None, *, title: str, strategy: str,
                   hosts_total: int, live: bool = True) -> DashboardResult:
-    """Run the dashboard until the user leaves (blocking); see `DashboardResult` for what to do next."""
+    """Run the dashboard until the user leaves (blocking); see `DashboardResult` for what to do next.
+
+    Raises `DashboardError` when the app crashed rather than being left by the user."""
     app = DashboardApp(source, control, title=title, strategy=strategy, hosts_total=hosts_total, live=live)
     try:
         result = app.run()
     finally:
         app.close_source()
+    if app.return_code:
+        raise DashboardError(f"the dashboard stopped with an error (exit code {app.return_code})")
     return result if result is not None else DashboardResult("quit")
