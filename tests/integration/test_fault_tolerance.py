@@ -177,6 +177,7 @@ def test_backoff_limit_is_shared_by_the_whole_job(tmp_path: Path) -> None:
         kill_run_processes(run_id)
 
 
+@pytest.mark.slow  # no TensorFlow task, but preflight imports TensorFlow for this strategy
 def test_a_task_that_dies_while_its_group_restart_is_pending_is_not_judged_by_its_own_policy(
         tmp_path: Path) -> None:
     """A chief that crashes because its ps died (TF raises UnavailableError, exit 1) is already being
@@ -258,6 +259,7 @@ def test_restart_from_another_process_goes_through_the_restart_machinery(tmp_pat
         kill_run_processes(run_id)
 
 
+@pytest.mark.slow  # no TensorFlow task, but preflight imports TensorFlow for this strategy
 def test_mirrored_worker_failure_restarts_the_whole_worker_group(tmp_path: Path) -> None:
     run_dir, run_id, log = tmp_path / "run", "it-ft-mwms", tmp_path / "up.log"
     profile = shell_profile(tmp_path, '[roles.worker]\ncount = 2\nhosts = ["local"]',
