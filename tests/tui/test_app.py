@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import pytest
-from textual.widgets import Input, Static
+from textual.widgets import DataTable, Input, Static
 
 from launcher import events as ev
 from tests.tui.tui_support import (
     RUN,
     T0,
+    MemorySource,
     RecordingControl,
     fixed_clock,
     load,
@@ -49,6 +50,7 @@ async def test_rows_appear_and_cells_follow_metrics(size) -> None:
         assert cell(app, "ps:0", "gpu").plain == "—"
         assert cell(app, "ps:0", "rss").plain == "286M"
         source = app.source
+        assert isinstance(source, MemorySource)
         source.push(ev.metric_event(RUN, "chief:0", step=40, loss=0.125, ts=T0 + 5))
         await wait_until(pilot, lambda: cell(app, "chief:0", "step").plain == "40")
         assert cell(app, "chief:0", "loss").plain == "0.125"
@@ -84,7 +86,7 @@ async def test_placement_view_sums_bytes_per_ps_and_warns() -> None:
     async with app.run_test(size=(100, 30)) as pilot:
         await load(pilot, app, len(events))
         await pilot.press("p")
-        table = app.placement_panel.query_one("#placement-table")
+        table = app.placement_panel.query_one("#placement-table", DataTable)
         assert table.get_cell(TOTAL_ROW, "ps:0") == "11M"  # 12,005,120 bytes
         assert table.get_cell(TOTAL_ROW, "ps:1") == "50K"  # 51,712 bytes
         assert table.get_cell("embedding", "ps:0") == "11M" and table.get_cell("embedding", "ps:1") == ""
@@ -229,6 +231,7 @@ async def test_log_pane_follows_pauses_searches_and_marks_stderr() -> None:
         assert "red" not in str(app.log_pane.lines.texts[-2].style)
         # pause: new lines are held back and counted, resume writes them
         await pilot.press("f")
+        assert isinstance(app.source, MemorySource)
         app.source.push(ev.log_event(RUN, "worker:1", "stdout", "after pause", ts=T0 + 30))
         await wait_until(pilot, lambda: "1 new" in str(app.log_pane.query_one("#log-title").render()))
         assert "after pause" not in log_lines(app)
