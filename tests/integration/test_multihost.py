@@ -231,15 +231,21 @@ def test_partition_longer_than_grace_stops_then_restarts_the_task(tmp_path: Path
         if remaining > 0:
             time.sleep(remaining)  # the partition lasts 12 s; nothing to await here
         lab.restore("b")
+        restored_at = time.time()
         code = finish(proc, tmp_path, 180)
     finally:
         lab.restore("b")
         if proc.poll() is None:
             proc.kill()
-    print(f"\nagent stopped its task {stop['ts'] - cut_at:.1f}s into the partition")
+    events = read_events(run_dir)
+    lost, up = host_events(events, "b")[:2]
+    rerun = next(e for e in task_events(events, "worker:0") if e["kind"] == "state"
+                 and e["state"] == "running" and e.get("restarts") == 1)
+    print(f"\npartition of b (12 s, grace 5 s): detected after {lost['ts'] - cut_at:.1f}s, agent stopped "
+          f"its task after {stop['ts'] - cut_at:.1f}s, reconnected {up['ts'] - restored_at:.1f}s and "
+          f"task running again {rerun['ts'] - restored_at:.1f}s after the link came back")
     assert "launcher lost" in stop["reason"]
     assert code == 0, (tmp_path / "up.log").read_text()[-3000:]
-    events = read_events(run_dir)
     states = [(e["state"], e.get("restarts")) for e in task_events(events, "worker:0") if e["kind"] == "state"]
     assert ("stopped", 0) in states and ("restarting", 0) in states
     assert states[-1] == ("succeeded", 1)
