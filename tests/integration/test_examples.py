@@ -160,7 +160,7 @@ def assert_training_progress(output: Output, first_step_at_least: int, last_step
 
 @pytest.mark.slow
 @pytest.mark.timeout(400)
-def test_ps_chief_trains_then_a_restarted_chief_resumes_from_its_checkpoint(
+def test_ps_chief_trains_resumes_after_restart_and_reshards_over_two_ps(
         processes: Processes, tmp_path: Path) -> None:
     cluster = cluster_spec(chief=1, worker=1, ps=1)
     start_servers(processes, cluster, "ps_mnist.py")
@@ -182,22 +182,21 @@ def test_ps_chief_trains_then_a_restarted_chief_resumes_from_its_checkpoint(
     assert "restored" in second.text
     assert_training_progress(second, first_step_at_least=60, last_step=80)
 
-
-@pytest.mark.slow
-@pytest.mark.timeout(300)
-def test_ps_variables_are_sharded_over_two_ps_tasks(processes: Processes, tmp_path: Path) -> None:
-    cluster = cluster_spec(chief=1, worker=1, ps=2)
-    start_servers(processes, cluster, "ps_mnist.py")
-    evaluator = processes.start("ps_mnist.py", tf_config(cluster, "evaluator", 0), [], "evaluator")
-
-    code, output = processes.run_to_end("ps_mnist.py", tf_config(cluster, "chief", 0),
-                                        ["--steps", "20", "--log-every", "10"], "chief")
-    assert code == 0, output.text
-    assert_training_progress(output, first_step_at_least=1, last_step=20)
-    kernel_shards = {entry["name"]: entry["task"] for entry in output.placement
+    # A new cluster with two ps tasks: the big kernel is now split over both, and training goes
+    # on from the checkpoint written with one ps (weights re-sharded, global step kept).
+    for proc in processes.started:
+        processes.kill(proc)
+    wider = cluster_spec(chief=1, worker=1, ps=2)
+    start_servers(processes, wider, "ps_mnist.py")
+    evaluator = processes.start("ps_mnist.py", tf_config(wider, "evaluator", 0), [], "evaluator")
+    code, third = processes.run_to_end("ps_mnist.py", tf_config(wider, "chief", 0),
+                                       ["--steps", "100", *common], "chief-two-ps")
+    assert code == 0, third.text
+    assert_training_progress(third, first_step_at_least=80, last_step=100)
+    kernel_shards = {entry["name"]: entry["task"] for entry in third.placement
                      if entry["name"].startswith("hidden/kernel/part_")}
-    assert set(kernel_shards.values()) == {"ps:0", "ps:1"}, output.placement
-    assert {entry["task"] for entry in output.placement} == {"ps:0", "ps:1"}
+    assert set(kernel_shards.values()) == {"ps:0", "ps:1"}, third.placement
+    assert {entry["task"] for entry in third.placement} == {"ps:0", "ps:1"}
     assert evaluator.wait(timeout=60) == 0
 
 
