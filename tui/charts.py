@@ -13,6 +13,17 @@ from tui.model import JobView, TaskView, task_sort_key
 MAX_SERIES = 4
 """Loss lines drawn at once: the chief and the first workers; more would be unreadable."""
 
+MAX_POINTS = 100
+"""Points per line handed to plotext: its drawing time grows with them, the chart is ~50 cells wide."""
+
+
+def thin(points: list[tuple[int, float]], limit: int = MAX_POINTS) -> list[tuple[int, float]]:
+    """Every n-th point so that at most `limit` remain, always keeping the latest."""
+    if len(points) <= limit:
+        return points
+    stride = -(-len(points) // limit)
+    return points[-1::-stride][::-1]
+
 
 def loss_series(view: JobView) -> list[TaskView]:
     trainers = [t for t in view.tasks.values() if t.role in ("chief", "worker") and t.loss_history]
@@ -36,8 +47,9 @@ class LossChart(PlotextPlot):
         plt.clear_data()
         plt.title("loss vs step")
         for task in series:
-            steps = [p[0] for p in task.loss_history]
-            losses = [p[1] for p in task.loss_history]
+            points = thin(list(task.loss_history))
+            steps = [p[0] for p in points]
+            losses = [p[1] for p in points]
             plt.plot(steps, losses, label=task.task_id, marker="braille")
         self.refresh()
 

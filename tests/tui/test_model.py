@@ -122,3 +122,12 @@ def test_formatting() -> None:
     assert fmt.human_bytes(None) == fmt.MISSING
     assert fmt.duration(65) == "1m05s" and fmt.duration(7300) == "2h01m"
     assert task_sort_key("worker:10") > task_sort_key("worker:9") > task_sort_key("ps:3")
+
+
+def test_chart_points_are_thinned_keeping_the_latest() -> None:
+    from tui.charts import thin
+
+    points = [(i, float(i)) for i in range(1000)]
+    thinned = thin(points, limit=100)
+    assert len(thinned) <= 100 and thinned[-1] == (999, 999.0) and thinned == sorted(thinned)
+    assert thin(points[:50], limit=100) == points[:50]
