@@ -41,8 +41,13 @@ class BenchHost:
 
 
 @contextlib.contextmanager
-def sshd_hosts(count: int, prefix: str = "h") -> Iterator[list[BenchHost]]:
-    """Start ``count`` private sshds, each with its own ``$HOME``; stop them and remove the homes."""
+def sshd_hosts(count: int, prefix: str = "h", nice: int = 0) -> Iterator[list[BenchHost]]:
+    """Start ``count`` private sshds, each with its own ``$HOME``; stop them and remove the homes.
+
+    ``nice`` > 0 lowers the priority of each sshd and so of everything started through it
+    (agents, tasks, followers): the "hosts" then take CPU the launcher leaves over, roughly as if
+    they were other machines, instead of outnumbering the launcher on this one.
+    """
     root = Path(tempfile.mkdtemp(prefix="distlaunch-bench-homes-"))
     hosts: list[BenchHost] = []
     try:
@@ -50,6 +55,8 @@ def sshd_hosts(count: int, prefix: str = "h") -> Iterator[list[BenchHost]]:
             home = root / f"{prefix}{i}"
             home.mkdir()
             server = PrivateSshd(extra_config=f"SetEnv HOME={home}").start()
+            if nice:
+                os.setpriority(os.PRIO_PROCESS, int((server.dir / "sshd.pid").read_text()), nice)
             hosts.append(BenchHost(f"{prefix}{i}", server, home))
         yield hosts
     finally:

@@ -67,7 +67,8 @@ def cpu_seconds() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def run_pipeline(tasks: int, hosts_n: int, rate: float, seconds: float, work: Path) -> dict[str, float]:
+def run_pipeline(tasks: int, hosts_n: int, rate: float, seconds: float, work: Path,
+                 nice: int = 0) -> dict[str, float]:
     emitter = work / "emit.py"
     emitter.write_text(EMITTER)
     count = int(rate * seconds)
@@ -76,7 +77,7 @@ def run_pipeline(tasks: int, hosts_n: int, rate: float, seconds: float, work: Pa
     received: dict[str, int] = {}
     done = threading.Event()
     expected = tasks * count
-    with sshd_hosts(hosts_n) as hosts:
+    with sshd_hosts(hosts_n, nice=nice) as hosts:
         profile_path = ssh_profile(work / "pipeline.toml", "pipeline", hosts, {"worker": {"count": tasks}},
                                    command="{python} " + f"{emitter} {count} {1.0 / rate} {work / 'go'}")
         profile = load_profile(profile_path)
@@ -167,15 +168,17 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=50.0, help="metric lines per second per task")
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--no-baseline", action="store_true")
+    parser.add_argument("--hosts-nice", type=int, default=0,
+                        help="run the sshds (and so agents and tasks) at this nice level")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="distlaunch-bench-pipeline-"))
     try:
-        result = run_pipeline(args.tasks, args.hosts, args.rate, args.seconds, work)
+        result = run_pipeline(args.tasks, args.hosts, args.rate, args.seconds, work, args.hosts_nice)
         base = None if args.no_baseline else run_baseline(args.tasks, args.rate, args.seconds, work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(f"\nevent pipeline: {args.tasks} tasks x {args.rate:g} lines/s x {args.seconds:g} s over "
-          f"{args.hosts} sshd hosts ({machine()})")
+          f"{args.hosts} sshd hosts, hosts at nice {args.hosts_nice} ({machine()})")
     print(f"  distlaunch: received {result['received']:.0f}/{result['expected']:.0f} (lost {result['lost']:.0f}); "
           f"latency p50 {result['p50_ms']:.1f} ms, p99 {result['p99_ms']:.1f} ms, max {result['max_ms']:.1f} ms; "
           f"launcher CPU {result['cpu_pct']:.1f}% of one core over {result['window_s']:.1f} s")
