@@ -19,6 +19,7 @@ from launcher import events as ev
 from launcher.checking import exposure_warnings
 from launcher.errors import HostError, UserError
 from launcher.model import Plan
+from launcher.paths import runs_root
 from launcher.plan import build_plan
 from launcher.preflight import PreflightError, prepare_hosts
 from launcher.printer import JsonPrinter, ProgressPrinter
@@ -50,6 +51,9 @@ def run_up(args: argparse.Namespace) -> int:
     for warning in exposure_warnings(plan):
         _err(f"warning: {warning}")
     run_id = args.run_id or new_run_id(profile.name)
+    target = Path(args.run_dir).expanduser() if args.run_dir else runs_root() / run_id
+    if (target / "state.json").exists():
+        raise UserError(f"{target} already holds run {run_id}; give another --run-id or --run-dir")
     rundir = RunDir.create(run_id, Path(args.run_dir) if args.run_dir else None)
     tui = not (args.no_tui or args.json or args.detach)
     if tui and not (sys.stdin.isatty() and sys.stdout.isatty()):

@@ -63,6 +63,10 @@ class HostSession:
     # -- setup ----------------------------------------------------------------------------------
 
     def prepare(self) -> None:
+        """Start a fresh host run dir: leftovers of an earlier run with the same id must not be
+        followed as if they were this run's events."""
+        base = shlex.quote(self.base_dir)
+        self.host.run(f"rm -rf -- {base}/tasks {base}/lease {base}/detached", timeout=60)
         self.host.put_file(build_agent_zipapp(), self.pyz, mode=0o644)
 
     def write_spec(self, slug: str, spec: Mapping[str, Any]) -> None:
