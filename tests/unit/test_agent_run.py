@@ -279,7 +279,7 @@ def test_stop_verb_kills_a_task_that_ignores_sigterm_and_its_grandchild(host):
                          grace_seconds=30)
     agent = host.start(task_dir)
     wait_for(lambda: (host.root / "grandchild.pid").exists() and "running" in states(read_events(task_dir)),
-             10, "the task to run")
+             30, "the task to run")
     grandchild = int((host.root / "grandchild.pid").read_text())
     pgid = int((task_dir / "task.pgid").read_text())
     t0 = time.monotonic()
@@ -302,7 +302,7 @@ def test_sigterm_to_agent_uses_spec_grace_then_sigkills_the_group(host):
                          grace_seconds=1)
     agent = host.start(task_dir)
     wait_for(lambda: (host.root / "grandchild.pid").exists() and "running" in states(read_events(task_dir)),
-             10, "the task to run")
+             30, "the task to run")
     grandchild = int((host.root / "grandchild.pid").read_text())
     pgid = int((task_dir / "task.pgid").read_text())
     t0 = time.monotonic()
@@ -319,7 +319,7 @@ def test_sigterm_to_agent_uses_spec_grace_then_sigkills_the_group(host):
 def test_a_task_that_honours_sigterm_is_stopped_with_143(host):
     task_dir = host.task("exec sleep 120")
     agent = host.start(task_dir)
-    wait_for(lambda: "running" in states(read_events(task_dir)), 10, "running")
+    wait_for(lambda: "running" in states(read_events(task_dir)), 30, "running")
     result = host.agent("stop", "--task-dir", str(task_dir))
     assert result["stopped"] is True and result["agent_killed"] is False
     assert agent.wait(5) == 0
@@ -358,6 +358,9 @@ def test_lease_touches_keep_the_task_alive(host):
     task_dir = host.task("exec sleep 120", orphan_grace_seconds=1)
     agent = host.start(task_dir)
     lease = host.root / "lease"
+    lease.touch()
+    # the agent handles SIGTERM once it runs its task; on a loaded machine that can take seconds
+    wait_for(lambda: "running" in states(read_events(task_dir)), 30, "the task to run")
     deadline = time.monotonic() + 3.0
     while time.monotonic() < deadline:
         lease.touch()
@@ -372,7 +375,7 @@ def test_detached_run_ignores_the_lease(host):
     (host.root / "detached").touch()
     task_dir = host.task("exec sleep 120", orphan_grace_seconds=1)
     agent = host.start(task_dir)
-    wait_for(lambda: "running" in states(read_events(task_dir)), 10, "running")
+    wait_for(lambda: "running" in states(read_events(task_dir)), 30, "running")
     deadline = time.monotonic() + 3.0
     while time.monotonic() < deadline:
         assert final_state(task_dir) is None and agent.poll() is None
