@@ -7,7 +7,6 @@ operations run on one worker thread per host, so a slow host never stalls the ot
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
 import os
@@ -87,42 +86,6 @@ class Feed:
         self._queue.put(None)
 
 
-class RunDirWriter:
-    """Appends published events to the run dir on a thread of its own, in order.
-
-    Measured with benchmarks/event_pipeline.py (64 tasks x 50 events/s over SSH): a write and
-    flush per event takes ~150 us of wall time on a busy disk, half of the loop's time per event,
-    so the loop fell behind and events reached subscribers seconds late. Called from the loop
-    thread only; ``close`` drains what is queued.
-    """
-
-    def __init__(self, rundir: RunDir) -> None:
-        self._rundir = rundir
-        self._queue: queue.SimpleQueue[Event | None] = queue.SimpleQueue()
-        self._thread: threading.Thread | None = None
-        self._closed = False
-
-    def append(self, event: Event) -> None:
-        if self._closed:
-            self._rundir.append(event)
-            return
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="rundir-writer", daemon=True)
-            self._thread.start()
-        self._queue.put(event)
-
-    def _run(self) -> None:
-        while (event := self._queue.get()) is not None:
-            with contextlib.suppress(OSError):  # a full disk loses lines, not the writer
-                self._rundir.append(event)
-
-    def close(self, timeout: float = 30.0) -> None:
-        self._closed = True
-        if self._thread is not None:
-            self._queue.put(None)
-            self._thread.join(timeout)
-
-
 class Supervisor:
     """Runs one job. ``launch()`` starts it; ``wait()`` blocks until it ended or was detached."""
 
@@ -150,7 +113,6 @@ class Supervisor:
         self._host_up: dict[str, bool] = dict.fromkeys(sessions, True)
         self._last_heard: dict[str, float] = {}  # monotonic time of each host's last stream line
         self._feeds: list[Feed] = []
-        self._writer = RunDirWriter(rundir)
         self._timers: list[tuple[float, Callable[[], None]]] = []
         self._finishing = False
         self._all_final = threading.Event()
@@ -260,7 +222,7 @@ class Supervisor:
         self._timers.append((time.time() + delay, fn))
 
     def _publish(self, event: Event) -> None:
-        self._writer.append(event)
+        self.rundir.append(event)
         for feed in self._feeds:
             feed.put(event)
 
@@ -575,7 +537,6 @@ class Supervisor:
         for stream in self._streams.values():
             stream.close()
         self.outcome = outcome
-        self._writer.close()
         self.write_state()
         for feed in self._feeds:
             feed.close()
