@@ -1,7 +1,9 @@
 """End-to-end latency, loss and launcher CPU of the event path under load.
 
 64 tasks (spread over 4 private sshds on loopback) each print a ``@distlaunch`` metric line
-every 20 ms (50 lines/s, flushed, ``t_emit`` = time.time() in its values) for 30 s. The path is
+every 20 ms (50 lines/s, flushed, ``t_emit`` = time.time() in its values) for 30 s, all starting
+3 s after every task runs: this measures the steady state, not the launch (64 agents starting
+on 2 cores is launch_fanout.py's subject, and emitting during it delays the first seconds). The path is
 the real one: task stdout -> agent -> the task's events.jsonl on the host -> ``agent follow``
 over SSH -> Supervisor -> run dir events.jsonl + subscribers. The Supervisor is built
 in-process exactly as ``distlaunch up`` builds it (``prepare_hosts`` then ``Supervisor``), and a
@@ -62,6 +64,9 @@ time.sleep(600)
 '''
 
 
+SETTLE_SECONDS = 3.0
+
+
 def cpu_seconds() -> float:
     r = resource.getrusage(resource.RUSAGE_SELF)
     return r.ru_utime + r.ru_stime
@@ -76,6 +81,8 @@ def run_pipeline(tasks: int, hosts_n: int, rate: float, seconds: float, work: Pa
     agent_part: list[float] = []  # t_emit -> the agent's event ts (task pipe, agent parsing)
     received: dict[str, int] = {}
     done = threading.Event()
+    all_running = threading.Event()
+    running: set[str] = set()
     expected = tasks * count
     with sshd_hosts(hosts_n, nice=nice) as hosts:
         profile_path = ssh_profile(work / "pipeline.toml", "pipeline", hosts, {"worker": {"count": tasks}},
@@ -90,6 +97,10 @@ def run_pipeline(tasks: int, hosts_n: int, rate: float, seconds: float, work: Pa
 
         def consume() -> None:
             for e in feed.events():
+                if e.kind == "state" and e.data.get("state") == "running":
+                    running.add(str(e.task))
+                    if len(running) == tasks:
+                        all_running.set()
                 if e.kind == "metric":
                     now = time.time()
                     t_emit = e.data.get("values", {}).get("t_emit")
@@ -104,7 +115,10 @@ def run_pipeline(tasks: int, hosts_n: int, rate: float, seconds: float, work: Pa
         reader.start()
         try:
             sup.launch()
-            start_at = time.time() + 2.0
+            # steady state, not launch: emit once every agent runs and its start-up CPU is spent
+            if not all_running.wait(120):
+                raise RuntimeError(f"only {len(running)}/{tasks} tasks running after 120 s")
+            start_at = time.time() + SETTLE_SECONDS
             (work / "go.tmp").write_text(f"{start_at:.6f}")
             (work / "go.tmp").rename(work / "go")
             time.sleep(max(0.0, start_at - time.time()))
