@@ -132,8 +132,14 @@ def _finish_message(sup: Supervisor, outcome: str | None, interrupted: bool) -> 
 def _run_tui(sup: Supervisor, feed: Any, plan: Plan, live: bool) -> None:
     from tui.app import run_dashboard
 
-    result = run_dashboard(feed, sup, title=plan.profile.name, strategy=plan.profile.strategy,
-                           hosts_total=len(sup.sessions), live=live)
+    try:
+        result = run_dashboard(feed, sup, title=plan.profile.name, strategy=plan.profile.strategy,
+                               hosts_total=len(sup.sessions), live=live)
+    except Exception:
+        # nothing may be left running because the screen broke: stop the job, then report the crash
+        sup.teardown("the dashboard crashed")
+        sup.wait(120)
+        raise
     if result.action == "teardown" and not result.teardown_requested:
         sup.teardown("torn down from the dashboard")
     elif result.action == "detach":
