@@ -34,7 +34,7 @@ from tui.charts import LossChart, TaskSparklines
 from tui.commands import DashboardCommands
 from tui.header import JobHeader, header_text
 from tui.log_pane import LogPane
-from tui.model import JobView
+from launcher.jobview import JobView
 from tui.placement import PlacementPanel
 from tui.screens import QUIT_DETACH, QUIT_TEARDOWN, ConfirmScreen, HelpScreen, QuitScreen
 from tui.task_table import TaskTable

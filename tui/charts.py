@@ -13,7 +13,7 @@ from textual.widgets import Sparkline, Static
 from textual_plotext.plot import Plot
 
 from tui import format as fmt
-from tui.model import JobView, TaskView, task_sort_key
+from launcher.jobview import JobView, TaskView, task_sort_key
 
 MAX_SERIES = 4
 """Loss lines drawn at once: the chief and the first workers; more would be unreadable."""

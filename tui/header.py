@@ -6,7 +6,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from tui import format as fmt
-from tui.model import JobView
+from launcher.jobview import JobView
 
 
 def header_text(view: JobView, now: float, *, title: str, strategy: str, hosts_total: int,

@@ -8,7 +8,7 @@ from textual.containers import Vertical
 from textual.widgets import DataTable, Static
 
 from tui import format as fmt
-from tui.model import PlacementView
+from launcher.jobview import PlacementView
 
 TOTAL_ROW = "__total__"
 

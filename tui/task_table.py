@@ -23,7 +23,7 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from tui import format as fmt
-from tui.model import JobView, TaskView, task_sort_key
+from launcher.jobview import JobView, TaskView, task_sort_key
 
 # (key, label, width including a one-cell gap, right-aligned)
 COLUMNS: tuple[tuple[str, str, int, bool], ...] = (

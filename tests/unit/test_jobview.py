@@ -5,7 +5,7 @@ from __future__ import annotations
 from launcher import events as ev
 from tests.tui.tui_support import RUN, T0, recorded_job
 from tui import format as fmt
-from tui.model import LOG_LINES, JobView, task_sort_key
+from launcher.jobview import LOG_LINES, JobView, task_sort_key
 
 
 def folded(events: list[ev.Event]) -> JobView:

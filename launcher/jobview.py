@@ -1,4 +1,5 @@
-"""The dashboard's picture of a job, built from events alone and free of any widget.
+"""The picture of a job built from events alone, free of any widget: the dashboard and the
+headless progress printer both read it.
 
 `JobView.apply` folds one `Event` into per-task state (`TaskView`), job state, the
 placement table and bounded log buffers. Widgets read it; tests drive it directly.
