@@ -16,8 +16,8 @@ PACKAGE_DIR = Path(agentpack.__file__).parent
 
 def test_zipapp_holds_main_and_every_host_module_present_in_the_tree():
     names = set(zipfile.ZipFile(io.BytesIO(agentpack.build_agent_zipapp())).namelist())
-    expected = {"__main__.py"} | {
-        f"launcher/{m}.py" for m in agentpack.AGENT_MODULES if (PACKAGE_DIR / f"{m}.py").exists()}
+    present = [m for m in agentpack.AGENT_MODULES if (PACKAGE_DIR / f"{m}.py").exists()]
+    expected = {"__main__.py"} | {f"launcher/{m}.py" for m in present} | {f"launcher/{m}.pyc" for m in present}
     assert names == expected
     assert {"launcher/__init__.py", "launcher/events.py", "launcher/agent.py"} <= names
 
@@ -30,6 +30,24 @@ def test_zipapp_is_deterministic_and_cached():
     assert agentpack.pack_zipapp(dict(reversed(list(sources.items())))) == packed
     for info in zipfile.ZipFile(io.BytesIO(packed)).infolist():
         assert info.date_time == (1980, 1, 1, 0, 0, 0)
+
+
+def test_bytecode_is_used_by_this_python_and_ignored_by_another(tmp_path):
+    pyz = tmp_path / "agent.pyz"
+    pyz.write_bytes(agentpack.build_agent_zipapp())
+    probe = "import launcher.agent as a; print(a.__loader__.get_filename('launcher.agent'))"
+    ran = subprocess.run([sys.executable, "-I", "-S", "-c", f"import sys; sys.path.insert(0, {str(pyz)!r}); {probe}"],
+                         capture_output=True, text=True, timeout=30, check=True)
+    assert ran.stdout.strip().endswith("agent.pyc")
+    # a bytecode file from another interpreter (wrong magic number) falls back to the source
+    files = agentpack.agent_sources()
+    stale = {name: data for name, data in agentpack.with_bytecode(files).items()}
+    stale = {n: (b"\0\0\0\0" + d[4:] if n.endswith(".pyc") else d) for n, d in stale.items()}
+    other = tmp_path / "other.pyz"
+    other.write_bytes(agentpack.pack_zipapp(stale))
+    out = subprocess.run([sys.executable, "-I", "-S", str(other), "preflight"], capture_output=True,
+                         text=True, timeout=30, check=True)
+    assert json.loads(out.stdout)["python"]
 
 
 def test_zipapp_runs_without_site_packages_or_the_source_tree(tmp_path):
