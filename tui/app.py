@@ -30,11 +30,11 @@ from textual.message import Message
 from textual.widgets import ContentSwitcher, Footer, Input
 
 from launcher.control import EventSource, JobControl
+from launcher.jobview import JobView
 from tui.charts import LossChart, TaskSparklines
 from tui.commands import DashboardCommands
 from tui.header import JobHeader, header_text
 from tui.log_pane import LogPane
-from launcher.jobview import JobView
 from tui.placement import PlacementPanel
 from tui.screens import QUIT_DETACH, QUIT_TEARDOWN, ConfirmScreen, HelpScreen, QuitScreen
 from tui.task_table import TaskTable

@@ -12,8 +12,8 @@ from textual.widget import Widget
 from textual.widgets import Sparkline, Static
 from textual_plotext.plot import Plot
 
-from tui import format as fmt
 from launcher.jobview import JobView, TaskView, task_sort_key
+from tui import format as fmt
 
 MAX_SERIES = 4
 """Loss lines drawn at once: the chief and the first workers; more would be unreadable."""

@@ -5,8 +5,8 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from tui import format as fmt
 from launcher.jobview import JobView
+from tui import format as fmt
 
 
 def header_text(view: JobView, now: float, *, title: str, strategy: str, hosts_total: int,

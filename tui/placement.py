@@ -7,8 +7,8 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import DataTable, Static
 
-from tui import format as fmt
 from launcher.jobview import PlacementView
+from tui import format as fmt
 
 TOTAL_ROW = "__total__"
 

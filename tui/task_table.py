@@ -22,8 +22,8 @@ from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from tui import format as fmt
 from launcher.jobview import JobView, TaskView, task_sort_key
+from tui import format as fmt
 
 # (key, label, width including a one-cell gap, right-aligned)
 COLUMNS: tuple[tuple[str, str, int, bool], ...] = (

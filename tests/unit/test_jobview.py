@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from launcher import events as ev
+from launcher.jobview import LOG_LINES, JobView, task_sort_key
 from tests.tui.tui_support import RUN, T0, recorded_job
 from tui import format as fmt
-from launcher.jobview import LOG_LINES, JobView, task_sort_key
 
 
 def folded(events: list[ev.Event]) -> JobView:
