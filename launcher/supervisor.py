@@ -256,12 +256,10 @@ class Supervisor:
         }
 
     def _write_specs(self, session: HostSession, rts: list[TaskRuntime]) -> None:
-        for rt in rts:
-            session.write_spec(rt.spec.slug, self.agent_spec(rt))
+        session.write_specs({rt.spec.slug: self.agent_spec(rt) for rt in rts})
 
     def _start_agents(self, session: HostSession, rts: list[TaskRuntime]) -> None:
-        for rt in rts:
-            session.start_agent(rt.spec.slug, rt.spec.python)
+        session.start_agents([(rt.spec.slug, rt.spec.python) for rt in rts])
 
     def _start_follower(self, host: str) -> None:
         session = self.sessions[host]
