@@ -18,6 +18,7 @@ from launcher import controlsock
 from launcher import events as ev
 from launcher.checking import exposure_warnings
 from launcher.errors import HostError, UserError
+from launcher.jobview import JobView
 from launcher.model import Plan
 from launcher.paths import runs_root
 from launcher.plan import build_plan
@@ -232,31 +233,24 @@ def run_restart(args: argparse.Namespace) -> int:
 
 
 def summarize(path: Path) -> dict[str, Any]:
-    """A run's current picture from its state file and events."""
+    """A run's current picture: its events folded by the same JobView the dashboard uses,
+    completed from state.json (addresses, ports, the last pid of a finished task)."""
     state = read_state(path)
-    tasks: dict[str, dict[str, Any]] = {
-        t: {"host": info["host"], "address": info.get("address"), "port": info.get("port"),
-            "state": info.get("state"), "pid": info.get("pid"), "restarts": info.get("restarts", 0),
-            "step": None, "loss": None, "exit_code": None, "reason": ""}
-        for t, info in state.get("tasks", {}).items()}
-    job = {"state": state.get("job_state"), "reason": state.get("job_reason", "")}
+    view = JobView()
     for event in read_events(path):
-        if event.kind == ev.JOB:
-            job = {"state": event.get("state"), "reason": event.get("reason") or ""}
-        elif event.task in tasks:
-            row = tasks[event.task]
-            if event.kind == ev.STATE:
-                row["state"] = event.get("state")
-                row["restarts"] = event.get("restarts") or row["restarts"]
-                row["exit_code"] = event.get("exit_code")
-                row["reason"] = event.get("reason") or ""
-                if event.get("pid"):
-                    row["pid"] = event.get("pid")
-            elif event.kind == ev.METRIC:
-                if event.get("step") is not None:
-                    row["step"] = event.get("step")
-                if event.get("loss") is not None:
-                    row["loss"] = event.get("loss")
+        view.apply(event)
+    tasks: dict[str, dict[str, Any]] = {}
+    for task_id, info in state.get("tasks", {}).items():
+        seen = view.tasks.get(task_id)
+        tasks[task_id] = {
+            "host": info["host"], "address": info.get("address"), "port": info.get("port"),
+            "state": seen.state if seen else info.get("state"),
+            "pid": (seen.pid if seen else None) or info.get("pid"),
+            "restarts": seen.restarts if seen else info.get("restarts", 0),
+            "step": seen.step if seen else None, "loss": seen.loss if seen else None,
+            "exit_code": seen.exit_code if seen else None, "reason": seen.reason if seen else ""}
+    job = ({"state": view.state, "reason": view.reason} if view.events_applied
+           else {"state": state.get("job_state"), "reason": state.get("job_reason", "")})
     return {"run": state["run_id"], "dir": str(path), "profile": state.get("profile"),
             "name": state.get("name"), "strategy": state.get("strategy"), "job": job,
             "detached": state.get("detached", False), "launcher_pid": state.get("launcher_pid"),
