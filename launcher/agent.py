@@ -135,7 +135,7 @@ def _all_pids() -> List[int]:
         return []
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
     """True while the process exists and is not a zombie."""
     stat = _proc_stat(pid)
     if stat is not None:
@@ -726,7 +726,7 @@ def cmd_follow(run_dir: str, offsets: Dict[str, int], pinged: bool = False) -> i
 
 def _is_our_agent(pid: int, task_dir: str, run_id: Optional[str]) -> bool:
     """A pid file may point to a reused pid: trust it only if the process looks like our agent."""
-    if not _pid_alive(pid):
+    if not pid_alive(pid):
         return False
     args = _cmdline(pid)
     want = os.path.realpath(task_dir)
@@ -785,10 +785,10 @@ def cmd_stop(task_dir: str, grace: Optional[float]) -> Dict[str, Any]:
     if agent_was_running and agent_pid is not None:
         pid = agent_pid
         _signal_pid(pid, signal.SIGTERM)
-        if not _wait_until(lambda: not _pid_alive(pid), grace + 5.0):
+        if not _wait_until(lambda: not pid_alive(pid), grace + 5.0):
             _signal_pid(pid, signal.SIGKILL)
             agent_killed = True
-            _wait_until(lambda: not _pid_alive(pid), KILL_CONFIRM_SECONDS)
+            _wait_until(lambda: not pid_alive(pid), KILL_CONFIRM_SECONDS)
     group_killed = False
     if pgid is not None and _is_our_group(pgid, run_id):
         group_killed = True
@@ -892,7 +892,7 @@ def cmd_ports(addr: str, check: List[int], pick: int) -> Dict[str, Any]:
 def _run_processes(run_id: str) -> List[int]:
     skip = {os.getpid(), os.getppid()}
     return [pid for pid in _all_pids()
-            if pid not in skip and _environ_has(pid, "DISTLAUNCH_RUN_ID", run_id) and _pid_alive(pid)]
+            if pid not in skip and _environ_has(pid, "DISTLAUNCH_RUN_ID", run_id) and pid_alive(pid)]
 
 
 def cmd_sweep(run_id: str, kill: bool, grace: float) -> Dict[str, Any]:
@@ -900,11 +900,11 @@ def cmd_sweep(run_id: str, kill: bool, grace: float) -> Dict[str, Any]:
     if kill and pids:
         for pid in pids:
             _signal_pid(pid, signal.SIGTERM)
-        _wait_until(lambda: not any(_pid_alive(p) for p in pids), grace)
+        _wait_until(lambda: not any(pid_alive(p) for p in pids), grace)
         for pid in pids:
-            if _pid_alive(pid):
+            if pid_alive(pid):
                 _signal_pid(pid, signal.SIGKILL)
-        _wait_until(lambda: not any(_pid_alive(p) for p in pids), KILL_CONFIRM_SECONDS)
+        _wait_until(lambda: not any(pid_alive(p) for p in pids), KILL_CONFIRM_SECONDS)
         pids = _run_processes(run_id)
     return {"left": [{"pid": pid, "cmdline": " ".join(_cmdline(pid))} for pid in pids]}
 

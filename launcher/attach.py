@@ -13,7 +13,14 @@ from pathlib import Path
 
 from launcher import events as ev
 from launcher.errors import UserError
-from launcher.jobs import _alive, _control_server, _err, _finish_message, _run_tui, connect_sessions
+from launcher.jobs import (
+    connect_sessions,
+    launcher_alive,
+    notice,
+    report_outcome,
+    run_dashboard_for,
+    start_control_server,
+)
 from launcher.plan import build_plan
 from launcher.printer import ProgressPrinter
 from launcher.profile import load_profile
@@ -26,7 +33,7 @@ def attach_run(path: Path, tui: bool) -> int:
     run_id = str(state["run_id"])
     if state.get("outcome") in (ev.JOB_SUCCEEDED, ev.JOB_FAILED):
         raise UserError(f"run {run_id} already ended ({state['outcome']}); see it with `distlaunch replay {run_id}`")
-    if _alive(state.get("launcher_pid")) and state.get("outcome") is None and not state.get("detached"):
+    if launcher_alive(state) and not state.get("detached"):
         raise UserError(f"run {run_id} is still followed by its launcher (pid {state['launcher_pid']}); "
                         f"use that terminal, or `distlaunch status {run_id}`")
     profile = load_profile(Path(str(state["profile"])))
@@ -39,13 +46,13 @@ def attach_run(path: Path, tui: bool) -> int:
     print(f"... reconnecting to {len(state.get('hosts', {}))} host(s) of {run_id}", file=sys.stderr)
     sessions = connect_sessions(state)
     rundir = RunDir.open(path)
-    sup = Supervisor(plan, rundir, sessions, ports, on_notice=_err)
+    sup = Supervisor(plan, rundir, sessions, ports, on_notice=notice)
     feed = sup.subscribe()
     sup.resume(state, list(read_events(path)))
-    server = _control_server(run_id, sup)
+    server = start_control_server(run_id, sup)
     try:
         if tui and sys.stdout.isatty():
-            _run_tui(sup, feed, plan, live=True)
+            run_dashboard_for(sup, feed, plan, live=True)
         else:
             ProgressPrinter().consume(feed.events())
         outcome = sup.wait()
@@ -58,4 +65,4 @@ def attach_run(path: Path, tui: bool) -> int:
         for session in sessions.values():
             session.host.close()
         rundir.close()
-    return _finish_message(sup, outcome, interrupted=False)
+    return report_outcome(sup, outcome, interrupted=False)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import signal
 import sys
 import time
@@ -16,6 +15,7 @@ from typing import Any
 
 from launcher import controlsock
 from launcher import events as ev
+from launcher.agent import pid_alive
 from launcher.checking import exposure_warnings
 from launcher.errors import HostError, UserError
 from launcher.jobview import JobView
@@ -31,7 +31,7 @@ from launcher.supervisor import Supervisor
 from launcher.transport import make_host
 
 
-def _err(msg: str) -> None:
+def notice(msg: str) -> None:
     print(f"distlaunch: {msg}", file=sys.stderr, flush=True)
 
 
@@ -50,7 +50,7 @@ def run_up(args: argparse.Namespace) -> int:
     profile = load_profile(Path(args.profile))
     plan = build_plan(profile)
     for warning in exposure_warnings(plan):
-        _err(f"warning: {warning}")
+        notice(f"warning: {warning}")
     run_id = args.run_id or new_run_id(profile.name)
     target = Path(args.run_dir).expanduser() if args.run_dir else runs_root() / run_id
     if (target / "state.json").exists():
@@ -58,14 +58,14 @@ def run_up(args: argparse.Namespace) -> int:
     rundir = RunDir.create(run_id, Path(args.run_dir) if args.run_dir else None)
     tui = not (args.no_tui or args.json or args.detach)
     if tui and not (sys.stdin.isatty() and sys.stdout.isatty()):
-        _err("not a terminal: showing progress lines instead of the dashboard (--no-tui)")
+        notice("not a terminal: showing progress lines instead of the dashboard (--no-tui)")
         tui = False
     progress = _progress(quiet=False)
     progress(f"run {run_id} ({rundir.path})")
-    pre = prepare_hosts(plan, run_id, rundir.path / "hosts", _err, progress)
-    sup = Supervisor(plan, rundir, pre.sessions, pre.ports, detached=args.detach, on_notice=_err)
+    pre = prepare_hosts(plan, run_id, rundir.path / "hosts", notice, progress)
+    sup = Supervisor(plan, rundir, pre.sessions, pre.ports, detached=args.detach, on_notice=notice)
     feed = sup.subscribe()
-    server = _control_server(run_id, sup)
+    server = start_control_server(run_id, sup)
     interrupted = False
 
     def on_sigint(_sig: int, _frame: FrameType | None) -> None:
@@ -73,7 +73,7 @@ def run_up(args: argparse.Namespace) -> int:
         if interrupted:
             raise KeyboardInterrupt
         interrupted = True
-        _err("interrupted: tearing the job down (Ctrl-C again to abandon the wait)")
+        notice("interrupted: tearing the job down (Ctrl-C again to abandon the wait)")
         sup.teardown("interrupted by Ctrl-C")
 
     old_int = signal.signal(signal.SIGINT, on_sigint)
@@ -92,7 +92,7 @@ def run_up(args: argparse.Namespace) -> int:
                   f"stop it with `distlaunch down {run_id}`")
             return 0
         if tui:
-            _run_tui(sup, feed, plan, live=True)
+            run_dashboard_for(sup, feed, plan, live=True)
         elif args.json:
             JsonPrinter().consume(feed.events())
         else:
@@ -105,20 +105,20 @@ def run_up(args: argparse.Namespace) -> int:
             server.close()
         pre.close()
         rundir.close()
-    return _finish_message(sup, outcome, interrupted)
+    return report_outcome(sup, outcome, interrupted)
 
 
-def _control_server(run_id: str, sup: Supervisor) -> controlsock.ControlServer | None:
+def start_control_server(run_id: str, sup: Supervisor) -> controlsock.ControlServer | None:
     try:
         return controlsock.ControlServer(run_id, sup)
     except OSError as exc:
-        _err(f"control socket unavailable ({exc}); `restart` from another terminal will not work")
+        notice(f"control socket unavailable ({exc}); `restart` from another terminal will not work")
         return None
 
 
-def _finish_message(sup: Supervisor, outcome: str | None, interrupted: bool) -> int:
+def report_outcome(sup: Supervisor, outcome: str | None, interrupted: bool) -> int:
     for host, left in sup.leftovers.items():
-        _err(f"host {host}: {len(left)} process(es) of the run survived teardown: "
+        notice(f"host {host}: {len(left)} process(es) of the run survived teardown: "
              + ", ".join(str(p.get("pid")) for p in left))
     if outcome == "detached":
         print(f"{sup.run_id} left running; `distlaunch attach {sup.run_id}` or `distlaunch down {sup.run_id}`")
@@ -130,7 +130,7 @@ def _finish_message(sup: Supervisor, outcome: str | None, interrupted: bool) -> 
     return 1
 
 
-def _run_tui(sup: Supervisor, feed: Any, plan: Plan, live: bool) -> None:
+def run_dashboard_for(sup: Supervisor, feed: Any, plan: Plan, live: bool) -> None:
     from tui.app import run_dashboard
 
     try:
@@ -158,7 +158,7 @@ def connect_sessions(state: dict[str, Any]) -> dict[str, HostSession]:
     def connect(item: tuple[str, dict[str, Any]]) -> None:
         name, info = item
         config = host_from_json(info["config"])
-        host = make_host(config, on_notice=_err)
+        host = make_host(config, on_notice=notice)
         try:
             host.connect()
         except HostError as exc:
@@ -203,7 +203,7 @@ def run_down(args: argparse.Namespace) -> int:
             s.host.close()
     if leftovers:
         for host, left in leftovers.items():
-            _err(f"host {host}: still running after down: "
+            notice(f"host {host}: still running after down: "
                  + ", ".join(f"{p.get('pid')} ({p.get('cmdline', '')[:60]})" for p in left))
         return 1
     print(f"{run_id}: stopped on {len(sessions)} host(s); no process of the run is left")
@@ -254,20 +254,14 @@ def summarize(path: Path) -> dict[str, Any]:
     return {"run": state["run_id"], "dir": str(path), "profile": state.get("profile"),
             "name": state.get("name"), "strategy": state.get("strategy"), "job": job,
             "detached": state.get("detached", False), "launcher_pid": state.get("launcher_pid"),
-            "launcher_alive": _alive(state.get("launcher_pid")) and state.get("outcome") is None,
+            "launcher_alive": launcher_alive(state),
             "tasks": tasks}
 
 
-def _alive(pid: Any) -> bool:
-    if not isinstance(pid, int):
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+def launcher_alive(state: dict[str, Any]) -> bool:
+    """Is the run's launcher still following it (its process exists and the run has not ended)?"""
+    pid = state.get("launcher_pid")
+    return isinstance(pid, int) and pid_alive(pid) and state.get("outcome") is None
 
 
 def run_status(args: argparse.Namespace) -> int:
@@ -311,7 +305,7 @@ def run_logs(args: argparse.Namespace) -> int:
         if not args.follow:
             return 0
         current = read_state(path)
-        if current.get("outcome") is not None or not _alive(current.get("launcher_pid")):
+        if not launcher_alive(current):
             return 0
         time.sleep(0.25)
 
