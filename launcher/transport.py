@@ -191,22 +191,50 @@ def _signal_name(sig: int) -> str:
 # --------------------------------------------------------------------------- local
 
 
-class _LocalLineStream(LineStream):
-    """A local child in its own session (terminal Ctrl-C does not reach it) with piped std streams."""
+class _ReaderLineStream(LineStream):
+    """What both streams share: a reader thread feeding a LineSplitter, a tail of stderr, and
+    the exit code handed to ``on_close`` (None once ``close()`` was asked for)."""
 
-    def __init__(self, command: str, on_line: Callable[[str], None],
-                 on_close: Callable[[int | None], None] | None) -> None:
-        self._proc = subprocess.Popen(
-            ["/bin/sh", "-c", command], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, start_new_session=True, close_fds=True)
+    def __init__(self, on_line: Callable[[str], None], on_close: Callable[[int | None], None] | None,
+                 name: str) -> None:
         self._splitter = LineSplitter(on_line)
         self._on_close = on_close
         self._closing = threading.Event()
         self._exit_code: int | None = None
         self._stderr = _TailBuffer()
+        self._reader = threading.Thread(target=self._read, daemon=True, name=name)
+
+    @abstractmethod
+    def _read(self) -> None:
+        """Run on the reader thread until the output ends; call ``_ended()`` last."""
+
+    def _ended(self) -> None:
+        if self._on_close is not None:
+            self._on_close(None if self._closing.is_set() else self._exit_code)
+
+    @property
+    def alive(self) -> bool:
+        return self._reader.is_alive()
+
+    def stderr_tail(self) -> str:
+        return self._stderr.text()
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        self._reader.join(timeout)
+        return None if self._reader.is_alive() else self._exit_code
+
+
+class _LocalLineStream(_ReaderLineStream):
+    """A local child in its own session (terminal Ctrl-C does not reach it) with piped std streams."""
+
+    def __init__(self, command: str, on_line: Callable[[str], None],
+                 on_close: Callable[[int | None], None] | None) -> None:
+        super().__init__(on_line, on_close, "local-stream")
+        self._proc = subprocess.Popen(
+            ["/bin/sh", "-c", command], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, start_new_session=True, close_fds=True)
         self._stderr_thread = threading.Thread(target=self._drain_stderr, daemon=True,
                                                name="local-stream-stderr")
-        self._reader = threading.Thread(target=self._read, daemon=True, name="local-stream")
         self._stderr_thread.start()
         self._reader.start()
 
@@ -239,15 +267,7 @@ class _LocalLineStream(LineStream):
                 self._exit_code = code if code >= 0 else 128 - code
                 break
         finally:
-            if self._on_close is not None:
-                self._on_close(None if self._closing.is_set() else self._exit_code)
-
-    @property
-    def alive(self) -> bool:
-        return self._reader.is_alive()
-
-    def stderr_tail(self) -> str:
-        return self._stderr.text()
+            self._ended()
 
     def send(self, data: bytes) -> bool:
         stdin = self._proc.stdin
@@ -257,10 +277,6 @@ class _LocalLineStream(LineStream):
             return os.write(stdin.fileno(), data) == len(data)
         except (OSError, ValueError):  # the command exited, or close() closed the pipe
             return False
-
-    def wait(self, timeout: float | None = None) -> int | None:
-        self._reader.join(timeout)
-        return None if self._reader.is_alive() else self._exit_code
 
     def close(self) -> None:
         if self._closing.is_set():
@@ -381,7 +397,7 @@ def _sh(command: str) -> str:
     return "/bin/sh -c " + shlex.quote(command)
 
 
-class _SshLineStream(LineStream):
+class _SshLineStream(_ReaderLineStream):
     """One exec channel (no pty) whose stdout is split into lines by a reader thread.
 
     Closing the channel makes sshd close the command's pipes: it sees EOF on stdin and SIGPIPE on
@@ -390,13 +406,8 @@ class _SshLineStream(LineStream):
 
     def __init__(self, channel: paramiko.Channel, on_line: Callable[[str], None],
                  on_close: Callable[[int | None], None] | None) -> None:
+        super().__init__(on_line, on_close, "ssh-stream")
         self._channel = channel
-        self._splitter = LineSplitter(on_line)
-        self._on_close = on_close
-        self._closing = threading.Event()
-        self._exit_code: int | None = None
-        self._stderr = _TailBuffer()
-        self._reader = threading.Thread(target=self._read, daemon=True, name="ssh-stream")
         self._reader.start()
 
     def _read(self) -> None:
@@ -424,15 +435,7 @@ class _SshLineStream(LineStream):
                 while channel.recv_stderr_ready():
                     self._stderr.add(channel.recv_stderr(_CHUNK))
             channel.close()
-            if self._on_close is not None:
-                self._on_close(None if self._closing.is_set() else self._exit_code)
-
-    @property
-    def alive(self) -> bool:
-        return self._reader.is_alive()
-
-    def stderr_tail(self) -> str:
-        return self._stderr.text()
+            self._ended()
 
     def send(self, data: bytes) -> bool:
         channel = self._channel
@@ -442,10 +445,6 @@ class _SshLineStream(LineStream):
             return channel.send(data) == len(data)
         except (OSError, EOFError, paramiko.SSHException):
             return False
-
-    def wait(self, timeout: float | None = None) -> int | None:
-        self._reader.join(timeout)
-        return None if self._reader.is_alive() else self._exit_code
 
     def close(self) -> None:
         if self._closing.is_set():
