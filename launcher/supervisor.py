@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from launcher import events as ev
@@ -56,7 +56,6 @@ class TaskRuntime:
     expected_stop: bool = False  # the supervisor asked for this stop: not a failure
     restarting: bool = False
     restart_pending: bool = False  # a restart is scheduled but not yet carried out
-    last_event: float = field(default_factory=time.time)
 
     @property
     def final(self) -> bool:
@@ -296,7 +295,6 @@ class Supervisor:
     def _on_task_state(self, rt: TaskRuntime, event: Event) -> None:
         state = str(event.get("state"))
         rt.state = state
-        rt.last_event = event.ts
         if event.get("pid") is not None:
             rt.pid = int(event.get("pid"))
         if state in (ev.STARTING, ev.RUNNING):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.text import Text
 
 from launcher import events as ev
+from launcher.printer import human_bytes as launcher_human_bytes
 
 MISSING = "—"
 
@@ -28,17 +29,8 @@ JOB_STATE_STYLES = {
 
 
 def human_bytes(n: int | float | None) -> str:
-    """1536 -> '1.5K'; powers of 1024, one decimal below 10."""
-    if n is None:
-        return MISSING
-    value = float(n)
-    for unit in ("B", "K", "M", "G", "T"):
-        if abs(value) < 1024 or unit == "T":
-            if unit == "B":
-                return f"{int(value)}B"
-            return f"{value:.1f}{unit}" if abs(value) < 10 else f"{value:.0f}{unit}"
-        value /= 1024
-    return f"{value:.0f}T"  # pragma: no cover
+    """Bytes as the printer shows them, with the dashboard's mark for a missing value."""
+    return launcher_human_bytes(n, missing=MISSING)
 
 
 def duration(seconds: float | None) -> str:
