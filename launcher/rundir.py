@@ -68,8 +68,9 @@ class RunDir:
 
     # -- writing ------------------------------------------------------------------------------
 
-    def append(self, event: Event) -> None:
-        line = event.to_json()
+    def append(self, event: Event, line: str | None = None) -> None:
+        """Record ``event``; ``line`` is its JSON text when it arrived as such (not encoded again)."""
+        line = line if line is not None else event.to_json()
         with self._lock:
             if self._events is None:
                 self._events = (self.path / EVENTS_FILE).open("a", encoding="utf-8")

@@ -220,8 +220,8 @@ class Supervisor:
     def _after(self, delay: float, fn: Callable[[], None]) -> None:
         self._timers.append((time.time() + delay, fn))
 
-    def _publish(self, event: Event) -> None:
-        self.rundir.append(event)
+    def _publish(self, event: Event, line: str | None = None) -> None:
+        self.rundir.append(event, line)
         for feed in self._feeds:
             feed.put(event)
 
@@ -288,7 +288,7 @@ class Supervisor:
             slug = event.task.replace(":", "-")
             offsets = self._offsets[host]
             offsets[slug] = offsets.get(slug, 0) + len(line.encode()) + 1
-        self._publish(event)
+        self._publish(event, line)
         if event.kind == ev.STATE and event.task in self.tasks:
             self._on_task_state(self.tasks[event.task], event)
 
