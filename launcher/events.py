@@ -27,7 +27,17 @@ PLACEMENT = "placement"
 LOG = "log"
 # extension: a host became unreachable or came back (`host`, `state`: up / unreachable, `reason`)
 HOST = "host"
-KINDS = (JOB, STATE, METRIC, SAMPLE, PLACEMENT, LOG, HOST)
+# extension: a task condition was raised or cleared (`condition`: stalled / straggler / ...,
+# `active`: bool, `reason`); what the telemetry watchdogs say about a running task
+CONDITION = "condition"
+# extension: an operator acted on the job (`action`: restart / stop / teardown / detach / attach,
+# `target`: a task id or null, `origin`: dashboard / cli); the timeline shows who did what
+ACTION = "action"
+KINDS = (JOB, STATE, METRIC, SAMPLE, PLACEMENT, LOG, HOST, CONDITION, ACTION)
+
+# task conditions
+STALLED = "stalled"
+STRAGGLER = "straggler"
 
 # job states
 JOB_CREATED = "Created"
@@ -174,3 +184,15 @@ def host_event(run: str, host: str, state: str, reason: str = "", ts: float | No
 
 def log_event(run: str, task: str, stream: str, line: str, ts: float | None = None) -> Event:
     return Event(LOG, run, task, ts if ts is not None else time.time(), {"stream": stream, "line": line})
+
+
+def condition_event(run: str, task: str, condition: str, active: bool, reason: str = "",
+                    ts: float | None = None) -> Event:
+    return Event(CONDITION, run, task, ts if ts is not None else time.time(),
+                 {"condition": condition, "active": bool(active), "reason": reason})
+
+
+def action_event(run: str, action: str, target: str | None = None, origin: str = "",
+                 ts: float | None = None) -> Event:
+    return Event(ACTION, run, None, ts if ts is not None else time.time(),
+                 {"action": action, "target": target, "origin": origin})

@@ -89,6 +89,8 @@ class TaskView:
     gpu_mem_total: int | None = None
     has_gpu: bool = False
     last_event_ts: float | None = None
+    #: active conditions (``stalled``, ``straggler``, ...) and why each was raised
+    conditions: dict[str, str] = field(default_factory=dict)
     rate_history: deque[float] = field(default_factory=lambda: deque(maxlen=HISTORY_POINTS))
     gpu_history: deque[float] = field(default_factory=lambda: deque(maxlen=HISTORY_POINTS))
     loss_history: deque[tuple[int, float]] = field(default_factory=lambda: deque(maxlen=LOSS_POINTS))
@@ -270,6 +272,12 @@ class JobView:
         elif event.kind == ev.PLACEMENT:
             self.placement.apply(list(event.get("variables") or []))
             self.placement_dirty = True
+        elif event.kind == ev.CONDITION:
+            name = str(event.get("condition") or "")
+            if event.get("active"):
+                task.conditions[name] = str(event.get("reason") or "")
+            else:
+                task.conditions.pop(name, None)
 
     def _apply_job(self, event: Event) -> None:
         state = str(event.get("state", self.state))
@@ -305,6 +313,7 @@ class JobView:
         if task.state != ev.RUNNING:
             task.steps_per_s = None
             task._step_points.clear()
+            task.conditions.clear()  # a stall or a slow pace belongs to the incarnation that had it
         if task.state == old:
             return
         why = f" ({task.reason})" if task.reason else ""

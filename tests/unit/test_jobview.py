@@ -131,3 +131,22 @@ def test_chart_points_are_thinned_keeping_the_latest() -> None:
     thinned = thin(points, limit=100)
     assert len(thinned) <= 100 and thinned[-1] == (999, 999.0) and thinned == sorted(thinned)
     assert thin(points[:50], limit=100) == points[:50]
+
+
+def test_conditions_are_raised_cleared_and_forgotten_on_restart() -> None:
+    view = JobView()
+    view.apply(ev.state_event(RUN, "worker:0", ev.RUNNING, host="h", pid=1, ts=T0))
+    view.apply(ev.condition_event(RUN, "worker:0", ev.STALLED, True, "no step for 60 s", ts=T0 + 1))
+    view.apply(ev.condition_event(RUN, "worker:0", ev.STRAGGLER, True, "0.4x median", ts=T0 + 2))
+    assert view.tasks["worker:0"].conditions == {"stalled": "no step for 60 s", "straggler": "0.4x median"}
+    view.apply(ev.condition_event(RUN, "worker:0", ev.STRAGGLER, False, ts=T0 + 3))
+    assert view.tasks["worker:0"].conditions == {"stalled": "no step for 60 s"}
+    view.apply(ev.state_event(RUN, "worker:0", ev.RESTARTING, host="h", restarts=1, ts=T0 + 4))
+    assert view.tasks["worker:0"].conditions == {}
+
+
+def test_action_events_round_trip_through_the_codec() -> None:
+    event = ev.action_event(RUN, "restart", target="worker:1", origin="dashboard", ts=T0)
+    back = ev.Event.from_json(event.to_json())
+    assert back.kind == ev.ACTION and back.task is None
+    assert back.data == {"action": "restart", "target": "worker:1", "origin": "dashboard"}
