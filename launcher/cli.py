@@ -80,6 +80,12 @@ def _export(args: argparse.Namespace) -> int:
                             output=Path(args.output) if args.output else None)
 
 
+def _schema(args: argparse.Namespace) -> int:
+    from launcher.profile_schema import run_schema
+
+    return run_schema(Path(args.output) if args.output else None)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="distlaunch",
@@ -137,6 +143,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("profile", help="cluster profile (TOML)")
     p.add_argument("task", help="task id, e.g. worker:1")
     p.set_defaults(handler=_tfconfig)
+
+    p = sub.add_parser("schema", help="print the profile's JSON Schema (for editors: taplo, VS Code)")
+    p.add_argument("-o", "--output", default=None, help="write to FILE instead of stdout")
+    p.set_defaults(handler=_schema)
 
     p = sub.add_parser("export", help="convert a profile for another system")
     exp = p.add_subparsers(dest="target", metavar="TARGET", required=True)
