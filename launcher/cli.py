@@ -49,6 +49,12 @@ def _status(args: argparse.Namespace) -> int:
     return run_status(args)
 
 
+def _runs(args: argparse.Namespace) -> int:
+    from launcher.runs import run_runs
+
+    return run_runs(args)
+
+
 def _logs(args: argparse.Namespace) -> int:
     from launcher.jobs import run_logs
 
@@ -117,6 +123,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run", nargs="?", help="run id or run directory (default: the most recent run)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(handler=_status)
+
+    p = sub.add_parser("runs", help="every run on this machine, newest first")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(handler=_runs)
 
     p = sub.add_parser("logs", help="one task's output")
     p.add_argument("run", help="run id or run directory")
