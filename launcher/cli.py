@@ -92,6 +92,12 @@ def _schema(args: argparse.Namespace) -> int:
     return run_schema(Path(args.output) if args.output else None)
 
 
+def _export_tensorboard(args: argparse.Namespace) -> int:
+    from launcher.export.tensorboard import run_export_tensorboard
+
+    return run_export_tensorboard(args.run, Path(args.dir))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="distlaunch",
@@ -166,6 +172,10 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--namespace", default=None, help="Kubernetes namespace")
     t.add_argument("-o", "--output", default=None, help="write to FILE instead of stdout")
     t.set_defaults(handler=_export)
+    t = exp.add_parser("tensorboard", help="a run's metrics as TensorBoard event files, one run per task")
+    t.add_argument("run", help="run id or run directory")
+    t.add_argument("dir", help="TensorBoard log directory to write into (DIR/<run id>/<task>/)")
+    t.set_defaults(handler=_export_tensorboard)
     return parser
 
 
