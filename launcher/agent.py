@@ -890,9 +890,11 @@ def cmd_ports(addr: str, check: List[int], pick: int) -> Dict[str, Any]:
 
 
 def _run_processes(run_id: str) -> List[int]:
+    """Processes of the run, except the launcher's [notify] commands (they run after the job, by design)."""
     skip = {os.getpid(), os.getppid()}
     return [pid for pid in _all_pids()
-            if pid not in skip and _environ_has(pid, "DISTLAUNCH_RUN_ID", run_id) and pid_alive(pid)]
+            if pid not in skip and _environ_has(pid, "DISTLAUNCH_RUN_ID", run_id) and pid_alive(pid)
+            and not _environ_has(pid, "DISTLAUNCH_NOTIFY", "1")]
 
 
 def cmd_sweep(run_id: str, kill: bool, grace: float) -> Dict[str, Any]:

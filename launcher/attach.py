@@ -15,6 +15,7 @@ from launcher import events as ev
 from launcher.errors import UserError
 from launcher.jobs import (
     connect_sessions,
+    follow_notify,
     launcher_alive,
     notice,
     report_outcome,
@@ -48,7 +49,9 @@ def attach_run(path: Path, tui: bool) -> int:
     rundir = RunDir.open(path)
     sup = Supervisor(plan, rundir, sessions, ports, on_notice=notice)
     feed = sup.subscribe()
-    sup.resume(state, list(read_events(path)))
+    history = list(read_events(path))
+    notifying = follow_notify(sup, history_until=max((e.ts for e in history), default=None))
+    sup.resume(state, history)
     server = start_control_server(run_id, sup)
     try:
         if tui and sys.stdout.isatty():
@@ -62,6 +65,8 @@ def attach_run(path: Path, tui: bool) -> int:
     finally:
         if server is not None:
             server.close()
+        if notifying is not None:
+            notifying.finish()
         for session in sessions.values():
             session.host.close()
         rundir.close()

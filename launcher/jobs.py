@@ -20,6 +20,7 @@ from launcher.checking import exposure_warnings
 from launcher.errors import HostError, UserError
 from launcher.jobview import JobView
 from launcher.model import Plan
+from launcher.notify import Notifier, NotifyFollower
 from launcher.paths import runs_root
 from launcher.plan import build_plan
 from launcher.preflight import PreflightError, prepare_hosts
@@ -65,6 +66,7 @@ def run_up(args: argparse.Namespace) -> int:
     pre = prepare_hosts(plan, run_id, rundir.path / "hosts", notice, progress)
     sup = Supervisor(plan, rundir, pre.sessions, pre.ports, detached=args.detach, on_notice=notice)
     feed = sup.subscribe()
+    notifying = follow_notify(sup)
     server = start_control_server(run_id, sup)
     interrupted = False
 
@@ -103,9 +105,21 @@ def run_up(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGTERM, old_term)
         if server is not None:
             server.close()
+        if notifying is not None:
+            notifying.finish()
         pre.close()
         rundir.close()
     return report_outcome(sup, outcome, interrupted)
+
+
+def follow_notify(sup: Supervisor, history_until: float | None = None) -> NotifyFollower | None:
+    """Run the profile's [notify] command for this job's task failures and its end (None: no command)."""
+    config = sup.profile.notify
+    if not config.command:
+        return None
+    notifier = Notifier(config, run_id=sup.run_id, run_dir=sup.rundir.path, profile_name=sup.profile.name,
+                        cwd=sup.profile.directory, on_warning=notice, history_until=history_until)
+    return NotifyFollower(notifier, sup.subscribe().events())
 
 
 def start_control_server(run_id: str, sup: Supervisor) -> controlsock.ControlServer | None:
@@ -135,7 +149,7 @@ def run_dashboard_for(sup: Supervisor, feed: Any, plan: Plan, live: bool) -> Non
 
     try:
         result = run_dashboard(feed, sup, title=plan.profile.name, strategy=plan.profile.strategy,
-                               hosts_total=len(sup.sessions), live=live)
+                               hosts_total=len(sup.sessions), live=live, bell_on_end=plan.profile.notify.bell)
     except Exception:
         # nothing may be left running because the screen broke: stop the job, then report the crash
         sup.teardown("the dashboard crashed")

@@ -70,6 +70,15 @@ class MetricsConfig:
 
 
 @dataclass(frozen=True)
+class NotifyConfig:
+    """[notify]: a command run on the launcher when the job ends or a task fails; the dashboard bell."""
+
+    command: str | None = None
+    timeout_seconds: float = 30.0
+    bell: bool = True
+
+
+@dataclass(frozen=True)
 class Profile:
     path: Path
     name: str
@@ -82,6 +91,7 @@ class Profile:
     hosts: dict[str, HostConfig]
     roles: dict[str, RoleConfig]  # keyed by role name, in ROLES order
     metrics: MetricsConfig
+    notify: NotifyConfig = field(default_factory=NotifyConfig)
 
     @property
     def directory(self) -> Path:

@@ -23,6 +23,7 @@ from launcher.model import (
     HostConfig,
     HostKeyPolicy,
     MetricsConfig,
+    NotifyConfig,
     Profile,
     RestartPolicy,
     RoleConfig,
@@ -36,6 +37,7 @@ from launcher.profile_keys import (
     ENV_NAME_PATTERN,
     HOST_KEYS,
     HOST_NAME_PATTERN,
+    NOTIFY_KEYS,
     ROLE_KEYS,
     SINGLE_TASK_ROLES,
     SSH_KEYS,
@@ -252,6 +254,7 @@ class _ProfileReader:
             hosts=hosts,
             roles=roles,
             metrics=metrics,
+            notify=self.notify(self.table(data, "notify", ())),
         )
 
     def task_settings(self, table: Mapping[str, Any], key: KeyPath,
@@ -451,6 +454,15 @@ class _ProfileReader:
         if success == "all_workers" and workers == 0:
             raise self.fail(("success_policy",), '"all_workers" needs workers; add [roles.worker] '
                             'or use success_policy = "chief"')
+
+    def notify(self, table: Mapping[str, Any]) -> NotifyConfig:
+        key = ("notify",)
+        self.check_table(table, key, NOTIFY_KEYS)
+        command: str | None = table.get("command")
+        if command is not None and not command.strip():
+            raise self.fail((*key, "command"), "is empty; give a shell command, or leave [notify] out")
+        return NotifyConfig(command=command, timeout_seconds=float(_get(table, NOTIFY_KEYS, "timeout_seconds")),
+                            bell=bool(_get(table, NOTIFY_KEYS, "bell")))
 
     def metrics(self, table: Mapping[str, Any]) -> MetricsConfig:
         patterns: dict[str, str] = {}

@@ -138,6 +138,18 @@ ROLE_KEYS = Table(
     ),
 )
 
+NOTIFY_KEYS = Table(
+    "Tell someone when the job ends or a task fails.",
+    (
+        Key("command", "string", "Shell command run on the launcher when the job ends or a task fails; "
+            "$DISTLAUNCH_EVENT, $DISTLAUNCH_JOB_STATE, $DISTLAUNCH_REASON, $DISTLAUNCH_RUN_ID, "
+            "$DISTLAUNCH_TASK tell it what happened."),
+        Key("timeout_seconds", "number", "Seconds the command may take before it is killed.", default=30.0,
+            positive=True),
+        Key("bell", "boolean", "Ring the terminal bell in the dashboard when the job ends.", default=True),
+    ),
+)
+
 TOP_KEYS = Table(
     "A distlaunch cluster profile: which TensorFlow tasks run where, and how they are supervised.",
     (
@@ -159,5 +171,6 @@ TOP_KEYS = Table(
             names=ROLES),
         Key("metrics", "regex_map", "Regexes on each output line of unmodified scripts (step, loss, or any "
             "name); the first capture group is the number."),
+        Key("notify", "table", NOTIFY_KEYS.doc, table=NOTIFY_KEYS),
     ),
 )

@@ -16,7 +16,7 @@ from launcher import model
 from launcher.cli import main
 from launcher.errors import ProfileError
 from launcher.profile import load_profile
-from launcher.profile_keys import HOST_KEYS, ROLE_KEYS, SSH_KEYS, TASK_KEYS, TOP_KEYS, Key, Table
+from launcher.profile_keys import HOST_KEYS, NOTIFY_KEYS, ROLE_KEYS, SSH_KEYS, TASK_KEYS, TOP_KEYS, Key, Table
 from launcher.profile_schema import profile_schema, schema_text
 
 PROFILES = Path(__file__).resolve().parents[2] / "cluster_profiles"
@@ -155,9 +155,11 @@ def test_every_model_field_is_declared_and_every_declared_key_is_in_the_model() 
                                     | set(TASK_KEYS.names))
     # [ssh] has no field of its own: it is folded into each host's SshSettings.
     assert set(TOP_KEYS.names) - {"ssh"} == field_names(model.Profile) - {"path"}
+    assert set(NOTIFY_KEYS.names) == field_names(model.NotifyConfig)
 
 
-@pytest.mark.parametrize(("table", "cls"), [(TASK_KEYS, model.TaskDefaults), (SSH_KEYS, model.SshSettings)])
+@pytest.mark.parametrize(("table", "cls"), [(TASK_KEYS, model.TaskDefaults), (SSH_KEYS, model.SshSettings),
+                                            (NOTIFY_KEYS, model.NotifyConfig)])
 def test_declared_defaults_are_the_model_defaults(table: Table, cls: type) -> None:
     for f in dataclasses.fields(cls):
         declared = table[f.name].default
