@@ -7,6 +7,7 @@ internal error: a short message plus the path of the log holding the traceback.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import traceback
 from collections.abc import Callable, Sequence
@@ -98,6 +99,12 @@ def _export_tensorboard(args: argparse.Namespace) -> int:
     return run_export_tensorboard(args.run, Path(args.dir))
 
 
+def _completion(args: argparse.Namespace) -> int:
+    from launcher.completion import run_completion
+
+    return run_completion(args.shell)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="distlaunch",
@@ -164,6 +171,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", default=None, help="write to FILE instead of stdout")
     p.set_defaults(handler=_schema)
 
+    p = sub.add_parser("completion", help="print the shell completion hook (bash, zsh, fish)")
+    p.add_argument("shell", choices=("bash", "zsh", "fish"), help="the shell to complete in")
+    p.set_defaults(handler=_completion)
+
     p = sub.add_parser("export", help="convert a profile for another system")
     exp = p.add_subparsers(dest="target", metavar="TARGET", required=True)
     t = exp.add_parser("tfjob", help="a Kubeflow TFJob manifest (YAML)")
@@ -180,7 +191,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    if "_ARGCOMPLETE" in os.environ:  # the shell asks for completions (launcher/completion.py)
+        from launcher.completion import complete
+
+        complete(parser)
+    args = parser.parse_args(argv)
     handler: Handler = args.handler
     try:
         return handler(args)
