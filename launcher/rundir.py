@@ -5,6 +5,9 @@
     <run dir>/state.json        hosts, tasks, pids, ports and stream offsets: enough for `down`,
                                 `status` and `attach` from another terminal
     <run dir>/hosts/<host>/     the host run dir of local hosts (agents write here)
+
+Run dirs are private to their user (0700, files 0600): task output often holds paths, dataset
+names or a token printed by accident, and login nodes are shared.
 """
 
 from __future__ import annotations
@@ -24,9 +27,22 @@ from launcher.events import LOG, Event, EventDecodeError
 from launcher.model import HostConfig, SshSettings
 from launcher.paths import runs_root
 
+PRIVATE_DIR = 0o700
+PRIVATE_FILE = 0o600
 EVENTS_FILE = "events.jsonl"
 STATE_FILE = "state.json"
 DOWN_MARKER = "down-requested"
+
+
+def private_opener(path: str, flags: int) -> int:
+    """``open(..., opener=private_opener)``: files this module creates are 0600."""
+    return os.open(path, flags, PRIVATE_FILE)
+
+
+def make_private_dir(path: Path) -> None:
+    """Create ``path`` (and parents) and make it 0700 whatever the umask or an earlier mode was."""
+    path.mkdir(parents=True, exist_ok=True, mode=PRIVATE_DIR)
+    os.chmod(path, PRIVATE_DIR)
 
 
 def new_run_id(profile_name: str) -> str:
@@ -49,7 +65,9 @@ class RunDir:
     def create(cls, run_id: str, path: Path | None = None) -> RunDir:
         target = path if path is not None else runs_root() / run_id
         target = target.expanduser().resolve()
-        (target / "logs").mkdir(parents=True, exist_ok=True)
+        target.parent.mkdir(parents=True, exist_ok=True, mode=PRIVATE_DIR)  # a new root only: never chmod a user's dir
+        make_private_dir(target)
+        make_private_dir(target / "logs")
         rd = cls(target, run_id)
         latest = runs_root() / "latest"
         if path is None or target.parent == runs_root().resolve():
@@ -73,14 +91,16 @@ class RunDir:
         line = line if line is not None else event.to_json()
         with self._lock:
             if self._events is None:
-                self._events = (self.path / EVENTS_FILE).open("a", encoding="utf-8")
+                self._events = open(self.path / EVENTS_FILE, "a", encoding="utf-8",  # noqa: SIM115
+                                    opener=private_opener)
             self._events.write(line + "\n")
             self._events.flush()
             if event.kind == LOG and event.task:
                 fh = self._logs.get(event.task)
                 if fh is None:
                     slug = event.task.replace(":", "-")
-                    fh = (self.path / "logs" / f"{slug}.log").open("a", encoding="utf-8")
+                    fh = open(self.path / "logs" / f"{slug}.log", "a", encoding="utf-8",  # noqa: SIM115
+                              opener=private_opener)
                     self._logs[event.task] = fh
                 fh.write(str(event.get("line", "")) + "\n")
                 fh.flush()
@@ -88,7 +108,8 @@ class RunDir:
     def write_state(self, state: dict[str, Any]) -> None:
         tmp = self.path / (STATE_FILE + ".tmp")
         with self._lock:
-            tmp.write_text(json.dumps(state, indent=2, sort_keys=True), encoding="utf-8")
+            with open(tmp, "w", encoding="utf-8", opener=private_opener) as fh:
+                fh.write(json.dumps(state, indent=2, sort_keys=True))
             os.replace(tmp, self.path / STATE_FILE)
 
     def close(self) -> None:

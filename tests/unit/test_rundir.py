@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
 from pathlib import Path
 
 import pytest
@@ -54,3 +56,18 @@ def test_state_file_problems_are_user_errors(tmp_path: Path) -> None:
         read_state(tmp_path)
     (tmp_path / "state.json").write_text(json.dumps({"run_id": "x"}))
     assert read_state(tmp_path)["run_id"] == "x"
+
+
+def test_run_dirs_are_private_to_their_user_whatever_the_umask(tmp_path: Path) -> None:
+    old = os.umask(0o022)
+    try:
+        rd = RunDir.create("r2", tmp_path / "runs" / "r2")
+        rd.append(ev.log_event("r2", "worker:0", "stdout", "token=abc"))
+        rd.write_state({"run_id": "r2", "tasks": {}})
+        rd.close()
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "runs" / "r2").stat().st_mode) == 0o700
+    assert stat.S_IMODE((tmp_path / "runs" / "r2" / "logs").stat().st_mode) == 0o700
+    for name in ("events.jsonl", "state.json", "logs/worker-0.log"):
+        assert stat.S_IMODE((rd.path / name).stat().st_mode) == 0o600, name
