@@ -99,6 +99,7 @@ class Supervisor:
         self.ports = ports
         self.detached = detached
         self._notice = on_notice or (lambda _msg: None)
+        rundir.on_problem = self._notice  # a full disk on the launcher is told, never fatal
         self.tasks: dict[str, TaskRuntime] = {t.task_id: TaskRuntime(t, ports[t.task_id]) for t in plan.tasks}
         self.job_state = ev.JOB_CREATED
         self.job_reason = ""
