@@ -7,6 +7,8 @@ operations run on one worker thread per host, so a slow host never stalls the ot
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import functools
 import json
 import os
@@ -21,6 +23,7 @@ from typing import Any
 from launcher import events as ev
 from launcher.errors import HostError
 from launcher.events import Event, EventDecodeError
+from launcher.hostclock import HostClock
 from launcher.model import START_ORDER, Plan, TaskSpec
 from launcher.plan import render_command, tf_config
 from launcher.policy import (
@@ -111,6 +114,7 @@ class Supervisor:
         self._streams: dict[str, LineStream] = {}
         self._offsets: dict[str, dict[str, int]] = {h: {} for h in sessions}
         self._host_up: dict[str, bool] = dict.fromkeys(sessions, True)
+        self._clocks = {h: HostClock() for h in sessions}
         self._last_heard: dict[str, float] = {}  # monotonic time of each host's last stream line
         self._feeds: list[Feed] = []
         self._timers: list[tuple[float, Callable[[], None]]] = []
@@ -267,7 +271,8 @@ class Supervisor:
 
         def on_line(line: str) -> None:
             self._last_heard[host] = time.monotonic()  # here, not on the loop: a busy loop is no silence
-            self._call(lambda: self._on_line(host, line))
+            received = time.time()
+            self._call(lambda: self._on_line(host, line, received))
 
         def on_close(code: int | None) -> None:
             self._call(lambda: self._on_stream_closed(host, stream))
@@ -278,20 +283,36 @@ class Supervisor:
 
     # -- events from agents ------------------------------------------------------------------------
 
-    def _on_line(self, host: str, line: str) -> None:
+    def _on_line(self, host: str, line: str, received: float) -> None:
         if not line or line.startswith("#"):
+            if line.startswith("#hb "):
+                with contextlib.suppress(ValueError):
+                    self._observe_clock(host, float(line[4:]), received)
             return
         try:
             event = Event.from_json(line)
         except EventDecodeError:
             return
+        self._observe_clock(host, event.ts, received)
         if event.task is not None:
             slug = event.task.replace(":", "-")
             offsets = self._offsets[host]
             offsets[slug] = offsets.get(slug, 0) + len(line.encode()) + 1
-        self._publish(event, line)
+        stored: str | None = line
+        ts = self._clocks[host].correct(event.ts, received)
+        if ts != event.ts:  # a host whose clock is off: its times moved onto ours
+            event, stored = dataclasses.replace(event, ts=ts), None
+        self._publish(event, stored)
         if event.kind == ev.STATE and event.task in self.tasks:
             self._on_task_state(self.tasks[event.task], event)
+
+    def _observe_clock(self, host: str, host_ts: float, received: float) -> None:
+        clock = self._clocks[host]
+        was_off = clock.offset != 0.0
+        clock.observe(host_ts, received)
+        if clock.offset != 0.0 and not was_off:
+            self._notice(f"host {host}: {clock.describe()}; its event times are corrected by the launcher "
+                         "(sync its clock with NTP)")
 
     def _on_task_state(self, rt: TaskRuntime, event: Event) -> None:
         state = str(event.get("state"))
