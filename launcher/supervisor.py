@@ -118,6 +118,8 @@ class Supervisor:
         self._last_heard: dict[str, float] = {}  # monotonic time of each host's last stream line
         self._feeds: list[Feed] = []
         self._timers: list[tuple[float, Callable[[], None]]] = []
+        #: scheduled group restarts (tasks, due time): kept in state.json so `attach` carries them out
+        self._pending_restarts: list[tuple[list[str], float]] = []
         self._finishing = False
         self._all_final = threading.Event()
         self._done = threading.Event()
@@ -167,6 +169,9 @@ class Supervisor:
         self.job_state = str(state.get("job_state") or ev.JOB_RUNNING)
         self.job_restarts = int(state.get("job_restarts") or 0)
         self.detached = False
+        for pending in state.get("pending_restarts") or []:
+            self._resume_restart([str(t) for t in pending.get("tasks", []) if t in self.tasks],
+                                 float(pending.get("due") or 0.0))
         for event in history:
             for feed in self._feeds:
                 feed.put(event)
@@ -176,6 +181,16 @@ class Supervisor:
         for name in self.sessions:
             self._start_follower(name)
         self.write_state()
+
+    def _resume_restart(self, group: list[str], due: float) -> None:
+        """A restart the last launcher had scheduled when it detached: due at the same time (or now)."""
+        if not group:
+            return
+        for task_id in group:
+            self.tasks[task_id].restarting = True
+            self.tasks[task_id].restart_pending = True
+        self._pending_restarts.append((group, due))
+        self._after(max(0.0, due - time.time()), lambda: self._restart_now(group))
 
     def _announce(self) -> None:
         self._publish(ev.job_event(self.run_id, ev.JOB_CREATED, self.profile.name))
@@ -384,11 +399,14 @@ class Supervisor:
             member.restart_pending = True
             self._publish(ev.state_event(self.run_id, task_id, ev.RESTARTING, host=member.spec.host,
                                          restarts=member.restarts, reason=f"{rt.spec.task_id} {why}"))
+        self._pending_restarts.append((group, time.time() + wait))
         self._after(wait, lambda: self._restart_now(group))
+        self.write_state()
 
     def _restart_now(self, group: list[str]) -> None:
         if self._finishing:
-            return
+            return  # a detach keeps it in state.json for `attach`; a teardown makes it moot
+        self._pending_restarts = [(g, due) for g, due in self._pending_restarts if g != group]
         members = [self.tasks[t] for t in group]
         for rt in members:
             if not rt.final:
@@ -598,5 +616,6 @@ class Supervisor:
                           "incarnation": rt.incarnation, "python": rt.spec.python}
                       for t, rt in self.tasks.items()},
             "offsets": self._offsets,
+            "pending_restarts": [{"tasks": g, "due": due} for g, due in self._pending_restarts],
         }
         self.rundir.write_state(state)
