@@ -115,6 +115,8 @@ class Supervisor:
         self._offsets: dict[str, dict[str, int]] = {h: {} for h in sessions}
         self._host_up: dict[str, bool] = dict.fromkeys(sessions, True)
         self._clocks = {h: HostClock() for h in sessions}
+        self._last_seq: dict[str, int] = {}  # per task, the last agent event recorded
+        self.lost_events: dict[str, int] = {}
         self._last_heard: dict[str, float] = {}  # monotonic time of each host's last stream line
         self._feeds: list[Feed] = []
         self._timers: list[tuple[float, Callable[[], None]]] = []
@@ -173,8 +175,12 @@ class Supervisor:
             self._resume_restart([str(t) for t in pending.get("tasks", []) if t in self.tasks],
                                  float(pending.get("due") or 0.0))
         for event in history:
+            seq = event.data.get("seq")
+            if event.task is not None and isinstance(seq, int):
+                self._last_seq[event.task] = max(seq, self._last_seq.get(event.task, -1))
             for feed in self._feeds:
                 feed.put(event)
+        self.lost_events = dict(state.get("lost_events") or {})
         self._loop_thread = threading.Thread(target=self._loop, name="supervisor", daemon=True)
         self._loop_thread.start()
         self._on_hosts(lambda s: s.set_detached(False))
@@ -313,6 +319,8 @@ class Supervisor:
             slug = event.task.replace(":", "-")
             offsets = self._offsets[host]
             offsets[slug] = offsets.get(slug, 0) + len(line.encode()) + 1
+            if not self._in_sequence(event):
+                return
         stored: str | None = line
         ts = self._clocks[host].correct(event.ts, received)
         if ts != event.ts:  # a host whose clock is off: its times moved onto ours
@@ -320,6 +328,24 @@ class Supervisor:
         self._publish(event, stored)
         if event.kind == ev.STATE and event.task in self.tasks:
             self._on_task_state(self.tasks[event.task], event)
+
+    def _in_sequence(self, event: Event) -> bool:
+        """False for an event already recorded (a resend after attach from older offsets);
+        a gap in the task's ``seq`` is told and kept in state.json."""
+        seq = event.data.get("seq")
+        task = str(event.task)
+        if not isinstance(seq, int):
+            return True
+        last = self._last_seq.get(task, -1)
+        if seq <= last:
+            return False
+        if seq > last + 1:
+            missing = seq - last - 1
+            self.lost_events[task] = self.lost_events.get(task, 0) + missing
+            self._notice(f"{task}: {missing} event(s) lost between its agent and the launcher "
+                         f"(seq {last + 1}..{seq - 1})")
+        self._last_seq[task] = seq
+        return True
 
     def _observe_clock(self, host: str, host_ts: float, received: float) -> None:
         clock = self._clocks[host]
@@ -617,5 +643,6 @@ class Supervisor:
                       for t, rt in self.tasks.items()},
             "offsets": self._offsets,
             "pending_restarts": [{"tasks": g, "due": due} for g, due in self._pending_restarts],
+            "lost_events": self.lost_events,
         }
         self.rundir.write_state(state)
