@@ -23,6 +23,7 @@ from pathlib import Path
 from launcher import events as ev
 from launcher.events import Event
 from launcher.model import NotifyConfig
+from launcher.rundir import private_opener
 
 #: set to 1 in a notify command's environment: the teardown sweep leaves such processes alone
 NOTIFY_MARKER = "DISTLAUNCH_NOTIFY"
@@ -109,7 +110,7 @@ class Notifier:
         log = self.run_dir / LOG_FILE
         problem = ""
         try:
-            with log.open("ab") as out:
+            with open(log, "ab", opener=private_opener) as out:
                 out.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} {what} {task}\n".encode())
                 out.flush()
                 proc = subprocess.Popen(["/bin/sh", "-c", self.command], cwd=self.cwd, env=env,

@@ -84,7 +84,9 @@ def test_a_failing_notify_command_warns_once_however_often_it_runs(tmp_path: Pat
     finally:
         kill_run_processes(run_id)
     assert up.returncode == 1, up.stderr[-2000:]
-    log = (tmp_path / "run" / "notify.log").read_text()
+    log_file = tmp_path / "run" / "notify.log"
+    assert log_file.stat().st_mode & 0o777 == 0o600  # run dir files are private: output may hold tokens
+    log = log_file.read_text()
     assert log.count("--- ") == 3  # two task failures and the job's end
     warnings = [line for line in up.stderr.splitlines() if "[notify]" in line]
     assert len(warnings) == 1 and "exited 5" in warnings[0] and "the job is not affected" in warnings[0]
