@@ -16,6 +16,7 @@ from pathlib import Path
 from launcher import __version__
 from launcher.errors import UserError
 from launcher.paths import internal_log_path
+from launcher.profile_overrides import overrides_from
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -23,13 +24,13 @@ Handler = Callable[[argparse.Namespace], int]
 def _check(args: argparse.Namespace) -> int:
     from launcher.checking import run_check
 
-    return run_check(Path(args.profile), remote=not args.no_remote)
+    return run_check(Path(args.profile), remote=not args.no_remote, overrides=overrides_from(args))
 
 
 def _tfconfig(args: argparse.Namespace) -> int:
     from launcher.checking import run_tfconfig
 
-    return run_tfconfig(Path(args.profile), args.task)
+    return run_tfconfig(Path(args.profile), args.task, overrides=overrides_from(args))
 
 
 def _up(args: argparse.Namespace) -> int:
@@ -105,6 +106,14 @@ def _completion(args: argparse.Namespace) -> int:
     return run_completion(args.shell)
 
 
+def _add_overrides(p: argparse.ArgumentParser, args: bool = True) -> None:
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="sets",
+                   help="change one profile key for this run (dotted, e.g. roles.worker.count=8); repeatable")
+    if args:  # filled by main() from what follows "--": argparse would mix it up with the positionals
+        p.set_defaults(args=[])
+        p.epilog = "Arguments after -- are appended to every task's command for this run."
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="distlaunch",
@@ -116,6 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("check", help="validate a profile, preflight its hosts, print the plan")
     p.add_argument("profile", help="cluster profile (TOML)")
     p.add_argument("--no-remote", action="store_true", help="validate only; do not contact hosts")
+    _add_overrides(p)
     p.set_defaults(handler=_check)
 
     p = sub.add_parser("up", help="launch a job and show it live")
@@ -126,6 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--detach", action="store_true", help="start the job and return; tasks keep running")
     p.add_argument("--run-dir", help="where to keep this run's events, logs and state")
     p.add_argument("--run-id", help="use this run id instead of a generated one")
+    _add_overrides(p)
     p.set_defaults(handler=_up)
 
     p = sub.add_parser("down", help="stop everything of a run, on every host")
@@ -165,6 +176,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("tfconfig", help="print the TF_CONFIG a task gets")
     p.add_argument("profile", help="cluster profile (TOML)")
     p.add_argument("task", help="task id, e.g. worker:1")
+    _add_overrides(p, args=False)
     p.set_defaults(handler=_tfconfig)
 
     p = sub.add_parser("schema", help="print the profile's JSON Schema (for editors: taplo, VS Code)")
@@ -196,7 +208,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         from launcher.completion import complete
 
         complete(parser)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    extra: list[str] = []
+    if "--" in argv:
+        cut = argv.index("--")
+        argv, extra = argv[:cut], argv[cut + 1:]
     args = parser.parse_args(argv)
+    if extra:
+        if not hasattr(args, "args"):
+            parser.error(f"{args.verb} takes no arguments after --")
+        args.args = extra
     handler: Handler = args.handler
     try:
         return handler(args)

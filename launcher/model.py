@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from launcher.profile_overrides import Overrides
+
 Strategy = Literal["parameter_server", "multi_worker_mirrored", "custom"]
 SuccessPolicy = Literal["chief", "all_workers"]
 RestartPolicy = Literal["never", "on-failure", "always", "exit-code"]
@@ -92,6 +94,12 @@ class Profile:
     roles: dict[str, RoleConfig]  # keyed by role name, in ROLES order
     metrics: MetricsConfig
     notify: NotifyConfig = field(default_factory=NotifyConfig)
+    #: the profile as read (recorded in the run dir: attach and restarts use it, not the file)
+    text: str = ""
+    #: this run's --set keys and the arguments appended to every command
+    overrides: Overrides = field(default_factory=Overrides)
+    #: values that came from the launcher's environment (${env:VAR}): masked wherever shown or written
+    secrets: frozenset[str] = frozenset()
 
     @property
     def directory(self) -> Path:

@@ -11,7 +11,7 @@ import posixpath
 import re
 import shlex
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TypedDict
 
@@ -82,6 +82,8 @@ def _task(profile: Profile, role: RoleConfig, index: int, host: HostConfig, nth_
     command = fill_placeholders(command, {
         "role": role.name, "index": str(index), "task": task_id, "host": host.address,
     })
+    if profile.overrides.args:  # `up PROFILE -- ARGS`: for every task's command
+        command = " ".join([command, *(shlex.quote(a) for a in profile.overrides.args)])
     return TaskSpec(
         task_id=task_id,
         role=role.name,
@@ -168,6 +170,18 @@ def is_secret(name: str) -> bool:
     """Whether an env var name looks like it holds a secret (TOKEN, SECRET, PASSWORD, KEY)."""
     upper = name.upper()
     return any(word in upper for word in _SECRET_WORDS)
+
+
+def split_secrets(env: Mapping[str, str], secrets: Iterable[str] = ()) -> tuple[dict[str, str], dict[str, str]]:
+    """(public, secret): secret-looking names, and values holding a ``${env:...}`` value, are secret.
+    Secret ones never go into a file: the agent gets them in its environment."""
+    values = [s for s in secrets if s]
+    public: dict[str, str] = {}
+    secret: dict[str, str] = {}
+    for name, value in env.items():
+        hidden = is_secret(name) or any(v in value for v in values)
+        (secret if hidden else public)[name] = value
+    return public, secret
 
 
 def mask_env(env: Mapping[str, str]) -> dict[str, str]:

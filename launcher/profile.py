@@ -12,7 +12,7 @@ import json
 import re
 import tomllib
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, cast
 
@@ -46,6 +46,7 @@ from launcher.profile_keys import (
     Key,
     Table,
 )
+from launcher.profile_overrides import EnvVarUnset, Overrides, resolve
 
 #: placeholders a command may use; ``{port}`` and ``{run_dir}`` are filled at launch
 COMMAND_PLACEHOLDERS = ("python", "role", "index", "task", "host", "port", "run_dir")
@@ -64,8 +65,15 @@ _INLINE_KEY_RE = re.compile(rf"(?:^\{{|,)\s*({_KEY_PART})\s*=")
 KeyPath = tuple[str, ...]
 
 
-def load_profile(path: Path) -> Profile:
-    """Read and validate the profile at ``path``; raise ``ProfileError`` (one line) on any mistake."""
+def load_profile(path: Path, overrides: Overrides | None = None, text: str | None = None) -> Profile:
+    """Read and validate the profile at ``path``; raise ``ProfileError`` (one line) on any mistake.
+
+    ``overrides`` are one run's ``--set`` keys and command arguments; ``text``, when given, is the
+    profile as an earlier run recorded it (``path`` then only names it and anchors relative paths).
+    """
+    overrides = overrides or Overrides()
+    if text is not None:
+        return _read_text(path, text, overrides)
     try:
         text = path.read_bytes().decode("utf-8")
     except FileNotFoundError:
@@ -78,11 +86,20 @@ def load_profile(path: Path) -> Profile:
                            "save the profile as UTF-8") from None
     except OSError as exc:
         raise ProfileError(f"{path}: cannot read the profile: {exc.strerror}") from None
+    return _read_text(path, text, overrides)
+
+
+def _read_text(path: Path, text: str, overrides: Overrides) -> Profile:
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ProfileError(_toml_error_line(path, text, exc)) from None
-    return _ProfileReader(path, text).read(data)
+    try:
+        data, resolution = resolve(data, overrides)
+    except EnvVarUnset as exc:
+        raise _ProfileReader(path, text).fail(exc.key, exc.message) from None
+    profile = _ProfileReader(path, text, frozenset(resolution.set_paths)).read(data)
+    return replace(profile, text=text, overrides=overrides, secrets=frozenset(resolution.secrets))
 
 
 def _toml_error_line(path: Path, text: str, exc: tomllib.TOMLDecodeError) -> str:
@@ -161,6 +178,7 @@ class _ProfileReader:
 
     path: Path
     text: str
+    set_paths: frozenset[KeyPath] = frozenset()  # keys given with --set: errors name the flag, not a line
 
     def __post_init__(self) -> None:
         self._lines = key_lines(self.text)
@@ -168,13 +186,15 @@ class _ProfileReader:
     # ---- reporting ----------------------------------------------------------------------
 
     def fail(self, key: KeyPath, message: str) -> ProfileError:
+        dotted = ".".join(k if re.fullmatch(r"[A-Za-z0-9_-]+", k) else json.dumps(k) for k in key)
+        if any(key[: len(p)] == p for p in self.set_paths):
+            return ProfileError(f"--set {dotted}: {message}")
         where = f"{self.path}"
         for n in range(len(key), 0, -1):
             line = self._lines.get(key[:n])
             if line is not None:
                 where = f"{self.path}:{line}"
                 break
-        dotted = ".".join(k if re.fullmatch(r"[A-Za-z0-9_-]+", k) else json.dumps(k) for k in key)
         return ProfileError(f"{where}: {dotted or '(top level)'}: {message}")
 
     def check_table(self, table: Mapping[str, Any], key: KeyPath, spec: Table) -> None:
