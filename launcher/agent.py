@@ -462,9 +462,25 @@ def agent_pythonpath_entry() -> str:
     return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+#: secret env values reach the agent in its own environment, never in spec.json:
+#: a JSON object {task slug: {NAME: value}} that the launcher's start script read from stdin
+SECRETS_VAR = "DISTLAUNCH_SECRETS"
+
+
+def task_secrets(task: str) -> Dict[str, str]:
+    try:
+        every = json.loads(os.environ.get(SECRETS_VAR) or "{}")
+        mine = every.get(task.replace(":", "-")) or {}
+    except (ValueError, AttributeError):
+        return {}
+    return {str(k): str(v) for k, v in mine.items()}
+
+
 def task_environment(spec: AgentSpec) -> Dict[str, str]:
     env = dict(os.environ)
+    env.pop(SECRETS_VAR, None)  # only this task's own secrets go on, by name
     env.update(spec.env)
+    env.update(task_secrets(spec.task))
     env["DISTLAUNCH_RUN_ID"] = spec.run
     env["DISTLAUNCH_TASK"] = spec.task
     existing = env.get("PYTHONPATH", "")

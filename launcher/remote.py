@@ -112,15 +112,22 @@ class HostSession:
 
     # -- tasks ----------------------------------------------------------------------------------
 
-    def start_agents(self, tasks: list[tuple[str, str]]) -> dict[str, int]:
+    def start_agents(self, tasks: list[tuple[str, str]],
+                     secrets: Mapping[str, Mapping[str, str]] | None = None) -> dict[str, int]:
         """Start the agents of (slug, python) pairs with one shell script on the host; each
         runs detached (setsid, its own session and process group, std streams to agent.log).
+        ``secrets`` (slug -> env) travel on the script's stdin into the agents' environment,
+        so they are never written to a file or shown in a command line.
         Returns slug -> agent pid (which is also its process group)."""
         if not tasks:
             return {}
         # the setsid'd child prints "<slug> <its pid>" and then execs the agent in place
         child = 'echo "$3 $$"; exec /bin/sh -c "$1" </dev/null >>"$2" 2>&1'
         lines = [f"cd {shlex.quote(self.base_dir)} || exit 97"]
+        stdin = None
+        if secrets:
+            lines.append("IFS= read -r DISTLAUNCH_SECRETS && export DISTLAUNCH_SECRETS")
+            stdin = (json.dumps(dict(secrets), separators=(",", ":")) + "\n").encode()
         for slug, python in tasks:
             task_dir = self.task_dir(slug)
             log = shlex.quote(f"{task_dir}/agent.log")
@@ -129,7 +136,7 @@ class HostSession:
             lines.append(f"mkdir -p {shlex.quote(task_dir)} && : >>{log} && "
                          f"setsid -f /bin/sh -c {shlex.quote(child)} distlaunch-agent "
                          f"{shlex.quote(agent)} {log} {shlex.quote(slug)}")
-        result = self.host.run("\n".join(lines), timeout=60)
+        result = self.host.run("\n".join(lines), timeout=60, stdin=stdin)
         pids: dict[str, int] = {}
         for line in result.stdout.splitlines():
             slug, _, pid = line.strip().rpartition(" ")
