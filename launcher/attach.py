@@ -24,8 +24,8 @@ from launcher.jobs import (
 )
 from launcher.plan import build_plan
 from launcher.printer import ProgressPrinter
-from launcher.profile import load_profile
 from launcher.rundir import RunDir, read_events, read_state
+from launcher.runrecord import load_recorded_profile
 from launcher.supervisor import Supervisor
 
 
@@ -37,7 +37,7 @@ def attach_run(path: Path, tui: bool) -> int:
     if launcher_alive(state) and not state.get("detached"):
         raise UserError(f"run {run_id} is still followed by its launcher (pid {state['launcher_pid']}); "
                         f"use that terminal, or `distlaunch status {run_id}`")
-    profile = load_profile(Path(str(state["profile"])))
+    profile = load_recorded_profile(path, state)  # as the run started: the file may have been edited since
     plan = build_plan(profile)
     known = set(state.get("tasks", {}))
     if {t.task_id for t in plan.tasks} != known:

@@ -26,8 +26,10 @@ from launcher.plan import build_plan
 from launcher.preflight import PreflightError, prepare_hosts
 from launcher.printer import JsonPrinter, ProgressPrinter
 from launcher.profile import load_profile
+from launcher.profile_overrides import overrides_from
 from launcher.remote import HostSession
 from launcher.rundir import DOWN_MARKER, RunDir, find_run, host_from_json, new_run_id, read_events, read_state
+from launcher.runrecord import write_record
 from launcher.supervisor import Supervisor
 from launcher.transport import make_host
 
@@ -48,7 +50,7 @@ def _progress(quiet: bool) -> Callable[[str], None]:
 
 
 def run_up(args: argparse.Namespace) -> int:
-    profile = load_profile(Path(args.profile))
+    profile = load_profile(Path(args.profile), overrides_from(args))
     plan = build_plan(profile)
     for warning in exposure_warnings(plan):
         notice(f"warning: {warning}")
@@ -64,6 +66,7 @@ def run_up(args: argparse.Namespace) -> int:
     progress = _progress(quiet=False)
     progress(f"run {run_id} ({rundir.path})")
     pre = prepare_hosts(plan, run_id, rundir.path / "hosts", notice, progress)
+    write_record(rundir.path, profile, pre.versions)
     sup = Supervisor(plan, rundir, pre.sessions, pre.ports, detached=args.detach, on_notice=notice)
     feed = sup.subscribe()
     notifying = follow_notify(sup)
