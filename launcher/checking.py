@@ -52,7 +52,8 @@ def print_plan(plan: Plan, out: TextIO) -> None:
     out.write(f"profile   {profile.path}\n")
     out.write(f"job       {profile.name}\n")
     out.write(f"strategy  {profile.strategy}   success: {_success_rule(plan)}   "
-              f"backoff limit: {profile.backoff_limit}\n\n")
+              f"backoff limit: {profile.backoff_limit}\n")
+    out.write(f"outputs   {profile.outputs}   (on each host, {{outputs}} in commands; down and prune keep it)\n\n")
     rows = [("TASK", "HOST", "ADDRESS:PORT", "GPUS", "COMMAND")]
     rows += [(t.task_id, t.host, _endpoint(t), ",".join(map(str, t.gpus)) or "-", t.command)
              for t in plan.tasks]

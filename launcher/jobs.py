@@ -181,7 +181,8 @@ def connect_sessions(state: dict[str, Any]) -> dict[str, HostSession]:
         except HostError as exc:
             problems.append(str(exc))
             return
-        sessions[name] = HostSession(config, host, str(state["run_id"]), info["base_dir"], info["python"])
+        sessions[name] = HostSession(config, host, str(state["run_id"]), info["base_dir"], info["python"],
+                                     str(info.get("outputs_dir") or ""))
 
     hosts = list(state.get("hosts", {}).items())
     if hosts:

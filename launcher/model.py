@@ -94,6 +94,8 @@ class Profile:
     roles: dict[str, RoleConfig]  # keyed by role name, in ROLES order
     metrics: MetricsConfig
     notify: NotifyConfig = field(default_factory=NotifyConfig)
+    #: per job on each host, {name} filled; {outputs} in commands (see profile_keys for the rules)
+    outputs: str = "~/distlaunch/outputs/{name}"
     #: the profile as read (recorded in the run dir: attach and restarts use it, not the file)
     text: str = ""
     #: this run's --set keys and the arguments appended to every command

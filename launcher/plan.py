@@ -130,9 +130,9 @@ def fill_placeholders(template: str, values: Mapping[str, str], *, quote: bool =
     return PLACEHOLDER_RE.sub(fill, template)
 
 
-def render_command(template: str, *, port: int, run_dir: str) -> str:
-    """Fill the launch-time placeholders ``{port}`` and ``{run_dir}`` of a task's command."""
-    return fill_placeholders(template, {"port": str(port), "run_dir": run_dir})
+def render_command(template: str, *, port: int, run_dir: str, outputs: str = "") -> str:
+    """Fill the launch-time placeholders ``{port}``, ``{run_dir}`` and ``{outputs}`` of a task's command."""
+    return fill_placeholders(template, {"port": str(port), "run_dir": run_dir, "outputs": outputs})
 
 
 def host_port(address: str, port: int) -> str:

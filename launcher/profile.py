@@ -49,7 +49,9 @@ from launcher.profile_keys import (
 from launcher.profile_overrides import EnvVarUnset, Overrides, resolve
 
 #: placeholders a command may use; ``{port}`` and ``{run_dir}`` are filled at launch
-COMMAND_PLACEHOLDERS = ("python", "role", "index", "task", "host", "port", "run_dir")
+COMMAND_PLACEHOLDERS = ("python", "role", "index", "task", "host", "port", "run_dir", "outputs")
+#: placeholders ``outputs`` may use
+OUTPUTS_PLACEHOLDERS = ("name",)
 #: placeholders a workdir may use
 WORKDIR_PLACEHOLDERS = ("profile_dir",)
 #: ``{name}`` not preceded by ``$``, so shell's ``${VAR}`` is left alone
@@ -275,7 +277,15 @@ class _ProfileReader:
             roles=roles,
             metrics=metrics,
             notify=self.notify(self.table(data, "notify", ())),
+            outputs=self.outputs(data, name),
         )
+
+    def outputs(self, data: Mapping[str, Any], name: str) -> str:
+        outputs = str(_get(data, TOP_KEYS, "outputs"))
+        if not outputs.strip():
+            raise self.fail(("outputs",), 'is empty; give a folder, e.g. outputs = "~/distlaunch/outputs/{name}"')
+        self.check_placeholders(outputs, ("outputs",), OUTPUTS_PLACEHOLDERS)
+        return outputs.replace("{name}", name)
 
     def task_settings(self, table: Mapping[str, Any], key: KeyPath,
                       base: TaskDefaults | None) -> TaskDefaults:

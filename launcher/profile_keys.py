@@ -163,6 +163,10 @@ TOP_KEYS = Table(
             default=60.0),
         Key("sample_interval", "number", "Seconds between CPU/GPU samples per task.", default=1.0,
             positive=True),
+        Key("outputs", "string", "Where the job keeps what must outlive a run (checkpoints, models), on each "
+            "host; {outputs} in commands; never removed by down or prune. ~ is the host's home; relative: "
+            "to the profile's folder on local hosts, to the home on ssh hosts; {name} is the job's name.",
+            default="~/distlaunch/outputs/{name}"),
         Key("defaults", "table", TASK_KEYS.doc, table=TASK_KEYS),
         Key("ssh", "table", SSH_KEYS.doc, table=SSH_KEYS),
         Key("hosts", "tables", "The machines of the job by name; without it everything runs on this machine.",

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import io
 import json
+import posixpath
 import shlex
 import tarfile
 import time
 from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 from launcher.agentpack import build_agent_zipapp
@@ -27,13 +29,28 @@ def remote_base_dir(host: Host, config: HostConfig, run_id: str, local_host_root
     return f"{host.home()}/.cache/distlaunch/runs/{run_id}"
 
 
+def remote_outputs_dir(host: Host, config: HostConfig, outputs: str, profile_dir: Path) -> str:
+    """The job's outputs folder on a host: ``~`` is the host's home; a relative path is taken from the
+    profile's folder on local hosts and from the home on ssh hosts (like ``workdir``)."""
+    if outputs == "~" or outputs.startswith("~/"):
+        return posixpath.normpath(host.home() + outputs[1:])
+    if outputs.startswith("/"):
+        return posixpath.normpath(outputs)
+    if config.transport == "local":
+        return str((profile_dir / outputs).resolve())
+    return posixpath.normpath(f"{host.home()}/{outputs}")
+
+
 class HostSession:
-    def __init__(self, config: HostConfig, host: Host, run_id: str, base_dir: str, python: str) -> None:
+    def __init__(self, config: HostConfig, host: Host, run_id: str, base_dir: str, python: str,
+                 outputs_dir: str = "") -> None:
         self.config = config
         self.host = host
         self.run_id = run_id
         self.base_dir = base_dir
         self.python = python
+        #: the job's outputs on this host: created before any task starts, never removed by distlaunch
+        self.outputs_dir = outputs_dir
 
     @property
     def name(self) -> str:
@@ -70,11 +87,13 @@ class HostSession:
         paths, env and tokens): leftovers of an earlier run with the same id must not be
         followed as if they were this run's events."""
         base = shlex.quote(self.base_dir)
+        outputs = f" && mkdir -p -- {shlex.quote(self.outputs_dir)}" if self.outputs_dir else ""
         result = self.host.run(f"rm -rf -- {base}/tasks {base}/lease {base}/detached && "
-                               f"mkdir -p -m 700 {base} && chmod 700 {base}", timeout=60)
+                               f"mkdir -p -m 700 {base} && chmod 700 {base}{outputs}", timeout=60)
         if not result.ok:
             detail = (result.stderr.strip().splitlines() or ["no output"])[-1]
-            raise HostError(f"host {self.name}: cannot create the run dir {self.base_dir}: {detail}")
+            raise HostError(f"host {self.name}: cannot create the run dir {self.base_dir} or the outputs "
+                            f"{self.outputs_dir}: {detail}")
         self.host.put_file(build_agent_zipapp(), self.pyz, mode=0o600)
 
     def write_specs(self, specs: Mapping[str, Mapping[str, Any]]) -> None:

@@ -273,7 +273,8 @@ class Supervisor:
         return {
             "run": self.run_id, "task": spec.task_id, "host": spec.host,
             "incarnation": rt.incarnation, "restarts": rt.restarts,
-            "command": render_command(spec.command, port=rt.port, run_dir=session.base_dir),
+            "command": render_command(spec.command, port=rt.port, run_dir=session.base_dir,
+                                      outputs=session.outputs_dir),
             "workdir": spec.workdir, "env": env, "gpus": list(spec.gpus),
             "grace_seconds": spec.grace_seconds,
             "orphan_grace_seconds": self.profile.orphan_grace_seconds,
@@ -638,7 +639,8 @@ class Supervisor:
             "detached": self.detached,
             "launcher_pid": os.getpid(),
             "updated": time.time(),
-            "hosts": {h: {"config": host_to_json(s.config), "base_dir": s.base_dir, "python": s.python}
+            "hosts": {h: {"config": host_to_json(s.config), "base_dir": s.base_dir, "python": s.python,
+                          "outputs_dir": s.outputs_dir}
                       for h, s in self.sessions.items()},
             "tasks": {t: {"host": rt.spec.host, "slug": rt.spec.slug, "address": rt.spec.address,
                           "port": rt.port, "pid": rt.pid, "state": rt.state, "restarts": rt.restarts,

@@ -108,3 +108,46 @@ def cli_background_attach(run_dir: Path, tmp_path: Path, env: dict[str, str]):  
     from tests.integration.jobtools import start_cli
 
     return start_cli("attach", str(run_dir), "--no-tui", log=tmp_path / "attach.log", env=env)
+
+
+OUTPUTS_TASK = """
+import os, sys
+out = sys.argv[1]
+seen = open(os.path.join(out, "history.txt")).read().split() if os.path.exists(os.path.join(out, "history.txt")) else []
+with open(os.path.join(out, "history.txt"), "a") as fh:
+    fh.write(os.environ["DISTLAUNCH_RUN_ID"] + "\\n")
+print("seen", len(seen), flush=True)
+"""
+
+
+def test_outputs_belong_to_the_job_and_outlive_runs_and_down(tmp_path: Path) -> None:
+    (tmp_path / "keep.py").write_text(OUTPUTS_TASK)
+    outputs = tmp_path / "outs"
+    profile = write_profile(tmp_path / "keep.toml", f"""
+name = "keeper"
+strategy = "custom"
+outputs = "{outputs}/{{name}}"
+[defaults]
+command = "{{python}} keep.py {{outputs}}"
+workdir = "{tmp_path}"
+restart = "never"
+[hosts.local]
+address = "localhost"
+transport = "local"
+[roles.worker]
+hosts = ["local"]
+""")
+    runs = []
+    try:
+        for n in range(2):
+            run_dir = tmp_path / f"run{n}"
+            result = cli("up", str(profile), "--no-tui", "--run-dir", str(run_dir), "--run-id", f"it-keep-{n}")
+            assert result.returncode == 0, result.stderr[-2000:]
+            assert f"seen {n}" in (run_dir / "logs" / "worker-0.log").read_text()
+            runs.append(run_dir)
+        down = cli("down", str(runs[0]))  # an ended run: its hosts are swept, its outputs left alone
+        assert down.returncode == 0, down.stderr
+    finally:
+        kill_run_processes("it-keep-0")
+        kill_run_processes("it-keep-1")
+    assert (outputs / "keeper" / "history.txt").read_text().split() == ["it-keep-0", "it-keep-1"]

@@ -237,6 +237,18 @@ def test_per_replica_placeholders_are_filled_by_kubernetes_in_each_pod() -> None
     assert pod["volumes"] == [{"name": "distlaunch-run", "emptyDir": {}}]
 
 
+def test_outputs_become_a_persistent_volume_claim_that_outlives_the_pods() -> None:
+    prof = profile([role("worker", 2, task=settings("{python} t.py --ckpt {outputs}/ckpt --tmp {run_dir}"))])
+    manifest = tfjob_manifest(prof, image=IMAGE, namespace=None)
+    worker = container(manifest, "Worker")
+    assert worker["command"][2] == "python3 t.py --ckpt /distlaunch-outputs/ckpt --tmp /distlaunch-run"
+    assert worker["volumeMounts"] == [{"name": "distlaunch-run", "mountPath": "/distlaunch-run"},
+                                      {"name": "distlaunch-outputs", "mountPath": "/distlaunch-outputs"}]
+    claim = f"{manifest['metadata']['name']}-outputs"
+    pod = manifest["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]
+    assert pod["volumes"][1] == {"name": "distlaunch-outputs", "persistentVolumeClaim": {"claimName": claim}}
+
+
 def test_a_command_without_per_replica_placeholders_gets_no_extra_env_or_volume() -> None:
     manifest = tfjob_manifest(profile([role("worker")]), image=IMAGE, namespace=None)
     worker = container(manifest, "Worker")
