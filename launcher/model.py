@@ -39,6 +39,8 @@ class HostConfig:
     transport: Transport = "ssh"
     ssh: SshSettings = field(default_factory=SshSettings)
     gpus: tuple[int, ...] = ()
+    tf_address: str | None = None  # what TF_CONFIG uses; None: ``address``
+    env: dict[str, str] = field(default_factory=dict)  # under the role's and [defaults]' env
 
 
 @dataclass(frozen=True)

@@ -70,7 +70,7 @@ def _task(profile: Profile, role: RoleConfig, index: int, host: HostConfig, nth_
     settings = role.settings
     task_id = f"{role.name}:{index}"
     python = settings.python or (sys.executable if host.transport == "local" else "python3")
-    env = dict(settings.env)
+    env = {**host.env, **settings.env}  # the host's env under the role's and [defaults]'
     if gpus:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpus)
     elif host.gpus and "CUDA_VISIBLE_DEVICES" not in env:
@@ -80,7 +80,7 @@ def _task(profile: Profile, role: RoleConfig, index: int, host: HostConfig, nth_
     shell_python = settings.python or shlex.quote(python)
     command = fill_placeholders(settings.command, {"python": shell_python}, quote=False)
     command = fill_placeholders(command, {
-        "role": role.name, "index": str(index), "task": task_id, "host": host.address,
+        "role": role.name, "index": str(index), "task": task_id, "host": tf_address(host),
     })
     if profile.overrides.args:  # `up PROFILE -- ARGS`: for every task's command
         command = " ".join([command, *(shlex.quote(a) for a in profile.overrides.args)])
@@ -89,7 +89,7 @@ def _task(profile: Profile, role: RoleConfig, index: int, host: HostConfig, nth_
         role=role.name,
         index=index,
         host=host.name,
-        address=host.address,
+        address=tf_address(host),
         port=None if role.port is None else role.port + nth_on_host,
         gpus=gpus,
         command=command,
@@ -101,6 +101,11 @@ def _task(profile: Profile, role: RoleConfig, index: int, host: HostConfig, nth_
         grace_seconds=settings.grace_seconds,
         in_cluster=role.name != "evaluator",
     )
+
+
+def tf_address(host: HostConfig) -> str:
+    """The address other tasks reach this host's tasks at: ``tf_address``, else ``address``."""
+    return host.tf_address or host.address
 
 
 def _workdir(workdir: str, host: HostConfig, profile_dir: Path) -> str:

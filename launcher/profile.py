@@ -378,8 +378,14 @@ class _ProfileReader:
                 raise self.fail(key, f'has no address; add address = "10.0.0.1" (or "localhost") '
                                 f"under [hosts.{name}]")
             transport = cast(Transport, _get(entry, HOST_KEYS, "transport"))
+            tf_address: str | None = entry.get("tf_address")
+            if tf_address is not None and not tf_address.strip():
+                raise self.fail((*key, "tf_address"), "is empty; give the address tasks on other hosts reach "
+                                "this one at, or leave the key out")
             hosts[name] = HostConfig(name=name, address=address.strip(), transport=transport,
-                                     ssh=self.ssh_settings(entry, key, ssh), gpus=self.gpus(entry, key))
+                                     ssh=self.ssh_settings(entry, key, ssh), gpus=self.gpus(entry, key),
+                                     tf_address=tf_address.strip() if tf_address else None,
+                                     env=self.env(entry, key))
         return hosts
 
     def gpus(self, entry: Mapping[str, Any], key: KeyPath) -> tuple[int, ...]:

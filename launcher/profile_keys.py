@@ -120,6 +120,10 @@ HOST_KEYS = Table(
             default="ssh", choices=("ssh", "local")),
         Key("gpus", "index_list", "GPU indices this host offers.", default=[],
             expected="a list of GPU indices like [0, 1]"),
+        Key("tf_address", "string", "Address TF_CONFIG and {host} use for this host (e.g. its fast network); "
+            "default: address."),
+        Key("env", "env", "Environment variables for every task on this host (e.g. NCCL_SOCKET_IFNAME); "
+            "[defaults] and role env win over them."),
         *SSH_KEYS.keys,
     ),
 )

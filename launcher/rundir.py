@@ -242,4 +242,5 @@ def host_to_json(host: HostConfig) -> dict[str, Any]:
 def host_from_json(data: dict[str, Any]) -> HostConfig:
     ssh = SshSettings(**data.get("ssh", {}))
     return HostConfig(name=data["name"], address=data["address"], transport=data.get("transport", "ssh"),
-                      ssh=ssh, gpus=tuple(data.get("gpus", ())))
+                      ssh=ssh, gpus=tuple(data.get("gpus", ())), tf_address=data.get("tf_address"),
+                      env=dict(data.get("env") or {}))
