@@ -54,6 +54,8 @@ class TaskDefaults:
     restart: RestartPolicy = "on-failure"
     max_restarts: int = 3
     grace_seconds: float = 10.0
+    setup: tuple[str, ...] = ()  # shell lines run before the command, in its shell
+    shell: str | None = None  # e.g. "bash -lc"; None: /bin/sh -c
 
 
 @dataclass(frozen=True)
@@ -128,7 +130,9 @@ class TaskSpec:
     restart: RestartPolicy
     max_restarts: int
     grace_seconds: float
-    in_cluster: bool  # False for the evaluator, which TF_CONFIG's cluster must not list
+    in_cluster: bool
+    setup: tuple[str, ...] = ()
+    shell: str | None = None  # False for the evaluator, which TF_CONFIG's cluster must not list
 
     @property
     def slug(self) -> str:

@@ -100,6 +100,8 @@ def _task(profile: Profile, role: RoleConfig, index: int, host: HostConfig, nth_
         max_restarts=settings.max_restarts,
         grace_seconds=settings.grace_seconds,
         in_cluster=role.name != "evaluator",
+        setup=settings.setup,
+        shell=settings.shell,
     )
 
 

@@ -308,6 +308,11 @@ class _ProfileReader:
         restart = cast(RestartPolicy | None, table.get("restart"))
         max_restarts: int | None = table.get("max_restarts")
         grace: float | None = table.get("grace_seconds")
+        setup: list[str] | None = table.get("setup")
+        shell: str | None = table.get("shell")
+        if shell is not None and not shell.strip():
+            raise self.fail((*key, "shell"), 'is empty; give a shell and its flags, e.g. "bash -lc", '
+                            "or leave the key out")
         return TaskDefaults(
             command=base.command if command is None else command,
             python=base.python if python is None else python,
@@ -316,6 +321,8 @@ class _ProfileReader:
             restart=base.restart if restart is None else restart,
             max_restarts=base.max_restarts if max_restarts is None else max_restarts,
             grace_seconds=base.grace_seconds if grace is None else float(grace),
+            setup=base.setup if setup is None else tuple(setup),
+            shell=base.shell if shell is None else shell.strip(),
         )
 
     def env(self, table: Mapping[str, Any], key: KeyPath) -> dict[str, str]:

@@ -93,6 +93,11 @@ TASK_KEYS = Table(
         Key("max_restarts", "integer", "Restarts each task may spend.", default=3, minimum=0),
         Key("grace_seconds", "number", "Seconds between SIGTERM and SIGKILL when a task is stopped.",
             default=10.0),
+        Key("setup", "string_list", "Shell lines run in the task's shell before the command, each only if the "
+            "one before succeeded (source a venv, module load cuda).", default=[],
+            expected='a list of shell lines like ["source ~/venv/bin/activate"]'),
+        Key("shell", "string", "The shell that runs setup and command, e.g. \"bash -lc\" for a login shell; "
+            "default: /bin/sh -c."),
     ),
 )
 

@@ -279,6 +279,7 @@ class Supervisor:
             "grace_seconds": spec.grace_seconds,
             "orphan_grace_seconds": self.profile.orphan_grace_seconds,
             "sample_interval": self.profile.sample_interval, "metrics": patterns,
+            "setup": list(spec.setup), "shell": spec.shell or "",
         }
 
     def _write_specs(self, session: HostSession, rts: list[TaskRuntime]) -> None:

@@ -151,3 +151,39 @@ hosts = ["local"]
         kill_run_processes("it-keep-0")
         kill_run_processes("it-keep-1")
     assert (outputs / "keeper" / "history.txt").read_text().split() == ["it-keep-0", "it-keep-1"]
+
+
+def test_setup_lines_run_in_the_chosen_shell_before_the_command(tmp_path: Path) -> None:
+    (tmp_path / "sub").mkdir()
+    profile = write_profile(tmp_path / "setup.toml", f"""
+name = "setup"
+strategy = "custom"
+success_policy = "all_workers"
+[defaults]
+command = "echo \\"greeting=$GREETING bash=${{BASH_VERSION:+yes}} dir=$(basename $PWD)\\""
+setup = ["export GREETING=hi-from-setup", "cd sub"]
+shell = "bash -lc"
+workdir = "{tmp_path}"
+restart = "never"
+[hosts.local]
+address = "localhost"
+transport = "local"
+[roles.worker]
+count = 2
+hosts = ["local"]
+[roles.worker.env]
+X = "1"
+""")
+    run_dir, run_id = tmp_path / "run", "it-setup"
+    try:
+        ok = cli("up", str(profile), "--no-tui", "--run-dir", str(run_dir), "--run-id", run_id)
+        assert ok.returncode == 0, ok.stderr[-2000:]
+        assert "greeting=hi-from-setup bash=yes dir=sub" in (run_dir / "logs" / "worker-1.log").read_text()
+        failing = cli("up", str(profile), "--no-tui", "--run-dir", str(tmp_path / "run2"), "--run-id", run_id + "2",
+                      "--set", 'defaults.setup=["false", "echo never"]')
+        assert failing.returncode == 1
+        log = tmp_path / "run2" / "logs" / "worker-0.log"
+        assert not log.exists() or "never" not in log.read_text()  # the command did not run after it
+    finally:
+        kill_run_processes(run_id)
+        kill_run_processes(run_id + "2")
