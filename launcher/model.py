@@ -85,6 +85,17 @@ class NotifyConfig:
 
 
 @dataclass(frozen=True)
+class SyncConfig:
+    """[sync]: a launcher-side folder copied (changed files only) into each host's workdir before start."""
+
+    source: str = "."  # relative to the profile's folder
+    exclude: tuple[str, ...] = ()  # gitignore-style; .git/ is always excluded
+
+    def source_dir(self, profile_dir: Path) -> Path:
+        return (profile_dir / Path(self.source).expanduser()).resolve()
+
+
+@dataclass(frozen=True)
 class Profile:
     path: Path
     name: str
@@ -100,6 +111,7 @@ class Profile:
     notify: NotifyConfig = field(default_factory=NotifyConfig)
     #: per job on each host, {name} filled; {outputs} in commands (see profile_keys for the rules)
     outputs: str = "~/distlaunch/outputs/{name}"
+    sync: SyncConfig | None = None  # no [sync]: the code is already on the hosts
     #: the profile as read (recorded in the run dir: attach and restarts use it, not the file)
     text: str = ""
     #: this run's --set keys and the arguments appended to every command

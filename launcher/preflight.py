@@ -18,6 +18,7 @@ from launcher.errors import HostError, UserError
 from launcher.model import Plan
 from launcher.paths import state_home
 from launcher.remote import HostSession, remote_base_dir, remote_outputs_dir
+from launcher.sync import sync_hosts
 from launcher.transport import Host, make_host
 
 T = TypeVar("T")
@@ -158,6 +159,10 @@ def prepare_hosts(plan: Plan, run_id: str, local_root: Path | None,
         upload_problems = _parallel(pre.sessions, _upload)
         if upload_problems:
             raise PreflightError(upload_problems)
+        try:
+            sync_hosts(plan, pre.sessions, progress, on_notice)
+        except HostError as exc:
+            raise PreflightError([str(exc)]) from None
         progress("checking ports")
         problems, pre.ports = check_ports(plan, pre.sessions)
         if problems:

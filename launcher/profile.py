@@ -30,6 +30,7 @@ from launcher.model import (
     SshSettings,
     Strategy,
     SuccessPolicy,
+    SyncConfig,
     TaskDefaults,
     Transport,
 )
@@ -41,6 +42,7 @@ from launcher.profile_keys import (
     ROLE_KEYS,
     SINGLE_TASK_ROLES,
     SSH_KEYS,
+    SYNC_KEYS,
     TASK_KEYS,
     TOP_KEYS,
     Key,
@@ -278,7 +280,18 @@ class _ProfileReader:
             metrics=metrics,
             notify=self.notify(self.table(data, "notify", ())),
             outputs=self.outputs(data, name),
+            sync=self.sync(data),
         )
+
+    def sync(self, data: Mapping[str, Any]) -> SyncConfig | None:
+        if "sync" not in data:
+            return None
+        table = self.table(data, "sync", ())
+        self.check_table(table, ("sync",), SYNC_KEYS)
+        source = str(_get(table, SYNC_KEYS, "source"))
+        if not source.strip():
+            raise self.fail(("sync", "source"), 'is empty; give the folder to copy, e.g. source = "."')
+        return SyncConfig(source=source, exclude=tuple(_get(table, SYNC_KEYS, "exclude")))
 
     def outputs(self, data: Mapping[str, Any], name: str) -> str:
         outputs = str(_get(data, TOP_KEYS, "outputs"))

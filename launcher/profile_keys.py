@@ -159,6 +159,16 @@ NOTIFY_KEYS = Table(
     ),
 )
 
+SYNC_KEYS = Table(
+    "Code to the hosts: changed files of a folder on this machine copied into each host's workdir before "
+    "any task starts.",
+    (
+        Key("source", "string", "The folder to copy, relative to the profile's folder.", default="."),
+        Key("exclude", "string_list", "gitignore-style patterns left out (.git/ always is).", default=[],
+            expected='a list of patterns like ["data/", "*.ckpt"]'),
+    ),
+)
+
 TOP_KEYS = Table(
     "A distlaunch cluster profile: which TensorFlow tasks run where, and how they are supervised.",
     (
@@ -185,5 +195,6 @@ TOP_KEYS = Table(
         Key("metrics", "regex_map", "Regexes on each output line of unmodified scripts (step, loss, or any "
             "name); the first capture group is the number."),
         Key("notify", "table", NOTIFY_KEYS.doc, table=NOTIFY_KEYS),
+        Key("sync", "table", SYNC_KEYS.doc, table=SYNC_KEYS),
     ),
 )

@@ -35,7 +35,7 @@ def write_record(run_dir: Path, profile: Profile, versions: dict[str, str]) -> N
         "profile_path": str(profile.path),
         "overrides": {"set": list(profile.overrides.sets), "args": list(profile.overrides.args)},
         "profile": resolved_model(profile),
-        "source": git_state(profile.directory),
+        "source": git_state(profile.sync.source_dir(profile.directory) if profile.sync else profile.directory),
         "versions": versions,
     }
     text = mask_secrets(json.dumps(record, indent=2, sort_keys=True, default=str), set(profile.secrets))
