@@ -58,7 +58,8 @@ hosts = ["box"]
     try:
         first = cli("up", str(profile), "--no-tui", "--run-dir", str(tmp_path / "run1"), "--run-id", run_id)
         assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
-        assert "syncing" in first.stderr and "synced box:" in first.stderr and "4 changed file(s)" in first.stderr  # train.py, pkg/__init__.py, pkg/util.py, sync.toml
+        # train.py, pkg/__init__.py, pkg/util.py and sync.toml; not data/, .git/ or notes.tmp
+        assert "syncing" in first.stderr and "synced box:" in first.stderr and "4 changed file(s)" in first.stderr
         log = (tmp_path / "run1" / "logs" / "worker-0.log").read_text()
         assert "trained 41 ['pkg', 'sync.toml', 'train.py']" in log
         assert not (workdir / "data").exists() and not (workdir / ".git").exists()
