@@ -45,6 +45,12 @@ def _down(args: argparse.Namespace) -> int:
     return run_down(args)
 
 
+def _prune(args: argparse.Namespace) -> int:
+    from launcher.prune import run_prune
+
+    return run_prune(args)
+
+
 def _status(args: argparse.Namespace) -> int:
     from launcher.jobs import run_status
 
@@ -141,7 +147,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("down", help="stop everything of a run, on every host")
     p.add_argument("run", nargs="?", help="run id or run directory (default: the most recent run)")
+    p.add_argument("--keep-host-files", action="store_true",
+                   help="leave the run's files on the hosts (agent logs, event files); outputs are always kept")
     p.set_defaults(handler=_down)
+
+    p = sub.add_parser("prune", help="remove finished runs here and on their hosts (never outputs)")
+    p.add_argument("--keep", type=int, default=0, metavar="N", help="keep the N newest finished runs")
+    p.add_argument("--older-than", type=float, default=None, metavar="DAYS",
+                   help="only runs whose last activity is older than DAYS")
+    p.add_argument("--dry-run", action="store_true", help="say what would be removed, remove nothing")
+    p.set_defaults(handler=_prune)
 
     p = sub.add_parser("status", help="what runs, where, in what state")
     p.add_argument("run", nargs="?", help="run id or run directory (default: the most recent run)")

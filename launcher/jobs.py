@@ -206,12 +206,20 @@ def run_down(args: argparse.Namespace) -> int:
     grace = 10.0
     leftovers: dict[str, list[dict[str, Any]]] = {}
 
+    keep_files = bool(getattr(args, "keep_host_files", False))
+    not_removed: list[str] = []
+
     def down(session: HostSession) -> None:
         slugs = [t["slug"] for t in state.get("tasks", {}).values() if t["host"] == session.name]
         session.stop_agents(slugs, grace)
         left = session.sweep(kill=True)
         if left:
             leftovers[session.name] = left
+        elif not keep_files:  # only once nothing of the run runs there; outputs are never touched
+            try:
+                session.remove_run_dir()
+            except HostError as exc:
+                not_removed.append(str(exc))
 
     try:
         with ThreadPoolExecutor(max_workers=max(1, len(sessions))) as pool:
@@ -224,7 +232,10 @@ def run_down(args: argparse.Namespace) -> int:
             notice(f"host {host}: still running after down: "
                  + ", ".join(f"{p.get('pid')} ({p.get('cmdline', '')[:60]})" for p in left))
         return 1
-    print(f"{run_id}: stopped on {len(sessions)} host(s); no process of the run is left")
+    for problem in not_removed:
+        notice(problem)
+    kept = "; host run dirs kept" if keep_files else ("" if not_removed else "; host run dirs removed")
+    print(f"{run_id}: stopped on {len(sessions)} host(s); no process of the run is left{kept}")
     return 0
 
 

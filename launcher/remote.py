@@ -96,6 +96,22 @@ class HostSession:
                             f"{self.outputs_dir}: {detail}")
         self.host.put_file(build_agent_zipapp(), self.pyz, mode=0o600)
 
+    def remove_run_dir(self) -> None:
+        """Remove this host's run dir (agent, specs, event files); the job's outputs are never touched.
+
+        Refuses a path that does not look like a run dir of this run, or that holds the outputs."""
+        base = posixpath.normpath(self.base_dir)
+        parts = base.split("/")
+        looks_like_run_dir = len(parts) > 3 and (parts[-1] == self.run_id or parts[-2] == "hosts")
+        outputs = posixpath.normpath(self.outputs_dir) if self.outputs_dir else ""
+        if not looks_like_run_dir or (outputs and (outputs == base or outputs.startswith(base + "/"))):
+            raise HostError(f"host {self.name}: {self.base_dir} is not only this run's scratch space; "
+                            "left in place")
+        result = self.host.run(f"rm -rf -- {shlex.quote(base)}", timeout=120)
+        if not result.ok:
+            detail = (result.stderr.strip().splitlines() or ["no output"])[-1]
+            raise HostError(f"host {self.name}: cannot remove {self.base_dir}: {detail}")
+
     def write_specs(self, specs: Mapping[str, Mapping[str, Any]]) -> None:
         """Every spec.json of this host in one round trip: a tar archive unpacked from stdin
         (one exec per file made a 64-task launch spend seconds on round trips)."""
