@@ -65,7 +65,7 @@ def _key_schema(key: Key) -> dict[str, Any]:
 def _kind_schema(key: Key) -> dict[str, Any]:
     kind = key.kind
     if kind == "string":
-        return {"type": "string"}
+        return {"type": "string", "pattern": r"\S"} if key.nonblank else {"type": "string"}
     if kind == "choice":
         return {"type": "string", "enum": list(key.choices)}
     if kind == "boolean":

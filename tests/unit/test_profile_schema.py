@@ -212,6 +212,8 @@ def bad_values(key: Key) -> list[object]:
     bad = [wrong_type]
     if key.kind == "choice":
         bad.append("no-such-choice")
+    if key.nonblank:
+        bad += ["", "  "]
     if key.kind == "integer":
         bad += [1.5, True]
         if key.minimum is not None:
