@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from launcher.errors import UserError
 from launcher.profile_keys import ENV_NAME_PATTERN, HOST_NAME_PATTERN, SINGLE_TASK_ROLES, TOP_KEYS, Key, Table
 
 SCHEMA_ID = "https://distlaunch.invalid/profile.schema.json"
@@ -37,7 +38,11 @@ def run_schema(output: Path | None) -> int:
     if output is None:
         print(text, end="")
     else:
-        output.write_text(text, encoding="utf-8")
+        try:
+            output.write_text(text, encoding="utf-8")
+        except OSError as exc:
+            raise UserError(f"{output}: cannot write the schema: {exc.strerror or exc}; "
+                            "give a writable path") from None
     return 0
 
 

@@ -67,3 +67,14 @@ def test_gpu_samples_and_reported_values_become_scalars_per_gpu(tmp_path: Path,
     assert scalars["values/lr"] == [(100, pytest.approx(0.01), 10.0)]
     assert scalars["loss"] == [(100, 0.5, 10.0), (300, 0.25, 12.0)]
     assert scalars["steps_per_sec"] == [(300, 100.0, 12.0)]  # 200 steps in 2 s
+
+
+def test_an_unwritable_target_is_a_user_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rd = RunDir.create("r-ro", tmp_path / "r-ro")
+    rd.write_state({"run_id": "r-ro", "name": "ro", "tasks": {}})
+    rd.append(ev.metric_event("r-ro", "worker:0", step=1, loss=0.5, ts=1.0))
+    rd.close()
+    (tmp_path / "blocker").write_text("a file where a directory must go")
+    assert main(["export", "tensorboard", str(rd.path), str(tmp_path / "blocker" / "tb")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "cannot write event files" in err and "Traceback" not in err

@@ -289,3 +289,14 @@ def test_a_key_the_declaration_lacks_is_refused(tmp_path: Path) -> None:
     file.write_text(to_toml(data), encoding="utf-8")
     with pytest.raises(ProfileError, match="unknown key"):
         load_profile(file)
+
+
+def test_schema_to_an_unwritable_path_is_a_user_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["schema", "-o", str(tmp_path / "missing-dir" / "s.json")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "cannot write the schema" in err
+
+
+def test_schema_to_a_file(tmp_path: Path) -> None:
+    assert main(["schema", "-o", str(tmp_path / "s.json")]) == 0
+    assert json.loads((tmp_path / "s.json").read_text()) == profile_schema()
