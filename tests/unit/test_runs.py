@@ -53,3 +53,17 @@ def test_no_state_root_means_no_runs(tmp_path: Path) -> None:
 
 def test_human_duration() -> None:
     assert [human_duration(s) for s in (None, 5, 65, 3600 + 120)] == ["-", "5s", "1m05s", "1h02m"]
+
+
+def test_a_run_kept_elsewhere_is_listed_once_and_found_by_its_id(tmp_path: Path) -> None:
+    from launcher.paths import runs_root
+    from launcher.rundir import find_run
+
+    _run(runs_root(), "here", start=1000.0, end=1001.0, state=ev.JOB_SUCCEEDED).close()
+    elsewhere = RunDir.create("there", tmp_path / "my-runs" / "there")
+    elsewhere.write_state({"run_id": "there", "name": "demo", "tasks": {}})
+    elsewhere.append(ev.job_event("there", ev.JOB_CREATED, ts=2000.0))
+    elsewhere.close()
+    runs = list_runs(now=2001.0)
+    assert [(r.run, r.dir) for r in runs] == [("there", str(elsewhere.path)), ("here", str(runs_root() / "here"))]
+    assert find_run("there") == elsewhere.path
