@@ -1,6 +1,7 @@
 """The profile's JSON Schema (draft 2020-12), generated from ``profile_keys``: what editors validate with.
 
 Taplo and VS Code's Even Better TOML read it through a ``#:schema`` line at the top of a profile.
+Only keywords that draft 7 validators read the same way are used, so older editor plugins agree.
 It checks what one key can be checked for alone; the reader also checks what spans keys
 (colliding ports, GPUs a host does not offer, placeholders in commands).
 """
@@ -14,14 +15,11 @@ from typing import Any
 from launcher.errors import UserError
 from launcher.profile_keys import ENV_NAME_PATTERN, HOST_NAME_PATTERN, SINGLE_TASK_ROLES, TOP_KEYS, Key, Table
 
-SCHEMA_ID = "https://distlaunch.invalid/profile.schema.json"
-
 
 def profile_schema() -> dict[str, Any]:
     """The whole schema as a JSON-ready dict."""
     schema = {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "$id": SCHEMA_ID,
         "title": "distlaunch cluster profile",
     }
     schema.update(_table_schema(TOP_KEYS))
