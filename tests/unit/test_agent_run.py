@@ -518,6 +518,7 @@ def test_event_numbers_run_gap_free_across_incarnations(host):
     (task_dir / "spec.json").write_text(json.dumps(spec))
     both = host.run_to_end(task_dir)
     assert len(both) > len(first) and _seqs(both) == list(range(len(both)))
+    assert (task_dir / "events.jsonl").stat().st_mode & 0o777 == 0o600  # private, whatever the umask
 
 
 WAITS_FOR_A_FULL_DISK = """
