@@ -300,3 +300,14 @@ def test_schema_to_an_unwritable_path_is_a_user_error(tmp_path: Path, capsys: py
 def test_schema_to_a_file(tmp_path: Path) -> None:
     assert main(["schema", "-o", str(tmp_path / "s.json")]) == 0
     assert json.loads((tmp_path / "s.json").read_text()) == profile_schema()
+
+
+def test_check_says_a_notify_command_is_set_without_showing_it(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    data = merged({"notify": {"command": "curl https://hooks.example.com/T0/s3cret", "timeout_seconds": 5}})
+    path = tmp_path / "p.toml"
+    path.write_text(to_toml(data), encoding="utf-8")
+    assert main(["check", "--no-remote", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "[notify] command on each task failure and at the job's end (killed after 5s)" in out
+    assert "s3cret" not in out
