@@ -36,7 +36,10 @@ class RunSummary:
     hosts: list[str]
     tasks: int
     restarts: int
-    live: str | None  # "live" (a launcher follows it), "detached" (running, nobody follows), else None
+    #: "live": a launcher follows it; "detached": left running on purpose; "lost": not ended, yet no
+    #: launcher follows it and it was not detached (killed launcher: its tasks stop after the orphan
+    #: grace; `down` cleans up); None: ended
+    live: str | None
 
 
 def list_runs(root: Path | None = None, now: float | None = None) -> list[RunSummary]:
@@ -88,6 +91,8 @@ def summarize_run(path: Path, now: float) -> RunSummary | None:
             live = "live"
         elif state.get("detached"):
             live = "detached"
+        else:
+            live = "lost"
     return RunSummary(
         run=str(state["run_id"]),
         dir=str(path),
