@@ -21,6 +21,8 @@ from typing import Any
 from launcher.supervisor import Supervisor
 
 ACTIONS = ("restart", "stop", "teardown", "detach")
+#: a request is one short JSON line; anything longer is not read
+MAX_REQUEST = 64 * 1024
 
 
 def _address(run_id: str) -> str:
@@ -54,11 +56,11 @@ class ControlServer:
                 conn.settimeout(5)
                 try:
                     uid = peer_uid(conn)
+                    line = conn.makefile("r").readline(MAX_REQUEST)  # read first: closing early resets the peer
                     if uid != os.getuid():
                         answer = {"ok": False, "error": f"refused: uid {uid} does not own this run"}
                     else:
-                        request = json.loads(conn.makefile("r").readline())
-                        answer = self._handle(request)
+                        answer = self._handle(json.loads(line))
                 except (OSError, ValueError) as exc:
                     answer = {"ok": False, "error": str(exc)}
                 with contextlib.suppress(OSError):
