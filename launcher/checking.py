@@ -68,6 +68,10 @@ def print_plan(plan: Plan, out: TextIO) -> None:
         workdir = ", ".join(dict.fromkeys(t.workdir for t in plan.tasks if t.role == role.name))
         out.write(f"{role.name:<10} restart={settings.restart} max_restarts={settings.max_restarts} "
                   f"workdir={workdir} env: {shown}\n")
+    notify = profile.notify
+    if notify.command:  # not its text: a webhook URL in it is a secret
+        out.write(f"\nnotify    [notify] command on each task failure and at the job's end "
+                  f"(killed after {notify.timeout_seconds:g}s)\n")
 
 
 def _success_rule(plan: Plan) -> str:

@@ -19,12 +19,12 @@ SHELLS = ("bash", "zsh", "fish")
 def run_ids(prefix: str = "", **_: Any) -> list[str]:
     """Run ids under the state root, newest first."""
     from launcher.paths import runs_root
-    from launcher.rundir import STATE_FILE
+    from launcher.rundir import LATEST_LINK, STATE_FILE
 
     root = runs_root()
     if not root.is_dir():
         return []
-    found = [p for p in root.iterdir() if not p.is_symlink() and (p / STATE_FILE).is_file()
+    found = [p for p in root.iterdir() if p.name != LATEST_LINK and (p / STATE_FILE).is_file()
              and p.name.startswith(prefix)]
     found.sort(key=lambda p: (p / STATE_FILE).stat().st_mtime, reverse=True)
     return [p.name for p in found]

@@ -254,7 +254,7 @@ class _ProfileReader:
 
     def read(self, data: dict[str, Any]) -> Profile:
         self.check_table(data, (), TOP_KEYS)
-        name = data.get("name") or self.path.stem
+        name: str = data.get("name", self.path.stem)
         if not name.strip():
             raise self.fail(("name",), 'is empty; give the job a name, e.g. name = "mnist-ps"')
         defaults = self.task_settings(self.table(data, "defaults", ()), ("defaults",), None)

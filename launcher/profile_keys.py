@@ -48,6 +48,7 @@ class Key:
     maximum: int | None = None
     positive: bool = False  # numbers: > 0 rather than >= 0
     required: bool = False
+    nonblank: bool = False  # strings: refused when empty or only spaces
     expected: str = ""  # lists: what the type message says is expected
     table: Table | None = None  # "table" and "tables": the keys of the sub-table(s)
     names: tuple[str, ...] = ()  # "tables": the only sub-table names allowed (else any valid name)
@@ -82,9 +83,9 @@ TASK_KEYS = Table(
     "Settings every task gets unless its role overrides them.",
     (
         Key("command", "string", "Shell command each task runs; placeholders {python} {role} {index} {task} "
-            "{host} {port} {run_dir}."),
+            "{host} {port} {run_dir}.", nonblank=True),
         Key("python", "string", "Interpreter for {python}; default: the launcher's own on local hosts, "
-            "python3 over ssh."),
+            "python3 over ssh.", nonblank=True),
         Key("workdir", "string", "Directory the command runs in; local hosts: relative to the profile file "
             "({profile_dir} allowed).", default="."),
         Key("env", "env", "Environment variables for the task (values that look like secrets are masked)."),
@@ -120,7 +121,7 @@ HOST_KEYS = Table(
     "One machine tasks run on.",
     (
         Key("address", "string", "Address or name of the host (\"localhost\" for this machine).",
-            required=True),
+            required=True, nonblank=True),
         Key("transport", "choice", "How tasks are started there: over SSH, or locally without SSH.",
             default="ssh", choices=("ssh", "local")),
         Key("gpus", "index_list", "GPU indices this host offers.", default=[],
@@ -152,7 +153,7 @@ NOTIFY_KEYS = Table(
     (
         Key("command", "string", "Shell command run on the launcher when the job ends or a task fails; "
             "$DISTLAUNCH_EVENT, $DISTLAUNCH_JOB_STATE, $DISTLAUNCH_REASON, $DISTLAUNCH_RUN_ID, "
-            "$DISTLAUNCH_TASK tell it what happened."),
+            "$DISTLAUNCH_TASK tell it what happened.", nonblank=True),
         Key("timeout_seconds", "number", "Seconds the command may take before it is killed.", default=30.0,
             positive=True),
         Key("bell", "boolean", "Ring the terminal bell in the dashboard when the job ends.", default=True),
@@ -172,7 +173,7 @@ SYNC_KEYS = Table(
 TOP_KEYS = Table(
     "A distlaunch cluster profile: which TensorFlow tasks run where, and how they are supervised.",
     (
-        Key("name", "string", "Name of the job; default: the profile's file name."),
+        Key("name", "string", "Name of the job; default: the profile's file name.", nonblank=True),
         Key("strategy", "choice", "The tf.distribute strategy; default: parameter_server with ps tasks, "
             "else multi_worker_mirrored.", choices=("parameter_server", "multi_worker_mirrored", "custom")),
         Key("success_policy", "choice", "chief: the job succeeds when chief:0 (or worker:0) exits 0; "

@@ -1,6 +1,7 @@
 """The profile's JSON Schema (draft 2020-12), generated from ``profile_keys``: what editors validate with.
 
 Taplo and VS Code's Even Better TOML read it through a ``#:schema`` line at the top of a profile.
+Only keywords that draft 7 validators read the same way are used, so older editor plugins agree.
 It checks what one key can be checked for alone; the reader also checks what spans keys
 (colliding ports, GPUs a host does not offer, placeholders in commands).
 """
@@ -11,16 +12,14 @@ import json
 from pathlib import Path
 from typing import Any
 
+from launcher.errors import UserError
 from launcher.profile_keys import ENV_NAME_PATTERN, HOST_NAME_PATTERN, SINGLE_TASK_ROLES, TOP_KEYS, Key, Table
-
-SCHEMA_ID = "https://distlaunch.invalid/profile.schema.json"
 
 
 def profile_schema() -> dict[str, Any]:
     """The whole schema as a JSON-ready dict."""
     schema = {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "$id": SCHEMA_ID,
         "title": "distlaunch cluster profile",
     }
     schema.update(_table_schema(TOP_KEYS))
@@ -37,7 +36,11 @@ def run_schema(output: Path | None) -> int:
     if output is None:
         print(text, end="")
     else:
-        output.write_text(text, encoding="utf-8")
+        try:
+            output.write_text(text, encoding="utf-8")
+        except OSError as exc:
+            raise UserError(f"{output}: cannot write the schema: {exc.strerror or exc}; "
+                            "give a writable path") from None
     return 0
 
 
@@ -65,7 +68,7 @@ def _key_schema(key: Key) -> dict[str, Any]:
 def _kind_schema(key: Key) -> dict[str, Any]:
     kind = key.kind
     if kind == "string":
-        return {"type": "string"}
+        return {"type": "string", "pattern": r"\S"} if key.nonblank else {"type": "string"}
     if kind == "choice":
         return {"type": "string", "enum": list(key.choices)}
     if kind == "boolean":

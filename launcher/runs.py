@@ -18,7 +18,7 @@ from typing import Any
 from launcher import events as ev
 from launcher.jobs import launcher_alive
 from launcher.paths import runs_root
-from launcher.rundir import EVENTS_FILE, STATE_FILE
+from launcher.rundir import EVENTS_FILE, LATEST_LINK, STATE_FILE
 
 #: how far from the end of events.jsonl the last complete line is looked for
 _TAIL_BYTES = 64 * 1024
@@ -36,7 +36,10 @@ class RunSummary:
     hosts: list[str]
     tasks: int
     restarts: int
-    live: str | None  # "live" (a launcher follows it), "detached" (running, nobody follows), else None
+    #: "live": a launcher follows it; "detached": left running on purpose; "lost": not ended, yet no
+    #: launcher follows it and it was not detached (killed launcher: its tasks stop after the orphan
+    #: grace; `down` cleans up); None: ended
+    live: str | None
 
 
 def list_runs(root: Path | None = None, now: float | None = None) -> list[RunSummary]:
@@ -46,9 +49,14 @@ def list_runs(root: Path | None = None, now: float | None = None) -> list[RunSum
         return []
     now = time.time() if now is None else now
     found: list[RunSummary] = []
-    for path in root.iterdir():
-        if path.is_symlink() or not (path / STATE_FILE).is_file():
+    seen: set[Path] = set()
+    for entry in root.iterdir():
+        if entry.name == LATEST_LINK or not (entry / STATE_FILE).is_file():
             continue
+        path = entry.resolve()  # runs kept elsewhere (--run-dir) are linked into the root by id
+        if path in seen:
+            continue
+        seen.add(path)
         summary = summarize_run(path, now)
         if summary is not None:
             found.append(summary)
@@ -83,6 +91,8 @@ def summarize_run(path: Path, now: float) -> RunSummary | None:
             live = "live"
         elif state.get("detached"):
             live = "detached"
+        else:
+            live = "lost"
     return RunSummary(
         run=str(state["run_id"]),
         dir=str(path),

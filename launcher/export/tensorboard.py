@@ -125,7 +125,12 @@ def export_tensorboard(run_dir: Path, target: Path) -> ExportResult:
 def run_export_tensorboard(run: str | None, target: Path) -> int:
     if target.exists() and not target.is_dir():
         raise UserError(f"{target}: exists and is not a directory; give a directory for the event files")
-    result = export_tensorboard(find_run(run), target)
+    try:
+        result = export_tensorboard(find_run(run), target)
+    except OSError as exc:
+        where = exc.filename or target
+        raise UserError(f"{where}: cannot write event files: {exc.strerror or exc}; "
+                        "give a writable directory") from None
     if not result.scalars_per_task:
         raise UserError(f"{result.directory.name}: the run has no metric or sample events to export")
     for task, count in sorted(result.scalars_per_task.items()):

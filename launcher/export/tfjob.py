@@ -331,6 +331,9 @@ def _dropped(profile: Profile) -> list[str]:
     metrics = profile.metrics
     if metrics.step or metrics.loss or metrics.extra:
         items.append("[metrics] regexes: the dashboard's; the output stays in the pod logs")
+    if profile.notify.command:
+        # not its text: a webhook URL in it is a secret
+        items.append("[notify] command: run by the launcher; watch the TFJob's conditions instead")
     return items
 
 

@@ -90,3 +90,19 @@ def test_a_failing_notify_command_warns_once_however_often_it_runs(tmp_path: Pat
     assert log.count("--- ") == 3  # two task failures and the job's end
     warnings = [line for line in up.stderr.splitlines() if "[notify]" in line]
     assert len(warnings) == 1 and "exited 5" in warnings[0] and "the job is not affected" in warnings[0]
+
+
+def test_attach_notifies_what_happens_after_it_once(tmp_path: Path) -> None:
+    out = tmp_path / "seen.log"
+    profile = write_profile(tmp_path, code="import time, sys; time.sleep(4); sys.exit(3)",
+                            notify=f'echo "$DISTLAUNCH_EVENT $DISTLAUNCH_TASK $DISTLAUNCH_JOB_STATE" >> {out}')
+    run_id = "notify-attach"
+    try:
+        up = cli("up", str(profile), "--detach", "--run-dir", str(tmp_path / "run"), "--run-id", run_id)
+        assert up.returncode == 0, up.stderr[-2000:]
+        assert not out.exists()  # a detached launcher has nothing to tell
+        attach = cli("attach", run_id, "--no-tui")
+        assert attach.returncode == 1, attach.stdout[-2000:] + attach.stderr[-2000:]
+    finally:
+        kill_run_processes(run_id)
+    assert out.read_text().splitlines() == ["task_failed worker:0 Running", "job_ended  Failed"]

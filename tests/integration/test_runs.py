@@ -74,7 +74,7 @@ def test_runs_lists_succeeded_failed_and_detached_runs_newest_first(tmp_path: Pa
             kill_run_processes(run_id)
 
 
-def test_a_run_with_its_launcher_attached_is_live(tmp_path: Path) -> None:
+def test_a_run_is_live_while_its_launcher_follows_it_then_ended(tmp_path: Path) -> None:
     env = {"DISTLAUNCH_HOME": str(tmp_path / "home")}
     sleeper = write_profile(tmp_path, "sleeper", "import time; time.sleep(600)")
     launcher = start_cli("up", str(sleeper), "--no-tui", "--run-id", "r-live", log=tmp_path / "up.log", env=env)
@@ -88,3 +88,20 @@ def test_a_run_with_its_launcher_attached_is_live(tmp_path: Path) -> None:
         if launcher.poll() is None:
             launcher.kill()
         kill_run_processes("r-live")
+
+
+def test_a_run_whose_launcher_was_killed_is_lost(tmp_path: Path) -> None:
+    env = {"DISTLAUNCH_HOME": str(tmp_path / "home")}
+    sleeper = write_profile(tmp_path, "sleeper", "import time; time.sleep(600)")
+    launcher = start_cli("up", str(sleeper), "--no-tui", "--run-id", "r-lost", log=tmp_path / "up.log", env=env)
+    try:
+        wait_for(lambda: [r for r in runs_json(env) if r["live"] == "live"], 120, "the run to be listed live")
+        launcher.send_signal(signal.SIGKILL)
+        launcher.wait(timeout=30)
+        listed = runs_json(env)
+        assert (listed[0]["run"], listed[0]["job_state"], listed[0]["live"]) == ("r-lost", "Running", "lost")
+        lines = cli("runs", env=env, timeout=60).stdout.splitlines()
+        assert lines[1].startswith("r-lost") and lines[1].rstrip().endswith("lost")
+    finally:
+        cli("down", "r-lost", env=env, timeout=120)
+        kill_run_processes("r-lost")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import re
 import subprocess
 from pathlib import Path
@@ -15,7 +16,7 @@ import yaml
 from launcher.cli import main
 from launcher.errors import UserError
 from launcher.export.tfjob import job_name, tfjob_manifest, tfjob_yaml
-from launcher.model import HostConfig, MetricsConfig, Profile, RoleConfig, SshSettings, TaskDefaults
+from launcher.model import HostConfig, MetricsConfig, NotifyConfig, Profile, RoleConfig, SshSettings, TaskDefaults
 from launcher.plan import is_secret
 from launcher.profile import load_profile
 
@@ -214,6 +215,14 @@ def test_what_tfjob_cannot_express_is_listed_in_the_header() -> None:
                      "orphan_grace_seconds = 45", "sample_interval = 0.5", "[metrics] regexes"):
         assert expected in header
     assert "10.0.0.11" not in body and "alice" not in body
+
+
+def test_a_notify_command_is_listed_without_its_text() -> None:
+    hook = "curl -s https://hooks.example.com/services/T0/B0/s3cret-token"
+    text = tfjob_yaml(dataclasses.replace(ps_profile(), notify=NotifyConfig(command=hook)), image=IMAGE,
+                      namespace=None)
+    assert "# " in text and "[notify] command: run by the launcher" in text
+    assert "s3cret-token" not in text
 
 
 # --- command placeholders ----------------------------------------------------------------------

@@ -16,7 +16,17 @@ from launcher import model
 from launcher.cli import main
 from launcher.errors import ProfileError
 from launcher.profile import load_profile
-from launcher.profile_keys import HOST_KEYS, NOTIFY_KEYS, ROLE_KEYS, SSH_KEYS, TASK_KEYS, TOP_KEYS, Key, Table
+from launcher.profile_keys import (
+    HOST_KEYS,
+    NOTIFY_KEYS,
+    ROLE_KEYS,
+    SSH_KEYS,
+    SYNC_KEYS,
+    TASK_KEYS,
+    TOP_KEYS,
+    Key,
+    Table,
+)
 from launcher.profile_schema import profile_schema, schema_text
 
 PROFILES = Path(__file__).resolve().parents[2] / "cluster_profiles"
@@ -147,16 +157,33 @@ def field_names(cls: type) -> set[str]:
     return {f.name for f in dataclasses.fields(cls)}
 
 
-def test_every_model_field_is_declared_and_every_declared_key_is_in_the_model() -> None:
-    assert set(TASK_KEYS.names) == field_names(model.TaskDefaults)
-    assert set(SSH_KEYS.names) == field_names(model.SshSettings)
-    assert set(HOST_KEYS.names) == field_names(model.HostConfig) - {"name", "ssh"} | set(SSH_KEYS.names)
-    assert set(ROLE_KEYS.names) == (field_names(model.RoleConfig) - {"name", "settings"}
-                                    | set(TASK_KEYS.names))
-    # [ssh] has no field of its own: it is folded into each host's SshSettings.
-    # path, text, overrides and secrets describe this run's reading of the profile, not keys in it
-    assert set(TOP_KEYS.names) - {"ssh"} == field_names(model.Profile) - {"path", "text", "overrides", "secrets"}
-    assert set(NOTIFY_KEYS.names) == field_names(model.NotifyConfig)
+#: each model class, the declared table(s) its fields come from, and its fields that no key sets
+#: (where the profile was read from, names taken from table headers, tables folded in)
+MODEL_TABLES: list[tuple[type, tuple[Table, ...], set[str]]] = [
+    # path, text, overrides and secrets: this run's reading of the profile, not keys in it
+    (model.Profile, (TOP_KEYS,), {"path", "text", "overrides", "secrets"}),
+    (model.TaskDefaults, (TASK_KEYS,), set()),
+    (model.SshSettings, (SSH_KEYS,), set()),
+    (model.HostConfig, (HOST_KEYS,), {"name", "ssh"}),
+    (model.RoleConfig, (ROLE_KEYS,), {"name", "settings"}),
+    (model.NotifyConfig, (NOTIFY_KEYS,), set()),
+    (model.SyncConfig, (SYNC_KEYS,), set()),
+]
+#: declared keys with no field of their own: [ssh] is folded into each host's SshSettings, a host's ssh
+#: keys into its HostConfig.ssh, a role's task keys into its RoleConfig.settings
+FOLDED_KEYS = {model.Profile: {"ssh"}, model.HostConfig: set(SSH_KEYS.names),
+               model.RoleConfig: set(TASK_KEYS.names)}
+
+
+@pytest.mark.parametrize(("cls", "tables", "not_keys"), MODEL_TABLES, ids=[c.__name__ for c, _, _ in MODEL_TABLES])
+def test_every_model_field_is_declared_and_every_declared_key_is_in_the_model(
+        cls: type, tables: tuple[Table, ...], not_keys: set[str]) -> None:
+    declared = {name for table in tables for name in table.names} - FOLDED_KEYS.get(cls, set())
+    fields = field_names(cls) - not_keys
+    assert not fields - declared, (f"{cls.__name__} fields {sorted(fields - declared)} have no key in "
+                                   "launcher/profile_keys.py: declare them there (or, if no key sets them, "
+                                   "list them in MODEL_TABLES here)")
+    assert not declared - fields, f"keys {sorted(declared - fields)} are declared but {cls.__name__} has no field"
 
 
 @pytest.mark.parametrize(("table", "cls"), [(TASK_KEYS, model.TaskDefaults), (SSH_KEYS, model.SshSettings),
@@ -213,6 +240,8 @@ def bad_values(key: Key) -> list[object]:
     bad = [wrong_type]
     if key.kind == "choice":
         bad.append("no-such-choice")
+    if key.nonblank:
+        bad += ["", "  "]
     if key.kind == "integer":
         bad += [1.5, True]
         if key.minimum is not None:
@@ -288,3 +317,25 @@ def test_a_key_the_declaration_lacks_is_refused(tmp_path: Path) -> None:
     file.write_text(to_toml(data), encoding="utf-8")
     with pytest.raises(ProfileError, match="unknown key"):
         load_profile(file)
+
+
+def test_schema_to_an_unwritable_path_is_a_user_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["schema", "-o", str(tmp_path / "missing-dir" / "s.json")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "cannot write the schema" in err
+
+
+def test_schema_to_a_file(tmp_path: Path) -> None:
+    assert main(["schema", "-o", str(tmp_path / "s.json")]) == 0
+    assert json.loads((tmp_path / "s.json").read_text()) == profile_schema()
+
+
+def test_check_says_a_notify_command_is_set_without_showing_it(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    data = merged({"notify": {"command": "curl https://hooks.example.com/T0/s3cret", "timeout_seconds": 5}})
+    path = tmp_path / "p.toml"
+    path.write_text(to_toml(data), encoding="utf-8")
+    assert main(["check", "--no-remote", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "[notify] command on each task failure and at the job's end (killed after 5s)" in out
+    assert "s3cret" not in out
