@@ -72,16 +72,16 @@ def summarize_run(path: Path, now: float) -> RunSummary | None:
         return None
     if not isinstance(state, dict) or "run_id" not in state:
         return None
-    first, last = _first_and_last_event(path / EVENTS_FILE)
+    first, last, last_job = _ends_of_events(path / EVENTS_FILE)
     started = _float(first.get("ts")) if first else None
     if started is None:
         with contextlib.suppress(OSError):
             started = (path / STATE_FILE).stat().st_mtime
     job_state = str(state.get("job_state") or "")
     job_reason = str(state.get("job_reason") or "")
-    if last and last.get("kind") == ev.JOB:  # the last word of a run that ended is its job event
-        job_state = str(last.get("state") or job_state)
-        job_reason = str(last.get("reason") or job_reason)
+    if last_job is not None:  # newer than state.json, which is written less often than events
+        job_state = str(last_job.get("state") or job_state)
+        job_reason = str(last_job.get("reason") or job_reason)
     ended = job_state in (ev.JOB_SUCCEEDED, ev.JOB_FAILED)
     end = _float(last.get("ts")) if (last and ended) else now
     tasks = state.get("tasks") or {}
@@ -108,7 +108,8 @@ def summarize_run(path: Path, now: float) -> RunSummary | None:
     )
 
 
-def _first_and_last_event(path: Path) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+def _ends_of_events(path: Path) -> tuple[dict[str, Any] | None, dict[str, Any] | None, dict[str, Any] | None]:
+    """The first event, the last complete one, and the last job event within the file's tail."""
     try:
         with path.open("rb") as fh:
             first = _decode(fh.readline())
@@ -117,13 +118,19 @@ def _first_and_last_event(path: Path) -> tuple[dict[str, Any] | None, dict[str, 
             fh.seek(max(0, size - _TAIL_BYTES))
             tail = fh.read().split(b"\n")
     except OSError:
-        return None, None
-    last = None
+        return None, None, None
+    last = last_job = None
     for raw in reversed(tail[:-1]):  # the piece after the final newline is empty or torn
-        last = _decode(raw)
-        if last is not None:
+        if last is not None and b'"job"' not in raw:
+            continue
+        event = _decode(raw)
+        if event is None:
+            continue
+        last = last or event
+        if event.get("kind") == ev.JOB:
+            last_job = event
             break
-    return first, last
+    return first, last, last_job
 
 
 def _decode(raw: bytes) -> dict[str, Any] | None:

@@ -481,6 +481,7 @@ class Supervisor:
         if all(rt.state == ev.RUNNING or rt.final for rt in self.tasks.values()):
             self.job_state = ev.JOB_RUNNING
             self._publish(ev.job_event(self.run_id, ev.JOB_RUNNING, ""))
+            self.write_state()  # `runs` and `status` of a run without events read the job state here
 
     def _down_requested(self) -> bool:
         return (self.rundir.path / DOWN_MARKER).exists()

@@ -67,3 +67,15 @@ def test_a_run_kept_elsewhere_is_listed_once_and_found_by_its_id(tmp_path: Path)
     runs = list_runs(now=2001.0)
     assert [(r.run, r.dir) for r in runs] == [("there", str(elsewhere.path)), ("here", str(runs_root() / "here"))]
     assert find_run("there") == elsewhere.path
+
+
+def test_the_last_job_event_in_the_tail_beats_an_older_state_json(tmp_path: Path) -> None:
+    rd = RunDir.create("r", tmp_path / "r")
+    rd.write_state({"run_id": "r", "name": "demo", "job_state": ev.JOB_CREATED, "tasks": {}})
+    rd.append(ev.job_event("r", ev.JOB_CREATED, ts=1.0))
+    rd.append(ev.job_event("r", ev.JOB_RESTARTING, "worker:0 failed", ts=2.0))
+    for i in range(100):
+        rd.append(ev.log_event("r", "worker:0", "stdout", f"line {i}", ts=3.0))
+    rd.close()
+    [run] = list_runs(tmp_path, now=10.0)
+    assert (run.job_state, run.job_reason, run.duration_s) == (ev.JOB_RESTARTING, "worker:0 failed", 9.0)
