@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from launcher import events as ev
 from launcher.events import Event
+from launcher.timeline import Timeline
 
 HISTORY_POINTS = 120
 """Points kept per sparkline series (steps/s, GPU util) per task."""
@@ -196,6 +197,8 @@ class JobView:
     dirty_tasks: set[str] = field(default_factory=set)
     placement_dirty: bool = False
     events_applied: int = 0
+    #: state changes, exits, restarts, conditions and operator actions (the `e` view)
+    timeline: Timeline = field(default_factory=Timeline)
 
     # -- reading -------------------------------------------------------------------------
 
@@ -252,6 +255,7 @@ class JobView:
         if self.start_ts is None:
             self.start_ts = event.ts
         self.last_ts = event.ts if self.last_ts is None else max(self.last_ts, event.ts)
+        self.timeline.add(event)
         if event.kind == ev.JOB:
             self._apply_job(event)
             return
