@@ -89,6 +89,8 @@ class TaskView:
     gpu_mem_used: int | None = None
     gpu_mem_total: int | None = None
     has_gpu: bool = False
+    #: the last sample's GPUs as reported (``index``, ``util_percent``, ``mem_*_bytes``): the hosts view
+    gpus: list[dict[str, object]] = field(default_factory=list)
     last_event_ts: float | None = None
     #: active conditions (``stalled``, ``straggler``, ...) and why each was raised
     conditions: dict[str, str] = field(default_factory=dict)
@@ -361,6 +363,7 @@ class JobView:
         task.rss_bytes = int(rss) if isinstance(rss, int | float) else None
         gpus = [g for g in (event.get("gpus") or []) if isinstance(g, dict)]
         task.has_gpu = bool(gpus)
+        task.gpus = gpus
         if gpus:
             utils = [u for u in (ev.finite(g.get("util_percent")) for g in gpus) if u is not None]
             task.gpu_util = sum(utils) / len(utils) if utils else None

@@ -35,12 +35,16 @@ from launcher.jobview import JobView
 from tui.charts import LossChart, TaskSparklines
 from tui.commands import DashboardCommands
 from tui.header import JobHeader, header_text
+from tui.hosts import HostsPanel
 from tui.log_pane import LogPane
 from tui.placement import PlacementPanel
 from tui.screens import QUIT_DETACH, QUIT_TEARDOWN, ConfirmScreen, HelpScreen, QuitScreen
 from tui.task_table import TaskTable
+from tui.timeline_view import TimelinePanel
 
 FLUSH_HZ = 10.0
+TABLE_SHARE = 0.45
+"""The most of the screen's height the task table takes before it scrolls."""
 CHART_EVERY = 10
 """The loss chart (plotext, tens of ms to draw) is redrawn once a second at most."""
 
@@ -83,10 +87,16 @@ class DashboardApp(App[DashboardResult]):
         Binding("up", "select(-1)", "Previous task", id="select.up", show=False),
         Binding("down", "select(1)", "Next task", id="select.down", show=False),
         Binding("l", "toggle_logs", "Logs", id="view.logs"),
-        Binding("p", "toggle_placement", "Placement", id="view.placement"),
+        Binding("h", "toggle_view('hosts')", "Hosts", id="view.hosts"),
+        Binding("e", "toggle_view('timeline')", "Timeline", id="view.timeline"),
+        Binding("p", "toggle_view('placement')", "Placement", id="view.placement"),
+        Binding("slash", "filter_tasks", "Filter tasks", id="tasks.filter", key_display="/"),
+        Binding("s", "sort", "Sort", id="tasks.sort"),
+        Binding("S", "reverse_sort", "Reverse sort", id="tasks.reverse", show=False),
         Binding("space,f", "toggle_follow", "Follow/pause log", id="log.follow", key_display="space/f",
                 show=False),
-        Binding("slash", "search", "Search log", id="log.search", key_display="/", show=False),
+        Binding("ctrl+f", "search", "Search log", id="log.search", key_display="ctrl+f", show=False),
+        Binding("ctrl+s", "save_screenshot", "Save screenshot (SVG)", id="app.screenshot", show=False),
         Binding("r", "restart_task", "Restart task", id="task.restart"),
         Binding("x", "stop_task", "Stop task", id="task.stop"),
         Binding("D", "teardown", "Tear down job", id="job.teardown"),
@@ -95,7 +105,8 @@ class DashboardApp(App[DashboardResult]):
     ]
 
     def __init__(self, source: EventSource, control: JobControl | None, *, title: str, strategy: str,
-                 hosts_total: int, live: bool = True, clock: Callable[[], float] = time.time) -> None:
+                 hosts_total: int, live: bool = True, clock: Callable[[], float] = time.time,
+                 run_dir: Path | None = None) -> None:
         super().__init__()
         self.source = source
         self.control = control
@@ -104,6 +115,7 @@ class DashboardApp(App[DashboardResult]):
         self.hosts_total = hosts_total
         self.live = live
         self.clock = clock
+        self.run_dir = run_dir
         self.view = JobView()
         self.lock = threading.Lock()
         self.stream_ended = False
@@ -118,6 +130,8 @@ class DashboardApp(App[DashboardResult]):
         yield JobHeader(id="header")
         with ContentSwitcher(initial="dashboard", id="views"):
             with Vertical(id="dashboard"):
+                yield Input(placeholder="filter tasks by id, role, host or state (escape clears)",
+                            id="task-filter")
                 yield TaskTable(id="tasks")
                 with Horizontal(id="lower"):
                     yield LogPane(id="log")
@@ -125,6 +139,8 @@ class DashboardApp(App[DashboardResult]):
                         yield LossChart(id="loss")
                         yield TaskSparklines(id="sparklines")
             yield PlacementPanel(id="placement")
+            yield HostsPanel(id="hosts")
+            yield TimelinePanel(id="timeline")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -136,6 +152,11 @@ class DashboardApp(App[DashboardResult]):
         self.loss_chart = self.query_one(LossChart)
         self.sparklines = self.query_one(TaskSparklines)
         self.placement_panel = self.query_one(PlacementPanel)
+        self.hosts_panel = self.query_one(HostsPanel)
+        self.timeline_panel = self.query_one(TimelinePanel)
+        self.task_filter = self.query_one("#task-filter", Input)
+        self.task_filter.display = False
+        self._table_rows = -1
         self.views = self.query_one(ContentSwitcher)
         self.dashboard = self.query_one("#dashboard")
         self.log_pane.search_input.display = False
@@ -208,19 +229,42 @@ class DashboardApp(App[DashboardResult]):
             self.header.show(header_text(
                 view, now, title=self.job_title, strategy=self.strategy, hosts_total=self.hosts_total,
                 live=self.live, stream_ended=self.stream_ended))
+            slow_tick = force_chart or self.stream_ended or self.flushes % CHART_EVERY == 0
+            if slow_tick and table.order_changes_by_itself:
+                table.reorder(view)
             table.sync(view, now, dirty)
+            self._fit_table()
             selected = table.selected_task
             if selected != self.selected_task:
                 self._select(selected)
             elif selected is not None and selected in dirty:
                 self.log_pane.sync(view)
                 self.sparklines.show(view.tasks.get(selected))
-            if force_chart or self.stream_ended or self.flushes % CHART_EVERY == 0:
+            current = self.views.current
+            if slow_tick and current == "dashboard":
                 self.loss_chart.sync(view)
+            elif slow_tick and current == "hosts":
+                self.hosts_panel.sync(view)
+            elif current == "timeline":
+                self.timeline_panel.sync(view)
             placement = self.placement_panel
             if view.placement_dirty and placement.display:
                 view.placement_dirty = False
                 placement.sync(view.placement)
+
+    def _fit_table(self) -> None:
+        """The table takes the rows it needs, up to a share of the screen; the rest goes to the panes."""
+        rows = self.table.row_count
+        share = max(5, int(self.size.height * TABLE_SHARE))
+        wanted = min(share, rows + 1) if rows else 2
+        if wanted != self._table_rows:
+            self._table_rows = wanted
+            self.table.styles.height = wanted
+
+    def on_resize(self) -> None:
+        if hasattr(self, "table"):  # the first resize comes before on_mount
+            self._table_rows = -1
+            self._fit_table()
 
     def _select(self, task_id: str | None) -> None:
         self.selected_task = task_id
@@ -242,16 +286,50 @@ class DashboardApp(App[DashboardResult]):
         self.views.current = "dashboard"
         self.dashboard.toggle_class("logs-only")
 
-    def action_toggle_placement(self) -> None:
+    def action_toggle_view(self, name: str) -> None:
+        """`h`, `e`, `p`: show that view, or go back to the dashboard when it is already shown."""
         switcher = self.views
-        if switcher.current == "placement":
+        if switcher.current == name:
             switcher.current = "dashboard"
             self.table.focus()
             return
-        switcher.current = "placement"
+        switcher.current = name
         with self.lock:
-            self.view.placement_dirty = False
-            self.placement_panel.sync(self.view.placement)
+            if name == "placement":
+                self.view.placement_dirty = False
+                self.placement_panel.sync(self.view.placement)
+            elif name == "hosts":
+                self.hosts_panel.sync(self.view)
+            elif name == "timeline":
+                self.timeline_panel.sync(self.view)
+                self.timeline_panel.focus()
+
+    def action_toggle_placement(self) -> None:
+        self.action_toggle_view("placement")
+
+    def action_filter_tasks(self) -> None:
+        self.views.current = "dashboard"
+        self.task_filter.display = True
+        self.task_filter.focus()
+
+    def action_sort(self) -> None:
+        with self.lock:
+            self.table.cycle_sort(self.view)
+        self.notify(f"Sorted by {self.table.sort_column}", timeout=2)
+
+    def action_reverse_sort(self) -> None:
+        with self.lock:
+            self.table.reverse_sort(self.view)
+
+    def action_save_screenshot(self) -> None:
+        folder = self.run_dir if self.run_dir is not None else Path.cwd()
+        name = f"dashboard-{time.strftime('%Y%m%d-%H%M%S')}.svg"
+        try:
+            saved = self.save_screenshot(name, str(folder))
+        except OSError as exc:
+            self.notify(f"Screenshot not saved: {exc}", severity="error")
+            return
+        self.notify(f"Screenshot saved: {saved}", timeout=6)
 
     def action_toggle_follow(self) -> None:
         pane = self.log_pane
@@ -268,9 +346,16 @@ class DashboardApp(App[DashboardResult]):
         if message.input.id == "log-search":
             with self.lock:
                 self.log_pane.set_query(self.view, message.value.strip())
+        elif message.input.id == "task-filter":
+            with self.lock:
+                self.table.set_filter(self.view, message.value)
+                self._fit_table()
 
     def on_input_submitted(self, message: Input.Submitted) -> None:
         if message.input.id == "log-search":
+            self.table.focus()
+        elif message.input.id == "task-filter":
+            self.task_filter.display = bool(message.value.strip())  # a kept filter stays in sight
             self.table.focus()
 
     def on_key(self, event: object) -> None:
@@ -279,6 +364,10 @@ class DashboardApp(App[DashboardResult]):
         if key == "escape" and search.has_focus:
             search.value = ""
             search.display = False
+            self.table.focus()
+        elif key == "escape" and (self.task_filter.has_focus or self.task_filter.display):
+            self.task_filter.value = ""  # Input.Changed clears the table's filter
+            self.task_filter.display = False
             self.table.focus()
 
     def action_help(self) -> None:
@@ -369,11 +458,12 @@ class DashboardError(RuntimeError):
 
 
 def run_dashboard(source: EventSource, control: JobControl | None, *, title: str, strategy: str,
-                  hosts_total: int, live: bool = True) -> DashboardResult:
+                  hosts_total: int, live: bool = True, run_dir: Path | None = None) -> DashboardResult:
     """Run the dashboard until the user leaves (blocking); see `DashboardResult` for what to do next.
 
     Raises `DashboardError` when the app crashed rather than being left by the user."""
-    app = DashboardApp(source, control, title=title, strategy=strategy, hosts_total=hosts_total, live=live)
+    app = DashboardApp(source, control, title=title, strategy=strategy, hosts_total=hosts_total, live=live,
+                       run_dir=run_dir)
     try:
         result = app.run()
     finally:

@@ -59,3 +59,29 @@ def loss(value: float | None) -> str:
 
 def styled_state(state: str) -> Text:
     return Text(state, style=STATE_STYLES.get(state, ""))
+
+
+BAR_EIGHTHS = " ▏▎▍▌▋▊▉█"
+SPARK_LEVELS = "▁▂▃▄▅▆▇█"
+
+
+def bar(percent: float | None, cells: int) -> str:
+    """A horizontal bar `cells` wide filled to `percent` (clamped to 0-100), in eighths of a cell."""
+    if percent is None:
+        return " " * cells
+    eighths = round(max(0.0, min(100.0, percent)) / 100 * cells * 8)
+    full, part = divmod(eighths, 8)
+    text = "█" * full + (BAR_EIGHTHS[part] if part else "")
+    return text.ljust(cells)
+
+
+def spark(values: list[float], cells: int) -> str:
+    """The last `cells` values as a one-line sparkline scaled to their own maximum."""
+    values = values[-cells:]
+    if not values:
+        return ""
+    top = max(values)
+    if top <= 0:
+        return SPARK_LEVELS[0] * len(values)
+    last = len(SPARK_LEVELS) - 1
+    return "".join(SPARK_LEVELS[max(0, min(last, round(v / top * last)))] for v in values)

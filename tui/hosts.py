@@ -1,0 +1,125 @@
+"""`h`: the hosts view, nvitop-like: per host its tasks, their CPU and memory, and each GPU with
+utilisation and memory bars and the tasks holding it. A host without GPUs is normal here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import VerticalScroll
+from textual.widgets import Static
+
+from launcher import events as ev
+from launcher.jobview import JobView, TaskView, task_sort_key
+from tui import format as fmt
+
+BAR_CELLS = 12
+
+
+@dataclass
+class GpuSummary:
+    index: int
+    util: float | None = None
+    mem_used: int | None = None
+    mem_total: int | None = None
+    holders: list[str] = field(default_factory=list)
+
+
+@dataclass
+class HostSummary:
+    name: str
+    tasks: list[TaskView] = field(default_factory=list)
+    gpus: dict[int, GpuSummary] = field(default_factory=dict)
+    down: bool = False
+
+    @property
+    def cpu_percent(self) -> float | None:
+        values = [t.cpu_percent for t in self.tasks if t.cpu_percent is not None]
+        return sum(values) if values else None
+
+    @property
+    def rss_bytes(self) -> int | None:
+        values = [t.rss_bytes for t in self.tasks if t.rss_bytes is not None]
+        return sum(values) if values else None
+
+
+def _number(value: object) -> float | None:
+    return ev.finite(value) if value is not None else None
+
+
+def host_summaries(view: JobView) -> list[HostSummary]:
+    """The job's hosts in name order, each with its tasks (task order) and the GPUs they sampled."""
+    hosts: dict[str, HostSummary] = {}
+    for task in sorted(view.tasks.values(), key=lambda t: task_sort_key(t.task_id)):
+        name = task.host or "(not placed)"
+        host = hosts.setdefault(name, HostSummary(name, down=name in view.hosts_down))
+        host.tasks.append(task)
+        if task.state in ev.FINAL_TASK_STATES:
+            continue  # its last sample says nothing about the GPU now
+        for gpu in task.gpus:
+            index = gpu.get("index")
+            if not isinstance(index, int):
+                continue
+            summary = host.gpus.setdefault(index, GpuSummary(index))
+            summary.holders.append(task.task_id)
+            util, used, total = (_number(gpu.get(k)) for k in ("util_percent", "mem_used_bytes", "mem_total_bytes"))
+            summary.util = util if util is not None else summary.util
+            summary.mem_used = int(used) if used is not None else summary.mem_used
+            summary.mem_total = int(total) if total is not None else summary.mem_total
+    return sorted(hosts.values(), key=lambda h: h.name)
+
+
+def _bar(percent: float | None, style: str) -> Text:
+    return Text.assemble(("▕", "dim"), (fmt.bar(percent, BAR_CELLS), style), ("▏", "dim"))
+
+
+def hosts_text(view: JobView) -> Text:
+    out = Text(no_wrap=True)
+    hosts = host_summaries(view)
+    if not hosts:
+        return Text("no tasks yet", style="dim")
+    for i, host in enumerate(hosts):
+        if i:
+            out.append("\n")
+        running = sum(1 for t in host.tasks if t.state == ev.RUNNING)
+        out.append(f"{host.name:<14}", style="bold")
+        out.append(f" {running}/{len(host.tasks)} tasks running")
+        if host.down:
+            out.append("  UNREACHABLE", style="bold red")
+        cpu = host.cpu_percent
+        out.append("\n  tasks' CPU ")
+        out.append_text(_bar(cpu, "green"))
+        out.append(f" {fmt.number(cpu, '{:.0f}')}%".ljust(7))
+        out.append(f"  memory (RSS) {fmt.human_bytes(host.rss_bytes)}\n")
+        if not host.gpus:
+            out.append("  no GPU\n", style="dim")
+        for gpu in sorted(host.gpus.values(), key=lambda g: g.index):
+            mem_pct = 100 * gpu.mem_used / gpu.mem_total if gpu.mem_used is not None and gpu.mem_total else None
+            out.append(f"  GPU{gpu.index:<2} util ")
+            out.append_text(_bar(gpu.util, "magenta"))
+            out.append(f" {fmt.number(gpu.util, '{:.0f}')}%".ljust(6))
+            out.append(" mem ")
+            out.append_text(_bar(mem_pct, "cyan"))
+            out.append(f" {fmt.human_bytes(gpu.mem_used)}/{fmt.human_bytes(gpu.mem_total)}".ljust(13))
+            out.append("  " + ", ".join(gpu.holders), style="bold")
+            out.append("\n")
+        for task in host.tasks:
+            out.append(f"    {task.task_id:<12}", style="bold")
+            out.append(f"{task.state:<11}", style=fmt.STATE_STYLES.get(task.state, ""))
+            out.append(f"cpu {fmt.number(task.cpu_percent, '{:.0f}'):>4}%  rss {fmt.human_bytes(task.rss_bytes):>6}")
+            if task.conditions:
+                out.append("  " + " ".join(sorted(task.conditions)).upper(), style="bold dark_orange")
+            out.append("\n")
+    out.rstrip()
+    return out
+
+
+class HostsPanel(VerticalScroll):
+    """The hosts view; redrawn from the `JobView` while it is shown."""
+
+    def compose(self) -> ComposeResult:
+        yield Static("", id="hosts-body")
+
+    def sync(self, view: JobView) -> None:
+        self.query_one("#hosts-body", Static).update(hosts_text(view))
