@@ -39,7 +39,7 @@ from tui.hosts import HostsPanel
 from tui.log_pane import LogPane
 from tui.placement import PlacementPanel
 from tui.screens import QUIT_DETACH, QUIT_TEARDOWN, ConfirmScreen, HelpScreen, QuitScreen
-from tui.task_table import TaskTable
+from tui.task_table import TABLE_WIDTH, TaskTable
 from tui.timeline_view import TimelinePanel
 
 FLUSH_HZ = 10.0
@@ -257,6 +257,8 @@ class DashboardApp(App[DashboardResult]):
         rows = self.table.row_count
         share = max(5, int(self.size.height * TABLE_SHARE))
         wanted = min(share, rows + 1) if rows else 2
+        if self.size.width < TABLE_WIDTH + 2:
+            wanted += 1  # the horizontal scrollbar takes a line of its own
         if wanted != self._table_rows:
             self._table_rows = wanted
             self.table.styles.height = wanted
