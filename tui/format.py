@@ -76,12 +76,14 @@ def bar(percent: float | None, cells: int) -> str:
 
 
 def spark(values: list[float], cells: int) -> str:
-    """The last `cells` values as a one-line sparkline scaled to their own maximum."""
+    """The last `cells` values as a one-line sparkline from their own minimum to maximum: it shows the
+    shape of the trend (a steady value is a flat middle line, a dip shows as a dip)."""
     values = values[-cells:]
     if not values:
         return ""
-    top = max(values)
-    if top <= 0:
-        return SPARK_LEVELS[0] * len(values)
+    low, high = min(values), max(values)
+    middle = SPARK_LEVELS[len(SPARK_LEVELS) // 2 - 1]
+    if high - low <= 1e-9 * max(abs(high), 1.0):
+        return middle * len(values)
     last = len(SPARK_LEVELS) - 1
-    return "".join(SPARK_LEVELS[max(0, min(last, round(v / top * last)))] for v in values)
+    return "".join(SPARK_LEVELS[round((v - low) / (high - low) * last)] for v in values)
