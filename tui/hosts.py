@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from rich.style import Style
 from rich.text import Text
-from textual.app import ComposeResult
-from textual.containers import VerticalScroll
-from textual.widgets import Static
+from textual.geometry import Region, Size
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
 
 from launcher import events as ev
 from launcher.jobview import JobView, TaskView, task_sort_key
@@ -75,10 +76,15 @@ def _bar(percent: float | None, style: str) -> Text:
 
 
 def hosts_text(view: JobView) -> Text:
-    out = Text(no_wrap=True)
+    """The whole view as one text (lines joined); the panel draws `hosts_lines` line by line."""
+    return Text("\n").join(hosts_lines(view))
+
+
+def hosts_lines(view: JobView) -> list[Text]:
     hosts = host_summaries(view)
     if not hosts:
-        return Text("no tasks yet", style="dim")
+        return [Text("no tasks yet", style="dim")]
+    out = Text(no_wrap=True)
     for i, host in enumerate(hosts):
         if i:
             out.append("\n")
@@ -112,14 +118,37 @@ def hosts_text(view: JobView) -> Text:
                 out.append("  " + " ".join(sorted(task.conditions)).upper(), style="bold dark_orange")
             out.append("\n")
     out.rstrip()
-    return out
+    return list(out.split("\n"))
 
 
-class HostsPanel(VerticalScroll):
-    """The hosts view; redrawn from the `JobView` while it is shown."""
+class HostsPanel(ScrollView, can_focus=True):
+    """The hosts view, rebuilt from the `JobView` once a second while it is shown; drawn with the
+    Line API, so only the lines on screen are rendered (a 256-task job has ~300 lines)."""
 
-    def compose(self) -> ComposeResult:
-        yield Static("", id="hosts-body")
+    DEFAULT_CSS = "HostsPanel { scrollbar-size-vertical: 1; }"
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.lines: list[Text] = []
+        self._base_style = Style()
+
+    @property
+    def plain(self) -> str:
+        return "\n".join(line.plain for line in self.lines)
 
     def sync(self, view: JobView) -> None:
-        self.query_one("#hosts-body", Static).update(hosts_text(view))
+        self.lines = hosts_lines(view)
+        self.virtual_size = Size(max((line.cell_len for line in self.lines), default=0), len(self.lines))
+        self.refresh()
+
+    def render_lines(self, crop: Region) -> list[Strip]:
+        self._base_style = self.rich_style
+        return super().render_lines(crop)
+
+    def render_line(self, y: int) -> Strip:
+        width, base = self.size.width, self._base_style
+        index = int(self.scroll_offset.y) + y
+        if index >= len(self.lines):
+            return Strip.blank(width, base)
+        strip = Strip(list(self.lines[index].render(self.app.console)))
+        return strip.crop(int(self.scroll_offset.x)).crop_extend(0, width, base).apply_style(base)

@@ -107,7 +107,7 @@ async def test_h_shows_hosts_with_their_tasks_and_gpus() -> None:
         await load(pilot, app, len(events))
         await pilot.press("h")
         assert app.views.current == "hosts"
-        text = str(app.hosts_panel.query_one("#hosts-body").render())
+        text = app.hosts_panel.plain
         gpu1 = text[text.index("gpu1"):]
         cpu1 = text[text.index("cpu1"):text.index("gpu1")]
         assert "no GPU" in cpu1 and "ps:1" in cpu1 and "worker:1" in cpu1
