@@ -38,6 +38,7 @@ from tui.header import JobHeader, header_text
 from tui.hosts import HostsPanel
 from tui.log_pane import LogPane
 from tui.placement import PlacementPanel
+from tui.replay import SPEEDS, ReplaySource
 from tui.screens import QUIT_DETACH, QUIT_TEARDOWN, ConfirmScreen, HelpScreen, QuitScreen
 from tui.task_table import TABLE_WIDTH, TaskTable
 from tui.timeline_view import TimelinePanel
@@ -93,8 +94,12 @@ class DashboardApp(App[DashboardResult]):
         Binding("slash", "filter_tasks", "Filter tasks", id="tasks.filter", key_display="/"),
         Binding("s", "sort", "Sort", id="tasks.sort"),
         Binding("S", "reverse_sort", "Reverse sort", id="tasks.reverse", show=False),
-        Binding("space,f", "toggle_follow", "Follow/pause log", id="log.follow", key_display="space/f",
-                show=False),
+        Binding("space,f", "toggle_follow", "Follow/pause log (replay: space pauses the replay)",
+                id="log.follow", key_display="space/f", show=False),
+        Binding("left", "seek(-10)", "Replay: back 10 s", id="replay.back", show=False, priority=True),
+        Binding("right", "seek(10)", "Replay: forward 10 s", id="replay.forward", show=False, priority=True),
+        Binding("plus", "replay_speed(1)", "Replay: faster", id="replay.faster", key_display="+", show=False),
+        Binding("minus", "replay_speed(-1)", "Replay: slower", id="replay.slower", key_display="-", show=False),
         Binding("ctrl+f", "search", "Search log", id="log.search", key_display="ctrl+f", show=False),
         Binding("ctrl+s", "save_screenshot", "Save screenshot (SVG)", id="app.screenshot", show=False),
         Binding("r", "restart_task", "Restart task", id="task.restart"),
@@ -123,6 +128,8 @@ class DashboardApp(App[DashboardResult]):
         self.flushes = 0
         self.selected_task: str | None = None
         self._source_closed = False
+        self._generation = 0
+        self._view_reset = False
 
     # -- layout --------------------------------------------------------------------------
 
@@ -188,7 +195,12 @@ class DashboardApp(App[DashboardResult]):
         error: str | None = None
         try:
             for event in self.source.events():
+                generation = getattr(self.source, "generation", 0)
                 with self.lock:
+                    if generation != self._generation:  # the replay went back: start the picture over
+                        self._generation = generation
+                        self.view = JobView()
+                        self._view_reset = True
                     self.view.apply(event)
         except Exception as exc:  # the stream broke: say so on screen instead of dying
             error = f"event stream failed: {exc}"
@@ -221,6 +233,11 @@ class DashboardApp(App[DashboardResult]):
         table = self.table
         with self.lock, self.batch_update():
             view = self.view
+            if self._view_reset:
+                self._view_reset = False
+                self.table.clear()
+                self.timeline_panel.forget()
+                self.log_pane.show_task(view, self.selected_task)
             now = self.now()
             dirty = view.take_dirty()
             for notice in view.take_notices():
@@ -228,7 +245,7 @@ class DashboardApp(App[DashboardResult]):
                             timeout=8 if notice.severity == "error" else 4)
             self.header.show(header_text(
                 view, now, title=self.job_title, strategy=self.strategy, hosts_total=self.hosts_total,
-                live=self.live, stream_ended=self.stream_ended))
+                live=self.live, stream_ended=self.stream_ended, replay=self.replay_status()))
             slow_tick = force_chart or self.stream_ended or self.flushes % CHART_EVERY == 0
             if slow_tick and table.order_changes_by_itself:
                 table.reorder(view)
@@ -333,7 +350,51 @@ class DashboardApp(App[DashboardResult]):
             return
         self.notify(f"Screenshot saved: {saved}", timeout=6)
 
+    @property
+    def replay(self) -> ReplaySource | None:
+        return self.source if not self.live and isinstance(self.source, ReplaySource) else None
+
+    def replay_status(self) -> str:
+        """``2x``, ``2x, paused``; empty when this is not a replay."""
+        replay = self.replay
+        if replay is None:
+            return ""
+        speed = "max speed" if replay.speed == 0 else f"{replay.speed:g}x"
+        return f"{speed}, paused" if replay.paused else speed
+
+    def action_seek(self, seconds: float) -> None:
+        """Replay: move in the recording. Otherwise the arrows keep their usual meaning for the
+        focused widget (the binding has priority so that the table cannot swallow it in a replay)."""
+        replay = self.replay
+        focused = self.focused
+        if replay is None or isinstance(focused, Input):
+            prefix = "cursor" if isinstance(focused, Input) else "scroll"
+            method = getattr(focused, f"action_{prefix}_{'left' if seconds < 0 else 'right'}", None)
+            if method is not None:
+                method()
+            return
+        replay.seek(seconds)
+        self.notify(f"Replay {'back' if seconds < 0 else 'forward'} {abs(seconds):g} s", timeout=2)
+
+    def action_replay_speed(self, direction: int) -> None:
+        replay = self.replay
+        if replay is None:
+            self.notify("only a replay has a speed", severity="warning")
+            return
+        faster = [s for s in SPEEDS if s > replay.speed]
+        slower = [s for s in SPEEDS if 0 < s < replay.speed]
+        if direction > 0 and faster:
+            replay.speed = faster[0]
+        elif direction < 0 and slower:
+            replay.speed = slower[-1]
+        self.notify(f"Replay speed {self.replay_status()}", timeout=2)
+
     def action_toggle_follow(self) -> None:
+        replay = self.replay
+        if replay is not None and not self.stream_ended:
+            replay.set_paused(not replay.paused)
+            self.notify("Replay paused" if replay.paused else "Replay resumed", timeout=2)
+            return
         pane = self.log_pane
         with self.lock:
             pane.set_paused(self.view, not pane.paused)

@@ -186,6 +186,7 @@ class TaskTable(ScrollView, can_focus=True):
         self.sort_reverse = False
         self._known: list[str] = []
         self._user_moved = False
+        self._keep_selection: str | None = None
         self._row_of: dict[str, int] = {}
         self._shown: dict[str, tuple[Cell, ...]] = {}
         self._strips: dict[tuple[str, int, bool, bool], Strip] = {}
@@ -240,7 +241,7 @@ class TaskTable(ScrollView, can_focus=True):
         rows = ordered_tasks(view, keys, self.sort_column, self.sort_reverse)
         if rows == self.row_keys and not force:
             return
-        selected = self.selected_task
+        selected = self.selected_task or self._keep_selection
         self.row_keys = rows
         self._row_of = {key: i for i, key in enumerate(rows)}
         if self._user_moved and selected in self._row_of:
@@ -254,6 +255,17 @@ class TaskTable(ScrollView, can_focus=True):
             self.post_message(self.RowHighlighted(self.selected_task))
         if self.is_mounted:
             self._scroll_to_cursor()
+
+    def clear(self) -> None:
+        """Forget every row (the job's picture starts over); the selected task stays selected."""
+        self._keep_selection = self.selected_task if self._user_moved else None
+        self.row_keys, self._known, self._row_of = [], [], {}
+        self._shown.clear()
+        self._strips.clear()
+        self._pending.clear()
+        self.cursor_row = 0
+        self.virtual_size = Size(TABLE_WIDTH, 1)
+        self.refresh()
 
     # -- keyed updates -----------------------------------------------------------------
 

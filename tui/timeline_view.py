@@ -31,6 +31,10 @@ class TimelinePanel(ScrollView, can_focus=True):
     def plain_lines(self) -> list[str]:
         return [self._line(entry).plain for entry in self.entries]
 
+    def forget(self) -> None:
+        """The job's picture started over (a replay went back): the next sync redraws."""
+        self._seen_total = -1
+
     def sync(self, view: JobView) -> None:
         timeline = view.timeline
         if timeline.total == self._seen_total:
