@@ -329,7 +329,12 @@ class DashboardApp(App[DashboardResult]):
     def action_filter_tasks(self) -> None:
         self.views.current = "dashboard"
         self.task_filter.display = True
-        self.task_filter.focus()
+        self._focus_now(self.task_filter)
+
+    def _focus_now(self, widget: Input) -> None:
+        """Focus at once: `Widget.focus` waits for the message queue, and keys typed right after
+        `/` (already queued) would reach the app's bindings instead of the input (`p`, `s`...)."""
+        self.screen.set_focus(widget)
 
     def action_sort(self) -> None:
         with self.lock:
@@ -403,7 +408,7 @@ class DashboardApp(App[DashboardResult]):
         self.views.current = "dashboard"
         search = self.log_pane.search_input
         search.display = True
-        search.focus()
+        self._focus_now(search)
 
     def on_input_changed(self, message: Input.Changed) -> None:
         if message.input.id == "log-search":

@@ -63,6 +63,7 @@ def test_dashboard_in_tmux_shows_rising_steps_and_leaves_nothing(tmp_path: Path)
         wait_for(lambda: _chief_step(screen()) is not None, 240, "the chief's first step")
         # `/` filters the rows as the user types; escape brings them all back
         press("/")
+        wait_for(lambda: "filter tasks by id" in screen(), 30, "the filter input")
         press("-l", "ps")
         wait_for(lambda: _rows(screen()) == ["ps:0"], 30, "the filter to leave only ps:0")
         press("Escape")
