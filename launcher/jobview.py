@@ -100,6 +100,10 @@ class TaskView:
     rate_history: deque[float] = field(default_factory=lambda: deque(maxlen=HISTORY_POINTS))
     gpu_history: deque[float] = field(default_factory=lambda: deque(maxlen=HISTORY_POINTS))
     loss_history: deque[tuple[int, float]] = field(default_factory=lambda: deque(maxlen=LOSS_POINTS))
+    #: the event time of each `loss_history` point (same length): the loss chart's time axis
+    loss_times: deque[float] = field(default_factory=lambda: deque(maxlen=LOSS_POINTS))
+    #: (event time, steps/s) for the steps/s-over-time chart
+    rate_points: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=HISTORY_POINTS))
     _step_points: deque[tuple[float, int]] = field(default_factory=deque)
 
     @property
@@ -125,6 +129,7 @@ class TaskView:
         if ts > first_ts:
             self.steps_per_s = (step - first_step) / (ts - first_ts)
             self.rate_history.append(self.steps_per_s)
+            self.rate_points.append((ts, self.steps_per_s))
 
 
 @dataclass
@@ -360,7 +365,14 @@ class JobView:
         if loss is not None:
             task.loss = loss
             if task.step is not None:
-                task.loss_history.append((task.step, loss))
+                history, times = task.loss_history, task.loss_times
+                # a restart from an older checkpoint redoes steps, and a step reported twice is one
+                # point: keep the curve a function of the step (drawn back, it made stray strokes)
+                while history and history[-1][0] >= task.step:
+                    history.pop()
+                    times.pop()
+                history.append((task.step, loss))
+                times.append(event.ts)
 
     def _record_global_step(self, ts: float) -> None:
         step = self.global_step

@@ -32,7 +32,7 @@ from textual.widgets import ContentSwitcher, Footer, Input
 
 from launcher.control import EventSource, JobControl
 from launcher.jobview import JobView
-from tui.charts import LossChart, TaskSparklines
+from tui.charts import LossChart, RateChart, TaskSparklines
 from tui.commands import DashboardCommands
 from tui.header import JobHeader, header_text
 from tui.hosts import HostsPanel
@@ -44,6 +44,8 @@ from tui.task_table import TABLE_WIDTH, TaskTable
 from tui.timeline_view import TimelinePanel
 
 FLUSH_HZ = 10.0
+RATE_CHART_MIN_HEIGHT = 32
+"""The screen height from which the steps/s chart is drawn under the loss chart."""
 TABLE_SHARE = 0.45
 """The most of the screen's height the task table takes before it scrolls."""
 CHART_EVERY = 10
@@ -93,6 +95,7 @@ class DashboardApp(App[DashboardResult]):
         Binding("p", "toggle_view('placement')", "Placement", id="view.placement"),
         Binding("slash", "filter_tasks", "Filter tasks", id="tasks.filter", key_display="/"),
         Binding("s", "sort", "Sort", id="tasks.sort"),
+        Binding("t", "toggle_x_axis", "Loss chart: step/time axis", id="chart.x_axis", show=False),
         Binding("S", "reverse_sort", "Reverse sort", id="tasks.reverse", show=False),
         Binding("space,f", "toggle_follow", "Follow/pause log (replay: space pauses the replay)",
                 id="log.follow", key_display="space/f", show=False),
@@ -144,6 +147,7 @@ class DashboardApp(App[DashboardResult]):
                     yield LogPane(id="log")
                     with Vertical(id="charts"):
                         yield LossChart(id="loss")
+                        yield RateChart(id="rate")
                         yield TaskSparklines(id="sparklines")
             yield PlacementPanel(id="placement")
             yield HostsPanel(id="hosts")
@@ -157,6 +161,8 @@ class DashboardApp(App[DashboardResult]):
         self.log_pane = self.query_one(LogPane)
         self.header = self.query_one(JobHeader)
         self.loss_chart = self.query_one(LossChart)
+        self.rate_chart = self.query_one(RateChart)
+        self.rate_chart.display = self.size.height >= RATE_CHART_MIN_HEIGHT
         self.sparklines = self.query_one(TaskSparklines)
         self.placement_panel = self.query_one(PlacementPanel)
         self.hosts_panel = self.query_one(HostsPanel)
@@ -260,6 +266,8 @@ class DashboardApp(App[DashboardResult]):
             current = self.views.current
             if slow_tick and current == "dashboard":
                 self.loss_chart.sync(view)
+                if self.rate_chart.display:
+                    self.rate_chart.sync(view)
             elif slow_tick and current == "hosts":
                 self.hosts_panel.sync(view)
             elif current == "timeline":
@@ -284,6 +292,8 @@ class DashboardApp(App[DashboardResult]):
         if hasattr(self, "table"):  # the first resize comes before on_mount
             self._table_rows = -1
             self._fit_table()
+            # two charts of a few rows each read as nothing: below this height only the loss is drawn
+            self.rate_chart.display = self.size.height >= RATE_CHART_MIN_HEIGHT
 
     def _select(self, task_id: str | None) -> None:
         self.selected_task = task_id
@@ -335,6 +345,10 @@ class DashboardApp(App[DashboardResult]):
         """Focus at once: `Widget.focus` waits for the message queue, and keys typed right after
         `/` (already queued) would reach the app's bindings instead of the input (`p`, `s`...)."""
         self.screen.set_focus(widget)
+
+    def action_toggle_x_axis(self) -> None:
+        with self.lock:
+            self.loss_chart.toggle_x_axis(self.view)
 
     def action_sort(self) -> None:
         with self.lock:

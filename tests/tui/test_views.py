@@ -145,3 +145,22 @@ async def test_ctrl_s_saves_an_svg_screenshot_into_the_run_dir(tmp_path: Path) -
         await wait_until(pilot, lambda: any(tmp_path.glob("dashboard-*.svg")))
         svg = next(tmp_path.glob("dashboard-*.svg")).read_text(encoding="utf-8")
         assert svg.lstrip().startswith("<svg") and "chief:0" in svg.replace("&#160;", " ")
+
+
+async def test_charts_draw_every_loss_and_every_trainers_rate_and_t_switches_the_axis() -> None:
+    events = recorded_job(steps=6)
+    app = make_app(events)
+    async with app.run_test(size=(200, 50)) as pilot:
+        await load(pilot, app, len(events))
+        assert [name for name, _xs, _ys in app.loss_chart._series] == ["chief:0", "worker:0", "worker:1"]
+        assert app.loss_chart._series[0][1][:2] == [10.0, 20.0]  # x: steps
+        assert [name for name, _xs, _ys in app.rate_chart._series] == ["chief:0", "worker:0", "worker:1"]
+        assert "steps/s vs seconds" in app.rate_chart.render().plain
+        plain = app.loss_chart.render().plain
+        assert "loss vs step" in plain and "chief:0" in plain and "worker:1" in plain  # legend
+        styles = {str(span.style) for span in app.loss_chart.render().spans}
+        assert len(styles) >= 3  # one colour per task
+        await pilot.press("t")
+        await wait_until(pilot, lambda: app.loss_chart.up_to_date and "loss vs seconds" in
+                         app.loss_chart.render().plain)
+        assert app.loss_chart._series[0][1][:2] == [2.0, 3.0]  # x: seconds since the job began

@@ -126,5 +126,5 @@ async def load(pilot, app: DashboardApp, count: int) -> None:
     await wait_until(pilot, lambda: app.view.events_applied >= count)
     app.flush(force_chart=True)
     await pilot.pause()
-    await wait_until(pilot, lambda: app.loss_chart.up_to_date)  # drawn in a thread worker
+    await wait_until(pilot, lambda: app.loss_chart.up_to_date and app.rate_chart.up_to_date)  # thread workers
     await pilot.pause()

@@ -150,3 +150,14 @@ def test_action_events_round_trip_through_the_codec() -> None:
     back = ev.Event.from_json(event.to_json())
     assert back.kind == ev.ACTION and back.task is None
     assert back.data == {"action": "restart", "target": "worker:1", "origin": "dashboard"}
+
+
+def test_loss_history_stays_a_function_of_the_step_across_restarts() -> None:
+    """A restart from an older checkpoint redoes steps: the curve is cut back, not drawn backwards."""
+    view = JobView()
+    for step, loss, ts in ((10, 1.0, 1.0), (20, 0.8, 2.0), (30, 0.6, 3.0), (20, 0.9, 4.0), (20, 0.85, 5.0),
+                           (30, 0.7, 6.0)):
+        view.apply(ev.metric_event("r", "worker:0", step=step, loss=loss, ts=ts))
+    task = view.tasks["worker:0"]
+    assert list(task.loss_history) == [(10, 1.0), (20, 0.85), (30, 0.7)]
+    assert list(task.loss_times) == [1.0, 5.0, 6.0]
