@@ -19,6 +19,9 @@ from launcher.timeline import Timeline
 HISTORY_POINTS = 120
 """Points kept per sparkline series (steps/s, GPU util) per task."""
 
+RATE_POINTS = 200
+"""(time, steps/s) points kept per task, spread over the task's whole life."""
+
 LOSS_POINTS = 400
 """(step, loss) points kept per task for the loss chart."""
 
@@ -102,8 +105,10 @@ class TaskView:
     loss_history: deque[tuple[int, float]] = field(default_factory=lambda: deque(maxlen=LOSS_POINTS))
     #: the event time of each `loss_history` point (same length): the loss chart's time axis
     loss_times: deque[float] = field(default_factory=lambda: deque(maxlen=LOSS_POINTS))
-    #: (event time, steps/s) for the steps/s-over-time chart
-    rate_points: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=HISTORY_POINTS))
+    #: (event time, steps/s) over the whole life of the task for the steps/s-over-time chart: one point
+    #: per `rate_spacing` seconds; when `RATE_POINTS` are kept, every other one goes and the spacing doubles
+    rate_points: list[tuple[float, float]] = field(default_factory=list)
+    rate_spacing: float = 1.0
     _step_points: deque[tuple[float, int]] = field(default_factory=deque)
 
     @property
@@ -129,7 +134,12 @@ class TaskView:
         if ts > first_ts:
             self.steps_per_s = (step - first_step) / (ts - first_ts)
             self.rate_history.append(self.steps_per_s)
-            self.rate_points.append((ts, self.steps_per_s))
+            rates = self.rate_points
+            if not rates or ts - rates[-1][0] >= self.rate_spacing:
+                rates.append((ts, self.steps_per_s))
+                if len(rates) > RATE_POINTS:
+                    self.rate_points = rates[::2]
+                    self.rate_spacing *= 2
 
 
 @dataclass
