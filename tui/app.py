@@ -114,8 +114,9 @@ class DashboardApp(App[DashboardResult]):
 
     def __init__(self, source: EventSource, control: JobControl | None, *, title: str, strategy: str,
                  hosts_total: int, live: bool = True, clock: Callable[[], float] = time.time,
-                 run_dir: Path | None = None) -> None:
+                 run_dir: Path | None = None, bell_on_end: bool = False) -> None:
         super().__init__()
+        self.bell_on_end = bell_on_end  # [notify] bell: ring once when a live job ends
         self.source = source
         self.control = control
         self.job_title = title
@@ -245,6 +246,9 @@ class DashboardApp(App[DashboardResult]):
                 self.timeline_panel.forget()
                 self.log_pane.show_task(view, self.selected_task)
             now = self.now()
+            if self.bell_on_end and self.live and view.ended:
+                self.bell_on_end = False
+                self.bell()
             dirty = view.take_dirty()
             for notice in view.take_notices():
                 self.notify(notice.message, severity=notice.severity,  # type: ignore[arg-type]
@@ -540,12 +544,13 @@ class DashboardError(RuntimeError):
 
 
 def run_dashboard(source: EventSource, control: JobControl | None, *, title: str, strategy: str,
-                  hosts_total: int, live: bool = True, run_dir: Path | None = None) -> DashboardResult:
+                  hosts_total: int, live: bool = True, run_dir: Path | None = None,
+                  bell_on_end: bool = False) -> DashboardResult:
     """Run the dashboard until the user leaves (blocking); see `DashboardResult` for what to do next.
 
     Raises `DashboardError` when the app crashed rather than being left by the user."""
     app = DashboardApp(source, control, title=title, strategy=strategy, hosts_total=hosts_total, live=live,
-                       run_dir=run_dir)
+                       run_dir=run_dir, bell_on_end=bell_on_end)
     try:
         result = app.run()
     finally:
