@@ -18,9 +18,9 @@ import errno
 import importlib
 import importlib.util
 import json
+import math
 import os
 import platform
-import re
 import signal
 import socket
 import subprocess
@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import IO, Any, Callable, Dict, List, Optional, Set, Tuple
 
 from launcher import events
+from launcher.metricregex import MetricRegexes
 
 MAX_LINE_BYTES = 1024 * 1024
 MALFORMED_REPORT_EVERY = 100
@@ -46,6 +47,8 @@ READER_DRAIN_SECONDS = 5.0
 LEFTOVER_TERM_SECONDS = 2.0
 KILL_CONFIRM_SECONDS = 5.0
 PR_SET_CHILD_SUBREAPER = 36
+#: autolog's sitecustomize directory inside the zipapp (launcher/agentpack.py SITE_DIR)
+AUTOLOG_SITE_DIR = "distlaunch_site"
 
 
 # -- the spec ---------------------------------------------------------------------------------
@@ -68,6 +71,7 @@ class AgentSpec:
     sample_interval: float = 1.0
     metrics: Dict[str, str] = field(default_factory=dict)
     gpus: List[int] = field(default_factory=list)
+    autolog: bool = True
 
     @classmethod
     def from_dict(cls, obj: Dict[str, Any]) -> "AgentSpec":
@@ -88,6 +92,7 @@ class AgentSpec:
             sample_interval=float(obj.get("sample_interval", 1.0)),
             metrics={str(k): str(v) for k, v in (obj.get("metrics") or {}).items()},
             gpus=[int(g) for g in (obj.get("gpus") or [])],
+            autolog=bool(obj.get("autolog", True)),
         )
 
     @classmethod
@@ -304,14 +309,16 @@ class OutputInterpreter:
         self._emit = emit
         self._lock = threading.Lock()
         self._malformed = 0
-        self._regexes: List[Tuple[str, "re.Pattern[str]"]] = []
-        for name, pattern in spec.metrics.items():
-            try:
-                self._regexes.append((name, re.compile(pattern)))
-            except re.error as exc:
-                emit(events.log_event(spec.run, spec.task, "stderr",
-                                      "distlaunch agent: metrics regex %r is invalid (%s); ignored"
-                                      % (name, exc)))
+        self._regexes = MetricRegexes(spec.metrics)
+        for name, error in self._regexes.invalid:
+            emit(events.log_event(spec.run, spec.task, "stderr",
+                                  "distlaunch agent: metrics regex %r is invalid (%s); ignored"
+                                  % (name, error)))
+        self._warned: Set[str] = set()  # regexes that matched without a number, warned once each
+        self._gave_number: Set[str] = set()
+        self._lines = 0
+        # names an explicit report() or a regex has given: autolog's values for them are dropped
+        self._explicit: Set[str] = set()
 
     def handle(self, stream: str, line: str) -> None:
         if line.startswith(events.REPORT_PREFIX):
@@ -322,6 +329,18 @@ class OutputInterpreter:
             metric = self._regex_metric(line)
             if metric is not None:
                 self._emit(metric)
+
+    def finish(self) -> None:
+        """At the task's end: say which regexes never gave a number from any of its lines."""
+        if not self._regexes or not self._lines:
+            return
+        for name, pattern, _ in self._regexes.patterns:
+            if name not in self._gave_number and name not in self._warned:
+                self._emit(events.log_event(
+                    self._spec.run, self._spec.task, "stderr",
+                    "distlaunch agent: metrics regex %s = %r matched none of this task's %d output lines "
+                    "(try it with `distlaunch check PROFILE --metrics-sample LOGFILE`)"
+                    % (name, pattern, self._lines)))
 
     def _handle_report(self, stream: str, payload: str) -> None:
         spec = self._spec
@@ -335,9 +354,19 @@ class OutputInterpreter:
                 if not isinstance(values, dict):
                     raise ValueError("metric values is not an object")
                 step = obj.get("step")
+                loss = obj.get("loss")
+                if obj.get("source") == "autolog":
+                    explicit = self._explicit
+                    step = None if "step" in explicit else step
+                    loss = None if "loss" in explicit else loss
+                    values = {k: v for k, v in values.items() if k not in explicit}
+                    if step is None and loss is None and not values:
+                        return
+                else:
+                    self._note_explicit(step, loss, values)
                 event = events.metric_event(spec.run, spec.task,
                                             step=int(step) if step is not None else None,
-                                            loss=obj.get("loss"), values=values)
+                                            loss=loss, values=values)
             elif kind == "placement":
                 variables = obj.get("variables")
                 if not isinstance(variables, list):
@@ -357,29 +386,29 @@ class OutputInterpreter:
             return
         self._emit(event)
 
+    def _note_explicit(self, step: Any, loss: Any, values: Dict[str, Any]) -> None:
+        if step is not None:
+            self._explicit.add("step")
+        if loss is not None:
+            self._explicit.add("loss")
+        self._explicit.update(values)
+
     def _regex_metric(self, line: str) -> Optional[events.Event]:
-        step: Optional[int] = None
-        loss: Optional[float] = None
-        values: Dict[str, float] = {}
-        matched = False
-        for name, regex in self._regexes:
-            m = regex.search(line)
-            if m is None:
-                continue
-            text = m.group(1) if regex.groups else m.group(0)
-            try:
-                if name == "step":
-                    step = int(float(text))
-                elif name == "loss":
-                    loss = float(text)
-                else:
-                    values[name] = float(text)
-            except (TypeError, ValueError):
-                continue
-            matched = True
-        if not matched:
+        result = self._regexes.apply(line)
+        with self._lock:
+            self._lines += 1
+            self._gave_number.update(result.matched)
+            self._explicit.update(result.matched)
+            new_misses = [m for m in result.misses if m.name not in self._warned]
+            self._warned.update(m.name for m in new_misses)
+        for miss in new_misses:
+            self._emit(events.log_event(self._spec.run, self._spec.task, "stderr",
+                                        "distlaunch agent: " + miss.message()))
+        if not result.any_value:
             return None
-        return events.metric_event(self._spec.run, self._spec.task, step=step, loss=loss, values=values)
+        values = {k: v for k, v in result.values.items() if math.isfinite(v)}
+        loss = result.loss if result.loss is not None and math.isfinite(result.loss) else None
+        return events.metric_event(self._spec.run, self._spec.task, step=result.step, loss=loss, values=values)
 
 
 def _decode_line(raw: bytes) -> str:
@@ -439,10 +468,33 @@ def task_environment(spec: AgentSpec) -> Dict[str, str]:
     env["DISTLAUNCH_RUN_ID"] = spec.run
     env["DISTLAUNCH_TASK"] = spec.task
     existing = env.get("PYTHONPATH", "")
-    entry = agent_pythonpath_entry()
-    env["PYTHONPATH"] = entry + os.pathsep + existing if existing else entry
+    entries = [agent_pythonpath_entry()]
+    site = os.path.join(entries[0], AUTOLOG_SITE_DIR)
+    if spec.autolog and _exists_in_path_entry(site):
+        entries.insert(0, site)  # its sitecustomize chains to any other one further down the path
+    env["DISTLAUNCH_AUTOLOG"] = "1" if spec.autolog else "0"
+    env["DISTLAUNCH_SAMPLE_INTERVAL"] = repr(spec.sample_interval)
+    if existing:
+        entries.append(existing)
+    env["PYTHONPATH"] = os.pathsep.join(entries)
     env["PYTHONUNBUFFERED"] = "1"
     return env
+
+
+def _exists_in_path_entry(path: str) -> bool:
+    """A directory, or a directory inside a zip archive on the path (``agent.pyz/sub``)."""
+    if os.path.isdir(path):
+        return True
+    archive, _, inner = path.rpartition(os.sep)
+    if not os.path.isfile(archive):
+        return False
+    try:
+        import zipfile
+
+        with zipfile.ZipFile(archive) as zf:
+            return any(n.startswith(inner + "/") for n in zf.namelist())
+    except (OSError, zipfile.BadZipFile):
+        return False
 
 
 def _load_sampling() -> Any:
@@ -523,6 +575,7 @@ class TaskRunner:
             reader.join(max(0.0, deadline - time.monotonic()))
         self._done.set()
         sampler.join(2.0)
+        interpreter.finish()
 
         exit_code, reason = describe_exit(returncode)
         if stopped:
