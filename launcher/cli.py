@@ -20,6 +20,10 @@ Handler = Callable[[argparse.Namespace], int]
 
 
 def _check(args: argparse.Namespace) -> int:
+    if args.metrics_sample:
+        from launcher.metricsample import run_metrics_sample
+
+        return run_metrics_sample(Path(args.profile), Path(args.metrics_sample))
     from launcher.checking import run_check
 
     return run_check(Path(args.profile), remote=not args.no_remote)
@@ -91,6 +95,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("check", help="validate a profile, preflight its hosts, print the plan")
     p.add_argument("profile", help="cluster profile (TOML)")
     p.add_argument("--no-remote", action="store_true", help="validate only; do not contact hosts")
+    p.add_argument("--metrics-sample", metavar="LOGFILE",
+                   help="instead: run the profile's [metrics] regexes over a saved log and show what each gives")
     p.set_defaults(handler=_check)
 
     p = sub.add_parser("up", help="launch a job and show it live")

@@ -248,7 +248,8 @@ def summarize(path: Path) -> dict[str, Any]:
             "pid": (seen.pid if seen else None) or info.get("pid"),
             "restarts": seen.restarts if seen else info.get("restarts", 0),
             "step": seen.step if seen else None, "loss": seen.loss if seen else None,
-            "exit_code": seen.exit_code if seen else None, "reason": seen.reason if seen else ""}
+            "exit_code": seen.exit_code if seen else None, "reason": seen.reason if seen else "",
+            "conditions": dict(seen.conditions) if seen else {}}
     job = ({"state": view.state, "reason": view.reason} if view.events_applied
            else {"state": state.get("job_state"), "reason": state.get("job_reason", "")})
     return {"run": state["run_id"], "dir": str(path), "profile": state.get("profile"),
@@ -284,6 +285,9 @@ def run_status(args: argparse.Namespace) -> int:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for r in rows:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+    for task_id, t in summary["tasks"].items():
+        for condition, reason in t.get("conditions", {}).items():
+            print(f"{task_id} {condition}: {reason}")
     return 0
 
 

@@ -14,6 +14,7 @@ SuccessPolicy = Literal["chief", "all_workers"]
 RestartPolicy = Literal["never", "on-failure", "always", "exit-code"]
 HostKeyPolicy = Literal["reject", "accept-new"]
 Transport = Literal["ssh", "local"]
+OnStall = Literal["warn", "restart"]
 
 ROLES = ("chief", "ps", "worker", "evaluator")
 #: the order tasks are listed and started in: ps first, then workers, evaluator, chief last
@@ -50,6 +51,9 @@ class TaskDefaults:
     restart: RestartPolicy = "on-failure"
     max_restarts: int = 3
     grace_seconds: float = 10.0
+    autolog: bool = True  # step/loss/placement from unmodified scripts (launcher/autolog.py)
+    stall_seconds: float = 600.0  # step not advancing this long -> stalled; 0 = off (ps: off unless set)
+    on_stall: OnStall = "warn"
 
 
 @dataclass(frozen=True)
@@ -82,6 +86,8 @@ class Profile:
     hosts: dict[str, HostConfig]
     roles: dict[str, RoleConfig]  # keyed by role name, in ROLES order
     metrics: MetricsConfig
+    #: a worker below this fraction of the workers' median steps/s for STRAGGLER_WINDOW_S is flagged
+    straggler_ratio: float = 0.7
 
     @property
     def directory(self) -> Path:
@@ -107,6 +113,9 @@ class TaskSpec:
     max_restarts: int
     grace_seconds: float
     in_cluster: bool  # False for the evaluator, which TF_CONFIG's cluster must not list
+    autolog: bool = True
+    stall_seconds: float = 0.0  # 0: no stall detection for this task
+    on_stall: OnStall = "warn"
 
     @property
     def slug(self) -> str:

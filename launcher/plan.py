@@ -98,6 +98,9 @@ def _task(profile: Profile, role: RoleConfig, index: int, host: HostConfig, nth_
         max_restarts=settings.max_restarts,
         grace_seconds=settings.grace_seconds,
         in_cluster=role.name != "evaluator",
+        autolog=settings.autolog,
+        stall_seconds=settings.stall_seconds,
+        on_stall=settings.on_stall,
     )
 
 

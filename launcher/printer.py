@@ -68,6 +68,10 @@ class ProgressPrinter:
                     self._print(f"  {event.task} | {line.line}")
         elif event.kind == ev.HOST:
             self._print(f"host {event.get('host')} {event.get('state')}: {event.get('reason') or ''}".rstrip(": "))
+        elif event.kind == ev.CONDITION and event.task:
+            name = event.get("condition")
+            self._print(f"{event.task:<12} {name if event.get('active') else 'no longer ' + str(name)}"
+                        + (f": {event.get('reason')}" if event.get("reason") else ""))
         elif event.kind == ev.PLACEMENT:
             spread = ", ".join(f"{t} {human_bytes(b)}" for t, b in sorted(view.placement.bytes_per_task().items()))
             self._print(f"{event.task} placed {len(event.get('variables') or [])} variables: {spread}")
@@ -95,6 +99,7 @@ class ProgressPrinter:
                 bits.append(f"rss {human_bytes(task.rss_bytes)}")
             if task.gpu_util is not None:
                 bits.append(f"gpu {task.gpu_util:.0f}% {human_bytes(task.gpu_mem_used)}")
+            bits.extend(f"[{name}]" for name in sorted(task.conditions))
             if bits:
                 per_task.append(f"{task_id} {' '.join(bits)}")
         if per_task:

@@ -12,7 +12,7 @@ import json
 import re
 import tomllib
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, cast
 
@@ -23,6 +23,7 @@ from launcher.model import (
     HostConfig,
     HostKeyPolicy,
     MetricsConfig,
+    OnStall,
     Profile,
     RestartPolicy,
     RoleConfig,
@@ -47,8 +48,10 @@ WORKDIR_PLACEHOLDERS = ("profile_dir",)
 PLACEHOLDER_RE = re.compile(r"(?<!\$)\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 _TOP_KEYS = ("name", "strategy", "success_policy", "backoff_limit", "orphan_grace_seconds",
-             "sample_interval", "defaults", "ssh", "hosts", "roles", "metrics")
-_DEFAULT_KEYS = ("command", "python", "workdir", "env", "restart", "max_restarts", "grace_seconds")
+             "sample_interval", "straggler_ratio", "defaults", "ssh", "hosts", "roles", "metrics")
+_DEFAULT_KEYS = ("command", "python", "workdir", "env", "restart", "max_restarts", "grace_seconds",
+                 "autolog", "stall_seconds", "on_stall")
+ON_STALL: tuple[OnStall, ...] = ("warn", "restart")
 _SSH_KEYS = ("user", "identity_file", "known_hosts", "host_key_policy", "connect_timeout", "ssh_port")
 _HOST_KEYS = ("address", "transport", "gpus", *_SSH_KEYS)
 _ROLE_KEYS = ("count", "hosts", "port", "gpus_per_task", *_DEFAULT_KEYS)
@@ -219,6 +222,12 @@ class _ProfileReader:
             raise self.fail((*key, name), f"must be {'> 0' if positive else '>= 0'}, got {value}")
         return float(value)
 
+    def boolean(self, parent: Mapping[str, Any], name: str, key: KeyPath) -> bool | None:
+        value = parent.get(name)
+        if value is None or isinstance(value, bool):
+            return value
+        raise self.fail((*key, name), f"expected true or false, got {show_value(value)}")
+
     def choice(self, parent: Mapping[str, Any], name: str, key: KeyPath,
                choices: Sequence[str]) -> str | None:
         value = self.string(parent, name, key)
@@ -245,6 +254,10 @@ class _ProfileReader:
         backoff = self.integer(data, "backoff_limit", ())
         orphan = self.number(data, "orphan_grace_seconds", ())
         interval = self.number(data, "sample_interval", (), positive=True)
+        straggler = self.number(data, "straggler_ratio", ())
+        if straggler is not None and straggler >= 1:
+            raise self.fail(("straggler_ratio",), f"must be below 1 (a fraction of the workers' median "
+                            f"steps/s, e.g. 0.7), got {straggler:g}; 0 turns straggler detection off")
         self.check_job(roles, success)
         return Profile(
             path=self.path,
@@ -258,6 +271,7 @@ class _ProfileReader:
             hosts=hosts,
             roles=roles,
             metrics=metrics,
+            straggler_ratio=0.7 if straggler is None else straggler,
         )
 
     def task_settings(self, table: Mapping[str, Any], key: KeyPath,
@@ -281,6 +295,9 @@ class _ProfileReader:
         restart = cast(RestartPolicy | None, self.choice(table, "restart", key, RESTART_POLICIES))
         max_restarts = self.integer(table, "max_restarts", key)
         grace = self.number(table, "grace_seconds", key)
+        autolog = self.boolean(table, "autolog", key)
+        stall = self.number(table, "stall_seconds", key)
+        on_stall = cast(OnStall | None, self.choice(table, "on_stall", key, ON_STALL))
         return TaskDefaults(
             command=base.command if command is None else command,
             python=base.python if python is None else python,
@@ -289,6 +306,9 @@ class _ProfileReader:
             restart=base.restart if restart is None else restart,
             max_restarts=base.max_restarts if max_restarts is None else max_restarts,
             grace_seconds=base.grace_seconds if grace is None else grace,
+            autolog=base.autolog if autolog is None else autolog,
+            stall_seconds=base.stall_seconds if stall is None else stall,
+            on_stall=base.on_stall if on_stall is None else on_stall,
         )
 
     def env(self, table: Mapping[str, Any], key: KeyPath) -> dict[str, str]:
@@ -395,6 +415,9 @@ class _ProfileReader:
         port = self.integer(entry, "port", key, minimum=1, maximum=65535)
         gpus_per_task = self.integer(entry, "gpus_per_task", key) or 0
         settings = self.task_settings(entry, key, defaults)
+        if name == "ps" and "stall_seconds" not in entry:
+            # a parameter server has no step of its own: [defaults] stall_seconds is for the others
+            settings = replace(settings, stall_seconds=0.0)
         if count > 0 and not settings.command:
             raise self.fail((*key, "command"), "no command for this role; set command under "
                             f"[defaults] or [roles.{name}]")

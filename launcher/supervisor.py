@@ -33,6 +33,7 @@ from launcher.policy import (
 from launcher.remote import HostSession
 from launcher.rundir import DOWN_MARKER, RunDir, host_to_json
 from launcher.transport import LineStream
+from launcher.watchdog import ConditionChange, Watchdog
 
 #: how long teardown waits for the agents' final events before it sweeps anyway
 DRAIN_SECONDS = 5.0
@@ -42,6 +43,8 @@ RECONNECT_MAX_DELAY = 10.0
 STREAM_SILENCE_SECONDS = 5.0
 #: followers touch their host's lease only while these pings arrive (agent `follow --pinged`)
 PING_SECONDS = 1.0
+#: how often stall and straggler conditions are judged
+WATCHDOG_SECONDS = 1.0
 
 
 @dataclass
@@ -117,6 +120,10 @@ class Supervisor:
         self._all_final = threading.Event()
         self._done = threading.Event()
         self._loop_thread: threading.Thread | None = None
+        self.watchdog = Watchdog({t.task_id: t.stall_seconds for t in plan.tasks},
+                                 [t.task_id for t in plan.tasks if t.role == "worker"],
+                                 self.profile.straggler_ratio)
+        self._next_watch = 0.0
 
     # -- public: consumers and control ------------------------------------------------------------
 
@@ -216,6 +223,7 @@ class Supervisor:
             for f in due:
                 f()
             self._check_silence()
+            self._watch()
 
     def _after(self, delay: float, fn: Callable[[], None]) -> None:
         self._timers.append((time.time() + delay, fn))
@@ -252,6 +260,7 @@ class Supervisor:
             "grace_seconds": spec.grace_seconds,
             "orphan_grace_seconds": self.profile.orphan_grace_seconds,
             "sample_interval": self.profile.sample_interval, "metrics": patterns,
+            "autolog": spec.autolog,
         }
 
     def _write_specs(self, session: HostSession, rts: list[TaskRuntime]) -> None:
@@ -291,10 +300,16 @@ class Supervisor:
         self._publish(event, line)
         if event.kind == ev.STATE and event.task in self.tasks:
             self._on_task_state(self.tasks[event.task], event)
+        elif event.kind == ev.METRIC and event.task in self.tasks:
+            step = event.get("step")
+            if isinstance(step, int) and self.tasks[event.task].state == ev.RUNNING:
+                self.watchdog.on_step(event.task, step, time.monotonic())
 
     def _on_task_state(self, rt: TaskRuntime, event: Event) -> None:
         state = str(event.get("state"))
         rt.state = state
+        if state != ev.RUNNING:
+            self.watchdog.forget(rt.spec.task_id)
         if event.get("pid") is not None:
             rt.pid = int(event.get("pid"))
         if state in (ev.STARTING, ev.RUNNING):
@@ -345,6 +360,33 @@ class Supervisor:
                          f"{self.profile.backoff_limit} restarts (backoff_limit)")
         else:
             self._schedule_restart(rt, f"failed ({reason})")
+
+    def _watch(self) -> None:
+        """Judge stalls and stragglers about once a second, only while the job runs."""
+        now = time.monotonic()
+        if now < self._next_watch or self._finishing or self.job_state != ev.JOB_RUNNING:
+            return
+        self._next_watch = now + WATCHDOG_SECONDS
+        for change in self.watchdog.check(now):
+            self._publish(ev.condition_event(self.run_id, change.task, change.condition, change.active,
+                                             change.reason))
+            if change.active and change.condition == ev.STALLED:
+                self._on_stall(self.tasks[change.task], change)
+
+    def _on_stall(self, rt: TaskRuntime, change: ConditionChange) -> None:
+        spec = rt.spec
+        if spec.on_stall != "restart" or rt.restarting or self.job_state != ev.JOB_RUNNING:
+            return
+        reason = f"stall: {change.reason}"
+        if rt.restarts >= spec.max_restarts:
+            self._finish(ev.JOB_FAILED, f"{spec.task_id} stalled ({change.reason}) after {rt.restarts} "
+                         f"restarts (max_restarts = {spec.max_restarts})")
+        elif self.job_restarts >= self.profile.backoff_limit:
+            self._finish(ev.JOB_FAILED, f"{spec.task_id} stalled ({change.reason}); the job used all "
+                         f"{self.profile.backoff_limit} restarts (backoff_limit)")
+        else:
+            self.watchdog.forget(spec.task_id)
+            self._schedule_restart(rt, reason, delay=0.0)
 
     def _schedule_restart(self, rt: TaskRuntime, why: str, delay: float | None = None) -> None:
         group = restart_group(self.profile.strategy, rt.spec.task_id, self.tasks)
