@@ -26,13 +26,17 @@ import sys
 import threading
 import time
 import weakref
+from collections import deque
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from launcher import report
 
 #: agent -> task: seconds between optimizer reads (the profile's ``sample_interval``)
 INTERVAL_ENV = "DISTLAUNCH_SAMPLE_INTERVAL"
+#: overrides INTERVAL_ENV for autolog's reads only (e.g. a profile's env, for fast tiny steps)
+OWN_INTERVAL_ENV = "DISTLAUNCH_AUTOLOG_INTERVAL"
 DEFAULT_READ_INTERVAL_S = 1.0
+LOSS_SLOTS = 64
 SOURCE = "autolog"
 
 
@@ -79,7 +83,7 @@ def guarded(where: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> An
 
 def _read_interval() -> float:
     try:
-        value = float(os.environ.get(INTERVAL_ENV, DEFAULT_READ_INTERVAL_S))
+        value = float(os.environ.get(OWN_INTERVAL_ENV) or os.environ.get(INTERVAL_ENV) or DEFAULT_READ_INTERVAL_S)
     except ValueError:
         return DEFAULT_READ_INTERVAL_S
     return value if math.isfinite(value) and value > 0 else DEFAULT_READ_INTERVAL_S
@@ -133,8 +137,9 @@ class StepReader:
         self.interval = _read_interval()
         self.optimizers: "weakref.WeakSet[Any]" = weakref.WeakSet()
         self.step_sources: List[Callable[[], Optional[int]]] = []
-        self.loss_slot: Any = None
-        self.loss_reader: Optional[Callable[[Any], Optional[float]]] = None
+        # the newest train-step results, newest last: a RemoteValue is read only once done, and
+        # while a coordinator keeps scheduling, the newest one is still queued
+        self.loss_slots: "deque[tuple[Any, Callable[[Any], Optional[float]]]]" = deque(maxlen=LOSS_SLOTS)
         self.tick_hooks: List[Callable[[], None]] = []
         self._thread: Optional[threading.Thread] = None
         self._last_step: Optional[int] = None
@@ -149,9 +154,8 @@ class StepReader:
         self.start()
 
     def offer_loss(self, value: Any, read: Callable[[Any], Optional[float]]) -> None:
-        """Keep a reference to the newest train-step result (one slot, no work on this thread)."""
-        self.loss_slot = value
-        self.loss_reader = read
+        """Keep a reference to a train-step result (a few slots, no work on the training thread)."""
+        self.loss_slots.append((value, read))
 
     def start(self) -> None:
         with self._lock:
@@ -182,11 +186,13 @@ class StepReader:
             hook()
         step = self.read_step()
         loss: Optional[float] = None
-        value, read = self.loss_slot, self.loss_reader
-        if value is not None and read is not None and value is not self._last_loss_ref:
+        for value, read in reversed(list(self.loss_slots)):
+            if value is self._last_loss_ref:
+                break  # nothing newer is readable yet
             loss = read(value)
             if loss is not None:
                 self._last_loss_ref = value
+                break
         if step is not None and step != self._last_step:
             self._last_step = step
             note(step=step, loss=loss, now=True)
