@@ -8,12 +8,23 @@ see every few steps; the defaults (sampling interval, 0.1 s) suit real steps."""
 from __future__ import annotations
 
 import math
+import os
+import signal
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.integration.jobtools import REPO, cli, kill_run_processes, pids_with_run_id, read_events
+from tests.integration.jobtools import (
+    REPO,
+    cli,
+    kill_run_processes,
+    pids_with_run_id,
+    read_events,
+    start_cli,
+    wait_for,
+    wait_for_event,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -143,3 +154,32 @@ def test_tf_summary_loop_reports_each_scalar_with_its_step(tmp_path: Path) -> No
     assert_loss_present(events, "worker:0")
     norms = [e["values"]["weight_norm"] for e in events if e["kind"] == "metric" and "weight_norm" in e["values"]]
     assert norms and norms[-1] > norms[0]
+
+
+def test_mwms_kill_9_of_a_worker_during_fit_recovers_to_succeeded(tmp_path: Path) -> None:
+    """A worker that dies leaves its peer hanging in a collective; the group restart must end it."""
+    roles = "[roles.worker]\ncount = 2\n"
+    path = profile(tmp_path, "keras_fit_mwms.py", roles, "multi_worker_mirrored", 'EPOCHS = "3", STEPS = "60"')
+    text = path.read_text().replace('restart = "never"', 'restart = "on-failure"\ngrace_seconds = 3')
+    path.write_text(text)
+    run_dir, run_id = tmp_path / "run", "it-al-mwms-kill"
+    launcher = start_cli("up", str(path), "--no-tui", "--run-dir", str(run_dir), "--run-id", run_id,
+                         log=tmp_path / "up.log")
+    try:
+        wait_for_event(run_dir, lambda e: e["kind"] == "metric" and e["task"] == "worker:1"
+                       and (e["step"] or 0) >= 10, 240, "worker:1 training")
+        pgid_file = wait_for(lambda: next(run_dir.glob("hosts/*/tasks/worker-1/task.pgid"), None), 10,
+                             "worker:1's process group")
+        os.killpg(int(pgid_file.read_text()), signal.SIGKILL)
+        assert launcher.wait(300) == 0, (tmp_path / "up.log").read_text()[-4000:]
+        events = read_events(run_dir)
+        failed = [e for e in events if e["kind"] == "state" and e["task"] == "worker:1" and e["state"] == "failed"]
+        assert failed and failed[0]["exit_code"] == 137
+        restarted = {e["task"] for e in events if e["kind"] == "state" and e["state"] == "restarting"}
+        assert restarted == {"worker:0", "worker:1"}
+        assert [e["state"] for e in events if e["kind"] == "job"][-1] == "Succeeded"
+        assert pids_with_run_id(run_id) == []
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+        kill_run_processes(run_id)
