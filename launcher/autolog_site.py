@@ -8,7 +8,6 @@ Stdlib-only, Python >= 3.9, and it never stops the interpreter from starting.
 """
 
 import importlib.machinery
-import importlib.util
 import os
 import sys
 
@@ -19,7 +18,9 @@ def _chain_to_next_sitecustomize() -> None:
     spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
     if spec is None or spec.loader is None:
         return
-    module = importlib.util.module_from_spec(spec)
+    from importlib import util  # only now: it costs a few ms of start-up
+
+    module = util.module_from_spec(spec)
     sys.modules["sitecustomize"] = module
     spec.loader.exec_module(module)
 
