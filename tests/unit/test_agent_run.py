@@ -222,7 +222,8 @@ def test_task_environment_and_pythonpath(host):
     assert seen["TF_CONFIG"] == tf_config
     assert seen["DISTLAUNCH_RUN_ID"] == RUN_ID and seen["DISTLAUNCH_TASK"] == "worker:0"
     assert seen["EXTRA"] == "x y" and seen["PYTHONUNBUFFERED"] == "1"
-    assert seen["PYTHONPATH"] == f"{host.pyz}:/somewhere/else"
+    # autolog's start-up hook first (its sitecustomize chains to any other), then the agent's modules
+    assert seen["PYTHONPATH"] == f"{host.pyz}/distlaunch_site:{host.pyz}:/somewhere/else"
     assert seen["events_from"].startswith(str(host.pyz))
     assert seen["report"] == os.path.exists(os.path.join(os.path.dirname(agentpack.__file__), "report.py"))
 
