@@ -146,7 +146,12 @@ def _callback_class(base: Any) -> Any:
         """Per-batch loss and logs (kept as references, converted when a line goes out)."""
 
         async_safe = True  # Keras 3: keeps asynchronous batch dispatch
-        _supports_tf_logs = True  # tf_keras: no per-batch numpy conversion for our sake
+
+        def __init__(self) -> None:
+            super().__init__()
+            # tf_keras: logs stay tensors (no per-batch numpy conversion for our sake), and under
+            # ParameterServerStrategy they are RemoteValues, which only such callbacks may take
+            self._supports_tf_logs = True
 
         def on_train_begin(self, logs: Optional[Dict[str, Any]] = None) -> None:
             guarded("Keras fit", self._begin)
@@ -166,11 +171,21 @@ def _callback_class(base: Any) -> Any:
             if logs and autolog._state.on:
                 guarded("Keras fit", self._batch, logs)
 
-        def _batch(self, logs: Dict[str, Any]) -> None:
+        def _batch(self, logs: Any) -> None:
+            if _is_remote(logs):  # ParameterServerStrategy: the whole logs dict, read once done
+                reader.offer_loss(logs, _read_remote_value)
+                reader.start()
+                return
             optimizer = getattr(self.model, "optimizer", None)
             step = getattr(optimizer, "iterations", None)
-            others = {k: v for k, v in logs.items() if k not in ("loss", "step") and not isinstance(v, dict)}
-            note(step=step, loss=logs.get("loss"), values=others)
+            loss = logs.get("loss")
+            if _is_remote(loss):  # ParameterServerStrategy: read on the reader thread once done
+                reader.offer_loss(loss, _read_remote_value)
+                reader.start()
+                loss = step = None  # the reader reads the step too; no remote read here
+            others = {k: v for k, v in logs.items()
+                      if k not in ("loss", "step") and not isinstance(v, dict) and not _is_remote(v)}
+            note(step=step, loss=loss, values=others)
 
         def on_train_end(self, logs: Optional[Dict[str, Any]] = None) -> None:
             from launcher import report
@@ -283,6 +298,10 @@ def _after_schedule(fn: Any, remote: Any, applied: bool) -> None:
     if marks.get(_TRAIN_MARK):
         reader.offer_loss(remote, _read_remote_value)
         reader.start()
+
+
+def _is_remote(value: Any) -> bool:
+    return hasattr(value, "fetch") and hasattr(value, "_status")
 
 
 def _read_remote_value(remote: Any) -> Optional[float]:

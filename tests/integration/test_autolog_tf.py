@@ -60,6 +60,8 @@ def run_job(tmp_path: Path, path: Path, run_id: str) -> list[dict[str, Any]]:
         kill_run_processes(run_id)
     events = read_events(run_dir)
     assert [e["state"] for e in events if e["kind"] == "job"][-1] == "Succeeded"
+    for log in (run_dir / "logs").glob("*.log"):
+        assert "distlaunch autolog:" not in log.read_text(), f"autolog turned itself off in {log.name}"
     return events
 
 
@@ -108,6 +110,21 @@ def test_pss_custom_loop_coordinator_reports_global_step_loss_and_shard_placemen
     for name, device in printed.items():
         assert where.get(name) == device, (name, device, where)
     shards = {where[n] for n in ("embedding/part_0", "embedding/part_1")}
+    assert shards == {"/job:ps/replica:0/task:0/device:CPU:0", "/job:ps/replica:0/task:1/device:CPU:0"}
+
+
+def test_pss_keras_fit_with_tf_keras_reports_global_step_loss_and_shard_placement(tmp_path: Path) -> None:
+    pytest.importorskip("tf_keras", reason="tf-keras (a test dependency) is needed for fit under PSS")
+    roles = "[roles.chief]\n[roles.ps]\ncount = 2\n[roles.worker]\ncount = 1\n"
+    path = profile(tmp_path, "pss_keras_fit.py", roles, "parameter_server", 'TF_USE_LEGACY_KERAS = "1"')
+    events = run_job(tmp_path, path, "it-al-pss-fit")
+    assert_steps_rise_every_10(steps_of(events, "chief:0"), 80, "chief:0")
+    assert_loss_present(events, "chief:0")
+    printed = printed_devices(tmp_path, "chief:0")
+    where = placed(events, "chief:0")
+    for name, device in printed.items():
+        assert where.get(name) == device, (name, device, where)
+    shards = {where[n] for n in where if "/part_" in n}
     assert shards == {"/job:ps/replica:0/task:0/device:CPU:0", "/job:ps/replica:0/task:1/device:CPU:0"}
 
 
