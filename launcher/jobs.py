@@ -256,7 +256,7 @@ def summarize(path: Path) -> dict[str, Any]:
             "name": state.get("name"), "strategy": state.get("strategy"), "job": job,
             "detached": state.get("detached", False), "launcher_pid": state.get("launcher_pid"),
             "launcher_alive": launcher_alive(state),
-            "tasks": tasks}
+            "tasks": tasks, "lost_events": view.lost_events}
 
 
 def launcher_alive(state: dict[str, Any]) -> bool:
@@ -288,6 +288,8 @@ def run_status(args: argparse.Namespace) -> int:
     for task_id, t in summary["tasks"].items():
         for condition, reason in t.get("conditions", {}).items():
             print(f"{task_id} {condition}: {reason}")
+    for task_id, n in summary["lost_events"].items():
+        print(f"warning: {task_id}: {n} event(s) never reached the launcher (gaps in its sequence numbers)")
     return 0
 
 
