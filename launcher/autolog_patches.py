@@ -322,7 +322,10 @@ def _read_remote_value(remote: Any) -> Optional[float]:
     status = getattr(remote, "_status", None)
     if getattr(status, "value", None) != "READY" or getattr(remote, "_error", None) is not None:
         return None
-    value = remote.fetch()
+    try:
+        value = remote.fetch()
+    except Exception:  # the scheduled function failed: the coordinator tells the script, not us
+        return None
     if isinstance(value, dict):
         value = value.get("loss")
     return _read_tensor(value)
@@ -427,7 +430,12 @@ def _session_tick(tf: Any, run: Callable[..., Any], session: Any, fetches: Any, 
     step = None
     global_step = tf.compat.v1.train.get_global_step(graph)
     if global_step is not None:
-        step = int(run(session, global_step, None, None, None))
+        try:
+            step = int(run(session, global_step, None, None, None))
+        except tf.errors.OpError:
+            # not initialized yet (a non-chief waiting for the chief), a ps restarting: the
+            # script's own run just worked, so try again next interval
+            step = None
     loss = _fetched_loss(fetches, result, depth=0)
     if step is not None or loss is not None:
         note(step=step, loss=loss)
