@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import atexit
 import math
+import numbers
 import os
 import sys
 import threading
@@ -94,10 +95,20 @@ def _read_interval() -> float:
 reporter = report._MetricReporter(report._interval_from_env(), source=SOURCE)
 
 
+_newest_step = [-1]
+
+
 def note(step: Any = None, loss: Any = None, values: Optional[Dict[str, Any]] = None,
          now: bool = False) -> None:
     """Store the newest values (references, converted at emit) and emit when due."""
     r = reporter
+    if isinstance(step, numbers.Integral):
+        # sources disagree by a step or two (a summary written for the step just run, a global
+        # step read after it): the line carries the newest step known, never an older one
+        if step < _newest_step[0]:
+            step = None
+        else:
+            _newest_step[0] = int(step)
     if step is not None:
         r.step = step
     if loss is not None:
