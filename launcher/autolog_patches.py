@@ -413,6 +413,28 @@ def _patch_session(tf: Any) -> None:
 
     _wrap_method(cls, "run", make_run)
 
+    def make_close(original: Callable[..., Any]) -> Callable[..., Any]:
+        def close(self: Any) -> Any:
+            # the steps since the last read would be lost with the session: read once more
+            if autolog._state.on and _sessions.get(self) is not None:
+                guarded("Session.close", _final_session_read, tf, run_original, self)
+            return original(self)
+        return close
+
+    run_original = cls.__dict__["run"].__wrapped__ if cls is not None and "run" in cls.__dict__ else None
+    _wrap_method(cls, "close", make_close)
+
+
+def _final_session_read(tf: Any, run: Any, session: Any) -> None:
+    global_step = tf.compat.v1.train.get_global_step(session.graph)
+    if global_step is None or run is None or getattr(session, "_closed", False):
+        return
+    try:
+        step = int(run(session, global_step, None, None, None))
+    except tf.errors.OpError:
+        return
+    note(step=step, now=True)
+
 
 def _session_tick(tf: Any, run: Callable[..., Any], session: Any, fetches: Any, result: Any,
                   now: float) -> None:
