@@ -400,6 +400,11 @@ class OutputInterpreter:
                 variables = obj.get("variables")
                 if not isinstance(variables, list):
                     raise ValueError("placement variables is not a list")
+                if obj.get("source") == "autolog":
+                    if "placement" in self._explicit:
+                        return
+                else:
+                    self._explicit.add("placement")
                 event = events.placement_event(spec.run, spec.task, variables)
             else:
                 raise ValueError("unknown kind %r" % (kind,))

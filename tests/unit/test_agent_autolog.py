@@ -70,11 +70,19 @@ def test_explicit_report_and_regex_win_over_autolog_for_the_same_name(host):
         print("my_metric 7")                                            # the [metrics] regex
         line(step=11, loss=None, values={"my_metric": 1.0}, source="autolog")
         line(step=None, loss=None, values={"acc": 0.2}, source="autolog")   # nothing left: no event
+        def placed(device, **extra):
+            print('@distlaunch ' + json.dumps(dict(kind="placement", variables=[
+                {"name": "w", "shape": [1], "dtype": "float32", "bytes": 4, "device": device, "task": ""}], **extra)))
+        placed("/cpu:0", source="autolog")    # before any explicit placement: kept
+        placed("/job:ps/task:0")              # report_placement()
+        placed("/cpu:1", source="autolog")    # after it: dropped
     """))
     evs = host.run_to_end(host.task(f"{sys.executable} script.py", metrics={"my_metric": r"my_metric (\d+)"}))
     got = [(m["step"], m["loss"], m["values"]) for m in metrics(evs)]
     assert got == [(None, 0.5, {"acc": 0.9}), (10, None, {"lr": 0.01}), (None, None, {"my_metric": 7.0}),
                    (11, None, {})]
+    placed = [e["variables"][0]["device"] for e in evs if e["kind"] == "placement"]
+    assert placed == ["/cpu:0", "/job:ps/task:0"]
 
 
 SITE_PROBE = textwrap.dedent("""
