@@ -56,7 +56,7 @@ def test_defaults_apply_to_every_role_but_ps_unless_ps_says_so(tmp_path: Path) -
     ("defaults", 'on_stall = "reboot"', "on_stall"),
     ("defaults", 'autolog = "no"', "autolog"),
     ("worker", "stall_seconds = -1", "stall_seconds"),
-    ("top", "straggler_ratio = 1.5\n", "straggler_ratio"),
+    ("top", "straggler_ratio = -0.5\n", "straggler_ratio"),
 ])
 def test_bad_values_are_one_line_naming_the_key(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                  where: str, text: str, culprit: str) -> None:
