@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 # Modules that run on hosts; each is packed only if it exists in this source tree.
-AGENT_MODULES = ("__init__", "events", "agent", "report", "sampling", "nvml")
+AGENT_MODULES = ("__init__", "events", "agent", "report", "sampling", "nvml", "hostcheck")
 
 _MAIN = b"""import sys
 
