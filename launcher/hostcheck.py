@@ -60,9 +60,16 @@ def _check_executable(name: str, workdir: str, path_env: Optional[str]) -> Optio
         if os.path.isdir(path) or not os.access(path, os.X_OK):
             return "is not executable"
         return None
-    if shutil.which(name, path=path_env if path_env is not None else os.environ.get("PATH")) is None:
-        return "is not on the PATH"
-    return None
+    # the shell itself answers: builtins (exit, test, ...) count as found, as they run fine
+    env = dict(os.environ)
+    if path_env is not None:
+        env["PATH"] = path_env
+    try:
+        found = subprocess.run(["/bin/sh", "-c", 'command -v "$1"', "sh", name], env=env, stdin=subprocess.DEVNULL,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        found = shutil.which(name, path=env.get("PATH")) is not None
+    return None if found else "is not on the PATH"
 
 
 def _check_module(module: str, python: str, workdir: str, pythonpath: Optional[str]) -> Optional[str]:

@@ -50,6 +50,7 @@ class TaskDefaults:
     restart: RestartPolicy = "on-failure"
     max_restarts: int = 3
     grace_seconds: float = 10.0
+    min_uptime: float = 10.0  # a failure sooner than this after start, every time, is a crash loop
 
 
 @dataclass(frozen=True)
@@ -107,6 +108,7 @@ class TaskSpec:
     max_restarts: int
     grace_seconds: float
     in_cluster: bool  # False for the evaluator, which TF_CONFIG's cluster must not list
+    min_uptime: float = 10.0  # seconds; quicker failures with one exit code, again and again: crash loop
 
     @property
     def slug(self) -> str:

@@ -98,6 +98,7 @@ def _task(profile: Profile, role: RoleConfig, index: int, host: HostConfig, nth_
         max_restarts=settings.max_restarts,
         grace_seconds=settings.grace_seconds,
         in_cluster=role.name != "evaluator",
+        min_uptime=settings.min_uptime,
     )
 
 

@@ -48,7 +48,8 @@ PLACEHOLDER_RE = re.compile(r"(?<!\$)\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 _TOP_KEYS = ("name", "strategy", "success_policy", "backoff_limit", "orphan_grace_seconds",
              "sample_interval", "defaults", "ssh", "hosts", "roles", "metrics")
-_DEFAULT_KEYS = ("command", "python", "workdir", "env", "restart", "max_restarts", "grace_seconds")
+_DEFAULT_KEYS = ("command", "python", "workdir", "env", "restart", "max_restarts", "grace_seconds",
+                 "min_uptime")
 _SSH_KEYS = ("user", "identity_file", "known_hosts", "host_key_policy", "connect_timeout", "ssh_port")
 _HOST_KEYS = ("address", "transport", "gpus", *_SSH_KEYS)
 _ROLE_KEYS = ("count", "hosts", "port", "gpus_per_task", *_DEFAULT_KEYS)
@@ -281,6 +282,7 @@ class _ProfileReader:
         restart = cast(RestartPolicy | None, self.choice(table, "restart", key, RESTART_POLICIES))
         max_restarts = self.integer(table, "max_restarts", key)
         grace = self.number(table, "grace_seconds", key)
+        min_uptime = self.number(table, "min_uptime", key)
         return TaskDefaults(
             command=base.command if command is None else command,
             python=base.python if python is None else python,
@@ -289,6 +291,7 @@ class _ProfileReader:
             restart=base.restart if restart is None else restart,
             max_restarts=base.max_restarts if max_restarts is None else max_restarts,
             grace_seconds=base.grace_seconds if grace is None else grace,
+            min_uptime=base.min_uptime if min_uptime is None else min_uptime,
         )
 
     def env(self, table: Mapping[str, Any], key: KeyPath) -> dict[str, str]:

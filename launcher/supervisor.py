@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from launcher import events as ev
@@ -34,6 +34,8 @@ from launcher.remote import HostSession
 from launcher.rundir import DOWN_MARKER, RunDir, host_to_json
 from launcher.transport import LineStream
 
+#: quick failures in a row (each within min_uptime of start, same exit code) that make a crash loop
+CRASH_LOOP_STARTS = 3
 #: how long teardown waits for the agents' final events before it sweeps anyway
 DRAIN_SECONDS = 5.0
 RECONNECT_MAX_DELAY = 10.0
@@ -56,6 +58,8 @@ class TaskRuntime:
     expected_stop: bool = False  # the supervisor asked for this stop: not a failure
     restarting: bool = False
     restart_pending: bool = False  # a restart is scheduled but not yet carried out
+    started_at: float | None = None  # the agent's time of this incarnation's `starting`
+    quick_failures: list[tuple[int | None, float]] = field(default_factory=list)  # (exit, uptime) in a row
 
     @property
     def final(self) -> bool:
@@ -114,6 +118,10 @@ class Supervisor:
         self._feeds: list[Feed] = []
         self._timers: list[tuple[float, Callable[[], None]]] = []
         self._finishing = False
+        self._end: tuple[str, str] | None = None  # the job's end, decided; published once no start is in flight
+        self._ended = False
+        self._starts_in_flight = 0  # restarts whose agents may still be starting (loop-owned)
+        self.root_cause: str = ""  # the first task failure of the job: "ps:0 failed (exit code 1)"
         self._all_final = threading.Event()
         self._done = threading.Event()
         self._loop_thread: threading.Thread | None = None
@@ -298,6 +306,8 @@ class Supervisor:
         if event.get("pid") is not None:
             rt.pid = int(event.get("pid"))
         if state in (ev.STARTING, ev.RUNNING):
+            if state == ev.STARTING:
+                rt.started_at = event.ts
             if state == ev.RUNNING:
                 rt.restarting = False
                 self._maybe_running()
@@ -330,11 +340,42 @@ class Supervisor:
         # a restart carried out ended here, even if this incarnation never reached running
         rt.restarting = False
         reason = str(event.get("reason") or f"exit code {rt.exit_code}")
-        self._on_failure(rt, reason)
+        if state == ev.FAILED and not self.root_cause:
+            self.root_cause = f"{rt.spec.task_id} failed first ({reason})"
+        self._count_quick_failure(rt, event)
+        self._on_failure(rt, reason, permanent=bool(event.get("permanent")))
 
-    def _on_failure(self, rt: TaskRuntime, reason: str) -> None:
+    def _count_quick_failure(self, rt: TaskRuntime, event: Event) -> None:
+        """Keep the run of failures within min_uptime of start with one exit code; anything else ends it."""
+        uptime = event.ts - rt.started_at if rt.started_at is not None else 0.0
+        if uptime >= rt.spec.min_uptime:
+            rt.quick_failures = []
+        elif rt.quick_failures and rt.quick_failures[-1][0] != rt.exit_code:
+            rt.quick_failures = [(rt.exit_code, uptime)]
+        else:
+            rt.quick_failures.append((rt.exit_code, uptime))
+
+    def _crash_loop(self, rt: TaskRuntime) -> str | None:
+        """The crash-loop reason once the task failed quickly, the same way, CRASH_LOOP_STARTS times in
+        a row, or on every attempt it was allowed (at least two)."""
+        n = len(rt.quick_failures)
+        every_allowed = n >= 2 and n == rt.restarts + 1 and rt.restarts >= rt.spec.max_restarts
+        if n < CRASH_LOOP_STARTS and not every_allowed:
+            return None
+        longest = max(uptime for _, uptime in rt.quick_failures)
+        return (f"crash loop: exit {rt.exit_code} within {longest:.1f} s of start, {n} times "
+                f"({rt.spec.task_id}; min_uptime = {rt.spec.min_uptime:g} s)")
+
+    def _on_failure(self, rt: TaskRuntime, reason: str, permanent: bool = False) -> None:
         spec = rt.spec
-        if not wants_restart(spec.restart, rt.exit_code, False):
+        if permanent:
+            self._finish(ev.JOB_FAILED, f"{spec.task_id} failed ({reason}); not restarted: no restart can fix "
+                         "this")
+            return
+        crash_loop = self._crash_loop(rt)
+        if crash_loop is not None:
+            self._finish(ev.JOB_FAILED, crash_loop)
+        elif not wants_restart(spec.restart, rt.exit_code, False):
             self._finish(ev.JOB_FAILED, f"{spec.task_id} failed ({reason}); not restarted: "
                          f"{why_not_restarted(spec.restart, rt.exit_code)}")
         elif rt.restarts >= spec.max_restarts:
@@ -374,18 +415,29 @@ class Supervisor:
             rt.restarts += 1
             rt.incarnation += 1
             rt.restart_pending = False
+        self._starts_in_flight += 1
         threading.Thread(target=self._restart_blocking, args=(members,), name="restart", daemon=True).start()
 
     def _restart_blocking(self, members: list[TaskRuntime]) -> None:
+        """Stop the group, then start it, unless the job ended meanwhile (the stop may take a task's
+        whole grace period, and a job that ended must not start anything again)."""
         try:
             running = {h: [rt.spec.slug for rt in members if rt.spec.host == h and rt.expected_stop]
                        for h in self.sessions}
             grace = max(rt.spec.grace_seconds for rt in members)
             self._on_hosts(lambda s: s.stop_agents(running[s.name], grace), [h for h, v in running.items() if v])
-            self._start_tasks(members)
+            if not self._finishing:  # set on the loop; the end waits for this start (_start_done)
+                self._start_tasks(members)
         except Exception as exc:
             err = exc
             self._call(lambda: self._finish(ev.JOB_FAILED, f"restart failed: {err}"))
+        finally:
+            self._call(self._start_done)
+
+    def _start_done(self) -> None:
+        self._starts_in_flight -= 1
+        if self._end is not None and self._starts_in_flight == 0:
+            self._end_job()
 
     def _start_tasks(self, members: list[TaskRuntime], write: bool = True, start: bool = True) -> None:
         """Write specs (``write``) and start agents (``start``) role by role in START_ORDER,
@@ -488,9 +540,20 @@ class Supervisor:
     # -- the end -----------------------------------------------------------------------------------------
 
     def _finish(self, state: str, reason: str) -> None:
+        """Decide the job's end: nothing restarts from here on. The end event and the teardown wait
+        for a restart whose start is under way, so that no task starts after the job's end event."""
         if self._finishing:
             return
         self._finishing = True
+        self._end = (state, reason)
+        if self._starts_in_flight == 0:
+            self._end_job()
+
+    def _end_job(self) -> None:
+        if self._ended or self._end is None:
+            return
+        self._ended = True
+        state, reason = self._end
         self.job_state = state
         self.job_reason = reason
         self._publish(ev.job_event(self.run_id, state, reason))
@@ -564,6 +627,7 @@ class Supervisor:
             "strategy": self.profile.strategy,
             "job_state": self.job_state,
             "job_reason": self.job_reason,
+            "root_cause": self.root_cause,
             "job_restarts": self.job_restarts,
             "outcome": self.outcome,
             "detached": self.detached,
