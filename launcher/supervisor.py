@@ -121,7 +121,6 @@ class Supervisor:
         self._end: tuple[str, str] | None = None  # the job's end, decided; published once no start is in flight
         self._ended = False
         self._starts_in_flight = 0  # restarts whose agents may still be starting (loop-owned)
-        self.root_cause: str = ""  # the first task failure of the job: "ps:0 failed (exit code 1)"
         self._all_final = threading.Event()
         self._done = threading.Event()
         self._loop_thread: threading.Thread | None = None
@@ -340,8 +339,6 @@ class Supervisor:
         # a restart carried out ended here, even if this incarnation never reached running
         rt.restarting = False
         reason = str(event.get("reason") or f"exit code {rt.exit_code}")
-        if state == ev.FAILED and not self.root_cause:
-            self.root_cause = f"{rt.spec.task_id} failed first ({reason})"
         self._count_quick_failure(rt, event)
         self._on_failure(rt, reason, permanent=bool(event.get("permanent")))
 
@@ -627,7 +624,6 @@ class Supervisor:
             "strategy": self.profile.strategy,
             "job_state": self.job_state,
             "job_reason": self.job_reason,
-            "root_cause": self.root_cause,
             "job_restarts": self.job_restarts,
             "outcome": self.outcome,
             "detached": self.detached,

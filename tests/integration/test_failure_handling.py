@@ -95,3 +95,30 @@ def test_nothing_starts_after_the_jobs_end_event(tmp_path: Path) -> None:
         assert pids_with_run_id(run_id) == []
     finally:
         kill_run_processes(run_id)
+
+
+def test_the_report_names_the_ps_that_failed_first_and_repeats_no_line(tmp_path: Path) -> None:
+    """ps:0 dies (exit 1) on every start, the workers then fail with gRPC-like errors: the report
+    and `status` name ps:0 as the first failure, and no task output line is printed twice."""
+    run_dir, run_id = tmp_path / "run", "it-report"
+    ps = "echo ps: serving; echo ps: fatal: out of memory >&2; touch {run_dir}/ps-dead; exit 1"
+    worker = ("until test -e {run_dir}/ps-dead; do sleep 0.05; done; "
+              "echo UnavailableError: ps:0 unreachable >&2; echo UnavailableError: ps:0 unreachable >&2; exit 1")
+    roles = (f'[roles.ps]\nhosts = ["local"]\ncommand = "{ps}"\n'
+             f'[roles.worker]\ncount = 2\nhosts = ["local"]\ncommand = "{worker}"')
+    profile = shell_profile(tmp_path, roles, max_restarts=2)
+    try:
+        up = cli("up", str(profile), "--no-tui", "--run-dir", str(run_dir), "--run-id", run_id, timeout=120)
+        assert up.returncode == 1, up.stdout[-3000:]
+        lines = [line.split(" ", 1)[1] for line in up.stdout.splitlines() if " " in line]
+        assert "root cause: ps:0 failed first (exit code 1)" in lines, up.stdout
+        report = lines[lines.index("root cause: ps:0 failed first (exit code 1)") + 1:]
+        assert report[:3] == ["last output of ps:0:", "  ps:0 | ps: serving", "  ps:0 | ps: fatal: out of memory"]
+        assert "  worker:1 | UnavailableError: ps:0 unreachable" in report
+        task_lines = [line for line in lines if " | " in line]
+        assert len(task_lines) == len(set(task_lines)), up.stdout
+        status = cli("status", str(run_dir), timeout=60)
+        assert "root cause: ps:0 failed first (exit code 1)" in status.stdout, status.stdout
+        assert pids_with_run_id(run_id) == []
+    finally:
+        kill_run_processes(run_id)
