@@ -545,6 +545,7 @@ class TaskRunner:
         if stopped:
             self._terminate(proc, pgid)
         returncode = proc.wait()
+        exited_at = time.time()  # the final event comes after the output is drained: this is when it ended
         self._task_exited.set()
         _kill_group_for_good(pgid, LEFTOVER_TERM_SECONDS, lambda: _reap_adopted(proc.pid))
         _reap_adopted(proc.pid)
@@ -565,9 +566,10 @@ class TaskRunner:
             cannot = shell_cannot_execute(returncode, last_stderr[-1] if last_stderr else "")
             if cannot is not None:
                 self._state(events.FAILED, pid=proc.pid, exit_code=exit_code,
-                            reason="could not start: %s" % cannot, permanent=True)
+                            reason="could not start: %s" % cannot, permanent=True, exited_at=exited_at)
             else:
-                self._state(events.FAILED, pid=proc.pid, exit_code=exit_code, reason=reason)
+                self._state(events.FAILED, pid=proc.pid, exit_code=exit_code, reason=reason,
+                            exited_at=exited_at)
         self.writer.close()
         return 0
 

@@ -208,6 +208,9 @@ class JobView:
     events_applied: int = 0
     #: the first task failure of the job: (task id, why); in TF jobs the cause of the others
     first_failure: tuple[str, str] | None = None
+    #: when that task ended (its agent's `exited_at`, else the event's time): events of different
+    #: tasks may arrive out of order, so an earlier failure that arrives later still wins
+    first_failure_at: float | None = None
 
     # -- reading -------------------------------------------------------------------------
 
@@ -349,7 +352,7 @@ class JobView:
         if task.state == ev.STARTING:
             task.incarnation_log_start = self.log(task.task_id).total
         elif task.state == ev.FAILED:
-            self._record_failure(task)
+            self._record_failure(task, event)
         if task.state == old:
             return
         why = f" ({task.reason})" if task.reason else ""
@@ -360,10 +363,12 @@ class JobView:
             self.notices.append(Notice(f"{task.task_id} restarting (restart {task.restarts}){why}",
                                        "warning"))
 
-    def _record_failure(self, task: TaskView) -> None:
+    def _record_failure(self, task: TaskView, event: Event) -> None:
         why = task.reason or (f"exit code {task.exit_code}" if task.exit_code is not None else "failed")
-        if self.first_failure is None:
-            self.first_failure = (task.task_id, why)
+        exited_at = event.get("exited_at")
+        at = float(exited_at) if isinstance(exited_at, int | float) else event.ts
+        if self.first_failure_at is None or at < self.first_failure_at:
+            self.first_failure, self.first_failure_at = (task.task_id, why), at
         log = self.log(task.task_id)
         own = log.since(task.incarnation_log_start)
         task.failed_tail = [line.line for line in own[-FAILURE_TAIL_KEPT:]]

@@ -25,7 +25,9 @@ from launcher.model import START_ORDER, Plan, TaskSpec
 from launcher.plan import render_command, tf_config
 from launcher.policy import (
     backoff_delay,
+    crash_loop_reason,
     job_succeeded,
+    quick_failures_after,
     restart_group,
     wants_restart,
     why_not_restarted,
@@ -34,8 +36,6 @@ from launcher.remote import HostSession
 from launcher.rundir import DOWN_MARKER, RunDir, host_to_json
 from launcher.transport import LineStream
 
-#: quick failures in a row (each within min_uptime of start, same exit code) that make a crash loop
-CRASH_LOOP_STARTS = 3
 #: how long teardown waits for the agents' final events before it sweeps anyway
 DRAIN_SECONDS = 5.0
 RECONNECT_MAX_DELAY = 10.0
@@ -59,6 +59,7 @@ class TaskRuntime:
     restarting: bool = False
     restart_pending: bool = False  # a restart is scheduled but not yet carried out
     started_at: float | None = None  # the agent's time of this incarnation's `starting`
+    launch_pending: bool = False  # a restart launched its agent, which has not reported running yet
     quick_failures: list[tuple[int | None, float]] = field(default_factory=list)  # (exit, uptime) in a row
 
     @property
@@ -120,7 +121,8 @@ class Supervisor:
         self._finishing = False
         self._end: tuple[str, str] | None = None  # the job's end, decided; published once no start is in flight
         self._ended = False
-        self._starts_in_flight = 0  # restarts whose agents may still be starting (loop-owned)
+        self._starting = 0  # restarts now starting agents; under _start_gate with _finishing
+        self._start_gate = threading.Lock()
         self._all_final = threading.Event()
         self._done = threading.Event()
         self._loop_thread: threading.Thread | None = None
@@ -302,6 +304,9 @@ class Supervisor:
     def _on_task_state(self, rt: TaskRuntime, event: Event) -> None:
         state = str(event.get("state"))
         rt.state = state
+        if rt.launch_pending and state != ev.STARTING and event.get("restarts") == rt.restarts:
+            rt.launch_pending = False  # running, or already ended: this incarnation has reported
+            self._maybe_end_job()
         if event.get("pid") is not None:
             rt.pid = int(event.get("pid"))
         if state in (ev.STARTING, ev.RUNNING):
@@ -343,25 +348,11 @@ class Supervisor:
         self._on_failure(rt, reason, permanent=bool(event.get("permanent")))
 
     def _count_quick_failure(self, rt: TaskRuntime, event: Event) -> None:
-        """Keep the run of failures within min_uptime of start with one exit code; anything else ends it."""
-        uptime = event.ts - rt.started_at if rt.started_at is not None else 0.0
-        if uptime >= rt.spec.min_uptime:
+        if rt.started_at is None:  # its start was before this launcher (attach): the uptime is unknown
             rt.quick_failures = []
-        elif rt.quick_failures and rt.quick_failures[-1][0] != rt.exit_code:
-            rt.quick_failures = [(rt.exit_code, uptime)]
-        else:
-            rt.quick_failures.append((rt.exit_code, uptime))
-
-    def _crash_loop(self, rt: TaskRuntime) -> str | None:
-        """The crash-loop reason once the task failed quickly, the same way, CRASH_LOOP_STARTS times in
-        a row, or on every attempt it was allowed (at least two)."""
-        n = len(rt.quick_failures)
-        every_allowed = n >= 2 and n == rt.restarts + 1 and rt.restarts >= rt.spec.max_restarts
-        if n < CRASH_LOOP_STARTS and not every_allowed:
-            return None
-        longest = max(uptime for _, uptime in rt.quick_failures)
-        return (f"crash loop: exit {rt.exit_code} within {longest:.1f} s of start, {n} times "
-                f"({rt.spec.task_id}; min_uptime = {rt.spec.min_uptime:g} s)")
+            return
+        rt.quick_failures = quick_failures_after(rt.quick_failures, rt.exit_code, event.ts - rt.started_at,
+                                                 rt.spec.min_uptime)
 
     def _on_failure(self, rt: TaskRuntime, reason: str, permanent: bool = False) -> None:
         spec = rt.spec
@@ -369,7 +360,7 @@ class Supervisor:
             self._finish(ev.JOB_FAILED, f"{spec.task_id} failed ({reason}); not restarted: no restart can fix "
                          "this")
             return
-        crash_loop = self._crash_loop(rt)
+        crash_loop = crash_loop_reason(spec, rt.quick_failures, rt.restarts)
         if crash_loop is not None:
             self._finish(ev.JOB_FAILED, crash_loop)
         elif not wants_restart(spec.restart, rt.exit_code, False):
@@ -412,7 +403,6 @@ class Supervisor:
             rt.restarts += 1
             rt.incarnation += 1
             rt.restart_pending = False
-        self._starts_in_flight += 1
         threading.Thread(target=self._restart_blocking, args=(members,), name="restart", daemon=True).start()
 
     def _restart_blocking(self, members: list[TaskRuntime]) -> None:
@@ -423,17 +413,36 @@ class Supervisor:
                        for h in self.sessions}
             grace = max(rt.spec.grace_seconds for rt in members)
             self._on_hosts(lambda s: s.stop_agents(running[s.name], grace), [h for h, v in running.items() if v])
-            if not self._finishing:  # set on the loop; the end waits for this start (_start_done)
-                self._start_tasks(members)
+            with self._start_gate:  # either the job ended before this start, or its end waits for it
+                go = not self._finishing
+                if go:
+                    self._starting += 1
+                    for rt in members:
+                        rt.launch_pending = True
+            if go:
+                try:
+                    self._start_tasks(members)
+                except BaseException:
+                    for rt in members:
+                        rt.launch_pending = False
+                    raise
+                finally:
+                    self._call(self._start_done)
         except Exception as exc:
             err = exc
             self._call(lambda: self._finish(ev.JOB_FAILED, f"restart failed: {err}"))
-        finally:
-            self._call(self._start_done)
 
     def _start_done(self) -> None:
-        self._starts_in_flight -= 1
-        if self._end is not None and self._starts_in_flight == 0:
+        with self._start_gate:
+            self._starting -= 1
+        self._maybe_end_job()
+
+    def _maybe_end_job(self) -> None:
+        """Publish a decided end once no restart is starting agents and every agent a restart
+        launched has reported its task running (or ended): its events then precede the end."""
+        if self._end is None or self._ended or self._starting:
+            return
+        if not any(rt.launch_pending for rt in self.tasks.values()):
             self._end_job()
 
     def _start_tasks(self, members: list[TaskRuntime], write: bool = True, start: bool = True) -> None:
@@ -539,11 +548,15 @@ class Supervisor:
     def _finish(self, state: str, reason: str) -> None:
         """Decide the job's end: nothing restarts from here on. The end event and the teardown wait
         for a restart whose start is under way, so that no task starts after the job's end event."""
-        if self._finishing:
-            return
-        self._finishing = True
+        with self._start_gate:
+            if self._finishing:
+                return
+            self._finishing = True
+            busy = self._starting > 0
         self._end = (state, reason)
-        if self._starts_in_flight == 0:
+        if busy or any(rt.launch_pending for rt in self.tasks.values()):
+            self._after(DRAIN_SECONDS, self._end_job)  # an agent that never reports must not hold the end
+        else:
             self._end_job()
 
     def _end_job(self) -> None:

@@ -49,12 +49,18 @@ def test_failures_slower_than_min_uptime_are_not_a_crash_loop(tmp_path: Path) ->
         kill_run_processes(run_id)
 
 
-# the ps fails once the chief runs; the ps+chief group restart must first stop the chief, which
-# takes its whole grace period (it ignores SIGTERM); meanwhile worker:0 fails for good and ends the
-# job. The restart, still under way, must not start ps:0 and chief:0 again after the end event.
+# the ps fails once the chief runs; the ps+chief group restart first stops the chief, which on
+# SIGTERM lets worker:0 fail for good (ending the job) and itself exits only once the launcher has
+# published the job's end. The restart, still under way then, must not start ps:0 and chief:0 again.
 CHIEF = """import pathlib, signal, sys, time
 run_dir = pathlib.Path(sys.argv[1])
-signal.signal(signal.SIGTERM, lambda *_: (run_dir / "chief-term").touch())
+launcher_events = run_dir.parent.parent / "events.jsonl"
+def on_term(*_):
+    (run_dir / "chief-term").touch()
+    while '"Failed"' not in launcher_events.read_text():
+        time.sleep(0.05)
+    sys.exit(143)
+signal.signal(signal.SIGTERM, on_term)
 (run_dir / "chief-up").touch()
 while True:
     time.sleep(1)
@@ -69,8 +75,8 @@ def test_nothing_starts_after_the_jobs_end_event(tmp_path: Path) -> None:
     (tmp_path / "chief.py").write_text(CHIEF)
     roles = (f"[roles.ps]\nhosts = [\"local\"]\ncommand = '{PS}'\n"
              f"[roles.worker]\nhosts = [\"local\"]\nrestart = \"never\"\ncommand = '{WORKER}'\n"
-             f"[roles.chief]\nhosts = [\"local\"]\ngrace_seconds = 4\n"
-             f"command = '{{python}} {tmp_path}/chief.py {{run_dir}}'")
+             f"[roles.chief]\nhosts = [\"local\"]\ngrace_seconds = 60\n"
+             f"command = 'exec {{python}} {tmp_path}/chief.py {{run_dir}}'")  # exec: dash would fork
     profile = shell_profile(tmp_path, roles, strategy="parameter_server")
     try:
         up = cli("up", str(profile), "--no-tui", "--run-dir", str(run_dir), "--run-id", run_id, timeout=180)
@@ -101,8 +107,9 @@ def test_the_report_names_the_ps_that_failed_first_and_repeats_no_line(tmp_path:
     """ps:0 dies (exit 1) on every start, the workers then fail with gRPC-like errors: the report
     and `status` name ps:0 as the first failure, and no task output line is printed twice."""
     run_dir, run_id = tmp_path / "run", "it-report"
-    ps = "echo ps: serving; echo ps: fatal: out of memory >&2; touch {run_dir}/ps-dead; exit 1"
-    worker = ("until test -e {run_dir}/ps-dead; do sleep 0.05; done; "
+    ps = "echo ps: serving; echo ps: fatal: out of memory >&2; exit 1"
+    # the workers fail once the ps agent has recorded its task's end (only a final event has exited_at)
+    worker = ("until grep -qs exited_at {run_dir}/tasks/ps-0/events.jsonl; do sleep 0.05; done; "
               "echo UnavailableError: ps:0 unreachable >&2; echo UnavailableError: ps:0 unreachable >&2; exit 1")
     roles = (f'[roles.ps]\nhosts = ["local"]\ncommand = "{ps}"\n'
              f'[roles.worker]\ncount = 2\nhosts = ["local"]\ncommand = "{worker}"')
@@ -113,7 +120,8 @@ def test_the_report_names_the_ps_that_failed_first_and_repeats_no_line(tmp_path:
         lines = [line.split(" ", 1)[1] for line in up.stdout.splitlines() if " " in line]
         assert "root cause: ps:0 failed first (exit code 1)" in lines, up.stdout
         report = lines[lines.index("root cause: ps:0 failed first (exit code 1)") + 1:]
-        assert report[:3] == ["last output of ps:0:", "  ps:0 | ps: serving", "  ps:0 | ps: fatal: out of memory"]
+        assert report[0] == "last output of ps:0:"  # stdout and stderr are read apart: either order
+        assert sorted(report[1:3]) == ["  ps:0 | ps: fatal: out of memory", "  ps:0 | ps: serving"]
         assert "  worker:1 | UnavailableError: ps:0 unreachable" in report
         task_lines = [line for line in lines if " | " in line]
         assert len(task_lines) == len(set(task_lines)), up.stdout
