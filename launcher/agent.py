@@ -28,7 +28,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import IO, Any, Callable, Dict, List, Optional, Set, Tuple
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 from launcher import events
 
@@ -288,31 +288,60 @@ def shell_cannot_execute(returncode: int, last_stderr_line: str) -> Optional[str
 
 
 class EventWriter:
-    """The one writer of ``events.jsonl``: one line per event, flushed, under one lock.
+    """The one writer of ``events.jsonl``: one line per event, whole or not at all, under one lock.
 
-    After ``close`` further events are dropped, so nothing follows the final state event.
+    Each event gets the next ``seq`` of its task, continuing the file's last one, so the numbers
+    run gap-free across incarnations and any reader can tell a lost line. A line that cannot be
+    written (a full disk) still uses its number: the gap is the truth, and once writing works
+    again a log line says how many were lost and why. After ``close`` further events are
+    dropped, so nothing follows the final state event.
     """
 
     def __init__(self, path: str) -> None:
         self._lock = threading.Lock()
-        self._file: Optional[IO[str]] = open(path, "a", encoding="utf-8")  # noqa: SIM115 (lives until close)
+        self._path = path
+        self._seq = _last_seq(path)
+        self._fd: Optional[int] = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        self._failed = 0
+        self._failure = ""
 
     def write(self, event: events.Event) -> None:
-        line = event.to_json() + "\n"
         with self._lock:
-            if self._file is None:
+            if self._fd is None:
                 return
-            try:
-                self._file.write(line)
-                self._file.flush()
-            except OSError as exc:
-                sys.stderr.write("agent: cannot write event: %s\n" % exc)
+            if self._failed and event.task is not None:
+                told = events.log_event(event.run, event.task, "stderr",
+                                        "distlaunch agent: %d event(s) could not be written to %s (%s); "
+                                        "the task ran on" % (self._failed, self._path, self._failure))
+                if self._append(told):
+                    self._failed = 0
+            self._append(event)
+
+    def _append(self, event: events.Event) -> bool:
+        assert self._fd is not None
+        self._seq += 1
+        event.data["seq"] = self._seq
+        data = (event.to_json() + "\n").encode("utf-8")
+        written = 0
+        try:
+            while written < len(data):
+                written += os.write(self._fd, data[written:])
+            return True
+        except OSError as exc:
+            if written:  # cut the partial line off, or the next line would be glued to it
+                with contextlib.suppress(OSError):
+                    os.ftruncate(self._fd, os.fstat(self._fd).st_size - written)
+            if not self._failed:
+                sys.stderr.write("agent: cannot write events to %s: %s\n" % (self._path, exc.strerror))
+            self._failed += 1
+            self._failure = exc.strerror or str(exc)
+            return False
 
     def close(self) -> None:
         with self._lock:
-            if self._file is not None:
-                self._file.close()
-                self._file = None
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
 
 
 # -- task output ------------------------------------------------------------------------------
@@ -788,14 +817,31 @@ def _is_our_group(pgid: int, run_id: Optional[str]) -> bool:
     return any(_environ_has(pid, "DISTLAUNCH_RUN_ID", run_id) for pid in members)
 
 
-def _last_state(events_path: str) -> Optional[str]:
+def _tail_lines(events_path: str) -> List[str]:
+    """The complete lines of the last 256 KiB of an event file (none if it cannot be read)."""
     try:
         with open(events_path, "rb") as f:
             f.seek(0, os.SEEK_END)
             f.seek(max(0, f.tell() - 256 * 1024))
-            tail = f.read().decode("utf-8", "replace").splitlines()
+            data = f.read()
     except OSError:
-        return None
+        return []
+    return data[: data.rfind(b"\n") + 1].decode("utf-8", "replace").splitlines()
+
+
+def _last_seq(events_path: str) -> int:
+    """The ``seq`` of the file's last event, -1 for a new file (or one written without numbers)."""
+    for line in reversed(_tail_lines(events_path)):
+        try:
+            seq = json.loads(line).get("seq")
+        except ValueError:
+            continue
+        return seq if isinstance(seq, int) else -1
+    return -1
+
+
+def _last_state(events_path: str) -> Optional[str]:
+    tail = _tail_lines(events_path)
     for line in reversed(tail):
         if '"kind":"state"' not in line:
             continue

@@ -255,7 +255,7 @@ def summarize(path: Path) -> dict[str, Any]:
             "name": state.get("name"), "strategy": state.get("strategy"), "job": job,
             "detached": state.get("detached", False), "launcher_pid": state.get("launcher_pid"),
             "launcher_alive": launcher_alive(state),
-            "tasks": tasks}
+            "tasks": tasks, "lost_events": view.lost_events}
 
 
 def launcher_alive(state: dict[str, Any]) -> bool:
@@ -286,6 +286,8 @@ def run_status(args: argparse.Namespace) -> int:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for r in rows:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+    for task_id, n in summary["lost_events"].items():
+        print(f"warning: {task_id}: {n} event(s) never reached the launcher (gaps in its sequence numbers)")
     return 0
 
 

@@ -66,11 +66,16 @@ class HostSession:
     # -- setup ----------------------------------------------------------------------------------
 
     def prepare(self) -> None:
-        """Start a fresh host run dir: leftovers of an earlier run with the same id must not be
+        """Start a fresh host run dir, private to the user (0700: task output and specs hold
+        paths, env and tokens): leftovers of an earlier run with the same id must not be
         followed as if they were this run's events."""
         base = shlex.quote(self.base_dir)
-        self.host.run(f"rm -rf -- {base}/tasks {base}/lease {base}/detached", timeout=60)
-        self.host.put_file(build_agent_zipapp(), self.pyz, mode=0o644)
+        result = self.host.run(f"rm -rf -- {base}/tasks {base}/lease {base}/detached && "
+                               f"mkdir -p -m 700 {base} && chmod 700 {base}", timeout=60)
+        if not result.ok:
+            detail = (result.stderr.strip().splitlines() or ["no output"])[-1]
+            raise HostError(f"host {self.name}: cannot create the run dir {self.base_dir}: {detail}")
+        self.host.put_file(build_agent_zipapp(), self.pyz, mode=0o600)
 
     def write_specs(self, specs: Mapping[str, Mapping[str, Any]]) -> None:
         """Every spec.json of this host in one round trip: a tar archive unpacked from stdin

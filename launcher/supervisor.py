@@ -7,6 +7,8 @@ operations run on one worker thread per host, so a slow host never stalls the ot
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import functools
 import json
 import os
@@ -21,6 +23,7 @@ from typing import Any
 from launcher import events as ev
 from launcher.errors import HostError
 from launcher.events import Event, EventDecodeError
+from launcher.hostclock import HostClock
 from launcher.model import START_ORDER, Plan, TaskSpec
 from launcher.plan import render_command, tf_config
 from launcher.policy import (
@@ -104,6 +107,7 @@ class Supervisor:
         self.ports = ports
         self.detached = detached
         self._notice = on_notice or (lambda _msg: None)
+        rundir.on_problem = self._notice  # a full disk on the launcher is told, never fatal
         self.tasks: dict[str, TaskRuntime] = {t.task_id: TaskRuntime(t, ports[t.task_id]) for t in plan.tasks}
         self.job_state = ev.JOB_CREATED
         self.job_reason = ""
@@ -115,9 +119,14 @@ class Supervisor:
         self._streams: dict[str, LineStream] = {}
         self._offsets: dict[str, dict[str, int]] = {h: {} for h in sessions}
         self._host_up: dict[str, bool] = dict.fromkeys(sessions, True)
+        self._clocks = {h: HostClock() for h in sessions}
+        self._last_seq: dict[str, int] = {}  # per task, the last agent event recorded
+        self.lost_events: dict[str, int] = {}
         self._last_heard: dict[str, float] = {}  # monotonic time of each host's last stream line
         self._feeds: list[Feed] = []
         self._timers: list[tuple[float, Callable[[], None]]] = []
+        #: scheduled group restarts (tasks, due time): kept in state.json so `attach` carries them out
+        self._pending_restarts: list[tuple[list[str], float]] = []
         self._finishing = False
         self._end: tuple[str, str] | None = None  # the job's end, decided; published once no start is in flight
         self._ended = False
@@ -171,15 +180,32 @@ class Supervisor:
         self.job_state = str(state.get("job_state") or ev.JOB_RUNNING)
         self.job_restarts = int(state.get("job_restarts") or 0)
         self.detached = False
+        for pending in state.get("pending_restarts") or []:
+            self._resume_restart([str(t) for t in pending.get("tasks", []) if t in self.tasks],
+                                 float(pending.get("due") or 0.0))
         for event in history:
+            seq = event.data.get("seq")
+            if event.task is not None and isinstance(seq, int):
+                self._last_seq[event.task] = max(seq, self._last_seq.get(event.task, -1))
             for feed in self._feeds:
                 feed.put(event)
+        self.lost_events = dict(state.get("lost_events") or {})
         self._loop_thread = threading.Thread(target=self._loop, name="supervisor", daemon=True)
         self._loop_thread.start()
         self._on_hosts(lambda s: s.set_detached(False))
         for name in self.sessions:
             self._start_follower(name)
         self.write_state()
+
+    def _resume_restart(self, group: list[str], due: float) -> None:
+        """A restart the last launcher had scheduled when it detached: due at the same time (or now)."""
+        if not group:
+            return
+        for task_id in group:
+            self.tasks[task_id].restarting = True
+            self.tasks[task_id].restart_pending = True
+        self._pending_restarts.append((group, due))
+        self._after(max(0.0, due - time.time()), lambda: self._restart_now(group))
 
     def _announce(self) -> None:
         self._publish(ev.job_event(self.run_id, ev.JOB_CREATED, self.profile.name))
@@ -275,7 +301,8 @@ class Supervisor:
 
         def on_line(line: str) -> None:
             self._last_heard[host] = time.monotonic()  # here, not on the loop: a busy loop is no silence
-            self._call(lambda: self._on_line(host, line))
+            received = time.time()
+            self._call(lambda: self._on_line(host, line, received))
 
         def on_close(code: int | None) -> None:
             self._call(lambda: self._on_stream_closed(host, stream))
@@ -286,20 +313,59 @@ class Supervisor:
 
     # -- events from agents ------------------------------------------------------------------------
 
-    def _on_line(self, host: str, line: str) -> None:
+    def _on_line(self, host: str, line: str, received: float) -> None:
         if not line or line.startswith("#"):
+            if line.startswith("#hb "):
+                with contextlib.suppress(ValueError):
+                    self._observe_clock(host, float(line[4:]), received)
             return
         try:
             event = Event.from_json(line)
         except EventDecodeError:
             return
+        self._observe_clock(host, event.ts, received)
         if event.task is not None:
             slug = event.task.replace(":", "-")
             offsets = self._offsets[host]
             offsets[slug] = offsets.get(slug, 0) + len(line.encode()) + 1
-        self._publish(event, line)
+            if not self._in_sequence(event):
+                return
+        stored: str | None = line
+        ts = self._clocks[host].correct(event.ts, received)
+        if ts != event.ts:  # a host whose clock is off: its times moved onto ours
+            data = dict(event.data)
+            if isinstance(data.get("exited_at"), int | float):  # the task's end, for the root cause
+                data["exited_at"] = self._clocks[host].correct(float(data["exited_at"]), received)
+            event, stored = dataclasses.replace(event, ts=ts, data=data), None
+        self._publish(event, stored)
         if event.kind == ev.STATE and event.task in self.tasks:
             self._on_task_state(self.tasks[event.task], event)
+
+    def _in_sequence(self, event: Event) -> bool:
+        """False for an event already recorded (a resend after attach from older offsets);
+        a gap in the task's ``seq`` is told and kept in state.json."""
+        seq = event.data.get("seq")
+        task = str(event.task)
+        if not isinstance(seq, int):
+            return True
+        last = self._last_seq.get(task, -1)
+        if seq <= last:
+            return False
+        if seq > last + 1:
+            missing = seq - last - 1
+            self.lost_events[task] = self.lost_events.get(task, 0) + missing
+            self._notice(f"{task}: {missing} event(s) lost between its agent and the launcher "
+                         f"(seq {last + 1}..{seq - 1})")
+        self._last_seq[task] = seq
+        return True
+
+    def _observe_clock(self, host: str, host_ts: float, received: float) -> None:
+        clock = self._clocks[host]
+        was_off = clock.offset != 0.0
+        clock.observe(host_ts, received)
+        if clock.offset != 0.0 and not was_off:
+            self._notice(f"host {host}: {clock.describe()}; its event times are corrected by the launcher "
+                         "(sync its clock with NTP)")
 
     def _on_task_state(self, rt: TaskRuntime, event: Event) -> None:
         state = str(event.get("state"))
@@ -391,11 +457,14 @@ class Supervisor:
             member.restart_pending = True
             self._publish(ev.state_event(self.run_id, task_id, ev.RESTARTING, host=member.spec.host,
                                          restarts=member.restarts, reason=f"{rt.spec.task_id} {why}"))
+        self._pending_restarts.append((group, time.time() + wait))
         self._after(wait, lambda: self._restart_now(group))
+        self.write_state()
 
     def _restart_now(self, group: list[str]) -> None:
         if self._finishing:
-            return
+            return  # a detach keeps it in state.json for `attach`; a teardown makes it moot
+        self._pending_restarts = [(g, due) for g, due in self._pending_restarts if g != group]
         members = [self.tasks[t] for t in group]
         for rt in members:
             if not rt.final:
@@ -414,7 +483,7 @@ class Supervisor:
             grace = max(rt.spec.grace_seconds for rt in members)
             self._on_hosts(lambda s: s.stop_agents(running[s.name], grace), [h for h, v in running.items() if v])
             with self._start_gate:  # either the job ended before this start, or its end waits for it
-                go = not self._finishing
+                go = self._end is None  # a detach (also _finishing) still lets the restart happen
                 if go:
                     self._starting += 1
                     for rt in members:
@@ -552,8 +621,8 @@ class Supervisor:
             if self._finishing:
                 return
             self._finishing = True
+            self._end = (state, reason)
             busy = self._starting > 0
-        self._end = (state, reason)
         if busy or any(rt.launch_pending for rt in self.tasks.values()):
             self._after(DRAIN_SECONDS, self._end_job)  # an agent that never reports must not hold the end
         else:
@@ -649,5 +718,7 @@ class Supervisor:
                           "incarnation": rt.incarnation, "python": rt.spec.python}
                       for t, rt in self.tasks.items()},
             "offsets": self._offsets,
+            "pending_restarts": [{"tasks": g, "due": due} for g, due in self._pending_restarts],
+            "lost_events": self.lost_events,
         }
         self.rundir.write_state(state)
