@@ -21,6 +21,7 @@ import json
 import os
 import platform
 import re
+import shlex
 import signal
 import socket
 import subprocess
@@ -68,6 +69,8 @@ class AgentSpec:
     sample_interval: float = 1.0
     metrics: Dict[str, str] = field(default_factory=dict)
     gpus: List[int] = field(default_factory=list)
+    setup: List[str] = field(default_factory=list)  # shell lines run before the command, in its shell
+    shell: str = ""  # e.g. "bash -lc"; empty: /bin/sh -c
 
     @classmethod
     def from_dict(cls, obj: Dict[str, Any]) -> "AgentSpec":
@@ -88,6 +91,8 @@ class AgentSpec:
             sample_interval=float(obj.get("sample_interval", 1.0)),
             metrics={str(k): str(v) for k, v in (obj.get("metrics") or {}).items()},
             gpus=[int(g) for g in (obj.get("gpus") or [])],
+            setup=[str(line) for line in (obj.get("setup") or [])],
+            shell=str(obj.get("shell") or ""),
         )
 
     @classmethod
@@ -484,9 +489,33 @@ def agent_pythonpath_entry() -> str:
     return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+#: secret env values reach the agent in its own environment, never in spec.json:
+#: a JSON object {task slug: {NAME: value}} that the launcher's start script read from stdin
+SECRETS_VAR = "DISTLAUNCH_SECRETS"
+
+
+def task_secrets(task: str) -> Dict[str, str]:
+    try:
+        every = json.loads(os.environ.get(SECRETS_VAR) or "{}")
+        mine = every.get(task.replace(":", "-")) or {}
+    except (ValueError, AttributeError):
+        return {}
+    return {str(k): str(v) for k, v in mine.items()}
+
+
+def task_argv(spec: AgentSpec) -> List[str]:
+    """The task's shell and its script: the setup lines, then the command, each only if the one
+    before succeeded (a failed ``conda activate`` must not run training in the wrong env)."""
+    script = " && ".join([*spec.setup, spec.command]) if spec.setup else spec.command
+    shell = shlex.split(spec.shell) if spec.shell else ["/bin/sh", "-c"]
+    return [*shell, script]
+
+
 def task_environment(spec: AgentSpec) -> Dict[str, str]:
     env = dict(os.environ)
+    env.pop(SECRETS_VAR, None)  # only this task's own secrets go on, by name
     env.update(spec.env)
+    env.update(task_secrets(spec.task))
     env["DISTLAUNCH_RUN_ID"] = spec.run
     env["DISTLAUNCH_TASK"] = spec.task
     existing = env.get("PYTHONPATH", "")
@@ -535,7 +564,7 @@ class TaskRunner:
         self._state(events.STARTING)
         try:
             proc = subprocess.Popen(
-                ["/bin/sh", "-c", spec.command], cwd=os.path.expanduser(spec.workdir), env=task_environment(spec),
+                task_argv(spec), cwd=os.path.expanduser(spec.workdir), env=task_environment(spec),
                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                 start_new_session=True, close_fds=True)
         except OSError as exc:
@@ -974,9 +1003,11 @@ def cmd_ports(addr: str, check: List[int], pick: int) -> Dict[str, Any]:
 
 
 def _run_processes(run_id: str) -> List[int]:
+    """Processes of the run, except the launcher's [notify] commands (they run after the job, by design)."""
     skip = {os.getpid(), os.getppid()}
     return [pid for pid in _all_pids()
-            if pid not in skip and _environ_has(pid, "DISTLAUNCH_RUN_ID", run_id) and pid_alive(pid)]
+            if pid not in skip and _environ_has(pid, "DISTLAUNCH_RUN_ID", run_id) and pid_alive(pid)
+            and not _environ_has(pid, "DISTLAUNCH_NOTIFY", "1")]
 
 
 def cmd_sweep(run_id: str, kill: bool, grace: float) -> Dict[str, Any]:

@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from launcher.profile_overrides import Overrides
+
 Strategy = Literal["parameter_server", "multi_worker_mirrored", "custom"]
 SuccessPolicy = Literal["chief", "all_workers"]
 RestartPolicy = Literal["never", "on-failure", "always", "exit-code"]
@@ -37,6 +39,8 @@ class HostConfig:
     transport: Transport = "ssh"
     ssh: SshSettings = field(default_factory=SshSettings)
     gpus: tuple[int, ...] = ()
+    tf_address: str | None = None  # what TF_CONFIG uses; None: ``address``
+    env: dict[str, str] = field(default_factory=dict)  # under the role's and [defaults]' env
 
 
 @dataclass(frozen=True)
@@ -50,6 +54,8 @@ class TaskDefaults:
     restart: RestartPolicy = "on-failure"
     max_restarts: int = 3
     grace_seconds: float = 10.0
+    setup: tuple[str, ...] = ()  # shell lines run before the command, in its shell
+    shell: str | None = None  # e.g. "bash -lc"; None: /bin/sh -c
     min_uptime: float = 10.0  # a failure sooner than this after start, every time, is a crash loop
 
 
@@ -71,6 +77,26 @@ class MetricsConfig:
 
 
 @dataclass(frozen=True)
+class NotifyConfig:
+    """[notify]: a command run on the launcher when the job ends or a task fails; the dashboard bell."""
+
+    command: str | None = None
+    timeout_seconds: float = 30.0
+    bell: bool = True
+
+
+@dataclass(frozen=True)
+class SyncConfig:
+    """[sync]: a launcher-side folder copied (changed files only) into each host's workdir before start."""
+
+    source: str = "."  # relative to the profile's folder
+    exclude: tuple[str, ...] = ()  # gitignore-style; .git/ is always excluded
+
+    def source_dir(self, profile_dir: Path) -> Path:
+        return (profile_dir / Path(self.source).expanduser()).resolve()
+
+
+@dataclass(frozen=True)
 class Profile:
     path: Path
     name: str
@@ -83,6 +109,16 @@ class Profile:
     hosts: dict[str, HostConfig]
     roles: dict[str, RoleConfig]  # keyed by role name, in ROLES order
     metrics: MetricsConfig
+    notify: NotifyConfig = field(default_factory=NotifyConfig)
+    #: per job on each host, {name} filled; {outputs} in commands (see profile_keys for the rules)
+    outputs: str = "~/distlaunch/outputs/{name}"
+    sync: SyncConfig | None = None  # no [sync]: the code is already on the hosts
+    #: the profile as read (recorded in the run dir: attach and restarts use it, not the file)
+    text: str = ""
+    #: this run's --set keys and the arguments appended to every command
+    overrides: Overrides = field(default_factory=Overrides)
+    #: values that came from the launcher's environment (${env:VAR}): masked wherever shown or written
+    secrets: frozenset[str] = frozenset()
 
     @property
     def directory(self) -> Path:
@@ -108,6 +144,8 @@ class TaskSpec:
     max_restarts: int
     grace_seconds: float
     in_cluster: bool  # False for the evaluator, which TF_CONFIG's cluster must not list
+    setup: tuple[str, ...] = ()
+    shell: str | None = None
     min_uptime: float = 10.0  # seconds; quicker failures with one exit code, again and again: crash loop
 
     @property

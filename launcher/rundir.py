@@ -35,6 +35,7 @@ PRIVATE_FILE = 0o600
 EVENTS_FILE = "events.jsonl"
 STATE_FILE = "state.json"
 DOWN_MARKER = "down-requested"
+LATEST_LINK = "latest"  # in the state root: the most recent run started there
 #: lines kept in memory while the run dir cannot be written (disk full), written once it can
 PENDING_LINES = 100_000
 
@@ -79,7 +80,7 @@ class RunDir:
         make_private_dir(target)
         make_private_dir(target / "logs")
         rd = cls(target, run_id)
-        latest = runs_root() / "latest"
+        latest = runs_root() / LATEST_LINK
         if path is None or target.parent == runs_root().resolve():
             try:
                 if latest.is_symlink() or latest.exists():
@@ -87,6 +88,8 @@ class RunDir:
                 latest.symlink_to(target)
             except OSError:
                 pass
+        else:
+            _link_into_root(run_id, target)
         return rd
 
     @classmethod
@@ -190,6 +193,18 @@ class RunDir:
         return self.path / "logs" / f"{task_id.replace(':', '-')}.log"
 
 
+def _link_into_root(run_id: str, target: Path) -> None:
+    """A run kept outside the state root (``--run-dir``) gets a link there named by its id, so that
+    ``distlaunch runs`` lists it and its id finds it."""
+    link = runs_root() / run_id
+    try:
+        link.parent.mkdir(parents=True, exist_ok=True, mode=PRIVATE_DIR)
+        if not link.exists() and not link.is_symlink():
+            link.symlink_to(target)
+    except OSError:
+        pass
+
+
 def read_state(path: Path) -> dict[str, Any]:
     try:
         data: dict[str, Any] = json.loads((path / STATE_FILE).read_text(encoding="utf-8"))
@@ -220,7 +235,7 @@ def find_run(ref: str | None) -> Path:
     """A run dir from a run id, a path, or (None) the most recent run."""
     root = runs_root()
     if ref is None:
-        latest = root / "latest"
+        latest = root / LATEST_LINK
         if latest.exists():
             return latest.resolve()
         candidates = [p for p in root.glob("*") if (p / STATE_FILE).exists()] if root.is_dir() else []
@@ -242,4 +257,5 @@ def host_to_json(host: HostConfig) -> dict[str, Any]:
 def host_from_json(data: dict[str, Any]) -> HostConfig:
     ssh = SshSettings(**data.get("ssh", {}))
     return HostConfig(name=data["name"], address=data["address"], transport=data.get("transport", "ssh"),
-                      ssh=ssh, gpus=tuple(data.get("gpus", ())))
+                      ssh=ssh, gpus=tuple(data.get("gpus", ())), tf_address=data.get("tf_address"),
+                      env=dict(data.get("env") or {}))

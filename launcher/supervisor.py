@@ -25,7 +25,7 @@ from launcher.errors import HostError
 from launcher.events import Event, EventDecodeError
 from launcher.hostclock import HostClock
 from launcher.model import START_ORDER, Plan, TaskSpec
-from launcher.plan import render_command, tf_config
+from launcher.plan import render_command, split_secrets, tf_config
 from launcher.policy import (
     backoff_delay,
     crash_loop_reason,
@@ -274,7 +274,7 @@ class Supervisor:
     def agent_spec(self, rt: TaskRuntime) -> dict[str, Any]:
         spec = rt.spec
         session = self.sessions[spec.host]
-        env = dict(spec.env)
+        env, _secret = split_secrets(spec.env, self.profile.secrets)  # secrets go by stdin, not spec.json
         env["TF_CONFIG"] = json.dumps(tf_config(self.plan, spec.task_id, self.ports))
         metrics = self.profile.metrics
         patterns = {k: v for k, v in (("step", metrics.step), ("loss", metrics.loss)) if v}
@@ -282,18 +282,22 @@ class Supervisor:
         return {
             "run": self.run_id, "task": spec.task_id, "host": spec.host,
             "incarnation": rt.incarnation, "restarts": rt.restarts,
-            "command": render_command(spec.command, port=rt.port, run_dir=session.base_dir),
+            "command": render_command(spec.command, port=rt.port, run_dir=session.base_dir,
+                                      outputs=session.outputs_dir),
             "workdir": spec.workdir, "env": env, "gpus": list(spec.gpus),
             "grace_seconds": spec.grace_seconds,
             "orphan_grace_seconds": self.profile.orphan_grace_seconds,
             "sample_interval": self.profile.sample_interval, "metrics": patterns,
+            "setup": list(spec.setup), "shell": spec.shell or "",
         }
 
     def _write_specs(self, session: HostSession, rts: list[TaskRuntime]) -> None:
         session.write_specs({rt.spec.slug: self.agent_spec(rt) for rt in rts})
 
     def _start_agents(self, session: HostSession, rts: list[TaskRuntime]) -> None:
-        session.start_agents([(rt.spec.slug, rt.spec.python) for rt in rts])
+        secrets = {rt.spec.slug: split_secrets(rt.spec.env, self.profile.secrets)[1] for rt in rts}
+        session.start_agents([(rt.spec.slug, rt.spec.python) for rt in rts],
+                             {slug: env for slug, env in secrets.items() if env})
 
     def _start_follower(self, host: str) -> None:
         session = self.sessions[host]
@@ -702,6 +706,7 @@ class Supervisor:
         state = {
             "run_id": self.run_id,
             "profile": str(self.profile.path),
+            "overrides": {"set": list(self.profile.overrides.sets), "args": list(self.profile.overrides.args)},
             "name": self.profile.name,
             "strategy": self.profile.strategy,
             "job_state": self.job_state,
@@ -711,7 +716,8 @@ class Supervisor:
             "detached": self.detached,
             "launcher_pid": os.getpid(),
             "updated": time.time(),
-            "hosts": {h: {"config": host_to_json(s.config), "base_dir": s.base_dir, "python": s.python}
+            "hosts": {h: {"config": host_to_json(s.config), "base_dir": s.base_dir, "python": s.python,
+                          "outputs_dir": s.outputs_dir}
                       for h, s in self.sessions.items()},
             "tasks": {t: {"host": rt.spec.host, "slug": rt.spec.slug, "address": rt.spec.address,
                           "port": rt.port, "pid": rt.pid, "state": rt.state, "restarts": rt.restarts,
