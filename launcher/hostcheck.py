@@ -11,9 +11,9 @@ A relative path is taken from ``cwd``, the directory the ``run`` agent starts ta
 from __future__ import annotations
 
 import os
-import shutil
+import shlex
 import subprocess
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 #: how long an interpreter may take to say whether a module is importable
 MODULE_CHECK_SECONDS = 60.0
@@ -52,7 +52,35 @@ def _check_file(path: str) -> Optional[str]:
     return None
 
 
-def _check_executable(name: str, workdir: str, path_env: Optional[str]) -> Optional[str]:
+#: the exit code of a check script whose setup lines failed
+SETUP_FAILED = 97
+
+
+def _in_task_shell(check: Dict[str, Any], line: str, workdir: str, env: Dict[str, str],
+                   ) -> "subprocess.CompletedProcess[bytes]":
+    """Run ``line`` as the task would run its command: in its shell, after its setup lines (a venv
+    or a module load changes which python and which programs there are)."""
+    setup = [str(s) for s in check.get("setup") or []]
+    # { ...; } not ( ... ): the setup's exports and activations must reach the line after it
+    script = ("{ %s; } || exit %d\n" % (" && ".join(setup), SETUP_FAILED) if setup else "") + line
+    shell = shlex.split(str(check["shell"])) if check.get("shell") else ["/bin/sh", "-c"]
+    return subprocess.run([*shell, script], cwd=workdir, env=env, stdin=subprocess.DEVNULL,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=MODULE_CHECK_SECONDS)
+
+
+def _shell_check(check: Dict[str, Any], line: str, workdir: str, env: Dict[str, str]) -> Tuple[int, str]:
+    """(exit code, last stderr line) of ``line`` in the task's shell; -1 when it could not run."""
+    try:
+        result = _in_task_shell(check, line, workdir, env)
+    except subprocess.TimeoutExpired:
+        return -1, "it took over %g s" % MODULE_CHECK_SECONDS
+    except OSError as exc:
+        return -1, str(exc)
+    last = result.stderr.decode("utf-8", "replace").strip().splitlines() or ["exit %d" % result.returncode]
+    return result.returncode, last[-1]
+
+
+def _check_executable(check: Dict[str, Any], name: str, workdir: str) -> Optional[str]:
     if "/" in name:
         path = resolve(name, workdir)
         if not os.path.exists(path):
@@ -62,35 +90,31 @@ def _check_executable(name: str, workdir: str, path_env: Optional[str]) -> Optio
         return None
     # the shell itself answers: builtins (exit, test, ...) count as found, as they run fine
     env = dict(os.environ)
-    if path_env is not None:
-        env["PATH"] = path_env
-    try:
-        found = subprocess.run(["/bin/sh", "-c", 'command -v "$1"', "sh", name], env=env, stdin=subprocess.DEVNULL,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=30).returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
-        found = shutil.which(name, path=env.get("PATH")) is not None
-    return None if found else "is not on the PATH"
-
-
-def _check_module(module: str, python: str, workdir: str, pythonpath: Optional[str]) -> Optional[str]:
-    """Can ``python`` (shell text, as in the task's command) import ``module`` from ``workdir``?"""
-    env = dict(os.environ)
-    if pythonpath:
-        env["PYTHONPATH"] = pythonpath
-    try:
-        result = subprocess.run(["/bin/sh", "-c", python + ' -c "$1" "$2"', "sh", _FIND_MODULE, module],
-                                cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.PIPE, timeout=MODULE_CHECK_SECONDS)
-    except subprocess.TimeoutExpired:
-        return "could not be checked: the interpreter took over %g s" % MODULE_CHECK_SECONDS
-    except OSError as exc:
-        return "could not be checked: %s" % exc
-    if result.returncode == 0:
+    if check.get("path_env") is not None:
+        env["PATH"] = str(check["path_env"])
+    code, last = _shell_check(check, "command -v %s" % shlex.quote(name), workdir, env)
+    if code == 0:
         return None
-    if result.returncode == 3:
+    if code == SETUP_FAILED:
+        return "could not be looked up: the setup lines failed (%s)" % last
+    return "is not on the PATH" if code > 0 else "could not be looked up: %s" % last
+
+
+def _check_module(check: Dict[str, Any], module: str, workdir: str) -> Optional[str]:
+    """Can the task's python (shell text, as in its command) import ``module`` from ``workdir``?"""
+    python = str(check["python"])
+    env = dict(os.environ)
+    if check.get("pythonpath"):
+        env["PYTHONPATH"] = str(check["pythonpath"])
+    line = "%s -c %s %s" % (python, shlex.quote(_FIND_MODULE), shlex.quote(module))
+    code, last = _shell_check(check, line, workdir, env)
+    if code == 0:
+        return None
+    if code == 3:
         return "is not importable by %s" % python
-    last = (result.stderr.decode("utf-8", "replace").strip().splitlines() or ["exit %d" % result.returncode])
-    return "could not be checked with %s (%s)" % (python, last[-1])
+    if code == SETUP_FAILED:
+        return "could not be checked: the setup lines failed (%s)" % last
+    return "could not be checked with %s (%s)" % (python, last)
 
 
 def run_check(check: Dict[str, Any], cwd: str) -> Optional[str]:
@@ -108,9 +132,9 @@ def run_check(check: Dict[str, Any], cwd: str) -> Optional[str]:
     if kind == "file":
         return _check_file(resolve(str(check["path"]), workdir))
     if kind == "executable":
-        return _check_executable(str(check["path"]), workdir, check.get("path_env"))
+        return _check_executable(check, str(check["path"]), workdir)
     if kind == "module":
-        return _check_module(str(check["path"]), str(check["python"]), workdir, check.get("pythonpath"))
+        return _check_module(check, str(check["path"]), workdir)
     return "unknown check %r" % kind
 
 

@@ -84,6 +84,11 @@ def host_checks(plan: Plan) -> dict[str, list[dict[str, Any]]]:
                 check["pythonpath"] = task.env["PYTHONPATH"]
         if kind == "executable" and "PATH" in task.env:
             check["path_env"] = task.env["PATH"]
+        if kind in ("module", "executable"):  # looked up as the task's own shell would, after its setup
+            if task.setup:
+                check["setup"] = list(task.setup)
+            if task.shell:
+                check["shell"] = task.shell
         _add(mine, check)
     return {host: list(found.values()) for host, found in checks.items()}
 
@@ -94,7 +99,7 @@ def _shell_python(task: TaskSpec, profile: Profile) -> str:
 
 
 def _add(checks: dict[tuple[str, ...], dict[str, Any]], check: dict[str, Any]) -> None:
-    ident = tuple(str(check.get(k, "")) for k in ("kind", "path", "workdir", "python", "role"))
+    ident = tuple(str(check.get(k, "")) for k in ("kind", "path", "workdir", "python", "role", "setup", "shell"))
     checks.setdefault(ident, check)
 
 

@@ -101,3 +101,25 @@ def test_host_side_checks(tmp_path: Path) -> None:
         ("executable", "./run.sh"): "is not executable",
         ("executable", "no-such-program-anywhere"): "is not on the PATH",
     }
+
+
+def test_module_and_program_are_looked_up_after_the_roles_setup_lines(tmp_path: Path) -> None:
+    """A venv activated by `setup` decides what the task can import and run: so does the check."""
+    extra = tmp_path / "extra"
+    (extra / "bin").mkdir(parents=True)
+    (extra / "only_in_setup.py").write_text("")
+    (extra / "bin" / "only-in-setup").write_text("#!/bin/sh\n")
+    (extra / "bin" / "only-in-setup").chmod(0o755)
+    setup = [f"export PYTHONPATH={extra} PATH={extra}/bin:$PATH"]
+    base = {"workdir": str(tmp_path), "python": sys.executable}
+    checks = [
+        {**base, "kind": "module", "path": "only_in_setup", "setup": setup},
+        {**base, "kind": "executable", "path": "only-in-setup", "setup": setup, "shell": "bash -c"},
+        {**base, "kind": "module", "path": "only_in_setup"},
+        {**base, "kind": "module", "path": "json", "setup": ["false"]},
+    ]
+    failed = [(f["path"], f.get("setup"), f["problem"]) for f in run_checks(checks, str(tmp_path))]
+    assert failed == [
+        ("only_in_setup", None, f"is not importable by {sys.executable}"),
+        ("json", ["false"], "could not be checked: the setup lines failed (exit 97)"),
+    ]
