@@ -21,6 +21,7 @@ import json
 import math
 import os
 import platform
+import re
 import shlex
 import signal
 import socket
@@ -270,6 +271,28 @@ def describe_exit(returncode: int) -> Tuple[int, str]:
             name = "signal %d" % signum
         return 128 + signum, "killed by %s" % name
     return returncode, "exit code %d" % returncode
+
+
+def start_error_text(exc: OSError, workdir: str) -> str:
+    """Why Popen failed, naming the workdir when the chdir into it was what failed."""
+    if exc.errno in (errno.ENOENT, errno.ENOTDIR, errno.EACCES):
+        what = {errno.ENOENT: "does not exist", errno.ENOTDIR: "is not a directory",
+                errno.EACCES: "cannot be entered (permission denied)"}[exc.errno]
+        return "workdir %s %s" % (workdir, what)
+    return str(exc)
+
+
+#: what /bin/sh says on stderr when it cannot run the command (exit 127: not found, 126: not executable)
+_SHELL_CANNOT = re.compile(r"(not found|No such file or directory|Permission denied|cannot execute)\s*$")
+
+
+def shell_cannot_execute(returncode: int, last_stderr_line: str) -> Optional[str]:
+    """The shell's own "command not found" / "cannot execute", as opposed to a program's exit 126/127.
+
+    Both conditions are needed: a program may exit 127 by itself, and print such words too."""
+    if returncode not in (126, 127) or not _SHELL_CANNOT.search(last_stderr_line):
+        return None
+    return last_stderr_line.strip()
 
 
 # -- events out -------------------------------------------------------------------------------
@@ -599,11 +622,13 @@ class TaskRunner:
         self._state(events.STARTING)
         try:
             proc = subprocess.Popen(
-                task_argv(spec), cwd=spec.workdir, env=task_environment(spec),
+                task_argv(spec), cwd=os.path.expanduser(spec.workdir), env=task_environment(spec),
                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                 start_new_session=True, close_fds=True)
         except OSError as exc:
-            self._state(events.FAILED, reason="could not start: %s" % exc)
+            # /bin/sh itself exists, so this is the workdir (chdir) failing: no restart can fix it
+            self._state(events.FAILED, reason="could not start: %s" % start_error_text(exc, spec.workdir),
+                        permanent=True)
             self.writer.close()
             return 0
         pgid = proc.pid
@@ -611,12 +636,19 @@ class TaskRunner:
         self._state(events.RUNNING, pid=proc.pid)
 
         interpreter = OutputInterpreter(spec, self.writer.write)
+        last_stderr: List[str] = []
+
+        def handle(stream: str, line: str) -> None:
+            if stream == "stderr":
+                last_stderr[:] = [line]
+            interpreter.handle(stream, line)
+
         assert proc.stdout is not None and proc.stderr is not None
         readers = []
         for pipe, name in ((proc.stdout, "stdout"), (proc.stderr, "stderr")):
             fd = os.dup(pipe.fileno())  # the reader thread owns (and closes) its own descriptor
             pipe.close()
-            readers.append(threading.Thread(target=_read_lines, args=(fd, name, interpreter.handle),
+            readers.append(threading.Thread(target=_read_lines, args=(fd, name, handle),
                                             name="read-" + name, daemon=True))
         for reader in readers:
             reader.start()
@@ -629,6 +661,7 @@ class TaskRunner:
         if stopped:
             self._terminate(proc, pgid)
         returncode = proc.wait()
+        exited_at = time.time()  # the final event comes after the output is drained: this is when it ended
         self._task_exited.set()
         _kill_group_for_good(pgid, LEFTOVER_TERM_SECONDS, lambda: _reap_adopted(proc.pid))
         _reap_adopted(proc.pid)
@@ -647,7 +680,13 @@ class TaskRunner:
         elif returncode == 0:
             self._state(events.SUCCEEDED, pid=proc.pid, exit_code=0)
         else:
-            self._state(events.FAILED, pid=proc.pid, exit_code=exit_code, reason=reason)
+            cannot = shell_cannot_execute(returncode, last_stderr[-1] if last_stderr else "")
+            if cannot is not None:
+                self._state(events.FAILED, pid=proc.pid, exit_code=exit_code,
+                            reason="could not start: %s" % cannot, permanent=True, exited_at=exited_at)
+            else:
+                self._state(events.FAILED, pid=proc.pid, exit_code=exit_code, reason=reason,
+                            exited_at=exited_at)
         self.writer.close()
         return 0
 
@@ -1047,14 +1086,24 @@ def cmd_sweep(run_id: str, kill: bool, grace: float) -> Dict[str, Any]:
 # -- preflight --------------------------------------------------------------------------------
 
 
-def cmd_preflight() -> Dict[str, Any]:
+def cmd_preflight(checks_json: Optional[str] = None, cwd: Optional[str] = None,
+                  ports: Optional[Tuple[str, List[int], int]] = None) -> Dict[str, Any]:
+    """What this host's Python offers; with ``checks_json`` the failed path checks (launcher/hostcheck.py,
+    relative paths under ``cwd``), with ``ports`` the answer of ``ports`` too: one round trip for all."""
     def has(module: str) -> bool:
         try:
             return importlib.util.find_spec(module) is not None
         except (ImportError, ValueError):
             return False
 
-    return {"python": platform.python_version(), "psutil": has("psutil"), "pynvml": has("pynvml")}
+    answer: Dict[str, Any] = {"python": platform.python_version(), "psutil": has("psutil"),
+                              "pynvml": has("pynvml")}
+    if checks_json is not None:
+        hostcheck = importlib.import_module("launcher.hostcheck")
+        answer["failed"] = hostcheck.run_checks(json.loads(checks_json), cwd or os.getcwd())
+    if ports is not None:
+        answer["ports"] = cmd_ports(*ports)
+    return answer
 
 
 # -- entry point ------------------------------------------------------------------------------
@@ -1085,7 +1134,12 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--run-id", required=True)
     sweep.add_argument("--kill", action="store_true")
     sweep.add_argument("--grace", type=float, default=5.0)
-    verbs.add_parser("preflight", help="what this host's Python offers")
+    preflight = verbs.add_parser("preflight", help="what this host's Python offers; path and port checks")
+    preflight.add_argument("--checks", default=None, help="JSON list of path checks (launcher/hostcheck.py)")
+    preflight.add_argument("--cwd", default=None, help="the directory relative paths are taken from")
+    preflight.add_argument("--bind", default=None)
+    preflight.add_argument("--check", type=_port_list, default=[])
+    preflight.add_argument("--pick", type=int, default=0)
     return parser
 
 
@@ -1117,7 +1171,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     elif args.verb == "sweep":
         _print_json(cmd_sweep(args.run_id, args.kill, args.grace))
     elif args.verb == "preflight":
-        _print_json(cmd_preflight())
+        ports = (args.bind, args.check, args.pick) if args.bind is not None else None
+        try:
+            _print_json(cmd_preflight(args.checks, args.cwd, ports))
+        except (OSError, ValueError) as exc:
+            sys.stderr.write("agent preflight: %s\n" % exc)
+            _print_json({"error": str(exc)})
+            return 1
     return 0
 
 

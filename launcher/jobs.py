@@ -152,7 +152,8 @@ def run_dashboard_for(sup: Supervisor, feed: Any, plan: Plan, live: bool) -> Non
 
     try:
         result = run_dashboard(feed, sup, title=plan.profile.name, strategy=plan.profile.strategy,
-                               hosts_total=len(sup.sessions), live=live, bell_on_end=plan.profile.notify.bell)
+                               hosts_total=len(sup.sessions), live=live, run_dir=sup.rundir.path,
+                               bell_on_end=plan.profile.notify.bell)
     except Exception:
         # nothing may be left running because the screen broke: stop the job, then report the crash
         sup.teardown("the dashboard crashed")
@@ -279,8 +280,8 @@ def summarize(path: Path) -> dict[str, Any]:
             "step": seen.step if seen else None, "loss": seen.loss if seen else None,
             "exit_code": seen.exit_code if seen else None, "reason": seen.reason if seen else "",
             "conditions": dict(seen.conditions) if seen else {}}
-    job = ({"state": view.state, "reason": view.reason} if view.events_applied
-           else {"state": state.get("job_state"), "reason": state.get("job_reason", "")})
+    job = ({"state": view.state, "reason": view.reason, "root_cause": view.failure_cause} if view.events_applied
+           else {"state": state.get("job_state"), "reason": state.get("job_reason", ""), "root_cause": ""})
     return {"run": state["run_id"], "dir": str(path), "profile": state.get("profile"),
             "name": state.get("name"), "strategy": state.get("strategy"), "job": job,
             "detached": state.get("detached", False), "launcher_pid": state.get("launcher_pid"),
@@ -303,6 +304,8 @@ def run_status(args: argparse.Namespace) -> int:
     who = "launcher attached" if summary["launcher_alive"] else ("detached" if summary["detached"] else "no launcher")
     print(f"run {summary['run']}  ({summary['name']}, {summary['strategy']}, {who})")
     print(f"job {job['state']}" + (f": {job['reason']}" if job.get("reason") else ""))
+    if job.get("root_cause"):
+        print(f"root cause: {job['root_cause']}")
     if summary["detached"] and not summary["launcher_alive"]:
         print(f"(detached: task states as last seen by a launcher; `distlaunch attach {summary['run']}` for live)")
     rows = [("TASK", "HOST", "ADDRESS", "STATE", "PID", "RESTARTS", "STEP", "LOSS")]
@@ -356,7 +359,7 @@ def run_replay(args: argparse.Namespace) -> int:
     state = read_state(path)
     source = ReplaySource(path / "events.jsonl", speed=args.speed)
     run_dashboard(source, None, title=str(state.get("name")), strategy=str(state.get("strategy")),
-                  hosts_total=len(state.get("hosts", {})), live=False)
+                  hosts_total=len(state.get("hosts", {})), live=False, run_dir=path)
     return 0
 
 

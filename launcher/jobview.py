@@ -14,9 +14,13 @@ from dataclasses import dataclass, field
 
 from launcher import events as ev
 from launcher.events import Event
+from launcher.timeline import Timeline
 
 HISTORY_POINTS = 120
 """Points kept per sparkline series (steps/s, GPU util) per task."""
+
+RATE_POINTS = 200
+"""(time, steps/s) points kept per task, spread over the task's whole life."""
 
 LOSS_POINTS = 400
 """(step, loss) points kept per task for the loss chart."""
@@ -32,6 +36,12 @@ STALE_AFTER_S = 10.0
 
 IMBALANCE_RATIO = 1.5
 """A ps holding more than this times the mean bytes per ps is flagged."""
+
+FAILURE_TAIL_LINES = 8
+"""Lines of a failed incarnation's output the failure report shows (each once)."""
+
+FAILURE_TAIL_KEPT = 5 * FAILURE_TAIL_LINES
+"""Lines kept per failed incarnation, so that repeated lines still leave enough distinct ones."""
 
 UNREACHABLE_REASON = "host unreachable"
 ROLE_ORDER = {"chief": 0, "ps": 1, "worker": 2, "evaluator": 3}
@@ -88,15 +98,27 @@ class TaskView:
     gpu_mem_used: int | None = None
     gpu_mem_total: int | None = None
     has_gpu: bool = False
+    #: the last sample's GPUs as reported (``index``, ``util_percent``, ``mem_*_bytes``): the hosts view
+    gpus: list[dict[str, object]] = field(default_factory=list)
     last_event_ts: float | None = None
     #: active conditions (``stalled``, ``straggler``, ...) and why each was raised
     conditions: dict[str, str] = field(default_factory=dict)
+    #: the log's ``total`` when this incarnation started: its own lines are the ones after it
+    incarnation_log_start: int = 0
+    #: the last lines of the latest incarnation that failed, kept when it failed (failure report)
+    failed_tail: list[str] = field(default_factory=list)
     #: the last ``seq`` seen from this task's agent, and how many numbers never arrived
     last_seq: int = -1
     lost_events: int = 0
     rate_history: deque[float] = field(default_factory=lambda: deque(maxlen=HISTORY_POINTS))
     gpu_history: deque[float] = field(default_factory=lambda: deque(maxlen=HISTORY_POINTS))
     loss_history: deque[tuple[int, float]] = field(default_factory=lambda: deque(maxlen=LOSS_POINTS))
+    #: the event time of each `loss_history` point (same length): the loss chart's time axis
+    loss_times: deque[float] = field(default_factory=lambda: deque(maxlen=LOSS_POINTS))
+    #: (event time, steps/s) over the whole life of the task for the steps/s-over-time chart: one point
+    #: per `rate_spacing` seconds; when `RATE_POINTS` are kept, every other one goes and the spacing doubles
+    rate_points: list[tuple[float, float]] = field(default_factory=list)
+    rate_spacing: float = 1.0
     _step_points: deque[tuple[float, int]] = field(default_factory=deque)
 
     @property
@@ -122,6 +144,12 @@ class TaskView:
         if ts > first_ts:
             self.steps_per_s = (step - first_step) / (ts - first_ts)
             self.rate_history.append(self.steps_per_s)
+            rates = self.rate_points
+            if not rates or ts - rates[-1][0] >= self.rate_spacing:
+                rates.append((ts, self.steps_per_s))
+                if len(rates) > RATE_POINTS:
+                    self.rate_points = rates[::2]
+                    self.rate_spacing *= 2
 
 
 @dataclass
@@ -199,6 +227,13 @@ class JobView:
     dirty_tasks: set[str] = field(default_factory=set)
     placement_dirty: bool = False
     events_applied: int = 0
+    #: the first task failure of the job: (task id, why); in TF jobs the cause of the others
+    first_failure: tuple[str, str] | None = None
+    #: when that task ended (its agent's `exited_at`, else the event's time): events of different
+    #: tasks may arrive out of order, so an earlier failure that arrives later still wins
+    first_failure_at: float | None = None
+    #: state changes, exits, restarts, conditions and operator actions (the `e` view)
+    timeline: Timeline = field(default_factory=Timeline)
 
     # -- reading -------------------------------------------------------------------------
 
@@ -218,6 +253,26 @@ class JobView:
             return chief.step
         steps = [t.step for t in self.tasks.values() if t.role == "worker" and t.step is not None]
         return max(steps) if steps else None
+
+    @property
+    def root_cause(self) -> str:
+        """The task that failed first and why ("ps:0 failed first (exit code 1)"), once one failed."""
+        if self.first_failure is None:
+            return ""
+        task_id, why = self.first_failure
+        return f"{task_id} failed first ({why})"
+
+    @property
+    def failure_cause(self) -> str:
+        """The root cause, where the job has failed (what the header and `status` show)."""
+        return self.root_cause if self.state == ev.JOB_FAILED else ""
+
+    def failed_tasks(self) -> list[str]:
+        """Tasks with a failed incarnation, the first failure first, then in display order."""
+        failed = sorted((t for t, v in self.tasks.items() if v.failed_tail or v.state == ev.FAILED),
+                        key=task_sort_key)
+        first = self.first_failure[0] if self.first_failure else None
+        return sorted(failed, key=lambda t: t != first)
 
     def hosts_up(self) -> set[str]:
         """Hosts with a running task, minus those reported unreachable."""
@@ -255,6 +310,7 @@ class JobView:
         if self.start_ts is None:
             self.start_ts = event.ts
         self.last_ts = event.ts if self.last_ts is None else max(self.last_ts, event.ts)
+        self.timeline.add(event)
         if event.kind == ev.JOB:
             self._apply_job(event)
             return
@@ -334,6 +390,10 @@ class JobView:
             task.steps_per_s = None
             task._step_points.clear()
             task.conditions.clear()  # a stall or a slow pace belongs to the incarnation that had it
+        if task.state == ev.STARTING:
+            task.incarnation_log_start = self.log(task.task_id).total
+        elif task.state == ev.FAILED:
+            self._record_failure(task, event)
         if task.state == old:
             return
         why = f" ({task.reason})" if task.reason else ""
@@ -343,6 +403,16 @@ class JobView:
         elif task.state == ev.RESTARTING:
             self.notices.append(Notice(f"{task.task_id} restarting (restart {task.restarts}){why}",
                                        "warning"))
+
+    def _record_failure(self, task: TaskView, event: Event) -> None:
+        why = task.reason or (f"exit code {task.exit_code}" if task.exit_code is not None else "failed")
+        exited_at = event.get("exited_at")
+        at = float(exited_at) if isinstance(exited_at, int | float) else event.ts
+        if self.first_failure_at is None or at < self.first_failure_at:
+            self.first_failure, self.first_failure_at = (task.task_id, why), at
+        log = self.log(task.task_id)
+        own = log.since(task.incarnation_log_start)
+        task.failed_tail = [line.line for line in own[-FAILURE_TAIL_KEPT:]]
 
     def _apply_metric(self, task: TaskView, event: Event) -> None:
         step = event.get("step")
@@ -354,7 +424,14 @@ class JobView:
         if loss is not None:
             task.loss = loss
             if task.step is not None:
-                task.loss_history.append((task.step, loss))
+                history, times = task.loss_history, task.loss_times
+                # a restart from an older checkpoint redoes steps, and a step reported twice is one
+                # point: keep the curve a function of the step (drawn back, it made stray strokes)
+                while history and history[-1][0] >= task.step:
+                    history.pop()
+                    times.pop()
+                history.append((task.step, loss))
+                times.append(event.ts)
 
     def _record_global_step(self, ts: float) -> None:
         step = self.global_step
@@ -377,6 +454,7 @@ class JobView:
         task.rss_bytes = int(rss) if isinstance(rss, int | float) else None
         gpus = [g for g in (event.get("gpus") or []) if isinstance(g, dict)]
         task.has_gpu = bool(gpus)
+        task.gpus = gpus
         if gpus:
             utils = [u for u in (ev.finite(g.get("util_percent")) for g in gpus) if u is not None]
             task.gpu_util = sum(utils) / len(utils) if utils else None

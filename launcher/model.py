@@ -57,6 +57,7 @@ class TaskDefaults:
     grace_seconds: float = 10.0
     setup: tuple[str, ...] = ()  # shell lines run before the command, in its shell
     shell: str | None = None  # e.g. "bash -lc"; None: /bin/sh -c
+    min_uptime: float = 10.0  # a failure sooner than this after start, every time, is a crash loop
     autolog: bool = True  # step/loss/placement from unmodified scripts (launcher/autolog.py)
     stall_seconds: float = 600.0  # step not advancing this long -> stalled; 0 = off (ps: off unless set)
     on_stall: OnStall = "warn"
@@ -151,6 +152,7 @@ class TaskSpec:
     in_cluster: bool  # False for the evaluator, which TF_CONFIG's cluster must not list
     setup: tuple[str, ...] = ()
     shell: str | None = None
+    min_uptime: float = 10.0  # seconds; quicker failures with one exit code, again and again: crash loop
     autolog: bool = True
     stall_seconds: float = 0.0  # 0: no stall detection for this task
     on_stall: OnStall = "warn"

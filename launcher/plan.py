@@ -102,6 +102,7 @@ def _task(profile: Profile, role: RoleConfig, index: int, host: HostConfig, nth_
         in_cluster=role.name != "evaluator",
         setup=settings.setup,
         shell=settings.shell,
+        min_uptime=settings.min_uptime,
         autolog=settings.autolog,
         stall_seconds=settings.stall_seconds,
         on_stall=settings.on_stall,

@@ -326,6 +326,7 @@ class _ProfileReader:
         grace: float | None = table.get("grace_seconds")
         setup: list[str] | None = table.get("setup")
         shell: str | None = table.get("shell")
+        min_uptime: float | None = table.get("min_uptime")
         autolog: bool | None = table.get("autolog")
         stall: float | None = table.get("stall_seconds")
         on_stall = cast(OnStall | None, table.get("on_stall"))
@@ -342,6 +343,7 @@ class _ProfileReader:
             grace_seconds=base.grace_seconds if grace is None else float(grace),
             setup=base.setup if setup is None else tuple(setup),
             shell=base.shell if shell is None else shell.strip(),
+            min_uptime=base.min_uptime if min_uptime is None else float(min_uptime),
             autolog=base.autolog if autolog is None else autolog,
             stall_seconds=base.stall_seconds if stall is None else float(stall),
             on_stall=base.on_stall if on_stall is None else on_stall,

@@ -94,6 +94,9 @@ TASK_KEYS = Table(
         Key("max_restarts", "integer", "Restarts each task may spend.", default=3, minimum=0),
         Key("grace_seconds", "number", "Seconds between SIGTERM and SIGKILL when a task is stopped.",
             default=10.0),
+        Key("min_uptime", "number", "Seconds a task must run before a failure no longer counts as quick: "
+            "failing quicker with one exit code 3 times in a row (or on every allowed attempt) is a crash "
+            "loop that ends the job; 0: never.", default=10.0),
         Key("setup", "string_list", "Shell lines run in the task's shell before the command, each only if the "
             "one before succeeded (source a venv, module load cuda).", default=[],
             expected='a list of shell lines like ["source ~/venv/bin/activate"]'),

@@ -131,15 +131,21 @@ class HostSession:
             detail = (result.stderr.strip().splitlines() or ["no output"])[-1]
             raise HostError(f"host {self.name}: cannot write task specs under {self.base_dir}: {detail}")
 
-    def check_ports(self, bind: str, check: Iterable[int], pick: int) -> tuple[list[int], list[int]]:
-        args = ["--bind", bind]
+    def preflight(self, bind: str, check: Iterable[int], pick: int,
+                  path_checks: list[dict[str, Any]]) -> tuple[list[int], list[int], list[dict[str, Any]]]:
+        """Ports and path checks in one round trip: (busy, picked, failed path checks).
+
+        Relative paths are judged from the host run dir, where the agents start tasks from."""
+        args = ["--cwd", self.base_dir, "--bind", bind, "--checks", json.dumps(path_checks)]
         ports = ",".join(str(p) for p in check)
         if ports:
             args += ["--check", ports]
         if pick:
             args += ["--pick", str(pick)]
-        answer = self.agent("ports", *args)
-        return [int(p) for p in answer.get("busy", [])], [int(p) for p in answer.get("picked", [])]
+        answer = self.agent("preflight", *args)
+        found = answer.get("ports") or {}
+        return ([int(p) for p in found.get("busy", [])], [int(p) for p in found.get("picked", [])],
+                list(answer.get("failed") or []))
 
     def set_detached(self, detached: bool) -> None:
         marker = shlex.quote(f"{self.base_dir}/detached")
