@@ -28,6 +28,10 @@ class SshSettings:
     host_key_policy: HostKeyPolicy = "reject"
     connect_timeout: float = 10.0
     ssh_port: int = 22
+    #: the OpenSSH client config to resolve addresses through (``ssh -G``); None: none
+    ssh_config: str | None = None
+    #: keys the profile left at their defaults, which ~/.ssh/config may then set
+    unset: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -37,6 +41,10 @@ class HostConfig:
     transport: Transport = "ssh"
     ssh: SshSettings = field(default_factory=SshSettings)
     gpus: tuple[int, ...] = ()
+    #: the address TF_CONFIG uses; None: the address, or the HostName ~/.ssh/config gives it
+    tf_address: str | None = None
+    #: the [hosts.X] table this entry came from when its address was a host range (X), else None
+    group: str | None = None
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ commands keep ``{port}`` and ``{run_dir}`` until ``render_command`` fills them.
 
 from __future__ import annotations
 
+import contextlib
 import posixpath
 import re
 import shlex
@@ -15,9 +16,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TypedDict
 
-from launcher.errors import UserError
+from launcher.errors import HostError, UserError
 from launcher.model import START_ORDER, HostConfig, Plan, Profile, RoleConfig, TaskSpec
 from launcher.profile import PLACEHOLDER_RE
+from launcher.transport import sshconfig
 
 #: roles in TF_CONFIG's cluster, in the order TensorFlow's docs list them
 CLUSTER_ROLES = ("chief", "worker", "ps")
@@ -65,10 +67,22 @@ def build_plan(profile: Profile) -> Plan:
     return Plan(profile=profile, tasks=tuple(tasks))
 
 
+def tf_address(host: HostConfig) -> str:
+    """The address other tasks reach ``host`` at: tf_address, else the HostName ~/.ssh/config
+    gives an alias (another host cannot resolve the alias), else the address as written."""
+    if host.tf_address:
+        return host.tf_address
+    if host.transport == "ssh" and host.ssh.ssh_config is not None:
+        with contextlib.suppress(HostError):
+            return sshconfig.resolve(host).target.hostname
+    return host.address
+
+
 def _task(profile: Profile, role: RoleConfig, index: int, host: HostConfig, nth_on_host: int,
           gpus: tuple[int, ...]) -> TaskSpec:
     settings = role.settings
     task_id = f"{role.name}:{index}"
+    address = tf_address(host)
     python = settings.python or (sys.executable if host.transport == "local" else "python3")
     env = dict(settings.env)
     if gpus:
@@ -80,14 +94,14 @@ def _task(profile: Profile, role: RoleConfig, index: int, host: HostConfig, nth_
     shell_python = settings.python or shlex.quote(python)
     command = fill_placeholders(settings.command, {"python": shell_python}, quote=False)
     command = fill_placeholders(command, {
-        "role": role.name, "index": str(index), "task": task_id, "host": host.address,
+        "role": role.name, "index": str(index), "task": task_id, "host": address,
     })
     return TaskSpec(
         task_id=task_id,
         role=role.name,
         index=index,
         host=host.name,
-        address=host.address,
+        address=address,
         port=None if role.port is None else role.port + nth_on_host,
         gpus=gpus,
         command=command,

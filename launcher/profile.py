@@ -7,6 +7,7 @@ profile that did not load, so all checks that need no host happen here.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import json
 import re
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
+from launcher import hostlist
 from launcher.errors import ProfileError
 from launcher.model import (
     ROLES,
@@ -49,8 +51,11 @@ PLACEHOLDER_RE = re.compile(r"(?<!\$)\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _TOP_KEYS = ("name", "strategy", "success_policy", "backoff_limit", "orphan_grace_seconds",
              "sample_interval", "defaults", "ssh", "hosts", "roles", "metrics")
 _DEFAULT_KEYS = ("command", "python", "workdir", "env", "restart", "max_restarts", "grace_seconds")
-_SSH_KEYS = ("user", "identity_file", "known_hosts", "host_key_policy", "connect_timeout", "ssh_port")
-_HOST_KEYS = ("address", "transport", "gpus", *_SSH_KEYS)
+_SSH_KEYS = ("user", "identity_file", "known_hosts", "host_key_policy", "connect_timeout", "ssh_port",
+             "ssh_config")
+#: [ssh] when the profile has none: ~/.ssh/config applies to whatever the profile leaves unset
+DEFAULT_SSH = SshSettings(ssh_config="~/.ssh/config", unset=frozenset(_SSH_KEYS))
+_HOST_KEYS = ("address", "tf_address", "transport", "gpus", *_SSH_KEYS)
 _ROLE_KEYS = ("count", "hosts", "port", "gpus_per_task", *_DEFAULT_KEYS)
 _HOST_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
 _LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
@@ -235,7 +240,7 @@ class _ProfileReader:
         if not name.strip():
             raise self.fail(("name",), 'is empty; give the job a name, e.g. name = "mnist-ps"')
         defaults = self.task_settings(self.table(data, "defaults", ()), ("defaults",), None)
-        ssh = self.ssh_settings(self.table(data, "ssh", ()), ("ssh",), SshSettings())
+        ssh = self.ssh_settings(self.table(data, "ssh", ()), ("ssh",), DEFAULT_SSH)
         hosts = self.hosts(self.table(data, "hosts", ()), ssh)
         roles = self.roles(self.table(data, "roles", ()), defaults, hosts)
         metrics = self.metrics(self.table(data, "metrics", ()))
@@ -325,6 +330,7 @@ class _ProfileReader:
         policy = cast(HostKeyPolicy | None, self.choice(table, "host_key_policy", key, HOST_KEY_POLICIES))
         timeout = self.number(table, "connect_timeout", key, positive=True)
         port = self.integer(table, "ssh_port", key, minimum=1, maximum=65535)
+        ssh_config = self.ssh_config(table, key, base.ssh_config)
         return SshSettings(
             user=base.user if user is None else user,
             identity_file=base.identity_file if identity is None else identity,
@@ -332,7 +338,21 @@ class _ProfileReader:
             host_key_policy=base.host_key_policy if policy is None else policy,
             connect_timeout=base.connect_timeout if timeout is None else timeout,
             ssh_port=base.ssh_port if port is None else port,
+            ssh_config=ssh_config,
+            unset=base.unset - frozenset(name for name in _SSH_KEYS if name in table),
         )
+
+    def ssh_config(self, table: Mapping[str, Any], key: KeyPath, base: str | None) -> str | None:
+        """``ssh_config = "path"`` or ``false`` (OpenSSH's config is not read at all)."""
+        value = table.get("ssh_config")
+        if value is None:
+            return base
+        if value is False:
+            return None
+        if isinstance(value, str) and value.strip():
+            return value
+        raise self.fail((*key, "ssh_config"), f'expected a path like "~/.ssh/config" or false, '
+                        f"got {show_value(value)}")
 
     def hosts(self, table: Mapping[str, Any], ssh: SshSettings) -> dict[str, HostConfig]:
         if not table:
@@ -351,9 +371,43 @@ class _ProfileReader:
                 raise self.fail(key, f'has no address; add address = "10.0.0.1" (or "localhost") '
                                 f"under [hosts.{name}]")
             transport = cast(Transport, self.choice(entry, "transport", key, TRANSPORTS) or "ssh")
-            hosts[name] = HostConfig(name=name, address=address.strip(), transport=transport,
-                                     ssh=self.ssh_settings(entry, key, ssh), gpus=self.gpus(entry, key))
+            template = HostConfig(name=name, address=address.strip(), transport=transport,
+                                  ssh=self.ssh_settings(entry, key, ssh), gpus=self.gpus(entry, key),
+                                  tf_address=self.string(entry, "tf_address", key))
+            for host in self.expand_range(template, key, table):
+                if host.name in hosts:
+                    raise self.fail(key, f'makes host "{host.name}", which is already defined; '
+                                    "rename one of them")
+                hosts[host.name] = host
         return hosts
+
+    def expand_range(self, template: HostConfig, key: KeyPath,
+                     table: Mapping[str, Any]) -> list[HostConfig]:
+        """One HostConfig per name of a host range (``gpu[01-16].lab``), else ``template`` alone.
+
+        Generated names: the table's name, '-', and the bracket values as written, joined by '-'
+        (``gpu-01``; ``r[1-2]n[1-4]`` -> ``NAME-1-1``); where items differ in their number of
+        brackets (``a,b[1-2]``), the 1-based position instead (``NAME-1``, ``NAME-2``, ...).
+        """
+        if not hostlist.has_ranges(template.address):
+            return [template]
+        try:
+            expanded = hostlist.expand_detailed(template.address)
+        except hostlist.HostlistError as exc:
+            raise self.fail((*key, "address"), f"bad host range: {exc}") from None
+        if template.tf_address is not None and len(expanded) > 1:
+            raise self.fail((*key, "tf_address"), "cannot be shared by all hosts of a range; "
+                            "give those hosts their own [hosts.X] tables")
+        widths = {len(host.values) for host in expanded}
+        by_values = widths != {0} and len(widths) == 1 and \
+            len({host.values for host in expanded}) == len(expanded)
+        digits = len(str(len(expanded)))
+        configs = []
+        for position, host in enumerate(expanded, start=1):
+            suffix = "-".join(host.values) if by_values else str(position).zfill(digits)
+            configs.append(dataclasses.replace(template, name=f"{template.name}-{suffix}",
+                                               address=host.name, group=template.name))
+        return configs
 
     def gpus(self, entry: Mapping[str, Any], key: KeyPath) -> tuple[int, ...]:
         value = entry.get("gpus", [])
@@ -407,6 +461,9 @@ class _ProfileReader:
         if "hosts" not in entry:
             if len(hosts) == 1 or count == 0:
                 return tuple(hosts)[:1]
+            groups = {host.group for host in hosts.values()}
+            if len(groups) == 1 and None not in groups:
+                return tuple(hosts)  # one host range and nothing else: spread over all of it
             raise self.fail(key, f"missing; say where {role} tasks run, e.g. hosts = "
                             f"[{', '.join(json.dumps(h) for h in hosts)}]")
         value = entry["hosts"]
@@ -414,11 +471,14 @@ class _ProfileReader:
             raise self.fail(key, f'expected a list of host names like ["gpu1"], got {show_value(value)}')
         if not value and count > 0:
             raise self.fail(key, f"is empty; list the hosts the {role} tasks run on")
+        names: list[str] = []
         for host in value:
-            if host not in hosts:
+            members = [h.name for h in hosts.values() if h.group == host]
+            if host not in hosts and not members:
                 raise self.fail(key, f'host "{host}" is not defined; {suggest(host, hosts)} '
                                 f"(or add [hosts.{host}])")
-        return tuple(value)
+            names.extend(members or [host])  # a range's table name stands for all its hosts
+        return tuple(names)
 
     def check_ports(self, roles: Mapping[str, RoleConfig], hosts: Mapping[str, HostConfig]) -> None:
         """Two tasks may not share an address:port (after the base-port rule)."""

@@ -21,6 +21,7 @@ import paramiko
 from launcher import known_hosts
 from launcher.errors import HostError
 from launcher.model import HostConfig
+from launcher.transport import sshconfig
 from launcher.transport.base import (
     CommandResult,
     CommandTimeout,
@@ -118,13 +119,13 @@ class SshHost(Host):
         self.settings = config.ssh
         self.user = self.settings.user or getpass.getuser()
         self.port = self.settings.ssh_port
-        self.known_hosts_path = os.path.expanduser(self.settings.known_hosts)
-        self.identity_path = (os.path.expanduser(self.settings.identity_file)
-                              if self.settings.identity_file else None)
+        #: where the address led once ~/.ssh/config was applied (set by connect)
+        self.route: sshconfig.Route | None = None
         #: one-line notices for the user (a host key added under accept-new); also sent to on_notice
         self.notices: list[str] = []
         self._on_notice = on_notice
         self._connection: fabric.Connection | None = None
+        self._jumps: list[fabric.Connection] = []
         self._channel_lock = threading.Lock()
         self._sftp: paramiko.SFTPClient | None = None
         self._home: str | None = None
@@ -135,97 +136,136 @@ class SshHost(Host):
 
     # ---- connection
 
+    def resolve(self) -> sshconfig.Route:
+        """The route ``connect`` takes (``ssh -G`` over the profile); also what ``check`` prints."""
+        route = sshconfig.resolve(self.config)
+        self.route = route
+        self.user, self.port = route.target.user, route.target.port
+        return route
+
     def connect(self) -> None:
         if self.connected:
             return
         self.close()
-        if self.identity_path is not None and not os.path.isfile(self.identity_path):
-            raise HostError(f"{self.label}: identity_file {self.settings.identity_file} does not exist; "
+        route = self.resolve()
+        gateway: fabric.Connection | None = None
+        try:
+            for hop in route.jumps:
+                gateway = self._open(hop, route, gateway, f"{self.label}: jump host {hop.alias} "
+                                     f"({hop.hostname}:{hop.port})")
+                self._jumps.append(gateway)
+            self._connection = self._open(route.target, route, gateway, self.label)
+        except BaseException:
+            self.close()
+            raise
+
+    def _open(self, endpoint: sshconfig.Endpoint, route: sshconfig.Route,
+              gateway: fabric.Connection | None, label: str) -> fabric.Connection:
+        """Authenticate to one server (through ``gateway``'s direct-tcpip channel when given)."""
+        from_profile = endpoint is route.target and "identity_file" not in self.settings.unset
+        keys = [os.path.expanduser(path) for path in endpoint.identity_files]
+        if from_profile and keys and not os.path.isfile(keys[0]):
+            raise HostError(f"{label}: identity_file {self.settings.identity_file} does not exist; "
                             f"fix identity_file in [ssh] or [hosts.{self.name}]")
-        timeout = self.settings.connect_timeout
+        keys = [path for path in keys if os.path.isfile(path)]  # as ssh, skip config keys not there
+        timeout = route.connect_timeout
         connect_kwargs: dict[str, object] = {
             "timeout": timeout, "banner_timeout": timeout, "auth_timeout": timeout}
-        if self.identity_path is not None:
-            # exactly the configured key, so a refusal names the key that was refused
-            connect_kwargs.update(key_filename=[self.identity_path], look_for_keys=False, allow_agent=False)
-        # an explicit SSHConfig keeps ~/.ssh/config from silently rewriting address, port or user
+        if keys:
+            # the configured keys first; the agent after them, since it may hold the decrypted key
+            connect_kwargs.update(key_filename=keys, look_for_keys=False,
+                                  allow_agent=bool(os.environ.get("SSH_AUTH_SOCK")))
+        # an empty SSHConfig: sshconfig.resolve already applied ~/.ssh/config as OpenSSH does
         config = fabric.Config(ssh_config=paramiko.SSHConfig())
-        connection = fabric.Connection(self.address, user=self.user, port=self.port, config=config,
-                                       connect_kwargs=connect_kwargs)
-        known_hosts.install_policy(connection.client, self.known_hosts_path,
+        connection = fabric.Connection(endpoint.hostname, user=endpoint.user, port=endpoint.port,
+                                       config=config, connect_kwargs=connect_kwargs, gateway=gateway)
+        known_hosts.install_policy(connection.client, os.path.expanduser(route.known_hosts),
                                    self.settings.host_key_policy, self._key_added)
         try:
             connection.open()
         except BaseException as exc:
-            connection.close()
+            connection.client.close()
             if isinstance(exc, Exception):
-                raise HostError(self._explain(exc)) from exc
+                raise HostError(self._explain(exc, endpoint, route, label)) from exc
             raise
         assert connection.transport is not None
-        connection.transport.set_keepalive(KEEPALIVE_SECONDS)
-        self._connection = connection
+        connection.transport.set_keepalive(endpoint.keepalive_seconds or KEEPALIVE_SECONDS)
+        return connection
 
     def _key_added(self, key_name: str, key: paramiko.PKey) -> None:
         notice = (f"{self.label}: added new host key {key.get_name()} {known_hosts.fingerprint(key)} "
-                  f"to {self.settings.known_hosts} (host_key_policy = \"accept-new\")")
+                  f"for {key_name} to {self.settings.known_hosts} (host_key_policy = \"accept-new\")")
         self.notices.append(notice)
         if self._on_notice is not None:
             self._on_notice(notice)
 
-    def _explain(self, exc: Exception) -> str:
-        """One actionable line for a failed connect."""
-        kh = self.settings.known_hosts
+    def _explain(self, exc: Exception, endpoint: sshconfig.Endpoint, route: sshconfig.Route,
+                 label: str) -> str:
+        """One actionable line for a failed connect to ``endpoint`` (the target or a jump host)."""
+        kh = route.known_hosts
+        host, port, user = endpoint.hostname, endpoint.port, endpoint.user
+        timeout = route.connect_timeout
+        identity = ", ".join(endpoint.identity_files)
         if isinstance(exc, known_hosts.UnknownHostKey):
             offered = f"{exc.key.get_name()} {known_hosts.fingerprint(exc.key)}"
-            return (f"{self.label}: unknown host key ({offered}); "
-                    f"add it with `ssh-keyscan -p {self.port} {self.address} >> {kh}` "
+            return (f"{label}: unknown host key ({offered}); "
+                    f"add it with `ssh-keyscan -p {port} {host} >> {kh}` "
                     f"or set host_key_policy = \"accept-new\"")
         if isinstance(exc, paramiko.BadHostKeyException):
-            name = known_hosts.host_key_name(self.address, self.port)
+            name = known_hosts.host_key_name(host, port)
             offered = f"{exc.key.get_name()} {known_hosts.fingerprint(exc.key)}"
-            return (f"{self.label}: host key CHANGED (offers {offered}, "
+            return (f"{label}: host key CHANGED (offers {offered}, "
                     f"{kh} has {known_hosts.fingerprint(exc.expected_key)}); "
                     f"this may be an attack; if the host was reinstalled, remove the old key with "
                     f"`ssh-keygen -R '{name}' -f {kh}`")
         if isinstance(exc, paramiko.PasswordRequiredException):
-            return (f"{self.label}: identity_file {self.settings.identity_file} is passphrase-protected; "
-                    f"use a key without passphrase, or unset identity_file and load the key into ssh-agent")
+            agent = ("ssh-agent does not hold it" if os.environ.get("SSH_AUTH_SOCK")
+                     else "no ssh-agent is running (SSH_AUTH_SOCK unset)")
+            return (f"{label}: key {identity} is passphrase-protected and {agent}; "
+                    f"run `ssh-add {identity}` (start one with `eval $(ssh-agent)`), "
+                    f"or use a key without passphrase")
         if isinstance(exc, paramiko.AuthenticationException):
-            if self.settings.identity_file:
-                return (f"{self.label}: refused key {self.settings.identity_file} for user {self.user}; "
-                        f"add {self.settings.identity_file}.pub to ~{self.user}/.ssh/authorized_keys there "
+            if identity:
+                return (f"{label}: refused key {identity} for user {user}; "
+                        f"add {identity}.pub to ~{user}/.ssh/authorized_keys there "
                         f"or fix user / identity_file")
-            return (f"{self.label}: refused every key from ssh-agent and ~/.ssh for user {self.user}; "
+            return (f"{label}: refused every key from ssh-agent and ~/.ssh for user {user}; "
                     f"set identity_file or user")
         if isinstance(exc, paramiko.ssh_exception.NoValidConnectionsError | ConnectionRefusedError):
-            return (f"{self.label}: connection refused; is sshd running there and is "
-                    f"ssh_port = {self.port} right?")
+            return (f"{label}: connection refused; is sshd running there and is "
+                    f"ssh_port = {port} right?")
+        if isinstance(exc, paramiko.ChannelException):
+            return (f"{label}: the jump host could not connect on to {host}:{port} ({exc.text}); "
+                    f"check HostName/Port in {self.settings.ssh_config} and that the jump host reaches it")
         if isinstance(exc, TimeoutError):
-            return (f"{self.label}: no answer within {self.settings.connect_timeout:g}s (connect_timeout); "
+            return (f"{label}: no answer within {timeout:g}s (connect_timeout); "
                     f"check the address and that the host is up")
         if isinstance(exc, socket.gaierror):
-            return f"{self.label}: cannot resolve address {self.address}; fix hosts.{self.name}.address"
+            return f"{label}: cannot resolve address {host}; fix hosts.{self.name}.address"
         if isinstance(exc, OSError):
-            return f"{self.label}: unreachable ({exc.strerror or exc}); check the address and the network"
+            return f"{label}: unreachable ({exc.strerror or exc}); check the address and the network"
         if isinstance(exc, paramiko.SSHException) and any(
                 sign in str(exc) for sign in ("banner", "No existing session", "Negotiation failed")):
             # the TCP port answered but no SSH handshake finished in time (or the peer hung up)
-            return (f"{self.label}: no SSH answer within {self.settings.connect_timeout:g}s "
-                    f"(connect_timeout); check that ssh_port = {self.port} is an SSH server "
+            return (f"{label}: no SSH answer within {timeout:g}s "
+                    f"(connect_timeout); check that ssh_port = {port} is an SSH server "
                     f"and the host is up")
         if isinstance(exc, paramiko.SSHException) and "No authentication methods" in str(exc):
-            return f"{self.label}: no SSH key to offer for user {self.user}; set identity_file"
-        return f"{self.label}: SSH failed: {exc}"
+            return (f"{label}: no SSH key to offer for user {user}; set identity_file, "
+                    "or load a key into ssh-agent (`ssh-add`)")
+        return f"{label}: SSH failed: {exc}"
 
     def close(self) -> None:
         sftp, self._sftp = self._sftp, None
         connection, self._connection = self._connection, None
+        jumps, self._jumps = self._jumps, []
         if sftp is not None:
             with contextlib.suppress(Exception):
                 sftp.close()
-        if connection is not None:
-            with contextlib.suppress(Exception):
-                connection.close()
+        for link in [connection, *reversed(jumps)]:
+            if link is not None:
+                with contextlib.suppress(Exception):
+                    link.client.close()
 
     @property
     def connected(self) -> bool:
