@@ -11,9 +11,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
+from launcher.errors import HostError
 from launcher.model import START_ORDER, Plan, TaskSpec
 from launcher.plan import build_plan, host_port, mask_env, tf_config
 from launcher.profile import load_profile
+from launcher.transport import sshconfig
 
 
 def run_check(profile_path: Path, remote: bool = True) -> int:
@@ -54,6 +56,8 @@ def print_plan(plan: Plan, out: TextIO) -> None:
              for t in plan.tasks]
     out.write(_table(rows))
     out.write("\n")
+    for line in route_lines(plan):
+        out.write(line + "\n")
     for role in (profile.roles[name] for name in START_ORDER if name in profile.roles):
         if role.count == 0:
             continue
@@ -63,6 +67,24 @@ def print_plan(plan: Plan, out: TextIO) -> None:
         workdir = ", ".join(dict.fromkeys(t.workdir for t in plan.tasks if t.role == role.name))
         out.write(f"{role.name:<10} restart={settings.restart} max_restarts={settings.max_restarts} "
                   f"workdir={workdir} env: {shown}\n")
+
+
+def route_lines(plan: Plan) -> list[str]:
+    """Per SSH host the plan uses: where its address leads after ~/.ssh/config (user@host:port via
+    jumps), so an alias or a ProxyJump is visible before anything connects."""
+    lines = []
+    used = dict.fromkeys(t.host for t in plan.tasks)
+    for name in used:
+        host = plan.profile.hosts[name]
+        if host.transport != "ssh":
+            continue
+        try:
+            route = sshconfig.resolve(host)
+        except HostError as exc:
+            lines.append(f"ssh       {name}: {exc}")
+            continue
+        lines.append(f"ssh       {name}: {host.address} -> {route.describe()} ({route.source})")
+    return lines
 
 
 def _success_rule(plan: Plan) -> str:

@@ -31,7 +31,7 @@ class SshSettings:
     #: the OpenSSH client config to resolve addresses through (``ssh -G``); None: none
     ssh_config: str | None = None
     #: keys the profile left at their defaults, which ~/.ssh/config may then set
-    unset: frozenset[str] = frozenset()
+    unset: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

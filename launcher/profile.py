@@ -54,7 +54,7 @@ _DEFAULT_KEYS = ("command", "python", "workdir", "env", "restart", "max_restarts
 _SSH_KEYS = ("user", "identity_file", "known_hosts", "host_key_policy", "connect_timeout", "ssh_port",
              "ssh_config")
 #: [ssh] when the profile has none: ~/.ssh/config applies to whatever the profile leaves unset
-DEFAULT_SSH = SshSettings(ssh_config="~/.ssh/config", unset=frozenset(_SSH_KEYS))
+DEFAULT_SSH = SshSettings(ssh_config="~/.ssh/config", unset=_SSH_KEYS)
 _HOST_KEYS = ("address", "tf_address", "transport", "gpus", *_SSH_KEYS)
 _ROLE_KEYS = ("count", "hosts", "port", "gpus_per_task", *_DEFAULT_KEYS)
 _HOST_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
@@ -339,7 +339,7 @@ class _ProfileReader:
             connect_timeout=base.connect_timeout if timeout is None else timeout,
             ssh_port=base.ssh_port if port is None else port,
             ssh_config=ssh_config,
-            unset=base.unset - frozenset(name for name in _SSH_KEYS if name in table),
+            unset=tuple(name for name in base.unset if name not in table),
         )
 
     def ssh_config(self, table: Mapping[str, Any], key: KeyPath, base: str | None) -> str | None:

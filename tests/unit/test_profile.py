@@ -113,7 +113,7 @@ accuracy = 'acc=(\\S+)'
     assert profile.defaults.env == {"A": "1", "B": "2"}
     a, b = profile.hosts["a"], profile.hosts["b"]
     assert a.ssh == SshSettings("alice", "~/.ssh/k", "/etc/kh", "accept-new", 3.0, 2200, "/etc/ssh/cfg",
-                               unset=frozenset())
+                               unset=())
     assert a.gpus == (2, 3)
     assert (b.ssh.user, b.ssh.ssh_port, b.ssh.identity_file) == ("bob", 22, "~/.ssh/k")
     worker = profile.roles["worker"]
