@@ -128,6 +128,7 @@ class SshHost(Host):
         self._jumps: list[fabric.Connection] = []
         self._channel_lock = threading.Lock()
         self._sftp: paramiko.SFTPClient | None = None
+        self._no_sftp = False  # set once the server refused the sftp subsystem
         self._home: str | None = None
 
     @property
@@ -348,13 +349,24 @@ class SshHost(Host):
         return path
 
     def put_file(self, data: bytes, remote_path: str, mode: int = 0o644) -> None:
+        """SFTP where the server offers it; else ``cat`` on an exec channel (hosts whose sshd has
+        no ``Subsystem sftp`` line), so a missing subsystem costs speed, not the upload."""
         path = self._absolute(remote_path)
         parent = posixpath.dirname(path)
         if parent:
             self._check(f"mkdir -p {shlex.quote(parent)}", f"create {parent}")
         tmp = f"{path}.tmp-{uuid.uuid4().hex[:12]}"
         try:
-            sftp = self._sftp_client()
+            sftp = None if self._no_sftp else self._sftp_client()
+        except (OSError, paramiko.SSHException, EOFError):
+            if not self.connected:
+                raise HostError(f"{self.label}: connection lost while writing {path}") from None
+            self._no_sftp = True  # the server refused the sftp subsystem
+            sftp = None
+        if sftp is None:
+            self._put_by_exec(data, tmp, path, mode)
+            return
+        try:
             with sftp.open(tmp, "wb") as remote:
                 remote.set_pipelined(True)
                 remote.write(data)
@@ -364,6 +376,16 @@ class SshHost(Host):
             with contextlib.suppress(Exception):
                 self.run(f"rm -f {shlex.quote(tmp)}", timeout=10.0)
             raise HostError(f"{self.label}: cannot write {path}: {exc}") from exc
+
+    def _put_by_exec(self, data: bytes, tmp: str, path: str, mode: int) -> None:
+        q_tmp, q_path = shlex.quote(tmp), shlex.quote(path)
+        command = (f"umask 077; cat > {q_tmp} && chmod {mode:o} {q_tmp} && mv -f {q_tmp} {q_path} "
+                   f"|| {{ rm -f {q_tmp}; exit 1; }}")
+        result = self.run(command, timeout=max(60.0, len(data) / 1e6), stdin=data)
+        if not result.ok:
+            detail = (result.stderr.strip().splitlines() or [f"exit code {result.exit_code}"])[-1]
+            raise HostError(f"{self.label}: cannot write {path} (no SFTP subsystem there, "
+                            f"so through `cat`): {detail}")
 
     def _sftp_client(self) -> paramiko.SFTPClient:
         if self._sftp is None or self._sftp.get_channel() is None or self._sftp.get_channel().closed:
