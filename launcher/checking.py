@@ -58,6 +58,8 @@ def print_plan(plan: Plan, out: TextIO) -> None:
     out.write("\n")
     for line in route_lines(plan):
         out.write(line + "\n")
+    if plan.profile.slurm is not None:
+        out.write(_slurm_line(plan) + "\n")
     for role in (profile.roles[name] for name in START_ORDER if name in profile.roles):
         if role.count == 0:
             continue
@@ -85,6 +87,15 @@ def route_lines(plan: Plan) -> list[str]:
             continue
         lines.append(f"ssh       {name}: {host.address} -> {route.describe()} ({route.source})")
     return lines
+
+
+def _slurm_line(plan: Plan) -> str:
+    hosts = list(plan.profile.hosts.values())
+    if hosts and hosts[0].slurm_job_id is None:
+        return ("slurm     not inside a Slurm allocation: at `up` the hosts are its nodes "
+                "(SLURM_JOB_NODELIST); run inside `salloc`, or `distlaunch export sbatch PROFILE`")
+    return (f"slurm     job {hosts[0].slurm_job_id}: {len(hosts)} node(s), "
+            "tasks start as `srun --overlap` steps")
 
 
 def _success_rule(plan: Plan) -> str:

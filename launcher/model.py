@@ -13,7 +13,7 @@ Strategy = Literal["parameter_server", "multi_worker_mirrored", "custom"]
 SuccessPolicy = Literal["chief", "all_workers"]
 RestartPolicy = Literal["never", "on-failure", "always", "exit-code"]
 HostKeyPolicy = Literal["reject", "accept-new"]
-Transport = Literal["ssh", "local"]
+Transport = Literal["ssh", "local", "slurm"]
 
 ROLES = ("chief", "ps", "worker", "evaluator")
 #: the order tasks are listed and started in: ps first, then workers, evaluator, chief last
@@ -45,6 +45,20 @@ class HostConfig:
     tf_address: str | None = None
     #: the [hosts.X] table this entry came from when its address was a host range (X), else None
     group: str | None = None
+    #: transport "slurm": the allocation (job id) whose steps run this host's commands
+    slurm_job_id: str | None = None
+
+
+@dataclass(frozen=True)
+class SlurmConfig:
+    """[slurm]: hosts come from the allocation; the rest shapes `export sbatch`'s script."""
+
+    nodes: int | None = None  # sbatch --nodes; inside an allocation the allocation decides
+    time: str | None = None  # sbatch --time, e.g. "02:00:00"
+    partition: str | None = None
+    account: str | None = None
+    gpus_per_node: int | None = None  # sbatch --gpus-per-node
+    sbatch_args: tuple[str, ...] = ()  # more #SBATCH lines, e.g. ("--exclusive",)
 
 
 @dataclass(frozen=True)
@@ -90,6 +104,7 @@ class Profile:
     hosts: dict[str, HostConfig]
     roles: dict[str, RoleConfig]  # keyed by role name, in ROLES order
     metrics: MetricsConfig
+    slurm: SlurmConfig | None = None  # [slurm]: hosts from the Slurm allocation
 
     @property
     def directory(self) -> Path:

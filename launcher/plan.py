@@ -83,7 +83,7 @@ def _task(profile: Profile, role: RoleConfig, index: int, host: HostConfig, nth_
     settings = role.settings
     task_id = f"{role.name}:{index}"
     address = tf_address(host)
-    python = settings.python or (sys.executable if host.transport == "local" else "python3")
+    python = settings.python or (sys.executable if host.transport != "ssh" else "python3")
     env = dict(settings.env)
     if gpus:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpus)
@@ -116,13 +116,14 @@ def _task(profile: Profile, role: RoleConfig, index: int, host: HostConfig, nth_
 
 
 def _workdir(workdir: str, host: HostConfig, profile_dir: Path) -> str:
-    """Local hosts: an absolute path, relative ones taken from the profile's directory.
+    """Local and Slurm hosts: an absolute path, relative ones taken from the profile's directory
+    (Slurm nodes are assumed to share the launcher's filesystem, as clusters usually do).
 
     SSH hosts: the path on the host as written, ``{profile_dir}`` expanded (useful for SSH to
     this machine or a shared filesystem).
     """
     expanded = fill_placeholders(workdir, {"profile_dir": str(profile_dir.resolve())}, quote=False)
-    if host.transport != "local":
+    if host.transport == "ssh":
         return posixpath.normpath(expanded) if expanded != workdir else workdir
     return str((profile_dir / Path(expanded).expanduser()).resolve())
 

@@ -28,18 +28,20 @@ from launcher.model import (
     Profile,
     RestartPolicy,
     RoleConfig,
+    SlurmConfig,
     SshSettings,
     Strategy,
     SuccessPolicy,
     TaskDefaults,
     Transport,
 )
+from launcher.slurm_env import current_allocation
 
 STRATEGIES: tuple[Strategy, ...] = ("parameter_server", "multi_worker_mirrored", "custom")
 SUCCESS_POLICIES: tuple[SuccessPolicy, ...] = ("chief", "all_workers")
 RESTART_POLICIES: tuple[RestartPolicy, ...] = ("never", "on-failure", "always", "exit-code")
 HOST_KEY_POLICIES: tuple[HostKeyPolicy, ...] = ("reject", "accept-new")
-TRANSPORTS: tuple[Transport, ...] = ("ssh", "local")
+TRANSPORTS: tuple[Transport, ...] = ("ssh", "local")  # "slurm" comes from [slurm], not per host
 
 #: placeholders a command may use; ``{port}`` and ``{run_dir}`` are filled at launch
 COMMAND_PLACEHOLDERS = ("python", "role", "index", "task", "host", "port", "run_dir")
@@ -49,7 +51,8 @@ WORKDIR_PLACEHOLDERS = ("profile_dir",)
 PLACEHOLDER_RE = re.compile(r"(?<!\$)\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 _TOP_KEYS = ("name", "strategy", "success_policy", "backoff_limit", "orphan_grace_seconds",
-             "sample_interval", "defaults", "ssh", "hosts", "roles", "metrics")
+             "sample_interval", "defaults", "ssh", "hosts", "roles", "metrics", "slurm")
+_SLURM_KEYS = ("nodes", "time", "partition", "account", "gpus_per_node", "sbatch_args")
 _DEFAULT_KEYS = ("command", "python", "workdir", "env", "restart", "max_restarts", "grace_seconds")
 _SSH_KEYS = ("user", "identity_file", "known_hosts", "host_key_policy", "connect_timeout", "ssh_port",
              "ssh_config")
@@ -65,6 +68,9 @@ _ASSIGNMENT_RE = re.compile(rf"^({_KEY_PART}(?:\s*\.\s*{_KEY_PART})*)\s*=\s*(.*)
 _INLINE_KEY_RE = re.compile(rf"(?:^\{{|,)\s*({_KEY_PART})\s*=")
 
 KeyPath = tuple[str, ...]
+
+#: the one host a [slurm] profile has outside an allocation
+SLURM_PLACEHOLDER = "slurm-allocation"
 
 
 def load_profile(path: Path) -> Profile:
@@ -241,7 +247,8 @@ class _ProfileReader:
             raise self.fail(("name",), 'is empty; give the job a name, e.g. name = "mnist-ps"')
         defaults = self.task_settings(self.table(data, "defaults", ()), ("defaults",), None)
         ssh = self.ssh_settings(self.table(data, "ssh", ()), ("ssh",), DEFAULT_SSH)
-        hosts = self.hosts(self.table(data, "hosts", ()), ssh)
+        slurm = self.slurm(data)
+        hosts = self.hosts(self.table(data, "hosts", ()), ssh) if slurm is None else self.slurm_hosts()
         roles = self.roles(self.table(data, "roles", ()), defaults, hosts)
         metrics = self.metrics(self.table(data, "metrics", ()))
         has_ps = "ps" in roles and roles["ps"].count > 0
@@ -263,7 +270,42 @@ class _ProfileReader:
             hosts=hosts,
             roles=roles,
             metrics=metrics,
+            slurm=slurm,
         )
+
+    def slurm_hosts(self) -> dict[str, HostConfig]:
+        """One host per node of the allocation; outside one, a placeholder that ``check`` shows
+        and that refuses to connect (so ``export sbatch`` and ``check --no-remote`` still work)."""
+        try:
+            allocation = current_allocation()
+        except hostlist.HostlistError as exc:
+            raise self.fail(("slurm",), f"SLURM_JOB_NODELIST is not a hostlist ({exc})") from None
+        if allocation is None:
+            return {SLURM_PLACEHOLDER: HostConfig(name=SLURM_PLACEHOLDER, address="(no allocation)",
+                                                  transport="slurm", group="slurm")}
+        return {node: HostConfig(name=node, address=node, transport="slurm", group="slurm",
+                                 gpus=allocation.gpus_per_node, slurm_job_id=allocation.job_id)
+                for node in allocation.nodes}
+
+    def slurm(self, data: Mapping[str, Any]) -> SlurmConfig | None:
+        if "slurm" not in data:
+            return None
+        table = self.table(data, "slurm", ())
+        key: KeyPath = ("slurm",)
+        self.check_keys(table, key, _SLURM_KEYS)
+        if data.get("hosts"):
+            raise self.fail(("hosts",), "[slurm] takes the hosts from the allocation; remove [hosts] "
+                            "(or remove [slurm] to use SSH)")
+        extra = table.get("sbatch_args", [])
+        if not isinstance(extra, list) or not all(isinstance(a, str) and a.startswith("--") for a in extra):
+            raise self.fail((*key, "sbatch_args"), f'expected a list of options like ["--exclusive"], '
+                            f"got {show_value(extra)}")
+        return SlurmConfig(nodes=self.integer(table, "nodes", key, minimum=1),
+                           time=self.string(table, "time", key),
+                           partition=self.string(table, "partition", key),
+                           account=self.string(table, "account", key),
+                           gpus_per_node=self.integer(table, "gpus_per_node", key),
+                           sbatch_args=tuple(extra))
 
     def task_settings(self, table: Mapping[str, Any], key: KeyPath,
                       base: TaskDefaults | None) -> TaskDefaults:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from launcher import events as ev
-from launcher.errors import HostError
+from launcher.errors import HostError, HostGone
 from launcher.events import Event, EventDecodeError
 from launcher.model import START_ORDER, Plan, TaskSpec
 from launcher.plan import render_command, tf_config
@@ -467,6 +467,9 @@ class Supervisor:
             try:
                 session.host.close()
                 session.host.connect()
+            except HostGone as exc:  # e.g. the Slurm allocation ended: the job cannot go on
+                self._call(functools.partial(self._finish, "Failed", str(exc)))
+                return
             except HostError:
                 delay = min(delay * 2, RECONNECT_MAX_DELAY)
                 continue

@@ -57,6 +57,9 @@ class LineStream(ABC):
 class Host(ABC):
     name: str
     address: str
+    #: True: detached processes are started by ``setsid -f`` inside a short ``run``; False: each
+    #: needs ``start_detached`` (a Slurm step must stay open for as long as its process runs)
+    detach_by_setsid: bool = True
 
     @abstractmethod
     def connect(self) -> None:
