@@ -142,3 +142,25 @@ def test_outside_an_allocation_check_says_so_in_one_line(tmp_path: Path, slurm_c
     assert check.returncode == 2
     errors = [line for line in check.stderr.splitlines() if line.startswith("distlaunch: error")]
     assert len(errors) == 1 and "not inside a Slurm allocation" in errors[0] and "salloc" in errors[0]
+
+
+def test_export_sbatch_runs_the_job_as_a_batch_job(tmp_path: Path, slurm_cluster: SlurmCluster) -> None:
+    profile = slurm_profile(tmp_path, steps=20)
+    script = tmp_path / "job.sbatch"
+    export = cli("export", "sbatch", str(profile), "-o", str(script), env=slurm_cluster.env)
+    assert export.returncode == 0, export.stderr
+    text = script.read_text()
+    assert "#SBATCH --nodes=1" in text and "#SBATCH --job-name=it-slurm" in text
+    batch = subprocess.run(["sbatch", "--wait", "--chdir", str(tmp_path), str(script)], capture_output=True,
+                           text=True, timeout=300, env=slurm_cluster.env)
+    outputs = list(tmp_path.glob("distlaunch-it-slurm-*.out"))
+    assert batch.returncode == 0, batch.stderr + "".join(p.read_text()[-2000:] for p in outputs)
+    assert len(outputs) == 1 and "job Succeeded" in outputs[0].read_text()
+    assert slurm_cluster.squeue() == []
+
+
+def test_export_sbatch_needs_a_slurm_table(tmp_path: Path) -> None:
+    profile = write_profile(tmp_path / "p.toml", '[defaults]\ncommand = "{python} t.py"\n[roles.worker]\n')
+    result = cli("export", "sbatch", str(profile))
+    assert result.returncode == 2 and "has no [slurm] table" in result.stderr
+    assert "Traceback" not in result.stderr
