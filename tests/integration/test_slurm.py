@@ -105,6 +105,12 @@ def test_down_stops_every_step_of_the_run(tmp_path: Path, slurm_cluster: SlurmCl
     try:
         wait_running(run_dir, log)
         # from outside the allocation: the run's state names the job, srun --jobid reaches it
+        status = cli("status", str(run_dir), env=slurm_cluster.env)
+        assert status.returncode == 0 and "worker:1" in status.stdout, status.stdout + status.stderr
+        wait_for_event(run_dir, lambda e: e["kind"] == "log" and e["task"] == "chief:0", 240,
+                       "output from chief:0")
+        logs = cli("logs", str(run_dir), "chief:0", env=slurm_cluster.env)
+        assert logs.returncode == 0 and logs.stdout.strip(), logs.stderr
         down = cli("down", str(run_dir), timeout=180, env=slurm_cluster.env)
         assert down.returncode == 0, down.stdout + down.stderr
         assert pids_with_run_id(run_id) == []
