@@ -21,6 +21,7 @@ import json
 import os
 import platform
 import re
+import shlex
 import signal
 import socket
 import subprocess
@@ -28,7 +29,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import IO, Any, Callable, Dict, List, Optional, Set, Tuple
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 from launcher import events
 
@@ -68,6 +69,8 @@ class AgentSpec:
     sample_interval: float = 1.0
     metrics: Dict[str, str] = field(default_factory=dict)
     gpus: List[int] = field(default_factory=list)
+    setup: List[str] = field(default_factory=list)  # shell lines run before the command, in its shell
+    shell: str = ""  # e.g. "bash -lc"; empty: /bin/sh -c
 
     @classmethod
     def from_dict(cls, obj: Dict[str, Any]) -> "AgentSpec":
@@ -88,6 +91,8 @@ class AgentSpec:
             sample_interval=float(obj.get("sample_interval", 1.0)),
             metrics={str(k): str(v) for k, v in (obj.get("metrics") or {}).items()},
             gpus=[int(g) for g in (obj.get("gpus") or [])],
+            setup=[str(line) for line in (obj.get("setup") or [])],
+            shell=str(obj.get("shell") or ""),
         )
 
     @classmethod
@@ -266,31 +271,60 @@ def describe_exit(returncode: int) -> Tuple[int, str]:
 
 
 class EventWriter:
-    """The one writer of ``events.jsonl``: one line per event, flushed, under one lock.
+    """The one writer of ``events.jsonl``: one line per event, whole or not at all, under one lock.
 
-    After ``close`` further events are dropped, so nothing follows the final state event.
+    Each event gets the next ``seq`` of its task, continuing the file's last one, so the numbers
+    run gap-free across incarnations and any reader can tell a lost line. A line that cannot be
+    written (a full disk) still uses its number: the gap is the truth, and once writing works
+    again a log line says how many were lost and why. After ``close`` further events are
+    dropped, so nothing follows the final state event.
     """
 
     def __init__(self, path: str) -> None:
         self._lock = threading.Lock()
-        self._file: Optional[IO[str]] = open(path, "a", encoding="utf-8")  # noqa: SIM115 (lives until close)
+        self._path = path
+        self._seq = _last_seq(path)
+        self._fd: Optional[int] = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        self._failed = 0
+        self._failure = ""
 
     def write(self, event: events.Event) -> None:
-        line = event.to_json() + "\n"
         with self._lock:
-            if self._file is None:
+            if self._fd is None:
                 return
-            try:
-                self._file.write(line)
-                self._file.flush()
-            except OSError as exc:
-                sys.stderr.write("agent: cannot write event: %s\n" % exc)
+            if self._failed and event.task is not None:
+                told = events.log_event(event.run, event.task, "stderr",
+                                        "distlaunch agent: %d event(s) could not be written to %s (%s); "
+                                        "the task ran on" % (self._failed, self._path, self._failure))
+                if self._append(told):
+                    self._failed = 0
+            self._append(event)
+
+    def _append(self, event: events.Event) -> bool:
+        assert self._fd is not None
+        self._seq += 1
+        event.data["seq"] = self._seq
+        data = (event.to_json() + "\n").encode("utf-8")
+        written = 0
+        try:
+            while written < len(data):
+                written += os.write(self._fd, data[written:])
+            return True
+        except OSError as exc:
+            if written:  # cut the partial line off, or the next line would be glued to it
+                with contextlib.suppress(OSError):
+                    os.ftruncate(self._fd, os.fstat(self._fd).st_size - written)
+            if not self._failed:
+                sys.stderr.write("agent: cannot write events to %s: %s\n" % (self._path, exc.strerror))
+            self._failed += 1
+            self._failure = exc.strerror or str(exc)
+            return False
 
     def close(self) -> None:
         with self._lock:
-            if self._file is not None:
-                self._file.close()
-                self._file = None
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
 
 
 # -- task output ------------------------------------------------------------------------------
@@ -433,9 +467,33 @@ def agent_pythonpath_entry() -> str:
     return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+#: secret env values reach the agent in its own environment, never in spec.json:
+#: a JSON object {task slug: {NAME: value}} that the launcher's start script read from stdin
+SECRETS_VAR = "DISTLAUNCH_SECRETS"
+
+
+def task_secrets(task: str) -> Dict[str, str]:
+    try:
+        every = json.loads(os.environ.get(SECRETS_VAR) or "{}")
+        mine = every.get(task.replace(":", "-")) or {}
+    except (ValueError, AttributeError):
+        return {}
+    return {str(k): str(v) for k, v in mine.items()}
+
+
+def task_argv(spec: AgentSpec) -> List[str]:
+    """The task's shell and its script: the setup lines, then the command, each only if the one
+    before succeeded (a failed ``conda activate`` must not run training in the wrong env)."""
+    script = " && ".join([*spec.setup, spec.command]) if spec.setup else spec.command
+    shell = shlex.split(spec.shell) if spec.shell else ["/bin/sh", "-c"]
+    return [*shell, script]
+
+
 def task_environment(spec: AgentSpec) -> Dict[str, str]:
     env = dict(os.environ)
+    env.pop(SECRETS_VAR, None)  # only this task's own secrets go on, by name
     env.update(spec.env)
+    env.update(task_secrets(spec.task))
     env["DISTLAUNCH_RUN_ID"] = spec.run
     env["DISTLAUNCH_TASK"] = spec.task
     existing = env.get("PYTHONPATH", "")
@@ -484,7 +542,7 @@ class TaskRunner:
         self._state(events.STARTING)
         try:
             proc = subprocess.Popen(
-                ["/bin/sh", "-c", spec.command], cwd=spec.workdir, env=task_environment(spec),
+                task_argv(spec), cwd=spec.workdir, env=task_environment(spec),
                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                 start_new_session=True, close_fds=True)
         except OSError as exc:
@@ -750,14 +808,31 @@ def _is_our_group(pgid: int, run_id: Optional[str]) -> bool:
     return any(_environ_has(pid, "DISTLAUNCH_RUN_ID", run_id) for pid in members)
 
 
-def _last_state(events_path: str) -> Optional[str]:
+def _tail_lines(events_path: str) -> List[str]:
+    """The complete lines of the last 256 KiB of an event file (none if it cannot be read)."""
     try:
         with open(events_path, "rb") as f:
             f.seek(0, os.SEEK_END)
             f.seek(max(0, f.tell() - 256 * 1024))
-            tail = f.read().decode("utf-8", "replace").splitlines()
+            data = f.read()
     except OSError:
-        return None
+        return []
+    return data[: data.rfind(b"\n") + 1].decode("utf-8", "replace").splitlines()
+
+
+def _last_seq(events_path: str) -> int:
+    """The ``seq`` of the file's last event, -1 for a new file (or one written without numbers)."""
+    for line in reversed(_tail_lines(events_path)):
+        try:
+            seq = json.loads(line).get("seq")
+        except ValueError:
+            continue
+        return seq if isinstance(seq, int) else -1
+    return -1
+
+
+def _last_state(events_path: str) -> Optional[str]:
+    tail = _tail_lines(events_path)
     for line in reversed(tail):
         if '"kind":"state"' not in line:
             continue
@@ -890,9 +965,11 @@ def cmd_ports(addr: str, check: List[int], pick: int) -> Dict[str, Any]:
 
 
 def _run_processes(run_id: str) -> List[int]:
+    """Processes of the run, except the launcher's [notify] commands (they run after the job, by design)."""
     skip = {os.getpid(), os.getppid()}
     return [pid for pid in _all_pids()
-            if pid not in skip and _environ_has(pid, "DISTLAUNCH_RUN_ID", run_id) and pid_alive(pid)]
+            if pid not in skip and _environ_has(pid, "DISTLAUNCH_RUN_ID", run_id) and pid_alive(pid)
+            and not _environ_has(pid, "DISTLAUNCH_NOTIFY", "1")]
 
 
 def cmd_sweep(run_id: str, kill: bool, grace: float) -> Dict[str, Any]:

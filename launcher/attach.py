@@ -15,6 +15,7 @@ from launcher import events as ev
 from launcher.errors import UserError
 from launcher.jobs import (
     connect_sessions,
+    follow_notify,
     launcher_alive,
     notice,
     report_outcome,
@@ -23,8 +24,8 @@ from launcher.jobs import (
 )
 from launcher.plan import build_plan
 from launcher.printer import ProgressPrinter
-from launcher.profile import load_profile
 from launcher.rundir import RunDir, read_events, read_state
+from launcher.runrecord import load_recorded_profile
 from launcher.supervisor import Supervisor
 
 
@@ -36,7 +37,7 @@ def attach_run(path: Path, tui: bool) -> int:
     if launcher_alive(state) and not state.get("detached"):
         raise UserError(f"run {run_id} is still followed by its launcher (pid {state['launcher_pid']}); "
                         f"use that terminal, or `distlaunch status {run_id}`")
-    profile = load_profile(Path(str(state["profile"])))
+    profile = load_recorded_profile(path, state)  # as the run started: the file may have been edited since
     plan = build_plan(profile)
     known = set(state.get("tasks", {}))
     if {t.task_id for t in plan.tasks} != known:
@@ -48,7 +49,9 @@ def attach_run(path: Path, tui: bool) -> int:
     rundir = RunDir.open(path)
     sup = Supervisor(plan, rundir, sessions, ports, on_notice=notice)
     feed = sup.subscribe()
-    sup.resume(state, list(read_events(path)))
+    history = list(read_events(path))
+    notifying = follow_notify(sup, history_until=max((e.ts for e in history), default=None))
+    sup.resume(state, history)
     server = start_control_server(run_id, sup)
     try:
         if tui and sys.stdout.isatty():
@@ -62,6 +65,8 @@ def attach_run(path: Path, tui: bool) -> int:
     finally:
         if server is not None:
             server.close()
+        if notifying is not None:
+            notifying.finish()
         for session in sessions.values():
             session.host.close()
         rundir.close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import io
 import ipaddress
 import json
 import sys
@@ -15,17 +16,20 @@ from launcher.errors import HostError
 from launcher.model import START_ORDER, Plan, TaskSpec
 from launcher.plan import build_plan, host_port, mask_env, tf_config
 from launcher.profile import load_profile
+from launcher.profile_overrides import Overrides, mask_secrets
 from launcher.transport import sshconfig
 
 
-def run_check(profile_path: Path, remote: bool = True) -> int:
+def run_check(profile_path: Path, remote: bool = True, overrides: Overrides | None = None) -> int:
     """Validate the profile, print the plan, and (with ``remote``) preflight every host.
 
     Returns 0 when all is well, 2 when the preflight found problems; profile mistakes raise
     ``ProfileError``, which the CLI prints as one line.
     """
-    plan = build_plan(load_profile(profile_path))
-    print_plan(plan, sys.stdout)
+    plan = build_plan(load_profile(profile_path, overrides))
+    shown = io.StringIO()
+    print_plan(plan, shown)
+    sys.stdout.write(mask_secrets(shown.getvalue(), set(plan.profile.secrets)))
     for warning in exposure_warnings(plan):
         print(f"distlaunch: warning: {warning}", file=sys.stderr)
     if not remote or importlib.util.find_spec("launcher.preflight") is None:
@@ -37,9 +41,9 @@ def run_check(profile_path: Path, remote: bool = True) -> int:
     return 2 if problems else 0
 
 
-def run_tfconfig(profile_path: Path, task: str) -> int:
+def run_tfconfig(profile_path: Path, task: str, overrides: Overrides | None = None) -> int:
     """Print the TF_CONFIG JSON that ``task`` (e.g. ``worker:1``) gets."""
-    plan = build_plan(load_profile(profile_path))
+    plan = build_plan(load_profile(profile_path, overrides))
     print(json.dumps(tf_config(plan, task), indent=2))
     return 0
 
@@ -50,7 +54,8 @@ def print_plan(plan: Plan, out: TextIO) -> None:
     out.write(f"profile   {profile.path}\n")
     out.write(f"job       {profile.name}\n")
     out.write(f"strategy  {profile.strategy}   success: {_success_rule(plan)}   "
-              f"backoff limit: {profile.backoff_limit}\n\n")
+              f"backoff limit: {profile.backoff_limit}\n")
+    out.write(f"outputs   {profile.outputs}   (on each host, {{outputs}} in commands; down and prune keep it)\n\n")
     rows = [("TASK", "HOST", "ADDRESS:PORT", "GPUS", "COMMAND")]
     rows += [(t.task_id, t.host, _endpoint(t), ",".join(map(str, t.gpus)) or "-", t.command)
              for t in plan.tasks]
@@ -69,6 +74,10 @@ def print_plan(plan: Plan, out: TextIO) -> None:
         workdir = ", ".join(dict.fromkeys(t.workdir for t in plan.tasks if t.role == role.name))
         out.write(f"{role.name:<10} restart={settings.restart} max_restarts={settings.max_restarts} "
                   f"workdir={workdir} env: {shown}\n")
+    notify = profile.notify
+    if notify.command:  # not its text: a webhook URL in it is a secret
+        out.write(f"\nnotify    [notify] command on each task failure and at the job's end "
+                  f"(killed after {notify.timeout_seconds:g}s)\n")
 
 
 def route_lines(plan: Plan) -> list[str]:

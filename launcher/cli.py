@@ -7,6 +7,7 @@ internal error: a short message plus the path of the log holding the traceback.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import traceback
 from collections.abc import Callable, Sequence
@@ -15,6 +16,7 @@ from pathlib import Path
 from launcher import __version__
 from launcher.errors import UserError
 from launcher.paths import internal_log_path
+from launcher.profile_overrides import overrides_from
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -22,13 +24,13 @@ Handler = Callable[[argparse.Namespace], int]
 def _check(args: argparse.Namespace) -> int:
     from launcher.checking import run_check
 
-    return run_check(Path(args.profile), remote=not args.no_remote)
+    return run_check(Path(args.profile), remote=not args.no_remote, overrides=overrides_from(args))
 
 
 def _tfconfig(args: argparse.Namespace) -> int:
     from launcher.checking import run_tfconfig
 
-    return run_tfconfig(Path(args.profile), args.task)
+    return run_tfconfig(Path(args.profile), args.task, overrides=overrides_from(args))
 
 
 def _up(args: argparse.Namespace) -> int:
@@ -43,10 +45,22 @@ def _down(args: argparse.Namespace) -> int:
     return run_down(args)
 
 
+def _prune(args: argparse.Namespace) -> int:
+    from launcher.prune import run_prune
+
+    return run_prune(args)
+
+
 def _status(args: argparse.Namespace) -> int:
     from launcher.jobs import run_status
 
     return run_status(args)
+
+
+def _runs(args: argparse.Namespace) -> int:
+    from launcher.runs import run_runs
+
+    return run_runs(args)
 
 
 def _logs(args: argparse.Namespace) -> int:
@@ -84,6 +98,32 @@ def _export(args: argparse.Namespace) -> int:
                             output=Path(args.output) if args.output else None)
 
 
+def _schema(args: argparse.Namespace) -> int:
+    from launcher.profile_schema import run_schema
+
+    return run_schema(Path(args.output) if args.output else None)
+
+
+def _export_tensorboard(args: argparse.Namespace) -> int:
+    from launcher.export.tensorboard import run_export_tensorboard
+
+    return run_export_tensorboard(args.run, Path(args.dir))
+
+
+def _completion(args: argparse.Namespace) -> int:
+    from launcher.completion import run_completion
+
+    return run_completion(args.shell)
+
+
+def _add_overrides(p: argparse.ArgumentParser, args: bool = True) -> None:
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="sets",
+                   help="change one profile key for this run (dotted, e.g. roles.worker.count=8); repeatable")
+    if args:  # filled by main() from what follows "--": argparse would mix it up with the positionals
+        p.set_defaults(args=[])
+        p.epilog = "Arguments after -- are appended to every task's command for this run."
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="distlaunch",
@@ -95,6 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("check", help="validate a profile, preflight its hosts, print the plan")
     p.add_argument("profile", help="cluster profile (TOML)")
     p.add_argument("--no-remote", action="store_true", help="validate only; do not contact hosts")
+    _add_overrides(p)
     p.set_defaults(handler=_check)
 
     p = sub.add_parser("up", help="launch a job and show it live")
@@ -105,16 +146,30 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--detach", action="store_true", help="start the job and return; tasks keep running")
     p.add_argument("--run-dir", help="where to keep this run's events, logs and state")
     p.add_argument("--run-id", help="use this run id instead of a generated one")
+    _add_overrides(p)
     p.set_defaults(handler=_up)
 
     p = sub.add_parser("down", help="stop everything of a run, on every host")
     p.add_argument("run", nargs="?", help="run id or run directory (default: the most recent run)")
+    p.add_argument("--keep-host-files", action="store_true",
+                   help="leave the run's files on the hosts (agent logs, event files); outputs are always kept")
     p.set_defaults(handler=_down)
+
+    p = sub.add_parser("prune", help="remove finished runs here and on their hosts (never outputs)")
+    p.add_argument("--keep", type=int, default=0, metavar="N", help="keep the N newest finished runs")
+    p.add_argument("--older-than", type=float, default=None, metavar="DAYS",
+                   help="only runs whose last activity is older than DAYS")
+    p.add_argument("--dry-run", action="store_true", help="say what would be removed, remove nothing")
+    p.set_defaults(handler=_prune)
 
     p = sub.add_parser("status", help="what runs, where, in what state")
     p.add_argument("run", nargs="?", help="run id or run directory (default: the most recent run)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(handler=_status)
+
+    p = sub.add_parser("runs", help="every run on this machine, newest first")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(handler=_runs)
 
     p = sub.add_parser("logs", help="one task's output")
     p.add_argument("run", help="run id or run directory")
@@ -140,7 +195,16 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("tfconfig", help="print the TF_CONFIG a task gets")
     p.add_argument("profile", help="cluster profile (TOML)")
     p.add_argument("task", help="task id, e.g. worker:1")
+    _add_overrides(p, args=False)
     p.set_defaults(handler=_tfconfig)
+
+    p = sub.add_parser("schema", help="print the profile's JSON Schema (for editors: taplo, VS Code)")
+    p.add_argument("-o", "--output", default=None, help="write to FILE instead of stdout")
+    p.set_defaults(handler=_schema)
+
+    p = sub.add_parser("completion", help="print the shell completion hook (bash, zsh, fish)")
+    p.add_argument("shell", choices=("bash", "zsh", "fish"), help="the shell to complete in")
+    p.set_defaults(handler=_completion)
 
     p = sub.add_parser("export", help="convert a profile for another system")
     exp = p.add_subparsers(dest="target", metavar="TARGET", required=True)
@@ -154,11 +218,29 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("profile", help="cluster profile (TOML) with a [slurm] table")
     t.add_argument("-o", "--output", default=None, help="write to FILE instead of stdout")
     t.set_defaults(handler=_export)
+    t = exp.add_parser("tensorboard", help="a run's metrics as TensorBoard event files, one run per task")
+    t.add_argument("run", help="run id or run directory")
+    t.add_argument("dir", help="TensorBoard log directory to write into (DIR/<run id>/<task>/)")
+    t.set_defaults(handler=_export_tensorboard)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    if "_ARGCOMPLETE" in os.environ:  # the shell asks for completions (launcher/completion.py)
+        from launcher.completion import complete
+
+        complete(parser)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    extra: list[str] = []
+    if "--" in argv:
+        cut = argv.index("--")
+        argv, extra = argv[:cut], argv[cut + 1:]
+    args = parser.parse_args(argv)
+    if extra:
+        if not hasattr(args, "args"):
+            parser.error(f"{args.verb} takes no arguments after --")
+        args.args = extra
     handler: Handler = args.handler
     try:
         return handler(args)

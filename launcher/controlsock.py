@@ -2,23 +2,38 @@
 
 The launcher listens on a Linux abstract unix socket named after the run id (no file to clean
 up, no path-length limit); a request is one JSON line, the answer one JSON line.
+
+Abstract sockets have no file permissions and every local user can see their names in
+/proc/net/unix, so each connection's peer credentials (SO_PEERCRED, set by the kernel) are
+checked: only the launcher's own user may act on the run.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import os
 import socket
+import struct
 import threading
 from typing import Any
 
 from launcher.supervisor import Supervisor
 
 ACTIONS = ("restart", "stop", "teardown", "detach")
+#: a request is one short JSON line; anything longer is not read
+MAX_REQUEST = 64 * 1024
 
 
 def _address(run_id: str) -> str:
     return f"\0distlaunch/{run_id}"
+
+
+def peer_uid(conn: socket.socket) -> int:
+    """The uid of the process at the other end of a connected unix socket, as the kernel saw it."""
+    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    _pid, uid, _gid = struct.unpack("3i", creds)
+    return int(uid)
 
 
 class ControlServer:
@@ -40,8 +55,12 @@ class ControlServer:
             with conn:
                 conn.settimeout(5)
                 try:
-                    request = json.loads(conn.makefile("r").readline())
-                    answer = self._handle(request)
+                    uid = peer_uid(conn)
+                    line = conn.makefile("r").readline(MAX_REQUEST)  # read first: closing early resets the peer
+                    if uid != os.getuid():
+                        answer = {"ok": False, "error": f"refused: uid {uid} does not own this run"}
+                    else:
+                        answer = self._handle(json.loads(line))
                 except (OSError, ValueError) as exc:
                     answer = {"ok": False, "error": str(exc)}
                 with contextlib.suppress(OSError):

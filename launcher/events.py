@@ -2,7 +2,12 @@
 
 Every event is one JSON object on one line (DESIGN.md section 5)::
 
-    {"v": 1, "ts": 1700000000.0, "run": "<run id>", "task": "worker:1" | null, "kind": "<kind>", ...}
+    {"v": 2, "ts": 1700000000.0, "run": "<run id>", "task": "worker:1" | null, "kind": "<kind>", ...}
+
+Events that an agent wrote also carry ``seq``: the task's sequence number, gap-free from 0
+across all incarnations of the task (the agent continues its event file's last number). Events
+the launcher makes itself (job, pending / restarting states, conditions) never cross a link
+and carry none.
 
 This module is stdlib-only and runs on any Python >= 3.9: it is packed into the agent
 zipapp that the launcher uploads to each host.
@@ -16,7 +21,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-SCHEMA_VERSION = 1
+#: 2: events an agent wrote carry ``seq``, gap-free per task across incarnations (1: no seq)
+SCHEMA_VERSION = 2
+#: versions this codec reads: runs recorded before ``seq`` still replay
+READABLE_VERSIONS = (1, 2)
 
 # kinds
 JOB = "job"
@@ -98,7 +106,7 @@ class Event:
         kind = obj.get("kind")
         if kind not in KINDS:
             raise EventDecodeError("unknown event kind %r" % (kind,))
-        if obj.get("v") != SCHEMA_VERSION:
+        if obj.get("v") not in READABLE_VERSIONS:
             raise EventDecodeError("unsupported event version %r" % (obj.get("v"),))
         run = obj.get("run")
         task = obj.get("task")

@@ -20,13 +20,16 @@ from launcher.checking import exposure_warnings
 from launcher.errors import HostError, UserError
 from launcher.jobview import JobView
 from launcher.model import Plan
+from launcher.notify import Notifier, NotifyFollower
 from launcher.paths import runs_root
 from launcher.plan import build_plan
 from launcher.preflight import PreflightError, prepare_hosts
 from launcher.printer import JsonPrinter, ProgressPrinter
 from launcher.profile import load_profile
+from launcher.profile_overrides import overrides_from
 from launcher.remote import HostSession
 from launcher.rundir import DOWN_MARKER, RunDir, find_run, host_from_json, new_run_id, read_events, read_state
+from launcher.runrecord import write_record
 from launcher.supervisor import Supervisor
 from launcher.transport import make_host
 
@@ -47,7 +50,7 @@ def _progress(quiet: bool) -> Callable[[str], None]:
 
 
 def run_up(args: argparse.Namespace) -> int:
-    profile = load_profile(Path(args.profile))
+    profile = load_profile(Path(args.profile), overrides_from(args))
     plan = build_plan(profile)
     for warning in exposure_warnings(plan):
         notice(f"warning: {warning}")
@@ -63,8 +66,10 @@ def run_up(args: argparse.Namespace) -> int:
     progress = _progress(quiet=False)
     progress(f"run {run_id} ({rundir.path})")
     pre = prepare_hosts(plan, run_id, rundir.path / "hosts", notice, progress)
+    write_record(rundir.path, profile, pre.versions)
     sup = Supervisor(plan, rundir, pre.sessions, pre.ports, detached=args.detach, on_notice=notice)
     feed = sup.subscribe()
+    notifying = follow_notify(sup)
     server = start_control_server(run_id, sup)
     interrupted = False
 
@@ -103,9 +108,21 @@ def run_up(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGTERM, old_term)
         if server is not None:
             server.close()
+        if notifying is not None:
+            notifying.finish()
         pre.close()
         rundir.close()
     return report_outcome(sup, outcome, interrupted)
+
+
+def follow_notify(sup: Supervisor, history_until: float | None = None) -> NotifyFollower | None:
+    """Run the profile's [notify] command for this job's task failures and its end (None: no command)."""
+    config = sup.profile.notify
+    if not config.command:
+        return None
+    notifier = Notifier(config, run_id=sup.run_id, run_dir=sup.rundir.path, profile_name=sup.profile.name,
+                        cwd=sup.profile.directory, on_warning=notice, history_until=history_until)
+    return NotifyFollower(notifier, sup.subscribe().events())
 
 
 def start_control_server(run_id: str, sup: Supervisor) -> controlsock.ControlServer | None:
@@ -135,7 +152,7 @@ def run_dashboard_for(sup: Supervisor, feed: Any, plan: Plan, live: bool) -> Non
 
     try:
         result = run_dashboard(feed, sup, title=plan.profile.name, strategy=plan.profile.strategy,
-                               hosts_total=len(sup.sessions), live=live)
+                               hosts_total=len(sup.sessions), live=live, bell_on_end=plan.profile.notify.bell)
     except Exception:
         # nothing may be left running because the screen broke: stop the job, then report the crash
         sup.teardown("the dashboard crashed")
@@ -164,7 +181,8 @@ def connect_sessions(state: dict[str, Any]) -> dict[str, HostSession]:
         except HostError as exc:
             problems.append(str(exc))
             return
-        sessions[name] = HostSession(config, host, str(state["run_id"]), info["base_dir"], info["python"])
+        sessions[name] = HostSession(config, host, str(state["run_id"]), info["base_dir"], info["python"],
+                                     str(info.get("outputs_dir") or ""))
 
     hosts = list(state.get("hosts", {}).items())
     if hosts:
@@ -188,12 +206,20 @@ def run_down(args: argparse.Namespace) -> int:
     grace = 10.0
     leftovers: dict[str, list[dict[str, Any]]] = {}
 
+    keep_files = bool(getattr(args, "keep_host_files", False))
+    not_removed: list[str] = []
+
     def down(session: HostSession) -> None:
         slugs = [t["slug"] for t in state.get("tasks", {}).values() if t["host"] == session.name]
         session.stop_agents(slugs, grace)
         left = session.sweep(kill=True)
         if left:
             leftovers[session.name] = left
+        elif not keep_files:  # only once nothing of the run runs there; outputs are never touched
+            try:
+                session.remove_run_dir()
+            except HostError as exc:
+                not_removed.append(str(exc))
 
     try:
         with ThreadPoolExecutor(max_workers=max(1, len(sessions))) as pool:
@@ -206,7 +232,10 @@ def run_down(args: argparse.Namespace) -> int:
             notice(f"host {host}: still running after down: "
                  + ", ".join(f"{p.get('pid')} ({p.get('cmdline', '')[:60]})" for p in left))
         return 1
-    print(f"{run_id}: stopped on {len(sessions)} host(s); no process of the run is left")
+    for problem in not_removed:
+        notice(problem)
+    kept = "; host run dirs kept" if keep_files else ("" if not_removed else "; host run dirs removed")
+    print(f"{run_id}: stopped on {len(sessions)} host(s); no process of the run is left{kept}")
     return 0
 
 
@@ -255,7 +284,7 @@ def summarize(path: Path) -> dict[str, Any]:
             "name": state.get("name"), "strategy": state.get("strategy"), "job": job,
             "detached": state.get("detached", False), "launcher_pid": state.get("launcher_pid"),
             "launcher_alive": launcher_alive(state),
-            "tasks": tasks}
+            "tasks": tasks, "lost_events": view.lost_events}
 
 
 def launcher_alive(state: dict[str, Any]) -> bool:
@@ -284,6 +313,8 @@ def run_status(args: argparse.Namespace) -> int:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for r in rows:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+    for task_id, n in summary["lost_events"].items():
+        print(f"warning: {task_id}: {n} event(s) never reached the launcher (gaps in its sequence numbers)")
     return 0
 
 

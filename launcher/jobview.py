@@ -91,6 +91,9 @@ class TaskView:
     last_event_ts: float | None = None
     #: active conditions (``stalled``, ``straggler``, ...) and why each was raised
     conditions: dict[str, str] = field(default_factory=dict)
+    #: the last ``seq`` seen from this task's agent, and how many numbers never arrived
+    last_seq: int = -1
+    lost_events: int = 0
     rate_history: deque[float] = field(default_factory=lambda: deque(maxlen=HISTORY_POINTS))
     gpu_history: deque[float] = field(default_factory=lambda: deque(maxlen=HISTORY_POINTS))
     loss_history: deque[tuple[int, float]] = field(default_factory=lambda: deque(maxlen=LOSS_POINTS))
@@ -260,6 +263,9 @@ class JobView:
         task = self.task(event.task)
         task.last_event_ts = event.ts
         self.dirty_tasks.add(event.task)
+        seq = event.data.get("seq")
+        if isinstance(seq, int):
+            self._check_seq(task, seq)
         if event.kind == ev.STATE:
             self._apply_state(task, event)
         elif event.kind == ev.METRIC:
@@ -278,6 +284,20 @@ class JobView:
                 task.conditions[name] = str(event.get("reason") or "")
             else:
                 task.conditions.pop(name, None)
+
+    def _check_seq(self, task: TaskView, seq: int) -> None:
+        if seq > task.last_seq + 1:
+            missing = seq - task.last_seq - 1
+            task.lost_events += missing
+            first = task.last_seq + 1
+            span = f"seq {first}" if missing == 1 else f"seq {first}-{seq - 1}"
+            self.notices.append(Notice(f"{task.task_id}: {missing} event(s) lost on the way ({span})", "warning"))
+        task.last_seq = max(task.last_seq, seq)
+
+    @property
+    def lost_events(self) -> dict[str, int]:
+        """Tasks some of whose events never arrived, and how many."""
+        return {t.task_id: t.lost_events for t in self.tasks.values() if t.lost_events}
 
     def _apply_job(self, event: Event) -> None:
         state = str(event.get("state", self.state))

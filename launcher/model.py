@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from launcher.profile_overrides import Overrides
+
 Strategy = Literal["parameter_server", "multi_worker_mirrored", "custom"]
 SuccessPolicy = Literal["chief", "all_workers"]
 RestartPolicy = Literal["never", "on-failure", "always", "exit-code"]
@@ -29,7 +31,7 @@ class SshSettings:
     connect_timeout: float = 10.0
     ssh_port: int = 22
     #: the OpenSSH client config to resolve addresses through (``ssh -G``); None: none
-    ssh_config: str | None = None
+    ssh_config: str | None = "~/.ssh/config"
     #: keys the profile left at their defaults, which ~/.ssh/config may then set
     unset: tuple[str, ...] = ()
 
@@ -41,8 +43,9 @@ class HostConfig:
     transport: Transport = "ssh"
     ssh: SshSettings = field(default_factory=SshSettings)
     gpus: tuple[int, ...] = ()
-    #: the address TF_CONFIG uses; None: the address, or the HostName ~/.ssh/config gives it
+    #: what TF_CONFIG uses; None: ``address``, or the HostName ~/.ssh/config gives an alias
     tf_address: str | None = None
+    env: dict[str, str] = field(default_factory=dict)  # under the role's and [defaults]' env
     #: the [hosts.X] table this entry came from when its address was a host range (X), else None
     group: str | None = None
     #: transport "slurm": the allocation (job id) whose steps run this host's commands
@@ -72,6 +75,8 @@ class TaskDefaults:
     restart: RestartPolicy = "on-failure"
     max_restarts: int = 3
     grace_seconds: float = 10.0
+    setup: tuple[str, ...] = ()  # shell lines run before the command, in its shell
+    shell: str | None = None  # e.g. "bash -lc"; None: /bin/sh -c
 
 
 @dataclass(frozen=True)
@@ -92,6 +97,26 @@ class MetricsConfig:
 
 
 @dataclass(frozen=True)
+class NotifyConfig:
+    """[notify]: a command run on the launcher when the job ends or a task fails; the dashboard bell."""
+
+    command: str | None = None
+    timeout_seconds: float = 30.0
+    bell: bool = True
+
+
+@dataclass(frozen=True)
+class SyncConfig:
+    """[sync]: a launcher-side folder copied (changed files only) into each host's workdir before start."""
+
+    source: str = "."  # relative to the profile's folder
+    exclude: tuple[str, ...] = ()  # gitignore-style; .git/ is always excluded
+
+    def source_dir(self, profile_dir: Path) -> Path:
+        return (profile_dir / Path(self.source).expanduser()).resolve()
+
+
+@dataclass(frozen=True)
 class Profile:
     path: Path
     name: str
@@ -104,6 +129,16 @@ class Profile:
     hosts: dict[str, HostConfig]
     roles: dict[str, RoleConfig]  # keyed by role name, in ROLES order
     metrics: MetricsConfig
+    notify: NotifyConfig = field(default_factory=NotifyConfig)
+    #: per job on each host, {name} filled; {outputs} in commands (see profile_keys for the rules)
+    outputs: str = "~/distlaunch/outputs/{name}"
+    sync: SyncConfig | None = None  # no [sync]: the code is already on the hosts
+    #: the profile as read (recorded in the run dir: attach and restarts use it, not the file)
+    text: str = ""
+    #: this run's --set keys and the arguments appended to every command
+    overrides: Overrides = field(default_factory=Overrides)
+    #: values that came from the launcher's environment (${env:VAR}): masked wherever shown or written
+    secrets: frozenset[str] = frozenset()
     slurm: SlurmConfig | None = None  # [slurm]: hosts from the Slurm allocation
 
     @property
@@ -129,7 +164,9 @@ class TaskSpec:
     restart: RestartPolicy
     max_restarts: int
     grace_seconds: float
-    in_cluster: bool  # False for the evaluator, which TF_CONFIG's cluster must not list
+    in_cluster: bool
+    setup: tuple[str, ...] = ()
+    shell: str | None = None  # False for the evaluator, which TF_CONFIG's cluster must not list
 
     @property
     def slug(self) -> str:

@@ -12,7 +12,7 @@ import posixpath
 import re
 import shlex
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TypedDict
 
@@ -84,7 +84,7 @@ def _task(profile: Profile, role: RoleConfig, index: int, host: HostConfig, nth_
     task_id = f"{role.name}:{index}"
     address = tf_address(host)
     python = settings.python or (sys.executable if host.transport != "ssh" else "python3")
-    env = dict(settings.env)
+    env = {**host.env, **settings.env}  # the host's env under the role's and [defaults]'
     if gpus:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpus)
     elif host.gpus and "CUDA_VISIBLE_DEVICES" not in env:
@@ -96,6 +96,8 @@ def _task(profile: Profile, role: RoleConfig, index: int, host: HostConfig, nth_
     command = fill_placeholders(command, {
         "role": role.name, "index": str(index), "task": task_id, "host": address,
     })
+    if profile.overrides.args:  # `up PROFILE -- ARGS`: for every task's command
+        command = " ".join([command, *(shlex.quote(a) for a in profile.overrides.args)])
     return TaskSpec(
         task_id=task_id,
         role=role.name,
@@ -112,6 +114,8 @@ def _task(profile: Profile, role: RoleConfig, index: int, host: HostConfig, nth_
         max_restarts=settings.max_restarts,
         grace_seconds=settings.grace_seconds,
         in_cluster=role.name != "evaluator",
+        setup=settings.setup,
+        shell=settings.shell,
     )
 
 
@@ -143,9 +147,9 @@ def fill_placeholders(template: str, values: Mapping[str, str], *, quote: bool =
     return PLACEHOLDER_RE.sub(fill, template)
 
 
-def render_command(template: str, *, port: int, run_dir: str) -> str:
-    """Fill the launch-time placeholders ``{port}`` and ``{run_dir}`` of a task's command."""
-    return fill_placeholders(template, {"port": str(port), "run_dir": run_dir})
+def render_command(template: str, *, port: int, run_dir: str, outputs: str = "") -> str:
+    """Fill the launch-time placeholders ``{port}``, ``{run_dir}`` and ``{outputs}`` of a task's command."""
+    return fill_placeholders(template, {"port": str(port), "run_dir": run_dir, "outputs": outputs})
 
 
 def host_port(address: str, port: int) -> str:
@@ -183,6 +187,18 @@ def is_secret(name: str) -> bool:
     """Whether an env var name looks like it holds a secret (TOKEN, SECRET, PASSWORD, KEY)."""
     upper = name.upper()
     return any(word in upper for word in _SECRET_WORDS)
+
+
+def split_secrets(env: Mapping[str, str], secrets: Iterable[str] = ()) -> tuple[dict[str, str], dict[str, str]]:
+    """(public, secret): secret-looking names, and values holding a ``${env:...}`` value, are secret.
+    Secret ones never go into a file: the agent gets them in its environment."""
+    values = [s for s in secrets if s]
+    public: dict[str, str] = {}
+    secret: dict[str, str] = {}
+    for name, value in env.items():
+        hidden = is_secret(name) or any(v in value for v in values)
+        (secret if hidden else public)[name] = value
+    return public, secret
 
 
 def mask_env(env: Mapping[str, str]) -> dict[str, str]:

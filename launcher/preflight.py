@@ -17,7 +17,8 @@ from typing import TypeVar
 from launcher.errors import HostError, UserError
 from launcher.model import Plan
 from launcher.paths import state_home
-from launcher.remote import HostSession, remote_base_dir
+from launcher.remote import HostSession, remote_base_dir, remote_outputs_dir
+from launcher.sync import sync_hosts
 from launcher.transport import Host, make_host
 
 T = TypeVar("T")
@@ -151,11 +152,17 @@ def prepare_hosts(plan: Plan, run_id: str, local_root: Path | None,
             raise PreflightError(problems)
         root = str(local_root) if local_root is not None else None
         for name, host in hosts.items():
-            base = remote_base_dir(host, plan.profile.hosts[name], run_id, root)
-            pre.sessions[name] = HostSession(plan.profile.hosts[name], host, run_id, base, _python_for(plan, name))
+            config = plan.profile.hosts[name]
+            base = remote_base_dir(host, config, run_id, root)
+            outputs = remote_outputs_dir(host, config, plan.profile.outputs, plan.profile.directory)
+            pre.sessions[name] = HostSession(config, host, run_id, base, _python_for(plan, name), outputs)
         upload_problems = _parallel(pre.sessions, _upload)
         if upload_problems:
             raise PreflightError(upload_problems)
+        try:
+            sync_hosts(plan, pre.sessions, progress, on_notice)
+        except HostError as exc:
+            raise PreflightError([str(exc)]) from None
         progress("checking ports")
         problems, pre.ports = check_ports(plan, pre.sessions)
         if problems:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TextIO
 
 from launcher import events as ev
@@ -13,6 +14,19 @@ from launcher.jobview import JobView
 
 PROGRESS_EVERY = 5.0
 TAIL_LINES = 8
+#: SGR colours of task and job states on a terminal
+STATE_COLORS = {
+    ev.RUNNING: "36", ev.SUCCEEDED: "32", ev.FAILED: "31", ev.RESTARTING: "33",
+    ev.JOB_RUNNING: "1;36", ev.JOB_SUCCEEDED: "1;32", ev.JOB_FAILED: "1;31", ev.JOB_RESTARTING: "1;33",
+}
+
+
+def wants_color(out: TextIO) -> bool:
+    """Colour only on a terminal, never with NO_COLOR set to anything but "" (no-color.org) or TERM=dumb."""
+    if os.environ.get("NO_COLOR") or os.environ.get("TERM") == "dumb":
+        return False
+    isatty = getattr(out, "isatty", None)
+    return bool(isatty is not None and isatty())
 
 
 def human_bytes(n: float | None, missing: str = "-") -> str:
@@ -34,12 +48,17 @@ class ProgressPrinter:
 
     It reads the same JobView the dashboard draws from, so both show the same numbers."""
 
-    def __init__(self, out: TextIO | None = None, every: float = PROGRESS_EVERY) -> None:
+    def __init__(self, out: TextIO | None = None, every: float = PROGRESS_EVERY, color: bool | None = None) -> None:
         self.out = out or sys.stdout
+        self.color = wants_color(self.out) if color is None else color
         self.every = every
         self.view = JobView()
         self._last_progress = time.monotonic()
         self.final_state: str | None = None
+
+    def paint(self, state: object) -> str:
+        code = STATE_COLORS.get(str(state)) if self.color else None
+        return f"\033[{code}m{state}\033[0m" if code else str(state)
 
     def _print(self, text: str) -> None:
         stamp = time.strftime("%H:%M:%S")
@@ -60,9 +79,9 @@ class ProgressPrinter:
             if state in (ev.JOB_SUCCEEDED, ev.JOB_FAILED):
                 self.final_state = state
                 self.progress()
-            self._print(f"job {state}" + (f": {reason}" if reason else ""))
+            self._print(f"job {self.paint(state)}" + (f": {reason}" if reason else ""))
         elif event.kind == ev.STATE and event.task:
-            self._print(_state_text(event))
+            self._print(_state_text(event, self.paint))
             if event.get("state") == ev.FAILED:
                 for line in list(view.log(event.task).lines)[-TAIL_LINES:]:
                     self._print(f"  {event.task} | {line.line}")
@@ -103,9 +122,9 @@ class ProgressPrinter:
             self._print("  || ".join(parts))
 
 
-def _state_text(event: Event) -> str:
+def _state_text(event: Event, paint: Callable[[object], str] = str) -> str:
     state = event.get("state")
-    text = f"{event.task:<12} {state}"
+    text = f"{event.task:<12} {paint(state)}"
     extras = []
     if event.get("host"):
         extras.append(f"on {event.get('host')}")

@@ -13,7 +13,7 @@ import json
 import re
 import tomllib
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, cast
 
@@ -25,6 +25,7 @@ from launcher.model import (
     HostConfig,
     HostKeyPolicy,
     MetricsConfig,
+    NotifyConfig,
     Profile,
     RestartPolicy,
     RoleConfig,
@@ -32,35 +33,42 @@ from launcher.model import (
     SshSettings,
     Strategy,
     SuccessPolicy,
+    SyncConfig,
     TaskDefaults,
     Transport,
 )
+from launcher.profile_keys import (
+    ENV_NAME_PATTERN,
+    HOST_KEYS,
+    HOST_NAME_PATTERN,
+    NOTIFY_KEYS,
+    ROLE_KEYS,
+    SINGLE_TASK_ROLES,
+    SLURM_KEYS,
+    SSH_KEYS,
+    SYNC_KEYS,
+    TASK_KEYS,
+    TOP_KEYS,
+    Key,
+    Table,
+)
+from launcher.profile_overrides import EnvVarUnset, Overrides, resolve
 from launcher.slurm_env import current_allocation
 
-STRATEGIES: tuple[Strategy, ...] = ("parameter_server", "multi_worker_mirrored", "custom")
-SUCCESS_POLICIES: tuple[SuccessPolicy, ...] = ("chief", "all_workers")
-RESTART_POLICIES: tuple[RestartPolicy, ...] = ("never", "on-failure", "always", "exit-code")
-HOST_KEY_POLICIES: tuple[HostKeyPolicy, ...] = ("reject", "accept-new")
 TRANSPORTS: tuple[Transport, ...] = ("ssh", "local")  # "slurm" comes from [slurm], not per host
 
 #: placeholders a command may use; ``{port}`` and ``{run_dir}`` are filled at launch
-COMMAND_PLACEHOLDERS = ("python", "role", "index", "task", "host", "port", "run_dir")
+COMMAND_PLACEHOLDERS = ("python", "role", "index", "task", "host", "port", "run_dir", "outputs")
+#: placeholders ``outputs`` may use
+OUTPUTS_PLACEHOLDERS = ("name",)
 #: placeholders a workdir may use
 WORKDIR_PLACEHOLDERS = ("profile_dir",)
 #: ``{name}`` not preceded by ``$``, so shell's ``${VAR}`` is left alone
 PLACEHOLDER_RE = re.compile(r"(?<!\$)\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
-_TOP_KEYS = ("name", "strategy", "success_policy", "backoff_limit", "orphan_grace_seconds",
-             "sample_interval", "defaults", "ssh", "hosts", "roles", "metrics", "slurm")
-_SLURM_KEYS = ("nodes", "time", "partition", "account", "gpus_per_node", "sbatch_args")
-_DEFAULT_KEYS = ("command", "python", "workdir", "env", "restart", "max_restarts", "grace_seconds")
-_SSH_KEYS = ("user", "identity_file", "known_hosts", "host_key_policy", "connect_timeout", "ssh_port",
-             "ssh_config")
+_HOST_NAME_RE = re.compile(HOST_NAME_PATTERN)
 #: [ssh] when the profile has none: ~/.ssh/config applies to whatever the profile leaves unset
-DEFAULT_SSH = SshSettings(ssh_config="~/.ssh/config", unset=_SSH_KEYS)
-_HOST_KEYS = ("address", "tf_address", "transport", "gpus", *_SSH_KEYS)
-_ROLE_KEYS = ("count", "hosts", "port", "gpus_per_task", *_DEFAULT_KEYS)
-_HOST_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
+DEFAULT_SSH = SshSettings(unset=SSH_KEYS.names)
 _LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 
 _KEY_PART = r"""(?:[A-Za-z0-9_-]+|"[^"]*"|'[^']*')"""
@@ -73,8 +81,15 @@ KeyPath = tuple[str, ...]
 SLURM_PLACEHOLDER = "slurm-allocation"
 
 
-def load_profile(path: Path) -> Profile:
-    """Read and validate the profile at ``path``; raise ``ProfileError`` (one line) on any mistake."""
+def load_profile(path: Path, overrides: Overrides | None = None, text: str | None = None) -> Profile:
+    """Read and validate the profile at ``path``; raise ``ProfileError`` (one line) on any mistake.
+
+    ``overrides`` are one run's ``--set`` keys and command arguments; ``text``, when given, is the
+    profile as an earlier run recorded it (``path`` then only names it and anchors relative paths).
+    """
+    overrides = overrides or Overrides()
+    if text is not None:
+        return _read_text(path, text, overrides)
     try:
         text = path.read_bytes().decode("utf-8")
     except FileNotFoundError:
@@ -87,11 +102,20 @@ def load_profile(path: Path) -> Profile:
                            "save the profile as UTF-8") from None
     except OSError as exc:
         raise ProfileError(f"{path}: cannot read the profile: {exc.strerror}") from None
+    return _read_text(path, text, overrides)
+
+
+def _read_text(path: Path, text: str, overrides: Overrides) -> Profile:
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ProfileError(_toml_error_line(path, text, exc)) from None
-    return _ProfileReader(path, text).read(data)
+    try:
+        data, resolution = resolve(data, overrides)
+    except EnvVarUnset as exc:
+        raise _ProfileReader(path, text).fail(exc.key, exc.message) from None
+    profile = _ProfileReader(path, text, frozenset(resolution.set_paths)).read(data)
+    return replace(profile, text=text, overrides=overrides, secrets=frozenset(resolution.secrets))
 
 
 def _toml_error_line(path: Path, text: str, exc: tomllib.TOMLDecodeError) -> str:
@@ -170,6 +194,7 @@ class _ProfileReader:
 
     path: Path
     text: str
+    set_paths: frozenset[KeyPath] = frozenset()  # keys given with --set: errors name the flag, not a line
 
     def __post_init__(self) -> None:
         self._lines = key_lines(self.text)
@@ -177,22 +202,62 @@ class _ProfileReader:
     # ---- reporting ----------------------------------------------------------------------
 
     def fail(self, key: KeyPath, message: str) -> ProfileError:
+        dotted = ".".join(k if re.fullmatch(r"[A-Za-z0-9_-]+", k) else json.dumps(k) for k in key)
+        if any(key[: len(p)] == p for p in self.set_paths):
+            return ProfileError(f"--set {dotted}: {message}")
         where = f"{self.path}"
         for n in range(len(key), 0, -1):
             line = self._lines.get(key[:n])
             if line is not None:
                 where = f"{self.path}:{line}"
                 break
-        dotted = ".".join(k if re.fullmatch(r"[A-Za-z0-9_-]+", k) else json.dumps(k) for k in key)
         return ProfileError(f"{where}: {dotted or '(top level)'}: {message}")
 
-    def check_keys(self, table: Mapping[str, Any], key: KeyPath, allowed: Sequence[str]) -> None:
-        for name in table:
-            if name not in allowed:
+    def check_table(self, table: Mapping[str, Any], key: KeyPath, spec: Table) -> None:
+        """Refuse keys ``spec`` does not declare and values of the wrong kind, in the order written."""
+        for name, value in table.items():
+            if name not in spec.names:
                 where = f"[{'.'.join(key)}]" if key else "the top level"
-                raise self.fail((*key, name), f"unknown key in {where}; {suggest(name, allowed)}")
+                raise self.fail((*key, name), f"unknown key in {where}; {suggest(name, spec.names)}")
+            self.check_value(value, spec[name], (*key, name))
 
-    # ---- typed getters ------------------------------------------------------------------
+    def check_value(self, value: object, spec: Key, key: KeyPath) -> None:
+        """One value against its declared kind; the message says what was expected and how to fix it."""
+        kind = spec.kind
+        if kind in ("string", "choice"):
+            if not isinstance(value, str):
+                raise self.fail(key, f"expected a string, got {show_value(value)}; put it in quotes")
+            if kind == "choice" and value not in spec.choices:
+                raise self.fail(key, f"{show_value(value)} is not one of {', '.join(spec.choices)}; "
+                                f"{suggest(value, spec.choices)}")
+        elif kind == "integer":
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise self.fail(key, f"expected an integer, got {show_value(value)}")
+            if spec.minimum is not None and value < spec.minimum:
+                raise self.fail(key, f"must be >= {spec.minimum}, got {value}")
+            if spec.maximum is not None and value > spec.maximum:
+                raise self.fail(key, f"must be <= {spec.maximum}, got {value}")
+        elif kind == "number":
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise self.fail(key, f"expected a number, got {show_value(value)}")
+            if value < 0 or (spec.positive and value == 0):
+                raise self.fail(key, f"must be {'> 0' if spec.positive else '>= 0'}, got {value}")
+        elif kind == "boolean":
+            if not isinstance(value, bool):
+                raise self.fail(key, f"expected true or false, got {show_value(value)}")
+        elif kind == "path_or_false":
+            if value is not False and not (isinstance(value, str) and value.strip()):
+                raise self.fail(key, f'expected a path like "~/.ssh/config" or false, got {show_value(value)}')
+        elif kind == "string_list":
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise self.fail(key, f"expected {spec.expected}, got {show_value(value)}")
+        elif kind == "index_list":
+            if not isinstance(value, list) or not all(
+                isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in value
+            ):
+                raise self.fail(key, f"expected {spec.expected}, got {show_value(value)}")
+        elif not isinstance(value, dict):
+            raise self.fail(key, f"expected a table, got {show_value(value)}")
 
     def table(self, parent: Mapping[str, Any], name: str, key: KeyPath) -> dict[str, Any]:
         value = parent.get(name, {})
@@ -200,49 +265,11 @@ class _ProfileReader:
             raise self.fail((*key, name), f"expected a table, got {show_value(value)}")
         return value
 
-    def string(self, parent: Mapping[str, Any], name: str, key: KeyPath) -> str | None:
-        value = parent.get(name)
-        if value is None or isinstance(value, str):
-            return value
-        raise self.fail((*key, name), f"expected a string, got {show_value(value)}; put it in quotes")
-
-    def integer(self, parent: Mapping[str, Any], name: str, key: KeyPath, *, minimum: int = 0,
-                maximum: int | None = None) -> int | None:
-        value = parent.get(name)
-        if value is None:
-            return None
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise self.fail((*key, name), f"expected an integer, got {show_value(value)}")
-        if value < minimum:
-            raise self.fail((*key, name), f"must be >= {minimum}, got {value}")
-        if maximum is not None and value > maximum:
-            raise self.fail((*key, name), f"must be <= {maximum}, got {value}")
-        return value
-
-    def number(self, parent: Mapping[str, Any], name: str, key: KeyPath, *,
-               positive: bool = False) -> float | None:
-        value = parent.get(name)
-        if value is None:
-            return None
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise self.fail((*key, name), f"expected a number, got {show_value(value)}")
-        if value < 0 or (positive and value == 0):
-            raise self.fail((*key, name), f"must be {'> 0' if positive else '>= 0'}, got {value}")
-        return float(value)
-
-    def choice(self, parent: Mapping[str, Any], name: str, key: KeyPath,
-               choices: Sequence[str]) -> str | None:
-        value = self.string(parent, name, key)
-        if value is not None and value not in choices:
-            raise self.fail((*key, name), f"{show_value(value)} is not one of {', '.join(choices)}; "
-                            f"{suggest(value, choices)}")
-        return value
-
     # ---- sections -----------------------------------------------------------------------
 
     def read(self, data: dict[str, Any]) -> Profile:
-        self.check_keys(data, (), _TOP_KEYS)
-        name = self.string(data, "name", ()) or self.path.stem
+        self.check_table(data, (), TOP_KEYS)
+        name: str = data.get("name", self.path.stem)
         if not name.strip():
             raise self.fail(("name",), 'is empty; give the job a name, e.g. name = "mnist-ps"')
         defaults = self.task_settings(self.table(data, "defaults", ()), ("defaults",), None)
@@ -252,26 +279,43 @@ class _ProfileReader:
         roles = self.roles(self.table(data, "roles", ()), defaults, hosts)
         metrics = self.metrics(self.table(data, "metrics", ()))
         has_ps = "ps" in roles and roles["ps"].count > 0
-        strategy = cast(Strategy | None, self.choice(data, "strategy", (), STRATEGIES))
-        success = cast(SuccessPolicy, self.choice(data, "success_policy", (), SUCCESS_POLICIES) or "chief")
-        backoff = self.integer(data, "backoff_limit", ())
-        orphan = self.number(data, "orphan_grace_seconds", ())
-        interval = self.number(data, "sample_interval", (), positive=True)
+        strategy = cast(Strategy | None, data.get("strategy"))
+        success = cast(SuccessPolicy, _get(data, TOP_KEYS, "success_policy"))
         self.check_job(roles, success)
         return Profile(
             path=self.path,
             name=name,
             strategy=strategy or ("parameter_server" if has_ps else "multi_worker_mirrored"),
             success_policy=success,
-            backoff_limit=10 if backoff is None else backoff,
-            orphan_grace_seconds=60.0 if orphan is None else orphan,
-            sample_interval=1.0 if interval is None else interval,
+            backoff_limit=_get(data, TOP_KEYS, "backoff_limit"),
+            orphan_grace_seconds=float(_get(data, TOP_KEYS, "orphan_grace_seconds")),
+            sample_interval=float(_get(data, TOP_KEYS, "sample_interval")),
             defaults=defaults,
             hosts=hosts,
             roles=roles,
             metrics=metrics,
+            notify=self.notify(self.table(data, "notify", ())),
+            outputs=self.outputs(data, name),
+            sync=self.sync(data),
             slurm=slurm,
         )
+
+    def sync(self, data: Mapping[str, Any]) -> SyncConfig | None:
+        if "sync" not in data:
+            return None
+        table = self.table(data, "sync", ())
+        self.check_table(table, ("sync",), SYNC_KEYS)
+        source = str(_get(table, SYNC_KEYS, "source"))
+        if not source.strip():
+            raise self.fail(("sync", "source"), 'is empty; give the folder to copy, e.g. source = "."')
+        return SyncConfig(source=source, exclude=tuple(_get(table, SYNC_KEYS, "exclude")))
+
+    def outputs(self, data: Mapping[str, Any], name: str) -> str:
+        outputs = str(_get(data, TOP_KEYS, "outputs"))
+        if not outputs.strip():
+            raise self.fail(("outputs",), 'is empty; give a folder, e.g. outputs = "~/distlaunch/outputs/{name}"')
+        self.check_placeholders(outputs, ("outputs",), OUTPUTS_PLACEHOLDERS)
+        return outputs.replace("{name}", name)
 
     def slurm_hosts(self) -> dict[str, HostConfig]:
         """One host per node of the allocation; outside one, a placeholder that ``check`` shows
@@ -292,42 +336,44 @@ class _ProfileReader:
             return None
         table = self.table(data, "slurm", ())
         key: KeyPath = ("slurm",)
-        self.check_keys(table, key, _SLURM_KEYS)
+        self.check_table(table, key, SLURM_KEYS)
         if data.get("hosts"):
             raise self.fail(("hosts",), "[slurm] takes the hosts from the allocation; remove [hosts] "
                             "(or remove [slurm] to use SSH)")
-        extra = table.get("sbatch_args", [])
-        if not isinstance(extra, list) or not all(isinstance(a, str) and a.startswith("--") for a in extra):
-            raise self.fail((*key, "sbatch_args"), f'expected a list of options like ["--exclusive"], '
-                            f"got {show_value(extra)}")
-        return SlurmConfig(nodes=self.integer(table, "nodes", key, minimum=1),
-                           time=self.string(table, "time", key),
-                           partition=self.string(table, "partition", key),
-                           account=self.string(table, "account", key),
-                           gpus_per_node=self.integer(table, "gpus_per_node", key),
+        for name in ("time", "partition", "account"):
+            if name in table and not table[name].strip():
+                raise self.fail((*key, name), "is empty; give a value or leave the key out")
+        extra: list[str] = table.get("sbatch_args", [])
+        return SlurmConfig(nodes=table.get("nodes"), time=table.get("time"), partition=table.get("partition"),
+                           account=table.get("account"), gpus_per_node=table.get("gpus_per_node"),
                            sbatch_args=tuple(extra))
 
     def task_settings(self, table: Mapping[str, Any], key: KeyPath,
                       base: TaskDefaults | None) -> TaskDefaults:
         """[defaults] (``base`` None) or a role's overrides of it (env merged key by key)."""
         if base is None:
-            self.check_keys(table, key, _DEFAULT_KEYS)
+            self.check_table(table, key, TASK_KEYS)
             base = TaskDefaults(command="")
-        command = self.string(table, "command", key)
+        command: str | None = table.get("command")
         if command is not None:
             self.check_command(command, (*key, "command"))
-        python = self.string(table, "python", key)
+        python: str | None = table.get("python")
         if python is not None and not python.strip():
             raise self.fail((*key, "python"), "is empty; give an interpreter, e.g. \"python3\", "
                             "or leave the key out")
-        workdir = self.string(table, "workdir", key)
+        workdir: str | None = table.get("workdir")
         if workdir is not None:
             self.check_placeholders(workdir, (*key, "workdir"), WORKDIR_PLACEHOLDERS)
         env = dict(base.env)
         env.update(self.env(table, key))
-        restart = cast(RestartPolicy | None, self.choice(table, "restart", key, RESTART_POLICIES))
-        max_restarts = self.integer(table, "max_restarts", key)
-        grace = self.number(table, "grace_seconds", key)
+        restart = cast(RestartPolicy | None, table.get("restart"))
+        max_restarts: int | None = table.get("max_restarts")
+        grace: float | None = table.get("grace_seconds")
+        setup: list[str] | None = table.get("setup")
+        shell: str | None = table.get("shell")
+        if shell is not None and not shell.strip():
+            raise self.fail((*key, "shell"), 'is empty; give a shell and its flags, e.g. "bash -lc", '
+                            "or leave the key out")
         return TaskDefaults(
             command=base.command if command is None else command,
             python=base.python if python is None else python,
@@ -335,13 +381,15 @@ class _ProfileReader:
             env=env,
             restart=base.restart if restart is None else restart,
             max_restarts=base.max_restarts if max_restarts is None else max_restarts,
-            grace_seconds=base.grace_seconds if grace is None else grace,
+            grace_seconds=base.grace_seconds if grace is None else float(grace),
+            setup=base.setup if setup is None else tuple(setup),
+            shell=base.shell if shell is None else shell.strip(),
         )
 
     def env(self, table: Mapping[str, Any], key: KeyPath) -> dict[str, str]:
         env = self.table(table, "env", key)
         for var, value in env.items():
-            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", var):
+            if not re.fullmatch(ENV_NAME_PATTERN, var):
                 raise self.fail((*key, "env", var), "is not a valid environment variable name; "
                                 "use letters, digits and _")
             if not isinstance(value, str):
@@ -365,20 +413,20 @@ class _ProfileReader:
 
     def ssh_settings(self, table: Mapping[str, Any], key: KeyPath, base: SshSettings) -> SshSettings:
         if key == ("ssh",):
-            self.check_keys(table, key, _SSH_KEYS)
-        user = self.string(table, "user", key)
-        identity = self.string(table, "identity_file", key)
-        known = self.string(table, "known_hosts", key)
-        policy = cast(HostKeyPolicy | None, self.choice(table, "host_key_policy", key, HOST_KEY_POLICIES))
-        timeout = self.number(table, "connect_timeout", key, positive=True)
-        port = self.integer(table, "ssh_port", key, minimum=1, maximum=65535)
+            self.check_table(table, key, SSH_KEYS)
+        user: str | None = table.get("user")
+        identity: str | None = table.get("identity_file")
+        known: str | None = table.get("known_hosts")
+        policy = cast(HostKeyPolicy | None, table.get("host_key_policy"))
+        timeout: float | None = table.get("connect_timeout")
+        port: int | None = table.get("ssh_port")
         ssh_config = self.ssh_config(table, key, base.ssh_config)
         return SshSettings(
             user=base.user if user is None else user,
             identity_file=base.identity_file if identity is None else identity,
             known_hosts=base.known_hosts if known is None else known,
             host_key_policy=base.host_key_policy if policy is None else policy,
-            connect_timeout=base.connect_timeout if timeout is None else timeout,
+            connect_timeout=base.connect_timeout if timeout is None else float(timeout),
             ssh_port=base.ssh_port if port is None else port,
             ssh_config=ssh_config,
             unset=tuple(name for name in base.unset if name not in table),
@@ -407,15 +455,20 @@ class _ProfileReader:
                 raise self.fail(key, "host names may use only letters, digits, '-', '_' and '.'; "
                                 "rename the host")
             entry = self.table(table, name, ("hosts",))
-            self.check_keys(entry, key, _HOST_KEYS)
-            address = self.string(entry, "address", key)
+            self.check_table(entry, key, HOST_KEYS)
+            address: str | None = entry.get("address")
             if address is None or not address.strip():
                 raise self.fail(key, f'has no address; add address = "10.0.0.1" (or "localhost") '
                                 f"under [hosts.{name}]")
-            transport = cast(Transport, self.choice(entry, "transport", key, TRANSPORTS) or "ssh")
+            transport = cast(Transport, _get(entry, HOST_KEYS, "transport"))
+            tf_address: str | None = entry.get("tf_address")
+            if tf_address is not None and not tf_address.strip():
+                raise self.fail((*key, "tf_address"), "is empty; give the address tasks on other hosts reach "
+                                "this one at, or leave the key out")
             template = HostConfig(name=name, address=address.strip(), transport=transport,
                                   ssh=self.ssh_settings(entry, key, ssh), gpus=self.gpus(entry, key),
-                                  tf_address=self.string(entry, "tf_address", key))
+                                  tf_address=tf_address.strip() if tf_address else None,
+                                  env=self.env(entry, key))
             for host in self.expand_range(template, key, table):
                 if host.name in hosts:
                     raise self.fail(key, f'makes host "{host.name}", which is already defined; '
@@ -452,12 +505,7 @@ class _ProfileReader:
         return configs
 
     def gpus(self, entry: Mapping[str, Any], key: KeyPath) -> tuple[int, ...]:
-        value = entry.get("gpus", [])
-        if not isinstance(value, list) or not all(
-            isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in value
-        ):
-            raise self.fail((*key, "gpus"), f"expected a list of GPU indices like [0, 1], "
-                            f"got {show_value(value)}")
+        value: list[int] = _get(entry, HOST_KEYS, "gpus")
         if len(set(value)) != len(value):
             raise self.fail((*key, "gpus"), f"lists a GPU twice: {show_value(value)}; list each index once")
         return tuple(value)
@@ -481,15 +529,14 @@ class _ProfileReader:
     def role(self, name: str, entry: Mapping[str, Any], defaults: TaskDefaults,
              hosts: Mapping[str, HostConfig]) -> RoleConfig:
         key = ("roles", name)
-        self.check_keys(entry, key, _ROLE_KEYS)
-        count = self.integer(entry, "count", key)
-        count = 1 if count is None else count
-        if name in ("chief", "evaluator") and count > 1:
+        self.check_table(entry, key, ROLE_KEYS)
+        count: int = _get(entry, ROLE_KEYS, "count")
+        if name in SINGLE_TASK_ROLES and count > 1:
             raise self.fail((*key, "count"), f"a job has at most one {name}, got {count}; "
                             f"use count = 1 (or add workers instead)")
         host_names = self.role_hosts(name, entry, hosts, count)
-        port = self.integer(entry, "port", key, minimum=1, maximum=65535)
-        gpus_per_task = self.integer(entry, "gpus_per_task", key) or 0
+        port: int | None = entry.get("port")
+        gpus_per_task: int = _get(entry, ROLE_KEYS, "gpus_per_task")
         settings = self.task_settings(entry, key, defaults)
         if count > 0 and not settings.command:
             raise self.fail((*key, "command"), "no command for this role; set command under "
@@ -508,9 +555,7 @@ class _ProfileReader:
                 return tuple(hosts)  # one host range and nothing else: spread over all of it
             raise self.fail(key, f"missing; say where {role} tasks run, e.g. hosts = "
                             f"[{', '.join(json.dumps(h) for h in hosts)}]")
-        value = entry["hosts"]
-        if not isinstance(value, list) or not all(isinstance(h, str) for h in value):
-            raise self.fail(key, f'expected a list of host names like ["gpu1"], got {show_value(value)}')
+        value: list[str] = entry["hosts"]
         if not value and count > 0:
             raise self.fail(key, f"is empty; list the hosts the {role} tasks run on")
         names: list[str] = []
@@ -568,6 +613,15 @@ class _ProfileReader:
             raise self.fail(("success_policy",), '"all_workers" needs workers; add [roles.worker] '
                             'or use success_policy = "chief"')
 
+    def notify(self, table: Mapping[str, Any]) -> NotifyConfig:
+        key = ("notify",)
+        self.check_table(table, key, NOTIFY_KEYS)
+        command: str | None = table.get("command")
+        if command is not None and not command.strip():
+            raise self.fail((*key, "command"), "is empty; give a shell command, or leave [notify] out")
+        return NotifyConfig(command=command, timeout_seconds=float(_get(table, NOTIFY_KEYS, "timeout_seconds")),
+                            bell=bool(_get(table, NOTIFY_KEYS, "bell")))
+
     def metrics(self, table: Mapping[str, Any]) -> MetricsConfig:
         patterns: dict[str, str] = {}
         for name, value in table.items():
@@ -586,6 +640,11 @@ class _ProfileReader:
         step = patterns.pop("step", None)
         loss = patterns.pop("loss", None)
         return MetricsConfig(step=step, loss=loss, extra=patterns)
+
+
+def _get(table: Mapping[str, Any], spec: Table, name: str) -> Any:
+    """A checked value, or the declared default where the key is absent."""
+    return table.get(name, spec.default(name))
 
 
 def task_ports(role: RoleConfig) -> list[tuple[str, int]]:

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import io
 import json
+import posixpath
 import shlex
 import tarfile
 import time
 from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 from launcher.agentpack import build_agent_zipapp
@@ -27,13 +29,28 @@ def remote_base_dir(host: Host, config: HostConfig, run_id: str, local_host_root
     return f"{host.home()}/.cache/distlaunch/runs/{run_id}"
 
 
+def remote_outputs_dir(host: Host, config: HostConfig, outputs: str, profile_dir: Path) -> str:
+    """The job's outputs folder on a host: ``~`` is the host's home; a relative path is taken from the
+    profile's folder on local hosts and from the home on ssh hosts (like ``workdir``)."""
+    if outputs == "~" or outputs.startswith("~/"):
+        return posixpath.normpath(host.home() + outputs[1:])
+    if outputs.startswith("/"):
+        return posixpath.normpath(outputs)
+    if config.transport == "local":
+        return str((profile_dir / outputs).resolve())
+    return posixpath.normpath(f"{host.home()}/{outputs}")
+
+
 class HostSession:
-    def __init__(self, config: HostConfig, host: Host, run_id: str, base_dir: str, python: str) -> None:
+    def __init__(self, config: HostConfig, host: Host, run_id: str, base_dir: str, python: str,
+                 outputs_dir: str = "") -> None:
         self.config = config
         self.host = host
         self.run_id = run_id
         self.base_dir = base_dir
         self.python = python
+        #: the job's outputs on this host: created before any task starts, never removed by distlaunch
+        self.outputs_dir = outputs_dir
 
     @property
     def name(self) -> str:
@@ -66,11 +83,34 @@ class HostSession:
     # -- setup ----------------------------------------------------------------------------------
 
     def prepare(self) -> None:
-        """Start a fresh host run dir: leftovers of an earlier run with the same id must not be
+        """Start a fresh host run dir, private to the user (0700: task output and specs hold
+        paths, env and tokens): leftovers of an earlier run with the same id must not be
         followed as if they were this run's events."""
         base = shlex.quote(self.base_dir)
-        self.host.run(f"rm -rf -- {base}/tasks {base}/lease {base}/detached", timeout=60)
-        self.host.put_file(build_agent_zipapp(), self.pyz, mode=0o644)
+        outputs = f" && mkdir -p -- {shlex.quote(self.outputs_dir)}" if self.outputs_dir else ""
+        result = self.host.run(f"rm -rf -- {base}/tasks {base}/lease {base}/detached && "
+                               f"mkdir -p -m 700 {base} && chmod 700 {base}{outputs}", timeout=60)
+        if not result.ok:
+            detail = (result.stderr.strip().splitlines() or ["no output"])[-1]
+            raise HostError(f"host {self.name}: cannot create the run dir {self.base_dir} or the outputs "
+                            f"{self.outputs_dir}: {detail}")
+        self.host.put_file(build_agent_zipapp(), self.pyz, mode=0o600)
+
+    def remove_run_dir(self) -> None:
+        """Remove this host's run dir (agent, specs, event files); the job's outputs are never touched.
+
+        Refuses a path that does not look like a run dir of this run, or that holds the outputs."""
+        base = posixpath.normpath(self.base_dir)
+        parts = base.split("/")
+        looks_like_run_dir = len(parts) > 3 and (parts[-1] == self.run_id or parts[-2] == "hosts")
+        outputs = posixpath.normpath(self.outputs_dir) if self.outputs_dir else ""
+        if not looks_like_run_dir or (outputs and (outputs == base or outputs.startswith(base + "/"))):
+            raise HostError(f"host {self.name}: {self.base_dir} is not only this run's scratch space; "
+                            "left in place")
+        result = self.host.run(f"rm -rf -- {shlex.quote(base)}", timeout=120)
+        if not result.ok:
+            detail = (result.stderr.strip().splitlines() or ["no output"])[-1]
+            raise HostError(f"host {self.name}: cannot remove {self.base_dir}: {detail}")
 
     def write_specs(self, specs: Mapping[str, Mapping[str, Any]]) -> None:
         """Every spec.json of this host in one round trip: a tar archive unpacked from stdin
@@ -107,9 +147,12 @@ class HostSession:
 
     # -- tasks ----------------------------------------------------------------------------------
 
-    def start_agents(self, tasks: list[tuple[str, str]]) -> dict[str, int]:
+    def start_agents(self, tasks: list[tuple[str, str]],
+                     secrets: Mapping[str, Mapping[str, str]] | None = None) -> dict[str, int]:
         """Start the agents of (slug, python) pairs with one shell script on the host; each
         runs detached (setsid, its own session and process group, std streams to agent.log).
+        ``secrets`` (slug -> env) travel on the script's stdin into the agents' environment,
+        so they are never written to a file or shown in a command line.
         Returns slug -> agent pid (which is also its process group)."""
         if not tasks:
             return {}
@@ -118,6 +161,10 @@ class HostSession:
         # the setsid'd child prints "<slug> <its pid>" and then execs the agent in place
         child = 'echo "$3 $$"; exec /bin/sh -c "$1" </dev/null >>"$2" 2>&1'
         lines = [f"cd {shlex.quote(self.base_dir)} || exit 97"]
+        stdin = None
+        if secrets:
+            lines.append("IFS= read -r DISTLAUNCH_SECRETS && export DISTLAUNCH_SECRETS")
+            stdin = (json.dumps(dict(secrets), separators=(",", ":")) + "\n").encode()
         for slug, python in tasks:
             task_dir = self.task_dir(slug)
             log = shlex.quote(f"{task_dir}/agent.log")
@@ -126,7 +173,7 @@ class HostSession:
             lines.append(f"mkdir -p {shlex.quote(task_dir)} && : >>{log} && "
                          f"setsid -f /bin/sh -c {shlex.quote(child)} distlaunch-agent "
                          f"{shlex.quote(agent)} {log} {shlex.quote(slug)}")
-        result = self.host.run("\n".join(lines), timeout=60)
+        result = self.host.run("\n".join(lines), timeout=60, stdin=stdin)
         pids: dict[str, int] = {}
         for line in result.stdout.splitlines():
             slug, _, pid = line.strip().rpartition(" ")

@@ -5,28 +5,50 @@
     <run dir>/state.json        hosts, tasks, pids, ports and stream offsets: enough for `down`,
                                 `status` and `attach` from another terminal
     <run dir>/hosts/<host>/     the host run dir of local hosts (agents write here)
+
+Run dirs are private to their user (0700, files 0600): task output often holds paths, dataset
+names or a token printed by accident, and login nodes are shared.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
 import secrets
 import threading
 import time
-from collections.abc import Iterator
+from collections import deque
+from collections.abc import Callable, Iterator
 from dataclasses import asdict
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from launcher.errors import UserError
 from launcher.events import LOG, Event, EventDecodeError
 from launcher.model import HostConfig, SshSettings
 from launcher.paths import runs_root
 
+PRIVATE_DIR = 0o700
+PRIVATE_FILE = 0o600
 EVENTS_FILE = "events.jsonl"
 STATE_FILE = "state.json"
 DOWN_MARKER = "down-requested"
+LATEST_LINK = "latest"  # in the state root: the most recent run started there
+#: lines kept in memory while the run dir cannot be written (disk full), written once it can
+PENDING_LINES = 100_000
+
+
+def private_opener(path: str, flags: int) -> int:
+    """``open(..., opener=private_opener)``: files this module creates are 0600."""
+    return os.open(path, flags, PRIVATE_FILE)
+
+
+def make_private_dir(path: Path) -> None:
+    """Create ``path`` (and parents) and make it 0700 whatever the umask or an earlier mode was."""
+    path.mkdir(parents=True, exist_ok=True, mode=PRIVATE_DIR)
+    os.chmod(path, PRIVATE_DIR)
 
 
 def new_run_id(profile_name: str) -> str:
@@ -42,16 +64,23 @@ class RunDir:
         self.path = path
         self.run_id = run_id
         self._lock = threading.Lock()
-        self._events: IO[str] | None = None
-        self._logs: dict[str, IO[str]] = {}
+        self._fds: dict[str, int] = {}  # file name -> fd opened for appending
+        #: (file, text) writes that failed and wait for space, oldest first
+        self._pending: deque[tuple[Path, str]] = deque()
+        self._dropped = 0
+        self._failing = False
+        #: told once when writing starts failing and once when it works again
+        self.on_problem: Callable[[str], None] = lambda _msg: None
 
     @classmethod
     def create(cls, run_id: str, path: Path | None = None) -> RunDir:
         target = path if path is not None else runs_root() / run_id
         target = target.expanduser().resolve()
-        (target / "logs").mkdir(parents=True, exist_ok=True)
+        target.parent.mkdir(parents=True, exist_ok=True, mode=PRIVATE_DIR)  # a new root only: never chmod a user's dir
+        make_private_dir(target)
+        make_private_dir(target / "logs")
         rd = cls(target, run_id)
-        latest = runs_root() / "latest"
+        latest = runs_root() / LATEST_LINK
         if path is None or target.parent == runs_root().resolve():
             try:
                 if latest.is_symlink() or latest.exists():
@@ -59,6 +88,8 @@ class RunDir:
                 latest.symlink_to(target)
             except OSError:
                 pass
+        else:
+            _link_into_root(run_id, target)
         return rd
 
     @classmethod
@@ -69,36 +100,87 @@ class RunDir:
     # -- writing ------------------------------------------------------------------------------
 
     def append(self, event: Event, line: str | None = None) -> None:
-        """Record ``event``; ``line`` is its JSON text when it arrived as such (not encoded again)."""
+        """Record ``event``; ``line`` is its JSON text when it arrived as such (not encoded again).
+
+        A write that fails (a full disk, say) never reaches the caller: the job goes on, the
+        lines wait in memory (up to ``PENDING_LINES``) and are written in order once it works.
+        """
         line = line if line is not None else event.to_json()
         with self._lock:
-            if self._events is None:
-                self._events = (self.path / EVENTS_FILE).open("a", encoding="utf-8")
-            self._events.write(line + "\n")
-            self._events.flush()
+            writes = [(self.path / EVENTS_FILE, line + "\n")]
             if event.kind == LOG and event.task:
-                fh = self._logs.get(event.task)
-                if fh is None:
-                    slug = event.task.replace(":", "-")
-                    fh = (self.path / "logs" / f"{slug}.log").open("a", encoding="utf-8")
-                    self._logs[event.task] = fh
-                fh.write(str(event.get("line", "")) + "\n")
-                fh.flush()
+                writes.append((self.log_path(event.task), str(event.get("line", "")) + "\n"))
+            if self._pending:
+                self._pending.extend(writes)
+                self._trim_pending()
+                self._flush_pending()
+                return
+            for i, (target, text) in enumerate(writes):
+                try:
+                    self._write(target, text)
+                except OSError as exc:
+                    self._pending.extend(writes[i:])
+                    self._failed(target, exc)
+                    return
+
+    def _write(self, target: Path, text: str) -> None:
+        """Append ``text`` whole or not at all: a failed write is cut back off, so a full disk
+        never leaves half a line for the next one to be glued to."""
+        fd = self._fds.get(target.name)
+        if fd is None:
+            fd = self._fds[target.name] = os.open(target, os.O_WRONLY | os.O_APPEND | os.O_CREAT, PRIVATE_FILE)
+        data = text.encode("utf-8")
+        written = 0
+        try:
+            while written < len(data):
+                written += os.write(fd, data[written:])
+        except OSError:
+            if written:
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, os.fstat(fd).st_size - written)
+            raise
+
+    def _flush_pending(self) -> None:
+        while self._pending:
+            target, text = self._pending[0]
+            try:
+                self._write(target, text)
+            except OSError as exc:
+                self._failed(target, exc)
+                return
+            self._pending.popleft()
+        if self._failing:
+            self._failing = False
+            lost = f"; {self._dropped} older lines were dropped" if self._dropped else ""
+            self.on_problem(f"run dir {self.path} is writable again; the held events are written{lost}")
+
+    def _trim_pending(self) -> None:
+        while len(self._pending) > PENDING_LINES:
+            self._pending.popleft()
+            self._dropped += 1
+
+    def _failed(self, target: Path, exc: OSError) -> None:
+        if self._failing:
+            return
+        self._failing = True
+        what = "the disk is full" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else exc.strerror or str(exc)
+        self.on_problem(f"cannot write {target}: {what}; the job goes on and events wait in memory "
+                        f"(free space under {self.path.parent})")
 
     def write_state(self, state: dict[str, Any]) -> None:
         tmp = self.path / (STATE_FILE + ".tmp")
         with self._lock:
-            tmp.write_text(json.dumps(state, indent=2, sort_keys=True), encoding="utf-8")
+            with open(tmp, "w", encoding="utf-8", opener=private_opener) as fh:
+                fh.write(json.dumps(state, indent=2, sort_keys=True))
             os.replace(tmp, self.path / STATE_FILE)
 
     def close(self) -> None:
         with self._lock:
-            if self._events is not None:
-                self._events.close()
-                self._events = None
-            for fh in self._logs.values():
-                fh.close()
-            self._logs.clear()
+            self._flush_pending()
+            for fd in self._fds.values():
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            self._fds.clear()
 
     def host_dir(self, host: str) -> Path:
         return self.path / "hosts" / host
@@ -109,6 +191,18 @@ class RunDir:
 
     def log_path(self, task_id: str) -> Path:
         return self.path / "logs" / f"{task_id.replace(':', '-')}.log"
+
+
+def _link_into_root(run_id: str, target: Path) -> None:
+    """A run kept outside the state root (``--run-dir``) gets a link there named by its id, so that
+    ``distlaunch runs`` lists it and its id finds it."""
+    link = runs_root() / run_id
+    try:
+        link.parent.mkdir(parents=True, exist_ok=True, mode=PRIVATE_DIR)
+        if not link.exists() and not link.is_symlink():
+            link.symlink_to(target)
+    except OSError:
+        pass
 
 
 def read_state(path: Path) -> dict[str, Any]:
@@ -141,7 +235,7 @@ def find_run(ref: str | None) -> Path:
     """A run dir from a run id, a path, or (None) the most recent run."""
     root = runs_root()
     if ref is None:
-        latest = root / "latest"
+        latest = root / LATEST_LINK
         if latest.exists():
             return latest.resolve()
         candidates = [p for p in root.glob("*") if (p / STATE_FILE).exists()] if root.is_dir() else []
@@ -166,4 +260,5 @@ def host_from_json(data: dict[str, Any]) -> HostConfig:
     ssh = SshSettings(**ssh_data)
     return HostConfig(name=data["name"], address=data["address"], transport=data.get("transport", "ssh"),
                       ssh=ssh, gpus=tuple(data.get("gpus", ())), tf_address=data.get("tf_address"),
-                      group=data.get("group"), slurm_job_id=data.get("slurm_job_id"))
+                      env=dict(data.get("env") or {}), group=data.get("group"),
+                      slurm_job_id=data.get("slurm_job_id"))

@@ -7,6 +7,8 @@ operations run on one worker thread per host, so a slow host never stalls the ot
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import functools
 import json
 import os
@@ -21,8 +23,9 @@ from typing import Any
 from launcher import events as ev
 from launcher.errors import HostError, HostGone
 from launcher.events import Event, EventDecodeError
+from launcher.hostclock import HostClock
 from launcher.model import START_ORDER, Plan, TaskSpec
-from launcher.plan import render_command, tf_config
+from launcher.plan import render_command, split_secrets, tf_config
 from launcher.policy import (
     backoff_delay,
     job_succeeded,
@@ -99,6 +102,7 @@ class Supervisor:
         self.ports = ports
         self.detached = detached
         self._notice = on_notice or (lambda _msg: None)
+        rundir.on_problem = self._notice  # a full disk on the launcher is told, never fatal
         self.tasks: dict[str, TaskRuntime] = {t.task_id: TaskRuntime(t, ports[t.task_id]) for t in plan.tasks}
         self.job_state = ev.JOB_CREATED
         self.job_reason = ""
@@ -110,9 +114,14 @@ class Supervisor:
         self._streams: dict[str, LineStream] = {}
         self._offsets: dict[str, dict[str, int]] = {h: {} for h in sessions}
         self._host_up: dict[str, bool] = dict.fromkeys(sessions, True)
+        self._clocks = {h: HostClock() for h in sessions}
+        self._last_seq: dict[str, int] = {}  # per task, the last agent event recorded
+        self.lost_events: dict[str, int] = {}
         self._last_heard: dict[str, float] = {}  # monotonic time of each host's last stream line
         self._feeds: list[Feed] = []
         self._timers: list[tuple[float, Callable[[], None]]] = []
+        #: scheduled group restarts (tasks, due time): kept in state.json so `attach` carries them out
+        self._pending_restarts: list[tuple[list[str], float]] = []
         self._finishing = False
         self._all_final = threading.Event()
         self._done = threading.Event()
@@ -162,15 +171,32 @@ class Supervisor:
         self.job_state = str(state.get("job_state") or ev.JOB_RUNNING)
         self.job_restarts = int(state.get("job_restarts") or 0)
         self.detached = False
+        for pending in state.get("pending_restarts") or []:
+            self._resume_restart([str(t) for t in pending.get("tasks", []) if t in self.tasks],
+                                 float(pending.get("due") or 0.0))
         for event in history:
+            seq = event.data.get("seq")
+            if event.task is not None and isinstance(seq, int):
+                self._last_seq[event.task] = max(seq, self._last_seq.get(event.task, -1))
             for feed in self._feeds:
                 feed.put(event)
+        self.lost_events = dict(state.get("lost_events") or {})
         self._loop_thread = threading.Thread(target=self._loop, name="supervisor", daemon=True)
         self._loop_thread.start()
         self._on_hosts(lambda s: s.set_detached(False))
         for name in self.sessions:
             self._start_follower(name)
         self.write_state()
+
+    def _resume_restart(self, group: list[str], due: float) -> None:
+        """A restart the last launcher had scheduled when it detached: due at the same time (or now)."""
+        if not group:
+            return
+        for task_id in group:
+            self.tasks[task_id].restarting = True
+            self.tasks[task_id].restart_pending = True
+        self._pending_restarts.append((group, due))
+        self._after(max(0.0, due - time.time()), lambda: self._restart_now(group))
 
     def _announce(self) -> None:
         self._publish(ev.job_event(self.run_id, ev.JOB_CREATED, self.profile.name))
@@ -239,7 +265,7 @@ class Supervisor:
     def agent_spec(self, rt: TaskRuntime) -> dict[str, Any]:
         spec = rt.spec
         session = self.sessions[spec.host]
-        env = dict(spec.env)
+        env, _secret = split_secrets(spec.env, self.profile.secrets)  # secrets go by stdin, not spec.json
         env["TF_CONFIG"] = json.dumps(tf_config(self.plan, spec.task_id, self.ports))
         metrics = self.profile.metrics
         patterns = {k: v for k, v in (("step", metrics.step), ("loss", metrics.loss)) if v}
@@ -247,18 +273,22 @@ class Supervisor:
         return {
             "run": self.run_id, "task": spec.task_id, "host": spec.host,
             "incarnation": rt.incarnation, "restarts": rt.restarts,
-            "command": render_command(spec.command, port=rt.port, run_dir=session.base_dir),
+            "command": render_command(spec.command, port=rt.port, run_dir=session.base_dir,
+                                      outputs=session.outputs_dir),
             "workdir": spec.workdir, "env": env, "gpus": list(spec.gpus),
             "grace_seconds": spec.grace_seconds,
             "orphan_grace_seconds": self.profile.orphan_grace_seconds,
             "sample_interval": self.profile.sample_interval, "metrics": patterns,
+            "setup": list(spec.setup), "shell": spec.shell or "",
         }
 
     def _write_specs(self, session: HostSession, rts: list[TaskRuntime]) -> None:
         session.write_specs({rt.spec.slug: self.agent_spec(rt) for rt in rts})
 
     def _start_agents(self, session: HostSession, rts: list[TaskRuntime]) -> None:
-        session.start_agents([(rt.spec.slug, rt.spec.python) for rt in rts])
+        secrets = {rt.spec.slug: split_secrets(rt.spec.env, self.profile.secrets)[1] for rt in rts}
+        session.start_agents([(rt.spec.slug, rt.spec.python) for rt in rts],
+                             {slug: env for slug, env in secrets.items() if env})
 
     def _start_follower(self, host: str) -> None:
         session = self.sessions[host]
@@ -266,7 +296,8 @@ class Supervisor:
 
         def on_line(line: str) -> None:
             self._last_heard[host] = time.monotonic()  # here, not on the loop: a busy loop is no silence
-            self._call(lambda: self._on_line(host, line))
+            received = time.time()
+            self._call(lambda: self._on_line(host, line, received))
 
         def on_close(code: int | None) -> None:
             self._call(lambda: self._on_stream_closed(host, stream))
@@ -277,20 +308,56 @@ class Supervisor:
 
     # -- events from agents ------------------------------------------------------------------------
 
-    def _on_line(self, host: str, line: str) -> None:
+    def _on_line(self, host: str, line: str, received: float) -> None:
         if not line or line.startswith("#"):
+            if line.startswith("#hb "):
+                with contextlib.suppress(ValueError):
+                    self._observe_clock(host, float(line[4:]), received)
             return
         try:
             event = Event.from_json(line)
         except EventDecodeError:
             return
+        self._observe_clock(host, event.ts, received)
         if event.task is not None:
             slug = event.task.replace(":", "-")
             offsets = self._offsets[host]
             offsets[slug] = offsets.get(slug, 0) + len(line.encode()) + 1
-        self._publish(event, line)
+            if not self._in_sequence(event):
+                return
+        stored: str | None = line
+        ts = self._clocks[host].correct(event.ts, received)
+        if ts != event.ts:  # a host whose clock is off: its times moved onto ours
+            event, stored = dataclasses.replace(event, ts=ts), None
+        self._publish(event, stored)
         if event.kind == ev.STATE and event.task in self.tasks:
             self._on_task_state(self.tasks[event.task], event)
+
+    def _in_sequence(self, event: Event) -> bool:
+        """False for an event already recorded (a resend after attach from older offsets);
+        a gap in the task's ``seq`` is told and kept in state.json."""
+        seq = event.data.get("seq")
+        task = str(event.task)
+        if not isinstance(seq, int):
+            return True
+        last = self._last_seq.get(task, -1)
+        if seq <= last:
+            return False
+        if seq > last + 1:
+            missing = seq - last - 1
+            self.lost_events[task] = self.lost_events.get(task, 0) + missing
+            self._notice(f"{task}: {missing} event(s) lost between its agent and the launcher "
+                         f"(seq {last + 1}..{seq - 1})")
+        self._last_seq[task] = seq
+        return True
+
+    def _observe_clock(self, host: str, host_ts: float, received: float) -> None:
+        clock = self._clocks[host]
+        was_off = clock.offset != 0.0
+        clock.observe(host_ts, received)
+        if clock.offset != 0.0 and not was_off:
+            self._notice(f"host {host}: {clock.describe()}; its event times are corrected by the launcher "
+                         "(sync its clock with NTP)")
 
     def _on_task_state(self, rt: TaskRuntime, event: Event) -> None:
         state = str(event.get("state"))
@@ -362,11 +429,14 @@ class Supervisor:
             member.restart_pending = True
             self._publish(ev.state_event(self.run_id, task_id, ev.RESTARTING, host=member.spec.host,
                                          restarts=member.restarts, reason=f"{rt.spec.task_id} {why}"))
+        self._pending_restarts.append((group, time.time() + wait))
         self._after(wait, lambda: self._restart_now(group))
+        self.write_state()
 
     def _restart_now(self, group: list[str]) -> None:
         if self._finishing:
-            return
+            return  # a detach keeps it in state.json for `attach`; a teardown makes it moot
+        self._pending_restarts = [(g, due) for g, due in self._pending_restarts if g != group]
         members = [self.tasks[t] for t in group]
         for rt in members:
             if not rt.final:
@@ -563,6 +633,7 @@ class Supervisor:
         state = {
             "run_id": self.run_id,
             "profile": str(self.profile.path),
+            "overrides": {"set": list(self.profile.overrides.sets), "args": list(self.profile.overrides.args)},
             "name": self.profile.name,
             "strategy": self.profile.strategy,
             "job_state": self.job_state,
@@ -572,12 +643,15 @@ class Supervisor:
             "detached": self.detached,
             "launcher_pid": os.getpid(),
             "updated": time.time(),
-            "hosts": {h: {"config": host_to_json(s.config), "base_dir": s.base_dir, "python": s.python}
+            "hosts": {h: {"config": host_to_json(s.config), "base_dir": s.base_dir, "python": s.python,
+                          "outputs_dir": s.outputs_dir}
                       for h, s in self.sessions.items()},
             "tasks": {t: {"host": rt.spec.host, "slug": rt.spec.slug, "address": rt.spec.address,
                           "port": rt.port, "pid": rt.pid, "state": rt.state, "restarts": rt.restarts,
                           "incarnation": rt.incarnation, "python": rt.spec.python}
                       for t, rt in self.tasks.items()},
             "offsets": self._offsets,
+            "pending_restarts": [{"tasks": g, "due": due} for g, due in self._pending_restarts],
+            "lost_events": self.lost_events,
         }
         self.rundir.write_state(state)

@@ -95,8 +95,10 @@ class DashboardApp(App[DashboardResult]):
     ]
 
     def __init__(self, source: EventSource, control: JobControl | None, *, title: str, strategy: str,
-                 hosts_total: int, live: bool = True, clock: Callable[[], float] = time.time) -> None:
+                 hosts_total: int, live: bool = True, clock: Callable[[], float] = time.time,
+                 bell_on_end: bool = False) -> None:
         super().__init__()
+        self.bell_on_end = bell_on_end  # [notify] bell: ring once when a live job ends
         self.source = source
         self.control = control
         self.job_title = title
@@ -201,6 +203,9 @@ class DashboardApp(App[DashboardResult]):
         with self.lock, self.batch_update():
             view = self.view
             now = self.now()
+            if self.bell_on_end and self.live and view.ended:
+                self.bell_on_end = False
+                self.bell()
             dirty = view.take_dirty()
             for notice in view.take_notices():
                 self.notify(notice.message, severity=notice.severity,  # type: ignore[arg-type]
@@ -369,11 +374,12 @@ class DashboardError(RuntimeError):
 
 
 def run_dashboard(source: EventSource, control: JobControl | None, *, title: str, strategy: str,
-                  hosts_total: int, live: bool = True) -> DashboardResult:
+                  hosts_total: int, live: bool = True, bell_on_end: bool = False) -> DashboardResult:
     """Run the dashboard until the user leaves (blocking); see `DashboardResult` for what to do next.
 
     Raises `DashboardError` when the app crashed rather than being left by the user."""
-    app = DashboardApp(source, control, title=title, strategy=strategy, hosts_total=hosts_total, live=live)
+    app = DashboardApp(source, control, title=title, strategy=strategy, hosts_total=hosts_total, live=live,
+                       bell_on_end=bell_on_end)
     try:
         result = app.run()
     finally:

@@ -13,6 +13,8 @@ when the pod starts, from the downward API, never guessed at export time:
     {task}     <role>:$(DISTLAUNCH_TASK_INDEX)
     {host}     $(DISTLAUNCH_HOST): the pod name, which is also its hostname and service name
     {run_dir}  /distlaunch-run: an emptyDir volume, scratch space that lives as long as the pod
+    {outputs}  /distlaunch-outputs: the PersistentVolumeClaim <job>-outputs, which outlives pods and
+               runs as the profile's outputs do
 
 {python}, {role} and {port} are the same for every replica of a role and are written out. Every
 other ``$`` (in the command and in env values) is doubled, so Kubernetes' own ``$(VAR)``
@@ -51,6 +53,8 @@ INDEX_ENV = "DISTLAUNCH_TASK_INDEX"
 HOST_ENV = "DISTLAUNCH_HOST"
 RUN_DIR_VOLUME = "distlaunch-run"
 RUN_DIR_MOUNT = "/distlaunch-run"
+OUTPUTS_VOLUME = "distlaunch-outputs"
+OUTPUTS_MOUNT = "/distlaunch-outputs"
 #: what distlaunch does on a failure that the operator does not (DESIGN.md section 6)
 RECOVERY_BY_STRATEGY = {
     "parameter_server": "restarts the chief with a failed ps, so it restores from its checkpoint",
@@ -58,7 +62,7 @@ RECOVERY_BY_STRATEGY = {
 }
 MAX_NAME = 63  # a DNS label; pod and service names <job>-<role>-<index> must fit too
 
-_PER_REPLICA = ("index", "task", "host", "run_dir")
+_PER_REPLICA = ("index", "task", "host", "run_dir", "outputs")
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 
 
@@ -79,6 +83,10 @@ def job_name(profile: Profile) -> str:
     longest_suffix = max((len(f"-{role}-{max(cfg.count - 1, 0)}") for role, cfg in profile.roles.items()),
                          default=0)
     return name[: MAX_NAME - longest_suffix].rstrip("-")
+
+
+def outputs_claim(job: str) -> str:
+    return f"{job}-outputs"
 
 
 def secret_name(job: str) -> str:
@@ -117,7 +125,7 @@ def build_tfjob(profile: Profile, *, image: str, namespace: str | None) -> TfJob
         role = profile.roles.get(role_name)
         if role is None:
             continue
-        replica, used = _replica_spec(role, image=image, secret=secret_name(job))
+        replica, used = _replica_spec(role, image=image, secret=secret_name(job), claim=outputs_claim(job))
         replicas[REPLICA_TYPES[role_name]] = replica
         placeholders |= used
         secrets.extend(k for k in role.settings.env if is_secret(k) and k not in secrets)
@@ -162,7 +170,7 @@ def run_export_tfjob(profile_path: Path, *, image: str, namespace: str | None, o
     return 0
 
 
-def _replica_spec(role: RoleConfig, *, image: str, secret: str) -> tuple[dict[str, Any], set[str]]:
+def _replica_spec(role: RoleConfig, *, image: str, secret: str, claim: str) -> tuple[dict[str, Any], set[str]]:
     """One tfReplicaSpecs entry, and the per-replica placeholders its command uses."""
     settings = role.settings
     port = role.port if role.port is not None else DEFAULT_PORT
@@ -182,9 +190,17 @@ def _replica_spec(role: RoleConfig, *, image: str, secret: str) -> tuple[dict[st
     if role.gpus_per_task > 0:
         container["resources"] = {"limits": {"nvidia.com/gpu": role.gpus_per_task}}
     pod: dict[str, Any] = {"containers": [container]}
+    mounts: list[dict[str, Any]] = []
+    volumes: list[dict[str, Any]] = []
     if "run_dir" in used:
-        container["volumeMounts"] = [{"name": RUN_DIR_VOLUME, "mountPath": RUN_DIR_MOUNT}]
-        pod["volumes"] = [{"name": RUN_DIR_VOLUME, "emptyDir": {}}]
+        mounts.append({"name": RUN_DIR_VOLUME, "mountPath": RUN_DIR_MOUNT})
+        volumes.append({"name": RUN_DIR_VOLUME, "emptyDir": {}})
+    if "outputs" in used:
+        mounts.append({"name": OUTPUTS_VOLUME, "mountPath": OUTPUTS_MOUNT})
+        volumes.append({"name": OUTPUTS_VOLUME, "persistentVolumeClaim": {"claimName": claim}})
+    if mounts:
+        container["volumeMounts"] = mounts
+        pod["volumes"] = volumes
     pod["terminationGracePeriodSeconds"] = math.ceil(settings.grace_seconds)
     spec = {
         "replicas": role.count,
@@ -206,6 +222,7 @@ def render_command(command: str, *, role: str, python: str, port: int) -> tuple[
         "task": f"{role}:$({INDEX_ENV})",
         "host": f"$({HOST_ENV})",
         "run_dir": RUN_DIR_MOUNT,
+        "outputs": OUTPUTS_MOUNT,
     }
     used: set[str] = set()
     parts: list[str] = []
@@ -271,6 +288,8 @@ def _header(profile: Profile, *, job: str, image: str, namespace: str | None, pl
             "host": "{host} = the pod name",
             "run_dir": f"{{run_dir}} = {RUN_DIR_MOUNT}, an emptyDir deleted with the pod "
                        "(checkpoints belong on a persistent volume)",
+            "outputs": f"{{outputs}} = {OUTPUTS_MOUNT}, PersistentVolumeClaim {outputs_claim(job)} "
+                       "(create it first, ReadWriteMany when several pods write there)",
         }
         lines.append("Placeholders filled in each pod at start:")
         lines += [f"  {described[key]}" for key in _PER_REPLICA if key in placeholders]
@@ -312,6 +331,9 @@ def _dropped(profile: Profile) -> list[str]:
     metrics = profile.metrics
     if metrics.step or metrics.loss or metrics.extra:
         items.append("[metrics] regexes: the dashboard's; the output stays in the pod logs")
+    if profile.notify.command:
+        # not its text: a webhook URL in it is a secret
+        items.append("[notify] command: run by the launcher; watch the TFJob's conditions instead")
     return items
 
 

@@ -26,6 +26,10 @@ _KEYS = ("hostname", "user", "port", "identityfile", "proxyjump", "serveralivein
          "serveralivecountmax", "connecttimeout", "userknownhostsfile")
 
 
+#: the config OpenSSH reads by default; its absence is no error
+DEFAULT_CONFIG = "~/.ssh/config"
+
+
 @dataclass(frozen=True)
 class Endpoint:
     """One SSH server to authenticate to: the target, or one hop on the way to it."""
@@ -110,8 +114,8 @@ def _config_path(config: HostConfig) -> str | None:
     path = os.path.expanduser(setting)
     if os.path.isfile(path):
         return path
-    if "ssh_config" in config.ssh.unset:
-        return None  # the default ~/.ssh/config: having none is normal
+    if setting == DEFAULT_CONFIG:
+        return None  # having no ~/.ssh/config is normal
     raise HostError(f"host {config.name}: ssh_config {setting} does not exist; fix the path "
                     "or set ssh_config = false in [ssh]")
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import signal
@@ -29,7 +30,8 @@ def test_shipped_local_profile_trains_and_leaves_nothing(tmp_path: Path) -> None
     run_dir, run_id = tmp_path / "run", "it-shipped-local"
     try:
         result = cli("up", str(REPO / "cluster_profiles/local.toml"), "--no-tui",
-                     "--run-dir", str(run_dir), "--run-id", run_id, timeout=300)
+                     "--run-dir", str(run_dir), "--run-id", run_id,
+                     "--set", f"outputs={json.dumps(str(tmp_path / 'outputs'))}", timeout=300)
         assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
         events = read_events(run_dir)
         running = {e["task"] for e in events if e["kind"] == "state" and e["state"] == "running"}
@@ -45,6 +47,7 @@ def test_shipped_local_profile_trains_and_leaves_nothing(tmp_path: Path) -> None
         jobs = [e["state"] for e in events if e["kind"] == "job"]
         assert jobs[0] == "Created" and "Running" in jobs and jobs[-1] == "Succeeded"
         assert (run_dir / "state.json").exists() and (run_dir / "logs" / "chief-0.log").exists()
+        assert list((tmp_path / "outputs" / "ckpt").glob("*.index"))  # the checkpoint went to {outputs}
         assert pids_with_run_id(run_id) == []
         # the progress lines name step, loss and steps/s
         assert "steps/s" in result.stdout and "job Succeeded" in result.stdout

@@ -503,3 +503,76 @@ def test_report_module_from_the_zipapp_reaches_the_agent(host):
     metrics = [e for e in evs if e["kind"] == "metric"]
     assert [(m["step"], m["loss"], m["values"]) for m in metrics] == [(3, 1.5, {"acc": 0.75})]
     assert not [e for e in evs if e["kind"] == "log" and "@distlaunch" in e["line"]]
+
+
+def _seqs(evs: list[dict]) -> list[int]:
+    return [e["seq"] for e in evs]
+
+
+def test_event_numbers_run_gap_free_across_incarnations(host):
+    task_dir = host.task("echo first")
+    first = host.run_to_end(task_dir)
+    assert _seqs(first) == list(range(len(first)))
+    spec = json.loads((task_dir / "spec.json").read_text())
+    spec.update(command="echo second", restarts=1, incarnation=1)
+    (task_dir / "spec.json").write_text(json.dumps(spec))
+    both = host.run_to_end(task_dir)
+    assert len(both) > len(first) and _seqs(both) == list(range(len(both)))
+    assert (task_dir / "events.jsonl").stat().st_mode & 0o777 == 0o600  # private, whatever the umask
+
+
+WAITS_FOR_A_FULL_DISK = """
+import os, time
+def wait_for(name):
+    deadline = time.monotonic() + 60
+    while not os.path.exists(name) and time.monotonic() < deadline:
+        time.sleep(0.02)
+for i in range(5):
+    print("before", i, flush=True)
+wait_for("full")
+for i in range(100):  # more than the event file's last page holds
+    print("while full", i, flush=True)
+wait_for("go")
+for i in range(5):
+    print("after", i, flush=True)
+"""
+
+
+def test_a_full_host_disk_leaves_a_numbered_gap_the_task_runs_on_and_the_loss_is_told(tmp_path, pyz):
+    if os.geteuid() != 0:
+        pytest.skip("needs root to mount a tmpfs")
+    mnt = tmp_path / "tiny"
+    mnt.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", str(mnt)], check=True)
+    harness = AgentHarness(mnt, pyz)
+    agent_err = tmp_path / "agent.err"  # off the full disk, so the test can read what the agent says
+    try:
+        (mnt / "task.py").write_text(WAITS_FOR_A_FULL_DISK)
+        task_dir = harness.task(f"{sys.executable} task.py", sample_interval=60.0)
+        with agent_err.open("wb") as err:
+            proc = subprocess.Popen([sys.executable, str(pyz), "run", "--task-dir", str(task_dir)],
+                                    stdin=subprocess.DEVNULL, stdout=err, stderr=err, start_new_session=True,
+                                    env=dict(os.environ, DISTLAUNCH_RUN_ID=RUN_ID))
+        harness.procs.append(proc)
+        wait_for(lambda: any(e.get("line") == "before 4" for e in read_events(task_dir)), 30, "the first lines")
+        with (mnt / "filler").open("wb", buffering=0) as fh, contextlib.suppress(OSError):
+            while True:
+                fh.write(b"x" * 65536)
+        (mnt / "full").touch()  # no blocks needed
+        wait_for(lambda: b"cannot write events" in agent_err.read_bytes(), 30, "the agent to hit the full disk")
+        (mnt / "filler").unlink()
+        (mnt / "go").touch()
+        assert proc.wait(timeout=30) == 0, agent_err.read_text()
+        evs = read_events(task_dir)
+    finally:
+        harness.cleanup()
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+    lines = [e["line"] for e in evs if e["kind"] == "log"]
+    assert [ln for ln in lines if ln.startswith(("before", "after"))] == \
+        [f"before {i}" for i in range(5)] + [f"after {i}" for i in range(5)]
+    told = [ln for ln in lines if "could not be written" in ln]
+    assert len(told) == 1 and "No space left on device" in told[0], lines
+    lost = int(told[0].split("distlaunch agent: ")[1].split(" ")[0])
+    seqs = _seqs(evs)
+    assert seqs == sorted(seqs) and seqs[-1] - seqs[0] + 1 == len(seqs) + lost and lost >= 1
+    assert evs[-1]["kind"] == "state" and evs[-1]["state"] == "succeeded"

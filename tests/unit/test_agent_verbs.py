@@ -266,3 +266,27 @@ def test_an_address_not_on_this_host_is_checked_on_the_wildcard(pyz):
         result = agent_json(pyz, "ports", "--bind", "192.0.2.1", "--check", str(port), "--pick", "1")
     assert result["busy"] == [port]
     assert len(result["picked"]) == 1 and result["picked"][0] != port
+
+
+def test_sweep_leaves_the_launchers_notify_commands_alone(pyz):
+    run_id = "sweep-notify-" + uuid.uuid4().hex
+    task = _start_with_run_id(run_id, "exec sleep 60")
+    notify = subprocess.Popen(["/bin/sh", "-c", "exec sleep 60"], stdout=subprocess.DEVNULL,
+                              env=dict(os.environ, DISTLAUNCH_RUN_ID=run_id, DISTLAUNCH_NOTIFY="1"))
+    try:
+        deadline = time.monotonic() + 5
+        while True:  # until both have exec'd with their own environment
+            found = {p["pid"] for p in agent_json(pyz, "sweep", "--run-id", run_id)["left"]}
+            notify_env = Path(f"/proc/{notify.pid}/environ").read_bytes().split(b"\0")
+            if (found == {task.pid} and b"DISTLAUNCH_NOTIFY=1" in notify_env) or time.monotonic() > deadline:
+                break
+        assert found == {task.pid}
+        result = agent_json(pyz, "sweep", "--run-id", run_id, "--kill", "--grace", "1")
+        assert result == {"left": []}
+        assert task.wait(5) == -signal.SIGTERM
+        assert notify.poll() is None  # still running: the job's end notification outlives the teardown
+    finally:
+        for proc in (task, notify):
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(5)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import re
 import subprocess
 from pathlib import Path
@@ -15,7 +16,7 @@ import yaml
 from launcher.cli import main
 from launcher.errors import UserError
 from launcher.export.tfjob import job_name, tfjob_manifest, tfjob_yaml
-from launcher.model import HostConfig, MetricsConfig, Profile, RoleConfig, SshSettings, TaskDefaults
+from launcher.model import HostConfig, MetricsConfig, NotifyConfig, Profile, RoleConfig, SshSettings, TaskDefaults
 from launcher.plan import is_secret
 from launcher.profile import load_profile
 
@@ -216,6 +217,14 @@ def test_what_tfjob_cannot_express_is_listed_in_the_header() -> None:
     assert "10.0.0.11" not in body and "alice" not in body
 
 
+def test_a_notify_command_is_listed_without_its_text() -> None:
+    hook = "curl -s https://hooks.example.com/services/T0/B0/s3cret-token"
+    text = tfjob_yaml(dataclasses.replace(ps_profile(), notify=NotifyConfig(command=hook)), image=IMAGE,
+                      namespace=None)
+    assert "# " in text and "[notify] command: run by the launcher" in text
+    assert "s3cret-token" not in text
+
+
 # --- command placeholders ----------------------------------------------------------------------
 
 def test_per_replica_placeholders_are_filled_by_kubernetes_in_each_pod() -> None:
@@ -235,6 +244,18 @@ def test_per_replica_placeholders_are_filled_by_kubernetes_in_each_pod() -> None
     assert worker["volumeMounts"] == [{"name": "distlaunch-run", "mountPath": "/distlaunch-run"}]
     pod = manifest["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]
     assert pod["volumes"] == [{"name": "distlaunch-run", "emptyDir": {}}]
+
+
+def test_outputs_become_a_persistent_volume_claim_that_outlives_the_pods() -> None:
+    prof = profile([role("worker", 2, task=settings("{python} t.py --ckpt {outputs}/ckpt --tmp {run_dir}"))])
+    manifest = tfjob_manifest(prof, image=IMAGE, namespace=None)
+    worker = container(manifest, "Worker")
+    assert worker["command"][2] == "python3 t.py --ckpt /distlaunch-outputs/ckpt --tmp /distlaunch-run"
+    assert worker["volumeMounts"] == [{"name": "distlaunch-run", "mountPath": "/distlaunch-run"},
+                                      {"name": "distlaunch-outputs", "mountPath": "/distlaunch-outputs"}]
+    claim = f"{manifest['metadata']['name']}-outputs"
+    pod = manifest["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]
+    assert pod["volumes"][1] == {"name": "distlaunch-outputs", "persistentVolumeClaim": {"claimName": claim}}
 
 
 def test_a_command_without_per_replica_placeholders_gets_no_extra_env_or_volume() -> None:

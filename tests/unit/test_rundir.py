@@ -1,6 +1,12 @@
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import shutil
+import stat
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -54,3 +60,52 @@ def test_state_file_problems_are_user_errors(tmp_path: Path) -> None:
         read_state(tmp_path)
     (tmp_path / "state.json").write_text(json.dumps({"run_id": "x"}))
     assert read_state(tmp_path)["run_id"] == "x"
+
+
+def test_run_dirs_are_private_to_their_user_whatever_the_umask(tmp_path: Path) -> None:
+    old = os.umask(0o022)
+    try:
+        rd = RunDir.create("r2", tmp_path / "runs" / "r2")
+        rd.append(ev.log_event("r2", "worker:0", "stdout", "token=abc"))
+        rd.write_state({"run_id": "r2", "tasks": {}})
+        rd.close()
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "runs" / "r2").stat().st_mode) == 0o700
+    assert stat.S_IMODE((tmp_path / "runs" / "r2" / "logs").stat().st_mode) == 0o700
+    for name in ("events.jsonl", "state.json", "logs/worker-0.log"):
+        assert stat.S_IMODE((rd.path / name).stat().st_mode) == 0o600, name
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path: Path) -> Iterator[Path]:
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("needs root to mount a tmpfs")
+    mnt = tmp_path / "tiny"
+    mnt.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mnt)], check=True)
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def test_a_full_disk_holds_events_in_memory_says_so_once_and_loses_nothing(small_tmpfs: Path) -> None:
+    told: list[str] = []
+    rd = RunDir.create("full", small_tmpfs / "full")
+    rd.on_problem = told.append
+    filler = small_tmpfs / "filler"
+    with filler.open("wb", buffering=0) as fh, contextlib.suppress(OSError):  # take every free block
+        while True:
+            fh.write(b"x" * 4096)
+    for i in range(200):
+        rd.append(ev.log_event("full", "worker:0", "stdout", f"line {i} " + "y" * 100))
+    assert len(told) == 1 and "disk is full" in told[0] and str(small_tmpfs / "full") in told[0]
+    filler.unlink()
+    rd.append(ev.log_event("full", "worker:0", "stdout", "after"))
+    rd.close()
+    assert len(told) == 2 and "writable again" in told[1]
+    lines = [e.get("line") for e in read_events(rd.path)]
+    assert lines == [f"line {i} " + "y" * 100 for i in range(200)] + ["after"]
+    log = (rd.path / "logs" / "worker-0.log").read_text().splitlines()
+    assert log == lines

@@ -1,0 +1,140 @@
+"""`distlaunch export tensorboard RUN DIR`: a run's metrics and samples as TensorBoard event files.
+
+Each task becomes one TensorBoard run, ``DIR/<run id>/<task slug>/``, so tasks of one job and
+tasks of different jobs exported into the same DIR can be compared. Written with tensorboard's
+own record writer and protos; TensorFlow is never imported.
+
+Scalars per task, at the task's global step and the event's wall time:
+
+    loss, values/<name>        from metric events (every reported value)
+    steps_per_sec              from successive metric steps of the task
+    system/cpu_percent, system/rss_bytes, gpu<i>/util_percent, gpu<i>/mem_used_bytes   from samples
+
+Samples carry no step of their own: they are put at the last step the task reported (0 before
+its first), so TensorBoard's "Wall" or "Relative" x-axis shows them over time.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from launcher import events as ev
+from launcher.errors import UserError
+from launcher.rundir import find_run, read_events, read_state
+
+
+@dataclass
+class _TaskStream:
+    """What is needed to turn one task's events into scalars."""
+
+    step: int = 0
+    last_metric: tuple[float, int] | None = None  # (ts, step) of the previous metric with a step
+    scalars: int = 0
+
+
+@dataclass
+class ExportResult:
+    directory: Path
+    scalars_per_task: dict[str, int] = field(default_factory=dict)
+
+
+class _EventFile:
+    """One tfevents file, written with tensorboard's RecordWriter over a plain file."""
+
+    def __init__(self, directory: Path) -> None:
+        from tensorboard.compat.proto import event_pb2
+        from tensorboard.summary.writer.record_writer import RecordWriter
+
+        self._event_pb2 = event_pb2
+        directory.mkdir(parents=True, exist_ok=True)
+        name = f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}.distlaunch"
+        self._file: IO[bytes] = (directory / name).open("wb")
+        self._writer = RecordWriter(self._file)
+        self._write(event_pb2.Event(wall_time=time.time(), file_version="brain.Event:2"))
+
+    def _write(self, event: Any) -> None:
+        self._writer.write(event.SerializeToString())
+
+    def scalar(self, tag: str, value: float, step: int, wall_time: float) -> None:
+        from tensorboard.compat.proto import summary_pb2
+
+        summary = summary_pb2.Summary(value=[summary_pb2.Summary.Value(tag=tag, simple_value=value)])
+        self._write(self._event_pb2.Event(wall_time=wall_time, step=step, summary=summary))
+
+    def close(self) -> None:
+        self._writer.flush()
+        self._writer.close()
+
+
+def export_tensorboard(run_dir: Path, target: Path) -> ExportResult:
+    """Write every task's scalars of the run at ``run_dir`` under ``target/<run id>/``."""
+    state = read_state(run_dir)
+    run_id = str(state["run_id"])
+    out = target.expanduser() / run_id
+    streams: dict[str, _TaskStream] = {}
+    files: dict[str, _EventFile] = {}
+
+    def file_for(task: str) -> _EventFile:
+        if task not in files:
+            files[task] = _EventFile(out / task.replace(":", "-"))
+        return files[task]
+
+    def put(task: str, tag: str, value: object, step: int, ts: float) -> None:
+        number = ev.finite(value)
+        if number is None:
+            return
+        file_for(task).scalar(tag, number, step, ts)
+        streams[task].scalars += 1
+
+    try:
+        for event in read_events(run_dir):
+            if event.task is None or event.kind not in (ev.METRIC, ev.SAMPLE):
+                continue
+            task = event.task
+            stream = streams.setdefault(task, _TaskStream())
+            if event.kind == ev.METRIC:
+                step = event.get("step")
+                if isinstance(step, int):
+                    if stream.last_metric is not None:
+                        prev_ts, prev_step = stream.last_metric
+                        if event.ts > prev_ts and step > prev_step:
+                            put(task, "steps_per_sec", (step - prev_step) / (event.ts - prev_ts), step, event.ts)
+                    stream.last_metric = (event.ts, step)
+                    stream.step = step
+                put(task, "loss", event.get("loss"), stream.step, event.ts)
+                for name, value in (event.get("values") or {}).items():
+                    put(task, f"values/{name}", value, stream.step, event.ts)
+            else:
+                put(task, "system/cpu_percent", event.get("cpu_percent"), stream.step, event.ts)
+                put(task, "system/rss_bytes", event.get("rss_bytes"), stream.step, event.ts)
+                for gpu in event.get("gpus") or []:
+                    if isinstance(gpu, dict) and isinstance(gpu.get("index"), int):
+                        for field_name in ("util_percent", "mem_used_bytes"):
+                            put(task, f"gpu{gpu['index']}/{field_name}", gpu.get(field_name), stream.step,
+                                event.ts)
+    finally:
+        for f in files.values():
+            f.close()
+    return ExportResult(out, {t: s.scalars for t, s in streams.items() if s.scalars})
+
+
+def run_export_tensorboard(run: str | None, target: Path) -> int:
+    if target.exists() and not target.is_dir():
+        raise UserError(f"{target}: exists and is not a directory; give a directory for the event files")
+    try:
+        result = export_tensorboard(find_run(run), target)
+    except OSError as exc:
+        where = exc.filename or target
+        raise UserError(f"{where}: cannot write event files: {exc.strerror or exc}; "
+                        "give a writable directory") from None
+    if not result.scalars_per_task:
+        raise UserError(f"{result.directory.name}: the run has no metric or sample events to export")
+    for task, count in sorted(result.scalars_per_task.items()):
+        print(f"{task}: {count} scalars")
+    print(f"wrote {result.directory}; view with `tensorboard --logdir {target}`")
+    return 0
+

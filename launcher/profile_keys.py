@@ -1,0 +1,221 @@
+"""The one declaration of every profile key: its kind, bounds, default and one-line description.
+
+``profile.py`` checks unknown keys and value types against these tables, and ``profile_schema.py``
+turns the same tables into the JSON Schema editors read, so the two cannot drift apart. Checks that
+need more than one value (ports that collide, GPUs a host does not offer) stay in the reader.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from launcher.model import ROLES
+
+#: what a value must be; each kind has one type message in the reader and one JSON Schema form
+Kind = Literal[
+    "string",  # any string
+    "choice",  # one of ``choices``
+    "integer",  # int (not bool), within ``minimum`` .. ``maximum``
+    "number",  # int or float, >= 0, or > 0 with ``positive``
+    "boolean",
+    "path_or_false",  # a non-empty string, or false (turned off)
+    "string_list",  # a list of strings
+    "index_list",  # a list of distinct integers >= 0
+    "env",  # a table of environment variable name -> string
+    "regex_map",  # a table of name -> regex string
+    "table",  # a sub-table with the keys of ``table``
+    "tables",  # a table of named sub-tables, each with the keys of ``table``
+]
+
+#: what an environment variable name may look like
+ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
+#: what a host's name in [hosts.NAME] may look like
+HOST_NAME_PATTERN = r"^[A-Za-z0-9_.-]+$"
+#: roles of which a job has at most one task
+SINGLE_TASK_ROLES = ("chief", "evaluator")
+
+
+@dataclass(frozen=True)
+class Key:
+    """One key of a profile table."""
+
+    name: str
+    kind: Kind
+    doc: str
+    default: object = None  # None: no fixed default (absent, or derived from other keys)
+    choices: tuple[str, ...] = ()
+    minimum: int | None = None
+    maximum: int | None = None
+    positive: bool = False  # numbers: > 0 rather than >= 0
+    required: bool = False
+    nonblank: bool = False  # strings: refused when empty or only spaces
+    expected: str = ""  # lists: what the type message says is expected
+    table: Table | None = None  # "table" and "tables": the keys of the sub-table(s)
+    names: tuple[str, ...] = ()  # "tables": the only sub-table names allowed (else any valid name)
+
+
+@dataclass(frozen=True)
+class Table:
+    """The keys one profile table accepts, in the order they are documented."""
+
+    doc: str
+    keys: tuple[Key, ...]
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(k.name for k in self.keys)
+
+    def __getitem__(self, name: str) -> Key:
+        for key in self.keys:
+            if key.name == name:
+                return key
+        raise KeyError(name)
+
+    def default(self, name: str) -> object:
+        return self[name].default
+
+
+def _port(name: str, doc: str, default: int | None = None) -> Key:
+    return Key(name, "integer", doc, default=default, minimum=1, maximum=65535)
+
+
+TASK_KEYS = Table(
+    "Settings every task gets unless its role overrides them.",
+    (
+        Key("command", "string", "Shell command each task runs; placeholders {python} {role} {index} {task} "
+            "{host} {port} {run_dir}.", nonblank=True),
+        Key("python", "string", "Interpreter for {python}; default: the launcher's own on local hosts, "
+            "python3 over ssh.", nonblank=True),
+        Key("workdir", "string", "Directory the command runs in; local hosts: relative to the profile file "
+            "({profile_dir} allowed).", default="."),
+        Key("env", "env", "Environment variables for the task (values that look like secrets are masked)."),
+        Key("restart", "choice", "When a failed task is restarted (exit-code: only when killed by a signal).",
+            default="on-failure", choices=("never", "on-failure", "always", "exit-code")),
+        Key("max_restarts", "integer", "Restarts each task may spend.", default=3, minimum=0),
+        Key("grace_seconds", "number", "Seconds between SIGTERM and SIGKILL when a task is stopped.",
+            default=10.0),
+        Key("setup", "string_list", "Shell lines run in the task's shell before the command, each only if the "
+            "one before succeeded (source a venv, module load cuda).", default=[],
+            expected='a list of shell lines like ["source ~/venv/bin/activate"]'),
+        Key("shell", "string", "The shell that runs setup and command, e.g. \"bash -lc\" for a login shell; "
+            "default: /bin/sh -c."),
+    ),
+)
+
+SSH_KEYS = Table(
+    "SSH settings for every ssh host; any of them can be overridden per host.",
+    (
+        Key("user", "string", "Login user; default: the local user."),
+        Key("identity_file", "string", "Private key file to log in with."),
+        Key("known_hosts", "string", "known_hosts file host keys are checked against.",
+            default="~/.ssh/known_hosts"),
+        Key("host_key_policy", "choice", "What to do with a host key not in known_hosts (never silently "
+            "auto-added).", default="reject", choices=("reject", "accept-new")),
+        Key("connect_timeout", "number", "Seconds to wait for an SSH connection.", default=10.0,
+            positive=True),
+        _port("ssh_port", "Port the host's sshd listens on.", default=22),
+        Key("ssh_config", "path_or_false", "OpenSSH client config the address is resolved through as `ssh -G` "
+            "does (Host aliases, HostName, User, Port, IdentityFile, ProxyJump); values set in the profile win; "
+            "false: not read.", default="~/.ssh/config"),
+    ),
+)
+
+HOST_KEYS = Table(
+    "One machine tasks run on.",
+    (
+        Key("address", "string", "Address or name of the host (\"localhost\" for this machine).",
+            required=True, nonblank=True),
+        Key("transport", "choice", "How tasks are started there: over SSH, or locally without SSH.",
+            default="ssh", choices=("ssh", "local")),
+        Key("gpus", "index_list", "GPU indices this host offers.", default=[],
+            expected="a list of GPU indices like [0, 1]"),
+        Key("tf_address", "string", "Address TF_CONFIG and {host} use for this host (e.g. its fast network); "
+            "default: address."),
+        Key("env", "env", "Environment variables for every task on this host (e.g. NCCL_SOCKET_IFNAME); "
+            "[defaults] and role env win over them."),
+        *SSH_KEYS.keys,
+    ),
+)
+
+ROLE_KEYS = Table(
+    "The tasks of one role; any [defaults] key can be overridden here.",
+    (
+        Key("count", "integer", "Number of tasks of this role (chief and evaluator: at most 1).", default=1,
+            minimum=0),
+        Key("hosts", "string_list", "Host names the tasks are spread over, in order.",
+            expected='a list of host names like ["gpu1"]'),
+        _port("port", "Base port: the i-th task on a host gets port + i; omit to pick free ports at launch."),
+        Key("gpus_per_task", "integer", "GPUs given to each task (sets CUDA_VISIBLE_DEVICES); 0: CPU only.",
+            default=0, minimum=0),
+        *TASK_KEYS.keys,
+    ),
+)
+
+NOTIFY_KEYS = Table(
+    "Tell someone when the job ends or a task fails.",
+    (
+        Key("command", "string", "Shell command run on the launcher when the job ends or a task fails; "
+            "$DISTLAUNCH_EVENT, $DISTLAUNCH_JOB_STATE, $DISTLAUNCH_REASON, $DISTLAUNCH_RUN_ID, "
+            "$DISTLAUNCH_TASK tell it what happened.", nonblank=True),
+        Key("timeout_seconds", "number", "Seconds the command may take before it is killed.", default=30.0,
+            positive=True),
+        Key("bell", "boolean", "Ring the terminal bell in the dashboard when the job ends.", default=True),
+    ),
+)
+
+SYNC_KEYS = Table(
+    "Code to the hosts: changed files of a folder on this machine copied into each host's workdir before "
+    "any task starts.",
+    (
+        Key("source", "string", "The folder to copy, relative to the profile's folder.", default="."),
+        Key("exclude", "string_list", "gitignore-style patterns left out (.git/ always is).", default=[],
+            expected='a list of patterns like ["data/", "*.ckpt"]'),
+    ),
+)
+
+SLURM_KEYS = Table(
+    "Run inside a Slurm allocation: hosts are its nodes (SLURM_JOB_NODELIST), tasks start as "
+    "`srun --overlap` steps; the keys shape `distlaunch export sbatch`.",
+    (
+        Key("nodes", "integer", "Nodes the batch script asks for (sbatch --nodes).", minimum=1),
+        Key("time", "string", "Time limit the batch script asks for, e.g. \"02:00:00\".", nonblank=True),
+        Key("partition", "string", "Partition to submit to.", nonblank=True),
+        Key("account", "string", "Account to charge.", nonblank=True),
+        Key("gpus_per_node", "integer", "GPUs per node the batch script asks for (sbatch --gpus-per-node).",
+            minimum=0),
+        Key("sbatch_args", "string_list", "More sbatch options, one per #SBATCH line.", default=[],
+            expected='a list of options like ["--exclusive"]'),
+    ),
+)
+
+TOP_KEYS = Table(
+    "A distlaunch cluster profile: which TensorFlow tasks run where, and how they are supervised.",
+    (
+        Key("name", "string", "Name of the job; default: the profile's file name.", nonblank=True),
+        Key("strategy", "choice", "The tf.distribute strategy; default: parameter_server with ps tasks, "
+            "else multi_worker_mirrored.", choices=("parameter_server", "multi_worker_mirrored", "custom")),
+        Key("success_policy", "choice", "chief: the job succeeds when chief:0 (or worker:0) exits 0; "
+            "all_workers: when every worker does.", default="chief", choices=("chief", "all_workers")),
+        Key("backoff_limit", "integer", "Restarts the whole job may spend.", default=10, minimum=0),
+        Key("orphan_grace_seconds", "number", "How long tasks keep running after the launcher is lost.",
+            default=60.0),
+        Key("sample_interval", "number", "Seconds between CPU/GPU samples per task.", default=1.0,
+            positive=True),
+        Key("outputs", "string", "Where the job keeps what must outlive a run (checkpoints, models), on each "
+            "host; {outputs} in commands; never removed by down or prune. ~ is the host's home; relative: "
+            "to the profile's folder on local hosts, to the home on ssh hosts; {name} is the job's name.",
+            default="~/distlaunch/outputs/{name}"),
+        Key("defaults", "table", TASK_KEYS.doc, table=TASK_KEYS),
+        Key("ssh", "table", SSH_KEYS.doc, table=SSH_KEYS),
+        Key("hosts", "tables", "The machines of the job by name; without it everything runs on this machine.",
+            table=HOST_KEYS),
+        Key("roles", "tables", "The tasks of each role: chief, ps, worker, evaluator.", table=ROLE_KEYS,
+            names=ROLES),
+        Key("metrics", "regex_map", "Regexes on each output line of unmodified scripts (step, loss, or any "
+            "name); the first capture group is the number."),
+        Key("notify", "table", NOTIFY_KEYS.doc, table=NOTIFY_KEYS),
+        Key("sync", "table", SYNC_KEYS.doc, table=SYNC_KEYS),
+        Key("slurm", "table", SLURM_KEYS.doc, table=SLURM_KEYS),
+    ),
+)

@@ -1,0 +1,88 @@
+"""The record of what a run ran: the profile as read, the model it resolved to, code and versions.
+
+    <run dir>/profile.toml     the profile's text as it was read when the run started
+    <run dir>/resolved.json    the model after defaults, --set and ${env:...} (secrets masked),
+                               the run's --set keys and command arguments, the git commit of the
+                               profile's folder and whether it had changes, each host's versions
+
+`attach` and every restart use this record, never the file on disk, which may have been edited
+for the next experiment while this run goes on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from launcher.model import Profile
+from launcher.plan import MASK, is_secret
+from launcher.profile import load_profile
+from launcher.profile_overrides import Overrides, mask_secrets
+from launcher.rundir import private_opener
+
+PROFILE_FILE = "profile.toml"
+RESOLVED_FILE = "resolved.json"
+
+
+def write_record(run_dir: Path, profile: Profile, versions: dict[str, str]) -> None:
+    """Write profile.toml and resolved.json into ``run_dir`` (both 0600)."""
+    with open(run_dir / PROFILE_FILE, "w", encoding="utf-8", opener=private_opener) as fh:
+        fh.write(profile.text)
+    record = {
+        "profile_path": str(profile.path),
+        "overrides": {"set": list(profile.overrides.sets), "args": list(profile.overrides.args)},
+        "profile": resolved_model(profile),
+        "source": git_state(profile.sync.source_dir(profile.directory) if profile.sync else profile.directory),
+        "versions": versions,
+    }
+    text = mask_secrets(json.dumps(record, indent=2, sort_keys=True, default=str), set(profile.secrets))
+    with open(run_dir / RESOLVED_FILE, "w", encoding="utf-8", opener=private_opener) as fh:
+        fh.write(text + "\n")
+
+
+def resolved_model(profile: Profile) -> dict[str, Any]:
+    """The typed profile as plain data, secret-looking env values masked."""
+    data = dataclasses.asdict(profile)
+    for name in ("text", "overrides", "secrets"):
+        data.pop(name, None)
+    return _mask_envs(data)
+
+
+def _mask_envs(node: Any) -> Any:
+    if isinstance(node, dict):
+        return {k: ({n: MASK if is_secret(n) else v for n, v in val.items()}
+                    if k == "env" and isinstance(val, dict) else _mask_envs(val))
+                for k, val in node.items()}
+    if isinstance(node, list | tuple):
+        return [_mask_envs(v) for v in node]
+    return node
+
+
+def git_state(folder: Path) -> dict[str, Any] | None:
+    """The commit and dirty state of the repository ``folder`` is in; None outside one."""
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(["git", "-C", str(folder), *args], capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD")
+    if commit is None:
+        return None
+    status = git("status", "--porcelain", "--untracked-files=no")
+    return {"commit": commit, "dirty": bool(status), "folder": str(folder)}
+
+
+def load_recorded_profile(run_dir: Path, state: dict[str, Any]) -> Profile:
+    """The profile a run started with; runs recorded before the record existed read the file."""
+    path = Path(str(state["profile"]))
+    recorded = run_dir / PROFILE_FILE
+    if not recorded.exists():
+        return load_profile(path)
+    overrides = state.get("overrides") or {}
+    return load_profile(path, Overrides(tuple(overrides.get("set", ())), tuple(overrides.get("args", ()))),
+                        text=recorded.read_text(encoding="utf-8"))

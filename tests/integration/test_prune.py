@@ -1,0 +1,96 @@
+"""`down` and `prune` clean run dirs on the launcher and the hosts, never outputs and never a live run."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.integration.jobtools import cli, kill_run_processes, wait_for, write_profile
+from tests.sshd import PrivateSshd
+
+pytestmark = pytest.mark.sshd
+
+TASK = "import os, sys; open(os.path.join(sys.argv[1], os.environ['DISTLAUNCH_RUN_ID']), 'w').close()"
+
+
+def _profile(tmp_path: Path, server: PrivateSshd, name: str, command: str) -> Path:
+    return write_profile(tmp_path / f"{name}.toml", f"""
+name = "{name}"
+strategy = "custom"
+outputs = "{tmp_path}/outputs/{{name}}"
+[defaults]
+command = "{command}"
+python = "{sys.executable}"
+workdir = "{tmp_path}"
+restart = "never"
+[ssh]
+user = "{server.user}"
+identity_file = "{server.identity_file}"
+known_hosts = "{server.known_hosts}"
+[hosts.box]
+address = "127.0.0.1"
+ssh_port = {server.port}
+[roles.worker]
+hosts = ["box"]
+""")
+
+
+def _host_dir(run_dir: Path) -> Path:
+    return Path(json.loads((run_dir / "state.json").read_text())["hosts"]["box"]["base_dir"])
+
+
+def test_prune_removes_finished_runs_everywhere_but_keeps_live_ones_and_outputs(
+        tmp_path: Path, private_sshd: PrivateSshd, distlaunch_home: Path) -> None:
+    (tmp_path / "touch.py").write_text(TASK)
+    quick = _profile(tmp_path, private_sshd, "quick", "{python} touch.py {outputs}")
+    slow = _profile(tmp_path, private_sshd, "slow", "sleep 600")
+    runs = distlaunch_home / "runs"
+    ids = ["it-prune-a", "it-prune-b", "it-prune-live"]
+    try:
+        for run_id in ids[:2]:
+            done = cli("up", str(quick), "--no-tui", "--run-id", run_id)
+            assert done.returncode == 0, done.stderr[-2000:]
+        live = cli("up", str(slow), "--detach", "--run-id", ids[2])
+        assert live.returncode == 0, live.stderr[-2000:]
+        host_dirs = {run_id: _host_dir(runs / run_id) for run_id in ids}
+        assert all(d.is_dir() for d in host_dirs.values())
+
+        dry = cli("prune", "--keep", "1", "--dry-run")
+        assert dry.returncode == 0 and "would remove it-prune-a" in dry.stdout and "it-prune-b" not in dry.stdout
+        assert (runs / "it-prune-a").is_dir() and host_dirs["it-prune-a"].is_dir()
+
+        assert cli("prune", "--older-than", "1").stdout.startswith("nothing to prune")
+        one = cli("prune", "--keep", "1")
+        assert one.returncode == 0, one.stderr
+        assert not (runs / "it-prune-a").exists() and not host_dirs["it-prune-a"].exists()
+        assert (runs / "it-prune-b").is_dir() and host_dirs["it-prune-b"].is_dir()
+
+        rest = cli("prune")
+        assert rest.returncode == 0 and "1 live or detached" in rest.stdout
+        assert not (runs / "it-prune-b").exists() and not host_dirs["it-prune-b"].exists()
+        assert (runs / "it-prune-live").is_dir() and host_dirs["it-prune-live"].is_dir()  # never a live run
+        # outputs belong to the job: untouched by prune
+        assert sorted(p.name for p in (tmp_path / "outputs" / "quick").iterdir()) == ids[:2]
+
+        kept = cli("down", ids[2], "--keep-host-files")
+        assert kept.returncode == 0 and host_dirs["it-prune-live"].is_dir(), kept.stderr
+    finally:
+        for run_id in ids:
+            kill_run_processes(run_id)
+
+
+def test_down_removes_the_host_run_dir_once_nothing_runs_there(tmp_path: Path, private_sshd: PrivateSshd,
+                                                              distlaunch_home: Path) -> None:
+    slow = _profile(tmp_path, private_sshd, "slow", "sleep 600")
+    try:
+        assert cli("up", str(slow), "--detach", "--run-id", "it-down-clean").returncode == 0
+        host_dir = _host_dir(distlaunch_home / "runs" / "it-down-clean")
+        wait_for(lambda: list(host_dir.glob("tasks/*/task.pgid")), 30, "the task to start")
+        down = cli("down", "it-down-clean")
+        assert down.returncode == 0 and "host run dirs removed" in down.stdout, down.stderr
+        assert not host_dir.exists() and (tmp_path / "outputs" / "slow").is_dir()
+    finally:
+        kill_run_processes("it-down-clean")
