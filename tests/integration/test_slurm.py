@@ -170,3 +170,22 @@ def test_export_sbatch_needs_a_slurm_table(tmp_path: Path) -> None:
     result = cli("export", "sbatch", str(profile))
     assert result.returncode == 2 and "has no [slurm] table" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_killed_task_is_restarted_in_a_new_step(tmp_path: Path, slurm_cluster: SlurmCluster) -> None:
+    run_dir, run_id, log = tmp_path / "run", "it-slurm-restart", tmp_path / "up.log"
+    up = salloc_up(slurm_cluster, slurm_profile(tmp_path, steps=100000), run_dir, run_id, log)
+    try:
+        wait_running(run_dir, log)
+        victim = running_pids(run_dir)["worker:1"]
+        os.kill(victim, signal.SIGKILL)  # a crash: exit 137, restarted under on-failure
+        again = wait_for_event(run_dir, lambda e: e["kind"] == "state" and e["task"] == "worker:1"
+                               and e["state"] == "running" and e.get("restarts") == 1, 240,
+                               f"worker:1 to run again ({log})")
+        assert again["pid"] != victim and "slurmstepd" in ancestors(again["pid"])
+        down = cli("down", str(run_dir), timeout=180, env=slurm_cluster.env)
+        assert down.returncode == 0, down.stdout + down.stderr
+        assert pids_with_run_id(run_id) == []
+    finally:
+        os.killpg(up.pid, signal.SIGKILL) if up.poll() is None else None
+        kill_run_processes(run_id)
