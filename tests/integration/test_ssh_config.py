@@ -244,3 +244,36 @@ def test_files_reach_a_host_without_sftp(tmp_path: Path) -> None:
         assert target.read_bytes() == payload
         assert target.stat().st_mode & 0o777 == 0o600
         assert list(target.parent.iterdir()) == [target]  # no temporary file left
+
+
+def test_two_jump_hosts_are_chained_in_order(tmp_path: Path) -> None:
+    require_sshd()
+    with PrivateSshd(log_level="DEBUG1") as first, PrivateSshd(log_level="DEBUG1") as second, \
+            PrivateSshd() as target:
+        config = tmp_path / "ssh_config"
+        config.write_text(f"""
+Host deep
+    HostName {target.address}
+    Port {target.port}
+    IdentityFile {target.identity_file}
+    ProxyJump hop1,hop2
+Host hop1
+    HostName {first.address}
+    Port {first.port}
+    IdentityFile {first.identity_file}
+Host hop2
+    HostName {second.address}
+    Port {second.port}
+    IdentityFile {second.identity_file}
+""")
+        host = SshHost(HostConfig(name="d", address="deep", ssh=SshSettings(
+            known_hosts=str(known_hosts(tmp_path, first, second, target)), ssh_config=str(config),
+            unset=("user", "identity_file", "ssh_port"))))
+        try:
+            host.connect()
+            assert host.run("echo $SSH_CONNECTION").stdout.split()[3] == str(target.port)
+        finally:
+            host.close()
+        # hop1 forwarded to hop2, and hop2 to the target
+        assert f"target {second.address} port {second.port}" in first.log_path.read_text()
+        assert f"target {target.address} port {target.port}" in second.log_path.read_text()
