@@ -4,6 +4,7 @@ after `down`, or after the allocation ends."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -56,6 +57,24 @@ def salloc_up(cluster: SlurmCluster, profile: Path, run_dir: Path, run_id: str,
                             start_new_session=True)
 
 
+def stop_launcher(up: subprocess.Popen[bytes], run_dir: Path) -> None:
+    """Last-resort cleanup: salloc, and the launcher it started (salloc gives its command a
+    process group of its own, so killing salloc's group does not reach it)."""
+    if up.poll() is None:
+        os.killpg(up.pid, signal.SIGKILL)
+        up.wait(timeout=30)
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"launcher.cli" in argv and str(run_dir).encode() in argv:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(entry.name), signal.SIGKILL)
+
+
 def ancestors(pid: int) -> list[str]:
     names = []
     while pid > 1:
@@ -95,7 +114,7 @@ def test_a_job_succeeds_inside_salloc_with_tasks_under_slurmstepd(tmp_path: Path
         assert pids_with_run_id(run_id) == []
         assert slurm_cluster.squeue() == []  # the allocation ended with the job
     finally:
-        os.killpg(up.pid, signal.SIGKILL) if up.poll() is None else None
+        stop_launcher(up, run_dir)
         kill_run_processes(run_id)
 
 
@@ -117,7 +136,7 @@ def test_down_stops_every_step_of_the_run(tmp_path: Path, slurm_cluster: SlurmCl
         assert up.wait(timeout=120) is not None
         wait_for(lambda: slurm_cluster.squeue() == [], 60, "the allocation to end")
     finally:
-        os.killpg(up.pid, signal.SIGKILL) if up.poll() is None else None
+        stop_launcher(up, run_dir)
         kill_run_processes(run_id)
 
 
@@ -136,7 +155,7 @@ def test_the_end_of_the_allocation_leaves_nothing(tmp_path: Path, slurm_cluster:
             raise AssertionError("launcher still running: " + log.read_text()[-3000:]) from None
         assert code != 0, log.read_text()[-2000:]
     finally:
-        os.killpg(up.pid, signal.SIGKILL) if up.poll() is None else None
+        stop_launcher(up, run_dir)
         kill_run_processes(run_id)
 
 
@@ -187,5 +206,5 @@ def test_a_killed_task_is_restarted_in_a_new_step(tmp_path: Path, slurm_cluster:
         assert down.returncode == 0, down.stdout + down.stderr
         assert pids_with_run_id(run_id) == []
     finally:
-        os.killpg(up.pid, signal.SIGKILL) if up.poll() is None else None
+        stop_launcher(up, run_dir)
         kill_run_processes(run_id)
