@@ -5,6 +5,11 @@ selection has been painted), the time of each 10 Hz flush (events -> widgets), a
 CPU use while events stream. Targets: p99 < 100 ms, < 1 core.
 
     .venv/bin/python benchmarks/tui_replay.py [--seconds 20] [--rate 2000] [--tasks 256]
+        [--view dashboard|hosts|timeline] [--sort task|host|state|rate|loss|gpu]
+
+Every column of the task table is on screen at 200x50 (flags, trend, bars included); `--view`
+measures with the hosts view or the timeline shown instead, `--sort` with the rows kept in that
+column's order (re-sorted once a second).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from textual import events
 from launcher import events as ev
 from launcher.events import Event
 from tui.app import DashboardApp
+from tui.task_table import SORT_COLUMNS
 
 RUN = "bench"
 
@@ -37,7 +43,8 @@ def task_ids(count: int) -> list[str]:
 
 
 def synthesize(tasks: list[str], total: int, seed: int = 7) -> list[Event]:
-    """A mix like a busy job: 40 % metrics, 25 % samples, 30 % log lines, 5 % state changes.
+    """A mix like a busy job: 40 % metrics, 25 % samples, 30 % log lines, 4 % state changes,
+    1 % stalled/straggler conditions raised or cleared.
     Timestamps are filled in when the event is delivered."""
     rng = random.Random(seed)
     trainers = [t for t in tasks if not t.startswith("ps:")]
@@ -61,6 +68,10 @@ def synthesize(tasks: list[str], total: int, seed: int = 7) -> list[Event]:
             task = rng.choice(tasks)
             stream = "stderr" if rng.random() < 0.1 else "stdout"
             out.append(ev.log_event(RUN, task, stream, f"{task} step {steps[task]} " + "x" * rng.randint(10, 90)))
+        elif roll < 0.96:
+            task = rng.choice(trainers)
+            out.append(ev.condition_event(RUN, task, rng.choice([ev.STALLED, ev.STRAGGLER]), rng.random() < 0.5,
+                                          "bench"))
         else:
             task = rng.choice(trainers)
             state = rng.choice([ev.RESTARTING, ev.RUNNING, ev.RUNNING])
@@ -131,7 +142,8 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(len(ordered) * q))] if ordered else float("nan")
 
 
-async def measure(seconds: float, rate: float, tasks: int) -> dict[str, float]:
+async def measure(seconds: float, rate: float, tasks: int, view: str = "dashboard",
+                  sort: str = "task") -> dict[str, float]:
     prepared = synthesize(task_ids(tasks), int(seconds * rate) + 1000)
     source = PacedSource(prepared, rate)
     app = TimedDashboard(source, None, title="bench", strategy="parameter_server", hosts_total=16)
@@ -142,6 +154,12 @@ async def measure(seconds: float, rate: float, tasks: int) -> dict[str, float]:
         deadline = time.monotonic() + 10
         while app.table.row_count < tasks and time.monotonic() < deadline:
             await pilot.pause(0.05)
+        if view != "dashboard":
+            app.action_toggle_view(view)
+            app.table.focus()  # `down` moves the selection, as in the main view, rather than scrolling
+        while app.table.sort_column != sort:
+            app.action_sort()
+        await pilot.pause(0.2)
         wall0, cpu0, delivered0, flushes0 = time.monotonic(), time.process_time(), source.delivered, app.flushes
         app.flush_seconds.clear()
         direction = "down"
@@ -180,9 +198,11 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--rate", type=float, default=2000.0)
     parser.add_argument("--tasks", type=int, default=256)
+    parser.add_argument("--view", choices=("dashboard", "hosts", "timeline"), default="dashboard")
+    parser.add_argument("--sort", choices=SORT_COLUMNS, default="task")
     args = parser.parse_args()
     load_before = os.getloadavg()[0]
-    figures = asyncio.run(measure(args.seconds, args.rate, args.tasks))
+    figures = asyncio.run(measure(args.seconds, args.rate, args.tasks, args.view, args.sort))
     figures["load_avg_before"] = load_before
     figures["load_avg_after"] = os.getloadavg()[0]
     figures["cpus"] = float(os.cpu_count() or 0)

@@ -17,6 +17,7 @@ from launcher import __version__
 from launcher.errors import UserError
 from launcher.paths import internal_log_path
 from launcher.profile_overrides import overrides_from
+from launcher.timeline import TIMELINE_KINDS
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -79,6 +80,12 @@ def _attach(args: argparse.Namespace) -> int:
     from launcher.jobs import run_attach
 
     return run_attach(args)
+
+
+def _events(args: argparse.Namespace) -> int:
+    from launcher.eventscmd import run_events
+
+    return run_events(args)
 
 
 def _replay(args: argparse.Namespace) -> int:
@@ -186,6 +193,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run", nargs="?", help="run id or run directory (default: the most recent run)")
     p.add_argument("--no-tui", action="store_true", help="plain progress lines instead of the dashboard")
     p.set_defaults(handler=_attach)
+
+    p = sub.add_parser("events", help="the job's timeline: state changes, exits, restarts, conditions, actions")
+    p.add_argument("run", nargs="?", help="run id or run directory (default: the most recent run)")
+    p.add_argument("--json", action="store_true", help="one JSON object per entry")
+    p.add_argument("--kind", choices=TIMELINE_KINDS, help="only entries of this kind")
+    p.add_argument("--task", help="only entries about this task, e.g. worker:1")
+    p.set_defaults(handler=_events)
 
     p = sub.add_parser("replay", help="re-play a finished run's events in the dashboard")
     p.add_argument("run", nargs="?", help="run id or run directory (default: the most recent run)")

@@ -152,7 +152,8 @@ def run_dashboard_for(sup: Supervisor, feed: Any, plan: Plan, live: bool) -> Non
 
     try:
         result = run_dashboard(feed, sup, title=plan.profile.name, strategy=plan.profile.strategy,
-                               hosts_total=len(sup.sessions), live=live, bell_on_end=plan.profile.notify.bell)
+                               hosts_total=len(sup.sessions), live=live, run_dir=sup.rundir.path,
+                               bell_on_end=plan.profile.notify.bell)
     except Exception:
         # nothing may be left running because the screen broke: stop the job, then report the crash
         sup.teardown("the dashboard crashed")
@@ -352,7 +353,7 @@ def run_replay(args: argparse.Namespace) -> int:
     state = read_state(path)
     source = ReplaySource(path / "events.jsonl", speed=args.speed)
     run_dashboard(source, None, title=str(state.get("name")), strategy=str(state.get("strategy")),
-                  hosts_total=len(state.get("hosts", {})), live=False)
+                  hosts_total=len(state.get("hosts", {})), live=False, run_dir=path)
     return 0
 
 

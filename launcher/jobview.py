@@ -14,9 +14,13 @@ from dataclasses import dataclass, field
 
 from launcher import events as ev
 from launcher.events import Event
+from launcher.timeline import Timeline
 
 HISTORY_POINTS = 120
 """Points kept per sparkline series (steps/s, GPU util) per task."""
+
+RATE_POINTS = 200
+"""(time, steps/s) points kept per task, spread over the task's whole life."""
 
 LOSS_POINTS = 400
 """(step, loss) points kept per task for the loss chart."""
@@ -88,6 +92,8 @@ class TaskView:
     gpu_mem_used: int | None = None
     gpu_mem_total: int | None = None
     has_gpu: bool = False
+    #: the last sample's GPUs as reported (``index``, ``util_percent``, ``mem_*_bytes``): the hosts view
+    gpus: list[dict[str, object]] = field(default_factory=list)
     last_event_ts: float | None = None
     #: active conditions (``stalled``, ``straggler``, ...) and why each was raised
     conditions: dict[str, str] = field(default_factory=dict)
@@ -97,6 +103,12 @@ class TaskView:
     rate_history: deque[float] = field(default_factory=lambda: deque(maxlen=HISTORY_POINTS))
     gpu_history: deque[float] = field(default_factory=lambda: deque(maxlen=HISTORY_POINTS))
     loss_history: deque[tuple[int, float]] = field(default_factory=lambda: deque(maxlen=LOSS_POINTS))
+    #: the event time of each `loss_history` point (same length): the loss chart's time axis
+    loss_times: deque[float] = field(default_factory=lambda: deque(maxlen=LOSS_POINTS))
+    #: (event time, steps/s) over the whole life of the task for the steps/s-over-time chart: one point
+    #: per `rate_spacing` seconds; when `RATE_POINTS` are kept, every other one goes and the spacing doubles
+    rate_points: list[tuple[float, float]] = field(default_factory=list)
+    rate_spacing: float = 1.0
     _step_points: deque[tuple[float, int]] = field(default_factory=deque)
 
     @property
@@ -122,6 +134,12 @@ class TaskView:
         if ts > first_ts:
             self.steps_per_s = (step - first_step) / (ts - first_ts)
             self.rate_history.append(self.steps_per_s)
+            rates = self.rate_points
+            if not rates or ts - rates[-1][0] >= self.rate_spacing:
+                rates.append((ts, self.steps_per_s))
+                if len(rates) > RATE_POINTS:
+                    self.rate_points = rates[::2]
+                    self.rate_spacing *= 2
 
 
 @dataclass
@@ -199,6 +217,8 @@ class JobView:
     dirty_tasks: set[str] = field(default_factory=set)
     placement_dirty: bool = False
     events_applied: int = 0
+    #: state changes, exits, restarts, conditions and operator actions (the `e` view)
+    timeline: Timeline = field(default_factory=Timeline)
 
     # -- reading -------------------------------------------------------------------------
 
@@ -255,6 +275,7 @@ class JobView:
         if self.start_ts is None:
             self.start_ts = event.ts
         self.last_ts = event.ts if self.last_ts is None else max(self.last_ts, event.ts)
+        self.timeline.add(event)
         if event.kind == ev.JOB:
             self._apply_job(event)
             return
@@ -354,7 +375,14 @@ class JobView:
         if loss is not None:
             task.loss = loss
             if task.step is not None:
-                task.loss_history.append((task.step, loss))
+                history, times = task.loss_history, task.loss_times
+                # a restart from an older checkpoint redoes steps, and a step reported twice is one
+                # point: keep the curve a function of the step (drawn back, it made stray strokes)
+                while history and history[-1][0] >= task.step:
+                    history.pop()
+                    times.pop()
+                history.append((task.step, loss))
+                times.append(event.ts)
 
     def _record_global_step(self, ts: float) -> None:
         step = self.global_step
@@ -377,6 +405,7 @@ class JobView:
         task.rss_bytes = int(rss) if isinstance(rss, int | float) else None
         gpus = [g for g in (event.get("gpus") or []) if isinstance(g, dict)]
         task.has_gpu = bool(gpus)
+        task.gpus = gpus
         if gpus:
             utils = [u for u in (ev.finite(g.get("util_percent")) for g in gpus) if u is not None]
             task.gpu_util = sum(utils) / len(utils) if utils else None

@@ -208,16 +208,22 @@ class Supervisor:
         return self.outcome
 
     def restart_task(self, task_id: str) -> None:
-        self._call(lambda: self._manual_restart(task_id))
+        self._call(lambda: self._acted("restart", task_id, lambda: self._manual_restart(task_id)))
 
     def stop_task(self, task_id: str) -> None:
-        self._call(lambda: self._manual_stop(task_id))
+        self._call(lambda: self._acted("stop", task_id, lambda: self._manual_stop(task_id)))
 
     def teardown(self, reason: str = "torn down by the user") -> None:
-        self._call(lambda: self._finish(ev.JOB_FAILED, reason))
+        self._call(lambda: self._acted("teardown", None, lambda: self._finish(ev.JOB_FAILED, reason)))
 
     def detach(self) -> None:
-        self._call(self._detach)
+        self._call(lambda: self._acted("detach", None, self._detach))
+
+    def _acted(self, action: str, target: str | None, do: Callable[[], None]) -> None:
+        """Record an operator's action in the event stream (the timeline shows it), then do it."""
+        if not self._done.is_set():
+            self._publish(ev.action_event(self.run_id, action, target))
+        do()
 
     # -- the loop ------------------------------------------------------------------------------
 

@@ -32,15 +32,22 @@ from textual.widgets import ContentSwitcher, Footer, Input
 
 from launcher.control import EventSource, JobControl
 from launcher.jobview import JobView
-from tui.charts import LossChart, TaskSparklines
+from tui.charts import LossChart, RateChart, TaskSparklines
 from tui.commands import DashboardCommands
 from tui.header import JobHeader, header_text
+from tui.hosts import HostsPanel
 from tui.log_pane import LogPane
 from tui.placement import PlacementPanel
+from tui.replay import SPEEDS, ReplaySource
 from tui.screens import QUIT_DETACH, QUIT_TEARDOWN, ConfirmScreen, HelpScreen, QuitScreen
-from tui.task_table import TaskTable
+from tui.task_table import TABLE_WIDTH, TaskTable
+from tui.timeline_view import TimelinePanel
 
 FLUSH_HZ = 10.0
+RATE_CHART_MIN_HEIGHT = 32
+"""The screen height from which the steps/s chart is drawn under the loss chart."""
+TABLE_SHARE = 0.45
+"""The most of the screen's height the task table takes before it scrolls."""
 CHART_EVERY = 10
 """The loss chart (plotext, tens of ms to draw) is redrawn once a second at most."""
 
@@ -83,10 +90,21 @@ class DashboardApp(App[DashboardResult]):
         Binding("up", "select(-1)", "Previous task", id="select.up", show=False),
         Binding("down", "select(1)", "Next task", id="select.down", show=False),
         Binding("l", "toggle_logs", "Logs", id="view.logs"),
-        Binding("p", "toggle_placement", "Placement", id="view.placement"),
-        Binding("space,f", "toggle_follow", "Follow/pause log", id="log.follow", key_display="space/f",
-                show=False),
-        Binding("slash", "search", "Search log", id="log.search", key_display="/", show=False),
+        Binding("h", "toggle_view('hosts')", "Hosts", id="view.hosts"),
+        Binding("e", "toggle_view('timeline')", "Timeline", id="view.timeline"),
+        Binding("p", "toggle_view('placement')", "Placement", id="view.placement"),
+        Binding("slash", "filter_tasks", "Filter tasks", id="tasks.filter", key_display="/"),
+        Binding("s", "sort", "Sort", id="tasks.sort"),
+        Binding("t", "toggle_x_axis", "Loss chart: step/time axis", id="chart.x_axis", show=False),
+        Binding("S", "reverse_sort", "Reverse sort", id="tasks.reverse", show=False),
+        Binding("space,f", "toggle_follow", "Follow/pause log (replay: space pauses the replay)",
+                id="log.follow", key_display="space/f", show=False),
+        Binding("left", "seek(-10)", "Replay: back 10 s", id="replay.back", show=False, priority=True),
+        Binding("right", "seek(10)", "Replay: forward 10 s", id="replay.forward", show=False, priority=True),
+        Binding("plus", "replay_speed(1)", "Replay: faster", id="replay.faster", key_display="+", show=False),
+        Binding("minus", "replay_speed(-1)", "Replay: slower", id="replay.slower", key_display="-", show=False),
+        Binding("ctrl+f", "search", "Search log", id="log.search", key_display="ctrl+f", show=False),
+        Binding("ctrl+s", "save_screenshot", "Save screenshot (SVG)", id="app.screenshot", show=False),
         Binding("r", "restart_task", "Restart task", id="task.restart"),
         Binding("x", "stop_task", "Stop task", id="task.stop"),
         Binding("D", "teardown", "Tear down job", id="job.teardown"),
@@ -96,7 +114,7 @@ class DashboardApp(App[DashboardResult]):
 
     def __init__(self, source: EventSource, control: JobControl | None, *, title: str, strategy: str,
                  hosts_total: int, live: bool = True, clock: Callable[[], float] = time.time,
-                 bell_on_end: bool = False) -> None:
+                 run_dir: Path | None = None, bell_on_end: bool = False) -> None:
         super().__init__()
         self.bell_on_end = bell_on_end  # [notify] bell: ring once when a live job ends
         self.source = source
@@ -106,6 +124,7 @@ class DashboardApp(App[DashboardResult]):
         self.hosts_total = hosts_total
         self.live = live
         self.clock = clock
+        self.run_dir = run_dir
         self.view = JobView()
         self.lock = threading.Lock()
         self.stream_ended = False
@@ -113,6 +132,8 @@ class DashboardApp(App[DashboardResult]):
         self.flushes = 0
         self.selected_task: str | None = None
         self._source_closed = False
+        self._generation = 0
+        self._view_reset = False
 
     # -- layout --------------------------------------------------------------------------
 
@@ -120,13 +141,18 @@ class DashboardApp(App[DashboardResult]):
         yield JobHeader(id="header")
         with ContentSwitcher(initial="dashboard", id="views"):
             with Vertical(id="dashboard"):
+                yield Input(placeholder="filter tasks by id, role, host or state (escape clears)",
+                            id="task-filter")
                 yield TaskTable(id="tasks")
                 with Horizontal(id="lower"):
                     yield LogPane(id="log")
                     with Vertical(id="charts"):
                         yield LossChart(id="loss")
+                        yield RateChart(id="rate")
                         yield TaskSparklines(id="sparklines")
             yield PlacementPanel(id="placement")
+            yield HostsPanel(id="hosts")
+            yield TimelinePanel(id="timeline")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -136,8 +162,15 @@ class DashboardApp(App[DashboardResult]):
         self.log_pane = self.query_one(LogPane)
         self.header = self.query_one(JobHeader)
         self.loss_chart = self.query_one(LossChart)
+        self.rate_chart = self.query_one(RateChart)
+        self.rate_chart.display = self.size.height >= RATE_CHART_MIN_HEIGHT
         self.sparklines = self.query_one(TaskSparklines)
         self.placement_panel = self.query_one(PlacementPanel)
+        self.hosts_panel = self.query_one(HostsPanel)
+        self.timeline_panel = self.query_one(TimelinePanel)
+        self.task_filter = self.query_one("#task-filter", Input)
+        self.task_filter.display = False
+        self._table_rows = -1
         self.views = self.query_one(ContentSwitcher)
         self.dashboard = self.query_one("#dashboard")
         self.log_pane.search_input.display = False
@@ -169,7 +202,12 @@ class DashboardApp(App[DashboardResult]):
         error: str | None = None
         try:
             for event in self.source.events():
+                generation = getattr(self.source, "generation", 0)
                 with self.lock:
+                    if generation != self._generation:  # the replay went back: start the picture over
+                        self._generation = generation
+                        self.view = JobView()
+                        self._view_reset = True
                     self.view.apply(event)
         except Exception as exc:  # the stream broke: say so on screen instead of dying
             error = f"event stream failed: {exc}"
@@ -202,6 +240,11 @@ class DashboardApp(App[DashboardResult]):
         table = self.table
         with self.lock, self.batch_update():
             view = self.view
+            if self._view_reset:
+                self._view_reset = False
+                self.table.clear()
+                self.timeline_panel.forget()
+                self.log_pane.show_task(view, self.selected_task)
             now = self.now()
             if self.bell_on_end and self.live and view.ended:
                 self.bell_on_end = False
@@ -212,20 +255,49 @@ class DashboardApp(App[DashboardResult]):
                             timeout=8 if notice.severity == "error" else 4)
             self.header.show(header_text(
                 view, now, title=self.job_title, strategy=self.strategy, hosts_total=self.hosts_total,
-                live=self.live, stream_ended=self.stream_ended))
+                live=self.live, stream_ended=self.stream_ended, replay=self.replay_status()))
+            slow_tick = force_chart or self.stream_ended or self.flushes % CHART_EVERY == 0
+            if slow_tick and table.order_changes_by_itself:
+                table.reorder(view)
             table.sync(view, now, dirty)
+            self._fit_table()
             selected = table.selected_task
             if selected != self.selected_task:
                 self._select(selected)
             elif selected is not None and selected in dirty:
                 self.log_pane.sync(view)
                 self.sparklines.show(view.tasks.get(selected))
-            if force_chart or self.stream_ended or self.flushes % CHART_EVERY == 0:
+            current = self.views.current
+            if slow_tick and current == "dashboard":
                 self.loss_chart.sync(view)
+                if self.rate_chart.display:
+                    self.rate_chart.sync(view)
+            elif slow_tick and current == "hosts":
+                self.hosts_panel.sync(view)
+            elif current == "timeline":
+                self.timeline_panel.sync(view)
             placement = self.placement_panel
             if view.placement_dirty and placement.display:
                 view.placement_dirty = False
                 placement.sync(view.placement)
+
+    def _fit_table(self) -> None:
+        """The table takes the rows it needs, up to a share of the screen; the rest goes to the panes."""
+        rows = self.table.row_count
+        share = max(5, int(self.size.height * TABLE_SHARE))
+        wanted = min(share, rows + 1) if rows else 2
+        if self.size.width < TABLE_WIDTH + 2:
+            wanted += 1  # the horizontal scrollbar takes a line of its own
+        if wanted != self._table_rows:
+            self._table_rows = wanted
+            self.table.styles.height = wanted
+
+    def on_resize(self) -> None:
+        if hasattr(self, "table"):  # the first resize comes before on_mount
+            self._table_rows = -1
+            self._fit_table()
+            # two charts of a few rows each read as nothing: below this height only the loss is drawn
+            self.rate_chart.display = self.size.height >= RATE_CHART_MIN_HEIGHT
 
     def _select(self, task_id: str | None) -> None:
         self.selected_task = task_id
@@ -247,18 +319,105 @@ class DashboardApp(App[DashboardResult]):
         self.views.current = "dashboard"
         self.dashboard.toggle_class("logs-only")
 
-    def action_toggle_placement(self) -> None:
+    def action_toggle_view(self, name: str) -> None:
+        """`h`, `e`, `p`: show that view, or go back to the dashboard when it is already shown."""
         switcher = self.views
-        if switcher.current == "placement":
+        if switcher.current == name:
             switcher.current = "dashboard"
             self.table.focus()
             return
-        switcher.current = "placement"
+        switcher.current = name
         with self.lock:
-            self.view.placement_dirty = False
-            self.placement_panel.sync(self.view.placement)
+            if name == "placement":
+                self.view.placement_dirty = False
+                self.placement_panel.sync(self.view.placement)
+            elif name == "hosts":
+                self.hosts_panel.sync(self.view)
+            elif name == "timeline":
+                self.timeline_panel.sync(self.view)
+                self.timeline_panel.focus()
+
+    def action_toggle_placement(self) -> None:
+        self.action_toggle_view("placement")
+
+    def action_filter_tasks(self) -> None:
+        self.views.current = "dashboard"
+        self.task_filter.display = True
+        self._focus_now(self.task_filter)
+
+    def _focus_now(self, widget: Input) -> None:
+        """Focus at once: `Widget.focus` waits for the message queue, and keys typed right after
+        `/` (already queued) would reach the app's bindings instead of the input (`p`, `s`...)."""
+        self.screen.set_focus(widget)
+
+    def action_toggle_x_axis(self) -> None:
+        with self.lock:
+            self.loss_chart.toggle_x_axis(self.view)
+
+    def action_sort(self) -> None:
+        with self.lock:
+            self.table.cycle_sort(self.view)
+        self.notify(f"Sorted by {self.table.sort_column}", timeout=2)
+
+    def action_reverse_sort(self) -> None:
+        with self.lock:
+            self.table.reverse_sort(self.view)
+
+    def action_save_screenshot(self) -> None:
+        folder = self.run_dir if self.run_dir is not None else Path.cwd()
+        name = f"dashboard-{time.strftime('%Y%m%d-%H%M%S')}.svg"
+        try:
+            saved = self.save_screenshot(name, str(folder))
+        except OSError as exc:
+            self.notify(f"Screenshot not saved: {exc}", severity="error")
+            return
+        self.notify(f"Screenshot saved: {saved}", timeout=6)
+
+    @property
+    def replay(self) -> ReplaySource | None:
+        return self.source if not self.live and isinstance(self.source, ReplaySource) else None
+
+    def replay_status(self) -> str:
+        """``2x``, ``2x, paused``; empty when this is not a replay."""
+        replay = self.replay
+        if replay is None:
+            return ""
+        speed = "max speed" if replay.speed == 0 else f"{replay.speed:g}x"
+        return f"{speed}, paused" if replay.paused else speed
+
+    def action_seek(self, seconds: float) -> None:
+        """Replay: move in the recording. Otherwise the arrows keep their usual meaning for the
+        focused widget (the binding has priority so that the table cannot swallow it in a replay)."""
+        replay = self.replay
+        focused = self.focused
+        if replay is None or isinstance(focused, Input):
+            prefix = "cursor" if isinstance(focused, Input) else "scroll"
+            method = getattr(focused, f"action_{prefix}_{'left' if seconds < 0 else 'right'}", None)
+            if method is not None:
+                method()
+            return
+        replay.seek(seconds)
+        self.notify(f"Replay {'back' if seconds < 0 else 'forward'} {abs(seconds):g} s", timeout=2)
+
+    def action_replay_speed(self, direction: int) -> None:
+        replay = self.replay
+        if replay is None:
+            self.notify("only a replay has a speed", severity="warning")
+            return
+        faster = [s for s in SPEEDS if s > replay.speed]
+        slower = [s for s in SPEEDS if 0 < s < replay.speed]
+        if direction > 0 and faster:
+            replay.speed = faster[0]
+        elif direction < 0 and slower:
+            replay.speed = slower[-1]
+        self.notify(f"Replay speed {self.replay_status()}", timeout=2)
 
     def action_toggle_follow(self) -> None:
+        replay = self.replay
+        if replay is not None and not self.stream_ended:
+            replay.set_paused(not replay.paused)
+            self.notify("Replay paused" if replay.paused else "Replay resumed", timeout=2)
+            return
         pane = self.log_pane
         with self.lock:
             pane.set_paused(self.view, not pane.paused)
@@ -267,15 +426,22 @@ class DashboardApp(App[DashboardResult]):
         self.views.current = "dashboard"
         search = self.log_pane.search_input
         search.display = True
-        search.focus()
+        self._focus_now(search)
 
     def on_input_changed(self, message: Input.Changed) -> None:
         if message.input.id == "log-search":
             with self.lock:
                 self.log_pane.set_query(self.view, message.value.strip())
+        elif message.input.id == "task-filter":
+            with self.lock:
+                self.table.set_filter(self.view, message.value)
+                self._fit_table()
 
     def on_input_submitted(self, message: Input.Submitted) -> None:
         if message.input.id == "log-search":
+            self.table.focus()
+        elif message.input.id == "task-filter":
+            self.task_filter.display = bool(message.value.strip())  # a kept filter stays in sight
             self.table.focus()
 
     def on_key(self, event: object) -> None:
@@ -284,6 +450,10 @@ class DashboardApp(App[DashboardResult]):
         if key == "escape" and search.has_focus:
             search.value = ""
             search.display = False
+            self.table.focus()
+        elif key == "escape" and (self.task_filter.has_focus or self.task_filter.display):
+            self.task_filter.value = ""  # Input.Changed clears the table's filter
+            self.task_filter.display = False
             self.table.focus()
 
     def action_help(self) -> None:
@@ -374,12 +544,13 @@ class DashboardError(RuntimeError):
 
 
 def run_dashboard(source: EventSource, control: JobControl | None, *, title: str, strategy: str,
-                  hosts_total: int, live: bool = True, bell_on_end: bool = False) -> DashboardResult:
+                  hosts_total: int, live: bool = True, run_dir: Path | None = None,
+                  bell_on_end: bool = False) -> DashboardResult:
     """Run the dashboard until the user leaves (blocking); see `DashboardResult` for what to do next.
 
     Raises `DashboardError` when the app crashed rather than being left by the user."""
     app = DashboardApp(source, control, title=title, strategy=strategy, hosts_total=hosts_total, live=live,
-                       bell_on_end=bell_on_end)
+                       run_dir=run_dir, bell_on_end=bell_on_end)
     try:
         result = app.run()
     finally:

@@ -1,9 +1,11 @@
-"""Loss-vs-step for the training tasks, and the selected task's steps/s and GPU sparklines."""
+"""Loss of every training task (against step or time), steps/s of every trainer over time, and the
+selected task's steps/s and GPU sparklines."""
 
 from __future__ import annotations
 
 from contextlib import suppress
 from functools import partial
+from typing import TypeVar
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -15,14 +17,18 @@ from textual_plotext.plot import Plot
 from launcher.jobview import JobView, TaskView, task_sort_key
 from tui import format as fmt
 
-MAX_SERIES = 4
-"""Loss lines drawn at once: the chief and the first workers; more would be unreadable."""
+MAX_SERIES = 8
+"""Lines drawn at once (the chief and the first workers, one colour each); the title counts the rest."""
+
+COLORS = ("cyan", "orange", "green", "magenta", "yellow", "blue", "red", "white")
+
+Point = TypeVar("Point")
 
 MAX_POINTS = 100
 """Points per line handed to plotext: its drawing time grows with them, the chart is ~50 cells wide."""
 
 
-def thin(points: list[tuple[int, float]], limit: int = MAX_POINTS) -> list[tuple[int, float]]:
+def thin(points: list[Point], limit: int = MAX_POINTS) -> list[Point]:
     """Every n-th point so that at most `limit` remain, always keeping the latest."""
     if len(points) <= limit:
         return points
@@ -31,43 +37,53 @@ def thin(points: list[tuple[int, float]], limit: int = MAX_POINTS) -> list[tuple
 
 
 def loss_series(view: JobView) -> list[TaskView]:
-    trainers = [t for t in view.tasks.values() if t.role in ("chief", "worker") and t.loss_history]
-    return sorted(trainers, key=lambda t: task_sort_key(t.task_id))[:MAX_SERIES]
+    """Every task that reports a loss, chief first."""
+    reporting = [t for t in view.tasks.values() if t.loss_history]
+    return sorted(reporting, key=lambda t: task_sort_key(t.task_id))
 
 
-class LossChart(Widget):
-    """Loss against step, drawn by plotext in a thread worker.
+def rate_series(view: JobView) -> list[TaskView]:
+    trainers = [t for t in view.tasks.values() if t.role in ("chief", "worker") and t.rate_points]
+    return sorted(trainers, key=lambda t: task_sort_key(t.task_id))
+
+
+Series = list[tuple[str, list[float], list[float]]]
+
+
+class PlotChart(Widget):
+    """A line chart drawn by plotext in a thread worker.
 
     plotext takes tens of milliseconds per drawing; done inside ``render`` (as PlotextPlot
     does) it would stall key handling once a second. Here the drawing runs off the UI thread
     and ``render`` only shows the finished text; a new drawing starts when the points or the
     size changed and the previous one is done."""
 
-    DEFAULT_CSS = "LossChart { height: 1fr; }"
+    DEFAULT_CSS = "PlotChart { height: 1fr; }"
+    EMPTY = "nothing reported yet"
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
-        self._signature: tuple[tuple[str, int, int], ...] = ()
-        self._series: list[tuple[str, list[int], list[float]]] = []
+        self._signature: tuple[object, ...] = ()
+        self._series: Series = []
+        self._title = ""
         self._drawn: tuple[object, int, int] | None = None
         self._building = False
-        self._text = Text("no loss reported yet", style="dim")
+        self._text = Text(self.EMPTY, style="dim")
+
+    def collect(self, view: JobView) -> tuple[tuple[object, ...], str, Series]:
+        """(signature, title, series): the signature changes whenever the drawing would."""
+        raise NotImplementedError
 
     @property
     def up_to_date(self) -> bool:
-        """The drawing on screen shows the latest points at the current size."""
-        return not self._building and self._drawn == self._wanted()
+        """The drawing on screen shows the latest points at the current size (or it is not shown)."""
+        return not self.display or (not self._building and self._drawn == self._wanted())
 
     def sync(self, view: JobView) -> None:
-        series = loss_series(view)
-        signature = tuple((t.task_id, len(t.loss_history), t.loss_history[-1][0]) for t in series)
+        signature, title, series = self.collect(view)
         if signature == self._signature:
             return
-        self._signature = signature
-        self._series = []
-        for task in series:
-            points = thin(list(task.loss_history))
-            self._series.append((task.task_id, [p[0] for p in points], [p[1] for p in points]))
+        self._signature, self._title, self._series = signature, title, series
         self._request()
 
     def on_resize(self) -> None:
@@ -81,17 +97,17 @@ class LossChart(Widget):
         if self._building or wanted == self._drawn or not self._series:
             return
         self._building = True
-        self.run_worker(partial(self._draw, wanted, list(self._series)), thread=True, group="loss-chart",
-                        exit_on_error=False)
+        self.run_worker(partial(self._draw, wanted, self._title, list(self._series)), thread=True,
+                        group=f"chart-{self.id}", exit_on_error=False)
 
-    def _draw(self, wanted: tuple[object, int, int], series: list[tuple[str, list[int], list[float]]]) -> None:
+    def _draw(self, wanted: tuple[object, int, int], title: str, series: Series) -> None:
         _signature, width, height = wanted
         plot = Plot()
         plot.plotsize(width, height)
         plot.theme("clear")
-        plot.title("loss vs step")
-        for name, steps, losses in series:
-            plot.plot(steps, losses, label=name, marker="braille")
+        plot.title(title)
+        for i, (name, xs, ys) in enumerate(series):
+            plot.plot(xs, ys, label=name, marker="braille", color=COLORS[i % len(COLORS)])
         text = Text.from_ansi(plot.build(), no_wrap=True)
         with suppress(RuntimeError):  # the app closed while drawing
             self.app.call_from_thread(self._show, wanted, text)
@@ -104,6 +120,59 @@ class LossChart(Widget):
 
     def render(self) -> Text:
         return self._text
+
+
+def _title(what: str, shown: int, total: int) -> str:
+    return what if shown == total else f"{what} ({shown} of {total} tasks)"
+
+
+class LossChart(PlotChart):
+    """Loss of every task that reports one, against the step or (`t`) the time since the job began."""
+
+    EMPTY = "no loss reported yet"
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.x_axis = "step"
+
+    def toggle_x_axis(self, view: JobView) -> None:
+        self.x_axis = "time" if self.x_axis == "step" else "step"
+        self.sync(view)
+
+    def collect(self, view: JobView) -> tuple[tuple[object, ...], str, Series]:
+        tasks = loss_series(view)
+        shown = tasks[:MAX_SERIES]
+        signature = (self.x_axis, len(tasks),
+                     *((t.task_id, len(t.loss_history), t.loss_history[-1][0]) for t in shown))
+        start = view.start_ts or 0.0
+        series: Series = []
+        for task in shown:
+            if self.x_axis == "step":
+                points = thin(list(task.loss_history))
+                series.append((task.task_id, [float(p[0]) for p in points], [p[1] for p in points]))
+            else:
+                timed = thin([(ts - start, loss) for ts, (_step, loss) in zip(task.loss_times, task.loss_history,
+                                                                            strict=True)])
+                series.append((task.task_id, [p[0] for p in timed], [p[1] for p in timed]))
+        axis = "step" if self.x_axis == "step" else "seconds"
+        return signature, _title(f"loss vs {axis}", len(shown), len(tasks)), series
+
+
+class RateChart(PlotChart):
+    """Steps/s of every trainer over the seconds since the job began."""
+
+    EMPTY = "no steps/s yet"
+
+    def collect(self, view: JobView) -> tuple[tuple[object, ...], str, Series]:
+        tasks = rate_series(view)
+        shown = tasks[:MAX_SERIES]
+        signature = (len(tasks), *((t.task_id, t.rate_points[-1][0]) for t in shown))
+        start = view.start_ts or 0.0
+        series: Series = []
+        for task in shown:
+            points = thin([(ts - start, rate) for ts, rate in task.rate_points])
+            series.append((task.task_id, [p[0] for p in points], [p[1] for p in points]))
+        return signature, _title("steps/s vs seconds", len(shown), len(tasks)), series
 
 
 class TaskSparklines(Vertical):

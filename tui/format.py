@@ -59,3 +59,31 @@ def loss(value: float | None) -> str:
 
 def styled_state(state: str) -> Text:
     return Text(state, style=STATE_STYLES.get(state, ""))
+
+
+BAR_EIGHTHS = " ▏▎▍▌▋▊▉█"
+SPARK_LEVELS = "▁▂▃▄▅▆▇█"
+
+
+def bar(percent: float | None, cells: int) -> str:
+    """A horizontal bar `cells` wide filled to `percent` (clamped to 0-100), in eighths of a cell."""
+    if percent is None:
+        return " " * cells
+    eighths = round(max(0.0, min(100.0, percent)) / 100 * cells * 8)
+    full, part = divmod(eighths, 8)
+    text = "█" * full + (BAR_EIGHTHS[part] if part else "")
+    return text.ljust(cells)
+
+
+def spark(values: list[float], cells: int) -> str:
+    """The last `cells` values as a one-line sparkline from their own minimum to maximum: it shows the
+    shape of the trend (a steady value is a flat middle line, a dip shows as a dip)."""
+    values = values[-cells:]
+    if not values:
+        return ""
+    low, high = min(values), max(values)
+    middle = SPARK_LEVELS[len(SPARK_LEVELS) // 2 - 1]
+    if high - low <= 1e-9 * max(abs(high), 1.0):
+        return middle * len(values)
+    last = len(SPARK_LEVELS) - 1
+    return "".join(SPARK_LEVELS[round((v - low) / (high - low) * last)] for v in values)

@@ -10,7 +10,7 @@ from tui import format as fmt
 
 
 def header_text(view: JobView, now: float, *, title: str, strategy: str, hosts_total: int,
-                live: bool, stream_ended: bool) -> Text:
+                live: bool, stream_ended: bool, replay: str = "") -> Text:
     text = Text(no_wrap=False)
     text.append(" distlaunch ", style="bold reverse")
     text.append(f" {title} ", style="bold")
@@ -18,7 +18,7 @@ def header_text(view: JobView, now: float, *, title: str, strategy: str, hosts_t
     text.append("  job ")
     text.append(view.state, style=fmt.JOB_STATE_STYLES.get(view.state, ""))
     if not live:
-        text.append(" (replay)", style="dim italic")
+        text.append(f" (replay {replay})" if replay else " (replay)", style="dim italic")
     elif stream_ended and not view.ended:
         text.append(" (stream ended)", style="dim italic")
     text.append("  elapsed ")

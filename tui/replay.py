@@ -1,15 +1,19 @@
-"""Replay a recorded run: an `EventSource` over an events.jsonl file."""
+"""Replay a recorded run: an `EventSource` over an events.jsonl file that can be paused, sped up or
+slowed down, and moved forwards or backwards in the recording's time."""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 
 from launcher.events import Event, EventDecodeError
 
 MAX_GAP_S = 1.0
 """No single pause between two replayed events is longer than this, whatever the recording."""
+
+SPEEDS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0)
+"""What `+` / `-` step through."""
 
 
 class ReplaySource:
@@ -18,6 +22,11 @@ class ReplaySource:
     ``speed`` scales the time between events (2.0 = twice as fast); 0 replays as fast as
     possible. Lines that are not valid events (a run cut off mid-write) are skipped, so a
     crashed run can still be replayed. ``close()`` ends the iteration promptly, even mid-pause.
+
+    Controls (any thread): ``set_paused``, ``speed``, ``seek(seconds)``. Seeking forwards yields the
+    skipped events without pacing; seeking backwards starts the file over, bumps ``generation``
+    first (a consumer seeing it change rebuilds its picture from nothing) and fast-forwards to the
+    target time.
     """
 
     def __init__(self, path: Path, speed: float = 1.0) -> None:
@@ -26,14 +35,52 @@ class ReplaySource:
         self.path = Path(path)
         self.speed = speed
         self.skipped_lines = 0
+        self.generation = 0
+        self.position: float | None = None
+        """The recording time of the last event yielded."""
+        self.paused = False
         self._closed = threading.Event()
+        self._wake = threading.Condition()
+        self._seek_to: float | None = None
+
+    # -- controls --------------------------------------------------------------------------
+
+    def set_paused(self, paused: bool) -> None:
+        with self._wake:
+            self.paused = paused
+            self._wake.notify_all()
+
+    def seek(self, seconds: float) -> None:
+        """Move by `seconds` of recording time from the current position (negative: back)."""
+        with self._wake:
+            base = self._seek_to if self._seek_to is not None else self.position
+            if base is None:
+                return
+            self._seek_to = base + seconds
+            self._wake.notify_all()
+
+    def close(self) -> None:
+        self._closed.set()
+        with self._wake:
+            self._wake.notify_all()
+
+    # -- the stream -------------------------------------------------------------------------
 
     def events(self) -> Iterator[Event]:
+        target: float | None = None
+        while True:
+            rewind_to = yield from self._one_pass(target)
+            if rewind_to is None:
+                return
+            target = rewind_to
+
+    def _one_pass(self, target: float | None) -> Generator[Event, None, float | None]:
+        """One read of the file; returns the time to go back to when a seek backwards cut it short."""
         previous_ts: float | None = None
         with self.path.open(encoding="utf-8") as lines:
             for raw in lines:
                 if self._closed.is_set():
-                    return
+                    return None
                 if not raw.strip():
                     continue
                 try:
@@ -41,12 +88,43 @@ class ReplaySource:
                 except EventDecodeError:
                     self.skipped_lines += 1
                     continue
-                if self.speed > 0 and previous_ts is not None:
-                    gap = min(max(0.0, event.ts - previous_ts) / self.speed, MAX_GAP_S)
-                    if gap > 0 and self._closed.wait(gap):
-                        return
+                if target is not None and event.ts >= target:
+                    target, previous_ts = None, None  # arrived: pace from here
+                if target is None:
+                    gap = 0.0
+                    if self.speed > 0 and previous_ts is not None:
+                        gap = min(max(0.0, event.ts - previous_ts) / self.speed, MAX_GAP_S)
+                    outcome = self._wait(gap)
+                    if outcome == "closed":
+                        return None
+                    if outcome == "seek":
+                        with self._wake:
+                            wanted, self._seek_to = self._seek_to, None
+                        assert wanted is not None
+                        if self.position is not None and wanted < self.position:
+                            self.generation += 1
+                            self.position = None
+                            return wanted
+                        if event.ts < wanted:
+                            target = wanted
                 previous_ts = event.ts
+                self.position = event.ts
                 yield event
+        return None
 
-    def close(self) -> None:
-        self._closed.set()
+    def _wait(self, gap: float) -> str:
+        """Sleep `gap` seconds (longer while paused); "seek" or "closed" cut it short, else "go"."""
+        with self._wake:
+            remaining = gap
+            while True:
+                if self._closed.is_set():
+                    return "closed"
+                if self._seek_to is not None:
+                    return "seek"
+                if self.paused:
+                    self._wake.wait()
+                    continue
+                if remaining <= 0:
+                    return "go"
+                self._wake.wait(remaining)
+                remaining = 0  # woken early: the checks above decide; otherwise the gap is over

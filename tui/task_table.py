@@ -22,6 +22,7 @@ from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
+from launcher import events as ev
 from launcher.jobview import JobView, TaskView, task_sort_key
 from tui import format as fmt
 
@@ -30,17 +31,22 @@ COLUMNS: tuple[tuple[str, str, int, bool], ...] = (
     ("task", "task", 10, False),
     ("host", "host", 10, False),
     ("state", "state", 11, False),
-    ("pid", "pid", 7, True),
+    ("flags", "flags", 12, False),
     ("restarts", "rst", 4, True),
     ("step", "step", 8, True),
     ("loss", "loss", 8, True),
     ("rate", "st/s", 7, True),
-    ("cpu", "cpu%", 6, True),
+    ("trend", "trend", 9, False),
+    ("cpu", "cpu%", 10, False),
+    ("gpu", "gpu%", 10, False),
+    ("gpu_mem", "gpu mem", 10, True),
     ("rss", "rss", 7, True),
-    ("gpu", "gpu%", 5, True),
-    ("gpu_mem", "gpu mem", 9, True),
+    ("pid", "pid", 8, True),
     ("age", "age", 5, True),
 )
+BAR_CELLS = 4
+TREND_CELLS = 8
+FLAG_NAMES = {ev.STALLED: "STALL", ev.STRAGGLER: "SLOW"}
 COLUMN_INDEX = {key: i for i, (key, *_rest) in enumerate(COLUMNS)}
 TABLE_WIDTH = sum(width for _key, _label, width, _right in COLUMNS)
 STALE_STYLE = "bold black on yellow"
@@ -51,6 +57,17 @@ CURSOR_BLURRED = Style(bgcolor="grey35")
 Cell = tuple[str, str]  # (text, style): compared as plain tuples, no Text built to compare
 
 
+def _percent_cell(value: float | None) -> str:
+    """A small bar and the number: ``███▍  85``; CPU may pass 100% (several cores), the bar stops there."""
+    if value is None:
+        return fmt.MISSING
+    return f"{fmt.bar(value, BAR_CELLS)}{value:>5.0f}"
+
+
+def flags_text(task: TaskView) -> str:
+    return " ".join(FLAG_NAMES.get(name, name.upper()) for name in sorted(task.conditions))
+
+
 def task_cells(task: TaskView, now: float) -> tuple[Cell, ...]:
     """The row for one task, as (text, style) pairs in `COLUMNS` order."""
     stale = task.is_stale(now)
@@ -58,21 +75,67 @@ def task_cells(task: TaskView, now: float) -> tuple[Cell, ...]:
     if task.has_gpu and task.gpu_mem_used is not None:
         gpu_mem = f"{fmt.human_bytes(task.gpu_mem_used)}/{fmt.human_bytes(task.gpu_mem_total)}"
     age = task.age(now)
+    rates = task.rate_history
+    trend = fmt.spark(list(rates)[-TREND_CELLS:], TREND_CELLS) if rates and task.state == ev.RUNNING else ""
     return (
         (task.task_id, STALE_STYLE if stale else "bold"),
         (task.host or fmt.MISSING, ""),
         (task.state, fmt.STATE_STYLES.get(task.state, "")),
-        (str(task.pid) if task.pid is not None else fmt.MISSING, "dim"),
+        (flags_text(task), "bold black on dark_orange" if task.conditions else ""),
         (str(task.restarts), "yellow" if task.restarts else "dim"),
         (str(task.step) if task.step is not None else fmt.MISSING, ""),
         (fmt.loss(task.loss), ""),
         (fmt.number(task.steps_per_s), ""),
-        (fmt.number(task.cpu_percent, "{:.0f}"), ""),
-        (fmt.human_bytes(task.rss_bytes), ""),
-        (fmt.number(task.gpu_util, "{:.0f}") if task.has_gpu else fmt.MISSING, ""),
+        (trend, "cyan"),
+        (_percent_cell(task.cpu_percent), "green"),
+        (_percent_cell(task.gpu_util) if task.has_gpu else fmt.MISSING, "magenta"),
         (gpu_mem, ""),
+        (fmt.human_bytes(task.rss_bytes), ""),
+        (str(task.pid) if task.pid is not None else fmt.MISSING, "dim"),
         (fmt.duration(age) if age is not None else fmt.MISSING, STALE_STYLE if stale else "dim"),
     )
+
+
+SORT_COLUMNS = ("task", "host", "state", "rate", "loss", "gpu")
+"""What `s` cycles through; `S` reverses the order."""
+
+STATE_ORDER = {state: i for i, state in enumerate(
+    (ev.FAILED, ev.RESTARTING, ev.STARTING, ev.PENDING, ev.RUNNING, ev.STOPPED, ev.SUCCEEDED))}
+
+
+def sort_value(task: TaskView, column: str) -> object:
+    """The value a column sorts by; None sorts last whichever the direction."""
+    if column == "host":
+        return task.host
+    if column == "state":
+        return STATE_ORDER.get(task.state, len(STATE_ORDER))
+    if column == "rate":
+        return task.steps_per_s
+    if column == "loss":
+        return task.loss
+    if column == "gpu":
+        return task.gpu_util if task.has_gpu else None
+    return None
+
+
+def ordered_tasks(view: JobView, keys: Iterable[str], column: str, reverse: bool) -> list[str]:
+    """`keys` in the order of `column` (task order among equals), missing values last."""
+    by_task = sorted(keys, key=task_sort_key)
+    if column == "task":
+        return by_task[::-1] if reverse else by_task
+    present = [(sort_value(view.tasks[k], column), k) for k in by_task]
+    missing = [k for value, k in present if value is None]
+    known = [(value, k) for value, k in present if value is not None]
+    known.sort(key=lambda pair: pair[0], reverse=reverse)  # type: ignore[arg-type,return-value]
+    return [k for _value, k in known] + missing
+
+
+def task_matches(task: TaskView, query: str) -> bool:
+    """Every word of the query is part of the task id, host, state or a flag (case-insensitive)."""
+    if not query:
+        return True
+    fields = " ".join((task.task_id, task.host or "", task.state, flags_text(task))).lower()
+    return all(word in fields for word in query.lower().split())
 
 
 def fit(text: str, width: int, right: bool) -> str:
@@ -83,9 +146,11 @@ def fit(text: str, width: int, right: bool) -> str:
     return " " + (text.rjust(room) if right else text.ljust(room))
 
 
-def header_line() -> Text:
+def header_line(sort_column: str = "task", reverse: bool = False) -> Text:
     line = Text(no_wrap=True)
-    for _key, label, width, right in COLUMNS:
+    for key, label, width, right in COLUMNS:
+        if key == sort_column:
+            label = f"{label}{'▼' if reverse else '▲'}"
         line.append(fit(label, width, right), style=HEADER_STYLE)
     return line
 
@@ -114,7 +179,14 @@ class TaskTable(ScrollView, can_focus=True):
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.row_keys: list[str] = []
+        """The rows shown, in order: every task that passes the filter."""
         self.cursor_row = 0
+        self.filter_text = ""
+        self.sort_column = "task"
+        self.sort_reverse = False
+        self._known: list[str] = []
+        self._user_moved = False
+        self._keep_selection: str | None = None
         self._row_of: dict[str, int] = {}
         self._shown: dict[str, tuple[Cell, ...]] = {}
         self._strips: dict[tuple[str, int, bool, bool], Strip] = {}
@@ -129,6 +201,11 @@ class TaskTable(ScrollView, can_focus=True):
         return len(self.row_keys)
 
     @property
+    def task_count(self) -> int:
+        """Every task known, shown or filtered out."""
+        return len(self._known)
+
+    @property
     def selected_task(self) -> str | None:
         return self.row_keys[self.cursor_row] if self.row_keys else None
 
@@ -136,21 +213,61 @@ class TaskTable(ScrollView, can_focus=True):
         text, style = self._shown[task_id][COLUMN_INDEX[column]]
         return Text(text, style=style)
 
-    # -- keyed updates -----------------------------------------------------------------
+    # -- filter and order --------------------------------------------------------------
 
-    def add_row(self, task_id: str, cells: tuple[Cell, ...]) -> None:
-        selected = self.selected_task
-        self._shown[task_id] = cells
-        self.row_keys.append(task_id)
-        self.row_keys.sort(key=task_sort_key)
-        self._row_of = {key: i for i, key in enumerate(self.row_keys)}
-        self.virtual_size = Size(TABLE_WIDTH, len(self.row_keys) + 1)
-        if selected is not None:
+    def set_filter(self, view: JobView, query: str) -> None:
+        self.filter_text = query.strip()
+        self.reorder(view)
+
+    def cycle_sort(self, view: JobView) -> None:
+        self.sort_column = SORT_COLUMNS[(SORT_COLUMNS.index(self.sort_column) + 1) % len(SORT_COLUMNS)]
+        self.sort_reverse = False
+        self._header = header_line(self.sort_column, self.sort_reverse)
+        self.reorder(view, force=True)
+
+    def reverse_sort(self, view: JobView) -> None:
+        self.sort_reverse = not self.sort_reverse
+        self._header = header_line(self.sort_column, self.sort_reverse)
+        self.reorder(view, force=True)
+
+    @property
+    def order_changes_by_itself(self) -> bool:
+        """States, rates and losses move: the order needs a fresh look now and then."""
+        return self.sort_column not in ("task", "host") or bool(self.filter_text)
+
+    def reorder(self, view: JobView, force: bool = False) -> None:
+        """Recompute which rows show and in what order; keeps the cursor on the selected task."""
+        keys = [k for k in self._known if task_matches(view.tasks[k], self.filter_text)]
+        rows = ordered_tasks(view, keys, self.sort_column, self.sort_reverse)
+        if rows == self.row_keys and not force:
+            return
+        selected = self.selected_task or self._keep_selection
+        self.row_keys = rows
+        self._row_of = {key: i for i, key in enumerate(rows)}
+        if self._user_moved and selected in self._row_of:
             self.cursor_row = self._row_of[selected]
+        else:
+            self.cursor_row = 0  # until the user moves, the first row (the chief) is the selection
+        self.virtual_size = Size(TABLE_WIDTH, len(rows) + 1)
         self._strips.clear()
         self.refresh()
-        if selected is None:
-            self.post_message(self.RowHighlighted(task_id))
+        if self.selected_task is not None and self.selected_task != selected:
+            self.post_message(self.RowHighlighted(self.selected_task))
+        if self.is_mounted:
+            self._scroll_to_cursor()
+
+    def clear(self) -> None:
+        """Forget every row (the job's picture starts over); the selected task stays selected."""
+        self._keep_selection = self.selected_task if self._user_moved else None
+        self.row_keys, self._known, self._row_of = [], [], {}
+        self._shown.clear()
+        self._strips.clear()
+        self._pending.clear()
+        self.cursor_row = 0
+        self.virtual_size = Size(TABLE_WIDTH, 1)
+        self.refresh()
+
+    # -- keyed updates -----------------------------------------------------------------
 
     def update_cell(self, task_id: str, column: str, cell: Cell) -> None:
         cells = list(self._shown[task_id])
@@ -161,16 +278,23 @@ class TaskTable(ScrollView, can_focus=True):
         self._shown[task_id] = cells
         for key in [k for k in self._strips if k[0] == task_id]:
             del self._strips[key]
-        self.refresh_line(self._row_of[task_id] + 1)
+        row = self._row_of.get(task_id)
+        if row is not None:
+            self.refresh_line(row + 1)
 
     def sync(self, view: JobView, now: float, dirty: Iterable[str]) -> int:
         """Bring the rows up to date with `view`; returns the number of cells that changed.
 
         Only rows on screen are compared; a changed row off screen waits in `_pending` until it
         scrolls into view, so a refresh costs the same with 8 tasks or 8,000."""
+        added = False
         for task_id in view.tasks:
             if task_id not in self._shown:
-                self.add_row(task_id, task_cells(view.tasks[task_id], now))
+                self._shown[task_id] = task_cells(view.tasks[task_id], now)
+                self._known.append(task_id)
+                added = True
+        if added:
+            self.reorder(view)
         self._pending.update(dirty)
         changed = 0
         for task_id in self._visible_tasks():
@@ -197,6 +321,7 @@ class TaskTable(ScrollView, can_focus=True):
         row = max(0, min(len(self.row_keys) - 1, row))
         if row == self.cursor_row:
             return
+        self._user_moved = True
         old, self.cursor_row = self.cursor_row, row
         self.refresh_line(old + 1)
         self.refresh_line(row + 1)
@@ -243,6 +368,9 @@ class TaskTable(ScrollView, can_focus=True):
                 .apply_style(base)
         row = int(self.scroll_offset.y) + y - 1
         if row >= len(self.row_keys):
+            if y == 1 and not self.row_keys and self.filter_text:
+                note = Text(f" no task matches “{self.filter_text}” (escape clears the filter)", style="dim")
+                return Strip(list(note.render(self.app.console))).crop_extend(0, width, base)
             return Strip.blank(width, base)
         task_id = self.row_keys[row]
         cursor = row == self.cursor_row

@@ -250,6 +250,8 @@ def test_restart_from_another_process_goes_through_the_restart_machinery(tmp_pat
         worker = [e["state"] for e in states_of(events, "worker:0")]
         # the supervisor announces the restart, then the agent reports the stop it asked for
         assert worker[-4:] == ["restarting", "stopped", "starting", "running"] and "failed" not in worker
+        # the timeline can say who asked: the operator's action is in the event stream
+        assert [(e["action"], e["target"]) for e in events if e["kind"] == "action"] == [("restart", "worker:0")]
         assert [e["state"] for e in states_of(events, "ps:0")] == ["pending", "starting", "running"]
         os.kill(ps_pid, 0)  # the ps was left alone
         stop_job(run_dir, launcher, log)

@@ -45,7 +45,7 @@ async def test_rows_appear_and_cells_follow_metrics(size) -> None:
         await load(pilot, app, len(events))
         assert app.table.row_keys == ["chief:0", "ps:0", "ps:1", "worker:0", "worker:1"]
         assert cell(app, "chief:0", "step").plain == "30"
-        assert cell(app, "worker:0", "gpu").plain == "83"
+        assert cell(app, "worker:0", "gpu").plain == "███▍   83"  # bar and number
         assert cell(app, "worker:0", "gpu_mem").plain == "3.0G/16G"
         assert cell(app, "ps:0", "gpu").plain == "—"
         assert cell(app, "ps:0", "rss").plain == "286M"
@@ -237,14 +237,14 @@ async def test_log_pane_follows_pauses_searches_and_marks_stderr() -> None:
         assert "after pause" not in log_lines(app)
         await pilot.press("space")
         assert log_lines(app)[-1] == "after pause"
-        # search filters to matching lines
-        await pilot.press("slash")
+        # search filters to matching lines (ctrl+f: `/` filters the task table)
+        await pilot.press("ctrl+f")
         assert isinstance(app.focused, Input)
         await pilot.press(*"batch 3")
         assert log_lines(app) == ["worker batch 3"]
         await pilot.press("enter")
         assert app.focused is app.table
-        await pilot.press("slash", "escape")
+        await pilot.press("ctrl+f", "escape")
         assert len(log_lines(app)) == 7
 
 

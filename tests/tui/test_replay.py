@@ -66,3 +66,79 @@ async def test_dashboard_replays_a_file(tmp_path: Path) -> None:
         await load(pilot, app, len(recorded))
         assert app.table.get_cell("chief:0", "step").plain == "40"
         assert "Failed" in str(app.header.render())
+
+
+def _slow_recording(tmp_path: Path, seconds: int = 40) -> Path:
+    """One chief step per recorded second: at speed 1 the replay takes `seconds` seconds."""
+    events = [ev.state_event(RUN, "chief:0", ev.RUNNING, host="gpu1", pid=1, ts=T0)]
+    events += [ev.metric_event(RUN, "chief:0", step=s, loss=1.0 / s, ts=T0 + s) for s in range(1, seconds + 1)]
+    return write_run(tmp_path / "events.jsonl", events)
+
+
+def _steps(source: ReplaySource, got: list[ev.Event]) -> threading.Thread:
+    reader = threading.Thread(target=lambda: got.extend(source.events()), daemon=True)
+    reader.start()
+    return reader
+
+
+def _wait(predicate, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "not reached in time"
+        time.sleep(0.01)
+
+
+def test_pause_holds_the_stream_and_seek_moves_in_recorded_time(tmp_path: Path) -> None:
+    source = ReplaySource(_slow_recording(tmp_path), speed=1.0)
+    got: list[ev.Event] = []
+    reader = _steps(source, got)
+    try:
+        _wait(lambda: len(got) >= 2)
+        source.set_paused(True)
+        held = len(got)
+        time.sleep(1.5)  # longer than any paced gap: nothing may arrive while paused
+        assert len(got) == held
+        source.seek(20)  # forwards while paused: the skipped events come at once, then it holds again
+        _wait(lambda: got[-1].ts >= T0 + 20)
+        assert got[-1].ts < T0 + 22 and source.generation == 0
+        source.set_paused(False)
+        source.seek(-15)  # backwards: the file starts over, consumers see a new generation
+        _wait(lambda: source.generation == 1)
+        _wait(lambda: source.position is not None and source.position >= T0 + 5)
+        assert source.position < T0 + 12
+    finally:
+        source.close()
+        reader.join(timeout=5)
+    assert not reader.is_alive()
+
+
+async def test_dashboard_replay_keys_pause_seek_and_show_the_speed(tmp_path: Path) -> None:
+    source = ReplaySource(_slow_recording(tmp_path), speed=1.0)
+    app = DashboardApp(source, None, title="mnist-ps", strategy="parameter_server", hosts_total=1, live=False)
+    async with app.run_test(size=(120, 30)) as pilot:
+
+        async def until(predicate, timeout: float = 10.0) -> None:
+            deadline = time.monotonic() + timeout
+            while not predicate():
+                assert time.monotonic() < deadline, "not reached in time"
+                await pilot.pause(0.02)
+
+        def step() -> int:
+            text = app.table.get_cell("chief:0", "step").plain if app.table.row_count else ""
+            return int(text) if text.isdigit() else 0
+
+        await until(lambda: step() >= 1)
+        assert "(replay 1x)" in str(app.header.render())
+        await pilot.press("space")
+        await until(lambda: "(replay 1x, paused)" in str(app.header.render()))
+        await pilot.press("plus", "plus")
+        await until(lambda: "(replay 4x, paused)" in str(app.header.render()))
+        await pilot.press("right", "right")  # 20 s forwards, while paused: the skipped events come at once
+        await until(lambda: step() >= 15)
+        assert step() < 24
+        await pilot.press("left")  # back 10 s: the picture is rebuilt from the start of the recording
+        await until(lambda: source.generation == 1 and 0 < step() < 15)
+        await pilot.press("minus")
+        await until(lambda: "(replay 2x, paused)" in str(app.header.render()))
+        await pilot.press("space")
+        await until(lambda: "paused" not in str(app.header.render()))

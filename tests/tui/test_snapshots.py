@@ -1,15 +1,29 @@
-"""Snapshots of the main screen, the placement view and the quit dialog (fixed clock, recorded job).
+"""Snapshots of the main screen, the hosts, timeline and placement views and the quit dialog (fixed
+clock, recorded job).
 
 Update after an intended change with: pytest tests/tui/test_snapshots.py --snapshot-update
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterator
+
 import pytest
 
 from tests.tui.tui_support import RecordingControl, load, make_app, recorded_job
 
-SIZES = [(100, 30), (200, 50)]
+SIZES = [(80, 24), (200, 50)]
+
+
+@pytest.fixture(autouse=True)
+def utc_clock(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The timeline shows wall times of day: the same picture in every time zone."""
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
 
 
 def loaded(*keys: str):
@@ -35,6 +49,20 @@ def test_main_screen(snap_compare, size) -> None:
 @pytest.mark.parametrize("size", SIZES)
 def test_placement_view(snap_compare, size) -> None:
     events, run_before = loaded("p")
+    app = make_app(events, control=RecordingControl())
+    assert snap_compare(app, terminal_size=size, run_before=run_before)
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_hosts_view(snap_compare, size) -> None:
+    events, run_before = loaded("h")
+    app = make_app(events, control=RecordingControl())
+    assert snap_compare(app, terminal_size=size, run_before=run_before)
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_timeline_view(snap_compare, size) -> None:
+    events, run_before = loaded("e")
     app = make_app(events, control=RecordingControl())
     assert snap_compare(app, terminal_size=size, run_before=run_before)
 

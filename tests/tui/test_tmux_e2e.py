@@ -1,7 +1,9 @@
-"""End to end in a real terminal: `distlaunch up cluster_profiles/local.toml` inside tmux."""
+"""End to end in a real terminal: `distlaunch up cluster_profiles/local.toml` inside tmux, with the
+task filter (`/`), the hosts view (`h`) and the timeline (`e`) driven while the job runs."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import secrets
@@ -14,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.jobtools import REPO, kill_run_processes, pids_with_run_id, wait_for
+from tui.task_table import COLUMN_INDEX, COLUMNS
 
 pytestmark = pytest.mark.slow
 
@@ -22,12 +25,22 @@ def _tmux(socket: str, *args: str) -> str:
     return subprocess.run(["tmux", "-L", socket, *args], capture_output=True, text=True, timeout=20).stdout
 
 
+STEP_START = sum(width for _key, _label, width, _right in COLUMNS[:COLUMN_INDEX["step"]])
+STEP_END = STEP_START + COLUMNS[COLUMN_INDEX["step"]][2]
+TASK_ROW = re.compile(r"^ ((?:chief|ps|worker|evaluator):\d+) ")
+
+
 def _chief_step(screen: str) -> int | None:
     for line in screen.splitlines():
-        cells = line.split()
-        if cells[:1] == ["chief:0"] and len(cells) > 5 and cells[5].isdigit():
-            return int(cells[5])
+        if line.startswith(" chief:0 "):  # each cell starts with a one-cell gap
+            cell = line[STEP_START:STEP_END].strip()
+            return int(cell) if cell.isdigit() else None
     return None
+
+
+def _rows(screen: str) -> list[str]:
+    """The task ids of the table's rows on screen, top to bottom."""
+    return [m.group(1) for m in map(TASK_ROW.match, screen.splitlines()) if m]
 
 
 def test_dashboard_in_tmux_shows_rising_steps_and_leaves_nothing(tmp_path: Path) -> None:
@@ -37,11 +50,43 @@ def test_dashboard_in_tmux_shows_rising_steps_and_leaves_nothing(tmp_path: Path)
         pytest.skip("tmux not installed")
     socket, run_id = f"dl-{secrets.token_hex(4)}", f"it-tmux-{secrets.token_hex(2)}"
     command = (f"cd {shlex.quote(str(REPO))} && DISTLAUNCH_HOME={shlex.quote(str(tmp_path))} "
-               f"{shlex.quote(sys.executable)} -m launcher.cli up cluster_profiles/local.toml --run-id {run_id}; "
+               f"{shlex.quote(sys.executable)} -m launcher.cli up cluster_profiles/local.toml --run-id {run_id} "
+               # a fresh outputs folder: the job's own would resume at step 300 from an earlier run
+               f"--set outputs={shlex.quote(json.dumps(str(tmp_path / 'outputs')))}; "
                "echo EXIT=$?; sleep 300")
     _tmux(socket, "new-session", "-d", "-s", "e2e", "-x", "120", "-y", "36", command)
+    def screen() -> str:
+        return _tmux(socket, "capture-pane", "-p", "-t", "e2e")
+
+    def press(*keys: str) -> None:
+        _tmux(socket, "send-keys", "-t", "e2e", *keys)
+
     try:
         steps: list[int] = []
+        wait_for(lambda: _chief_step(screen()) is not None, 240, "the chief's first step")
+        # `/` filters the rows as the user types; escape brings them all back
+        press("/")
+        wait_for(lambda: "filter tasks by id" in screen(), 30, "the filter input")
+        press("-l", "ps")
+        wait_for(lambda: _rows(screen()) == ["ps:0"], 30, "the filter to leave only ps:0")
+        press("Escape")
+        wait_for(lambda: _rows(screen()) == ["chief:0", "ps:0", "worker:0", "worker:1"], 30,
+                 "every row back after escape")
+        # `h`: the hosts view lists the one host with its tasks; `h` again goes back
+        press("h")
+        wait_for(lambda: re.search(r"local\s+\d/4 tasks running", screen()) and "tasks' CPU" in screen(), 30,
+                 "the hosts view")
+        assert "no GPU" in screen()
+        press("h")
+        # `e`: the timeline shows the chief starting, newest entries first
+        press("e")
+        wait_for(lambda: re.search(r"chief:0\s+state\s+running on local, pid \d+", screen()), 30, "the timeline")
+        lines = screen().splitlines()
+        running = next(i for i, line in enumerate(lines) if re.search(r"chief:0\s+state\s+running", line))
+        starting = next(i for i, line in enumerate(lines) if re.search(r"chief:0\s+state\s+starting", line))
+        assert running < starting, "newest first"
+        press("e")
+        wait_for(lambda: _chief_step(screen()) is not None, 30, "the task table back")
 
         def screen_until_done() -> bool:
             screen = _tmux(socket, "capture-pane", "-p", "-t", "e2e")

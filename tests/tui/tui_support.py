@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 from launcher import events as ev
 from launcher.events import Event
@@ -106,10 +107,10 @@ def fixed_clock(ts: float = T0 + 15) -> Callable[[], float]:
 
 def make_app(events: list[Event] | None = None, *, control: RecordingControl | None = None,
              live: bool = True, hold_open: bool = True, clock: Callable[[], float] | None = None,
-             hosts_total: int = 2) -> DashboardApp:
+             hosts_total: int = 2, run_dir: Path | None = None) -> DashboardApp:
     return DashboardApp(MemorySource(recorded_job() if events is None else events, hold_open=hold_open),
                         control, title="mnist-ps", strategy="parameter_server", hosts_total=hosts_total,
-                        live=live, clock=clock or fixed_clock())
+                        live=live, clock=clock or fixed_clock(), run_dir=run_dir)
 
 
 async def wait_until(pilot, predicate: Callable[[], bool], timeout: float = 5.0) -> None:
@@ -125,5 +126,5 @@ async def load(pilot, app: DashboardApp, count: int) -> None:
     await wait_until(pilot, lambda: app.view.events_applied >= count)
     app.flush(force_chart=True)
     await pilot.pause()
-    await wait_until(pilot, lambda: app.loss_chart.up_to_date)  # drawn in a thread worker
+    await wait_until(pilot, lambda: app.loss_chart.up_to_date and app.rate_chart.up_to_date)  # thread workers
     await pilot.pause()

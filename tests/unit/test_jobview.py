@@ -150,3 +150,26 @@ def test_action_events_round_trip_through_the_codec() -> None:
     back = ev.Event.from_json(event.to_json())
     assert back.kind == ev.ACTION and back.task is None
     assert back.data == {"action": "restart", "target": "worker:1", "origin": "dashboard"}
+
+
+def test_loss_history_stays_a_function_of_the_step_across_restarts() -> None:
+    """A restart from an older checkpoint redoes steps: the curve is cut back, not drawn backwards."""
+    view = JobView()
+    for step, loss, ts in ((10, 1.0, 1.0), (20, 0.8, 2.0), (30, 0.6, 3.0), (20, 0.9, 4.0), (20, 0.85, 5.0),
+                           (30, 0.7, 6.0)):
+        view.apply(ev.metric_event("r", "worker:0", step=step, loss=loss, ts=ts))
+    task = view.tasks["worker:0"]
+    assert list(task.loss_history) == [(10, 1.0), (20, 0.85), (30, 0.7)]
+    assert list(task.loss_times) == [1.0, 5.0, 6.0]
+
+
+def test_rate_points_cover_the_whole_run_with_bounded_memory() -> None:
+    from launcher.jobview import RATE_POINTS
+
+    view = JobView()
+    for i in range(20_000):  # 100 steps/s for 200 s
+        view.apply(ev.metric_event("r", "worker:0", step=i, ts=i / 100))
+    points = view.tasks["worker:0"].rate_points
+    assert len(points) <= RATE_POINTS
+    assert points[0][0] < 5 and points[-1][0] > 195  # from the start to now
+    assert all(abs(rate - 100) < 1 for _ts, rate in points)

@@ -1,0 +1,150 @@
+"""The job's history as a user reads it after a failure: what changed, when, and why.
+
+One `Timeline` is folded from the same events as the `JobView` (the dashboard's `e` view) and
+from a run dir's events.jsonl (`distlaunch events`), so both show the same entries worded the
+same way. Only events that change something are kept: job and task state changes (with exit
+code, restart count and reason), hosts lost or back, conditions raised or cleared, operator
+actions. Metrics, samples and log lines are not history: they are skipped at the first test.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+from launcher import events as ev
+from launcher.events import Event
+
+TIMELINE_ENTRIES = 5000
+"""Entries kept by a live view; the oldest go first (events.jsonl keeps them all)."""
+
+TIMELINE_KINDS = (ev.JOB, ev.STATE, ev.HOST, ev.CONDITION, ev.ACTION)
+"""The event kinds that make timeline entries (what `--kind` accepts)."""
+
+
+@dataclass(frozen=True)
+class TimelineEntry:
+    ts: float
+    kind: str
+    task: str | None
+    text: str
+    severity: str  # "info" | "warning" | "error": the colour the dashboard gives the line
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ts": self.ts, "kind": self.kind, "task": self.task, "text": self.text,
+                "severity": self.severity}
+
+
+class Timeline:
+    """Bounded, ordered as received; `newest_first` reads it the way the user wants it."""
+
+    def __init__(self, limit: int | None = TIMELINE_ENTRIES) -> None:
+        self.entries: deque[TimelineEntry] = deque(maxlen=limit)
+        self.total = 0
+        """Entries ever added: a reader that remembers it knows whether anything is new."""
+        self._task_state: dict[str, tuple[str, int]] = {}
+        self._job_state: str | None = None
+
+    def add(self, event: Event) -> TimelineEntry | None:
+        """Fold one event; returns the entry it made, or None when it changed nothing."""
+        kind = event.kind
+        if kind not in TIMELINE_KINDS:
+            return None
+        if kind == ev.JOB:
+            entry = self._job(event)
+        elif kind == ev.STATE:
+            entry = self._state(event)
+        elif kind == ev.HOST:
+            entry = _host(event)
+        elif kind == ev.CONDITION:
+            entry = _condition(event)
+        else:
+            entry = _action(event)
+        if entry is not None:
+            self.entries.append(entry)
+            self.total += 1
+        return entry
+
+    def newest_first(self, kind: str | None = None, task: str | None = None) -> list[TimelineEntry]:
+        return [e for e in reversed(self.entries)
+                if (kind is None or e.kind == kind) and (task is None or e.task == task)]
+
+    def _job(self, event: Event) -> TimelineEntry | None:
+        state = str(event.get("state") or "")
+        if not state or state == self._job_state:
+            return None
+        self._job_state = state
+        reason = str(event.get("reason") or "")
+        severity = "error" if state == ev.JOB_FAILED else \
+            "warning" if state == ev.JOB_RESTARTING else "info"
+        return TimelineEntry(event.ts, ev.JOB, None, f"job {state}" + (f": {reason}" if reason else ""),
+                             severity)
+
+    def _state(self, event: Event) -> TimelineEntry | None:
+        task = event.task or "?"
+        state = str(event.get("state") or "")
+        restarts = int(event.get("restarts") or 0)
+        if (state, restarts) == self._task_state.get(task):
+            return None  # a repeat (attach replays the last state): nothing happened
+        self._task_state[task] = (state, restarts)
+        return TimelineEntry(event.ts, ev.STATE, task, state_text(event), _state_severity(state))
+
+
+def state_text(event: Event) -> str:
+    """One task state change in words: where, which process, how it ended and why."""
+    state = str(event.get("state") or "?")
+    reason = str(event.get("reason") or "")
+    host, pid, code = event.get("host"), event.get("pid"), event.get("exit_code")
+    parts = [f"{state} on {host}" if state in (ev.STARTING, ev.RUNNING) and host else state]
+    if state == ev.RUNNING and isinstance(pid, int):
+        parts.append(f"pid {pid}")
+    if code is not None and state in (*ev.FINAL_TASK_STATES, ev.RESTARTING):
+        parts.append(f"exit code {code}")
+    if state == ev.RESTARTING:
+        parts.append(f"restart {int(event.get('restarts') or 0)}")
+    text = ", ".join(parts)
+    return f"{text}: {reason}" if reason else text
+
+
+def _state_severity(state: str) -> str:
+    if state == ev.FAILED:
+        return "error"
+    if state in (ev.RESTARTING, ev.STOPPED):
+        return "warning"
+    return "info"
+
+
+def _host(event: Event) -> TimelineEntry:
+    host, state = str(event.get("host") or "?"), str(event.get("state") or "?")
+    reason = str(event.get("reason") or "")
+    return TimelineEntry(event.ts, ev.HOST, None, f"host {host} {state}" + (f": {reason}" if reason else ""),
+                         "info" if state == "up" else "error")
+
+
+def _condition(event: Event) -> TimelineEntry:
+    name = str(event.get("condition") or "condition")
+    active = bool(event.get("active"))
+    reason = str(event.get("reason") or "")
+    text = f"{name} {'raised' if active else 'cleared'}" + (f": {reason}" if reason else "")
+    return TimelineEntry(event.ts, ev.CONDITION, event.task, text, "warning" if active else "info")
+
+
+def _action(event: Event) -> TimelineEntry:
+    action, target = str(event.get("action") or "?"), event.get("target")
+    origin = str(event.get("origin") or "")
+    text = f"operator: {action}" + (f" {target}" if target else "") + (f" (from {origin})" if origin else "")
+    return TimelineEntry(event.ts, ev.ACTION, str(target) if target else None, text, "warning")
+
+
+def clock_text(ts: float, start: float | None) -> str:
+    """Wall time of day, then the offset from the job's start: ``10:41:07 +1m02s``."""
+    wall = time.strftime("%H:%M:%S", time.localtime(ts))
+    if start is None:
+        return wall
+    offset = max(0, int(ts - start))
+    minutes, seconds = divmod(offset, 60)
+    hours, minutes = divmod(minutes, 60)
+    rel = f"+{hours}h{minutes:02d}m" if hours else f"+{minutes}m{seconds:02d}s"
+    return f"{wall} {rel:>7}"

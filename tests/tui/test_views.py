@@ -1,0 +1,166 @@
+"""The views and keys of issue 14 driven through Pilot: layout, filter, sort, flags, hosts, timeline,
+screenshot."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from launcher import events as ev
+from tests.tui.tui_support import RUN, T0, MemorySource, load, make_app, recorded_job, wait_until
+
+
+def _push(app, event: ev.Event) -> None:
+    source = app.source
+    assert isinstance(source, MemorySource)
+    source.push(event)
+
+
+async def test_log_pane_shows_the_first_row_even_when_another_task_spoke_first() -> None:
+    events = [ev.state_event(RUN, "ps:0", ev.RUNNING, host="cpu1", pid=5, ts=T0),
+              ev.log_event(RUN, "ps:0", "stdout", "ps is up", ts=T0),
+              ev.state_event(RUN, "chief:0", ev.RUNNING, host="gpu1", pid=6, ts=T0 + 1),
+              ev.log_event(RUN, "chief:0", "stdout", "chief is up", ts=T0 + 1),
+              ev.metric_event(RUN, "chief:0", step=1, loss=1.0, ts=T0 + 2)]
+    app = make_app(events)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await load(pilot, app, len(events))
+        assert app.table.row_keys[0] == "chief:0"
+        await wait_until(pilot, lambda: app.selected_task == "chief:0")
+        assert app.log_pane.lines.plain_lines == ["chief is up"]
+
+
+async def test_table_takes_the_rows_it_needs_up_to_a_share_of_the_screen() -> None:
+    events = recorded_job(steps=2)
+    app = make_app(events)
+    async with app.run_test(size=(200, 50)) as pilot:
+        await load(pilot, app, len(events))
+        assert app.table.size.height == 6  # header + 5 tasks; the panes below get the rest
+        for i in range(2, 60):
+            _push(app, ev.state_event(RUN, f"worker:{i}", ev.RUNNING, host="cpu1", ts=T0 + 20))
+        await wait_until(pilot, lambda: app.table.row_count == 63)
+        await wait_until(pilot, lambda: app.table.size.height == int(50 * 0.45))
+
+
+async def test_condition_flags_appear_and_clear_in_the_row() -> None:
+    events = recorded_job(steps=2, fail_worker=False)
+    app = make_app(events)
+    async with app.run_test(size=(200, 50)) as pilot:
+        await load(pilot, app, len(events))
+        assert app.table.get_cell("worker:0", "flags").plain == ""
+        _push(app, ev.condition_event(RUN, "worker:0", ev.STALLED, True, "no step for 60s", ts=T0 + 20))
+        _push(app, ev.condition_event(RUN, "worker:0", ev.STRAGGLER, True, "3x slower", ts=T0 + 20))
+        await wait_until(pilot, lambda: app.table.get_cell("worker:0", "flags").plain == "STALL SLOW")
+        _push(app, ev.condition_event(RUN, "worker:0", ev.STALLED, False, ts=T0 + 21))
+        await wait_until(pilot, lambda: app.table.get_cell("worker:0", "flags").plain == "SLOW")
+        assert app.table.get_cell("worker:0", "trend").plain.strip() != ""  # steps/s sparkline
+        assert app.table.get_cell("ps:0", "cpu").plain.endswith(" 12")
+
+
+async def test_slash_filters_as_you_type_and_escape_clears() -> None:
+    events = recorded_job(steps=2)
+    app = make_app(events)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await load(pilot, app, len(events))
+        await pilot.press("slash", *"work")
+        assert app.table.row_keys == ["worker:0", "worker:1"]
+        await pilot.press("backspace", "backspace", "backspace", "backspace", *"cpu1")
+        assert app.table.row_keys == ["ps:1", "worker:1"]  # by host
+        await pilot.press(*" fail")
+        assert app.table.row_keys == ["worker:1"]  # every word must match: host and state
+        assert app.selected_task == "worker:1"  # the cursor moves to what is left
+        await pilot.press("enter")
+        assert app.focused is app.table and app.task_filter.display  # the kept filter stays in sight
+        await pilot.press("escape")
+        assert app.table.row_keys == ["chief:0", "ps:0", "ps:1", "worker:0", "worker:1"]
+        assert not app.task_filter.display
+        await pilot.press("slash", *"nothing-like-this")
+        assert app.table.row_count == 0 and app.table.selected_task is None
+
+
+async def test_s_cycles_the_sort_column_and_capital_s_reverses() -> None:
+    events = recorded_job(steps=3)
+    app = make_app(events)
+    async with app.run_test(size=(200, 50)) as pilot:
+        await load(pilot, app, len(events))
+        await pilot.press("s")
+        assert app.table.sort_column == "host"
+        assert app.table.row_keys == ["ps:1", "worker:1", "chief:0", "ps:0", "worker:0"]
+        await pilot.press("s")
+        assert app.table.sort_column == "state"
+        assert app.table.row_keys[0] == "worker:1"  # failed first
+        await pilot.press("s", "s")
+        assert app.table.sort_column == "loss"
+        await pilot.press("s")
+        assert app.table.sort_column == "gpu"
+        assert app.table.row_keys[0] == "worker:0"  # the only task with a GPU; the rest have none
+        await pilot.press("S")
+        assert app.table.row_keys[0] == "worker:0" and app.table.sort_reverse
+        assert "gpu%▼" in app.table._header.plain
+        await pilot.press("s")
+        assert app.table.sort_column == "task" and app.table.row_keys[0] == "chief:0"
+
+
+async def test_h_shows_hosts_with_their_tasks_and_gpus() -> None:
+    events = recorded_job(steps=3)
+    app = make_app(events)
+    async with app.run_test(size=(200, 50)) as pilot:
+        await load(pilot, app, len(events))
+        await pilot.press("h")
+        assert app.views.current == "hosts"
+        text = app.hosts_panel.plain
+        gpu1 = text[text.index("gpu1"):]
+        cpu1 = text[text.index("cpu1"):text.index("gpu1")]
+        assert "no GPU" in cpu1 and "ps:1" in cpu1 and "worker:1" in cpu1
+        gpu_line = next(line for line in gpu1.splitlines() if "GPU0" in line)
+        assert "83%" in gpu_line and "3.0G/16G" in gpu_line and gpu_line.rstrip().endswith("worker:0")
+        assert "2/3 tasks running" not in text and "3/3 tasks running" in gpu1
+        await pilot.press("h")
+        assert app.views.current == "dashboard"
+
+
+async def test_e_lists_the_history_newest_first_and_follows_new_entries() -> None:
+    events = recorded_job(steps=3)
+    app = make_app(events)
+    async with app.run_test(size=(200, 50)) as pilot:
+        await load(pilot, app, len(events))
+        await pilot.press("e")
+        assert app.views.current == "timeline"
+        lines = app.timeline_panel.plain_lines
+        assert "worker:1" in lines[0] and "failed, exit code 1: exited with 1" in lines[0]
+        assert "job Created" in lines[-1]
+        _push(app, ev.condition_event(RUN, "worker:0", ev.STALLED, True, "no step for 60s", ts=T0 + 20))
+        _push(app, ev.action_event(RUN, "restart", "worker:0", ts=T0 + 21))
+        await wait_until(pilot, lambda: "operator: restart worker:0" in app.timeline_panel.plain_lines[0])
+        assert "stalled raised: no step for 60s" in app.timeline_panel.plain_lines[1]
+        await pilot.press("e")
+        assert app.views.current == "dashboard"
+
+
+async def test_ctrl_s_saves_an_svg_screenshot_into_the_run_dir(tmp_path: Path) -> None:
+    events = recorded_job(steps=2)
+    app = make_app(events, run_dir=tmp_path)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await load(pilot, app, len(events))
+        await pilot.press("ctrl+s")
+        await wait_until(pilot, lambda: any(tmp_path.glob("dashboard-*.svg")))
+        svg = next(tmp_path.glob("dashboard-*.svg")).read_text(encoding="utf-8")
+        assert svg.lstrip().startswith("<svg") and "chief:0" in svg.replace("&#160;", " ")
+
+
+async def test_charts_draw_every_loss_and_every_trainers_rate_and_t_switches_the_axis() -> None:
+    events = recorded_job(steps=6)
+    app = make_app(events)
+    async with app.run_test(size=(200, 50)) as pilot:
+        await load(pilot, app, len(events))
+        assert [name for name, _xs, _ys in app.loss_chart._series] == ["chief:0", "worker:0", "worker:1"]
+        assert app.loss_chart._series[0][1][:2] == [10.0, 20.0]  # x: steps
+        assert [name for name, _xs, _ys in app.rate_chart._series] == ["chief:0", "worker:0", "worker:1"]
+        assert "steps/s vs seconds" in app.rate_chart.render().plain
+        plain = app.loss_chart.render().plain
+        assert "loss vs step" in plain and "chief:0" in plain and "worker:1" in plain  # legend
+        styles = {str(span.style) for span in app.loss_chart.render().spans}
+        assert len(styles) >= 3  # one colour per task
+        await pilot.press("t")
+        await wait_until(pilot, lambda: app.loss_chart.up_to_date and "loss vs seconds" in
+                         app.loss_chart.render().plain)
+        assert app.loss_chart._series[0][1][:2] == [2.0, 3.0]  # x: seconds since the job began

@@ -1,0 +1,154 @@
+"""`h`: the hosts view, nvitop-like: per host its tasks, their CPU and memory, and each GPU with
+utilisation and memory bars and the tasks holding it. A host without GPUs is normal here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from rich.style import Style
+from rich.text import Text
+from textual.geometry import Region, Size
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
+
+from launcher import events as ev
+from launcher.jobview import JobView, TaskView, task_sort_key
+from tui import format as fmt
+
+BAR_CELLS = 12
+
+
+@dataclass
+class GpuSummary:
+    index: int
+    util: float | None = None
+    mem_used: int | None = None
+    mem_total: int | None = None
+    holders: list[str] = field(default_factory=list)
+
+
+@dataclass
+class HostSummary:
+    name: str
+    tasks: list[TaskView] = field(default_factory=list)
+    gpus: dict[int, GpuSummary] = field(default_factory=dict)
+    down: bool = False
+
+    @property
+    def cpu_percent(self) -> float | None:
+        values = [t.cpu_percent for t in self.tasks if t.cpu_percent is not None]
+        return sum(values) if values else None
+
+    @property
+    def rss_bytes(self) -> int | None:
+        values = [t.rss_bytes for t in self.tasks if t.rss_bytes is not None]
+        return sum(values) if values else None
+
+
+def _number(value: object) -> float | None:
+    return ev.finite(value) if value is not None else None
+
+
+def host_summaries(view: JobView) -> list[HostSummary]:
+    """The job's hosts in name order, each with its tasks (task order) and the GPUs they sampled."""
+    hosts: dict[str, HostSummary] = {}
+    for task in sorted(view.tasks.values(), key=lambda t: task_sort_key(t.task_id)):
+        name = task.host or "(not placed)"
+        host = hosts.setdefault(name, HostSummary(name, down=name in view.hosts_down))
+        host.tasks.append(task)
+        if task.state in ev.FINAL_TASK_STATES:
+            continue  # its last sample says nothing about the GPU now
+        for gpu in task.gpus:
+            index = gpu.get("index")
+            if not isinstance(index, int):
+                continue
+            summary = host.gpus.setdefault(index, GpuSummary(index))
+            summary.holders.append(task.task_id)
+            util, used, total = (_number(gpu.get(k)) for k in ("util_percent", "mem_used_bytes", "mem_total_bytes"))
+            summary.util = util if util is not None else summary.util
+            summary.mem_used = int(used) if used is not None else summary.mem_used
+            summary.mem_total = int(total) if total is not None else summary.mem_total
+    return sorted(hosts.values(), key=lambda h: h.name)
+
+
+def _bar(percent: float | None, style: str) -> Text:
+    return Text.assemble(("▕", "dim"), (fmt.bar(percent, BAR_CELLS), style), ("▏", "dim"))
+
+
+def hosts_text(view: JobView) -> Text:
+    """The whole view as one text (lines joined); the panel draws `hosts_lines` line by line."""
+    return Text("\n").join(hosts_lines(view))
+
+
+def hosts_lines(view: JobView) -> list[Text]:
+    hosts = host_summaries(view)
+    if not hosts:
+        return [Text("no tasks yet", style="dim")]
+    out = Text(no_wrap=True)
+    for i, host in enumerate(hosts):
+        if i:
+            out.append("\n")
+        running = sum(1 for t in host.tasks if t.state == ev.RUNNING)
+        out.append(f"{host.name:<14}", style="bold")
+        out.append(f" {running}/{len(host.tasks)} tasks running")
+        if host.down:
+            out.append("  UNREACHABLE", style="bold red")
+        cpu = host.cpu_percent
+        out.append("\n  tasks' CPU ")
+        out.append_text(_bar(cpu, "green"))
+        out.append(f" {fmt.number(cpu, '{:.0f}')}%".ljust(7))
+        out.append(f"  memory (RSS) {fmt.human_bytes(host.rss_bytes)}\n")
+        if not host.gpus:
+            out.append("  no GPU\n", style="dim")
+        for gpu in sorted(host.gpus.values(), key=lambda g: g.index):
+            mem_pct = 100 * gpu.mem_used / gpu.mem_total if gpu.mem_used is not None and gpu.mem_total else None
+            out.append(f"  GPU{gpu.index:<2} util ")
+            out.append_text(_bar(gpu.util, "magenta"))
+            out.append(f" {fmt.number(gpu.util, '{:.0f}')}%".ljust(6))
+            out.append(" mem ")
+            out.append_text(_bar(mem_pct, "cyan"))
+            out.append(f" {fmt.human_bytes(gpu.mem_used)}/{fmt.human_bytes(gpu.mem_total)}".ljust(13))
+            out.append("  " + ", ".join(gpu.holders), style="bold")
+            out.append("\n")
+        for task in host.tasks:
+            out.append(f"    {task.task_id:<12}", style="bold")
+            out.append(f"{task.state:<11}", style=fmt.STATE_STYLES.get(task.state, ""))
+            out.append(f"cpu {fmt.number(task.cpu_percent, '{:.0f}'):>4}%  rss {fmt.human_bytes(task.rss_bytes):>6}")
+            if task.conditions:
+                out.append("  " + " ".join(sorted(task.conditions)).upper(), style="bold dark_orange")
+            out.append("\n")
+    out.rstrip()
+    return list(out.split("\n"))
+
+
+class HostsPanel(ScrollView, can_focus=True):
+    """The hosts view, rebuilt from the `JobView` once a second while it is shown; drawn with the
+    Line API, so only the lines on screen are rendered (a 256-task job has ~300 lines)."""
+
+    DEFAULT_CSS = "HostsPanel { scrollbar-size-vertical: 1; }"
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.lines: list[Text] = []
+        self._base_style = Style()
+
+    @property
+    def plain(self) -> str:
+        return "\n".join(line.plain for line in self.lines)
+
+    def sync(self, view: JobView) -> None:
+        self.lines = hosts_lines(view)
+        self.virtual_size = Size(max((line.cell_len for line in self.lines), default=0), len(self.lines))
+        self.refresh()
+
+    def render_lines(self, crop: Region) -> list[Strip]:
+        self._base_style = self.rich_style
+        return super().render_lines(crop)
+
+    def render_line(self, y: int) -> Strip:
+        width, base = self.size.width, self._base_style
+        index = int(self.scroll_offset.y) + y
+        if index >= len(self.lines):
+            return Strip.blank(width, base)
+        strip = Strip(list(self.lines[index].render(self.app.console)))
+        return strip.crop(int(self.scroll_offset.x)).crop_extend(0, width, base).apply_style(base)
