@@ -738,7 +738,7 @@ class TaskRunner:
                 event = events.sample_event(
                     self.spec.run, self.spec.task, cpu_percent=sample.get("cpu_percent"),
                     rss_bytes=sample.get("rss_bytes"), gpus=sample.get("gpus"),
-                    source=str(sample.get("source", "")))
+                    source=str(sample.get("source", "")), host=sample.get("host"))
             except Exception as exc:
                 if not complained:
                     sys.stderr.write("agent: sample failed: %s\n" % exc)

@@ -99,6 +99,10 @@ def _replay(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
+    if args.target == "sbatch":
+        from launcher.export.sbatch import run_export_sbatch
+
+        return run_export_sbatch(Path(args.profile), Path(args.output) if args.output else None)
     from launcher.export.tfjob import run_export_tfjob
 
     return run_export_tfjob(Path(args.profile), image=args.image, namespace=args.namespace,
@@ -228,6 +232,10 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("profile", help="cluster profile (TOML)")
     t.add_argument("--image", default="tensorflow/tensorflow:latest", help="container image")
     t.add_argument("--namespace", default=None, help="Kubernetes namespace")
+    t.add_argument("-o", "--output", default=None, help="write to FILE instead of stdout")
+    t.set_defaults(handler=_export)
+    t = exp.add_parser("sbatch", help="a Slurm batch script that runs the job in its own allocation")
+    t.add_argument("profile", help="cluster profile (TOML) with a [slurm] table")
     t.add_argument("-o", "--output", default=None, help="write to FILE instead of stdout")
     t.set_defaults(handler=_export)
     t = exp.add_parser("tensorboard", help="a run's metrics as TensorBoard event files, one run per task")

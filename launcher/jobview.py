@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Any
 
 from launcher import events as ev
 from launcher.events import Event
@@ -221,6 +222,8 @@ class JobView:
     logs: dict[str, TaskLog] = field(default_factory=dict)
     placement: PlacementView = field(default_factory=PlacementView)
     hosts_down: set[str] = field(default_factory=set)
+    #: per host, its latest whole-machine reading: cpu_percent (of all cores), cpus, mem_used/total_bytes
+    machines: dict[str, dict[str, Any]] = field(default_factory=dict)
     global_step_points: deque[tuple[float, int]] = field(default_factory=deque)
     global_steps_per_s: float | None = None
     notices: list[Notice] = field(default_factory=list)
@@ -449,6 +452,9 @@ class JobView:
             self.global_steps_per_s = (step - points[0][1]) / (ts - points[0][0])
 
     def _apply_sample(self, task: TaskView, event: Event) -> None:
+        machine = event.get("host")
+        if isinstance(machine, dict) and task.host:
+            self.machines[task.host] = machine
         task.cpu_percent = ev.finite(event.get("cpu_percent"))
         rss = event.get("rss_bytes")
         task.rss_bytes = int(rss) if isinstance(rss, int | float) else None

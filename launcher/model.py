@@ -15,7 +15,7 @@ Strategy = Literal["parameter_server", "multi_worker_mirrored", "custom"]
 SuccessPolicy = Literal["chief", "all_workers"]
 RestartPolicy = Literal["never", "on-failure", "always", "exit-code"]
 HostKeyPolicy = Literal["reject", "accept-new"]
-Transport = Literal["ssh", "local"]
+Transport = Literal["ssh", "local", "slurm"]
 OnStall = Literal["warn", "restart"]
 
 ROLES = ("chief", "ps", "worker", "evaluator")
@@ -31,6 +31,10 @@ class SshSettings:
     host_key_policy: HostKeyPolicy = "reject"
     connect_timeout: float = 10.0
     ssh_port: int = 22
+    #: the OpenSSH client config to resolve addresses through (``ssh -G``); None: none
+    ssh_config: str | None = "~/.ssh/config"
+    #: keys the profile left at their defaults, which ~/.ssh/config may then set
+    unset: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -40,8 +44,25 @@ class HostConfig:
     transport: Transport = "ssh"
     ssh: SshSettings = field(default_factory=SshSettings)
     gpus: tuple[int, ...] = ()
-    tf_address: str | None = None  # what TF_CONFIG uses; None: ``address``
+    #: what TF_CONFIG uses; None: ``address``, or the HostName ~/.ssh/config gives an alias
+    tf_address: str | None = None
     env: dict[str, str] = field(default_factory=dict)  # under the role's and [defaults]' env
+    #: the [hosts.X] table this entry came from when its address was a host range (X), else None
+    group: str | None = None
+    #: transport "slurm": the allocation (job id) whose steps run this host's commands
+    slurm_job_id: str | None = None
+
+
+@dataclass(frozen=True)
+class SlurmConfig:
+    """[slurm]: hosts come from the allocation; the rest shapes `export sbatch`'s script."""
+
+    nodes: int | None = None  # sbatch --nodes; inside an allocation the allocation decides
+    time: str | None = None  # sbatch --time, e.g. "02:00:00"
+    partition: str | None = None
+    account: str | None = None
+    gpus_per_node: int | None = None  # sbatch --gpus-per-node
+    sbatch_args: tuple[str, ...] = ()  # more #SBATCH lines, e.g. ("--exclusive",)
 
 
 @dataclass(frozen=True)
@@ -123,6 +144,7 @@ class Profile:
     overrides: Overrides = field(default_factory=Overrides)
     #: values that came from the launcher's environment (${env:VAR}): masked wherever shown or written
     secrets: frozenset[str] = frozenset()
+    slurm: SlurmConfig | None = None  # [slurm]: hosts from the Slurm allocation
     #: a worker below this fraction of the workers' median steps/s for STRAGGLER_WINDOW_S is flagged
     straggler_ratio: float = 0.7
 

@@ -19,6 +19,7 @@ Kind = Literal[
     "integer",  # int (not bool), within ``minimum`` .. ``maximum``
     "number",  # int or float, >= 0, or > 0 with ``positive``
     "boolean",
+    "path_or_false",  # a non-empty string, or false (turned off)
     "string_list",  # a list of strings
     "index_list",  # a list of distinct integers >= 0
     "env",  # a table of environment variable name -> string
@@ -124,6 +125,9 @@ SSH_KEYS = Table(
         Key("connect_timeout", "number", "Seconds to wait for an SSH connection.", default=10.0,
             positive=True),
         _port("ssh_port", "Port the host's sshd listens on.", default=22),
+        Key("ssh_config", "path_or_false", "OpenSSH client config the address is resolved through as `ssh -G` "
+            "does (Host aliases, HostName, User, Port, IdentityFile, ProxyJump); values set in the profile win; "
+            "false: not read.", default="~/.ssh/config"),
     ),
 )
 
@@ -180,6 +184,21 @@ SYNC_KEYS = Table(
     ),
 )
 
+SLURM_KEYS = Table(
+    "Run inside a Slurm allocation: hosts are its nodes (SLURM_JOB_NODELIST), tasks start as "
+    "`srun --overlap` steps; the keys shape `distlaunch export sbatch`.",
+    (
+        Key("nodes", "integer", "Nodes the batch script asks for (sbatch --nodes).", minimum=1),
+        Key("time", "string", "Time limit the batch script asks for, e.g. \"02:00:00\".", nonblank=True),
+        Key("partition", "string", "Partition to submit to.", nonblank=True),
+        Key("account", "string", "Account to charge.", nonblank=True),
+        Key("gpus_per_node", "integer", "GPUs per node the batch script asks for (sbatch --gpus-per-node).",
+            minimum=0),
+        Key("sbatch_args", "string_list", "More sbatch options, one per #SBATCH line.", default=[],
+            expected='a list of options like ["--exclusive"]'),
+    ),
+)
+
 TOP_KEYS = Table(
     "A distlaunch cluster profile: which TensorFlow tasks run where, and how they are supervised.",
     (
@@ -209,5 +228,6 @@ TOP_KEYS = Table(
             "name); the first capture group is the number."),
         Key("notify", "table", NOTIFY_KEYS.doc, table=NOTIFY_KEYS),
         Key("sync", "table", SYNC_KEYS.doc, table=SYNC_KEYS),
+        Key("slurm", "table", SLURM_KEYS.doc, table=SLURM_KEYS),
     ),
 )

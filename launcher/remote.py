@@ -162,6 +162,8 @@ class HostSession:
         Returns slug -> agent pid (which is also its process group)."""
         if not tasks:
             return {}
+        if not self.host.detach_by_setsid:
+            return {slug: self._start_agent_alone(slug, python) for slug, python in tasks}
         # the setsid'd child prints "<slug> <its pid>" and then execs the agent in place
         child = 'echo "$3 $$"; exec /bin/sh -c "$1" </dev/null >>"$2" 2>&1'
         lines = [f"cd {shlex.quote(self.base_dir)} || exit 97"]
@@ -188,6 +190,12 @@ class HostSession:
             detail = (result.stderr.strip().splitlines() or ["no pid reported"])[-1]
             raise HostError(f"host {self.name}: could not start the agent of {', '.join(missing)}: {detail}")
         return pids
+
+    def _start_agent_alone(self, slug: str, python: str) -> int:
+        task_dir = self.task_dir(slug)
+        agent = (f"DISTLAUNCH_RUN_ID={shlex.quote(self.run_id)} exec "
+                 + self._agent_cmd("run", "--task-dir", task_dir, python=python))
+        return self.host.start_detached(agent, f"{task_dir}/agent.log", cwd=self.base_dir)
 
     def stop_agents(self, slugs: Iterable[str], grace: float) -> None:
         """Stop several tasks at once (in parallel on the host) and wait for all of them."""

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from launcher import events as ev
-from launcher.errors import HostError
+from launcher.errors import HostError, HostGone
 from launcher.events import Event, EventDecodeError
 from launcher.hostclock import HostClock
 from launcher.model import START_ORDER, Plan, TaskSpec
@@ -646,6 +646,9 @@ class Supervisor:
             try:
                 session.host.close()
                 session.host.connect()
+            except HostGone as exc:  # e.g. the Slurm allocation ended: the job cannot go on
+                self._call(functools.partial(self._finish, "Failed", str(exc)))
+                return
             except HostError:
                 delay = min(delay * 2, RECONNECT_MAX_DELAY)
                 continue
