@@ -18,6 +18,7 @@ import errno
 import importlib
 import importlib.util
 import json
+import math
 import os
 import platform
 import re
@@ -32,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 from launcher import events
+from launcher.metricregex import MetricRegexes
 
 MAX_LINE_BYTES = 1024 * 1024
 MALFORMED_REPORT_EVERY = 100
@@ -47,6 +49,8 @@ READER_DRAIN_SECONDS = 5.0
 LEFTOVER_TERM_SECONDS = 2.0
 KILL_CONFIRM_SECONDS = 5.0
 PR_SET_CHILD_SUBREAPER = 36
+#: autolog's sitecustomize directory inside the zipapp (launcher/agentpack.py SITE_DIR)
+AUTOLOG_SITE_DIR = "distlaunch_site"
 
 
 # -- the spec ---------------------------------------------------------------------------------
@@ -71,6 +75,7 @@ class AgentSpec:
     gpus: List[int] = field(default_factory=list)
     setup: List[str] = field(default_factory=list)  # shell lines run before the command, in its shell
     shell: str = ""  # e.g. "bash -lc"; empty: /bin/sh -c
+    autolog: bool = True
 
     @classmethod
     def from_dict(cls, obj: Dict[str, Any]) -> "AgentSpec":
@@ -93,6 +98,7 @@ class AgentSpec:
             gpus=[int(g) for g in (obj.get("gpus") or [])],
             setup=[str(line) for line in (obj.get("setup") or [])],
             shell=str(obj.get("shell") or ""),
+            autolog=bool(obj.get("autolog", True)),
         )
 
     @classmethod
@@ -267,6 +273,28 @@ def describe_exit(returncode: int) -> Tuple[int, str]:
     return returncode, "exit code %d" % returncode
 
 
+def start_error_text(exc: OSError, workdir: str) -> str:
+    """Why Popen failed, naming the workdir when the chdir into it was what failed."""
+    if exc.errno in (errno.ENOENT, errno.ENOTDIR, errno.EACCES):
+        what = {errno.ENOENT: "does not exist", errno.ENOTDIR: "is not a directory",
+                errno.EACCES: "cannot be entered (permission denied)"}[exc.errno]
+        return "workdir %s %s" % (workdir, what)
+    return str(exc)
+
+
+#: what /bin/sh says on stderr when it cannot run the command (exit 127: not found, 126: not executable)
+_SHELL_CANNOT = re.compile(r"(not found|No such file or directory|Permission denied|cannot execute)\s*$")
+
+
+def shell_cannot_execute(returncode: int, last_stderr_line: str) -> Optional[str]:
+    """The shell's own "command not found" / "cannot execute", as opposed to a program's exit 126/127.
+
+    Both conditions are needed: a program may exit 127 by itself, and print such words too."""
+    if returncode not in (126, 127) or not _SHELL_CANNOT.search(last_stderr_line):
+        return None
+    return last_stderr_line.strip()
+
+
 # -- events out -------------------------------------------------------------------------------
 
 
@@ -338,14 +366,16 @@ class OutputInterpreter:
         self._emit = emit
         self._lock = threading.Lock()
         self._malformed = 0
-        self._regexes: List[Tuple[str, "re.Pattern[str]"]] = []
-        for name, pattern in spec.metrics.items():
-            try:
-                self._regexes.append((name, re.compile(pattern)))
-            except re.error as exc:
-                emit(events.log_event(spec.run, spec.task, "stderr",
-                                      "distlaunch agent: metrics regex %r is invalid (%s); ignored"
-                                      % (name, exc)))
+        self._regexes = MetricRegexes(spec.metrics)
+        for name, error in self._regexes.invalid:
+            emit(events.log_event(spec.run, spec.task, "stderr",
+                                  "distlaunch agent: metrics regex %r is invalid (%s); ignored"
+                                  % (name, error)))
+        self._warned: Set[str] = set()  # regexes that matched without a number, warned once each
+        self._gave_number: Set[str] = set()
+        self._lines = 0
+        # names an explicit report() or a regex has given: autolog's values for them are dropped
+        self._explicit: Set[str] = set()
 
     def handle(self, stream: str, line: str) -> None:
         if line.startswith(events.REPORT_PREFIX):
@@ -356,6 +386,18 @@ class OutputInterpreter:
             metric = self._regex_metric(line)
             if metric is not None:
                 self._emit(metric)
+
+    def finish(self) -> None:
+        """At the task's end: say which regexes never gave a number from any of its lines."""
+        if not self._regexes or not self._lines:
+            return
+        for name, pattern, _ in self._regexes.patterns:
+            if name not in self._gave_number and name not in self._warned:
+                self._emit(events.log_event(
+                    self._spec.run, self._spec.task, "stderr",
+                    "distlaunch agent: metrics regex %s = %r matched none of this task's %d output lines "
+                    "(try it with `distlaunch check PROFILE --metrics-sample LOGFILE`)"
+                    % (name, pattern, self._lines)))
 
     def _handle_report(self, stream: str, payload: str) -> None:
         spec = self._spec
@@ -369,13 +411,28 @@ class OutputInterpreter:
                 if not isinstance(values, dict):
                     raise ValueError("metric values is not an object")
                 step = obj.get("step")
+                loss = obj.get("loss")
+                if obj.get("source") == "autolog":
+                    explicit = self._explicit
+                    step = None if "step" in explicit else step
+                    loss = None if "loss" in explicit else loss
+                    values = {k: v for k, v in values.items() if k not in explicit}
+                    if step is None and loss is None and not values:
+                        return
+                else:
+                    self._note_explicit(step, loss, values)
                 event = events.metric_event(spec.run, spec.task,
                                             step=int(step) if step is not None else None,
-                                            loss=obj.get("loss"), values=values)
+                                            loss=loss, values=values)
             elif kind == "placement":
                 variables = obj.get("variables")
                 if not isinstance(variables, list):
                     raise ValueError("placement variables is not a list")
+                if obj.get("source") == "autolog":
+                    if "placement" in self._explicit:
+                        return
+                else:
+                    self._explicit.add("placement")
                 event = events.placement_event(spec.run, spec.task, variables)
             else:
                 raise ValueError("unknown kind %r" % (kind,))
@@ -391,29 +448,29 @@ class OutputInterpreter:
             return
         self._emit(event)
 
+    def _note_explicit(self, step: Any, loss: Any, values: Dict[str, Any]) -> None:
+        if step is not None:
+            self._explicit.add("step")
+        if loss is not None:
+            self._explicit.add("loss")
+        self._explicit.update(values)
+
     def _regex_metric(self, line: str) -> Optional[events.Event]:
-        step: Optional[int] = None
-        loss: Optional[float] = None
-        values: Dict[str, float] = {}
-        matched = False
-        for name, regex in self._regexes:
-            m = regex.search(line)
-            if m is None:
-                continue
-            text = m.group(1) if regex.groups else m.group(0)
-            try:
-                if name == "step":
-                    step = int(float(text))
-                elif name == "loss":
-                    loss = float(text)
-                else:
-                    values[name] = float(text)
-            except (TypeError, ValueError):
-                continue
-            matched = True
-        if not matched:
+        result = self._regexes.apply(line)
+        with self._lock:
+            self._lines += 1
+            self._gave_number.update(result.matched)
+            self._explicit.update(result.matched)
+            new_misses = [m for m in result.misses if m.name not in self._warned]
+            self._warned.update(m.name for m in new_misses)
+        for miss in new_misses:
+            self._emit(events.log_event(self._spec.run, self._spec.task, "stderr",
+                                        "distlaunch agent: " + miss.message()))
+        if not result.any_value:
             return None
-        return events.metric_event(self._spec.run, self._spec.task, step=step, loss=loss, values=values)
+        values = {k: v for k, v in result.values.items() if math.isfinite(v)}
+        loss = result.loss if result.loss is not None and math.isfinite(result.loss) else None
+        return events.metric_event(self._spec.run, self._spec.task, step=result.step, loss=loss, values=values)
 
 
 def _decode_line(raw: bytes) -> str:
@@ -497,10 +554,33 @@ def task_environment(spec: AgentSpec) -> Dict[str, str]:
     env["DISTLAUNCH_RUN_ID"] = spec.run
     env["DISTLAUNCH_TASK"] = spec.task
     existing = env.get("PYTHONPATH", "")
-    entry = agent_pythonpath_entry()
-    env["PYTHONPATH"] = entry + os.pathsep + existing if existing else entry
+    entries = [agent_pythonpath_entry()]
+    site = os.path.join(entries[0], AUTOLOG_SITE_DIR)
+    if spec.autolog and _exists_in_path_entry(site):
+        entries.insert(0, site)  # its sitecustomize chains to any other one further down the path
+    env["DISTLAUNCH_AUTOLOG"] = "1" if spec.autolog else "0"
+    env["DISTLAUNCH_SAMPLE_INTERVAL"] = repr(spec.sample_interval)
+    if existing:
+        entries.append(existing)
+    env["PYTHONPATH"] = os.pathsep.join(entries)
     env["PYTHONUNBUFFERED"] = "1"
     return env
+
+
+def _exists_in_path_entry(path: str) -> bool:
+    """A directory, or a directory inside a zip archive on the path (``agent.pyz/sub``)."""
+    if os.path.isdir(path):
+        return True
+    archive, _, inner = path.rpartition(os.sep)
+    if not os.path.isfile(archive):
+        return False
+    try:
+        import zipfile
+
+        with zipfile.ZipFile(archive) as zf:
+            return any(n.startswith(inner + "/") for n in zf.namelist())
+    except (OSError, zipfile.BadZipFile):
+        return False
 
 
 def _load_sampling() -> Any:
@@ -542,11 +622,13 @@ class TaskRunner:
         self._state(events.STARTING)
         try:
             proc = subprocess.Popen(
-                task_argv(spec), cwd=spec.workdir, env=task_environment(spec),
+                task_argv(spec), cwd=os.path.expanduser(spec.workdir), env=task_environment(spec),
                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                 start_new_session=True, close_fds=True)
         except OSError as exc:
-            self._state(events.FAILED, reason="could not start: %s" % exc)
+            # /bin/sh itself exists, so this is the workdir (chdir) failing: no restart can fix it
+            self._state(events.FAILED, reason="could not start: %s" % start_error_text(exc, spec.workdir),
+                        permanent=True)
             self.writer.close()
             return 0
         pgid = proc.pid
@@ -554,12 +636,19 @@ class TaskRunner:
         self._state(events.RUNNING, pid=proc.pid)
 
         interpreter = OutputInterpreter(spec, self.writer.write)
+        last_stderr: List[str] = []
+
+        def handle(stream: str, line: str) -> None:
+            if stream == "stderr":
+                last_stderr[:] = [line]
+            interpreter.handle(stream, line)
+
         assert proc.stdout is not None and proc.stderr is not None
         readers = []
         for pipe, name in ((proc.stdout, "stdout"), (proc.stderr, "stderr")):
             fd = os.dup(pipe.fileno())  # the reader thread owns (and closes) its own descriptor
             pipe.close()
-            readers.append(threading.Thread(target=_read_lines, args=(fd, name, interpreter.handle),
+            readers.append(threading.Thread(target=_read_lines, args=(fd, name, handle),
                                             name="read-" + name, daemon=True))
         for reader in readers:
             reader.start()
@@ -572,6 +661,7 @@ class TaskRunner:
         if stopped:
             self._terminate(proc, pgid)
         returncode = proc.wait()
+        exited_at = time.time()  # the final event comes after the output is drained: this is when it ended
         self._task_exited.set()
         _kill_group_for_good(pgid, LEFTOVER_TERM_SECONDS, lambda: _reap_adopted(proc.pid))
         _reap_adopted(proc.pid)
@@ -581,6 +671,7 @@ class TaskRunner:
             reader.join(max(0.0, deadline - time.monotonic()))
         self._done.set()
         sampler.join(2.0)
+        interpreter.finish()
 
         exit_code, reason = describe_exit(returncode)
         if stopped:
@@ -589,7 +680,13 @@ class TaskRunner:
         elif returncode == 0:
             self._state(events.SUCCEEDED, pid=proc.pid, exit_code=0)
         else:
-            self._state(events.FAILED, pid=proc.pid, exit_code=exit_code, reason=reason)
+            cannot = shell_cannot_execute(returncode, last_stderr[-1] if last_stderr else "")
+            if cannot is not None:
+                self._state(events.FAILED, pid=proc.pid, exit_code=exit_code,
+                            reason="could not start: %s" % cannot, permanent=True, exited_at=exited_at)
+            else:
+                self._state(events.FAILED, pid=proc.pid, exit_code=exit_code, reason=reason,
+                            exited_at=exited_at)
         self.writer.close()
         return 0
 
@@ -641,7 +738,7 @@ class TaskRunner:
                 event = events.sample_event(
                     self.spec.run, self.spec.task, cpu_percent=sample.get("cpu_percent"),
                     rss_bytes=sample.get("rss_bytes"), gpus=sample.get("gpus"),
-                    source=str(sample.get("source", "")))
+                    source=str(sample.get("source", "")), host=sample.get("host"))
             except Exception as exc:
                 if not complained:
                     sys.stderr.write("agent: sample failed: %s\n" % exc)
@@ -989,14 +1086,24 @@ def cmd_sweep(run_id: str, kill: bool, grace: float) -> Dict[str, Any]:
 # -- preflight --------------------------------------------------------------------------------
 
 
-def cmd_preflight() -> Dict[str, Any]:
+def cmd_preflight(checks_json: Optional[str] = None, cwd: Optional[str] = None,
+                  ports: Optional[Tuple[str, List[int], int]] = None) -> Dict[str, Any]:
+    """What this host's Python offers; with ``checks_json`` the failed path checks (launcher/hostcheck.py,
+    relative paths under ``cwd``), with ``ports`` the answer of ``ports`` too: one round trip for all."""
     def has(module: str) -> bool:
         try:
             return importlib.util.find_spec(module) is not None
         except (ImportError, ValueError):
             return False
 
-    return {"python": platform.python_version(), "psutil": has("psutil"), "pynvml": has("pynvml")}
+    answer: Dict[str, Any] = {"python": platform.python_version(), "psutil": has("psutil"),
+                              "pynvml": has("pynvml")}
+    if checks_json is not None:
+        hostcheck = importlib.import_module("launcher.hostcheck")
+        answer["failed"] = hostcheck.run_checks(json.loads(checks_json), cwd or os.getcwd())
+    if ports is not None:
+        answer["ports"] = cmd_ports(*ports)
+    return answer
 
 
 # -- entry point ------------------------------------------------------------------------------
@@ -1027,7 +1134,12 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--run-id", required=True)
     sweep.add_argument("--kill", action="store_true")
     sweep.add_argument("--grace", type=float, default=5.0)
-    verbs.add_parser("preflight", help="what this host's Python offers")
+    preflight = verbs.add_parser("preflight", help="what this host's Python offers; path and port checks")
+    preflight.add_argument("--checks", default=None, help="JSON list of path checks (launcher/hostcheck.py)")
+    preflight.add_argument("--cwd", default=None, help="the directory relative paths are taken from")
+    preflight.add_argument("--bind", default=None)
+    preflight.add_argument("--check", type=_port_list, default=[])
+    preflight.add_argument("--pick", type=int, default=0)
     return parser
 
 
@@ -1059,7 +1171,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     elif args.verb == "sweep":
         _print_json(cmd_sweep(args.run_id, args.kill, args.grace))
     elif args.verb == "preflight":
-        _print_json(cmd_preflight())
+        ports = (args.bind, args.check, args.pick) if args.bind is not None else None
+        try:
+            _print_json(cmd_preflight(args.checks, args.cwd, ports))
+        except (OSError, ValueError) as exc:
+            sys.stderr.write("agent preflight: %s\n" % exc)
+            _print_json({"error": str(exc)})
+            return 1
     return 0
 
 

@@ -17,7 +17,12 @@ from collections.abc import Mapping
 from pathlib import Path
 
 # Modules that run on hosts; each is packed only if it exists in this source tree.
-AGENT_MODULES = ("__init__", "events", "agent", "report", "sampling", "nvml")
+AGENT_MODULES = ("__init__", "events", "agent", "report", "sampling", "nvml", "hostcheck",
+                 "metricregex", "autolog", "autolog_hook", "autolog_patches")
+#: autolog's start-up hook: a directory of its own in the archive, put on a task's path only
+#: when autolog is on (``agent.pyz/distlaunch_site``; zipimport reads subdirectories)
+SITE_DIR = "distlaunch_site"
+SITE_SOURCE = "autolog_site.py"
 
 _MAIN = b"""import sys
 
@@ -38,6 +43,9 @@ def agent_sources() -> dict[str, bytes]:
         source = package_dir / (module + ".py")
         if source.is_file():
             files[f"launcher/{module}.py"] = source.read_bytes()
+    site = package_dir / SITE_SOURCE
+    if site.is_file():
+        files[f"{SITE_DIR}/sitecustomize.py"] = site.read_bytes()
     return files
 
 

@@ -12,10 +12,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
+from launcher.errors import HostError
 from launcher.model import START_ORDER, Plan, TaskSpec
 from launcher.plan import build_plan, host_port, mask_env, tf_config
 from launcher.profile import load_profile
 from launcher.profile_overrides import Overrides, mask_secrets
+from launcher.transport import sshconfig
 
 
 def run_check(profile_path: Path, remote: bool = True, overrides: Overrides | None = None) -> int:
@@ -59,6 +61,10 @@ def print_plan(plan: Plan, out: TextIO) -> None:
              for t in plan.tasks]
     out.write(_table(rows))
     out.write("\n")
+    for line in route_lines(plan):
+        out.write(line + "\n")
+    if plan.profile.slurm is not None:
+        out.write(_slurm_line(plan) + "\n")
     for role in (profile.roles[name] for name in START_ORDER if name in profile.roles):
         if role.count == 0:
             continue
@@ -72,6 +78,33 @@ def print_plan(plan: Plan, out: TextIO) -> None:
     if notify.command:  # not its text: a webhook URL in it is a secret
         out.write(f"\nnotify    [notify] command on each task failure and at the job's end "
                   f"(killed after {notify.timeout_seconds:g}s)\n")
+
+
+def route_lines(plan: Plan) -> list[str]:
+    """Per SSH host the plan uses: where its address leads after ~/.ssh/config (user@host:port via
+    jumps), so an alias or a ProxyJump is visible before anything connects."""
+    lines = []
+    used = dict.fromkeys(t.host for t in plan.tasks)
+    for name in used:
+        host = plan.profile.hosts[name]
+        if host.transport != "ssh":
+            continue
+        try:
+            route = sshconfig.resolve(host)
+        except HostError as exc:
+            lines.append(f"ssh       {name}: {exc}")
+            continue
+        lines.append(f"ssh       {name}: {host.address} -> {route.describe()} ({route.source})")
+    return lines
+
+
+def _slurm_line(plan: Plan) -> str:
+    hosts = list(plan.profile.hosts.values())
+    if hosts and hosts[0].slurm_job_id is None:
+        return ("slurm     not inside a Slurm allocation: at `up` the hosts are its nodes "
+                "(SLURM_JOB_NODELIST); run inside `salloc`, or `distlaunch export sbatch PROFILE`")
+    return (f"slurm     job {hosts[0].slurm_job_id}: {len(hosts)} node(s), "
+            "tasks start as `srun --overlap` steps")
 
 
 def _success_rule(plan: Plan) -> str:

@@ -23,6 +23,10 @@ Handler = Callable[[argparse.Namespace], int]
 
 
 def _check(args: argparse.Namespace) -> int:
+    if args.metrics_sample:
+        from launcher.metricsample import run_metrics_sample
+
+        return run_metrics_sample(Path(args.profile), Path(args.metrics_sample))
     from launcher.checking import run_check
 
     return run_check(Path(args.profile), remote=not args.no_remote, overrides=overrides_from(args))
@@ -95,6 +99,10 @@ def _replay(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
+    if args.target == "sbatch":
+        from launcher.export.sbatch import run_export_sbatch
+
+        return run_export_sbatch(Path(args.profile), Path(args.output) if args.output else None)
     from launcher.export.tfjob import run_export_tfjob
 
     return run_export_tfjob(Path(args.profile), image=args.image, namespace=args.namespace,
@@ -138,6 +146,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("check", help="validate a profile, preflight its hosts, print the plan")
     p.add_argument("profile", help="cluster profile (TOML)")
     p.add_argument("--no-remote", action="store_true", help="validate only; do not contact hosts")
+    p.add_argument("--metrics-sample", metavar="LOGFILE",
+                   help="instead: run the profile's [metrics] regexes over a saved log and show what each gives")
     _add_overrides(p)
     p.set_defaults(handler=_check)
 
@@ -222,6 +232,10 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("profile", help="cluster profile (TOML)")
     t.add_argument("--image", default="tensorflow/tensorflow:latest", help="container image")
     t.add_argument("--namespace", default=None, help="Kubernetes namespace")
+    t.add_argument("-o", "--output", default=None, help="write to FILE instead of stdout")
+    t.set_defaults(handler=_export)
+    t = exp.add_parser("sbatch", help="a Slurm batch script that runs the job in its own allocation")
+    t.add_argument("profile", help="cluster profile (TOML) with a [slurm] table")
     t.add_argument("-o", "--output", default=None, help="write to FILE instead of stdout")
     t.set_defaults(handler=_export)
     t = exp.add_parser("tensorboard", help="a run's metrics as TensorBoard event files, one run per task")

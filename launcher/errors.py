@@ -15,3 +15,7 @@ class ProfileError(UserError):
 
 class HostError(UserError):
     """A host that cannot be reached, authenticated or used."""
+
+
+class HostGone(HostError):
+    """A host that will not come back (its Slurm allocation ended): reconnecting is pointless."""

@@ -278,9 +278,10 @@ def summarize(path: Path) -> dict[str, Any]:
             "pid": (seen.pid if seen else None) or info.get("pid"),
             "restarts": seen.restarts if seen else info.get("restarts", 0),
             "step": seen.step if seen else None, "loss": seen.loss if seen else None,
-            "exit_code": seen.exit_code if seen else None, "reason": seen.reason if seen else ""}
-    job = ({"state": view.state, "reason": view.reason} if view.events_applied
-           else {"state": state.get("job_state"), "reason": state.get("job_reason", "")})
+            "exit_code": seen.exit_code if seen else None, "reason": seen.reason if seen else "",
+            "conditions": dict(seen.conditions) if seen else {}}
+    job = ({"state": view.state, "reason": view.reason, "root_cause": view.failure_cause} if view.events_applied
+           else {"state": state.get("job_state"), "reason": state.get("job_reason", ""), "root_cause": ""})
     return {"run": state["run_id"], "dir": str(path), "profile": state.get("profile"),
             "name": state.get("name"), "strategy": state.get("strategy"), "job": job,
             "detached": state.get("detached", False), "launcher_pid": state.get("launcher_pid"),
@@ -303,6 +304,8 @@ def run_status(args: argparse.Namespace) -> int:
     who = "launcher attached" if summary["launcher_alive"] else ("detached" if summary["detached"] else "no launcher")
     print(f"run {summary['run']}  ({summary['name']}, {summary['strategy']}, {who})")
     print(f"job {job['state']}" + (f": {job['reason']}" if job.get("reason") else ""))
+    if job.get("root_cause"):
+        print(f"root cause: {job['root_cause']}")
     if summary["detached"] and not summary["launcher_alive"]:
         print(f"(detached: task states as last seen by a launcher; `distlaunch attach {summary['run']}` for live)")
     rows = [("TASK", "HOST", "ADDRESS", "STATE", "PID", "RESTARTS", "STEP", "LOSS")]
@@ -314,6 +317,9 @@ def run_status(args: argparse.Namespace) -> int:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for r in rows:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+    for task_id, t in summary["tasks"].items():
+        for condition, reason in t.get("conditions", {}).items():
+            print(f"{task_id} {condition}: {reason}")
     for task_id, n in summary["lost_events"].items():
         print(f"warning: {task_id}: {n} event(s) never reached the launcher (gaps in its sequence numbers)")
     return 0

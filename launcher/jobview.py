@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Any
 
 from launcher import events as ev
 from launcher.events import Event
@@ -36,6 +37,12 @@ STALE_AFTER_S = 10.0
 
 IMBALANCE_RATIO = 1.5
 """A ps holding more than this times the mean bytes per ps is flagged."""
+
+FAILURE_TAIL_LINES = 8
+"""Lines of a failed incarnation's output the failure report shows (each once)."""
+
+FAILURE_TAIL_KEPT = 5 * FAILURE_TAIL_LINES
+"""Lines kept per failed incarnation, so that repeated lines still leave enough distinct ones."""
 
 UNREACHABLE_REASON = "host unreachable"
 ROLE_ORDER = {"chief": 0, "ps": 1, "worker": 2, "evaluator": 3}
@@ -97,6 +104,10 @@ class TaskView:
     last_event_ts: float | None = None
     #: active conditions (``stalled``, ``straggler``, ...) and why each was raised
     conditions: dict[str, str] = field(default_factory=dict)
+    #: the log's ``total`` when this incarnation started: its own lines are the ones after it
+    incarnation_log_start: int = 0
+    #: the last lines of the latest incarnation that failed, kept when it failed (failure report)
+    failed_tail: list[str] = field(default_factory=list)
     #: the last ``seq`` seen from this task's agent, and how many numbers never arrived
     last_seq: int = -1
     lost_events: int = 0
@@ -211,12 +222,19 @@ class JobView:
     logs: dict[str, TaskLog] = field(default_factory=dict)
     placement: PlacementView = field(default_factory=PlacementView)
     hosts_down: set[str] = field(default_factory=set)
+    #: per host, its latest whole-machine reading: cpu_percent (of all cores), cpus, mem_used/total_bytes
+    machines: dict[str, dict[str, Any]] = field(default_factory=dict)
     global_step_points: deque[tuple[float, int]] = field(default_factory=deque)
     global_steps_per_s: float | None = None
     notices: list[Notice] = field(default_factory=list)
     dirty_tasks: set[str] = field(default_factory=set)
     placement_dirty: bool = False
     events_applied: int = 0
+    #: the first task failure of the job: (task id, why); in TF jobs the cause of the others
+    first_failure: tuple[str, str] | None = None
+    #: when that task ended (its agent's `exited_at`, else the event's time): events of different
+    #: tasks may arrive out of order, so an earlier failure that arrives later still wins
+    first_failure_at: float | None = None
     #: state changes, exits, restarts, conditions and operator actions (the `e` view)
     timeline: Timeline = field(default_factory=Timeline)
 
@@ -238,6 +256,26 @@ class JobView:
             return chief.step
         steps = [t.step for t in self.tasks.values() if t.role == "worker" and t.step is not None]
         return max(steps) if steps else None
+
+    @property
+    def root_cause(self) -> str:
+        """The task that failed first and why ("ps:0 failed first (exit code 1)"), once one failed."""
+        if self.first_failure is None:
+            return ""
+        task_id, why = self.first_failure
+        return f"{task_id} failed first ({why})"
+
+    @property
+    def failure_cause(self) -> str:
+        """The root cause, where the job has failed (what the header and `status` show)."""
+        return self.root_cause if self.state == ev.JOB_FAILED else ""
+
+    def failed_tasks(self) -> list[str]:
+        """Tasks with a failed incarnation, the first failure first, then in display order."""
+        failed = sorted((t for t, v in self.tasks.items() if v.failed_tail or v.state == ev.FAILED),
+                        key=task_sort_key)
+        first = self.first_failure[0] if self.first_failure else None
+        return sorted(failed, key=lambda t: t != first)
 
     def hosts_up(self) -> set[str]:
         """Hosts with a running task, minus those reported unreachable."""
@@ -355,6 +393,10 @@ class JobView:
             task.steps_per_s = None
             task._step_points.clear()
             task.conditions.clear()  # a stall or a slow pace belongs to the incarnation that had it
+        if task.state == ev.STARTING:
+            task.incarnation_log_start = self.log(task.task_id).total
+        elif task.state == ev.FAILED:
+            self._record_failure(task, event)
         if task.state == old:
             return
         why = f" ({task.reason})" if task.reason else ""
@@ -364,6 +406,16 @@ class JobView:
         elif task.state == ev.RESTARTING:
             self.notices.append(Notice(f"{task.task_id} restarting (restart {task.restarts}){why}",
                                        "warning"))
+
+    def _record_failure(self, task: TaskView, event: Event) -> None:
+        why = task.reason or (f"exit code {task.exit_code}" if task.exit_code is not None else "failed")
+        exited_at = event.get("exited_at")
+        at = float(exited_at) if isinstance(exited_at, int | float) else event.ts
+        if self.first_failure_at is None or at < self.first_failure_at:
+            self.first_failure, self.first_failure_at = (task.task_id, why), at
+        log = self.log(task.task_id)
+        own = log.since(task.incarnation_log_start)
+        task.failed_tail = [line.line for line in own[-FAILURE_TAIL_KEPT:]]
 
     def _apply_metric(self, task: TaskView, event: Event) -> None:
         step = event.get("step")
@@ -400,6 +452,9 @@ class JobView:
             self.global_steps_per_s = (step - points[0][1]) / (ts - points[0][0])
 
     def _apply_sample(self, task: TaskView, event: Event) -> None:
+        machine = event.get("host")
+        if isinstance(machine, dict) and task.host:
+            self.machines[task.host] = machine
         task.cpu_percent = ev.finite(event.get("cpu_percent"))
         rss = event.get("rss_bytes")
         task.rss_bytes = int(rss) if isinstance(rss, int | float) else None

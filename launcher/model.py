@@ -15,7 +15,8 @@ Strategy = Literal["parameter_server", "multi_worker_mirrored", "custom"]
 SuccessPolicy = Literal["chief", "all_workers"]
 RestartPolicy = Literal["never", "on-failure", "always", "exit-code"]
 HostKeyPolicy = Literal["reject", "accept-new"]
-Transport = Literal["ssh", "local"]
+Transport = Literal["ssh", "local", "slurm"]
+OnStall = Literal["warn", "restart"]
 
 ROLES = ("chief", "ps", "worker", "evaluator")
 #: the order tasks are listed and started in: ps first, then workers, evaluator, chief last
@@ -30,6 +31,10 @@ class SshSettings:
     host_key_policy: HostKeyPolicy = "reject"
     connect_timeout: float = 10.0
     ssh_port: int = 22
+    #: the OpenSSH client config to resolve addresses through (``ssh -G``); None: none
+    ssh_config: str | None = "~/.ssh/config"
+    #: keys the profile left at their defaults, which ~/.ssh/config may then set
+    unset: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -39,8 +44,25 @@ class HostConfig:
     transport: Transport = "ssh"
     ssh: SshSettings = field(default_factory=SshSettings)
     gpus: tuple[int, ...] = ()
-    tf_address: str | None = None  # what TF_CONFIG uses; None: ``address``
+    #: what TF_CONFIG uses; None: ``address``, or the HostName ~/.ssh/config gives an alias
+    tf_address: str | None = None
     env: dict[str, str] = field(default_factory=dict)  # under the role's and [defaults]' env
+    #: the [hosts.X] table this entry came from when its address was a host range (X), else None
+    group: str | None = None
+    #: transport "slurm": the allocation (job id) whose steps run this host's commands
+    slurm_job_id: str | None = None
+
+
+@dataclass(frozen=True)
+class SlurmConfig:
+    """[slurm]: hosts come from the allocation; the rest shapes `export sbatch`'s script."""
+
+    nodes: int | None = None  # sbatch --nodes; inside an allocation the allocation decides
+    time: str | None = None  # sbatch --time, e.g. "02:00:00"
+    partition: str | None = None
+    account: str | None = None
+    gpus_per_node: int | None = None  # sbatch --gpus-per-node
+    sbatch_args: tuple[str, ...] = ()  # more #SBATCH lines, e.g. ("--exclusive",)
 
 
 @dataclass(frozen=True)
@@ -56,6 +78,10 @@ class TaskDefaults:
     grace_seconds: float = 10.0
     setup: tuple[str, ...] = ()  # shell lines run before the command, in its shell
     shell: str | None = None  # e.g. "bash -lc"; None: /bin/sh -c
+    min_uptime: float = 10.0  # a failure sooner than this after start, every time, is a crash loop
+    autolog: bool = True  # step/loss/placement from unmodified scripts (launcher/autolog.py)
+    stall_seconds: float = 600.0  # step not advancing this long -> stalled; 0 = off (ps: off unless set)
+    on_stall: OnStall = "warn"
 
 
 @dataclass(frozen=True)
@@ -118,6 +144,9 @@ class Profile:
     overrides: Overrides = field(default_factory=Overrides)
     #: values that came from the launcher's environment (${env:VAR}): masked wherever shown or written
     secrets: frozenset[str] = frozenset()
+    slurm: SlurmConfig | None = None  # [slurm]: hosts from the Slurm allocation
+    #: a worker below this fraction of the workers' median steps/s for STRAGGLER_WINDOW_S is flagged
+    straggler_ratio: float = 0.7
 
     @property
     def directory(self) -> Path:
@@ -142,9 +171,13 @@ class TaskSpec:
     restart: RestartPolicy
     max_restarts: int
     grace_seconds: float
-    in_cluster: bool
+    in_cluster: bool  # False for the evaluator, which TF_CONFIG's cluster must not list
     setup: tuple[str, ...] = ()
-    shell: str | None = None  # False for the evaluator, which TF_CONFIG's cluster must not list
+    shell: str | None = None
+    min_uptime: float = 10.0  # seconds; quicker failures with one exit code, again and again: crash loop
+    autolog: bool = True
+    stall_seconds: float = 0.0  # 0: no stall detection for this task
+    on_stall: OnStall = "warn"
 
     @property
     def slug(self) -> str:

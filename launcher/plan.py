@@ -7,6 +7,7 @@ commands keep ``{port}`` and ``{run_dir}`` until ``render_command`` fills them.
 
 from __future__ import annotations
 
+import contextlib
 import posixpath
 import re
 import shlex
@@ -15,9 +16,10 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TypedDict
 
-from launcher.errors import UserError
+from launcher.errors import HostError, UserError
 from launcher.model import START_ORDER, HostConfig, Plan, Profile, RoleConfig, TaskSpec
 from launcher.profile import PLACEHOLDER_RE
+from launcher.transport import sshconfig
 
 #: roles in TF_CONFIG's cluster, in the order TensorFlow's docs list them
 CLUSTER_ROLES = ("chief", "worker", "ps")
@@ -65,11 +67,23 @@ def build_plan(profile: Profile) -> Plan:
     return Plan(profile=profile, tasks=tuple(tasks))
 
 
+def tf_address(host: HostConfig) -> str:
+    """The address other tasks reach ``host`` at: tf_address, else the HostName ~/.ssh/config
+    gives an alias (another host cannot resolve the alias), else the address as written."""
+    if host.tf_address:
+        return host.tf_address
+    if host.transport == "ssh" and host.ssh.ssh_config is not None:
+        with contextlib.suppress(HostError):
+            return sshconfig.resolve(host).target.hostname
+    return host.address
+
+
 def _task(profile: Profile, role: RoleConfig, index: int, host: HostConfig, nth_on_host: int,
           gpus: tuple[int, ...]) -> TaskSpec:
     settings = role.settings
     task_id = f"{role.name}:{index}"
-    python = settings.python or (sys.executable if host.transport == "local" else "python3")
+    address = tf_address(host)
+    python = settings.python or (sys.executable if host.transport != "ssh" else "python3")
     env = {**host.env, **settings.env}  # the host's env under the role's and [defaults]'
     if gpus:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpus)
@@ -80,7 +94,7 @@ def _task(profile: Profile, role: RoleConfig, index: int, host: HostConfig, nth_
     shell_python = settings.python or shlex.quote(python)
     command = fill_placeholders(settings.command, {"python": shell_python}, quote=False)
     command = fill_placeholders(command, {
-        "role": role.name, "index": str(index), "task": task_id, "host": tf_address(host),
+        "role": role.name, "index": str(index), "task": task_id, "host": address,
     })
     if profile.overrides.args:  # `up PROFILE -- ARGS`: for every task's command
         command = " ".join([command, *(shlex.quote(a) for a in profile.overrides.args)])
@@ -89,7 +103,7 @@ def _task(profile: Profile, role: RoleConfig, index: int, host: HostConfig, nth_
         role=role.name,
         index=index,
         host=host.name,
-        address=tf_address(host),
+        address=address,
         port=None if role.port is None else role.port + nth_on_host,
         gpus=gpus,
         command=command,
@@ -102,22 +116,22 @@ def _task(profile: Profile, role: RoleConfig, index: int, host: HostConfig, nth_
         in_cluster=role.name != "evaluator",
         setup=settings.setup,
         shell=settings.shell,
+        min_uptime=settings.min_uptime,
+        autolog=settings.autolog,
+        stall_seconds=settings.stall_seconds,
+        on_stall=settings.on_stall,
     )
 
 
-def tf_address(host: HostConfig) -> str:
-    """The address other tasks reach this host's tasks at: ``tf_address``, else ``address``."""
-    return host.tf_address or host.address
-
-
 def _workdir(workdir: str, host: HostConfig, profile_dir: Path) -> str:
-    """Local hosts: an absolute path, relative ones taken from the profile's directory.
+    """Local and Slurm hosts: an absolute path, relative ones taken from the profile's directory
+    (Slurm nodes are assumed to share the launcher's filesystem, as clusters usually do).
 
     SSH hosts: the path on the host as written, ``{profile_dir}`` expanded (useful for SSH to
     this machine or a shared filesystem).
     """
     expanded = fill_placeholders(workdir, {"profile_dir": str(profile_dir.resolve())}, quote=False)
-    if host.transport != "local":
+    if host.transport == "ssh":
         return posixpath.normpath(expanded) if expanded != workdir else workdir
     return str((profile_dir / Path(expanded).expanduser()).resolve())
 

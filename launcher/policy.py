@@ -4,11 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from launcher.model import RestartPolicy, Strategy, SuccessPolicy
+from launcher.model import RestartPolicy, Strategy, SuccessPolicy, TaskSpec
 
 #: first back-off delay and its ceiling, in seconds; the delay doubles with each restart
 BACKOFF_FIRST = 1.0
 BACKOFF_MAX = 30.0
+#: quick failures in a row (each within min_uptime of start, same exit code) that make a crash loop
+CRASH_LOOP_STARTS = 3
+
+#: (exit code, seconds from start to failure) of a task's latest failures, oldest first
+QuickFailures = list[tuple[int | None, float]]
 
 
 def wants_restart(policy: RestartPolicy, exit_code: int | None, succeeded: bool) -> bool:
@@ -73,3 +78,26 @@ def job_succeeded(policy: SuccessPolicy, states: Mapping[str, str]) -> bool:
         return bool(deciders) and all(states[t] == "succeeded" for t in deciders)
     decider = deciding_task(states)
     return decider is not None and states.get(decider) == "succeeded"
+
+
+def quick_failures_after(quick: QuickFailures, exit_code: int | None, uptime: float,
+                         min_uptime: float) -> QuickFailures:
+    """The run of quick failures with one exit code, after one more failure: it grows when this
+    one was quick with the same code, starts over with another code, and ends with a slow one."""
+    if uptime >= min_uptime:
+        return []
+    if quick and quick[-1][0] != exit_code:
+        return [(exit_code, uptime)]
+    return [*quick, (exit_code, uptime)]
+
+
+def crash_loop_reason(spec: TaskSpec, quick: QuickFailures, restarts: int) -> str | None:
+    """A crash loop (supervisord's startsecs, Kubernetes' CrashLoopBackOff): CRASH_LOOP_STARTS quick
+    failures in a row, or every attempt the task was allowed (at least two) quick; else None."""
+    n = len(quick)
+    every_allowed = n >= 2 and n == restarts + 1 and restarts >= spec.max_restarts
+    if n < CRASH_LOOP_STARTS and not every_allowed:
+        return None
+    longest = max(uptime for _, uptime in quick)
+    return (f"crash loop: exit {quick[-1][0]} within {longest:.1f} s of start, {n} times "
+            f"({spec.task_id}; min_uptime = {spec.min_uptime:g} s)")

@@ -19,6 +19,7 @@ from launcher.model import Plan
 from launcher.paths import state_home
 from launcher.remote import HostSession, remote_base_dir, remote_outputs_dir
 from launcher.sync import sync_hosts
+from launcher.taskcheck import describe_all, host_checks
 from launcher.transport import Host, make_host
 
 T = TypeVar("T")
@@ -110,18 +111,22 @@ def check_pythons(plan: Plan, hosts: dict[str, Host]) -> tuple[list[str], dict[s
     return _parallel(by_host, check), versions
 
 
-def check_ports(plan: Plan, sessions: dict[str, HostSession]) -> tuple[list[str], dict[str, int]]:
-    """Given ports must be free on their host; tasks without one get a free port picked there."""
+def check_tasks(plan: Plan, sessions: dict[str, HostSession]) -> tuple[list[str], dict[str, int]]:
+    """One round trip per host: the tasks' workdirs, scripts, modules and programs exist there
+    (launcher/taskcheck.py), given ports are free, and tasks without one get a free port picked."""
     ports: dict[str, int] = {}
     chosen: dict[str, dict[str, int]] = {}
+    path_checks = host_checks(plan)
 
     def check(host_name: str, session: HostSession) -> list[str]:
         tasks = [t for t in plan.tasks if t.host == host_name]
         given = [t for t in tasks if t.port is not None]
         auto = [t for t in tasks if t.port is None]
-        busy, picked = session.check_ports("0.0.0.0", [t.port for t in given if t.port], len(auto))
-        problems = [f"host {host_name}: port {t.port} for {t.task_id} is already in use; stop what "
-                    f"listens there or give roles.{t.role}.port another value" for t in given if t.port in busy]
+        busy, picked, failed = session.preflight("0.0.0.0", [t.port for t in given if t.port], len(auto),
+                                                 path_checks.get(host_name, []))
+        problems = describe_all(host_name, failed)
+        problems += [f"host {host_name}: port {t.port} for {t.task_id} is already in use; stop what "
+                     f"listens there or give roles.{t.role}.port another value" for t in given if t.port in busy]
         found = {t.task_id: int(t.port) for t in given if t.port is not None}
         found.update({t.task_id: p for t, p in zip(auto, picked, strict=False)})
         chosen[host_name] = found
@@ -163,8 +168,8 @@ def prepare_hosts(plan: Plan, run_id: str, local_root: Path | None,
             sync_hosts(plan, pre.sessions, progress, on_notice)
         except HostError as exc:
             raise PreflightError([str(exc)]) from None
-        progress("checking ports")
-        problems, pre.ports = check_ports(plan, pre.sessions)
+        progress("checking workdirs, scripts and ports")
+        problems, pre.ports = check_tasks(plan, pre.sessions)
         if problems:
             raise PreflightError(problems)
     except BaseException:
@@ -197,7 +202,7 @@ def preflight_plan(plan: Plan) -> list[str]:
     try:
         for where, version in sorted(pre.versions.items()):
             print(f"  {where}: {version}")
-        print("preflight: all hosts reachable, interpreters work, ports free")
+        print("preflight: all hosts reachable, interpreters work, workdirs and scripts found, ports free")
     finally:
         pre.close()
     return []

@@ -10,10 +10,9 @@ from typing import TextIO
 
 from launcher import events as ev
 from launcher.events import Event
-from launcher.jobview import JobView
+from launcher.jobview import FAILURE_TAIL_LINES, JobView
 
 PROGRESS_EVERY = 5.0
-TAIL_LINES = 8
 #: SGR colours of task and job states on a terminal
 STATE_COLORS = {
     ev.RUNNING: "36", ev.SUCCEEDED: "32", ev.FAILED: "31", ev.RESTARTING: "33",
@@ -80,18 +79,35 @@ class ProgressPrinter:
                 self.final_state = state
                 self.progress()
             self._print(f"job {self.paint(state)}" + (f": {reason}" if reason else ""))
+            if state == ev.JOB_FAILED:
+                self.failure_report()
         elif event.kind == ev.STATE and event.task:
             self._print(_state_text(event, self.paint))
-            if event.get("state") == ev.FAILED:
-                for line in list(view.log(event.task).lines)[-TAIL_LINES:]:
-                    self._print(f"  {event.task} | {line.line}")
         elif event.kind == ev.HOST:
             self._print(f"host {event.get('host')} {event.get('state')}: {event.get('reason') or ''}".rstrip(": "))
+        elif event.kind == ev.CONDITION and event.task:
+            name = event.get("condition")
+            self._print(f"{event.task:<12} {name if event.get('active') else 'no longer ' + str(name)}"
+                        + (f": {event.get('reason')}" if event.get("reason") else ""))
         elif event.kind == ev.PLACEMENT:
             spread = ", ".join(f"{t} {human_bytes(b)}" for t, b in sorted(view.placement.bytes_per_task().items()))
             self._print(f"{event.task} placed {len(event.get('variables') or [])} variables: {spread}")
         if time.monotonic() - self._last_progress >= self.every:
             self.progress()
+
+    def failure_report(self) -> None:
+        """Why the job failed, once: the first failure (in TF jobs the cause of the others), then for
+        each failed task the last lines of its latest failed incarnation, no line twice in a row."""
+        view = self.view
+        if view.root_cause:
+            self._print(f"root cause: {view.root_cause}")
+        for task_id in view.failed_tasks():
+            lines = view.tasks[task_id].failed_tail
+            if not lines:
+                continue
+            self._print(f"last output of {task_id}:")
+            for line in _once(lines)[-FAILURE_TAIL_LINES:]:
+                self._print(f"  {task_id} | {line}")
 
     def progress(self) -> None:
         self._last_progress = time.monotonic()
@@ -114,12 +130,18 @@ class ProgressPrinter:
                 bits.append(f"rss {human_bytes(task.rss_bytes)}")
             if task.gpu_util is not None:
                 bits.append(f"gpu {task.gpu_util:.0f}% {human_bytes(task.gpu_mem_used)}")
+            bits.extend(f"[{name}]" for name in sorted(task.conditions))
             if bits:
                 per_task.append(f"{task_id} {' '.join(bits)}")
         if per_task:
             parts.append(" | ".join(per_task))
         if parts:
             self._print("  || ".join(parts))
+
+
+def _once(lines: list[str]) -> list[str]:
+    """Each line once, where it first appeared (a retry loop's repeated error is one line)."""
+    return list(dict.fromkeys(lines))
 
 
 def _state_text(event: Event, paint: Callable[[object], str] = str) -> str:

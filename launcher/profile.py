@@ -7,6 +7,7 @@ profile that did not load, so all checks that need no host happen here.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import json
 import re
@@ -16,6 +17,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, cast
 
+from launcher import hostlist
 from launcher.errors import ProfileError
 from launcher.model import (
     ROLES,
@@ -24,9 +26,11 @@ from launcher.model import (
     HostKeyPolicy,
     MetricsConfig,
     NotifyConfig,
+    OnStall,
     Profile,
     RestartPolicy,
     RoleConfig,
+    SlurmConfig,
     SshSettings,
     Strategy,
     SuccessPolicy,
@@ -41,6 +45,7 @@ from launcher.profile_keys import (
     NOTIFY_KEYS,
     ROLE_KEYS,
     SINGLE_TASK_ROLES,
+    SLURM_KEYS,
     SSH_KEYS,
     SYNC_KEYS,
     TASK_KEYS,
@@ -49,6 +54,9 @@ from launcher.profile_keys import (
     Table,
 )
 from launcher.profile_overrides import EnvVarUnset, Overrides, resolve
+from launcher.slurm_env import current_allocation
+
+TRANSPORTS: tuple[Transport, ...] = ("ssh", "local")  # "slurm" comes from [slurm], not per host
 
 #: placeholders a command may use; ``{port}`` and ``{run_dir}`` are filled at launch
 COMMAND_PLACEHOLDERS = ("python", "role", "index", "task", "host", "port", "run_dir", "outputs")
@@ -60,6 +68,8 @@ WORKDIR_PLACEHOLDERS = ("profile_dir",)
 PLACEHOLDER_RE = re.compile(r"(?<!\$)\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 _HOST_NAME_RE = re.compile(HOST_NAME_PATTERN)
+#: [ssh] when the profile has none: ~/.ssh/config applies to whatever the profile leaves unset
+DEFAULT_SSH = SshSettings(unset=SSH_KEYS.names)
 _LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 
 _KEY_PART = r"""(?:[A-Za-z0-9_-]+|"[^"]*"|'[^']*')"""
@@ -67,6 +77,9 @@ _ASSIGNMENT_RE = re.compile(rf"^({_KEY_PART}(?:\s*\.\s*{_KEY_PART})*)\s*=\s*(.*)
 _INLINE_KEY_RE = re.compile(rf"(?:^\{{|,)\s*({_KEY_PART})\s*=")
 
 KeyPath = tuple[str, ...]
+
+#: the one host a [slurm] profile has outside an allocation
+SLURM_PLACEHOLDER = "slurm-allocation"
 
 
 def load_profile(path: Path, overrides: Overrides | None = None, text: str | None = None) -> Profile:
@@ -233,6 +246,9 @@ class _ProfileReader:
         elif kind == "boolean":
             if not isinstance(value, bool):
                 raise self.fail(key, f"expected true or false, got {show_value(value)}")
+        elif kind == "path_or_false":
+            if value is not False and not (isinstance(value, str) and value.strip()):
+                raise self.fail(key, f'expected a path like "~/.ssh/config" or false, got {show_value(value)}')
         elif kind == "string_list":
             if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
                 raise self.fail(key, f"expected {spec.expected}, got {show_value(value)}")
@@ -258,13 +274,15 @@ class _ProfileReader:
         if not name.strip():
             raise self.fail(("name",), 'is empty; give the job a name, e.g. name = "mnist-ps"')
         defaults = self.task_settings(self.table(data, "defaults", ()), ("defaults",), None)
-        ssh = self.ssh_settings(self.table(data, "ssh", ()), ("ssh",), SshSettings())
-        hosts = self.hosts(self.table(data, "hosts", ()), ssh)
+        ssh = self.ssh_settings(self.table(data, "ssh", ()), ("ssh",), DEFAULT_SSH)
+        slurm = self.slurm(data)
+        hosts = self.hosts(self.table(data, "hosts", ()), ssh) if slurm is None else self.slurm_hosts()
         roles = self.roles(self.table(data, "roles", ()), defaults, hosts)
         metrics = self.metrics(self.table(data, "metrics", ()))
         has_ps = "ps" in roles and roles["ps"].count > 0
         strategy = cast(Strategy | None, data.get("strategy"))
         success = cast(SuccessPolicy, _get(data, TOP_KEYS, "success_policy"))
+        straggler = float(_get(data, TOP_KEYS, "straggler_ratio"))
         self.check_job(roles, success)
         return Profile(
             path=self.path,
@@ -281,6 +299,8 @@ class _ProfileReader:
             notify=self.notify(self.table(data, "notify", ())),
             outputs=self.outputs(data, name),
             sync=self.sync(data),
+            slurm=slurm,
+            straggler_ratio=straggler,
         )
 
     def sync(self, data: Mapping[str, Any]) -> SyncConfig | None:
@@ -299,6 +319,37 @@ class _ProfileReader:
             raise self.fail(("outputs",), 'is empty; give a folder, e.g. outputs = "~/distlaunch/outputs/{name}"')
         self.check_placeholders(outputs, ("outputs",), OUTPUTS_PLACEHOLDERS)
         return outputs.replace("{name}", name)
+
+    def slurm_hosts(self) -> dict[str, HostConfig]:
+        """One host per node of the allocation; outside one, a placeholder that ``check`` shows
+        and that refuses to connect (so ``export sbatch`` and ``check --no-remote`` still work)."""
+        try:
+            allocation = current_allocation()
+        except hostlist.HostlistError as exc:
+            raise self.fail(("slurm",), f"SLURM_JOB_NODELIST is not a hostlist ({exc})") from None
+        if allocation is None:
+            return {SLURM_PLACEHOLDER: HostConfig(name=SLURM_PLACEHOLDER, address="(no allocation)",
+                                                  transport="slurm", group="slurm")}
+        return {node: HostConfig(name=node, address=node, transport="slurm", group="slurm",
+                                 gpus=allocation.gpus_per_node, slurm_job_id=allocation.job_id)
+                for node in allocation.nodes}
+
+    def slurm(self, data: Mapping[str, Any]) -> SlurmConfig | None:
+        if "slurm" not in data:
+            return None
+        table = self.table(data, "slurm", ())
+        key: KeyPath = ("slurm",)
+        self.check_table(table, key, SLURM_KEYS)
+        if data.get("hosts"):
+            raise self.fail(("hosts",), "[slurm] takes the hosts from the allocation; remove [hosts] "
+                            "(or remove [slurm] to use SSH)")
+        for name in ("time", "partition", "account"):
+            if name in table and not table[name].strip():
+                raise self.fail((*key, name), "is empty; give a value or leave the key out")
+        extra: list[str] = table.get("sbatch_args", [])
+        return SlurmConfig(nodes=table.get("nodes"), time=table.get("time"), partition=table.get("partition"),
+                           account=table.get("account"), gpus_per_node=table.get("gpus_per_node"),
+                           sbatch_args=tuple(extra))
 
     def task_settings(self, table: Mapping[str, Any], key: KeyPath,
                       base: TaskDefaults | None) -> TaskDefaults:
@@ -323,6 +374,10 @@ class _ProfileReader:
         grace: float | None = table.get("grace_seconds")
         setup: list[str] | None = table.get("setup")
         shell: str | None = table.get("shell")
+        min_uptime: float | None = table.get("min_uptime")
+        autolog: bool | None = table.get("autolog")
+        stall: float | None = table.get("stall_seconds")
+        on_stall = cast(OnStall | None, table.get("on_stall"))
         if shell is not None and not shell.strip():
             raise self.fail((*key, "shell"), 'is empty; give a shell and its flags, e.g. "bash -lc", '
                             "or leave the key out")
@@ -336,6 +391,10 @@ class _ProfileReader:
             grace_seconds=base.grace_seconds if grace is None else float(grace),
             setup=base.setup if setup is None else tuple(setup),
             shell=base.shell if shell is None else shell.strip(),
+            min_uptime=base.min_uptime if min_uptime is None else float(min_uptime),
+            autolog=base.autolog if autolog is None else autolog,
+            stall_seconds=base.stall_seconds if stall is None else float(stall),
+            on_stall=base.on_stall if on_stall is None else on_stall,
         )
 
     def env(self, table: Mapping[str, Any], key: KeyPath) -> dict[str, str]:
@@ -372,6 +431,7 @@ class _ProfileReader:
         policy = cast(HostKeyPolicy | None, table.get("host_key_policy"))
         timeout: float | None = table.get("connect_timeout")
         port: int | None = table.get("ssh_port")
+        ssh_config = self.ssh_config(table, key, base.ssh_config)
         return SshSettings(
             user=base.user if user is None else user,
             identity_file=base.identity_file if identity is None else identity,
@@ -379,7 +439,21 @@ class _ProfileReader:
             host_key_policy=base.host_key_policy if policy is None else policy,
             connect_timeout=base.connect_timeout if timeout is None else float(timeout),
             ssh_port=base.ssh_port if port is None else port,
+            ssh_config=ssh_config,
+            unset=tuple(name for name in base.unset if name not in table),
         )
+
+    def ssh_config(self, table: Mapping[str, Any], key: KeyPath, base: str | None) -> str | None:
+        """``ssh_config = "path"`` or ``false`` (OpenSSH's config is not read at all)."""
+        value = table.get("ssh_config")
+        if value is None:
+            return base
+        if value is False:
+            return None
+        if isinstance(value, str) and value.strip():
+            return value
+        raise self.fail((*key, "ssh_config"), f'expected a path like "~/.ssh/config" or false, '
+                        f"got {show_value(value)}")
 
     def hosts(self, table: Mapping[str, Any], ssh: SshSettings) -> dict[str, HostConfig]:
         if not table:
@@ -402,11 +476,44 @@ class _ProfileReader:
             if tf_address is not None and not tf_address.strip():
                 raise self.fail((*key, "tf_address"), "is empty; give the address tasks on other hosts reach "
                                 "this one at, or leave the key out")
-            hosts[name] = HostConfig(name=name, address=address.strip(), transport=transport,
-                                     ssh=self.ssh_settings(entry, key, ssh), gpus=self.gpus(entry, key),
-                                     tf_address=tf_address.strip() if tf_address else None,
-                                     env=self.env(entry, key))
+            template = HostConfig(name=name, address=address.strip(), transport=transport,
+                                  ssh=self.ssh_settings(entry, key, ssh), gpus=self.gpus(entry, key),
+                                  tf_address=tf_address.strip() if tf_address else None,
+                                  env=self.env(entry, key))
+            for host in self.expand_range(template, key, table):
+                if host.name in hosts:
+                    raise self.fail(key, f'makes host "{host.name}", which is already defined; '
+                                    "rename one of them")
+                hosts[host.name] = host
         return hosts
+
+    def expand_range(self, template: HostConfig, key: KeyPath,
+                     table: Mapping[str, Any]) -> list[HostConfig]:
+        """One HostConfig per name of a host range (``gpu[01-16].lab``), else ``template`` alone.
+
+        Generated names: the table's name, '-', and the bracket values as written, joined by '-'
+        (``gpu-01``; ``r[1-2]n[1-4]`` -> ``NAME-1-1``); where items differ in their number of
+        brackets (``a,b[1-2]``), the 1-based position instead (``NAME-1``, ``NAME-2``, ...).
+        """
+        if not hostlist.has_ranges(template.address):
+            return [template]
+        try:
+            expanded = hostlist.expand_detailed(template.address)
+        except hostlist.HostlistError as exc:
+            raise self.fail((*key, "address"), f"bad host range: {exc}") from None
+        if template.tf_address is not None and len(expanded) > 1:
+            raise self.fail((*key, "tf_address"), "cannot be shared by all hosts of a range; "
+                            "give those hosts their own [hosts.X] tables")
+        widths = {len(host.values) for host in expanded}
+        by_values = widths != {0} and len(widths) == 1 and \
+            len({host.values for host in expanded}) == len(expanded)
+        digits = len(str(len(expanded)))
+        configs = []
+        for position, host in enumerate(expanded, start=1):
+            suffix = "-".join(host.values) if by_values else str(position).zfill(digits)
+            configs.append(dataclasses.replace(template, name=f"{template.name}-{suffix}",
+                                               address=host.name, group=template.name))
+        return configs
 
     def gpus(self, entry: Mapping[str, Any], key: KeyPath) -> tuple[int, ...]:
         value: list[int] = _get(entry, HOST_KEYS, "gpus")
@@ -442,6 +549,9 @@ class _ProfileReader:
         port: int | None = entry.get("port")
         gpus_per_task: int = _get(entry, ROLE_KEYS, "gpus_per_task")
         settings = self.task_settings(entry, key, defaults)
+        if name == "ps" and "stall_seconds" not in entry:
+            # a parameter server has no step of its own: [defaults] stall_seconds is for the others
+            settings = replace(settings, stall_seconds=0.0)
         if count > 0 and not settings.command:
             raise self.fail((*key, "command"), "no command for this role; set command under "
                             f"[defaults] or [roles.{name}]")
@@ -454,16 +564,22 @@ class _ProfileReader:
         if "hosts" not in entry:
             if len(hosts) == 1 or count == 0:
                 return tuple(hosts)[:1]
+            groups = {host.group for host in hosts.values()}
+            if len(groups) == 1 and None not in groups:
+                return tuple(hosts)  # one host range and nothing else: spread over all of it
             raise self.fail(key, f"missing; say where {role} tasks run, e.g. hosts = "
                             f"[{', '.join(json.dumps(h) for h in hosts)}]")
         value: list[str] = entry["hosts"]
         if not value and count > 0:
             raise self.fail(key, f"is empty; list the hosts the {role} tasks run on")
+        names: list[str] = []
         for host in value:
-            if host not in hosts:
+            members = [h.name for h in hosts.values() if h.group == host]
+            if host not in hosts and not members:
                 raise self.fail(key, f'host "{host}" is not defined; {suggest(host, hosts)} '
                                 f"(or add [hosts.{host}])")
-        return tuple(value)
+            names.extend(members or [host])  # a range's table name stands for all its hosts
+        return tuple(names)
 
     def check_ports(self, roles: Mapping[str, RoleConfig], hosts: Mapping[str, HostConfig]) -> None:
         """Two tasks may not share an address:port (after the base-port rule)."""

@@ -19,6 +19,7 @@ Kind = Literal[
     "integer",  # int (not bool), within ``minimum`` .. ``maximum``
     "number",  # int or float, >= 0, or > 0 with ``positive``
     "boolean",
+    "path_or_false",  # a non-empty string, or false (turned off)
     "string_list",  # a list of strings
     "index_list",  # a list of distinct integers >= 0
     "env",  # a table of environment variable name -> string
@@ -94,11 +95,21 @@ TASK_KEYS = Table(
         Key("max_restarts", "integer", "Restarts each task may spend.", default=3, minimum=0),
         Key("grace_seconds", "number", "Seconds between SIGTERM and SIGKILL when a task is stopped.",
             default=10.0),
+        Key("min_uptime", "number", "Seconds a task must run before a failure no longer counts as quick: "
+            "failing quicker with one exit code 3 times in a row (or on every allowed attempt) is a crash "
+            "loop that ends the job; 0: never.", default=10.0),
         Key("setup", "string_list", "Shell lines run in the task's shell before the command, each only if the "
             "one before succeeded (source a venv, module load cuda).", default=[],
             expected='a list of shell lines like ["source ~/venv/bin/activate"]'),
         Key("shell", "string", "The shell that runs setup and command, e.g. \"bash -lc\" for a login shell; "
             "default: /bin/sh -c."),
+        Key("autolog", "boolean", "Step, loss and placement from unmodified TensorFlow/Keras scripts (a "
+            "start-up hook on the task's path); false turns it off.", default=True),
+        Key("stall_seconds", "number", "A task whose step has not advanced this long while the job runs is "
+            "marked stalled; 0: off. [defaults] does not reach ps tasks (set it under [roles.ps]).",
+            default=600.0),
+        Key("on_stall", "choice", "What a stall does: warn (an event) or restart (the strategy's usual "
+            "recovery, counted like a failure).", default="warn", choices=("warn", "restart")),
     ),
 )
 
@@ -114,6 +125,9 @@ SSH_KEYS = Table(
         Key("connect_timeout", "number", "Seconds to wait for an SSH connection.", default=10.0,
             positive=True),
         _port("ssh_port", "Port the host's sshd listens on.", default=22),
+        Key("ssh_config", "path_or_false", "OpenSSH client config the address is resolved through as `ssh -G` "
+            "does (Host aliases, HostName, User, Port, IdentityFile, ProxyJump); values set in the profile win; "
+            "false: not read.", default="~/.ssh/config"),
     ),
 )
 
@@ -170,6 +184,21 @@ SYNC_KEYS = Table(
     ),
 )
 
+SLURM_KEYS = Table(
+    "Run inside a Slurm allocation: hosts are its nodes (SLURM_JOB_NODELIST), tasks start as "
+    "`srun --overlap` steps; the keys shape `distlaunch export sbatch`.",
+    (
+        Key("nodes", "integer", "Nodes the batch script asks for (sbatch --nodes).", minimum=1),
+        Key("time", "string", "Time limit the batch script asks for, e.g. \"02:00:00\".", nonblank=True),
+        Key("partition", "string", "Partition to submit to.", nonblank=True),
+        Key("account", "string", "Account to charge.", nonblank=True),
+        Key("gpus_per_node", "integer", "GPUs per node the batch script asks for (sbatch --gpus-per-node).",
+            minimum=0),
+        Key("sbatch_args", "string_list", "More sbatch options, one per #SBATCH line.", default=[],
+            expected='a list of options like ["--exclusive"]'),
+    ),
+)
+
 TOP_KEYS = Table(
     "A distlaunch cluster profile: which TensorFlow tasks run where, and how they are supervised.",
     (
@@ -183,6 +212,8 @@ TOP_KEYS = Table(
             default=60.0),
         Key("sample_interval", "number", "Seconds between CPU/GPU samples per task.", default=1.0,
             positive=True),
+        Key("straggler_ratio", "number", "A worker whose steps/s stays below this fraction of the workers' "
+            "median for 30 s is flagged a straggler (a fraction, e.g. 0.7); 0: off.", default=0.7),
         Key("outputs", "string", "Where the job keeps what must outlive a run (checkpoints, models), on each "
             "host; {outputs} in commands; never removed by down or prune. ~ is the host's home; relative: "
             "to the profile's folder on local hosts, to the home on ssh hosts; {name} is the job's name.",
@@ -197,5 +228,6 @@ TOP_KEYS = Table(
             "name); the first capture group is the number."),
         Key("notify", "table", NOTIFY_KEYS.doc, table=NOTIFY_KEYS),
         Key("sync", "table", SYNC_KEYS.doc, table=SYNC_KEYS),
+        Key("slurm", "table", SLURM_KEYS.doc, table=SLURM_KEYS),
     ),
 )

@@ -73,6 +73,8 @@ def _kind_schema(key: Key) -> dict[str, Any]:
         return {"type": "string", "enum": list(key.choices)}
     if kind == "boolean":
         return {"type": "boolean"}
+    if kind == "path_or_false":
+        return {"anyOf": [{"type": "string", "pattern": r"\S"}, {"const": False}]}
     if kind == "integer":
         bounds: dict[str, Any] = {"type": "integer"}
         if key.minimum is not None:

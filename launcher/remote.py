@@ -131,15 +131,21 @@ class HostSession:
             detail = (result.stderr.strip().splitlines() or ["no output"])[-1]
             raise HostError(f"host {self.name}: cannot write task specs under {self.base_dir}: {detail}")
 
-    def check_ports(self, bind: str, check: Iterable[int], pick: int) -> tuple[list[int], list[int]]:
-        args = ["--bind", bind]
+    def preflight(self, bind: str, check: Iterable[int], pick: int,
+                  path_checks: list[dict[str, Any]]) -> tuple[list[int], list[int], list[dict[str, Any]]]:
+        """Ports and path checks in one round trip: (busy, picked, failed path checks).
+
+        Relative paths are judged from the host run dir, where the agents start tasks from."""
+        args = ["--cwd", self.base_dir, "--bind", bind, "--checks", json.dumps(path_checks)]
         ports = ",".join(str(p) for p in check)
         if ports:
             args += ["--check", ports]
         if pick:
             args += ["--pick", str(pick)]
-        answer = self.agent("ports", *args)
-        return [int(p) for p in answer.get("busy", [])], [int(p) for p in answer.get("picked", [])]
+        answer = self.agent("preflight", *args)
+        found = answer.get("ports") or {}
+        return ([int(p) for p in found.get("busy", [])], [int(p) for p in found.get("picked", [])],
+                list(answer.get("failed") or []))
 
     def set_detached(self, detached: bool) -> None:
         marker = shlex.quote(f"{self.base_dir}/detached")
@@ -156,6 +162,8 @@ class HostSession:
         Returns slug -> agent pid (which is also its process group)."""
         if not tasks:
             return {}
+        if not self.host.detach_by_setsid:
+            return {slug: self._start_agent_alone(slug, python) for slug, python in tasks}
         # the setsid'd child prints "<slug> <its pid>" and then execs the agent in place
         child = 'echo "$3 $$"; exec /bin/sh -c "$1" </dev/null >>"$2" 2>&1'
         lines = [f"cd {shlex.quote(self.base_dir)} || exit 97"]
@@ -182,6 +190,12 @@ class HostSession:
             detail = (result.stderr.strip().splitlines() or ["no pid reported"])[-1]
             raise HostError(f"host {self.name}: could not start the agent of {', '.join(missing)}: {detail}")
         return pids
+
+    def _start_agent_alone(self, slug: str, python: str) -> int:
+        task_dir = self.task_dir(slug)
+        agent = (f"DISTLAUNCH_RUN_ID={shlex.quote(self.run_id)} exec "
+                 + self._agent_cmd("run", "--task-dir", task_dir, python=python))
+        return self.host.start_detached(agent, f"{task_dir}/agent.log", cwd=self.base_dir)
 
     def stop_agents(self, slugs: Iterable[str], grace: float) -> None:
         """Stop several tasks at once (in parallel on the host) and wait for all of them."""

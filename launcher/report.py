@@ -55,8 +55,9 @@ class _MetricReporter:
     no lock unless a line is due. Conversion of tensors to floats happens at emit.
     """
 
-    def __init__(self, min_interval: float) -> None:
+    def __init__(self, min_interval: float, source: Optional[str] = None) -> None:
         self.min_interval = min_interval
+        self.source = source  # "autolog" marks values an explicit report() or regex overrides
         self.lock = threading.Lock()
         self.last_emit = -math.inf
         self.pending = False
@@ -78,6 +79,8 @@ class _MetricReporter:
                 "loss": _to_float(loss),
                 "values": {str(k): _to_float(v) for k, v in values.items()},
             }
+            if self.source:
+                message["source"] = self.source
             _write_line(message)
 
 
@@ -235,7 +238,7 @@ def _placement_entry(var: Any) -> Dict[str, Any]:
             "task": task_of_device(device)}
 
 
-def report_placement(variables: Iterable[Any]) -> List[Dict[str, Any]]:
+def report_placement(variables: Iterable[Any], source: Optional[str] = None) -> List[Dict[str, Any]]:
     """Report where each variable lives and return the entries.
 
     Sharded variables (ParameterServerStrategy partitioners) give one entry per
@@ -244,7 +247,10 @@ def report_placement(variables: Iterable[Any]) -> List[Dict[str, Any]]:
     ``job:index`` of the task holding it, "" when not in a cluster). Not rate-limited.
     """
     entries = [_placement_entry(part) for var in variables for part in _components(var)]
-    _write_line({"kind": PLACEMENT, "variables": _fit_line(entries)})
+    message: Dict[str, Any] = {"kind": PLACEMENT, "variables": _fit_line(entries)}
+    if source:
+        message["source"] = source
+    _write_line(message)
     return entries
 
 

@@ -255,7 +255,10 @@ def host_to_json(host: HostConfig) -> dict[str, Any]:
 
 
 def host_from_json(data: dict[str, Any]) -> HostConfig:
-    ssh = SshSettings(**data.get("ssh", {}))
+    ssh_data = dict(data.get("ssh", {}))
+    ssh_data["unset"] = tuple(ssh_data.get("unset", ()))
+    ssh = SshSettings(**ssh_data)
     return HostConfig(name=data["name"], address=data["address"], transport=data.get("transport", "ssh"),
                       ssh=ssh, gpus=tuple(data.get("gpus", ())), tf_address=data.get("tf_address"),
-                      env=dict(data.get("env") or {}))
+                      env=dict(data.get("env") or {}), group=data.get("group"),
+                      slurm_job_id=data.get("slurm_job_id"))

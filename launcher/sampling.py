@@ -43,6 +43,54 @@ GPU_SMI = "nvidia-smi"
 GPU_NONE = "nogpu"
 
 
+class HostReader:
+    """The whole machine's CPU (percent of all its cores) and memory, from /proc; None elsewhere.
+
+    Each task's agent reads it with its own sample, so the hosts view has the host's load, not only
+    its tasks' share of it. CPU is the busy share of all jiffies since the previous reading."""
+
+    def __init__(self) -> None:
+        self._prev: Optional[Tuple[int, int]] = self._cpu_times()
+        self.cpus = os.cpu_count() or 1
+
+    @staticmethod
+    def _cpu_times() -> Optional[Tuple[int, int]]:
+        """(busy, total) jiffies of all cores since boot."""
+        try:
+            with open("/proc/stat", encoding="ascii") as f:
+                fields = [int(x) for x in f.readline().split()[1:]]
+        except (OSError, ValueError):
+            return None
+        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+        total = sum(fields[:8])  # guest time is already counted in user
+        return total - idle, total
+
+    @staticmethod
+    def _memory() -> Tuple[Optional[int], Optional[int]]:
+        """(used, total) bytes: total minus what the kernel says is available."""
+        values: Dict[str, int] = {}
+        try:
+            with open("/proc/meminfo", encoding="ascii") as f:
+                for line in f:
+                    name, _, rest = line.partition(":")
+                    if name in ("MemTotal", "MemAvailable"):
+                        values[name] = int(rest.split()[0]) * 1024
+        except (OSError, ValueError, IndexError):
+            return None, None
+        total = values.get("MemTotal")
+        available = values.get("MemAvailable")
+        return (total - available if total is not None and available is not None else None), total
+
+    def read(self) -> Dict[str, Any]:
+        cpu_percent: Optional[float] = None
+        now = self._cpu_times()
+        if now is not None and self._prev is not None and now[1] > self._prev[1]:
+            cpu_percent = round(100.0 * (now[0] - self._prev[0]) / (now[1] - self._prev[1]), 1)
+        self._prev = now
+        used, total = self._memory()
+        return {"cpu_percent": cpu_percent, "cpus": self.cpus, "mem_used_bytes": used, "mem_total_bytes": total}
+
+
 class TaskSampler:
     """Samples one task: build it right after the task starts, call ``sample()`` every interval.
 
@@ -70,6 +118,7 @@ class TaskSampler:
         self._clock_ticks = float(os.sysconf("SC_CLK_TCK")) if hasattr(os, "sysconf") else 100.0
         self._page_size = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
         self._gpu_mode: Optional[str] = None
+        self._host = HostReader()
         self._prev_cpu: Dict[ProcKey, float] = {}
         self._prev_time = time.monotonic()
         baseline = self._read_tree_safely()
@@ -81,7 +130,7 @@ class TaskSampler:
         return "psutil" if self._psutil is not None else "proc"
 
     def sample(self) -> Dict[str, Any]:
-        """``{"cpu_percent", "rss_bytes", "gpus": [...], "source"}``; never raises."""
+        """``{"cpu_percent", "rss_bytes", "gpus": [...], "source", "host": {...}}``; never raises."""
         now = time.monotonic()
         reading = self._read_tree_safely()
         cpu_percent: Optional[float] = None
@@ -105,7 +154,13 @@ class TaskSampler:
         source = self.cpu_source
         if self.gpu_indices:
             source += "+" + (self._gpu_mode or GPU_NONE)
-        return {"cpu_percent": cpu_percent, "rss_bytes": rss_bytes, "gpus": gpus, "source": source}
+        try:
+            host: Optional[Dict[str, Any]] = self._host.read()
+        except Exception as exc:  # /proc oddities must not stop task sampling
+            log.warning("host sampling failed: %s: %s", type(exc).__name__, exc)
+            host = None
+        return {"cpu_percent": cpu_percent, "rss_bytes": rss_bytes, "gpus": gpus, "source": source,
+                "host": host}
 
     # -- process tree ----------------------------------------------------------------------
 

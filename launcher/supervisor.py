@@ -17,18 +17,20 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from launcher import events as ev
-from launcher.errors import HostError
+from launcher.errors import HostError, HostGone
 from launcher.events import Event, EventDecodeError
 from launcher.hostclock import HostClock
 from launcher.model import START_ORDER, Plan, TaskSpec
 from launcher.plan import render_command, split_secrets, tf_config
 from launcher.policy import (
     backoff_delay,
+    crash_loop_reason,
     job_succeeded,
+    quick_failures_after,
     restart_group,
     wants_restart,
     why_not_restarted,
@@ -36,6 +38,7 @@ from launcher.policy import (
 from launcher.remote import HostSession
 from launcher.rundir import DOWN_MARKER, RunDir, host_to_json
 from launcher.transport import LineStream
+from launcher.watchdog import ConditionChange, Watchdog
 
 #: how long teardown waits for the agents' final events before it sweeps anyway
 DRAIN_SECONDS = 5.0
@@ -45,6 +48,8 @@ RECONNECT_MAX_DELAY = 10.0
 STREAM_SILENCE_SECONDS = 5.0
 #: followers touch their host's lease only while these pings arrive (agent `follow --pinged`)
 PING_SECONDS = 1.0
+#: how often stall and straggler conditions are judged
+WATCHDOG_SECONDS = 1.0
 
 
 @dataclass
@@ -59,6 +64,9 @@ class TaskRuntime:
     expected_stop: bool = False  # the supervisor asked for this stop: not a failure
     restarting: bool = False
     restart_pending: bool = False  # a restart is scheduled but not yet carried out
+    started_at: float | None = None  # the agent's time of this incarnation's `starting`
+    launch_pending: bool = False  # a restart launched its agent, which has not reported running yet
+    quick_failures: list[tuple[int | None, float]] = field(default_factory=list)  # (exit, uptime) in a row
 
     @property
     def final(self) -> bool:
@@ -123,9 +131,17 @@ class Supervisor:
         #: scheduled group restarts (tasks, due time): kept in state.json so `attach` carries them out
         self._pending_restarts: list[tuple[list[str], float]] = []
         self._finishing = False
+        self._end: tuple[str, str] | None = None  # the job's end, decided; published once no start is in flight
+        self._ended = False
+        self._starting = 0  # restarts now starting agents; under _start_gate with _finishing
+        self._start_gate = threading.Lock()
         self._all_final = threading.Event()
         self._done = threading.Event()
         self._loop_thread: threading.Thread | None = None
+        self.watchdog = Watchdog({t.task_id: t.stall_seconds for t in plan.tasks},
+                                 [t.task_id for t in plan.tasks if t.role == "worker"],
+                                 self.profile.straggler_ratio)
+        self._next_watch = 0.0
 
     # -- public: consumers and control ------------------------------------------------------------
 
@@ -248,6 +264,7 @@ class Supervisor:
             for f in due:
                 f()
             self._check_silence()
+            self._watch()
 
     def _after(self, delay: float, fn: Callable[[], None]) -> None:
         self._timers.append((time.time() + delay, fn))
@@ -286,6 +303,7 @@ class Supervisor:
             "orphan_grace_seconds": self.profile.orphan_grace_seconds,
             "sample_interval": self.profile.sample_interval, "metrics": patterns,
             "setup": list(spec.setup), "shell": spec.shell or "",
+            "autolog": spec.autolog,
         }
 
     def _write_specs(self, session: HostSession, rts: list[TaskRuntime]) -> None:
@@ -334,10 +352,17 @@ class Supervisor:
         stored: str | None = line
         ts = self._clocks[host].correct(event.ts, received)
         if ts != event.ts:  # a host whose clock is off: its times moved onto ours
-            event, stored = dataclasses.replace(event, ts=ts), None
+            data = dict(event.data)
+            if isinstance(data.get("exited_at"), int | float):  # the task's end, for the root cause
+                data["exited_at"] = self._clocks[host].correct(float(data["exited_at"]), received)
+            event, stored = dataclasses.replace(event, ts=ts, data=data), None
         self._publish(event, stored)
         if event.kind == ev.STATE and event.task in self.tasks:
             self._on_task_state(self.tasks[event.task], event)
+        elif event.kind == ev.METRIC and event.task in self.tasks:
+            step = event.get("step")
+            if isinstance(step, int) and self.tasks[event.task].state == ev.RUNNING:
+                self.watchdog.on_step(event.task, step, time.monotonic())
 
     def _in_sequence(self, event: Event) -> bool:
         """False for an event already recorded (a resend after attach from older offsets);
@@ -368,9 +393,16 @@ class Supervisor:
     def _on_task_state(self, rt: TaskRuntime, event: Event) -> None:
         state = str(event.get("state"))
         rt.state = state
+        if state != ev.RUNNING:
+            self.watchdog.forget(rt.spec.task_id)
+        if rt.launch_pending and state != ev.STARTING and event.get("restarts") == rt.restarts:
+            rt.launch_pending = False  # running, or already ended: this incarnation has reported
+            self._maybe_end_job()
         if event.get("pid") is not None:
             rt.pid = int(event.get("pid"))
         if state in (ev.STARTING, ev.RUNNING):
+            if state == ev.STARTING:
+                rt.started_at = event.ts
             if state == ev.RUNNING:
                 rt.restarting = False
                 self._maybe_running()
@@ -403,11 +435,26 @@ class Supervisor:
         # a restart carried out ended here, even if this incarnation never reached running
         rt.restarting = False
         reason = str(event.get("reason") or f"exit code {rt.exit_code}")
-        self._on_failure(rt, reason)
+        self._count_quick_failure(rt, event)
+        self._on_failure(rt, reason, permanent=bool(event.get("permanent")))
 
-    def _on_failure(self, rt: TaskRuntime, reason: str) -> None:
+    def _count_quick_failure(self, rt: TaskRuntime, event: Event) -> None:
+        if rt.started_at is None:  # its start was before this launcher (attach): the uptime is unknown
+            rt.quick_failures = []
+            return
+        rt.quick_failures = quick_failures_after(rt.quick_failures, rt.exit_code, event.ts - rt.started_at,
+                                                 rt.spec.min_uptime)
+
+    def _on_failure(self, rt: TaskRuntime, reason: str, permanent: bool = False) -> None:
         spec = rt.spec
-        if not wants_restart(spec.restart, rt.exit_code, False):
+        if permanent:
+            self._finish(ev.JOB_FAILED, f"{spec.task_id} failed ({reason}); not restarted: no restart can fix "
+                         "this")
+            return
+        crash_loop = crash_loop_reason(spec, rt.quick_failures, rt.restarts)
+        if crash_loop is not None:
+            self._finish(ev.JOB_FAILED, crash_loop)
+        elif not wants_restart(spec.restart, rt.exit_code, False):
             self._finish(ev.JOB_FAILED, f"{spec.task_id} failed ({reason}); not restarted: "
                          f"{why_not_restarted(spec.restart, rt.exit_code)}")
         elif rt.restarts >= spec.max_restarts:
@@ -418,6 +465,33 @@ class Supervisor:
                          f"{self.profile.backoff_limit} restarts (backoff_limit)")
         else:
             self._schedule_restart(rt, f"failed ({reason})")
+
+    def _watch(self) -> None:
+        """Judge stalls and stragglers about once a second, only while the job runs."""
+        now = time.monotonic()
+        if now < self._next_watch or self._finishing or self.job_state != ev.JOB_RUNNING:
+            return
+        self._next_watch = now + WATCHDOG_SECONDS
+        for change in self.watchdog.check(now):
+            self._publish(ev.condition_event(self.run_id, change.task, change.condition, change.active,
+                                             change.reason))
+            if change.active and change.condition == ev.STALLED:
+                self._on_stall(self.tasks[change.task], change)
+
+    def _on_stall(self, rt: TaskRuntime, change: ConditionChange) -> None:
+        spec = rt.spec
+        if spec.on_stall != "restart" or rt.restarting or self.job_state != ev.JOB_RUNNING:
+            return
+        reason = f"stall: {change.reason}"
+        if rt.restarts >= spec.max_restarts:
+            self._finish(ev.JOB_FAILED, f"{spec.task_id} stalled ({change.reason}) after {rt.restarts} "
+                         f"restarts (max_restarts = {spec.max_restarts})")
+        elif self.job_restarts >= self.profile.backoff_limit:
+            self._finish(ev.JOB_FAILED, f"{spec.task_id} stalled ({change.reason}); the job used all "
+                         f"{self.profile.backoff_limit} restarts (backoff_limit)")
+        else:
+            self.watchdog.forget(spec.task_id)
+            self._schedule_restart(rt, reason, delay=0.0)
 
     def _schedule_restart(self, rt: TaskRuntime, why: str, delay: float | None = None) -> None:
         group = restart_group(self.profile.strategy, rt.spec.task_id, self.tasks)
@@ -453,15 +527,44 @@ class Supervisor:
         threading.Thread(target=self._restart_blocking, args=(members,), name="restart", daemon=True).start()
 
     def _restart_blocking(self, members: list[TaskRuntime]) -> None:
+        """Stop the group, then start it, unless the job ended meanwhile (the stop may take a task's
+        whole grace period, and a job that ended must not start anything again)."""
         try:
             running = {h: [rt.spec.slug for rt in members if rt.spec.host == h and rt.expected_stop]
                        for h in self.sessions}
             grace = max(rt.spec.grace_seconds for rt in members)
             self._on_hosts(lambda s: s.stop_agents(running[s.name], grace), [h for h, v in running.items() if v])
-            self._start_tasks(members)
+            with self._start_gate:  # either the job ended before this start, or its end waits for it
+                go = self._end is None  # a detach (also _finishing) still lets the restart happen
+                if go:
+                    self._starting += 1
+                    for rt in members:
+                        rt.launch_pending = True
+            if go:
+                try:
+                    self._start_tasks(members)
+                except BaseException:
+                    for rt in members:
+                        rt.launch_pending = False
+                    raise
+                finally:
+                    self._call(self._start_done)
         except Exception as exc:
             err = exc
             self._call(lambda: self._finish(ev.JOB_FAILED, f"restart failed: {err}"))
+
+    def _start_done(self) -> None:
+        with self._start_gate:
+            self._starting -= 1
+        self._maybe_end_job()
+
+    def _maybe_end_job(self) -> None:
+        """Publish a decided end once no restart is starting agents and every agent a restart
+        launched has reported its task running (or ended): its events then precede the end."""
+        if self._end is None or self._ended or self._starting:
+            return
+        if not any(rt.launch_pending for rt in self.tasks.values()):
+            self._end_job()
 
     def _start_tasks(self, members: list[TaskRuntime], write: bool = True, start: bool = True) -> None:
         """Write specs (``write``) and start agents (``start``) role by role in START_ORDER,
@@ -544,6 +647,9 @@ class Supervisor:
             try:
                 session.host.close()
                 session.host.connect()
+            except HostGone as exc:  # e.g. the Slurm allocation ended: the job cannot go on
+                self._call(functools.partial(self._finish, "Failed", str(exc)))
+                return
             except HostError:
                 delay = min(delay * 2, RECONNECT_MAX_DELAY)
                 continue
@@ -565,9 +671,24 @@ class Supervisor:
     # -- the end -----------------------------------------------------------------------------------------
 
     def _finish(self, state: str, reason: str) -> None:
-        if self._finishing:
+        """Decide the job's end: nothing restarts from here on. The end event and the teardown wait
+        for a restart whose start is under way, so that no task starts after the job's end event."""
+        with self._start_gate:
+            if self._finishing:
+                return
+            self._finishing = True
+            self._end = (state, reason)
+            busy = self._starting > 0
+        if busy or any(rt.launch_pending for rt in self.tasks.values()):
+            self._after(DRAIN_SECONDS, self._end_job)  # an agent that never reports must not hold the end
+        else:
+            self._end_job()
+
+    def _end_job(self) -> None:
+        if self._ended or self._end is None:
             return
-        self._finishing = True
+        self._ended = True
+        state, reason = self._end
         self.job_state = state
         self.job_reason = reason
         self._publish(ev.job_event(self.run_id, state, reason))

@@ -53,8 +53,11 @@ class PrivateSshd:
     """One sshd process serving ``address``:``port`` for the current user only."""
 
     def __init__(self, address: str = "127.0.0.1", port: int | None = None,
-                 extra_config: str = "", netns: str | None = None) -> None:
-        """``netns``: run sshd inside that network namespace (``ip netns exec``; root only)."""
+                 extra_config: str = "", netns: str | None = None, log_level: str = "VERBOSE",
+                 sftp: bool = True) -> None:
+        """``netns``: run sshd inside that network namespace (``ip netns exec``; root only).
+        ``log_level``: DEBUG1 also logs forwarded (direct-tcpip) connections.
+        ``sftp``: False serves no SFTP subsystem (as some hardened hosts)."""
         if not os.path.exists(SSHD):
             raise SshdUnavailable(f"{SSHD} not found (install openssh-server)")
         self.address = address
@@ -70,6 +73,8 @@ class PrivateSshd:
         self.config_path = self.dir / "sshd_config"
         self.log_path = self.dir / "sshd.log"
         self._extra_config = extra_config
+        self._log_level = log_level
+        self._sftp = sftp
         self._proc: subprocess.Popen[bytes] | None = None
         self._prepare()
 
@@ -94,8 +99,8 @@ class PrivateSshd:
             "PermitRootLogin prohibit-password",
             "MaxSessions 64",
             "MaxStartups 100:30:200",
-            "LogLevel VERBOSE",
-            "Subsystem sftp internal-sftp",
+            f"LogLevel {self._log_level}",
+            "Subsystem sftp internal-sftp" if self._sftp else "",
             self._extra_config,
             "",
         ]))

@@ -21,6 +21,8 @@ def header_text(view: JobView, now: float, *, title: str, strategy: str, hosts_t
         text.append(f" (replay {replay})" if replay else " (replay)", style="dim italic")
     elif stream_ended and not view.ended:
         text.append(" (stream ended)", style="dim italic")
+    if view.failure_cause:
+        text.append(f"  root cause: {view.failure_cause}", style="bold red")
     text.append("  elapsed ")
     text.append(fmt.duration(view.elapsed(now)), style="bold")
     text.append("\n ")

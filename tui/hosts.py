@@ -93,6 +93,19 @@ def hosts_lines(view: JobView) -> list[Text]:
         out.append(f" {running}/{len(host.tasks)} tasks running")
         if host.down:
             out.append("  UNREACHABLE", style="bold red")
+        machine = view.machines.get(host.name) or {}
+        if machine:
+            cores = machine.get("cpus")
+            used, total = _number(machine.get("mem_used_bytes")), _number(machine.get("mem_total_bytes"))
+            mem_pct = 100 * used / total if used is not None and total else None
+            out.append("\n  host CPU   ")
+            out.append_text(_bar(_number(machine.get("cpu_percent")), "green"))
+            out.append(f" {fmt.number(_number(machine.get('cpu_percent')), '{:.0f}')}%".ljust(7))
+            out.append(f" of {cores} cores" if isinstance(cores, int) else "")
+            out.append("  memory ")
+            out.append_text(_bar(mem_pct, "cyan"))
+            out.append(f" {fmt.human_bytes(int(used) if used is not None else None)}"
+                       f"/{fmt.human_bytes(int(total) if total is not None else None)}")
         cpu = host.cpu_percent
         out.append("\n  tasks' CPU ")
         out.append_text(_bar(cpu, "green"))

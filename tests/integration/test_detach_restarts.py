@@ -33,6 +33,7 @@ command = "sleep 0.3; exit 1"
 workdir = "{tmp_path}"
 restart = "on-failure"
 max_restarts = 3
+min_uptime = 0                  # quick failures are the point here, not a crash loop
 grace_seconds = 2
 [hosts.local]
 address = "localhost"

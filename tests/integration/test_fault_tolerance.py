@@ -134,7 +134,9 @@ def test_exit_code_policy_retries_a_task_killed_by_a_signal(tmp_path: Path) -> N
 
 def test_max_restarts_fails_the_job_after_backing_off(tmp_path: Path) -> None:
     run_dir, run_id = tmp_path / "run", "it-ft-maxr"
-    profile = shell_profile(tmp_path, '[roles.worker]\nhosts = ["local"]\ncommand = "exit 1"', max_restarts=2)
+    # min_uptime = 0: quick failures are not a crash loop here, so max_restarts is what ends the job
+    profile = shell_profile(tmp_path, '[roles.worker]\nhosts = ["local"]\ncommand = "exit 1"\nmin_uptime = 0',
+                            max_restarts=2)
     try:
         up = cli("up", str(profile), "--no-tui", "--run-dir", str(run_dir), "--run-id", run_id, timeout=60)
         assert up.returncode == 1, up.stdout + up.stderr
@@ -205,23 +207,66 @@ def test_a_task_that_dies_while_its_group_restart_is_pending_is_not_judged_by_it
         kill_run_processes(run_id)
 
 
-def test_a_restart_that_cannot_start_the_task_still_counts_towards_max_restarts(tmp_path: Path) -> None:
-    """A new incarnation that fails before it ever runs (its workdir vanished) is judged by the
-    policy like any other failure: the job must end Failed, not wait forever."""
+def test_a_start_error_no_restart_can_fix_fails_the_job_at_once(tmp_path: Path) -> None:
+    """A new incarnation that cannot start (its workdir vanished after preflight) is not retried,
+    although on-failure and max_restarts = 5 would allow it: no restart can bring the workdir back."""
     run_dir, run_id = tmp_path / "run", "it-ft-nostart"
     workdir = tmp_path / "gone"
     workdir.mkdir()
     roles = f'[roles.worker]\nhosts = ["local"]\nworkdir = "{workdir}"\ncommand = "rmdir {workdir}; exit 1"'
-    profile = shell_profile(tmp_path, roles, max_restarts=2)
+    profile = shell_profile(tmp_path, roles, max_restarts=5)
     try:
         up = cli("up", str(profile), "--no-tui", "--run-dir", str(run_dir), "--run-id", run_id, timeout=60)
         events = read_events(run_dir)
         assert up.returncode == 1, up.stdout[-2000:]
-        end = job_end(events)
-        assert end["state"] == "Failed" and "max_restarts" in end["reason"], end["reason"]
         failures = [e for e in states_of(events, "worker:0") if e["state"] == "failed"]
-        assert len(failures) == 3 and "could not start" in failures[-1]["reason"]
+        assert len(failures) == 2
+        assert failures[-1]["permanent"] is True
+        assert f"workdir {workdir} does not exist" in failures[-1]["reason"], failures[-1]
+        end = job_end(events)
+        assert end["state"] == "Failed" and "no restart can fix" in end["reason"], end["reason"]
+        assert f"workdir {workdir} does not exist" in end["reason"]
+        assert job_states(events).count("Restarting") == 1  # the exit 1 was retried, the start error not
         assert pids_with_run_id(run_id) == []
+    finally:
+        kill_run_processes(run_id)
+
+
+@pytest.mark.parametrize("command, words", [
+    ("exec $PROGRAM", "not found"),            # the shell's exit 127
+    ("exec ./not-executable", "Permission denied"),  # the shell's exit 126
+])
+def test_a_program_the_shell_cannot_run_is_not_retried(tmp_path: Path, command: str, words: str) -> None:
+    """Preflight cannot judge `exec $PROGRAM`; the shell's own "not found" / "Permission denied"
+    (exit 127 / 126) at start is final whatever the restart policy."""
+    run_dir, run_id = tmp_path / "run", "it-ft-noexec"
+    (tmp_path / "not-executable").write_text("#!/bin/sh\nexit 0\n")
+    roles = (f'[roles.worker]\nhosts = ["local"]\nworkdir = "{tmp_path}"\ncommand = "{command}"\n'
+             'env = { PROGRAM = "no-such-program-anywhere" }')
+    profile = shell_profile(tmp_path, roles, max_restarts=5)
+    try:
+        up = cli("up", str(profile), "--no-tui", "--run-dir", str(run_dir), "--run-id", run_id, timeout=60)
+        events = read_events(run_dir)
+        assert up.returncode == 1, up.stdout[-2000:]
+        worker = states_of(events, "worker:0")
+        assert [e["state"] for e in worker].count("starting") == 1
+        assert worker[-1]["state"] == "failed" and worker[-1]["permanent"] is True
+        end = job_end(events)
+        assert "no restart can fix" in end["reason"] and words in end["reason"], end["reason"]
+        assert "Restarting" not in job_states(events)
+    finally:
+        kill_run_processes(run_id)
+
+
+def test_a_program_exiting_127_by_itself_is_still_retried(tmp_path: Path) -> None:
+    """Exit 127 alone is not the shell's "not found": a program may exit 127 for its own reasons."""
+    run_dir, run_id = tmp_path / "run", "it-ft-127"
+    command = "test -e {run_dir}/once && exit 0; touch {run_dir}/once; exit 127"
+    profile = shell_profile(tmp_path, f'[roles.worker]\nhosts = ["local"]\ncommand = "{command}"')
+    try:
+        up = cli("up", str(profile), "--no-tui", "--run-dir", str(run_dir), "--run-id", run_id, timeout=60)
+        assert up.returncode == 0, up.stdout[-2000:]
+        assert job_states(read_events(run_dir)).count("Restarting") == 1
     finally:
         kill_run_processes(run_id)
 

@@ -3,6 +3,7 @@ task filter (`/`), the hosts view (`h`) and the timeline (`e`) driven while the 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import secrets
@@ -49,7 +50,9 @@ def test_dashboard_in_tmux_shows_rising_steps_and_leaves_nothing(tmp_path: Path)
         pytest.skip("tmux not installed")
     socket, run_id = f"dl-{secrets.token_hex(4)}", f"it-tmux-{secrets.token_hex(2)}"
     command = (f"cd {shlex.quote(str(REPO))} && DISTLAUNCH_HOME={shlex.quote(str(tmp_path))} "
-               f"{shlex.quote(sys.executable)} -m launcher.cli up cluster_profiles/local.toml --run-id {run_id}; "
+               f"{shlex.quote(sys.executable)} -m launcher.cli up cluster_profiles/local.toml --run-id {run_id} "
+               # a fresh outputs folder: the job's own would resume at step 300 from an earlier run
+               f"--set outputs={shlex.quote(json.dumps(str(tmp_path / 'outputs')))}; "
                "echo EXIT=$?; sleep 300")
     _tmux(socket, "new-session", "-d", "-s", "e2e", "-x", "120", "-y", "36", command)
     def screen() -> str:

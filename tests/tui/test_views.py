@@ -114,6 +114,14 @@ async def test_h_shows_hosts_with_their_tasks_and_gpus() -> None:
         gpu_line = next(line for line in gpu1.splitlines() if "GPU0" in line)
         assert "83%" in gpu_line and "3.0G/16G" in gpu_line and gpu_line.rstrip().endswith("worker:0")
         assert "2/3 tasks running" not in text and "3/3 tasks running" in gpu1
+        app.view.machines["gpu1"] = {"cpu_percent": 62.5, "cpus": 16, "mem_used_bytes": 12 * 2**30,
+                                     "mem_total_bytes": 64 * 2**30}
+        app.hosts_panel.sync(app.view)
+        text = app.hosts_panel.plain
+        machine = next(line for line in text[text.index("gpu1"):].splitlines() if "host CPU" in line)
+        assert "62%" in machine or "63%" in machine
+        assert "of 16 cores" in machine and "12G/64G" in machine
+        assert "host CPU" not in text[text.index("cpu1"):text.index("gpu1")]  # no reading: no line
         await pilot.press("h")
         assert app.views.current == "dashboard"
 

@@ -222,7 +222,8 @@ def test_task_environment_and_pythonpath(host):
     assert seen["TF_CONFIG"] == tf_config
     assert seen["DISTLAUNCH_RUN_ID"] == RUN_ID and seen["DISTLAUNCH_TASK"] == "worker:0"
     assert seen["EXTRA"] == "x y" and seen["PYTHONUNBUFFERED"] == "1"
-    assert seen["PYTHONPATH"] == f"{host.pyz}:/somewhere/else"
+    # autolog's start-up hook first (its sitecustomize chains to any other), then the agent's modules
+    assert seen["PYTHONPATH"] == f"{host.pyz}/distlaunch_site:{host.pyz}:/somewhere/else"
     assert seen["events_from"].startswith(str(host.pyz))
     assert seen["report"] == os.path.exists(os.path.join(os.path.dirname(agentpack.__file__), "report.py"))
 
@@ -576,3 +577,10 @@ def test_a_full_host_disk_leaves_a_numbered_gap_the_task_runs_on_and_the_loss_is
     seqs = _seqs(evs)
     assert seqs == sorted(seqs) and seqs[-1] - seqs[0] + 1 == len(seqs) + lost and lost >= 1
     assert evs[-1]["kind"] == "state" and evs[-1]["state"] == "succeeded"
+
+
+def test_samples_carry_the_whole_machines_cpu_and_memory(host):
+    task_dir = host.task(f"{sys.executable} -c 'import time; time.sleep(1.5)'", sample_interval=0.3)
+    samples = [e for e in host.run_to_end(task_dir) if e["kind"] == "sample"]
+    machine = [s["host"] for s in samples if s.get("host")]
+    assert machine and all(m["mem_total_bytes"] > m["mem_used_bytes"] > 0 and m["cpus"] >= 1 for m in machine)

@@ -18,6 +18,7 @@ def test_zipapp_holds_main_and_every_host_module_present_in_the_tree():
     names = set(zipfile.ZipFile(io.BytesIO(agentpack.build_agent_zipapp())).namelist())
     present = [m for m in agentpack.AGENT_MODULES if (PACKAGE_DIR / f"{m}.py").exists()]
     expected = {"__main__.py"} | {f"launcher/{m}.py" for m in present} | {f"launcher/{m}.pyc" for m in present}
+    expected.add(f"{agentpack.SITE_DIR}/sitecustomize.py")  # autolog's start-up hook, a directory of its own
     assert names == expected
     assert {"launcher/__init__.py", "launcher/events.py", "launcher/agent.py"} <= names
 

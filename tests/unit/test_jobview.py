@@ -152,6 +152,18 @@ def test_action_events_round_trip_through_the_codec() -> None:
     assert back.data == {"action": "restart", "target": "worker:1", "origin": "dashboard"}
 
 
+def test_root_cause_is_the_first_task_failure_and_shown_once_the_job_failed() -> None:
+    view = JobView()
+    view.apply(ev.state_event("r", "worker:0", ev.RUNNING, host="h", ts=1.0))
+    view.apply(ev.state_event("r", "ps:0", ev.FAILED, host="h", exit_code=1, reason="exit code 1", ts=2.0))
+    view.apply(ev.state_event("r", "worker:0", ev.FAILED, host="h", exit_code=1, reason="exit code 1", ts=3.0))
+    assert view.root_cause == "ps:0 failed first (exit code 1)"
+    assert view.failure_cause == ""  # the job has not failed (yet): a restart may still fix it
+    view.apply(ev.job_event("r", ev.JOB_FAILED, "worker:0 failed", ts=4.0))
+    assert view.failure_cause == "ps:0 failed first (exit code 1)"
+    assert view.failed_tasks() == ["ps:0", "worker:0"]
+
+
 def test_loss_history_stays_a_function_of_the_step_across_restarts() -> None:
     """A restart from an older checkpoint redoes steps: the curve is cut back, not drawn backwards."""
     view = JobView()

@@ -60,3 +60,30 @@ def test_an_empty_tf_address_is_refused(path: Path) -> None:
     path.write_text(PROFILE.replace('tf_address = "10.1.0.5"', 'tf_address = " "'))
     with pytest.raises(ProfileError, match=r"hosts.toml:8: hosts.head.tf_address: is empty"):
         load_profile(path)
+
+
+def test_an_ssh_config_alias_never_reaches_tf_config_its_host_name_does(tmp_path: Path) -> None:
+    config = tmp_path / "ssh_config"
+    config.write_text("Host head-alias\n    HostName 10.9.8.7\n    User trainer\n")
+    path = tmp_path / "alias.toml"
+    path.write_text(f"""
+name = "alias"
+[defaults]
+command = "python3 train.py"
+[ssh]
+ssh_config = "{config}"
+[hosts.head]
+address = "head-alias"
+[hosts.fast]
+address = "head-alias"
+tf_address = "192.168.77.7"
+[roles.ps]
+hosts = ["head"]
+port = 2200
+[roles.worker]
+hosts = ["fast"]
+port = 2300
+""")
+    out = cli("tfconfig", str(path), "worker:0")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["cluster"] == {"ps": ["10.9.8.7:2200"], "worker": ["192.168.77.7:2300"]}

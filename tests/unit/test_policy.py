@@ -6,13 +6,15 @@ import itertools
 
 import pytest
 
-from launcher.model import RestartPolicy
+from launcher.model import RestartPolicy, TaskSpec
 from launcher.policy import (
     BACKOFF_FIRST,
     BACKOFF_MAX,
     backoff_delay,
+    crash_loop_reason,
     deciding_task,
     job_succeeded,
+    quick_failures_after,
     restart_group,
     wants_restart,
     why_not_restarted,
@@ -111,3 +113,28 @@ def test_all_workers_policy_waits_for_every_worker_and_the_chief() -> None:
     assert not job_succeeded("all_workers", states)
     assert job_succeeded("all_workers", {**states, "worker:1": "succeeded"})
     assert not job_succeeded("all_workers", {"ps:0": "succeeded"})
+
+
+def _spec(max_restarts: int = 10, min_uptime: float = 10.0) -> TaskSpec:
+    return TaskSpec(task_id="worker:0", role="worker", index=0, host="h", address="h", port=None, gpus=(),
+                    command="exit 3", python="python3", workdir="/", env={}, restart="on-failure",
+                    max_restarts=max_restarts, grace_seconds=1.0, in_cluster=True, min_uptime=min_uptime)
+
+
+def test_quick_failures_grow_restart_with_another_code_and_end_with_a_slow_one() -> None:
+    quick = quick_failures_after([], 3, 0.2, 10.0)
+    quick = quick_failures_after(quick, 3, 0.4, 10.0)
+    assert quick == [(3, 0.2), (3, 0.4)]
+    assert quick_failures_after(quick, 1, 0.1, 10.0) == [(1, 0.1)]
+    assert quick_failures_after(quick, 3, 10.0, 10.0) == []
+    assert quick_failures_after(quick, 3, 0.1, 0.0) == []  # min_uptime 0: never a crash loop
+
+
+def test_crash_loop_after_three_quick_failures_or_every_allowed_attempt() -> None:
+    assert crash_loop_reason(_spec(), [(3, 0.2), (3, 0.4)], restarts=1) is None
+    reason = crash_loop_reason(_spec(), [(3, 0.2), (3, 0.4), (3, 0.3)], restarts=2)
+    assert reason == "crash loop: exit 3 within 0.4 s of start, 3 times (worker:0; min_uptime = 10 s)"
+    # max_restarts = 1: both attempts it had were quick failures
+    assert crash_loop_reason(_spec(max_restarts=1), [(3, 0.2), (3, 0.4)], restarts=1) is not None
+    # a single attempt is not a loop
+    assert crash_loop_reason(_spec(max_restarts=0), [(3, 0.2)], restarts=0) is None

@@ -49,3 +49,54 @@ def test_human_bytes() -> None:
     assert human_bytes(512) == "512B"
     assert human_bytes(1536) == "1.5K"
     assert human_bytes(5 * 1024**3) == "5.0G"
+
+
+def _ps_dies_then_workers_fail() -> list[ev.Event]:
+    """ps:0 fails on each of 3 incarnations with the same output; the workers then fail with gRPC
+    errors, worker:1 twice with the same line."""
+    out: list[ev.Event] = [ev.job_event("r", ev.JOB_RUNNING, ts=1.0)]
+    ts = 2.0
+    for restarts in range(3):
+        out.append(ev.state_event("r", "ps:0", ev.STARTING, host="h", restarts=restarts, ts=ts))
+        out.append(ev.log_event("r", "ps:0", "stdout", "ps: serving on port 2222", ts=ts + 0.1))
+        out.append(ev.log_event("r", "ps:0", "stderr", "ps: out of memory", ts=ts + 0.2))
+        out.append(ev.state_event("r", "ps:0", ev.FAILED, host="h", restarts=restarts, exit_code=1,
+                                  reason="exit code 1", ts=ts + 0.3))
+        ts += 1.0
+    for task in ("worker:0", "worker:1"):
+        out.append(ev.state_event("r", task, ev.STARTING, host="h", ts=ts))
+        out.append(ev.log_event("r", task, "stderr", "UnavailableError: ps:0 unreachable", ts=ts + 0.1))
+        out.append(ev.log_event("r", task, "stderr", "UnavailableError: ps:0 unreachable", ts=ts + 0.2))
+        out.append(ev.log_event("r", task, "stderr", f"{task} giving up", ts=ts + 0.3))
+        out.append(ev.state_event("r", task, ev.FAILED, host="h", exit_code=1, reason="exit code 1", ts=ts + 0.4))
+        ts += 1.0
+    out.append(ev.job_event("r", ev.JOB_FAILED, "crash loop: exit 1 within 0.3 s of start, 3 times", ts=ts))
+    return out
+
+
+def test_failure_report_names_the_first_failure_and_repeats_no_line() -> None:
+    out = io.StringIO()
+    ProgressPrinter(out, every=3600).consume(_ps_dies_then_workers_fail())
+    lines = [line.split(" ", 1)[1] for line in out.getvalue().splitlines()]  # without the time stamp
+    report = lines[lines.index("job Failed: crash loop: exit 1 within 0.3 s of start, 3 times") + 1:]
+    assert report[0] == "root cause: ps:0 failed first (exit code 1)"
+    assert report[1:] == [
+        "last output of ps:0:",
+        "  ps:0 | ps: serving on port 2222",
+        "  ps:0 | ps: out of memory",
+        "last output of worker:0:",
+        "  worker:0 | UnavailableError: ps:0 unreachable",
+        "  worker:0 | worker:0 giving up",
+        "last output of worker:1:",
+        "  worker:1 | UnavailableError: ps:0 unreachable",
+        "  worker:1 | worker:1 giving up",
+    ]
+    task_lines = [line for line in lines if " | " in line]
+    assert len(task_lines) == len(set(task_lines))
+
+
+def test_no_failure_report_when_the_job_succeeds() -> None:
+    events = [*_ps_dies_then_workers_fail()[:-1], ev.job_event("r", ev.JOB_SUCCEEDED, "chief:0 exited 0", ts=99.0)]
+    out = io.StringIO()
+    ProgressPrinter(out, every=3600).consume(events)
+    assert "root cause" not in out.getvalue() and " | " not in out.getvalue()

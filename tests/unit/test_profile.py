@@ -39,7 +39,9 @@ address = "10.0.0.1"
     host = profile.hosts["h"]
     assert host.transport == "ssh"
     assert host.ssh == SshSettings(user=None, identity_file=None, known_hosts="~/.ssh/known_hosts",
-                                   host_key_policy="reject", connect_timeout=10.0, ssh_port=22)
+                                   host_key_policy="reject", connect_timeout=10.0, ssh_port=22,
+                                   ssh_config="~/.ssh/config", unset=host.ssh.unset)
+    assert "ssh_port" in host.ssh.unset and "user" in host.ssh.unset  # ~/.ssh/config may set them
     assert profile.metrics.step is None and profile.metrics.extra == {}
 
 
@@ -81,6 +83,7 @@ known_hosts = "/etc/kh"
 host_key_policy = "accept-new"
 connect_timeout = 3
 ssh_port = 2200
+ssh_config = "/etc/ssh/cfg"
 
 [hosts.a]
 address = "10.0.0.1"
@@ -109,7 +112,8 @@ accuracy = 'acc=(\\S+)'
     assert (profile.backoff_limit, profile.orphan_grace_seconds, profile.sample_interval) == (4, 5.0, 0.5)
     assert profile.defaults.env == {"A": "1", "B": "2"}
     a, b = profile.hosts["a"], profile.hosts["b"]
-    assert a.ssh == SshSettings("alice", "~/.ssh/k", "/etc/kh", "accept-new", 3.0, 2200)
+    assert a.ssh == SshSettings("alice", "~/.ssh/k", "/etc/kh", "accept-new", 3.0, 2200, "/etc/ssh/cfg",
+                               unset=())
     assert a.gpus == (2, 3)
     assert (b.ssh.user, b.ssh.ssh_port, b.ssh.identity_file) == ("bob", 22, "~/.ssh/k")
     worker = profile.roles["worker"]

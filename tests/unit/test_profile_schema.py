@@ -20,6 +20,7 @@ from launcher.profile_keys import (
     HOST_KEYS,
     NOTIFY_KEYS,
     ROLE_KEYS,
+    SLURM_KEYS,
     SSH_KEYS,
     SYNC_KEYS,
     TASK_KEYS,
@@ -163,11 +164,14 @@ MODEL_TABLES: list[tuple[type, tuple[Table, ...], set[str]]] = [
     # path, text, overrides and secrets: this run's reading of the profile, not keys in it
     (model.Profile, (TOP_KEYS,), {"path", "text", "overrides", "secrets"}),
     (model.TaskDefaults, (TASK_KEYS,), set()),
-    (model.SshSettings, (SSH_KEYS,), set()),
-    (model.HostConfig, (HOST_KEYS,), {"name", "ssh"}),
+    # unset: which keys the profile left open (for ~/.ssh/config), not a key itself
+    (model.SshSettings, (SSH_KEYS,), {"unset"}),
+    # group and slurm_job_id: set by host ranges and the Slurm allocation, not written in a profile
+    (model.HostConfig, (HOST_KEYS,), {"name", "ssh", "group", "slurm_job_id"}),
     (model.RoleConfig, (ROLE_KEYS,), {"name", "settings"}),
     (model.NotifyConfig, (NOTIFY_KEYS,), set()),
     (model.SyncConfig, (SYNC_KEYS,), set()),
+    (model.SlurmConfig, (SLURM_KEYS,), set()),
 ]
 #: declared keys with no field of their own: [ssh] is folded into each host's SshSettings, a host's ssh
 #: keys into its HostConfig.ssh, a role's task keys into its RoleConfig.settings
@@ -190,6 +194,8 @@ def test_every_model_field_is_declared_and_every_declared_key_is_in_the_model(
                                             (NOTIFY_KEYS, model.NotifyConfig)])
 def test_declared_defaults_are_the_model_defaults(table: Table, cls: type) -> None:
     for f in dataclasses.fields(cls):
+        if f.name not in table.names:  # set by the reader, not a key (SshSettings.unset)
+            continue
         declared = table[f.name].default
         actual = f.default if f.default is not dataclasses.MISSING else None
         if declared is not None:  # the model keeps lists as tuples (frozen dataclasses)
@@ -236,7 +242,7 @@ def good_value(key: Key) -> object:
 
 def bad_values(key: Key) -> list[object]:
     """Values of the wrong kind or out of bounds; both the schema and the parser must refuse each."""
-    wrong_type: object = "x" if key.kind not in ("string", "choice") else 3
+    wrong_type: object = "x" if key.kind not in ("string", "choice", "path_or_false") else 3
     bad = [wrong_type]
     if key.kind == "choice":
         bad.append("no-such-choice")
@@ -254,6 +260,8 @@ def bad_values(key: Key) -> list[object]:
         bad += [{"SEED": 7}, {"1X": "a"}]
     if key.kind == "regex_map":
         bad.append({"step": 7})
+    if key.kind == "path_or_false":
+        bad += [True, "", " "]
     return bad
 
 
@@ -263,6 +271,10 @@ def with_value(path: tuple[str, ...], value: object) -> dict[str, Any]:
     for part in path[:-1]:
         node = node.setdefault(part, {})
     node[path[-1]] = value
+    if path[0] == "slurm":  # [slurm] takes the hosts from the allocation: no [hosts] beside it
+        data.pop("hosts", None)
+        for role in data.get("roles", {}).values():
+            role.pop("hosts", None)
     return data
 
 

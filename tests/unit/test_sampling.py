@@ -168,3 +168,14 @@ def test_parse_nvidia_smi_skips_garbage() -> None:
     parsed = parse_nvidia_smi("No devices were found\n\n3, 7, 1, 2\n")
     assert list(parsed) == [3]
     assert parsed[3]["mem_total_bytes"] == 2 * 1024 * 1024
+
+
+def test_host_reading_is_the_whole_machine(busy_tree: subprocess.Popen[str]) -> None:
+    sampler = TaskSampler(busy_tree.pid, [])
+    host = _sample_until(sampler, lambda s: (s.get("host") or {}).get("cpu_percent"))["host"]
+    with open("/proc/meminfo") as f:
+        total_kib = int(next(line for line in f if line.startswith("MemTotal:")).split()[1])
+    assert host["mem_total_bytes"] == total_kib * 1024 and 0 < host["mem_used_bytes"] < host["mem_total_bytes"]
+    assert host["cpus"] == os.cpu_count()
+    # the busy child keeps at least part of one core busy: the machine is not idle
+    assert 100.0 / host["cpus"] * 0.3 <= host["cpu_percent"] <= 100.0

@@ -68,3 +68,34 @@ def test_legacy_regex_profile_metrics_match_its_output() -> None:
     loss = re.search(metrics.loss, "global step: 42, loss = 0.125")
     assert step is not None and step.group(1) == "42"
     assert loss is not None and float(loss.group(1)) == 0.125
+
+
+def test_range_profile_makes_sixteen_hosts() -> None:
+    profile = load_profile(PROFILES / "host-ranges.toml")
+    assert list(profile.hosts) == [f"gpu-{i}" for i in range(1, 17)]
+    assert profile.hosts["gpu-16"].address == "10.0.1.16"
+    assert profile.roles["worker"].hosts == tuple(profile.hosts)
+
+
+def test_slurm_profile_outside_an_allocation(monkeypatch: pytest.MonkeyPatch,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """By design it checks offline (a placeholder host and a line saying why) and exports."""
+    for var in ("SLURM_JOB_ID", "SLURM_JOBID", "SLURM_JOB_NODELIST", "SLURM_NODELIST"):
+        monkeypatch.delenv(var, raising=False)
+    assert main(["check", "--no-remote", str(PROFILES / "slurm.toml")]) == 0
+    assert "not inside a Slurm allocation" in capsys.readouterr().out
+    assert main(["export", "sbatch", str(PROFILES / "slurm.toml")]) == 0
+    script = capsys.readouterr().out
+    assert "#SBATCH --nodes=2" in script and "#SBATCH --time=01:00:00" in script
+
+
+def test_slurm_profile_inside_an_allocation_spreads_roles_over_its_nodes(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SLURM_JOB_ID", "42")
+    monkeypatch.setenv("SLURM_JOB_NODELIST", "gpu[07-08]")
+    monkeypatch.setenv("SLURM_GPUS_ON_NODE", "2")
+    plan = build_plan(load_profile(PROFILES / "slurm.toml"))
+    assert {t.task_id: t.host for t in plan.tasks} == {
+        "ps:0": "gpu07", "worker:0": "gpu07", "worker:1": "gpu08", "chief:0": "gpu07"}
+    assert plan.profile.hosts["gpu08"].gpus == (0, 1)
+    assert plan.profile.hosts["gpu08"].slurm_job_id == "42"

@@ -38,7 +38,7 @@ def test_status_json_folds_the_events(tmp_path: Path, capsys: pytest.CaptureFixt
     path = _finished_run(tmp_path)
     assert main(["status", str(path), "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
-    assert summary["job"] == {"state": "Succeeded", "reason": "chief:0 exited 0"}
+    assert summary["job"] == {"state": "Succeeded", "reason": "chief:0 exited 0", "root_cause": ""}
     assert summary["launcher_alive"] is False
     chief, ps = summary["tasks"]["chief:0"], summary["tasks"]["ps:0"]
     assert (chief["state"], chief["step"], chief["loss"], chief["exit_code"]) == ("succeeded", 40, 0.5, 0)

@@ -1,0 +1,35 @@
+"""One Host interface, several implementations, each in its own module.
+
+``base`` holds the interface (Host, LineStream, CommandResult) and the pieces implementations
+share; ``local`` runs commands on this machine, ``ssh`` over SSH (Fabric/paramiko), ``slurm``
+as job steps (``srun --overlap``) inside a Slurm allocation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from launcher.model import HostConfig
+from launcher.transport.base import (
+    MAX_LINE_BYTES,
+    CommandResult,
+    CommandTimeout,
+    Host,
+    LineSplitter,
+    LineStream,
+)
+from launcher.transport.local import LocalHost
+from launcher.transport.slurm import SlurmHost
+from launcher.transport.ssh import SshHost
+
+__all__ = ["MAX_LINE_BYTES", "CommandResult", "CommandTimeout", "Host", "LineSplitter", "LineStream",
+           "LocalHost", "SlurmHost", "SshHost", "make_host"]
+
+
+def make_host(config: HostConfig, on_notice: Callable[[str], None] | None = None) -> Host:
+    """The Host for a profile's host entry; ``on_notice`` receives one-line notices (new host keys)."""
+    if config.transport == "local":
+        return LocalHost(config)
+    if config.transport == "slurm":
+        return SlurmHost(config)
+    return SshHost(config, on_notice=on_notice)

@@ -1,0 +1,435 @@
+"""SshHost: a host reached over one SSH connection (Fabric ``Connection`` on paramiko)."""
+
+from __future__ import annotations
+
+import contextlib
+import getpass
+import logging
+import os
+import posixpath
+import shlex
+import signal
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable
+
+import fabric
+import paramiko
+
+from launcher import known_hosts
+from launcher.errors import HostError
+from launcher.model import HostConfig
+from launcher.transport import sshconfig
+from launcher.transport.base import (
+    CommandResult,
+    CommandTimeout,
+    Host,
+    LineStream,
+    ReaderLineStream,
+    head,
+    signal_name,
+)
+
+# paramiko logs connection trouble itself; without a handler Python would print it to stderr,
+# over the dashboard. Errors reach the user as HostError instead.
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
+
+#: How often paramiko sends a keepalive, so idle links through NAT stay open and dead ones are noticed.
+KEEPALIVE_SECONDS = 5
+_CHUNK = 65536
+
+
+def _sh(command: str) -> str:
+    """Run ``command`` by /bin/sh whatever the user's login shell is (fish, csh, ...)."""
+    return "/bin/sh -c " + shlex.quote(command)
+
+
+class _SshLineStream(ReaderLineStream):
+    """One exec channel (no pty) whose stdout is split into lines by a reader thread.
+
+    Closing the channel makes sshd close the command's pipes: it sees EOF on stdin and SIGPIPE on
+    its next write. It is not signalled (paramiko#203), so a streamed command must exit on EOF.
+    """
+
+    def __init__(self, channel: paramiko.Channel, on_line: Callable[[str], None],
+                 on_close: Callable[[int | None], None] | None) -> None:
+        super().__init__(on_line, on_close, "ssh-stream")
+        self._channel = channel
+        self._reader.start()
+
+    def _read(self) -> None:
+        channel = self._channel
+        channel.settimeout(0.5)
+        try:
+            while True:
+                while channel.recv_stderr_ready():  # unread stderr would hold the shared window
+                    self._stderr.add(channel.recv_stderr(_CHUNK))
+                try:
+                    chunk = channel.recv(_CHUNK)
+                except TimeoutError:
+                    continue
+                if not chunk:
+                    break
+                self._splitter.feed(chunk)
+            self._splitter.finish()
+            if not self._closing.is_set() and channel.status_event.wait(5.0):
+                status = channel.recv_exit_status()
+                self._exit_code = status if status >= 0 else None
+        except (OSError, EOFError, paramiko.SSHException):
+            pass  # a dropped connection ends the stream like EOF does
+        finally:
+            with contextlib.suppress(Exception):
+                while channel.recv_stderr_ready():
+                    self._stderr.add(channel.recv_stderr(_CHUNK))
+            channel.close()
+            self._ended()
+
+    def send(self, data: bytes) -> bool:
+        channel = self._channel
+        if self._closing.is_set() or channel.closed or not channel.send_ready():
+            return False
+        try:
+            return channel.send(data) == len(data)
+        except (OSError, EOFError, paramiko.SSHException):
+            return False
+
+    def close(self) -> None:
+        if self._closing.is_set():
+            return
+        self._closing.set()
+        self._channel.close()
+        if threading.current_thread() is not self._reader:
+            self._reader.join(5.0)
+
+
+class SshHost(Host):
+    """A host reached over one SSH connection (Fabric ``Connection`` on paramiko).
+
+    Short commands, SFTP and at most one long stream share the connection, each on its own
+    channel; sshd's ``MaxSessions`` (default 10) caps the channels open at once, which this usage
+    stays far below. Host keys come only from the profile's known_hosts (see known_hosts.py).
+    """
+
+    def __init__(self, config: HostConfig, on_notice: Callable[[str], None] | None = None) -> None:
+        self.name = config.name
+        self.address = config.address
+        self.config = config
+        self.settings = config.ssh
+        self.user = self.settings.user or getpass.getuser()
+        self.port = self.settings.ssh_port
+        #: where the address led once ~/.ssh/config was applied (set by connect)
+        self.route: sshconfig.Route | None = None
+        #: one-line notices for the user (a host key added under accept-new); also sent to on_notice
+        self.notices: list[str] = []
+        self._on_notice = on_notice
+        self._connection: fabric.Connection | None = None
+        self._jumps: list[fabric.Connection] = []
+        self._channel_lock = threading.Lock()
+        self._sftp: paramiko.SFTPClient | None = None
+        self._no_sftp = False  # set once the server refused the sftp subsystem
+        self._home: str | None = None
+
+    @property
+    def label(self) -> str:
+        return f"host {self.name} ({self.address}:{self.port})"
+
+    # ---- connection
+
+    def resolve(self) -> sshconfig.Route:
+        """The route ``connect`` takes (``ssh -G`` over the profile); also what ``check`` prints."""
+        route = sshconfig.resolve(self.config)
+        self.route = route
+        self.user, self.port = route.target.user, route.target.port
+        return route
+
+    def connect(self) -> None:
+        if self.connected:
+            return
+        self.close()
+        route = self.resolve()
+        gateway: fabric.Connection | None = None
+        try:
+            for hop in route.jumps:
+                gateway = self._open(hop, route, gateway, f"{self.label}: jump host {hop.alias} "
+                                     f"({hop.hostname}:{hop.port})")
+                self._jumps.append(gateway)
+            self._connection = self._open(route.target, route, gateway, self.label)
+        except BaseException:
+            self.close()
+            raise
+
+    def _open(self, endpoint: sshconfig.Endpoint, route: sshconfig.Route,
+              gateway: fabric.Connection | None, label: str) -> fabric.Connection:
+        """Authenticate to one server (through ``gateway``'s direct-tcpip channel when given)."""
+        from_profile = endpoint is route.target and "identity_file" not in self.settings.unset
+        keys = [os.path.expanduser(path) for path in endpoint.identity_files]
+        if from_profile and keys and not os.path.isfile(keys[0]):
+            raise HostError(f"{label}: identity_file {self.settings.identity_file} does not exist; "
+                            f"fix identity_file in [ssh] or [hosts.{self.name}]")
+        keys = [path for path in keys if os.path.isfile(path)]  # as ssh, skip config keys not there
+        timeout = route.connect_timeout
+        connect_kwargs: dict[str, object] = {
+            "timeout": timeout, "banner_timeout": timeout, "auth_timeout": timeout}
+        if keys:
+            # the configured keys first; the agent after them, since it may hold the decrypted key
+            connect_kwargs.update(key_filename=keys, look_for_keys=False,
+                                  allow_agent=bool(os.environ.get("SSH_AUTH_SOCK")))
+        # an empty SSHConfig: sshconfig.resolve already applied ~/.ssh/config as OpenSSH does
+        config = fabric.Config(ssh_config=paramiko.SSHConfig())
+        connection = fabric.Connection(endpoint.hostname, user=endpoint.user, port=endpoint.port,
+                                       config=config, connect_kwargs=connect_kwargs, gateway=gateway)
+        known_hosts.install_policy(connection.client, os.path.expanduser(route.known_hosts),
+                                   self.settings.host_key_policy, self._key_added)
+        try:
+            connection.open()
+        except BaseException as exc:
+            connection.client.close()
+            if isinstance(exc, Exception):
+                raise HostError(self._explain(exc, endpoint, route, label)) from exc
+            raise
+        assert connection.transport is not None
+        connection.transport.set_keepalive(endpoint.keepalive_seconds or KEEPALIVE_SECONDS)
+        return connection
+
+    def _key_added(self, key_name: str, key: paramiko.PKey) -> None:
+        notice = (f"{self.label}: added new host key {key.get_name()} {known_hosts.fingerprint(key)} "
+                  f"for {key_name} to {self.settings.known_hosts} (host_key_policy = \"accept-new\")")
+        self.notices.append(notice)
+        if self._on_notice is not None:
+            self._on_notice(notice)
+
+    def _explain(self, exc: Exception, endpoint: sshconfig.Endpoint, route: sshconfig.Route,
+                 label: str) -> str:
+        """One actionable line for a failed connect to ``endpoint`` (the target or a jump host)."""
+        kh = route.known_hosts
+        host, port, user = endpoint.hostname, endpoint.port, endpoint.user
+        timeout = route.connect_timeout
+        identity = ", ".join(endpoint.identity_files)
+        if isinstance(exc, known_hosts.UnknownHostKey):
+            offered = f"{exc.key.get_name()} {known_hosts.fingerprint(exc.key)}"
+            return (f"{label}: unknown host key ({offered}); "
+                    f"add it with `ssh-keyscan -p {port} {host} >> {kh}` "
+                    f"or set host_key_policy = \"accept-new\"")
+        if isinstance(exc, paramiko.BadHostKeyException):
+            name = known_hosts.host_key_name(host, port)
+            offered = f"{exc.key.get_name()} {known_hosts.fingerprint(exc.key)}"
+            return (f"{label}: host key CHANGED (offers {offered}, "
+                    f"{kh} has {known_hosts.fingerprint(exc.expected_key)}); "
+                    f"this may be an attack; if the host was reinstalled, remove the old key with "
+                    f"`ssh-keygen -R '{name}' -f {kh}`")
+        if isinstance(exc, paramiko.PasswordRequiredException):
+            agent = ("ssh-agent does not hold it" if os.environ.get("SSH_AUTH_SOCK")
+                     else "no ssh-agent is running (SSH_AUTH_SOCK unset)")
+            return (f"{label}: key {identity} is passphrase-protected and {agent}; "
+                    f"run `ssh-add {identity}` (start one with `eval $(ssh-agent)`), "
+                    f"or use a key without passphrase")
+        if isinstance(exc, paramiko.AuthenticationException):
+            if identity:
+                return (f"{label}: refused key {identity} for user {user}; "
+                        f"add {identity}.pub to ~{user}/.ssh/authorized_keys there "
+                        f"or fix user / identity_file")
+            return (f"{label}: refused every key from ssh-agent and ~/.ssh for user {user}; "
+                    f"set identity_file or user")
+        if isinstance(exc, paramiko.ssh_exception.NoValidConnectionsError | ConnectionRefusedError):
+            return (f"{label}: connection refused; is sshd running there and is "
+                    f"ssh_port = {port} right?")
+        if isinstance(exc, paramiko.ChannelException):
+            return (f"{label}: the jump host could not connect on to {host}:{port} ({exc.text}); "
+                    f"check HostName/Port in {self.settings.ssh_config} and that the jump host reaches it")
+        if isinstance(exc, TimeoutError):
+            return (f"{label}: no answer within {timeout:g}s (connect_timeout); "
+                    f"check the address and that the host is up")
+        if isinstance(exc, socket.gaierror):
+            return f"{label}: cannot resolve address {host}; fix hosts.{self.name}.address"
+        if isinstance(exc, OSError):
+            return f"{label}: unreachable ({exc.strerror or exc}); check the address and the network"
+        if isinstance(exc, paramiko.SSHException) and any(
+                sign in str(exc) for sign in ("banner", "No existing session", "Negotiation failed")):
+            # the TCP port answered but no SSH handshake finished in time (or the peer hung up)
+            return (f"{label}: no SSH answer within {timeout:g}s "
+                    f"(connect_timeout); check that ssh_port = {port} is an SSH server "
+                    f"and the host is up")
+        if isinstance(exc, paramiko.SSHException) and "No authentication methods" in str(exc):
+            return (f"{label}: no SSH key to offer for user {user}; set identity_file, "
+                    "or load a key into ssh-agent (`ssh-add`)")
+        return f"{label}: SSH failed: {exc}"
+
+    def close(self) -> None:
+        sftp, self._sftp = self._sftp, None
+        connection, self._connection = self._connection, None
+        jumps, self._jumps = self._jumps, []
+        if sftp is not None:
+            with contextlib.suppress(Exception):
+                sftp.close()
+        for link in [connection, *reversed(jumps)]:
+            if link is not None:
+                with contextlib.suppress(Exception):
+                    link.client.close()
+
+    @property
+    def connected(self) -> bool:
+        connection = self._connection
+        return (connection is not None and connection.transport is not None
+                and connection.transport.is_active())
+
+    def _open_channel(self) -> paramiko.Channel:
+        if not self.connected:
+            self.connect()
+        assert self._connection is not None and self._connection.transport is not None
+        try:
+            with self._channel_lock:
+                return self._connection.transport.open_session(timeout=self.settings.connect_timeout)
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            raise HostError(f"{self.label}: connection lost ({exc}); check the host and retry") from exc
+
+    # ---- commands
+
+    def run(self, command: str, timeout: float = 60.0, stdin: bytes | None = None) -> CommandResult:
+        """Run on an exec channel of our own, so the deadline covers everything and output stays bytes
+        until the end (invoke's runner would mirror threads and buffers we do not need here)."""
+        deadline = time.monotonic() + timeout
+        channel = self._open_channel()
+        out, err = bytearray(), bytearray()
+        try:
+            channel.settimeout(timeout)
+            channel.exec_command(_sh(command))
+            if stdin:
+                channel.sendall(stdin)
+            channel.shutdown_write()
+            channel.settimeout(0.25)
+            while True:
+                while channel.recv_stderr_ready():
+                    err += channel.recv_stderr(_CHUNK)
+                if time.monotonic() > deadline:
+                    raise self._timed_out(command, timeout)
+                try:
+                    chunk = channel.recv(_CHUNK)
+                except TimeoutError:
+                    continue
+                if not chunk:
+                    break
+                out += chunk
+            if not channel.status_event.wait(max(0.0, deadline - time.monotonic())):
+                raise self._timed_out(command, timeout)
+            while channel.recv_stderr_ready():
+                err += channel.recv_stderr(_CHUNK)
+            status = channel.recv_exit_status()
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            raise HostError(
+                f"{self.label}: connection lost while running `{head(command)}` ({exc})") from exc
+        finally:
+            channel.close()
+        # -1: the command was killed by a signal (sshd then sends exit-signal, not exit-status)
+        return CommandResult(status if status >= 0 else 255, out.decode("utf-8", errors="replace"),
+                             err.decode("utf-8", errors="replace"))
+
+    def _timed_out(self, command: str, timeout: float) -> CommandTimeout:
+        return CommandTimeout(f"{self.label}: `{head(command)}` did not finish within {timeout:g}s")
+
+    def _check(self, command: str, what: str, timeout: float = 60.0) -> CommandResult:
+        result = self.run(command, timeout=timeout)
+        if not result.ok:
+            detail = (result.stderr.strip().splitlines() or [f"exit code {result.exit_code}"])[-1]
+            raise HostError(f"{self.label}: cannot {what}: {detail}")
+        return result
+
+    def home(self) -> str:
+        if self._home is None:
+            home = self._check('printf %s "$HOME"', "find the home directory").stdout.strip()
+            if not home.startswith("/"):
+                raise HostError(f"{self.label}: $HOME is not set for user {self.user}")
+            self._home = home
+        return self._home
+
+    def _absolute(self, path: str) -> str:
+        if path == "~" or path.startswith("~/"):
+            return self.home() + path[1:]
+        return path
+
+    def put_file(self, data: bytes, remote_path: str, mode: int = 0o644) -> None:
+        """SFTP where the server offers it; else ``cat`` on an exec channel (hosts whose sshd has
+        no ``Subsystem sftp`` line), so a missing subsystem costs speed, not the upload."""
+        path = self._absolute(remote_path)
+        parent = posixpath.dirname(path)
+        if parent:
+            self._check(f"mkdir -p {shlex.quote(parent)}", f"create {parent}")
+        tmp = f"{path}.tmp-{uuid.uuid4().hex[:12]}"
+        try:
+            sftp = None if self._no_sftp else self._sftp_client()
+        except (OSError, paramiko.SSHException, EOFError):
+            if not self.connected:
+                raise HostError(f"{self.label}: connection lost while writing {path}") from None
+            self._no_sftp = True  # the server refused the sftp subsystem
+            sftp = None
+        if sftp is None:
+            self._put_by_exec(data, tmp, path, mode)
+            return
+        try:
+            with sftp.open(tmp, "wb") as remote:
+                remote.set_pipelined(True)
+                remote.write(data)
+            sftp.chmod(tmp, mode)
+            sftp.posix_rename(tmp, path)
+        except (OSError, paramiko.SSHException, EOFError) as exc:
+            with contextlib.suppress(Exception):
+                self.run(f"rm -f {shlex.quote(tmp)}", timeout=10.0)
+            raise HostError(f"{self.label}: cannot write {path}: {exc}") from exc
+
+    def _put_by_exec(self, data: bytes, tmp: str, path: str, mode: int) -> None:
+        q_tmp, q_path = shlex.quote(tmp), shlex.quote(path)
+        command = (f"umask 077; cat > {q_tmp} && chmod {mode:o} {q_tmp} && mv -f {q_tmp} {q_path} "
+                   f"|| {{ rm -f {q_tmp}; exit 1; }}")
+        result = self.run(command, timeout=max(60.0, len(data) / 1e6), stdin=data)
+        if not result.ok:
+            detail = (result.stderr.strip().splitlines() or [f"exit code {result.exit_code}"])[-1]
+            raise HostError(f"{self.label}: cannot write {path} (no SFTP subsystem there, "
+                            f"so through `cat`): {detail}")
+
+    def _sftp_client(self) -> paramiko.SFTPClient:
+        if self._sftp is None or self._sftp.get_channel() is None or self._sftp.get_channel().closed:
+            if not self.connected:
+                self.connect()
+            assert self._connection is not None
+            with self._channel_lock:
+                self._sftp = self._connection.client.open_sftp()
+        return self._sftp
+
+    def start_detached(self, command: str, log_path: str, cwd: str | None = None) -> int:
+        log = self._absolute(log_path)
+        lines = []
+        if cwd is not None:
+            lines.append(f"cd {shlex.quote(self._absolute(cwd))} || exit 97")
+        if posixpath.dirname(log):
+            lines.append(f"mkdir -p {shlex.quote(posixpath.dirname(log))} || exit 98")
+        lines.append(f": >>{shlex.quote(log)} || exit 98")
+        # setsid -f forks a child that is leader of a new session and process group; that child
+        # prints its own pid and then execs the command in place, so pid == pgid. Not a shell
+        # background job: those start with SIGINT/SIGQUIT ignored, which tasks would inherit.
+        lines.append(
+            "exec setsid -f /bin/sh -c "
+            + shlex.quote('echo $$; exec /bin/sh -c "$1" </dev/null >>"$2" 2>&1')
+            + f" distlaunch-task {shlex.quote(command)} {shlex.quote(log)}")
+        result = self._check("\n".join(lines), f"start `{head(command)}`")
+        try:
+            return int(result.stdout.split()[0])
+        except (IndexError, ValueError):
+            raise HostError(f"{self.label}: cannot start `{head(command)}`: no pid reported "
+                            f"({result.stderr.strip() or result.stdout.strip()!r})") from None
+
+    def stream_lines(self, command: str, on_line: Callable[[str], None],
+                     on_close: Callable[[int | None], None] | None = None) -> LineStream:
+        channel = self._open_channel()
+        try:
+            channel.exec_command(_sh(command))
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            channel.close()
+            raise HostError(f"{self.label}: cannot start `{head(command)}` ({exc})") from exc
+        return _SshLineStream(channel, on_line, on_close)
+
+    def kill_group(self, pgid: int, sig: int = signal.SIGTERM) -> None:
+        result = self.run(f"kill -s {signal_name(sig)} -- -{int(pgid)}", timeout=30.0)
+        if not result.ok and "no such process" not in result.stderr.lower():
+            detail = (result.stderr.strip().splitlines() or [f"exit code {result.exit_code}"])[-1]
+            raise HostError(f"{self.label}: cannot signal process group {pgid}: {detail}")
