@@ -129,6 +129,10 @@ def describe(host: str, failed: dict[str, Any]) -> str:
     if kind == "module":
         return (f"{where}: module {path} {problem} from workdir {failed.get('workdir')}; "
                 f"fix `{key}` or `python`")
+    if kind in ("executable", "module") and "the setup lines failed" in str(problem):
+        detail = str(problem).rsplit("(", 1)[-1].rstrip(")")
+        return (f"{where}: the setup lines failed ({detail}) before {path} could be looked up; "
+                "fix `setup` (in [defaults] or the role)")
     if kind == "executable":
         return f"{where}: program {path} {problem}; install it or fix `{key}`"
     return f"{where}: {path}: {problem}"

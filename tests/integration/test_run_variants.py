@@ -179,11 +179,11 @@ X = "1"
         ok = cli("up", str(profile), "--no-tui", "--run-dir", str(run_dir), "--run-id", run_id)
         assert ok.returncode == 0, ok.stderr[-2000:]
         assert "greeting=hi-from-setup bash=yes dir=sub" in (run_dir / "logs" / "worker-1.log").read_text()
+        # a failing setup line is caught by preflight, before anything starts
         failing = cli("up", str(profile), "--no-tui", "--run-dir", str(tmp_path / "run2"), "--run-id", run_id + "2",
                       "--set", 'defaults.setup=["false", "echo never"]')
-        assert failing.returncode == 1
-        log = tmp_path / "run2" / "logs" / "worker-0.log"
-        assert not log.exists() or "never" not in log.read_text()  # the command did not run after it
+        assert failing.returncode == 2 and "the setup lines failed" in failing.stderr and "`setup`" in failing.stderr
+        assert not (tmp_path / "run2" / "logs" / "worker-0.log").exists()
     finally:
         kill_run_processes(run_id)
         kill_run_processes(run_id + "2")
