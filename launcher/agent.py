@@ -835,8 +835,8 @@ def cmd_follow(run_dir: str, offsets: Dict[str, int], pinged: bool = False) -> i
     lease = os.path.join(run_dir, "lease")
     tails: Dict[str, EventFileTail] = {}
     out = sys.stdout.buffer
-    last_output = time.monotonic()
     last_touch = 0.0
+    last_hb = 0.0
     try:
         while not stdin_closed.is_set():
             now = time.monotonic()
@@ -861,12 +861,12 @@ def cmd_follow(run_dir: str, offsets: Dict[str, int], pinged: bool = False) -> i
                 for line in tail.read_lines():
                     out.write(line + b"\n")
                     wrote = True
-            if not wrote and now - last_output >= FOLLOW_HEARTBEAT_SECONDS:
+            if now - last_hb >= FOLLOW_HEARTBEAT_SECONDS:  # busy or not: it carries the host's clock
                 out.write(b"#hb %.3f\n" % time.time())
+                last_hb = now
                 wrote = True
             if wrote:
                 out.flush()
-                last_output = time.monotonic()
             stdin_closed.wait(FOLLOW_POLL_SECONDS)
     except BrokenPipeError:
         # the reader went away: silence the interpreter's final flush too

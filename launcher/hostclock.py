@@ -1,13 +1,14 @@
 """How far a host's clock is off, so its events carry times the launcher can compare.
 
 Agents stamp events with their host's clock. When that clock is minutes off, ages and
-latencies computed on the launcher go negative or absurd. Every line from a host carries the
-host's time (events their ``ts``, idle followers ``#hb <ts>``); its difference to the launcher's
-receive time is the host's offset minus the line's delay, and the delay is only ever positive
-(a backlog after a reconnect is just a long delay), so the largest recent difference is the
-best estimate of the offset. Offsets within ``TOLERANCE_S`` are left alone
-(NTP-synced hosts and ordinary delays); beyond it the host's times are moved onto the
-launcher's clock. An event stamped in the future even after that is given its receive time.
+latencies computed on the launcher go negative or absurd. Each follower prints ``#hb <ts>``
+(its host's time) every second, busy or not; its difference to the launcher's receive time is
+the host's offset minus the line's delay, and the delay is only ever positive, so the largest
+recent difference is the best estimate of the offset. Event times are never used for the
+estimate: a backlog sent after a reconnect is seconds old by design, not a slow clock.
+Offsets within ``TOLERANCE_S`` are left alone (NTP-synced hosts and ordinary delays); beyond it
+the host's times are moved onto the launcher's clock. An event stamped in the future even after
+that is given its receive time.
 """
 
 from __future__ import annotations
@@ -16,12 +17,12 @@ from collections import deque
 
 #: offsets smaller than this are normal (sync error, link delay, scheduling) and not corrected
 TOLERANCE_S = 2.0
-#: recent lines kept for the estimate
-WINDOW = 64
+#: recent heartbeats kept for the estimate: about a minute
+WINDOW = 60
 
 
 class HostClock:
-    """The offset of one host's clock from the launcher's, from the times of the lines it sent."""
+    """The offset of one host's clock from the launcher's, from the heartbeats it sent."""
 
     def __init__(self) -> None:
         self._diffs: deque[float] = deque(maxlen=WINDOW)

@@ -342,7 +342,6 @@ class Supervisor:
             event = Event.from_json(line)
         except EventDecodeError:
             return
-        self._observe_clock(host, event.ts, received)
         if event.task is not None:
             slug = event.task.replace(":", "-")
             offsets = self._offsets[host]
