@@ -456,12 +456,8 @@ class Supervisor:
         elif not wants_restart(spec.restart, rt.exit_code, False):
             self._finish(ev.JOB_FAILED, f"{spec.task_id} failed ({reason}); not restarted: "
                          f"{why_not_restarted(spec.restart, rt.exit_code)}")
-        elif rt.restarts >= spec.max_restarts:
-            self._finish(ev.JOB_FAILED, f"{spec.task_id} failed ({reason}) after {rt.restarts} restarts "
-                         f"(max_restarts = {spec.max_restarts})")
-        elif self.job_restarts >= self.profile.backoff_limit:
-            self._finish(ev.JOB_FAILED, f"{spec.task_id} failed ({reason}); the job used all "
-                         f"{self.profile.backoff_limit} restarts (backoff_limit)")
+        elif (spent := self._out_of_restarts(rt, f"failed ({reason})")) is not None:
+            self._finish(ev.JOB_FAILED, spent)
         else:
             self._schedule_restart(rt, f"failed ({reason})")
 
@@ -481,16 +477,21 @@ class Supervisor:
         spec = rt.spec
         if spec.on_stall != "restart" or rt.restarting or self.job_state != ev.JOB_RUNNING:
             return
-        reason = f"stall: {change.reason}"
-        if rt.restarts >= spec.max_restarts:
-            self._finish(ev.JOB_FAILED, f"{spec.task_id} stalled ({change.reason}) after {rt.restarts} "
-                         f"restarts (max_restarts = {spec.max_restarts})")
-        elif self.job_restarts >= self.profile.backoff_limit:
-            self._finish(ev.JOB_FAILED, f"{spec.task_id} stalled ({change.reason}); the job used all "
-                         f"{self.profile.backoff_limit} restarts (backoff_limit)")
+        spent = self._out_of_restarts(rt, f"stalled ({change.reason})")
+        if spent is not None:
+            self._finish(ev.JOB_FAILED, spent)
         else:
             self.watchdog.forget(spec.task_id)
-            self._schedule_restart(rt, reason, delay=0.0)
+            self._schedule_restart(rt, f"stall: {change.reason}", delay=0.0)
+
+    def _out_of_restarts(self, rt: TaskRuntime, what: str) -> str | None:
+        """Why ``rt`` may not restart again (its max_restarts or the job's backoff_limit), else None."""
+        spec = rt.spec
+        if rt.restarts >= spec.max_restarts:
+            return f"{spec.task_id} {what} after {rt.restarts} restarts (max_restarts = {spec.max_restarts})"
+        if self.job_restarts >= self.profile.backoff_limit:
+            return f"{spec.task_id} {what}; the job used all {self.profile.backoff_limit} restarts (backoff_limit)"
+        return None
 
     def _schedule_restart(self, rt: TaskRuntime, why: str, delay: float | None = None) -> None:
         group = restart_group(self.profile.strategy, rt.spec.task_id, self.tasks)
