@@ -212,7 +212,7 @@ def run_down(args: argparse.Namespace) -> int:
 
     def down(session: HostSession) -> None:
         slugs = [t["slug"] for t in state.get("tasks", {}).values() if t["host"] == session.name]
-        session.stop_agents(slugs, grace)
+        session.stop_agents(slugs, grace, exit_agent=True)
         left = session.sweep(kill=True)
         if left:
             leftovers[session.name] = left

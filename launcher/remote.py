@@ -151,60 +151,52 @@ class HostSession:
         marker = shlex.quote(f"{self.base_dir}/detached")
         self.host.run(f"touch {marker}" if detached else f"rm -f {marker}", timeout=30)
 
-    # -- tasks ----------------------------------------------------------------------------------
+    # -- the host agent ---------------------------------------------------------------------------
 
-    def start_agents(self, tasks: list[tuple[str, str]],
-                     secrets: Mapping[str, Mapping[str, str]] | None = None) -> dict[str, int]:
-        """Start the agents of (slug, python) pairs with one shell script on the host; each
-        runs detached (setsid, its own session and process group, std streams to agent.log).
-        ``secrets`` (slug -> env) travel on the script's stdin into the agents' environment,
-        so they are never written to a file or shown in a command line.
-        Returns slug -> agent pid (which is also its process group)."""
-        if not tasks:
+    def _spawn_args(self) -> list[str]:
+        """Hosts whose detached processes must be started by the transport (a Slurm step) get their
+        host agent started here; the agent verbs then wait for it instead of starting one."""
+        if self.host.detach_by_setsid:
+            return ["--run-id", self.run_id]
+        serve = (f"DISTLAUNCH_RUN_ID={shlex.quote(self.run_id)} exec "
+                 + self._agent_cmd("serve", "--run-dir", self.base_dir))
+        self.host.start_detached(serve, f"{self.base_dir}/agent.log", cwd=self.base_dir)
+        return ["--run-id", self.run_id, "--no-spawn"]
+
+    def start_tasks(self, specs: Mapping[str, Mapping[str, Any]],
+                    secrets: Mapping[str, Mapping[str, str]] | None = None) -> dict[str, int]:
+        """Write the specs and have the host agent start those tasks, in their order, in one round
+        trip (the host agent is started first if none serves). ``secrets`` (slug -> env) travel on
+        stdin into the agent's memory, never into a file or a command line. Returns slug -> pid."""
+        if not specs:
             return {}
-        if not self.host.detach_by_setsid:
-            return {slug: self._start_agent_alone(slug, python) for slug, python in tasks}
-        # the setsid'd child prints "<slug> <its pid>" and then execs the agent in place
-        child = 'echo "$3 $$"; exec /bin/sh -c "$1" </dev/null >>"$2" 2>&1'
-        lines = [f"cd {shlex.quote(self.base_dir)} || exit 97"]
-        stdin = None
-        if secrets:
-            lines.append("IFS= read -r DISTLAUNCH_SECRETS && export DISTLAUNCH_SECRETS")
-            stdin = (json.dumps(dict(secrets), separators=(",", ":")) + "\n").encode()
-        for slug, python in tasks:
-            task_dir = self.task_dir(slug)
-            log = shlex.quote(f"{task_dir}/agent.log")
-            agent = (f"DISTLAUNCH_RUN_ID={shlex.quote(self.run_id)} exec "
-                     + self._agent_cmd("run", "--task-dir", task_dir, python=python))
-            lines.append(f"mkdir -p {shlex.quote(task_dir)} && : >>{log} && "
-                         f"setsid -f /bin/sh -c {shlex.quote(child)} distlaunch-agent "
-                         f"{shlex.quote(agent)} {log} {shlex.quote(slug)}")
-        result = self.host.run("\n".join(lines), timeout=60, stdin=stdin)
-        pids: dict[str, int] = {}
-        for line in result.stdout.splitlines():
-            slug, _, pid = line.strip().rpartition(" ")
-            if slug and pid.isdigit():
-                pids[slug] = int(pid)
-        missing = [slug for slug, _ in tasks if slug not in pids]
-        if missing:
-            detail = (result.stderr.strip().splitlines() or ["no pid reported"])[-1]
-            raise HostError(f"host {self.name}: could not start the agent of {', '.join(missing)}: {detail}")
+        payload = {"specs": dict(specs), "tasks": list(specs), "secrets": dict(secrets or {})}
+        result = self.host.run(self._agent_cmd("start", "--run-dir", self.base_dir, *self._spawn_args()),
+                               timeout=60, stdin=(json.dumps(payload) + "\n").encode())
+        lines = [ln for ln in result.stdout.splitlines() if ln.strip()]
+        try:
+            answer: dict[str, Any] = json.loads(lines[-1]) if lines else {}
+        except ValueError:
+            answer = {}
+        pids = {str(k): int(v) for k, v in (answer.get("pids") or {}).items() if isinstance(v, int)}
+        problems = dict(answer.get("errors") or {})
+        if answer.get("error") or not result.ok:
+            detail = answer.get("error") or (result.stderr.strip().splitlines() or ["no answer"])[-1]
+            raise HostError(f"host {self.name}: could not start {', '.join(specs)}: {detail}")
+        if problems:
+            raise HostError(f"host {self.name}: " + "; ".join(f"{s}: {why}" for s, why in problems.items()))
         return pids
 
-    def _start_agent_alone(self, slug: str, python: str) -> int:
-        task_dir = self.task_dir(slug)
-        agent = (f"DISTLAUNCH_RUN_ID={shlex.quote(self.run_id)} exec "
-                 + self._agent_cmd("run", "--task-dir", task_dir, python=python))
-        return self.host.start_detached(agent, f"{task_dir}/agent.log", cwd=self.base_dir)
-
-    def stop_agents(self, slugs: Iterable[str], grace: float) -> None:
-        """Stop several tasks at once (in parallel on the host) and wait for all of them."""
-        stops = [self._agent_cmd("stop", "--task-dir", self.task_dir(s), "--grace", f"{grace:g}")
-                 for s in slugs]
-        if not stops:
+    def stop_agents(self, slugs: Iterable[str], grace: float, exit_agent: bool = False) -> None:
+        """Stop several tasks at once and wait for their final events; with ``exit_agent`` the host
+        agent then ends too (the job is over). Without a live host agent the verb stops the groups."""
+        tasks = ",".join(slugs)
+        if not tasks and not exit_agent:
             return
-        script = " & ".join(f"{c} >/dev/null" for c in stops) + " & wait"
-        self.host.run(script, timeout=grace + 30)
+        args = ["--run-dir", self.base_dir, "--tasks", tasks, "--grace", f"{grace:g}"]
+        if exit_agent:
+            args.append("--exit")
+        self.host.run(self._agent_cmd("stop", *args), timeout=grace + 60)
 
     def sweep(self, kill: bool, grace: float = 5.0) -> list[dict[str, Any]]:
         args = ["--run-id", self.run_id, "--grace", f"{grace:g}"]
@@ -215,7 +207,9 @@ class HostSession:
 
     def follow(self, offsets: Mapping[str, int], on_line: Callable[[str], None],
                on_close: Callable[[int | None], None]) -> LineStream:
-        args = ["--run-dir", self.base_dir, "--pinged"]  # the supervisor pings the stream every second
+        """The host agent's event stream from these byte offsets (it is started if none serves,
+        and adopts the tasks of one that was killed)."""
+        args = ["--run-dir", self.base_dir, "--pinged", *self._spawn_args()]  # the supervisor pings every second
         for slug, offset in sorted(offsets.items()):
             args += ["--offset", f"{slug}={offset}"]
         return self.host.stream_lines(self._agent_cmd("follow", *args), on_line, on_close)

@@ -355,3 +355,130 @@ def _scan_parents() -> Dict[int, List[int]]:
         if stat is not None:
             parents.setdefault(stat[0], []).append(int(name))
     return parents
+
+
+class HostSampler:
+    """Samples every task of a host in one pass: one /proc walk for all process trees, one GPU
+    query per GPU in use, one machine reading. ``sample({key: (root pid, gpu indices)})``
+    returns ``{key: sample}`` (the shape of ``TaskSampler.sample``); a task's first sample covers
+    the time since it was first seen. Never raises."""
+
+    def __init__(self, use_nvml: Optional[bool] = None) -> None:
+        self._use_nvml = use_nvml
+        self._clock_ticks = float(os.sysconf("SC_CLK_TCK")) if hasattr(os, "sysconf") else 100.0
+        self._page_size = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+        self._host = HostReader()
+        self._gpu_mode: Optional[str] = None
+        self._smi = TaskSampler.__new__(TaskSampler)  # borrows its nvidia-smi call and GPU entries
+        self._smi._gpu_mode = None
+        self._prev: Dict[Any, Tuple[float, Dict[ProcKey, float]]] = {}
+
+    def sample(self, tasks: Dict[Any, Tuple[int, List[int]]]) -> Dict[Any, Dict[str, Any]]:
+        now = time.monotonic()
+        stats = _scan_stats()
+        children: Dict[int, List[int]] = {}
+        for pid, (ppid, _, _) in stats.items():
+            children.setdefault(ppid, []).append(pid)
+        trees: Dict[Any, TreeReading] = {key: self._tree(root, stats, children) for key, (root, _) in tasks.items()}
+        gpu_by_index = self._gpus(sorted({i for _, gpus in tasks.values() for i in gpus}))
+        try:
+            host: Optional[Dict[str, Any]] = self._host.read()
+        except Exception as exc:  # /proc oddities must not stop task sampling
+            log.warning("host sampling failed: %s: %s", type(exc).__name__, exc)
+            host = None
+        out: Dict[Any, Dict[str, Any]] = {}
+        for key, (_root, gpu_indices) in tasks.items():
+            reading = trees[key]
+            then, prev_cpu = self._prev.get(key, (now, {}))
+            cpu_percent: Optional[float] = None
+            rss_bytes: Optional[int] = None
+            if reading:
+                used = sum(max(0.0, cpu - prev_cpu.get(k, cpu if key not in self._prev else 0.0))
+                           for k, (cpu, _) in reading.items())
+                if now > then:
+                    cpu_percent = round(100.0 * used / (now - then), 1)
+                rss_bytes = sum(rss for _, rss in reading.values() if rss is not None)
+            self._prev[key] = (now, {k: cpu for k, (cpu, _) in reading.items()})
+            pids = {pid for pid, _ in reading}
+            gpus = [self._gpu_entry(gpu_by_index, i, pids) for i in gpu_indices]
+            source = "proc" + ("+" + (self._gpu_mode or GPU_NONE) if gpu_indices else "")
+            out[key] = {"cpu_percent": cpu_percent, "rss_bytes": rss_bytes, "gpus": gpus, "source": source,
+                        "host": host}
+        for key in [k for k in self._prev if k not in tasks]:
+            del self._prev[key]
+        return out
+
+    def _tree(self, root: int, stats: Dict[int, Tuple[int, int, float]],
+              children: Dict[int, List[int]]) -> TreeReading:
+        out: TreeReading = {}
+        stack = [root] if root in stats else []
+        while stack:
+            pid = stack.pop()
+            _, ticks, start = stats[pid]
+            if (pid, start) in out:
+                continue
+            out[(pid, start)] = (ticks / self._clock_ticks, self._rss(pid))
+            stack.extend(c for c in children.get(pid, []) if c in stats)
+        return out
+
+    def _rss(self, pid: int) -> Optional[int]:
+        try:
+            with open("/proc/%d/statm" % pid) as f:
+                return int(f.read().split()[1]) * self._page_size
+        except (OSError, ValueError, IndexError):
+            return None
+
+    def _gpus(self, indices: List[int]) -> Dict[int, Dict[str, Any]]:
+        """Per GPU in use: its stats and per-process use (one query each), by physical index."""
+        if not indices:
+            return {}
+        try:
+            if self._gpu_mode is None:
+                self._gpu_mode = (GPU_NVML if self._use_nvml is not False and nvml.available()
+                                  else GPU_SMI if shutil.which("nvidia-smi") else GPU_NONE)
+            if self._gpu_mode == GPU_NVML:
+                return {i: {"entry": nvml.gpu_stats(i) or _empty_gpu(i), "procs": nvml.compute_processes(i),
+                            "utils": nvml.process_utilization(i)} for i in indices}
+            if self._gpu_mode == GPU_SMI:
+                by_index = self._smi._run_nvidia_smi()
+                if by_index is None:
+                    self._gpu_mode = GPU_NONE
+                    return {}
+                return {i: {"entry": by_index.get(i) or _empty_gpu(i), "procs": None, "utils": None}
+                        for i in indices}
+        except Exception as exc:  # the agent must keep supervising whatever happens here
+            log.warning("GPU sampling failed: %s: %s", type(exc).__name__, exc)
+            self._gpu_mode = GPU_NONE
+        return {}
+
+    @staticmethod
+    def _gpu_entry(by_index: Dict[int, Dict[str, Any]], index: int, pids: set) -> Dict[str, Any]:
+        found = by_index.get(index)
+        if found is None:
+            return _empty_gpu(index)
+        entry = dict(found["entry"])
+        entry["proc_mem_bytes"] = None
+        entry["proc_util_percent"] = None
+        procs, utils = found["procs"], found["utils"]
+        if procs is not None:
+            ours = [used for pid, used in procs.items() if pid in pids]
+            known = [used for used in ours if used is not None]
+            entry["proc_mem_bytes"] = sum(known) if known or not ours else None
+        if utils is not None:
+            entry["proc_util_percent"] = float(sum(u for pid, u in utils.items() if pid in pids))
+        return entry
+
+
+def _scan_stats() -> Dict[int, Tuple[int, int, float]]:
+    """``{pid: (ppid, cpu ticks, start time)}`` for every process, in one walk of /proc."""
+    out: Dict[int, Tuple[int, int, float]] = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return out
+    for name in names:
+        if name.isdigit():
+            stat = _read_proc_stat(int(name))
+            if stat is not None:
+                out[int(name)] = stat
+    return out

@@ -156,11 +156,9 @@ class Supervisor:
         self._loop_thread.start()
         self._call(self._announce)
         try:
-            self._start_tasks(list(self.tasks.values()), start=False)
             self.write_state()
-            for name in self.sessions:
-                self._start_follower(name)
-            self._start_tasks(list(self.tasks.values()), write=False)
+            self._on_hosts(lambda s: self._start_follower(s.name))  # each starts its host's agent
+            self._start_tasks(list(self.tasks.values()))
             if self.detached:
                 self._on_hosts(lambda s: s.set_detached(True))
         except BaseException as exc:
@@ -306,13 +304,11 @@ class Supervisor:
             "autolog": spec.autolog,
         }
 
-    def _write_specs(self, session: HostSession, rts: list[TaskRuntime]) -> None:
-        session.write_specs({rt.spec.slug: self.agent_spec(rt) for rt in rts})
-
-    def _start_agents(self, session: HostSession, rts: list[TaskRuntime]) -> None:
+    def _start_on(self, session: HostSession, rts: list[TaskRuntime]) -> None:
+        """Write the specs of ``rts`` and start them through the host's agent, in one round trip."""
         secrets = {rt.spec.slug: split_secrets(rt.spec.env, self.profile.secrets)[1] for rt in rts}
-        session.start_agents([(rt.spec.slug, rt.spec.python) for rt in rts],
-                             {slug: env for slug, env in secrets.items() if env})
+        session.start_tasks({rt.spec.slug: self.agent_spec(rt) for rt in rts},
+                            {slug: env for slug, env in secrets.items() if env})
 
     def _start_follower(self, host: str) -> None:
         session = self.sessions[host]
@@ -566,9 +562,8 @@ class Supervisor:
         if not any(rt.launch_pending for rt in self.tasks.values()):
             self._end_job()
 
-    def _start_tasks(self, members: list[TaskRuntime], write: bool = True, start: bool = True) -> None:
-        """Write specs (``write``) and start agents (``start``) role by role in START_ORDER,
-        hosts in parallel within a role."""
+    def _start_tasks(self, members: list[TaskRuntime]) -> None:
+        """Start ``members`` role by role in START_ORDER, hosts in parallel within a role."""
         for role in START_ORDER:
             group = [rt for rt in members if rt.spec.role == role]
             hosts = sorted({rt.spec.host for rt in group})
@@ -576,11 +571,7 @@ class Supervisor:
                 continue
 
             def work(session: HostSession, group: list[TaskRuntime] = group) -> None:
-                mine = [rt for rt in group if rt.spec.host == session.name]
-                if write:
-                    self._write_specs(session, mine)
-                if start:
-                    self._start_agents(session, mine)
+                self._start_on(session, [rt for rt in group if rt.spec.host == session.name])
 
             self._on_hosts(work, hosts)
 
@@ -701,7 +692,7 @@ class Supervisor:
         by_host = {h: [rt.spec.slug for rt in self.tasks.values() if rt.spec.host == h] for h in self.sessions}
         grace = max((rt.spec.grace_seconds for rt in self.tasks.values()), default=10.0)
         try:
-            self._on_hosts(lambda s: s.stop_agents(by_host[s.name], grace))
+            self._on_hosts(lambda s: s.stop_agents(by_host[s.name], grace, exit_agent=True))
         except Exception as exc:
             self._notice(f"stopping tasks: {exc}")
         if not self._all_final.wait(DRAIN_SECONDS):

@@ -403,15 +403,12 @@ def _zipapp_with(tmp_path: Path, sampling_source: str | None) -> Path:
 
 # Stands in for launcher/sampling.py at its agreed seam: TaskSampler(pid, gpu_indices).sample().
 SAMPLER_STUB = """
-class TaskSampler:
-    def __init__(self, pid, gpu_indices):
-        self.pid = pid
-        self.gpu_indices = gpu_indices
-
-    def sample(self):
-        return {"cpu_percent": 12.5, "rss_bytes": self.pid, "source": "stub",
-                "gpus": [{"index": i, "util_percent": 1.0, "mem_used_bytes": 2, "mem_total_bytes": 3}
-                         for i in self.gpu_indices]}
+class HostSampler:
+    def sample(self, tasks):
+        return {key: {"cpu_percent": 12.5, "rss_bytes": pid, "source": "stub",
+                      "gpus": [{"index": i, "util_percent": 1.0, "mem_used_bytes": 2, "mem_total_bytes": 3}
+                               for i in gpus]}
+                for key, (pid, gpus) in tasks.items()}
 """
 
 

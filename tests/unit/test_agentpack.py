@@ -20,7 +20,8 @@ def test_zipapp_holds_main_and_every_host_module_present_in_the_tree():
     expected = {"__main__.py"} | {f"launcher/{m}.py" for m in present} | {f"launcher/{m}.pyc" for m in present}
     expected.add(f"{agentpack.SITE_DIR}/sitecustomize.py")  # autolog's start-up hook, a directory of its own
     assert names == expected
-    assert {"launcher/__init__.py", "launcher/events.py", "launcher/agent.py"} <= names
+    assert {"launcher/__init__.py", "launcher/events.py", "launcher/agent/__init__.py",
+            "launcher/agent/hostagent.py"} <= names
 
 
 def test_zipapp_is_deterministic_and_cached():
@@ -39,7 +40,7 @@ def test_bytecode_is_used_by_this_python_and_ignored_by_another(tmp_path):
     probe = "import launcher.agent as a; print(a.__loader__.get_filename('launcher.agent'))"
     ran = subprocess.run([sys.executable, "-I", "-S", "-c", f"import sys; sys.path.insert(0, {str(pyz)!r}); {probe}"],
                          capture_output=True, text=True, timeout=30, check=True)
-    assert ran.stdout.strip().endswith("agent.pyc")
+    assert ran.stdout.strip().endswith("agent/__init__.pyc")
     # a bytecode file from another interpreter (wrong magic number) falls back to the source
     files = agentpack.agent_sources()
     stale = {name: data for name, data in agentpack.with_bytecode(files).items()}
@@ -59,7 +60,7 @@ def test_zipapp_runs_without_site_packages_or_the_source_tree(tmp_path):
                          text=True, timeout=30, cwd=tmp_path, check=True)
     assert set(json.loads(out.stdout)) == {"python", "psutil", "pynvml"}
     modules = [m for m in agentpack.AGENT_MODULES if m != "__init__" and (PACKAGE_DIR / f"{m}.py").exists()]
-    imports = ", ".join("launcher." + m for m in modules)
+    imports = ", ".join("launcher." + m.replace("/__init__", "").replace("/", ".") for m in modules)
     code = f"import sys; sys.path.insert(0, {str(pyz)!r}); import {imports}"
     subprocess.run([sys.executable, "-I", "-S", "-c", code], check=True, timeout=30, cwd=tmp_path)
 

@@ -1,0 +1,18 @@
+"""The host agent: one daemon per (run, host) supervising all of that host's tasks.
+
+It runs ON each host from the uploaded zipapp (``python agent.pyz VERB ...``), so it is
+stdlib-only and must work on any Python >= 3.9. The launcher never owns a task process: the
+host agent does, detached from any SSH channel, and the launcher *follows* it, which is why a
+dropped SSH link, ``--detach`` and ``attach`` all behave the same.
+
+One concept per module: ``procs`` (process groups, signals, reaping), ``spec`` (what a task is
+and how it starts), ``output`` (event file writer, task output to events), ``runner`` (one task
+from start or adoption to its final event), ``stream`` (events pushed to followers),
+``hostagent`` (the daemon), ``clients`` (the verbs that talk to it), ``netcheck`` (ports,
+preflight), ``verbs`` (the command line).
+"""
+
+from launcher.agent.procs import pid_alive
+from launcher.agent.verbs import main
+
+__all__ = ["main", "pid_alive"]

@@ -1,0 +1,5 @@
+import sys
+
+from launcher.agent.verbs import main
+
+sys.exit(main())

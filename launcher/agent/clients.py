@@ -1,0 +1,242 @@
+"""The verbs the launcher runs over SSH to talk to the host agent: ``follow``, ``start``, ``stop``.
+
+Each connects to the host agent's socket in the host run dir and starts the agent first when none
+is serving (``--no-spawn``: wait for one that the transport starts, e.g. a Slurm step). When no
+agent serves, ``stop`` does the job itself (kill the task's group, write the final event).
+
+Stdlib-only, Python >= 3.9 (runs on hosts from the agent zipapp).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from typing import Any, Dict, List, Optional
+
+from launcher import events
+from launcher.agent.hostagent import SOCKET_NAME
+from launcher.agent.output import EventWriter, last_state
+from launcher.agent.procs import (
+    KILL_CONFIRM_SECONDS,
+    _group_members,
+    _is_our_agent,
+    _is_our_group,
+    _kill_group_for_good,
+    _read_int,
+    _signal_pid,
+    _wait_until,
+    _write_atomic,
+    pid_alive,
+)
+from launcher.agent.spec import AgentSpec
+
+CONNECT_SECONDS = 15.0
+#: `follow --pinged`: with no ping for this long the launcher is gone without closing the link
+FOLLOW_PING_EXIT_SECONDS = 30.0
+
+
+def connect(run_dir: str, spawn: bool = True, timeout: float = CONNECT_SECONDS) -> socket.socket:
+    """A connection to the run's host agent, starting one (detached) if ``spawn`` and none serves;
+    without ``spawn``, waits ``timeout`` for one that another party starts (0: fail at once)."""
+    os.chdir(run_dir)  # a relative socket name: a long run dir must not exceed sun_path
+    spawned = False
+    deadline = time.monotonic() + timeout
+    while True:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.connect(SOCKET_NAME)
+            return sock
+        except OSError:
+            sock.close()
+        if spawn and not spawned:
+            spawn_agent(run_dir)
+            spawned = True
+        if timeout <= 0 or time.monotonic() >= deadline:
+            raise OSError("no host agent answers in %s after %g s (see agent.log there)" % (run_dir, timeout))
+        time.sleep(0.01 if spawned else 0.1)
+
+
+def spawn_agent(run_dir: str) -> None:
+    """Start ``serve`` in a new session, detached from this command's streams (an SSH channel
+    stays open while anything holds them), with the run id in its environment for ``sweep``."""
+    log = os.open(os.path.join(run_dir, "agent.log"), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    env = dict(os.environ)
+    run_id = _run_id(run_dir)
+    if run_id:
+        env["DISTLAUNCH_RUN_ID"] = run_id
+    env.pop("DISTLAUNCH_SECRETS", None)
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    if os.path.isfile(root):  # the zipapp
+        argv = [sys.executable, root, "serve", "--run-dir", run_dir]
+    else:  # a source tree
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+        argv = [sys.executable, "-m", "launcher.agent", "serve", "--run-dir", run_dir]
+    subprocess.Popen(argv, cwd=run_dir, env=env,
+                     stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, close_fds=True)
+    os.close(log)
+
+
+def _run_id(run_dir: str) -> Optional[str]:
+    tasks = os.path.join(run_dir, "tasks")
+    with contextlib.suppress(OSError):
+        for slug in sorted(os.listdir(tasks)):
+            with contextlib.suppress(OSError, ValueError, TypeError):
+                return AgentSpec.load(os.path.join(tasks, slug, "spec.json")).run
+    return os.environ.get("DISTLAUNCH_RUN_ID")
+
+
+def request(run_dir: str, obj: Dict[str, Any], spawn: bool = True, timeout: float = 600.0,
+            wait: float = CONNECT_SECONDS) -> Dict[str, Any]:
+    sock = connect(run_dir, spawn, wait)
+    try:
+        sock.settimeout(timeout)
+        sock.sendall((json.dumps(obj) + "\n").encode())
+        data = b""
+        while not data.endswith(b"\n"):
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    finally:
+        sock.close()
+    answer: Dict[str, Any] = json.loads(data or b"{}")
+    return answer
+
+
+# -- follow -----------------------------------------------------------------------------------------
+
+
+def cmd_follow(run_dir: str, offsets: Dict[str, int], pinged: bool = False, spawn: bool = True) -> int:
+    """Relay the host agent's event stream to stdout and stdin's pings to it, until either ends."""
+    try:
+        sock = connect(run_dir, spawn)
+    except OSError as exc:
+        sys.stderr.write("agent follow: %s\n" % exc)
+        return 1
+    sock.sendall((json.dumps({"op": "follow", "offsets": offsets, "pinged": pinged}) + "\n").encode())
+    done = threading.Event()
+    last_ping = [time.monotonic()]
+
+    def relay_pings() -> None:
+        # os.read on the fd, not sys.stdin: a daemon thread blocked inside a buffered reader
+        # aborts the interpreter at exit
+        try:
+            while os.read(0, 4096):
+                last_ping[0] = time.monotonic()
+                sock.sendall(b"\n")
+        except OSError:
+            pass
+        done.set()
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+
+    threading.Thread(target=relay_pings, name="stdin", daemon=True).start()
+    out = sys.stdout.buffer
+    sock.settimeout(1.0)
+    try:
+        while not done.is_set():
+            if pinged and time.monotonic() - last_ping[0] > FOLLOW_PING_EXIT_SECONDS:
+                return 0  # the launcher is gone without closing the link; it starts a new follower
+            try:
+                data = sock.recv(65536)
+            except socket.timeout:
+                continue
+            if not data:
+                return 0  # the host agent went away: the launcher sees the end and follows again
+            out.write(data)
+            out.flush()
+    except BrokenPipeError:
+        # the reader went away: silence the interpreter's final flush too
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except OSError:
+        pass
+    return 0
+
+
+# -- start --------------------------------------------------------------------------------------------
+
+
+def cmd_start(run_dir: str, payload: Dict[str, Any], spawn: bool = True) -> Dict[str, Any]:
+    """Write the specs of ``payload`` (``{"specs": {slug: spec}, "tasks": [slug], "secrets": {...}}``)
+    and have the host agent start ``tasks`` in that order; secrets never touch a file."""
+    specs = payload.get("specs") or {}
+    for slug, spec in specs.items():
+        task_dir = os.path.join(run_dir, "tasks", slug)
+        os.makedirs(task_dir, mode=0o700, exist_ok=True)
+        path = os.path.join(task_dir, "spec.json")
+        fd = os.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(spec, f, indent=1, sort_keys=True)
+        os.replace(path + ".tmp", path)
+    tasks = [str(s) for s in payload.get("tasks") or list(specs)]
+    if not tasks:
+        return {"pids": {}, "errors": {}}
+    return request(run_dir, {"op": "start", "tasks": tasks, "secrets": payload.get("secrets") or {}}, spawn)
+
+
+# -- stop ---------------------------------------------------------------------------------------------
+
+
+def cmd_stop(run_dir: str, slugs: List[str], grace: Optional[float], exit_after: bool = False) -> Dict[str, Any]:
+    """Stop tasks through the host agent; where none serves, stop each task's group here."""
+    try:
+        return request(run_dir, {"op": "stop", "tasks": slugs, "grace": grace, "exit": exit_after}, spawn=False,
+                       timeout=(grace or 10.0) + 60.0, wait=0.0)
+    except (OSError, ValueError):
+        pass
+    answers = {slug: stop_without_agent(os.path.join(run_dir, "tasks", slug), grace) for slug in slugs}
+    left = [slug for slug, a in answers.items() if not a["stopped"]]
+    return {"stopped": [s for s in slugs if s not in left], "left": left, "without_agent": answers}
+
+
+def stop_without_agent(task_dir: str, grace: Optional[float]) -> Dict[str, Any]:
+    """Stop one task with no host agent: its single-task ``run`` agent if one runs, then its group."""
+    spec: Optional[AgentSpec]
+    try:
+        spec = AgentSpec.load(os.path.join(task_dir, "spec.json"))
+    except (OSError, ValueError):
+        spec = None
+    run_id = spec.run if spec else None
+    if grace is None:
+        grace = spec.grace_seconds if spec else 10.0
+    agent_pid = _read_int(os.path.join(task_dir, "agent.pid"))
+    pgid = _read_int(os.path.join(task_dir, "task.pgid"))
+    agent_was_running = agent_pid is not None and _is_our_agent(agent_pid, task_dir, run_id)
+    agent_killed = False
+    if agent_was_running and agent_pid is not None:
+        pid = agent_pid
+        _signal_pid(pid, signal.SIGTERM)
+        if not _wait_until(lambda: not pid_alive(pid), grace + 5.0):
+            _signal_pid(pid, signal.SIGKILL)
+            agent_killed = True
+            _wait_until(lambda: not pid_alive(pid), KILL_CONFIRM_SECONDS)
+    group_killed = False
+    if pgid is not None and _is_our_group(pgid, run_id):
+        group_killed = True
+        _kill_group_for_good(pgid, 0.0, lambda: None)
+    left = _group_members(pgid) if pgid is not None else []
+    events_path = os.path.join(task_dir, "events.jsonl")
+    wrote_final = False
+    if spec is not None and os.path.exists(events_path):
+        last = last_state(events_path)
+        if last is not None and last not in events.FINAL_TASK_STATES:
+            writer = EventWriter(events_path)
+            writer.write(events.state_event(spec.run, spec.task, events.STOPPED, host=spec.host,
+                                            pid=pgid, restarts=spec.restarts,
+                                            reason="stopped on request (agent did not report)"))
+            writer.close()
+            wrote_final = True
+    return {"stopped": not left, "agent_pid": agent_pid, "agent_was_running": agent_was_running,
+            "agent_killed": agent_killed, "pgid": pgid, "group_killed": group_killed,
+            "left": left, "wrote_final_state": wrote_final}
+
+
+__all__ = ["_write_atomic", "cmd_follow", "cmd_start", "cmd_stop", "connect", "request", "spawn_agent"]

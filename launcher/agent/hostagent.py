@@ -1,0 +1,357 @@
+"""The host agent: one daemon per (run, host) that supervises every task of the run on its host.
+
+``serve`` runs it in the foreground; clients (``launcher.agent.clients``) start it detached when
+it is not running. It holds ``agent.lock`` (flock) for its whole life, so there is never a second
+one, and a lock that is free means it died. It listens on ``agent.sock`` in the host run dir
+(0700: only its user can connect). Requests are one JSON line each:
+
+* ``follow`` {offsets, pinged}: the connection becomes an event stream (``stream.EventHub``);
+* ``start`` {tasks, secrets}: start these tasks from their spec.json; answers their pids;
+* ``stop`` {tasks, grace, exit}: stop them (SIGTERM group, grace, SIGKILL group) and answer once
+  each wrote its final event; with ``exit`` the agent then stops everything left and exits;
+* ``status``: the tasks it supervises and their pids.
+
+On start it adopts the live tasks of a predecessor that was killed (``runner.TaskRunner.adopt``);
+a task that died meanwhile gets its final event from the exit status its wrapper left. Without a
+launcher (no fresh follower, no ``lease`` touch) for ``orphan_grace_seconds`` and no ``detached``
+file, it stops its tasks. It exits when no task runs and no follower has come for a while.
+
+Stdlib-only, Python >= 3.9 (runs on hosts from the agent zipapp).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import importlib
+import json
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from typing import Any, Dict, List, Optional, Set
+
+from launcher import events
+from launcher.agent.output import EventWriter, last_state
+from launcher.agent.procs import (
+    _become_subreaper,
+    _is_our_group,
+    _kill_group_for_good,
+    _reap_adopted,
+    _write_atomic,
+    pid_alive,
+)
+from launcher.agent.runner import TaskRunner, read_task_file
+from launcher.agent.spec import AgentSpec
+from launcher.agent.stream import EventHub
+
+SOCKET_NAME = "agent.sock"
+LOCK_NAME = "agent.lock"
+PID_NAME = "agent.pid"
+HOUSEKEEPING_SECONDS = 0.5
+LEASE_TOUCH_SECONDS = 1.0
+#: with no task running and no follower for this long, the agent exits (a later client starts one)
+IDLE_EXIT_SECONDS = 20.0
+DEFAULT_ORPHAN_GRACE = 60.0
+
+
+class HostAgent:
+    def __init__(self, run_dir: str) -> None:
+        self.run_dir = os.path.abspath(run_dir)
+        self.tasks_dir = os.path.join(self.run_dir, "tasks")
+        self.lock = threading.Lock()  # shared by all event writers and the hub
+        self.hub = EventHub(self.tasks_dir, self.lock)
+        self.runners: Dict[str, TaskRunner] = {}
+        self.leaders: Set[int] = set()
+        self._runners_lock = threading.Lock()
+        self._started_at = time.time()
+        self._detached_seen_at = 0.0
+        self._last_touch = 0.0
+        self._exit = threading.Event()
+        self._reap_needed = threading.Event()
+        self._sampling = _load_sampling()
+        self._orphan_grace = DEFAULT_ORPHAN_GRACE
+
+    # -- life -------------------------------------------------------------------------------------
+
+    def serve(self) -> int:
+        os.makedirs(self.tasks_dir, mode=0o700, exist_ok=True)
+        lock_fd = os.open(os.path.join(self.run_dir, LOCK_NAME), os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return 0  # another host agent of this run serves already
+        os.chdir(self.run_dir)  # the socket is bound by a relative name: no limit on the dir's length
+        _write_atomic(PID_NAME, "%d\n" % os.getpid())
+        _become_subreaper()
+        signal.signal(signal.SIGTERM, lambda *_: self._exit.set())
+        signal.signal(signal.SIGINT, lambda *_: self._exit.set())
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        signal.signal(signal.SIGCHLD, lambda *_: self._reap_needed.set())
+        self._adopt_all()
+        with contextlib.suppress(OSError):
+            os.unlink(SOCKET_NAME)  # left by a killed predecessor; the lock says none serves it
+        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old_umask = os.umask(0o177)
+        try:
+            server.bind(SOCKET_NAME)
+        finally:
+            os.umask(old_umask)
+        server.listen(64)
+        threading.Thread(target=self._accept, args=(server,), name="accept", daemon=True).start()
+        threading.Thread(target=self._sample_loop, name="sampler", daemon=True).start()
+        try:
+            self._housekeeping()
+        finally:
+            self._stop_all("the host agent was stopped", wait=True)
+            with contextlib.suppress(OSError):
+                os.unlink(SOCKET_NAME)
+            self.hub.close_all()
+            server.close()
+        return 0
+
+    def _housekeeping(self) -> None:
+        while not self._exit.wait(HOUSEKEEPING_SECONDS):
+            now = time.time()
+            if self._reap_needed.is_set():
+                self._reap_needed.clear()
+                _reap_adopted(self.leaders)
+            if self.hub.launcher_present(time.monotonic()) and now - self._last_touch >= LEASE_TOUCH_SECONDS:
+                _touch(os.path.join(self.run_dir, "lease"))
+                self._last_touch = now
+            active = self._active()
+            if active and self._launcher_lost(now):
+                self._stop_all("launcher lost for %g s" % self._orphan_grace)
+            idle = time.monotonic() - self.hub.last_follower_left
+            if not active and not self.hub.followers and idle > IDLE_EXIT_SECONDS:
+                return
+
+    def _launcher_lost(self, now: float) -> bool:
+        if os.path.exists(os.path.join(self.run_dir, "detached")):
+            self._detached_seen_at = now
+            return False
+        try:
+            lease = os.stat(os.path.join(self.run_dir, "lease")).st_mtime
+        except OSError:
+            lease = 0.0
+        return now - max(lease, self._started_at, self._detached_seen_at) > self._orphan_grace
+
+    def _active(self) -> List[TaskRunner]:
+        with self._runners_lock:
+            return [r for r in self.runners.values() if not r.done.is_set()]
+
+    def _stop_all(self, reason: str, wait: bool = False) -> None:
+        runners = self._active()
+        for runner in runners:
+            runner.request_stop(reason)
+        if wait:
+            for runner in runners:
+                runner.done.wait(runner.spec.grace_seconds + 10.0)
+
+    # -- tasks --------------------------------------------------------------------------------------
+
+    def _writer(self, slug: str) -> EventWriter:
+        return EventWriter(os.path.join(self.tasks_dir, slug, "events.jsonl"), self.lock, self.hub.publish)
+
+    def _run(self, runner: TaskRunner) -> None:
+        with self._runners_lock:
+            self.runners[os.path.basename(runner.task_dir)] = runner
+        self._orphan_grace = max(r.spec.orphan_grace_seconds for r in self.runners.values())
+        threading.Thread(target=runner.wait, name="wait", daemon=True).start()
+
+    def start(self, slugs: List[str], secrets: Dict[str, Dict[str, str]]) -> Dict[str, Any]:
+        pids: Dict[str, Optional[int]] = {}
+        errors: Dict[str, str] = {}
+        for slug in slugs:
+            task_dir = os.path.join(self.tasks_dir, slug)
+            current = self.runners.get(slug)
+            if current is not None and not current.done.is_set():
+                errors[slug] = "still running (pid %s); stop it first" % current.pid
+                continue
+            try:
+                spec = AgentSpec.load(os.path.join(task_dir, "spec.json"))
+            except (OSError, ValueError, TypeError) as exc:
+                errors[slug] = "cannot read spec.json: %s" % exc
+                continue
+            runner = TaskRunner(task_dir, spec, self._writer(slug), self.leaders, secrets.get(slug) or {})
+            pid = runner.start()
+            pids[slug] = pid
+            if pid is not None:
+                self._run(runner)
+        return {"pids": pids, "errors": errors}
+
+    def stop(self, slugs: List[str], grace: Optional[float]) -> Dict[str, Any]:
+        waiting: List[TaskRunner] = []
+        for slug in slugs:
+            runner = self.runners.get(slug)
+            if runner is None or runner.done.is_set():
+                self._stop_unsupervised(slug)
+                continue
+            if grace is not None:
+                runner.spec.grace_seconds = grace
+            runner.request_stop("stopped on request")
+            waiting.append(runner)
+        for runner in waiting:
+            runner.done.wait(runner.spec.grace_seconds + 15.0)
+        left = [os.path.basename(r.task_dir) for r in waiting if not r.done.is_set()]
+        return {"stopped": [s for s in slugs if s not in left], "left": left}
+
+    def _stop_unsupervised(self, slug: str) -> None:
+        """A task this agent does not run: kill a group that is still ours, write a final event if missing."""
+        task_dir = os.path.join(self.tasks_dir, slug)
+        info = read_task_file(task_dir)
+        spec = _load_spec(task_dir)
+        pgid = int(info.get("pgid") or info["pid"]) if info is not None else 0
+        if spec is not None and pgid > 0 and _is_our_group(pgid, spec.run):
+            _kill_group_for_good(pgid, 0.0, lambda: _reap_adopted(self.leaders))
+        path = os.path.join(task_dir, "events.jsonl")
+        if spec is not None and os.path.exists(path):
+            state = last_state(path)
+            if state is not None and state not in events.FINAL_TASK_STATES:
+                writer = self._writer(slug)
+                writer.write(events.state_event(spec.run, spec.task, events.STOPPED, host=spec.host,
+                                                pid=info.get("pid") if info else None, restarts=spec.restarts,
+                                                reason="stopped on request (no agent ran it)"))
+                writer.close()
+
+    def _adopt_all(self) -> None:
+        """Tasks a killed predecessor ran: adopt the live ones, end the others with what is known."""
+        try:
+            slugs = sorted(os.listdir(self.tasks_dir))
+        except OSError:
+            return
+        for slug in slugs:
+            task_dir = os.path.join(self.tasks_dir, slug)
+            path = os.path.join(task_dir, "events.jsonl")
+            state = last_state(path) if os.path.exists(path) else None
+            spec = _load_spec(task_dir)
+            info = read_task_file(task_dir)
+            if spec is None or state is None or state in events.FINAL_TASK_STATES:
+                continue
+            runner = TaskRunner(task_dir, spec, self._writer(slug), self.leaders)
+            if info is not None and runner.adopt(info):
+                self._run(runner)
+                continue
+            # it ended (or never ran) while no agent watched: its wrapper may have left the status
+            runner.pid = int(info["pid"]) if info else 0
+            self._run(runner)
+
+    # -- sampling -------------------------------------------------------------------------------------
+
+    def _sample_loop(self) -> None:
+        if self._sampling is None:
+            return
+        try:
+            sampler = self._sampling.HostSampler()
+        except Exception as exc:  # a broken sampler must never take the tasks down
+            sys.stderr.write("agent: sampling unavailable: %s\n" % exc)
+            return
+        complained = False
+        while True:
+            runners = [r for r in self._active() if r.active and r.pid]
+            interval = min([r.spec.sample_interval for r in runners] or [1.0])
+            if self._exit.wait(max(0.05, interval)):
+                return
+            runners = [r for r in self._active() if r.active and r.pid]
+            if not runners:
+                continue
+            try:
+                found = sampler.sample({r: (r.pid, list(r.spec.gpus)) for r in runners})
+            except Exception as exc:
+                if not complained:
+                    sys.stderr.write("agent: sample failed: %s\n" % exc)
+                    complained = True
+                continue
+            for runner, sample in found.items():
+                if runner.exited.is_set():
+                    continue  # a task that just ended reads as empty: no sample after its end
+                runner.writer.write(events.sample_event(
+                    runner.spec.run, runner.spec.task, cpu_percent=sample.get("cpu_percent"),
+                    rss_bytes=sample.get("rss_bytes"), gpus=sample.get("gpus"),
+                    source=str(sample.get("source", "")), host=sample.get("host")))
+
+    # -- requests -------------------------------------------------------------------------------------
+
+    def _accept(self, server: socket.socket) -> None:
+        while not self._exit.is_set():
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve_one, args=(conn,), name="conn", daemon=True).start()
+
+    def _serve_one(self, conn: socket.socket) -> None:
+        try:
+            request = json.loads(_read_line(conn) or b"{}")
+            op = request.get("op")
+            if op == "follow":
+                offsets = {str(k): int(v) for k, v in (request.get("offsets") or {}).items()}
+                self.hub.follow(conn, offsets, bool(request.get("pinged")))
+                return
+            if op == "start":
+                answer = self.start([str(s) for s in request.get("tasks") or []], request.get("secrets") or {})
+            elif op == "stop":
+                grace = request.get("grace")
+                answer = self.stop([str(s) for s in request.get("tasks") or []],
+                                   float(grace) if grace is not None else None)
+                if request.get("exit"):
+                    self._stop_all("the job ended", wait=True)
+                    self._exit.set()
+            elif op == "status":
+                answer = {"pid": os.getpid(), "tasks": {s: {"pid": r.pid, "done": r.done.is_set(),
+                                                            "adopted": r.adopted}
+                                                        for s, r in self.runners.items()}}
+            else:
+                answer = {"error": "unknown request %r" % (op,)}
+            conn.sendall((json.dumps(answer) + "\n").encode())
+        except (OSError, ValueError, TypeError) as exc:
+            with contextlib.suppress(OSError):
+                conn.sendall((json.dumps({"error": str(exc)}) + "\n").encode())
+        finally:
+            with contextlib.suppress(OSError):
+                conn.close()
+
+
+def _read_line(conn: socket.socket) -> bytes:
+    data = b""
+    while not data.endswith(b"\n"):
+        chunk = conn.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+def _load_spec(task_dir: str) -> Optional[AgentSpec]:
+    try:
+        return AgentSpec.load(os.path.join(task_dir, "spec.json"))
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def _load_sampling() -> Any:
+    """launcher.sampling is optional in the zipapp: without it the agent emits no samples."""
+    try:
+        return importlib.import_module("launcher.sampling")
+    except ImportError:
+        return None
+
+
+def _touch(path: str) -> None:
+    try:
+        with open(path, "a"):
+            pass
+        os.utime(path, None)
+    except OSError:
+        pass
+
+
+def agent_pid_alive(run_dir: str) -> Optional[int]:
+    try:
+        with open(os.path.join(run_dir, PID_NAME), encoding="ascii") as f:
+            pid = int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+    return pid if pid_alive(pid) else None

@@ -1,0 +1,112 @@
+"""The agent's host checks: which ports are busy or free, and what the host's Python offers.
+
+Stdlib-only, Python >= 3.9 (runs on hosts from the agent zipapp).
+"""
+
+from __future__ import annotations
+
+import errno
+import importlib
+import importlib.util
+import json
+import os
+import platform
+import socket
+from typing import Any, Dict, List, Optional, Set, Tuple
+
+
+def _listening_ports() -> Set[int]:
+    """TCP ports in LISTEN state on any address (TF's gRPC server binds every address)."""
+    ports = set()
+    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(name, encoding="ascii") as f:
+                next(f, None)
+                for row in f:
+                    cols = row.split()
+                    if len(cols) > 3 and cols[3] == "0A":
+                        ports.add(int(cols[1].rsplit(":", 1)[1], 16))
+        except (OSError, ValueError):
+            continue
+    return ports
+
+
+def _family(addr: str) -> int:
+    return socket.AF_INET6 if ":" in addr else socket.AF_INET
+
+
+def _bindable_address(addr: str) -> str:
+    """``addr``, or the wildcard address when ``addr`` is not on this host (a NAT address).
+
+    TF's gRPC server listens on every address anyway, so the wildcard check is the honest one.
+    """
+    with socket.socket(_family(addr), socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((addr, 0))
+            return addr
+        except OSError as exc:
+            if exc.errno != errno.EADDRNOTAVAIL:
+                raise
+    return "::" if _family(addr) == socket.AF_INET6 else "0.0.0.0"
+
+
+def _can_bind(addr: str, port: int) -> bool:
+    # SO_REUSEADDR on, as TF's gRPC server has it: sockets in TIME_WAIT do not make a port busy,
+    # while a listener or a plain bound socket still does.
+    with socket.socket(_family(addr), socket.SOCK_STREAM) as sock:
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((addr, port))
+            return True
+        except OSError:
+            return False
+
+
+def cmd_ports(addr: str, check: List[int], pick: int) -> Dict[str, Any]:
+    addr = _bindable_address(addr)
+    listening = _listening_ports()
+    busy = [p for p in check if p in listening or not _can_bind(addr, p)]
+    picked: List[int] = []
+    held: List[socket.socket] = []
+    try:
+        for _ in range(pick * 20):
+            if len(picked) >= pick:
+                break
+            sock = socket.socket(_family(addr), socket.SOCK_STREAM)
+            held.append(sock)
+            sock.bind((addr, 0))
+            port = sock.getsockname()[1]
+            if port in check or port in listening or port in picked:
+                continue
+            picked.append(port)
+    finally:
+        for sock in held:
+            sock.close()
+    if len(picked) < pick:
+        raise OSError("could not find %d free ports on %s" % (pick, addr))
+    return {"busy": busy, "picked": picked}
+
+
+
+def cmd_preflight(checks_json: Optional[str] = None, cwd: Optional[str] = None,
+                  ports: Optional[Tuple[str, List[int], int]] = None) -> Dict[str, Any]:
+    """What this host's Python offers; with ``checks_json`` the failed path checks (launcher/hostcheck.py,
+    relative paths under ``cwd``), with ``ports`` the answer of ``ports`` too: one round trip for all."""
+    def has(module: str) -> bool:
+        try:
+            return importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):
+            return False
+
+    answer: Dict[str, Any] = {"python": platform.python_version(), "psutil": has("psutil"),
+                              "pynvml": has("pynvml")}
+    if checks_json is not None:
+        hostcheck = importlib.import_module("launcher.hostcheck")
+        answer["failed"] = hostcheck.run_checks(json.loads(checks_json), cwd or os.getcwd())
+    if ports is not None:
+        answer["ports"] = cmd_ports(*ports)
+    return answer
+
+
+# -- entry point ------------------------------------------------------------------------------
+

@@ -1,0 +1,236 @@
+"""One task from start (or adoption) to its one final state event.
+
+The task runs under a wrapper shell in its own session and process group; its stdout and stderr
+are pipes whose read ends the task itself also holds (inherited, unused): when the agent reading
+them is killed, the task's writes do not fail, and an agent that adopts the task opens the same
+pipes again through ``/proc/<pid>/fd``. Output written while no agent read it waits in the
+pipe (up to the pipe's size: then the task's next write blocks until an agent reads again).
+
+Stdlib-only, Python >= 3.9 (runs on hosts from the agent zipapp).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from typing import Any, Dict, List, Optional, Set
+
+from launcher import events
+from launcher.agent.output import EventWriter, OutputInterpreter, read_lines
+from launcher.agent.procs import (
+    SPAWN_LOCK,
+    _kill_group_for_good,
+    _reap_adopted,
+    _signal_group,
+    _write_atomic,
+    pid_alive,
+)
+from launcher.agent.spec import (
+    EXIT_STATUS_FILE,
+    AgentSpec,
+    describe_exit,
+    read_exit_status,
+    shell_cannot_execute,
+    start_error_text,
+    task_environment,
+    wrapped_argv,
+)
+
+READER_DRAIN_SECONDS = 5.0
+LEFTOVER_TERM_SECONDS = 2.0
+ADOPTED_POLL_SECONDS = 0.25
+#: the task's pid, process group and the fd numbers of its own pipe read ends (for adoption)
+TASK_FILE = "task.json"
+
+
+class TaskRunner:
+    """Runs one task: ``start()`` (or ``adopt()``), then ``wait()`` on a thread of its own."""
+
+    def __init__(self, task_dir: str, spec: AgentSpec, writer: EventWriter, leaders: Set[int],
+                 secrets: Optional[Dict[str, str]] = None) -> None:
+        self.task_dir = task_dir
+        self.spec = spec
+        self.writer = writer
+        self._leaders = leaders  # pids whose exit status belongs to a Popen: never reaped elsewhere
+        self._secrets = secrets
+        self.pid: Optional[int] = None
+        self.adopted = False
+        self._proc: Optional["subprocess.Popen[bytes]"] = None
+        self._readers: List[threading.Thread] = []
+        self._interpreter: Optional[OutputInterpreter] = None
+        self._last_stderr: List[str] = []
+        self._stop_reason: Optional[str] = None
+        self._stopped = False  # a stop request came while the task still ran
+        self.exited = threading.Event()
+        self.done = threading.Event()
+
+    @property
+    def active(self) -> bool:
+        return self.pid is not None and not self.exited.is_set()
+
+    def _state(self, state: str, **fields: Any) -> None:
+        self.writer.write(events.state_event(self.spec.run, self.spec.task, state, host=self.spec.host,
+                                             restarts=self.spec.restarts, **fields))
+
+    # -- start ----------------------------------------------------------------------------------
+
+    def start(self) -> Optional[int]:
+        """Start the task; its pid, or None when it could not start (the final event is written)."""
+        spec = self.spec
+        self._state(events.STARTING)
+        with contextlib.suppress(OSError):
+            os.unlink(os.path.join(self.task_dir, EXIT_STATUS_FILE))
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        try:
+            with SPAWN_LOCK:
+                proc = subprocess.Popen(
+                    wrapped_argv(spec, self.task_dir), cwd=os.path.expanduser(spec.workdir),
+                    env=task_environment(spec, self._secrets), stdin=subprocess.DEVNULL, stdout=out_w,
+                    stderr=err_w, pass_fds=(out_r, err_r), start_new_session=True)
+                self._leaders.add(proc.pid)
+        except OSError as exc:
+            for fd in (out_r, out_w, err_r, err_w):
+                os.close(fd)
+            # /bin/sh itself exists, so this is the workdir (chdir) failing: no restart can fix it
+            self._state(events.FAILED, reason="could not start: %s" % start_error_text(exc, spec.workdir),
+                        permanent=True)
+            self.writer.close()
+            self.exited.set()
+            self.done.set()
+            return None
+        os.close(out_w)
+        os.close(err_w)
+        self._proc = proc
+        self.pid = proc.pid
+        _write_atomic(os.path.join(self.task_dir, "task.pgid"), "%d\n" % proc.pid)
+        _write_atomic(os.path.join(self.task_dir, TASK_FILE),
+                      json.dumps({"pid": proc.pid, "pgid": proc.pid, "fds": [out_r, err_r]}))
+        self._state(events.RUNNING, pid=proc.pid)
+        self._start_readers(out_r, err_r)
+        return proc.pid
+
+    def adopt(self, info: Dict[str, Any]) -> bool:
+        """Take over a task a killed agent started; False if it is gone (then nothing was written)."""
+        pid = int(info["pid"])
+        if not pid_alive(pid):
+            return False
+        fds: List[Optional[int]] = []
+        for number in info.get("fds") or []:
+            fds.append(_reopen_pipe(pid, int(number)))
+        self.pid = pid
+        self.adopted = True
+        self.writer.write(events.log_event(self.spec.run, self.spec.task, "stderr",
+                                           "distlaunch agent: a new host agent adopted this task (pid %d); "
+                                           "output written while no agent ran may be missing" % pid))
+        self._start_readers(*[*fds, None, None][:2])
+        return True
+
+    def _start_readers(self, out_fd: Optional[int], err_fd: Optional[int]) -> None:
+        self._interpreter = OutputInterpreter(self.spec, self.writer.write)
+        for fd, name in ((out_fd, "stdout"), (err_fd, "stderr")):
+            if fd is None:
+                continue
+            reader = threading.Thread(target=read_lines, args=(fd, name, self._handle), name="read-" + name,
+                                      daemon=True)
+            reader.start()
+            self._readers.append(reader)
+
+    def _handle(self, stream: str, line: str) -> None:
+        if stream == "stderr":
+            self._last_stderr[:] = [line]
+        assert self._interpreter is not None
+        self._interpreter.handle(stream, line)
+
+    # -- stop -----------------------------------------------------------------------------------
+
+    def request_stop(self, reason: str) -> None:
+        """SIGTERM the task's group, SIGKILL it after the grace period (on a thread of its own)."""
+        if self._stop_reason is not None or self.pid is None or self.exited.is_set():
+            return
+        self._stop_reason = reason
+        self._stopped = True
+        threading.Thread(target=self._terminate, name="stop", daemon=True).start()
+
+    def _terminate(self) -> None:
+        assert self.pid is not None
+        _signal_group(self.pid, signal.SIGTERM)
+        if not self.exited.wait(max(0.0, self.spec.grace_seconds)):
+            _kill_group_for_good(self.pid, 0.0, self._reap)
+
+    def _reap(self) -> None:
+        _reap_adopted(self._leaders)
+
+    # -- the end --------------------------------------------------------------------------------
+
+    def wait(self) -> None:
+        """Block until the task ended, then write its final state event."""
+        assert self.pid is not None
+        pid = self.pid
+        if self._proc is not None:
+            returncode: Optional[int] = self._proc.wait()
+        else:
+            while pid_alive(pid):
+                time.sleep(ADOPTED_POLL_SECONDS)
+            status = read_exit_status(self.task_dir)
+            returncode = None if status is None else (-(status - 128) if 128 < status < 160 else status)
+        exited_at = time.time()  # the final event comes after the output is drained: this is when it ended
+        self.exited.set()
+        if pid > 0:
+            _kill_group_for_good(pid, LEFTOVER_TERM_SECONDS, self._reap)
+        self._leaders.discard(pid)
+        self._reap()
+        deadline = time.monotonic() + READER_DRAIN_SECONDS
+        for reader in self._readers:
+            reader.join(max(0.0, deadline - time.monotonic()))
+        if self._interpreter is not None:
+            self._interpreter.finish()
+        self._final(pid, returncode, exited_at)
+        self.writer.close()
+        self.done.set()
+
+    def _final(self, pid: int, returncode: Optional[int], exited_at: float) -> None:
+        if self._stopped:
+            exit_code = describe_exit(returncode)[0] if returncode is not None else None
+            self._state(events.STOPPED, pid=pid, exit_code=exit_code, reason=self._stop_reason or "stopped on request")
+        elif returncode is None:
+            self._state(events.FAILED, pid=pid, exit_code=None, exited_at=exited_at,
+                        reason="ended while no host agent watched it; its exit status is unknown")
+        elif returncode == 0:
+            self._state(events.SUCCEEDED, pid=pid, exit_code=0)
+        else:
+            exit_code, reason = describe_exit(returncode)
+            cannot = shell_cannot_execute(returncode, self._last_stderr[-1] if self._last_stderr else "")
+            if cannot is not None:
+                self._state(events.FAILED, pid=pid, exit_code=exit_code, reason="could not start: %s" % cannot,
+                            permanent=True, exited_at=exited_at)
+            else:
+                self._state(events.FAILED, pid=pid, exit_code=exit_code, reason=reason, exited_at=exited_at)
+
+
+def _reopen_pipe(pid: int, fd: int) -> Optional[int]:
+    """A new read end of the pipe that ``pid`` holds as ``fd`` (its own stdout/stderr pipe)."""
+    try:
+        link = os.readlink("/proc/%d/fd/%d" % (pid, fd))
+        if not link.startswith("pipe:"):
+            return None
+        return os.open("/proc/%d/fd/%d" % (pid, fd), os.O_RDONLY)
+    except OSError as exc:
+        sys.stderr.write("agent: cannot reopen the output pipe %d of pid %d: %s\n" % (fd, pid, exc))
+        return None
+
+
+def read_task_file(task_dir: str) -> Optional[Dict[str, Any]]:
+    try:
+        with open(os.path.join(task_dir, TASK_FILE), encoding="utf-8") as f:
+            info = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return info if isinstance(info, dict) and isinstance(info.get("pid"), int) else None
+

@@ -1,0 +1,198 @@
+"""What one task is (``tasks/<slug>/spec.json``) and how it is started: argv, environment, exit.
+
+Stdlib-only, Python >= 3.9 (runs on hosts from the agent zipapp).
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import re
+import shlex
+import signal
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Tuple
+
+#: autolog's sitecustomize directory inside the zipapp (launcher/agentpack.py SITE_DIR)
+AUTOLOG_SITE_DIR = "distlaunch_site"
+#: the file (in the task dir) where the task's wrapper shell leaves the exit status
+EXIT_STATUS_FILE = "exit_status"
+
+# The task's own shell runs under this wrapper, which writes the exit status to a file before it
+# ends: an agent that adopts a task after its predecessor was killed is not the task's parent and
+# could not learn how it ended otherwise. The wrapper defers TERM/INT/HUP until its child ended
+# (the whole group gets them anyway) and dies of the child's signal, so the parent sees it as before.
+_WRAPPER = ('f=$1; shift; trap : HUP INT TERM; "$@"; s=$?; echo $s >"$f"; '
+            'if [ $s -gt 128 ] && [ $s -lt 160 ]; then trap - HUP INT TERM; kill -$((s - 128)) $$; fi; exit $s')
+
+
+@dataclass
+class AgentSpec:
+    """One task as the agent runs it: the contents of ``tasks/<slug>/spec.json``."""
+
+    run: str
+    task: str
+    command: str
+    workdir: str
+    host: str = "local"
+    incarnation: int = 0
+    restarts: int = 0
+    env: Dict[str, str] = field(default_factory=dict)
+    grace_seconds: float = 10.0
+    orphan_grace_seconds: float = 60.0
+    sample_interval: float = 1.0
+    metrics: Dict[str, str] = field(default_factory=dict)
+    gpus: List[int] = field(default_factory=list)
+    setup: List[str] = field(default_factory=list)  # shell lines run before the command, in its shell
+    shell: str = ""  # e.g. "bash -lc"; empty: /bin/sh -c
+    autolog: bool = True
+
+    @classmethod
+    def from_dict(cls, obj: Dict[str, Any]) -> "AgentSpec":
+        missing = [k for k in ("run", "task", "command", "workdir") if k not in obj]
+        if missing:
+            raise ValueError("spec.json lacks %s" % ", ".join(missing))
+        return cls(
+            run=str(obj["run"]),
+            task=str(obj["task"]),
+            command=str(obj["command"]),
+            workdir=str(obj["workdir"]),
+            host=str(obj.get("host") or "local"),
+            incarnation=int(obj.get("incarnation") or 0),
+            restarts=int(obj.get("restarts") or 0),
+            env={str(k): str(v) for k, v in (obj.get("env") or {}).items()},
+            grace_seconds=float(obj.get("grace_seconds", 10.0)),
+            orphan_grace_seconds=float(obj.get("orphan_grace_seconds", 60.0)),
+            sample_interval=float(obj.get("sample_interval", 1.0)),
+            metrics={str(k): str(v) for k, v in (obj.get("metrics") or {}).items()},
+            gpus=[int(g) for g in (obj.get("gpus") or [])],
+            setup=[str(line) for line in (obj.get("setup") or [])],
+            shell=str(obj.get("shell") or ""),
+            autolog=bool(obj.get("autolog", True)),
+        )
+
+    @classmethod
+    def load(cls, path: str) -> "AgentSpec":
+        with open(path, encoding="utf-8") as f:
+            return cls.from_dict(json.load(f))
+
+
+# -- small process helpers (Linux /proc, with kill(0) fallbacks) ------------------------------
+
+
+
+def describe_exit(returncode: int) -> Tuple[int, str]:
+    """(exit code as a shell reports it, reason): a signal N becomes 128+N."""
+    if returncode < 0:
+        signum = -returncode
+        try:
+            name = signal.Signals(signum).name
+        except ValueError:
+            name = "signal %d" % signum
+        return 128 + signum, "killed by %s" % name
+    return returncode, "exit code %d" % returncode
+
+
+def start_error_text(exc: OSError, workdir: str) -> str:
+    """Why Popen failed, naming the workdir when the chdir into it was what failed."""
+    if exc.errno in (errno.ENOENT, errno.ENOTDIR, errno.EACCES):
+        what = {errno.ENOENT: "does not exist", errno.ENOTDIR: "is not a directory",
+                errno.EACCES: "cannot be entered (permission denied)"}[exc.errno]
+        return "workdir %s %s" % (workdir, what)
+    return str(exc)
+
+
+#: what /bin/sh says on stderr when it cannot run the command (exit 127: not found, 126: not executable)
+_SHELL_CANNOT = re.compile(r"(not found|No such file or directory|Permission denied|cannot execute)\s*$")
+
+
+def shell_cannot_execute(returncode: int, last_stderr_line: str) -> Optional[str]:
+    """The shell's own "command not found" / "cannot execute", as opposed to a program's exit 126/127.
+
+    Both conditions are needed: a program may exit 127 by itself, and print such words too."""
+    if returncode not in (126, 127) or not _SHELL_CANNOT.search(last_stderr_line):
+        return None
+    return last_stderr_line.strip()
+
+
+def agent_pythonpath_entry() -> str:
+    """The directory (or zipapp) holding the ``launcher`` package this agent runs from."""
+    return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+#: secret env values reach the agent in its own environment, never in spec.json:
+#: a JSON object {task slug: {NAME: value}} that the launcher's start script read from stdin
+SECRETS_VAR = "DISTLAUNCH_SECRETS"
+
+
+def task_secrets(task: str) -> Dict[str, str]:
+    try:
+        every = json.loads(os.environ.get(SECRETS_VAR) or "{}")
+        mine = every.get(task.replace(":", "-")) or {}
+    except (ValueError, AttributeError):
+        return {}
+    return {str(k): str(v) for k, v in mine.items()}
+
+
+def task_argv(spec: AgentSpec) -> List[str]:
+    """The task's shell and its script: the setup lines, then the command, each only if the one
+    before succeeded (a failed ``conda activate`` must not run training in the wrong env)."""
+    script = " && ".join([*spec.setup, spec.command]) if spec.setup else spec.command
+    shell = shlex.split(spec.shell) if spec.shell else ["/bin/sh", "-c"]
+    return [*shell, script]
+
+
+def wrapped_argv(spec: AgentSpec, task_dir: str) -> List[str]:
+    """``task_argv`` under the wrapper shell that leaves the exit status in the task dir."""
+    status = os.path.join(os.path.abspath(task_dir), EXIT_STATUS_FILE)
+    return ["/bin/sh", "-c", _WRAPPER, "distlaunch-task", status, *task_argv(spec)]
+
+
+def read_exit_status(task_dir: str) -> Optional[int]:
+    """The status the wrapper left (a shell's: 128+N for a signal N), None if it left none."""
+    try:
+        with open(os.path.join(task_dir, EXIT_STATUS_FILE), encoding="ascii") as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def task_environment(spec: AgentSpec, secrets: Optional[Dict[str, str]] = None) -> Dict[str, str]:
+    """The task's environment: the agent's, the spec's env, its secrets (``secrets``, else the
+    ``DISTLAUNCH_SECRETS`` the agent was started with), the distlaunch variables."""
+    env = dict(os.environ)
+    env.pop(SECRETS_VAR, None)  # only this task's own secrets go on, by name
+    env.update(spec.env)
+    env.update(secrets if secrets is not None else task_secrets(spec.task))
+    env["DISTLAUNCH_RUN_ID"] = spec.run
+    env["DISTLAUNCH_TASK"] = spec.task
+    existing = env.get("PYTHONPATH", "")
+    entries = [agent_pythonpath_entry()]
+    site = os.path.join(entries[0], AUTOLOG_SITE_DIR)
+    if spec.autolog and _exists_in_path_entry(site):
+        entries.insert(0, site)  # its sitecustomize chains to any other one further down the path
+    env["DISTLAUNCH_AUTOLOG"] = "1" if spec.autolog else "0"
+    env["DISTLAUNCH_SAMPLE_INTERVAL"] = repr(spec.sample_interval)
+    if existing:
+        entries.append(existing)
+    env["PYTHONPATH"] = os.pathsep.join(entries)
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def _exists_in_path_entry(path: str) -> bool:
+    """A directory, or a directory inside a zip archive on the path (``agent.pyz/sub``)."""
+    if os.path.isdir(path):
+        return True
+    archive, _, inner = path.rpartition(os.sep)
+    if not os.path.isfile(archive):
+        return False
+    try:
+        import zipfile
+
+        with zipfile.ZipFile(archive) as zf:
+            return any(n.startswith(inner + "/") for n in zf.namelist())
+    except (OSError, zipfile.BadZipFile):
+        return False
+

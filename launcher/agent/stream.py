@@ -1,0 +1,162 @@
+"""Events to followers: every written event line pushed as it happens, after a catch-up from files.
+
+The host agent's ``EventWriter``s publish each line they append, under the lock they share with
+``EventHub.follow``. A follower that joins reads each task's file from its byte offset up to
+the size the file had when it joined, then gets every later line pushed: each line exactly
+once, in file order per task, with no file polling. A ``#hb <host time>`` line goes out every
+second, busy or not (the launcher estimates the host's clock from it and tells a dead link by
+its absence). Any bytes a follower sends are pings: the launcher still reads it.
+
+Stdlib-only, Python >= 3.9 (runs on hosts from the agent zipapp).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import threading
+import time
+from typing import Any, Dict, List
+
+HEARTBEAT_SECONDS = 1.0
+#: a ping this recent means the launcher still reads its follower (it pings every second)
+PING_FRESH_SECONDS = 2.5
+#: catch-up is sent in pieces of this size, so a long history never sits in memory at once
+CATCHUP_CHUNK = 1024 * 1024
+
+
+class Follower:
+    """One connected follower: its queue of pushed lines and when it last pinged."""
+
+    def __init__(self, sock: socket.socket, pinged: bool) -> None:
+        self.sock = sock
+        self.pinged = pinged
+        self.last_ping = time.monotonic()
+        self.pending: List[bytes] = []
+        self.cond = threading.Condition(threading.Lock())
+        self.closed = False
+
+    def push(self, data: bytes) -> None:
+        with self.cond:
+            self.pending.append(data)
+            if len(self.pending) == 1:
+                self.cond.notify()
+
+    def close(self) -> None:
+        with self.cond:
+            self.closed = True
+            self.cond.notify()
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)
+
+    def fresh(self, now: float) -> bool:
+        return not self.pinged or now - self.last_ping <= PING_FRESH_SECONDS
+
+
+class EventHub:
+    def __init__(self, tasks_dir: str, lock: Any) -> None:
+        self.tasks_dir = tasks_dir
+        self.lock = lock  # shared with every EventWriter of the host agent
+        self._followers: List[Follower] = []
+        self.last_follower_left = time.monotonic()
+
+    # called by EventWriter._append under self.lock
+    def publish(self, slug: str, data: bytes) -> None:
+        for follower in self._followers:
+            follower.push(data)
+
+    def launcher_present(self, now: float) -> bool:
+        return any(f.fresh(now) for f in list(self._followers))
+
+    @property
+    def followers(self) -> int:
+        return len(self._followers)
+
+    def close_all(self) -> None:
+        for follower in list(self._followers):
+            follower.close()
+
+    def follow(self, sock: socket.socket, offsets: Dict[str, int], pinged: bool) -> None:
+        """Serve one follower on this (its connection's) thread until it goes away."""
+        follower = Follower(sock, pinged)
+        with self.lock:
+            sizes = self._sizes()
+            self._followers.append(follower)
+        sender = threading.Thread(target=self._send, args=(follower, offsets, sizes), name="send", daemon=True)
+        sender.start()
+        try:
+            while True:
+                data = sock.recv(4096)
+                if not data:
+                    break
+                follower.last_ping = time.monotonic()
+        except OSError:
+            pass
+        finally:
+            with self.lock:
+                if follower in self._followers:
+                    self._followers.remove(follower)
+                if not self._followers:
+                    self.last_follower_left = time.monotonic()
+            follower.close()
+            sender.join(5.0)
+            with contextlib.suppress(OSError):
+                sock.close()
+
+    def _sizes(self) -> Dict[str, int]:
+        sizes: Dict[str, int] = {}
+        try:
+            slugs = os.listdir(self.tasks_dir)
+        except OSError:
+            return sizes
+        for slug in slugs:
+            with contextlib.suppress(OSError):
+                sizes[slug] = os.stat(os.path.join(self.tasks_dir, slug, "events.jsonl")).st_size
+        return sizes
+
+    def _catch_up(self, follower: Follower, offsets: Dict[str, int], sizes: Dict[str, int]) -> None:
+        for slug in sorted(sizes):
+            start, end = offsets.get(slug, 0), sizes[slug]
+            if start >= end:
+                continue
+            with open(os.path.join(self.tasks_dir, slug, "events.jsonl"), "rb") as f:
+                f.seek(start)
+                while start < end and not follower.closed:
+                    data = f.read(min(CATCHUP_CHUNK, end - start))
+                    if not data:
+                        break
+                    start += len(data)
+                    follower.sock.sendall(data)
+
+    def _send(self, follower: Follower, offsets: Dict[str, int], sizes: Dict[str, int]) -> None:
+        try:
+            self._catch_up(follower, offsets, sizes)
+            next_hb = 0.0
+            while True:
+                with follower.cond:
+                    if not follower.pending and not follower.closed:
+                        follower.cond.wait(max(0.0, next_hb - time.monotonic()))
+                    batch, follower.pending = follower.pending, []
+                    closed = follower.closed
+                if closed:
+                    return
+                now = time.monotonic()
+                if now >= next_hb:
+                    batch.append(b"#hb %.3f\n" % time.time())
+                    next_hb = now + HEARTBEAT_SECONDS
+                if batch:
+                    follower.sock.sendall(b"".join(batch))
+        except OSError:
+            follower.close()
+
+
+def parse_offsets(items: List[str]) -> Dict[str, int]:
+    offsets: Dict[str, int] = {}
+    for item in items:
+        slug, sep, value = item.partition("=")
+        if not sep:
+            raise ValueError("--offset wants SLUG=BYTES, got %r" % item)
+        offsets[slug] = int(value)
+    return offsets
+

@@ -1,0 +1,247 @@
+"""The agent's command line: ``python agent.pyz VERB ...`` (docs/ARCHITECTURE.md lists the verbs).
+
+Every verb except ``serve``, ``run`` and ``follow`` prints one JSON object.
+Stdlib-only, Python >= 3.9 (runs on hosts from the agent zipapp).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import threading
+from typing import Any, Dict, List, Optional
+
+from launcher import events
+from launcher.agent import clients, netcheck
+from launcher.agent.hostagent import HostAgent, _load_sampling
+from launcher.agent.output import EventWriter
+from launcher.agent.procs import (
+    KILL_CONFIRM_SECONDS,
+    _all_pids,
+    _become_subreaper,
+    _cmdline,
+    _environ_has,
+    _signal_pid,
+    _wait_until,
+    _write_atomic,
+    pid_alive,
+)
+from launcher.agent.runner import TaskRunner
+from launcher.agent.spec import AgentSpec
+from launcher.agent.stream import parse_offsets
+
+LEASE_CHECK_SECONDS = 0.5
+
+
+# -- run: one task in the foreground, without a host agent ------------------------------------------
+
+
+def cmd_run(task_dir: str) -> int:
+    """Supervise the single task of ``task_dir`` until it ends: the host agent's runner, sampler and
+    lease rules for one task, in this process (tests and tools; ``up`` uses the host agent)."""
+    try:
+        spec = AgentSpec.load(os.path.join(task_dir, "spec.json"))
+    except (OSError, ValueError, TypeError) as exc:
+        sys.stderr.write("agent: cannot read %s/spec.json: %s\n" % (task_dir, exc))
+        return 2
+    run_dir = os.path.dirname(os.path.dirname(os.path.abspath(task_dir)))
+    runner = TaskRunner(task_dir, spec, EventWriter(os.path.join(task_dir, "events.jsonl")), set())
+    stop_reason: List[str] = []
+
+    def on_signal(signum: int, frame: Any) -> None:
+        stop_reason.append("stopped on request")
+
+    # handlers first, pid file second: a `stop` that reads the pid always finds them installed
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    _write_atomic(os.path.join(task_dir, "agent.pid"), "%d\n" % os.getpid())
+    _become_subreaper()
+    if runner.start() is None:
+        return 0
+    waiter = threading.Thread(target=runner.wait, name="wait", daemon=True)
+    waiter.start()
+    sampler = threading.Thread(target=_sample_one, args=(runner,), name="sampler", daemon=True)
+    sampler.start()
+    started = _now()
+    detached_seen = 0.0
+    while not runner.done.wait(LEASE_CHECK_SECONDS if not stop_reason else 0.05):
+        if stop_reason:
+            runner.request_stop(stop_reason[0])
+            continue
+        now = _now()
+        if os.path.exists(os.path.join(run_dir, "detached")):
+            detached_seen = now
+            continue
+        try:
+            lease = os.stat(os.path.join(run_dir, "lease")).st_mtime
+        except OSError:
+            lease = 0.0
+        if now - max(lease, started, detached_seen) > spec.orphan_grace_seconds:
+            runner.request_stop("launcher lost for %g s" % spec.orphan_grace_seconds)
+    return 0
+
+
+def _now() -> float:
+    import time
+
+    return time.time()
+
+
+def _sample_one(runner: TaskRunner) -> None:
+    sampling = _load_sampling()
+    if sampling is None or runner.pid is None:
+        return
+    try:
+        sampler = sampling.HostSampler()
+        sampler.sample({0: (runner.pid, list(runner.spec.gpus))})  # the baseline of the first sample
+    except Exception as exc:  # a broken sampler must never take the task down
+        sys.stderr.write("agent: sampling unavailable: %s\n" % exc)
+        return
+    interval = max(0.05, runner.spec.sample_interval)
+    while not runner.exited.wait(interval):
+        try:
+            sample = sampler.sample({0: (runner.pid, list(runner.spec.gpus))})[0]
+        except Exception:
+            continue
+        if runner.exited.is_set():
+            return
+        runner.writer.write(events.sample_event(
+            runner.spec.run, runner.spec.task, cpu_percent=sample.get("cpu_percent"),
+            rss_bytes=sample.get("rss_bytes"), gpus=sample.get("gpus"), source=str(sample.get("source", "")),
+            host=sample.get("host")))
+
+
+# -- sweep ------------------------------------------------------------------------------------------
+
+
+def _run_processes(run_id: str) -> List[int]:
+    """Processes of the run, except the launcher's [notify] commands (they run after the job, by design)."""
+    skip = {os.getpid(), os.getppid()}
+    return [pid for pid in _all_pids()
+            if pid not in skip and _environ_has(pid, "DISTLAUNCH_RUN_ID", run_id) and pid_alive(pid)
+            and not _environ_has(pid, "DISTLAUNCH_NOTIFY", "1")]
+
+
+def cmd_sweep(run_id: str, kill: bool, grace: float) -> Dict[str, Any]:
+    pids = _run_processes(run_id)
+    if kill and pids:
+        for pid in pids:
+            _signal_pid(pid, signal.SIGTERM)
+        _wait_until(lambda: not any(pid_alive(p) for p in pids), grace)
+        for pid in pids:
+            if pid_alive(pid):
+                _signal_pid(pid, signal.SIGKILL)
+        _wait_until(lambda: not any(pid_alive(p) for p in pids), KILL_CONFIRM_SECONDS)
+        pids = _run_processes(run_id)
+    return {"left": [{"pid": pid, "cmdline": " ".join(_cmdline(pid))} for pid in pids]}
+
+
+# -- entry point ------------------------------------------------------------------------------------
+
+
+def _port_list(text: str) -> List[int]:
+    return [int(p) for p in text.split(",") if p.strip()]
+
+
+def _slug_list(text: str) -> List[str]:
+    return [s for s in text.split(",") if s]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="agent.pyz", description="distlaunch host agent")
+    verbs = parser.add_subparsers(dest="verb", required=True)
+    serve = verbs.add_parser("serve", help="be the host agent of the run dir (foreground)")
+    serve.add_argument("--run-dir", required=True)
+    run = verbs.add_parser("run", help="supervise only the task of D/spec.json, in the foreground")
+    run.add_argument("--task-dir", required=True)
+    follow = verbs.add_parser("follow", help="stream every task's events from the host agent")
+    follow.add_argument("--run-dir", required=True)
+    follow.add_argument("--offset", action="append", default=[], metavar="SLUG=BYTES")
+    follow.add_argument("--pinged", action="store_true",
+                        help="the launcher pings every second; without pings the lease goes stale")
+    follow.add_argument("--no-spawn", action="store_true", help="wait for a host agent, never start one")
+    follow.add_argument("--run-id", default=None, help="for the host agent this verb may start")
+    start = verbs.add_parser("start", help="write specs (JSON on stdin) and start tasks")
+    start.add_argument("--run-dir", required=True)
+    start.add_argument("--no-spawn", action="store_true")
+    start.add_argument("--run-id", default=None)
+    stop = verbs.add_parser("stop", help="stop tasks (and with --exit the host agent)")
+    stop.add_argument("--run-dir", default=None)
+    stop.add_argument("--tasks", type=_slug_list, default=[])
+    stop.add_argument("--task-dir", default=None, help="one task (its run dir is two levels up)")
+    stop.add_argument("--grace", type=float, default=None)
+    stop.add_argument("--exit", action="store_true", help="then stop everything and end the host agent")
+    ports = verbs.add_parser("ports", help="check and pick TCP ports")
+    ports.add_argument("--bind", required=True)
+    ports.add_argument("--check", type=_port_list, default=[])
+    ports.add_argument("--pick", type=int, default=0)
+    sweep = verbs.add_parser("sweep", help="find (and kill) every process of a run")
+    sweep.add_argument("--run-id", required=True)
+    sweep.add_argument("--kill", action="store_true")
+    sweep.add_argument("--grace", type=float, default=5.0)
+    preflight = verbs.add_parser("preflight", help="what this host's Python offers; path and port checks")
+    preflight.add_argument("--checks", default=None, help="JSON list of path checks (launcher/hostcheck.py)")
+    preflight.add_argument("--cwd", default=None, help="the directory relative paths are taken from")
+    preflight.add_argument("--bind", default=None)
+    preflight.add_argument("--check", type=_port_list, default=[])
+    preflight.add_argument("--pick", type=int, default=0)
+    return parser
+
+
+def _print_json(obj: Dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    if getattr(args, "run_id", None) and args.verb in ("follow", "start"):
+        os.environ["DISTLAUNCH_RUN_ID"] = args.run_id  # only a host agent started from here inherits it
+    if args.verb == "serve":
+        return HostAgent(args.run_dir).serve()
+    if args.verb == "run":
+        return cmd_run(args.task_dir)
+    if args.verb == "follow":
+        try:
+            offsets = parse_offsets(args.offset)
+        except ValueError as exc:
+            sys.stderr.write("agent: %s\n" % exc)
+            return 2
+        return clients.cmd_follow(os.path.abspath(args.run_dir), offsets, pinged=args.pinged,
+                                  spawn=not args.no_spawn)
+    try:
+        return _one_answer(args)
+    except (OSError, ValueError) as exc:
+        sys.stderr.write("agent %s: %s\n" % (args.verb, exc))
+        _print_json({"error": str(exc)})
+        return 1
+
+
+def _one_answer(args: argparse.Namespace) -> int:
+    if args.verb == "start":
+        payload = json.loads(sys.stdin.buffer.read() or b"{}")
+        answer = clients.cmd_start(os.path.abspath(args.run_dir), payload, spawn=not args.no_spawn)
+        _print_json(answer)
+        return 1 if answer.get("error") else 0
+    if args.verb == "stop":
+        if args.task_dir:
+            task_dir = os.path.abspath(args.task_dir)
+            run_dir, slugs = os.path.dirname(os.path.dirname(task_dir)), [os.path.basename(task_dir)]
+        else:
+            run_dir, slugs = os.path.abspath(args.run_dir or "."), args.tasks
+        answer = clients.cmd_stop(run_dir, slugs, args.grace, args.exit)
+        if args.task_dir and "without_agent" in answer:  # one task of a `run` agent: its own answer
+            answer = answer["without_agent"][slugs[0]]
+        _print_json(answer)
+    elif args.verb == "ports":
+        _print_json(netcheck.cmd_ports(args.bind, args.check, args.pick))
+    elif args.verb == "sweep":
+        _print_json(cmd_sweep(args.run_id, args.kill, args.grace))
+    elif args.verb == "preflight":
+        ports = (args.bind, args.check, args.pick) if args.bind is not None else None
+        _print_json(netcheck.cmd_preflight(args.checks, args.cwd, ports))
+    return 0
