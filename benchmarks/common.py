@@ -17,6 +17,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -172,3 +173,101 @@ def mean(values: list[float]) -> float:
 
 def machine() -> str:
     return f"{os.cpu_count()} cores, no GPU, {sys.platform}, Python {sys.version.split()[0]}"
+
+
+class RunCpu:
+    """CPU seconds of a run's processes by kind, from /proc every ``interval`` s on a thread:
+
+    * ``launcher``: the ``up`` process and every agent verb it runs (``follow``, ``start``, ...);
+    * ``agent``: host agents (``agent.pyz serve``);
+    * ``ssh``: sshd processes serving the run (children of an sshd, ancestors of agent verbs);
+    * ``tasks``: processes with ``DISTLAUNCH_TASK`` in their environment (the training tasks).
+
+    ``window(t0, t1)`` gives each kind's CPU seconds between two times (snapshots nearest them)."""
+
+    def __init__(self, launcher_pid: int, run_id: str, interval: float = 0.5) -> None:
+        self.launcher_pid = launcher_pid
+        self.run_id = run_id.encode()
+        self.interval = interval
+        self.snapshots: list[tuple[float, dict[int, tuple[str, float]]]] = []
+        self._stop = threading.Event()
+        self._kinds: dict[tuple[int, str], str] = {}
+        self._ticks = float(os.sysconf("SC_CLK_TCK"))
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self.snapshots.append((time.time(), self._read()))
+            self._stop.wait(self.interval)
+
+    def _read(self) -> dict[int, tuple[str, float]]:
+        out: dict[int, tuple[str, float]] = {}
+        stats: dict[int, tuple[int, float, str]] = {}
+        for name in os.listdir("/proc"):
+            if not name.isdigit():
+                continue
+            try:
+                raw = Path(f"/proc/{name}/stat").read_text()
+            except OSError:
+                continue
+            fields = raw[raw.rfind(")") + 2:].split()
+            stats[int(name)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / self._ticks, fields[19])
+        for pid, (_ppid, cpu, start) in stats.items():
+            kind = self._kind(pid, start, stats)
+            if kind:
+                out[pid] = (kind, cpu)
+        return out
+
+    def _kind(self, pid: int, start: str, stats: dict[int, tuple[int, float, str]]) -> str:
+        key = (pid, start)
+        if key in self._kinds:
+            return self._kinds[key]
+        kind = ""
+        try:
+            env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            return ""
+        if pid == self.launcher_pid:
+            kind = "launcher"
+        elif any(a.endswith(b"agent.pyz") for a in args):
+            kind = "agent" if b"serve" in args else "launcher"
+        elif any(e.startswith(b"DISTLAUNCH_TASK=") for e in env) and b"DISTLAUNCH_RUN_ID=" + self.run_id in env:
+            kind = "tasks"
+        elif args and args[0].startswith(b"sshd"):
+            kind = "ssh" if self._serves_run(pid, stats) else ""
+        self._kinds[key] = kind
+        return kind
+
+    def _serves_run(self, sshd: int, stats: dict[int, tuple[int, float, str]]) -> bool:
+        for pid in stats:
+            node, hops = pid, 0
+            while node in stats and hops < 8:
+                if stats[node][0] == sshd:
+                    try:
+                        args = Path(f"/proc/{pid}/cmdline").read_bytes()
+                    except OSError:
+                        break
+                    if b"agent.pyz" in args:
+                        return True
+                    break
+                node, hops = stats[node][0], hops + 1
+        return False
+
+    def window(self, t0: float, t1: float) -> dict[str, float]:
+        inside = [(t, snap) for t, snap in self.snapshots if t0 <= t <= t1]
+        if len(inside) < 2:
+            raise RuntimeError("too few CPU snapshots in the window")
+        first, last = inside[0][1], {}
+        for _, snap in inside:
+            last.update(snap)  # a process's last reading inside the window
+        totals: dict[str, float] = {}
+        for pid, (kind, cpu) in last.items():
+            before = first.get(pid, (kind, 0.0))[1]
+            totals[kind] = totals.get(kind, 0.0) + max(0.0, cpu - before)
+        return totals

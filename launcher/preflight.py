@@ -25,7 +25,25 @@ from launcher.transport import Host, make_host
 T = TypeVar("T")
 
 TF_CHECK = ("import platform, tensorflow as tf; "
-            "print(platform.python_version(), tf.__version__)")
+            "print(platform.python_version(), tf.__version__, '(imported)')")
+#: for `up`: TensorFlow's version from its installed package's metadata, which takes milliseconds
+#: where an import takes seconds; without such metadata (a source tree on the path) it imports
+TF_METADATA_CHECK = """import platform
+try:
+    from importlib import metadata
+    for name in ("tensorflow", "tensorflow-cpu", "tensorflow-gpu", "tensorflow-intel", "tensorflow-macos",
+                 "tf-nightly", "tf-nightly-cpu"):
+        try:
+            print(platform.python_version(), metadata.version(name), "(package metadata)")
+            break
+        except metadata.PackageNotFoundError:
+            continue
+    else:
+        raise ImportError("no TensorFlow distribution")
+except ImportError:
+    import tensorflow as tf
+    print(platform.python_version(), tf.__version__, "(imported)")
+"""
 PY_CHECK = "import platform; print(platform.python_version())"
 
 
@@ -82,9 +100,11 @@ def connect_hosts(plan: Plan, on_notice: Callable[[str], None]) -> dict[str, Hos
     return hosts
 
 
-def check_pythons(plan: Plan, hosts: dict[str, Host]) -> tuple[list[str], dict[str, str]]:
-    """Each (host, python) pair runs, and imports TensorFlow unless the strategy is custom."""
+def check_pythons(plan: Plan, hosts: dict[str, Host], import_tf: bool = True) -> tuple[list[str], dict[str, str]]:
+    """Each (host, python) pair runs and has TensorFlow unless the strategy is custom: imported
+    (``import_tf``, for `check`), else read from its package metadata where it has some."""
     need_tf = plan.profile.strategy != "custom"
+    tf_check = TF_CHECK if import_tf else TF_METADATA_CHECK
     pairs = sorted({(t.host, t.python) for t in plan.tasks})
     versions: dict[str, str] = {}
 
@@ -92,7 +112,7 @@ def check_pythons(plan: Plan, hosts: dict[str, Host]) -> tuple[list[str], dict[s
         host = hosts[host_name]
         problems = []
         for python in pythons:
-            code = TF_CHECK if need_tf else PY_CHECK
+            code = tf_check if need_tf else PY_CHECK
             result = host.run(f"{shlex.quote(python)} -c {shlex.quote(code)}", timeout=180)
             if result.exit_code == 127 or ("not found" in result.stderr and not result.stdout):
                 problems.append(f"host {host_name}: python {python!r} not found; set `python` in "
@@ -143,8 +163,10 @@ def _python_for(plan: Plan, host_name: str) -> str:
 
 
 def prepare_hosts(plan: Plan, run_id: str, local_root: Path | None,
-                  on_notice: Callable[[str], None], progress: Callable[[str], None]) -> Preflight:
-    """Connect, check interpreters and ports, upload the agent: everything before the first task."""
+                  on_notice: Callable[[str], None], progress: Callable[[str], None],
+                  import_tf: bool = False) -> Preflight:
+    """Connect, check interpreters and ports, upload the agent: everything before the first task.
+    ``import_tf``: import TensorFlow on every host (`check`) instead of reading its version."""
     n = len({t.host for t in plan.tasks})
     progress(f"connecting to {n} host{'s' if n != 1 else ''}")
     hosts = connect_hosts(plan, on_notice)
@@ -152,7 +174,7 @@ def prepare_hosts(plan: Plan, run_id: str, local_root: Path | None,
     try:
         progress("checking python" + ("" if plan.profile.strategy == "custom" else " and TensorFlow")
                  + " on the hosts")
-        problems, pre.versions = check_pythons(plan, hosts)
+        problems, pre.versions = check_pythons(plan, hosts, import_tf)
         if problems:
             raise PreflightError(problems)
         root = str(local_root) if local_root is not None else None
@@ -196,7 +218,7 @@ def preflight_plan(plan: Plan) -> list[str]:
         print(f"distlaunch: {msg}", file=sys.stderr)
 
     try:
-        pre = prepare_hosts(plan, "preflight", state_home() / "preflight", notice, progress)
+        pre = prepare_hosts(plan, "preflight", state_home() / "preflight", notice, progress, import_tf=True)
     except PreflightError as exc:
         return exc.problems
     try:

@@ -42,6 +42,7 @@ class EventWriter:
         self._path = path
         self._seq = last_seq(path)
         self._fd: Optional[int] = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        _end_partial_line(path, self._fd)
         self._failed = 0
         self._failure = ""
 
@@ -84,6 +85,17 @@ class EventWriter:
             if self._fd is not None:
                 os.close(self._fd)
                 self._fd = None
+
+
+def _end_partial_line(path: str, fd: int) -> None:
+    """A writer killed mid-line left a partial last line: end it, so the next line stands alone."""
+    with contextlib.suppress(OSError), open(path, "rb") as f:
+        f.seek(0, os.SEEK_END)
+        if f.tell() == 0:
+            return
+        f.seek(-1, os.SEEK_END)
+        if f.read(1) != b"\n":
+            os.write(fd, b"\n")
 
 
 # -- task output ------------------------------------------------------------------------------

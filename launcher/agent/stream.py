@@ -112,7 +112,7 @@ class EventHub:
             return sizes
         for slug in slugs:
             with contextlib.suppress(OSError):
-                sizes[slug] = os.stat(os.path.join(self.tasks_dir, slug, "events.jsonl")).st_size
+                sizes[slug] = _whole_lines_end(os.path.join(self.tasks_dir, slug, "events.jsonl"))
         return sizes
 
     def _catch_up(self, follower: Follower, offsets: Dict[str, int], sizes: Dict[str, int]) -> None:
@@ -149,6 +149,19 @@ class EventHub:
                     follower.sock.sendall(b"".join(batch))
         except OSError:
             follower.close()
+
+
+def _whole_lines_end(path: str) -> int:
+    """The file's size, less a partial last line (a writer killed mid-line): never sent as a line."""
+    size = os.stat(path).st_size
+    if size == 0:
+        return 0
+    with open(path, "rb") as f:
+        back = min(size, 64 * 1024)
+        f.seek(size - back)
+        tail = f.read(back)
+    cut = tail.rfind(b"\n")
+    return size - back + cut + 1 if cut >= 0 else size - back
 
 
 def parse_offsets(items: List[str]) -> Dict[str, int]:

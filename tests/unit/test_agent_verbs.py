@@ -1,4 +1,4 @@
-"""The agent's helper verbs (follow, ports, sweep, preflight), run from the real zipapp."""
+"""The agent's verbs (follow and start through the host agent, ports, sweep, preflight), from the real zipapp."""
 
 from __future__ import annotations
 
@@ -34,10 +34,10 @@ def agent_json(pyz: Path, *args: str) -> dict:
 
 
 class Follower:
-    """A running `follow` verb with its stdout lines in a queue."""
+    """A running `follow` verb with its stdout lines in a queue (it starts the host agent if needed)."""
 
     def __init__(self, pyz: Path, run_dir: Path, *offsets: str) -> None:
-        args = [sys.executable, str(pyz), "follow", "--run-dir", str(run_dir)]
+        args = [sys.executable, str(pyz), "follow", "--run-dir", str(run_dir), "--run-id", RUN_ID]
         for offset in offsets:
             args += ["--offset", offset]
         self.proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -48,7 +48,7 @@ class Follower:
     def _read(self) -> None:
         assert self.proc.stdout is not None
         for raw in self.proc.stdout:
-            self.lines.put((time.monotonic(), raw.decode().rstrip("\n")))
+            self.lines.put((time.time(), raw.decode().rstrip("\n")))
 
     def events(self, count: int, timeout: float = 5.0) -> list[str]:
         """The next ``count`` non-heartbeat lines."""
@@ -83,6 +83,9 @@ class Follower:
                 self.proc.wait(5)
 
 
+RUN_ID = "r-verbs-test"
+
+
 def line(task: str, n: int) -> str:
     return json.dumps({"v": 1, "ts": 1.0, "run": "r", "task": task, "kind": "log", "stream": "stdout",
                        "line": f"line {n}"}, separators=(",", ":"))
@@ -94,83 +97,120 @@ def append(path: Path, text: str) -> None:
         f.write(text)
 
 
-def test_follow_streams_from_offsets_completes_partial_lines_and_finds_new_tasks(tmp_path, pyz):
-    worker = tmp_path / "tasks" / "worker-0" / "events.jsonl"
-    ps = tmp_path / "tasks" / "ps-0" / "events.jsonl"
+def start_tasks(pyz: Path, run_dir: Path, commands: dict[str, str]) -> dict:
+    """The `start` verb: specs on stdin, the host agent (started if none serves) runs them."""
+    specs = {slug: {"run": RUN_ID, "task": slug.replace("-", ":"), "command": command, "workdir": str(run_dir),
+                    "grace_seconds": 2, "sample_interval": 0.2, "autolog": False}
+             for slug, command in commands.items()}
+    out = subprocess.run([sys.executable, str(pyz), "start", "--run-dir", str(run_dir), "--run-id", RUN_ID],
+                         input=json.dumps({"specs": specs}).encode(), capture_output=True, timeout=60, check=True)
+    return json.loads(out.stdout)
+
+
+def end_agent(pyz: Path, run_dir: Path) -> None:
+    subprocess.run([sys.executable, str(pyz), "stop", "--run-dir", str(run_dir), "--exit"], capture_output=True,
+                   timeout=60, check=False)
+
+
+@pytest.fixture
+def run_dir(tmp_path, pyz):
+    yield tmp_path
+    end_agent(pyz, tmp_path)
+
+
+def test_follow_catches_up_from_offsets_without_a_partial_line_and_touches_the_lease(run_dir, pyz):
+    worker = run_dir / "tasks" / "worker-0" / "events.jsonl"
+    ps = run_dir / "tasks" / "ps-0" / "events.jsonl"
     append(worker, line("worker:0", 1) + "\n" + line("worker:0", 2) + "\n" + line("worker:0", 3) + "\n")
-    partial = line("worker:0", 4)
-    append(worker, partial[:10])
+    append(worker, line("worker:0", 4)[:10])  # a writer killed mid-line
     append(ps, line("ps:0", 1) + "\n" + line("ps:0", 2) + "\n")
     resume_at = len(line("worker:0", 1)) + 1
-
-    follower = Follower(pyz, tmp_path, f"worker-0={resume_at}")
+    follower = Follower(pyz, run_dir, f"worker-0={resume_at}")
     try:
         first = follower.events(4)
         assert sorted(first) == sorted([line("worker:0", 2), line("worker:0", 3),
                                         line("ps:0", 1), line("ps:0", 2)])
-        append(worker, partial[10:] + "\n")
-        assert follower.events(1) == [partial]
-
-        chief = tmp_path / "tasks" / "chief-0" / "events.jsonl"
-        append(chief, line("chief:0", 1) + "\n")
-        assert follower.events(1) == [line("chief:0", 1)]
-
         idle = follower.no_events_for(1.6)
         assert idle and all(x.startswith("#hb ") for x in idle)
         assert abs(float(idle[0].split()[1]) - time.time()) < 5
-
-        lease = tmp_path / "lease"
+        lease = run_dir / "lease"
         assert lease.exists() and time.time() - lease.stat().st_mtime < 2.5
     finally:
         assert follower.close() == 0
 
 
-def test_follow_delivers_new_lines_quickly(tmp_path, pyz):
-    events_file = tmp_path / "tasks" / "worker-0" / "events.jsonl"
-    append(events_file, "")
-    follower = Follower(pyz, tmp_path)
+def test_events_of_tasks_started_later_are_pushed_within_a_fraction_of_a_second(run_dir, pyz):
+    follower = Follower(pyz, run_dir)
     try:
         follower.no_events_for(0.3)
-        delays = []
-        for n in range(20):
-            sent = time.monotonic()
-            append(events_file, line("worker:0", n) + "\n")
-            while True:
-                arrived, text = follower.lines.get(timeout=5)
-                if not text.startswith("#hb "):
-                    break
-            assert text == line("worker:0", n)
-            delays.append(arrived - sent)
-        assert sorted(delays)[-2] < 0.25, delays
+        answer = start_tasks(pyz, run_dir, {"worker-0": "for i in $(seq 40); do echo line $i; sleep 0.02; done",
+                                            "ps-0": "echo only line"})
+        assert set(answer["pids"]) == {"worker-0", "ps-0"} and answer["errors"] == {}
+        delays, logs = [], []
+        while len(logs) < 41:
+            arrived, text = follower.lines.get(timeout=10)
+            if text.startswith("#hb "):
+                continue
+            event = json.loads(text)
+            if event["kind"] == "log":
+                logs.append((event["task"], event["line"]))
+                delays.append(arrived - event["ts"])
+        assert [x for t, x in logs if t == "worker:0"] == [f"line {i}" for i in range(1, 41)]
+        assert ("ps:0", "only line") in logs
+        assert sorted(delays)[int(len(delays) * 0.9)] < 0.25, delays
     finally:
         assert follower.close() == 0
 
 
-def test_follow_resumes_without_duplicates(tmp_path, pyz):
-    events_file = tmp_path / "tasks" / "worker-0" / "events.jsonl"
-    lines = [line("worker:0", n) for n in range(10)]
-    append(events_file, "".join(x + "\n" for x in lines))
-    follower = Follower(pyz, tmp_path)
+def test_follow_resumes_without_duplicates(run_dir, pyz):
+    start_tasks(pyz, run_dir, {"worker-0": "for i in $(seq 10); do echo line $i; done"})
+    events_file = run_dir / "tasks" / "worker-0" / "events.jsonl"
+    wait = time.monotonic() + 20
+    while '"state":"succeeded"' not in (events_file.read_text() if events_file.exists() else ""):
+        assert time.monotonic() < wait, "the task did not finish"
+        time.sleep(0.05)
+    lines = events_file.read_text().splitlines()
+    follower = Follower(pyz, run_dir)
     try:
-        assert follower.events(10) == lines
+        assert follower.events(len(lines)) == lines
     finally:
         follower.close()
     offset = sum(len(x) + 1 for x in lines[:6])
-    follower = Follower(pyz, tmp_path, f"worker-0={offset}")
+    follower = Follower(pyz, run_dir, f"worker-0={offset}")
     try:
-        assert follower.events(4) == lines[6:]
+        assert follower.events(len(lines) - 6) == lines[6:]
         assert all(x.startswith("#hb ") for x in follower.no_events_for(1.3))
     finally:
         follower.close()
 
 
-def test_follow_exits_on_stdin_eof_and_quietly_on_a_closed_stdout(tmp_path, pyz):
-    (tmp_path / "tasks").mkdir()
-    follower = Follower(pyz, tmp_path)
+def test_one_host_agent_serves_however_many_clients_start_it(run_dir, pyz):
+    followers = [Follower(pyz, run_dir) for _ in range(3)]
+    try:
+        for f in followers:
+            f.no_events_for(0.5)
+        agents = [p for p in os.listdir("/proc") if p.isdigit() and _is_serve(int(p), run_dir)]
+        assert len(agents) == 1, agents
+    finally:
+        for f in followers:
+            f.close()
+
+
+def _is_serve(pid: int, run_dir: Path) -> bool:
+    try:
+        args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return b"serve" in args and str(run_dir).encode() in args
+
+
+def test_follow_exits_on_stdin_eof_and_quietly_on_a_closed_stdout(run_dir, pyz):
+    (run_dir / "tasks").mkdir()
+    follower = Follower(pyz, run_dir)
     follower.no_events_for(0.2)
     assert follower.close() == 0
 
-    proc = subprocess.Popen([sys.executable, str(pyz), "follow", "--run-dir", str(tmp_path)],
+    proc = subprocess.Popen([sys.executable, str(pyz), "follow", "--run-dir", str(run_dir)],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         assert proc.stdout is not None and proc.stderr is not None

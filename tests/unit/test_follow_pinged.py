@@ -29,6 +29,8 @@ def follower(tmp_path: Path) -> Iterator[subprocess.Popen[bytes]]:
     assert proc.stdin is not None
     proc.stdin.close()
     proc.wait(10)
+    subprocess.run([sys.executable, str(pyz), "stop", "--run-dir", str(tmp_path), "--exit"], capture_output=True,
+                   timeout=60, check=False)  # the host agent the follower started
 
 
 def lease_age(run_dir: Path) -> float:
