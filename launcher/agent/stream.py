@@ -17,13 +17,15 @@ import os
 import socket
 import threading
 import time
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 HEARTBEAT_SECONDS = 1.0
 #: a ping this recent means the launcher still reads its follower (it pings every second)
 PING_FRESH_SECONDS = 2.5
 #: catch-up is sent in pieces of this size, so a long history never sits in memory at once
 CATCHUP_CHUNK = 1024 * 1024
+#: how long an ending agent waits for each follower's last lines to be sent
+FLUSH_SECONDS = 2.0
 
 
 class Follower:
@@ -36,6 +38,8 @@ class Follower:
         self.pending: List[bytes] = []
         self.cond = threading.Condition(threading.Lock())
         self.closed = False
+        self.flush_on_close = False
+        self.sender: Optional[threading.Thread] = None
 
     def push(self, data: bytes) -> None:
         with self.cond:
@@ -43,10 +47,13 @@ class Follower:
             if len(self.pending) == 1:
                 self.cond.notify()
 
-    def close(self) -> None:
+    def close(self, flush: bool = False) -> None:
         with self.cond:
             self.closed = True
+            self.flush_on_close = flush
             self.cond.notify()
+        if self.sender is not None and flush:
+            self.sender.join(FLUSH_SECONDS)
         with contextlib.suppress(OSError):
             self.sock.shutdown(socket.SHUT_RDWR)
 
@@ -74,8 +81,9 @@ class EventHub:
         return len(self._followers)
 
     def close_all(self) -> None:
+        """The agent ends: every follower gets what is queued for it, then its connection closes."""
         for follower in list(self._followers):
-            follower.close()
+            follower.close(flush=True)
 
     def follow(self, sock: socket.socket, offsets: Dict[str, int], pinged: bool) -> None:
         """Serve one follower on this (its connection's) thread until it goes away."""
@@ -84,6 +92,7 @@ class EventHub:
             sizes = self._sizes()
             self._followers.append(follower)
         sender = threading.Thread(target=self._send, args=(follower, offsets, sizes), name="send", daemon=True)
+        follower.sender = sender
         sender.start()
         try:
             while True:
@@ -140,6 +149,8 @@ class EventHub:
                     batch, follower.pending = follower.pending, []
                     closed = follower.closed
                 if closed:
+                    if batch and follower.flush_on_close:  # the agent is ending: its last lines still go
+                        follower.sock.sendall(b"".join(batch))
                     return
                 now = time.monotonic()
                 if now >= next_hb:

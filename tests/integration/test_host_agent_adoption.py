@@ -42,6 +42,7 @@ def profile(tmp: Path, scratch: Path, host_block: str, name: str) -> Path:
     return write_profile(tmp / "adopt.toml", f"""
 name = "{name}"
 strategy = "custom"
+success_policy = "all_workers"
 orphan_grace_seconds = 60
 [defaults]
 command = "{TASK.format(scratch=scratch)}"
