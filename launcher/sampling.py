@@ -363,8 +363,17 @@ class HostSampler:
     returns ``{key: sample}`` (the shape of ``TaskSampler.sample``); a task's first sample covers
     the time since it was first seen. Never raises."""
 
-    def __init__(self, use_nvml: Optional[bool] = None) -> None:
+    def __init__(self, use_psutil: Optional[bool] = None, use_nvml: Optional[bool] = None) -> None:
         self._use_nvml = use_nvml
+        self._psutil: Any = None
+        if use_psutil is not False:
+            try:
+                import psutil
+
+                self._psutil = psutil
+            except ImportError:
+                self._psutil = None
+        self._procs: Dict[ProcKey, Any] = {}  # psutil.Process per tree member, kept while it lives
         self._clock_ticks = float(os.sysconf("SC_CLK_TCK")) if hasattr(os, "sysconf") else 100.0
         self._page_size = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
         self._host = HostReader()
@@ -379,7 +388,11 @@ class HostSampler:
         children: Dict[int, List[int]] = {}
         for pid, (ppid, _, _) in stats.items():
             children.setdefault(ppid, []).append(pid)
-        trees: Dict[Any, TreeReading] = {key: self._tree(root, stats, children) for key, (root, _) in tasks.items()}
+        seen: set = set()
+        trees: Dict[Any, TreeReading] = {key: self._tree(root, stats, children, seen)
+                                         for key, (root, _) in tasks.items()}
+        for gone in [k for k in self._procs if k not in seen]:
+            del self._procs[gone]
         gpu_by_index = self._gpus(sorted({i for _, gpus in tasks.values() for i in gpus}))
         try:
             host: Optional[Dict[str, Any]] = self._host.read()
@@ -401,7 +414,8 @@ class HostSampler:
             self._prev[key] = (now, {k: cpu for k, (cpu, _) in reading.items()})
             pids = {pid for pid, _ in reading}
             gpus = [self._gpu_entry(gpu_by_index, i, pids) for i in gpu_indices]
-            source = "proc" + ("+" + (self._gpu_mode or GPU_NONE) if gpu_indices else "")
+            source = ("psutil" if self._psutil is not None else "proc") + (
+                "+" + (self._gpu_mode or GPU_NONE) if gpu_indices else "")
             out[key] = {"cpu_percent": cpu_percent, "rss_bytes": rss_bytes, "gpus": gpus, "source": source,
                         "host": host}
         for key in [k for k in self._prev if k not in tasks]:
@@ -409,7 +423,9 @@ class HostSampler:
         return out
 
     def _tree(self, root: int, stats: Dict[int, Tuple[int, int, float]],
-              children: Dict[int, List[int]]) -> TreeReading:
+              children: Dict[int, List[int]], seen: set) -> TreeReading:
+        """The process tree under ``root`` from one /proc walk; each member's CPU and RSS from psutil
+        where it is installed, else from the same /proc files."""
         out: TreeReading = {}
         stack = [root] if root in stats else []
         while stack:
@@ -417,9 +433,23 @@ class HostSampler:
             _, ticks, start = stats[pid]
             if (pid, start) in out:
                 continue
-            out[(pid, start)] = (ticks / self._clock_ticks, self._rss(pid))
+            seen.add((pid, start))
+            reading = self._psutil_reading(pid, start) if self._psutil is not None else None
+            out[(pid, start)] = reading or (ticks / self._clock_ticks, self._rss(pid))
             stack.extend(c for c in children.get(pid, []) if c in stats)
         return out
+
+    def _psutil_reading(self, pid: int, start: float) -> Optional[Tuple[float, Optional[int]]]:
+        psutil = self._psutil
+        try:
+            proc = self._procs.get((pid, start))
+            if proc is None:
+                proc = self._procs[(pid, start)] = psutil.Process(pid)
+            with proc.oneshot():
+                times = proc.cpu_times()
+                return times.user + times.system, int(proc.memory_info().rss)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            return None
 
     def _rss(self, pid: int) -> Optional[int]:
         try:
