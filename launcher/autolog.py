@@ -156,6 +156,10 @@ class StepReader:
         self._last_step: Optional[int] = None
         self._last_loss_ref: Any = None
         self._lock = threading.Lock()
+        #: the reader thread's own CPU seconds and ticks so far, updated after each tick (what
+        #: the reader costs the task, read by benchmarks/autolog_overhead.py)
+        self.cpu_s = 0.0
+        self.ticks = 0
 
     def add_optimizer(self, optimizer: Any) -> None:
         try:
@@ -179,6 +183,8 @@ class StepReader:
         while _state.on:
             time.sleep(self.interval)
             guarded("step reader", self.tick)
+            self.ticks += 1
+            self.cpu_s = time.thread_time()  # this thread's CPU since it started
 
     def read_step(self) -> Optional[int]:
         best: Optional[int] = None
