@@ -223,5 +223,11 @@ reader = StepReader()
 def _int_of(value: Any) -> Optional[int]:
     if value is None:
         return None
-    number = report._to_float(value)
-    return int(number) if number is not None else None
+    try:
+        # a variable's __float__ reads it with one op; its .numpy() (report._to_float) takes a
+        # name scope and two (read, identity): from the reader thread, while the training thread
+        # runs, ~0.3 ms of CPU against ~0.5 ms, the most of a tick
+        number: Optional[float] = float(value)
+    except Exception:
+        number = report._to_float(value)
+    return int(number) if number is not None and math.isfinite(number) else None
