@@ -179,7 +179,7 @@ class RunCpu:
     """CPU seconds of a run's processes by kind, from /proc every ``interval`` s on a thread:
 
     * ``launcher``: the ``up`` process and every agent verb it runs (``follow``, ``start``, ...);
-    * ``agent``: host agents (``agent.pyz serve``);
+    * ``agent``: host agents (named ``distlaunch-host``, or ``agent.pyz serve``);
     * ``ssh``: sshd processes serving the run (children of an sshd, ancestors of agent verbs);
     * ``tasks``: processes with ``DISTLAUNCH_TASK`` in their environment (the training tasks).
 
@@ -233,10 +233,16 @@ class RunCpu:
             args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         except OSError:
             return ""
+        try:
+            comm = Path(f"/proc/{pid}/comm").read_text().strip()
+        except OSError:
+            return ""
         if pid == self.launcher_pid:
             kind = "launcher"
+        elif comm == "distlaunch-host" or (b"serve" in args and any(a.endswith(b"agent.pyz") for a in args)):
+            kind = "agent"
         elif any(a.endswith(b"agent.pyz") for a in args):
-            kind = "agent" if b"serve" in args else "launcher"
+            kind = "launcher"
         elif any(e.startswith(b"DISTLAUNCH_TASK=") for e in env) and b"DISTLAUNCH_RUN_ID=" + self.run_id in env:
             kind = "tasks"
         elif args and args[0].startswith(b"sshd"):

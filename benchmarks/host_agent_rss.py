@@ -2,8 +2,8 @@
 
 ``distlaunch up --no-tui`` of a local job (strategy custom) whose 16 tasks each print a line every
 0.1 s, sampling every 1 s. Once every task runs, every ``--every`` s for ``--seconds``, the
-processes whose environment carries the run id and whose command line is ``agent.pyz serve`` are
-counted and their RSS (VmRSS) read. Then ``down``.
+processes whose environment carries the run id and whose name (/proc/PID/comm) is
+``distlaunch-host`` are counted and their RSS (VmRSS) read. Then ``down``.
 
 Target: one host agent process for the host; its RSS <= 40 MiB.
 
@@ -47,10 +47,10 @@ def host_agents(run_id: str) -> list[int]:
             continue
         try:
             env = Path(f"/proc/{name}/environ").read_bytes().split(b"\0")
-            args = Path(f"/proc/{name}/cmdline").read_bytes().split(b"\0")
+            comm = Path(f"/proc/{name}/comm").read_text().strip()
         except OSError:
             continue
-        if needle in env and b"serve" in args and any(a.endswith(b"agent.pyz") for a in args):
+        if needle in env and comm == "distlaunch-host":
             found.append(int(name))
     return found
 

@@ -156,15 +156,19 @@ class HostSession:
 
     # -- the host agent ---------------------------------------------------------------------------
 
-    def _spawn_args(self) -> list[str]:
-        """Hosts whose detached processes must be started by the transport (a Slurm step) get their
-        host agent started here; the agent verbs then wait for it instead of starting one."""
+    def _client_cmd(self, verb: str, *args: str) -> str:
+        """An agent verb that talks to the host agent and starts it (forked from the verb, so with
+        the run id in its environment for ``sweep``) when none serves. Hosts whose detached
+        processes must be started by the transport (a Slurm step) get the host agent started here
+        instead, and the verb only waits for it."""
         if self.host.detach_by_setsid:
-            return ["--run-id", self.run_id]
-        serve = (f"DISTLAUNCH_RUN_ID={shlex.quote(self.run_id)} exec "
-                 + self._agent_cmd("serve", "--run-dir", self.base_dir))
-        self.host.start_detached(serve, f"{self.base_dir}/agent.log", cwd=self.base_dir)
-        return ["--run-id", self.run_id, "--no-spawn"]
+            extra: tuple[str, ...] = ()
+        else:
+            serve = (f"DISTLAUNCH_RUN_ID={shlex.quote(self.run_id)} exec "
+                     + self._agent_cmd("serve", "--run-dir", self.base_dir))
+            self.host.start_detached(serve, f"{self.base_dir}/agent.log", cwd=self.base_dir)
+            extra = ("--no-spawn",)
+        return f"DISTLAUNCH_RUN_ID={shlex.quote(self.run_id)} " + self._agent_cmd(verb, *args, *extra)
 
     def start_tasks(self, specs: Mapping[str, Mapping[str, Any]],
                     secrets: Mapping[str, Mapping[str, str]] | None = None) -> dict[str, int]:
@@ -174,7 +178,7 @@ class HostSession:
         if not specs:
             return {}
         payload = {"specs": dict(specs), "tasks": list(specs), "secrets": dict(secrets or {})}
-        result = self.host.run(self._agent_cmd("start", "--run-dir", self.base_dir, *self._spawn_args()),
+        result = self.host.run(self._client_cmd("start", "--run-dir", self.base_dir),
                                timeout=60, stdin=(json.dumps(payload) + "\n").encode())
         lines = [ln for ln in result.stdout.splitlines() if ln.strip()]
         try:
@@ -212,7 +216,7 @@ class HostSession:
                on_close: Callable[[int | None], None]) -> LineStream:
         """The host agent's event stream from these byte offsets (it is started if none serves,
         and adopts the tasks of one that was killed)."""
-        args = ["--run-dir", self.base_dir, "--pinged", *self._spawn_args()]  # the supervisor pings every second
+        args = ["--run-dir", self.base_dir, "--pinged"]  # the supervisor pings every second
         for slug, offset in sorted(offsets.items()):
             args += ["--offset", f"{slug}={offset}"]
-        return self.host.stream_lines(self._agent_cmd("follow", *args), on_line, on_close)
+        return self.host.stream_lines(self._client_cmd("follow", *args), on_line, on_close)

@@ -10,18 +10,19 @@ Stdlib-only, Python >= 3.9 (runs on hosts from the agent zipapp).
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import fcntl
 import json
 import os
 import signal
 import socket
-import subprocess
 import sys
 import threading
 import time
 from typing import Any, Dict, List, Optional
 
 from launcher import events
-from launcher.agent.hostagent import SOCKET_NAME
+from launcher.agent.hostagent import LOCK_NAME, SOCKET_NAME, HostAgent
 from launcher.agent.output import EventWriter, last_state
 from launcher.agent.procs import (
     KILL_CONFIRM_SECONDS,
@@ -38,6 +39,9 @@ from launcher.agent.procs import (
 from launcher.agent.spec import AgentSpec
 
 CONNECT_SECONDS = 15.0
+PR_SET_NAME = 15
+#: /proc/PID/comm of a host agent started by a client (a `serve` verb keeps the interpreter's)
+AGENT_PROCESS_NAME = "distlaunch-host"
 #: `follow --pinged`: with no ping for this long the launcher is gone without closing the link
 FOLLOW_PING_EXIT_SECONDS = 30.0
 
@@ -64,32 +68,57 @@ def connect(run_dir: str, spawn: bool = True, timeout: float = CONNECT_SECONDS) 
 
 
 def spawn_agent(run_dir: str) -> None:
-    """Start ``serve`` in a new session, detached from this command's streams (an SSH channel
-    stays open while anything holds them), with the run id in its environment for ``sweep``."""
-    log = os.open(os.path.join(run_dir, "agent.log"), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-    env = dict(os.environ)
-    run_id = _run_id(run_dir)
-    if run_id:
-        env["DISTLAUNCH_RUN_ID"] = run_id
-    env.pop("DISTLAUNCH_SECRETS", None)
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    if os.path.isfile(root):  # the zipapp
-        argv = [sys.executable, root, "serve", "--run-dir", run_dir]
-    else:  # a source tree
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
-        argv = [sys.executable, "-m", "launcher.agent", "serve", "--run-dir", run_dir]
-    subprocess.Popen(argv, cwd=run_dir, env=env,
-                     stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, close_fds=True)
-    os.close(log)
+    """Become the host agent in a grandchild of this process (fork, setsid, fork: no new
+    interpreter to boot), detached from this command's streams (an SSH channel stays open while
+    anything holds them); it inherits this verb's environment, where the launcher puts
+    ``DISTLAUNCH_RUN_ID`` (``sweep`` finds it by that). Nothing happens if the agent's lock is
+    held: one is starting already."""
+    lock_fd = os.open(os.path.join(run_dir, LOCK_NAME), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(lock_fd)
+        return
+    fcntl.flock(lock_fd, fcntl.LOCK_UN)  # the agent takes it again for its whole life
+    os.close(lock_fd)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid:
+        os.waitpid(pid, 0)
+        return
+    try:
+        os.setsid()
+        if os.fork():
+            os._exit(0)
+        log = os.open(os.path.join(run_dir, "agent.log"), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        os.closerange(3, _max_fd())
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+        set_process_name(AGENT_PROCESS_NAME)
+        code = HostAgent(run_dir).serve()
+    except BaseException as exc:  # the grandchild must never return into the client's code
+        with contextlib.suppress(Exception):
+            sys.stderr.write("agent: the host agent failed: %r\n" % (exc,))
+        code = 1
+    os._exit(code)
 
 
-def _run_id(run_dir: str) -> Optional[str]:
-    tasks = os.path.join(run_dir, "tasks")
-    with contextlib.suppress(OSError):
-        for slug in sorted(os.listdir(tasks)):
-            with contextlib.suppress(OSError, ValueError, TypeError):
-                return AgentSpec.load(os.path.join(tasks, slug, "spec.json")).run
-    return os.environ.get("DISTLAUNCH_RUN_ID")
+def set_process_name(name: str) -> None:
+    """The name ps, top and /proc/PID/comm show (the command line stays the client's)."""
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_NAME, ctypes.c_char_p(name.encode()[:15]), 0, 0, 0)
+
+
+def _max_fd() -> int:
+    try:
+        return int(os.sysconf("SC_OPEN_MAX"))
+    except (ValueError, OSError):
+        return 1024
 
 
 def request(run_dir: str, obj: Dict[str, Any], spawn: bool = True, timeout: float = 600.0,

@@ -164,11 +164,9 @@ def build_parser() -> argparse.ArgumentParser:
     follow.add_argument("--pinged", action="store_true",
                         help="the launcher pings every second; without pings the lease goes stale")
     follow.add_argument("--no-spawn", action="store_true", help="wait for a host agent, never start one")
-    follow.add_argument("--run-id", default=None, help="for the host agent this verb may start")
     start = verbs.add_parser("start", help="write specs (JSON on stdin) and start tasks")
     start.add_argument("--run-dir", required=True)
     start.add_argument("--no-spawn", action="store_true")
-    start.add_argument("--run-id", default=None)
     stop = verbs.add_parser("stop", help="stop tasks (and with --exit the host agent)")
     stop.add_argument("--run-dir", default=None)
     stop.add_argument("--tasks", type=_slug_list, default=[])
@@ -199,8 +197,6 @@ def _print_json(obj: Dict[str, Any]) -> None:
 
 def main(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(argv)
-    if getattr(args, "run_id", None) and args.verb in ("follow", "start"):
-        os.environ["DISTLAUNCH_RUN_ID"] = args.run_id  # only a host agent started from here inherits it
     if args.verb == "serve":
         return HostAgent(args.run_dir).serve()
     if args.verb == "run":

@@ -58,15 +58,14 @@ hosts = ["h"]
 
 
 def host_agents(run_id: str) -> list[int]:
-    """Host agent processes of the run (the `serve` verb), by their environment and command line."""
+    """Host agent processes of the run: by their process name and the run id in their environment."""
     out = []
     for pid in pids_with_run_id(run_id):
         try:
-            args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            if Path(f"/proc/{pid}/comm").read_text().strip() == "distlaunch-host":
+                out.append(pid)
         except OSError:
             continue
-        if b"serve" in args:
-            out.append(pid)
     return out
 
 
@@ -99,10 +98,11 @@ def run_adoption(tmp_path: Path, host_block: str, run_id: str) -> None:
         # a new agent comes up (started by the launcher's new follower) and adopts both tasks
         new = wait_for(lambda: [p for p in host_agents(run_id) if p != agents[0]], 30, "a new host agent")
         assert len(new) == 1
-        adopted = wait_for(lambda: {e["task"] for e in read_events(run_dir)
-                                    if e["kind"] == "log" and "adopted this task" in e.get("line", "")},
-                           30, "the adoption lines")
-        assert adopted == {"worker:0", "worker:1"}
+        def adopted() -> set[str]:
+            return {e["task"] for e in read_events(run_dir)
+                    if e["kind"] == "log" and "adopted this task" in e.get("line", "")}
+
+        wait_for(lambda: adopted() == {"worker:0", "worker:1"}, 30, "the adoption line of each task")
         for task, pid in pids.items():
             assert Path(f"/proc/{pid}").exists(), f"{task} (pid {pid}) did not survive its agent"
         # output after the adoption still arrives

@@ -37,11 +37,11 @@ class Follower:
     """A running `follow` verb with its stdout lines in a queue (it starts the host agent if needed)."""
 
     def __init__(self, pyz: Path, run_dir: Path, *offsets: str) -> None:
-        args = [sys.executable, str(pyz), "follow", "--run-dir", str(run_dir), "--run-id", RUN_ID]
+        args = [sys.executable, str(pyz), "follow", "--run-dir", str(run_dir)]
         for offset in offsets:
             args += ["--offset", offset]
         self.proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE)
+                                     stderr=subprocess.PIPE, env=dict(os.environ, DISTLAUNCH_RUN_ID=RUN_ID))
         self.lines: queue.Queue[tuple[float, str]] = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
 
@@ -102,8 +102,9 @@ def start_tasks(pyz: Path, run_dir: Path, commands: dict[str, str]) -> dict:
     specs = {slug: {"run": RUN_ID, "task": slug.replace("-", ":"), "command": command, "workdir": str(run_dir),
                     "grace_seconds": 2, "sample_interval": 0.2, "autolog": False}
              for slug, command in commands.items()}
-    out = subprocess.run([sys.executable, str(pyz), "start", "--run-dir", str(run_dir), "--run-id", RUN_ID],
-                         input=json.dumps({"specs": specs}).encode(), capture_output=True, timeout=60, check=True)
+    out = subprocess.run([sys.executable, str(pyz), "start", "--run-dir", str(run_dir)],
+                         input=json.dumps({"specs": specs}).encode(), capture_output=True, timeout=60, check=True,
+                         env=dict(os.environ, DISTLAUNCH_RUN_ID=RUN_ID))
     return json.loads(out.stdout)
 
 
@@ -197,11 +198,14 @@ def test_one_host_agent_serves_however_many_clients_start_it(run_dir, pyz):
 
 
 def _is_serve(pid: int, run_dir: Path) -> bool:
+    """A host agent of this run dir: its process name, its working directory, the run id."""
     try:
-        args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        comm = Path(f"/proc/{pid}/comm").read_text().strip()
+        cwd = os.readlink(f"/proc/{pid}/cwd")
+        env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
     except OSError:
         return False
-    return b"serve" in args and str(run_dir).encode() in args
+    return comm == "distlaunch-host" and cwd == str(run_dir) and f"DISTLAUNCH_RUN_ID={RUN_ID}".encode() in env
 
 
 def test_follow_exits_on_stdin_eof_and_quietly_on_a_closed_stdout(run_dir, pyz):
