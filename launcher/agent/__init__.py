@@ -12,7 +12,16 @@ from start or adoption to its final event), ``stream`` (events pushed to followe
 preflight), ``verbs`` (the command line).
 """
 
+from typing import List, Optional
+
 from launcher.agent.procs import pid_alive
-from launcher.agent.verbs import main
 
 __all__ = ["main", "pid_alive"]
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """The command line (``launcher.agent.verbs``), imported on use: the launcher imports this
+    package for ``pid_alive`` and needs none of the daemon's modules."""
+    from launcher.agent.verbs import main as verbs_main
+
+    return verbs_main(argv)

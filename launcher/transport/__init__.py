@@ -20,10 +20,23 @@ from launcher.transport.base import (
 )
 from launcher.transport.local import LocalHost
 from launcher.transport.slurm import SlurmHost
-from launcher.transport.ssh import SshHost
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from launcher.transport.ssh import SshHost
 
 __all__ = ["MAX_LINE_BYTES", "CommandResult", "CommandTimeout", "Host", "LineSplitter", "LineStream",
            "LocalHost", "SlurmHost", "SshHost", "make_host"]
+
+
+def __getattr__(name: str) -> object:
+    """``SshHost`` on first use: Fabric and paramiko take ~0.25 s to import, which a job of local
+    hosts (the embedded default) never needs."""
+    if name == "SshHost":
+        from launcher.transport.ssh import SshHost
+
+        return SshHost
+    raise AttributeError(name)
 
 
 def make_host(config: HostConfig, on_notice: Callable[[str], None] | None = None) -> Host:
@@ -32,4 +45,6 @@ def make_host(config: HostConfig, on_notice: Callable[[str], None] | None = None
         return LocalHost(config)
     if config.transport == "slurm":
         return SlurmHost(config)
+    from launcher.transport.ssh import SshHost
+
     return SshHost(config, on_notice=on_notice)

@@ -16,8 +16,6 @@ import subprocess
 import threading
 from dataclasses import dataclass
 
-import paramiko
-
 from launcher.errors import HostError
 from launcher.model import HostConfig
 
@@ -183,6 +181,8 @@ def _run_ssh_g(options: list[str], name: str, path: str) -> dict[str, list[str]]
 
 def _paramiko_lookup(path: str, name: str) -> dict[str, list[str]]:
     """The fallback: Host patterns and plain options only (no Include, no Match exec)."""
+    import paramiko  # only without an ssh binary; it takes ~0.2 s to import
+
     try:
         parsed = paramiko.SSHConfig.from_path(path).lookup(name)
     except (OSError, paramiko.SSHException) as exc:
