@@ -100,12 +100,13 @@ def connect_hosts(plan: Plan, on_notice: Callable[[str], None]) -> dict[str, Hos
     return hosts
 
 
-def check_pythons(plan: Plan, hosts: dict[str, Host], import_tf: bool = True) -> tuple[list[str], dict[str, str]]:
-    """Each (host, python) pair runs and has TensorFlow unless the strategy is custom: imported
-    (``import_tf``, for `check`), else read from its package metadata where it has some."""
+def check_pythons(plan: Plan, hosts: dict[str, Host], import_tf: bool = True,
+                  skip: frozenset[tuple[str, str]] = frozenset()) -> tuple[list[str], dict[str, str]]:
+    """Each (host, python) pair (but ``skip``) runs and has TensorFlow unless the strategy is custom:
+    imported (``import_tf``, for `check`), else read from its package metadata where it has some."""
     need_tf = plan.profile.strategy != "custom"
     tf_check = TF_CHECK if import_tf else TF_METADATA_CHECK
-    pairs = sorted({(t.host, t.python) for t in plan.tasks})
+    pairs = sorted({(t.host, t.python) for t in plan.tasks} - skip)
     versions: dict[str, str] = {}
 
     def check(host_name: str, pythons: list[str]) -> list[str]:
@@ -171,6 +172,13 @@ def prepare_hosts(plan: Plan, run_id: str, local_root: Path | None,
     progress(f"connecting to {n} host{'s' if n != 1 else ''}")
     hosts = connect_hosts(plan, on_notice)
     pre = Preflight(hosts)
+    if not import_tf and plan.profile.sync is None:
+        try:
+            _fast_preflight(plan, run_id, local_root, pre, progress)
+        except BaseException:
+            pre.close()
+            raise
+        return pre
     try:
         progress("checking python" + ("" if plan.profile.strategy == "custom" else " and TensorFlow")
                  + " on the hosts")
@@ -198,6 +206,66 @@ def prepare_hosts(plan: Plan, run_id: str, local_root: Path | None,
         pre.close()
         raise
     return pre
+
+
+def _sessions(plan: Plan, run_id: str, local_root: Path | None, pre: Preflight) -> None:
+    root = str(local_root) if local_root is not None else None
+    for name, host in pre.hosts.items():
+        config = plan.profile.hosts[name]
+        base = remote_base_dir(host, config, run_id, root)
+        outputs = remote_outputs_dir(host, config, plan.profile.outputs, plan.profile.directory)
+        pre.sessions[name] = HostSession(config, host, run_id, base, _python_for(plan, name), outputs)
+
+
+def _fast_preflight(plan: Plan, run_id: str, local_root: Path | None, pre: Preflight,
+                    progress: Callable[[str], None]) -> None:
+    """`up` without [sync]: per host ONE round trip uploads the agent and runs its preflight (the
+    host's python and TensorFlow version from package metadata, paths, ports); a second python on
+    a host is checked apart. Problems are worded as in the step-by-step path."""
+    need_tf = plan.profile.strategy != "custom"
+    progress("checking python" + (" and TensorFlow" if need_tf else "") + ", workdirs, scripts and ports")
+    _sessions(plan, run_id, local_root, pre)
+    path_checks = host_checks(plan)
+    chosen: dict[str, dict[str, int]] = {}
+
+    def check(host_name: str, session: HostSession) -> list[str]:
+        tasks = [t for t in plan.tasks if t.host == host_name]
+        given = [t for t in tasks if t.port is not None]
+        auto = [t for t in tasks if t.port is None]
+        try:
+            answer = session.prepare_and_preflight("0.0.0.0", [t.port for t in given if t.port], len(auto),
+                                                   path_checks.get(host_name, []), need_tf)
+        except HostError as exc:
+            if getattr(exc, "python_missing", False):
+                return [str(exc)]
+            return [f"host {host_name}: cannot upload the agent to {session.base_dir}: {exc}"]
+        if need_tf:
+            tf = answer.get("tensorflow") or {}
+            if tf.get("error"):
+                return [f"host {host_name}: `import tensorflow` fails with {session.python} ({tf['error']}); "
+                        "install tensorflow there or point `python` at an interpreter that has it"]
+            pre.versions[f"{host_name} {session.python}"] = (f"{answer.get('python')} {tf.get('version')} "
+                                                              f"({tf.get('how')})")
+        else:
+            pre.versions[f"{host_name} {session.python}"] = str(answer.get("python"))
+        found = answer.get("ports") or {}
+        busy, picked = [int(p) for p in found.get("busy", [])], [int(p) for p in found.get("picked", [])]
+        problems = describe_all(host_name, list(answer.get("failed") or []))
+        problems += [f"host {host_name}: port {t.port} for {t.task_id} is already in use; stop what "
+                     f"listens there or give roles.{t.role}.port another value" for t in given if t.port in busy]
+        ports = {t.task_id: int(t.port) for t in given if t.port is not None}
+        ports.update({t.task_id: p for t, p in zip(auto, picked, strict=False)})
+        chosen[host_name] = ports
+        return problems
+
+    problems = _parallel(pre.sessions, check)
+    agent_pythons = frozenset((name, s.python) for name, s in pre.sessions.items())
+    more, versions = check_pythons(plan, pre.hosts, import_tf=False, skip=agent_pythons)
+    pre.versions.update(versions)
+    if problems or more:
+        raise PreflightError(problems + more)
+    for found in chosen.values():
+        pre.ports.update(found)
 
 
 def _upload(name: str, session: HostSession) -> list[str]:

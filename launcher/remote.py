@@ -99,6 +99,45 @@ class HostSession:
             raise HostError(f"host {self.name}: cannot create the run dir {self.base_dir} or the outputs "
                             f"{self.outputs_dir}, or write the agent there: {detail}")
 
+    def prepare_and_preflight(self, bind: str, check: Iterable[int], pick: int, path_checks: list[dict[str, Any]],
+                              tensorflow: bool) -> dict[str, Any]:
+        """``prepare`` and the agent's ``preflight`` in ONE round trip (the launch's fast path, when
+        no [sync] has to run between them). Raises HostError with ``python_missing`` set when the
+        host's python does not run; else returns the preflight answer."""
+        base = shlex.quote(self.base_dir)
+        outputs = f" && mkdir -p -- {shlex.quote(self.outputs_dir)}" if self.outputs_dir else ""
+        pyz, tmp = shlex.quote(self.pyz), shlex.quote(self.pyz + ".tmp")
+        args = ["--cwd", self.base_dir, "--bind", bind, "--checks", json.dumps(path_checks)]
+        ports = ",".join(str(p) for p in check)
+        if ports:
+            args += ["--check", ports]
+        if pick:
+            args += ["--pick", str(pick)]
+        if tensorflow:
+            args.append("--tensorflow")
+        script = (f"rm -rf -- {base}/tasks {base}/lease {base}/detached && "
+                  f"mkdir -p -m 700 {base} && chmod 700 {base}{outputs} && "
+                  f"(umask 077 && cat > {tmp}) && mv -f {tmp} {pyz} || exit 98\n"
+                  + self._agent_cmd("preflight", *args))
+        result = self.host.run(script, timeout=180, stdin=build_agent_zipapp())
+        lines = [ln for ln in result.stdout.splitlines() if ln.strip()]
+        detail = (result.stderr.strip().splitlines() or ["no output"])[-1]
+        if result.exit_code == 98:
+            raise HostError(f"host {self.name}: cannot create the run dir {self.base_dir} or the outputs "
+                            f"{self.outputs_dir}, or write the agent there: {detail}")
+        if result.exit_code == 127 or (result.exit_code != 0 and "not found" in detail and not lines):
+            error = HostError(f"host {self.name}: python {self.python!r} not found; set `python` in "
+                              "[defaults] (or the role) to an interpreter that exists there")
+            error.python_missing = True  # type: ignore[attr-defined]
+            raise error
+        if result.exit_code != 0 or not lines:
+            raise HostError(f"host {self.name}: agent `preflight` failed (exit {result.exit_code}): {detail}")
+        try:
+            answer: dict[str, Any] = json.loads(lines[-1])
+        except ValueError:
+            raise HostError(f"host {self.name}: agent `preflight` answered {lines[-1][:200]!r}") from None
+        return answer
+
     def remove_run_dir(self) -> None:
         """Remove this host's run dir (agent, specs, event files); the job's outputs are never touched.
 

@@ -89,7 +89,7 @@ def cmd_ports(addr: str, check: List[int], pick: int) -> Dict[str, Any]:
 
 
 def cmd_preflight(checks_json: Optional[str] = None, cwd: Optional[str] = None,
-                  ports: Optional[Tuple[str, List[int], int]] = None) -> Dict[str, Any]:
+                  ports: Optional[Tuple[str, List[int], int]] = None, tensorflow: bool = False) -> Dict[str, Any]:
     """What this host's Python offers; with ``checks_json`` the failed path checks (launcher/hostcheck.py,
     relative paths under ``cwd``), with ``ports`` the answer of ``ports`` too: one round trip for all."""
     def has(module: str) -> bool:
@@ -105,7 +105,33 @@ def cmd_preflight(checks_json: Optional[str] = None, cwd: Optional[str] = None,
         answer["failed"] = hostcheck.run_checks(json.loads(checks_json), cwd or os.getcwd())
     if ports is not None:
         answer["ports"] = cmd_ports(*ports)
+    if tensorflow:
+        answer["tensorflow"] = tensorflow_version()
     return answer
+
+
+_TF_DISTRIBUTIONS = ("tensorflow", "tensorflow-cpu", "tensorflow-gpu", "tensorflow-intel", "tensorflow-macos",
+                     "tf-nightly", "tf-nightly-cpu")
+
+
+def tensorflow_version() -> Dict[str, Any]:
+    """TensorFlow's version from its package metadata (milliseconds; an import takes seconds), or
+    by importing it when no distribution says (a source tree on the path); ``error`` if neither."""
+    try:
+        from importlib import metadata
+
+        for name in _TF_DISTRIBUTIONS:
+            try:
+                return {"version": metadata.version(name), "how": "package metadata"}
+            except metadata.PackageNotFoundError:
+                continue
+    except ImportError:
+        pass
+    try:
+        tf = importlib.import_module("tensorflow")
+        return {"version": str(getattr(tf, "__version__", "?")), "how": "imported"}
+    except Exception as exc:  # anything a broken install raises
+        return {"error": "%s: %s" % (type(exc).__name__, exc)}
 
 
 # -- entry point ------------------------------------------------------------------------------

@@ -187,6 +187,7 @@ def build_parser() -> argparse.ArgumentParser:
     preflight.add_argument("--bind", default=None)
     preflight.add_argument("--check", type=_port_list, default=[])
     preflight.add_argument("--pick", type=int, default=0)
+    preflight.add_argument("--tensorflow", action="store_true", help="also TensorFlow's version (metadata first)")
     return parser
 
 
@@ -239,5 +240,5 @@ def _one_answer(args: argparse.Namespace) -> int:
         _print_json(cmd_sweep(args.run_id, args.kill, args.grace))
     elif args.verb == "preflight":
         ports = (args.bind, args.check, args.pick) if args.bind is not None else None
-        _print_json(netcheck.cmd_preflight(args.checks, args.cwd, ports))
+        _print_json(netcheck.cmd_preflight(args.checks, args.cwd, ports, args.tensorflow))
     return 0
