@@ -231,11 +231,12 @@ class HostAgent:
             if spec is None or state is None or state in events.FINAL_TASK_STATES:
                 continue
             runner = TaskRunner(task_dir, spec, self._writer(slug), self.leaders)
-            if info is not None and runner.adopt(info):
+            ours = info is not None and _is_our_group(int(info.get("pgid") or info["pid"]), spec.run)
+            if info is not None and ours and runner.adopt(info):
                 self._run(runner)
                 continue
             # it ended (or never ran) while no agent watched: its wrapper may have left the status
-            runner.pid = int(info["pid"]) if info else 0
+            runner.pid = int(info["pid"]) if info is not None and ours else 0  # 0: no group of ours to kill
             self._run(runner)
 
     # -- sampling -------------------------------------------------------------------------------------
@@ -283,6 +284,7 @@ class HostAgent:
             threading.Thread(target=self._serve_one, args=(conn,), name="conn", daemon=True).start()
 
     def _serve_one(self, conn: socket.socket) -> None:
+        ending = False
         try:
             request = json.loads(_read_line(conn) or b"{}")
             op = request.get("op")
@@ -298,7 +300,7 @@ class HostAgent:
                                    float(grace) if grace is not None else None)
                 if request.get("exit"):
                     self._stop_all("the job ended", wait=True)
-                    self._exit.set()
+                    ending = True
             elif op == "status":
                 answer = {"pid": os.getpid(), "tasks": {s: {"pid": r.pid, "done": r.done.is_set(),
                                                             "adopted": r.adopted}
@@ -306,6 +308,8 @@ class HostAgent:
             else:
                 answer = {"error": "unknown request %r" % (op,)}
             conn.sendall((json.dumps(answer) + "\n").encode())
+            if ending:
+                self._exit.set()  # after the answer went out: the process ends soon after this
         except (OSError, ValueError, TypeError) as exc:
             with contextlib.suppress(OSError):
                 conn.sendall((json.dumps({"error": str(exc)}) + "\n").encode())
