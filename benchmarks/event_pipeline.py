@@ -2,10 +2,10 @@
 
 64 tasks (spread over 4 private sshds on loopback) each print a ``@distlaunch`` metric line
 every 20 ms (50 lines/s, flushed, ``t_emit`` = time.time() in its values) for 30 s, all starting
-3 s after every task runs: this measures the steady state, not the launch (64 agents starting
-on 2 cores is launch_fanout.py's subject, and emitting during it delays the first seconds). The path is
-the real one: task stdout -> agent -> the task's events.jsonl on the host -> ``agent follow``
-over SSH -> Supervisor -> run dir events.jsonl + subscribers. The Supervisor is built
+3 s after every task runs: this measures the steady state, not the launch (launch_fanout.py's
+subject). The path is the real one: task stdout -> the host agent (one per host; it appends the
+event to the task's events.jsonl there and pushes it to its followers) -> ``agent follow`` over SSH
+-> Supervisor -> run dir events.jsonl + subscribers. The Supervisor is built
 in-process exactly as ``distlaunch up`` builds it (``prepare_hosts`` then ``Supervisor``), and a
 subscriber stamps each metric's arrival: latency = arrival - t_emit (same clock, one machine).
 

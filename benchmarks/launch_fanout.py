@@ -13,7 +13,8 @@ ports picked at launch) are spread over them in order. For each size, alternatin
 * ``pdsh/task``: ``pdsh`` with one ssh alias per task (one connection per task, fan-out N);
 * ``ssh serial``: the sum of one ``ssh host true`` per task, one after another.
 
-Targets: ``up total`` within 1.3x of ``pdsh/host``; 64 tasks no more than 2x the time of 4.
+Targets (issue 11): 64 tasks ``up total`` <= 2x ``pdsh/host`` and the launch part <= 1.3x; 64 vs 4
+tasks <= 1.5x.
 
 Run: ``.venv/bin/python benchmarks/launch_fanout.py [--sizes 4,16,64] [--hosts 4] [--repeats 3]``
 """
@@ -162,16 +163,20 @@ def main() -> None:
         shutil.rmtree(work, ignore_errors=True)
     print(f"\nlaunch fan-out over {args.hosts} sshd hosts ({machine()}); best of {args.repeats}, seconds")
     print(f"{'tasks':>5} {'up total':>9} {'up launch':>9} {'pdsh/host':>9} {'pdsh/task':>9} {'ssh serial':>10}"
-          f" {'up/pdsh-host':>12} {'up/pdsh-task':>12}")
+          f" {'up/pdsh-host':>12} {'launch/pdsh-host':>16} {'up/pdsh-task':>12}")
     best = {n: {k: min(v) for k, v in r.items()} for n, r in results.items()}
     for n in sizes:
         b = best[n]
         print(f"{n:>5} {b['up total']:>9.2f} {b['up launch']:>9.2f} {b['pdsh/host']:>9.2f} {b['pdsh/task']:>9.2f}"
               f" {b['ssh serial']:>10.2f} {b['up total'] / b['pdsh/host']:>11.2f}x"
-              f" {b['up total'] / b['pdsh/task']:>11.2f}x")
+              f" {b['up launch'] / b['pdsh/host']:>15.2f}x {b['up total'] / b['pdsh/task']:>11.2f}x")
+    if 64 in best:
+        b = best[64]
+        print(f"64 tasks: up total {b['up total'] / b['pdsh/host']:.2f}x pdsh/host (target <= 2x), launch part "
+              f"{b['up launch'] / b['pdsh/host']:.2f}x (target <= 1.3x)")
     if 4 in best and 64 in best:
         print(f"64 vs 4 tasks: up total {best[64]['up total'] / best[4]['up total']:.2f}x, "
-              f"up launch {best[64]['up launch'] / best[4]['up launch']:.2f}x (target <= 2x)")
+              f"up launch {best[64]['up launch'] / best[4]['up launch']:.2f}x (target <= 1.5x)")
 
 
 if __name__ == "__main__":
