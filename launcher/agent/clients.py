@@ -34,6 +34,7 @@ from launcher.agent.procs import (
     _signal_pid,
     _wait_until,
     _write_atomic,
+    pause,
     pid_alive,
 )
 from launcher.agent.spec import AgentSpec
@@ -64,7 +65,7 @@ def connect(run_dir: str, spawn: bool = True, timeout: float = CONNECT_SECONDS) 
             spawned = True
         if timeout <= 0 or time.monotonic() >= deadline:
             raise OSError("no host agent answers in %s after %g s (see agent.log there)" % (run_dir, timeout))
-        time.sleep(0.01 if spawned else 0.1)
+        pause(0.01 if spawned else 0.1)
 
 
 def spawn_agent(run_dir: str) -> None:

@@ -21,6 +21,12 @@ PR_SET_CHILD_SUBREAPER = 36
 SPAWN_LOCK = threading.Lock()
 
 
+def pause(seconds: float) -> None:
+    """Sleep on a timed wait: libfaketime (a host whose clock is faked in tests) makes
+    ``time.sleep`` fail with EINVAL, while condition waits keep working."""
+    threading.Event().wait(seconds)
+
+
 def _write_atomic(path: str, text: str) -> None:
     tmp = "%s.tmp.%d" % (path, os.getpid())
     with open(tmp, "w", encoding="utf-8") as f:
@@ -126,7 +132,7 @@ def _wait_until(predicate: Callable[[], bool], timeout: float, interval: float =
             return True
         if time.monotonic() >= deadline:
             return False
-        time.sleep(interval)
+        pause(interval)
 
 
 def _kill_group_for_good(pgid: int, term_first: float, reap: Callable[[], None]) -> None:
@@ -145,7 +151,7 @@ def _kill_group_for_good(pgid: int, term_first: float, reap: Callable[[], None])
     deadline = time.monotonic() + KILL_CONFIRM_SECONDS
     while _group_members(pgid) and time.monotonic() < deadline:
         _signal_group(pgid, signal.SIGKILL)
-        time.sleep(0.05)
+        pause(0.05)
         reap()
 
 

@@ -29,6 +29,7 @@ from launcher.agent.procs import (
     _reap_adopted,
     _signal_group,
     _write_atomic,
+    pause,
     pid_alive,
 )
 from launcher.agent.spec import (
@@ -177,7 +178,7 @@ class TaskRunner:
             returncode: Optional[int] = self._proc.wait()
         else:
             while pid_alive(pid):
-                time.sleep(ADOPTED_POLL_SECONDS)
+                pause(ADOPTED_POLL_SECONDS)
             status = read_exit_status(self.task_dir)
             returncode = None if status is None else (-(status - 128) if 128 < status < 160 else status)
         exited_at = time.time()  # the final event comes after the output is drained: this is when it ended
