@@ -10,7 +10,6 @@ Stdlib-only, Python >= 3.9 (runs on hosts from the agent zipapp).
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import fcntl
 import json
 import os
@@ -40,9 +39,6 @@ from launcher.agent.procs import (
 from launcher.agent.spec import AgentSpec
 
 CONNECT_SECONDS = 15.0
-PR_SET_NAME = 15
-#: /proc/PID/comm of a host agent started by a client (a `serve` verb keeps the interpreter's)
-AGENT_PROCESS_NAME = "distlaunch-host"
 #: `follow --pinged`: with no ping for this long the launcher is gone without closing the link
 FOLLOW_PING_EXIT_SECONDS = 30.0
 
@@ -99,20 +95,12 @@ def spawn_agent(run_dir: str) -> None:
         os.dup2(log, 2)
         os.closerange(3, _max_fd())
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-        set_process_name(AGENT_PROCESS_NAME)
         code = HostAgent(run_dir).serve()
     except BaseException as exc:  # the grandchild must never return into the client's code
         with contextlib.suppress(Exception):
             sys.stderr.write("agent: the host agent failed: %r\n" % (exc,))
         code = 1
     os._exit(code)
-
-
-def set_process_name(name: str) -> None:
-    """The name ps, top and /proc/PID/comm show (the command line stays the client's)."""
-    with contextlib.suppress(OSError, AttributeError):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_NAME, ctypes.c_char_p(name.encode()[:15]), 0, 0, 0)
 
 
 def _max_fd() -> int:

@@ -22,6 +22,7 @@ Stdlib-only, Python >= 3.9 (runs on hosts from the agent zipapp).
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import fcntl
 import importlib
 import json
@@ -55,6 +56,9 @@ LEASE_TOUCH_SECONDS = 1.0
 #: with no task running and no follower for this long, the agent exits (a later client starts one)
 IDLE_EXIT_SECONDS = 20.0
 DEFAULT_ORPHAN_GRACE = 60.0
+PR_SET_NAME = 15
+#: /proc/PID/comm (what ps and top show) of every host agent, however it was started
+AGENT_PROCESS_NAME = "distlaunch-host"
 
 
 class HostAgent:
@@ -84,6 +88,7 @@ class HostAgent:
         except OSError:
             return 0  # another host agent of this run serves already
         os.chdir(self.run_dir)  # the socket is bound by a relative name: no limit on the dir's length
+        set_process_name(AGENT_PROCESS_NAME)
         _write_atomic(PID_NAME, "%d\n" % os.getpid())
         _become_subreaper()
         signal.signal(signal.SIGTERM, lambda *_: self._exit.set())
@@ -316,6 +321,13 @@ class HostAgent:
         finally:
             with contextlib.suppress(OSError):
                 conn.close()
+
+
+def set_process_name(name: str) -> None:
+    """The name ps, top and /proc/PID/comm show (the command line stays what started it)."""
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_NAME, ctypes.c_char_p(name.encode()[:15]), 0, 0, 0)
 
 
 def _read_line(conn: socket.socket) -> bytes:
