@@ -314,10 +314,23 @@ class Supervisor:
         session = self.sessions[host]
         offsets = dict(self._offsets[host])
 
+        pending: list[tuple[str, float]] = []
+        pending_lock = threading.Lock()
+
+        def drain() -> None:
+            with pending_lock:
+                batch = pending[:]
+                pending.clear()
+            for line, received in batch:
+                self._on_line(host, line, received)
+
         def on_line(line: str) -> None:
             self._last_heard[host] = time.monotonic()  # here, not on the loop: a busy loop is no silence
-            received = time.time()
-            self._call(lambda: self._on_line(host, line, received))
+            with pending_lock:  # lines that arrive while the loop is busy go to it in one call
+                pending.append((line, time.time()))
+                first = len(pending) == 1
+            if first:
+                self._call(drain)
 
         def on_close(code: int | None) -> None:
             self._call(lambda: self._on_stream_closed(host, stream))

@@ -24,6 +24,8 @@ HEARTBEAT_SECONDS = 1.0
 PING_FRESH_SECONDS = 2.5
 #: catch-up is sent in pieces of this size, so a long history never sits in memory at once
 CATCHUP_CHUNK = 1024 * 1024
+#: at most one send per follower in this time: lines that come meanwhile go out together
+COALESCE_SECONDS = 0.02
 #: how long an ending agent waits for each follower's last lines to be sent
 FLUSH_SECONDS = 2.0
 
@@ -142,10 +144,16 @@ class EventHub:
         try:
             self._catch_up(follower, offsets, sizes)
             next_hb = 0.0
+            last_send = 0.0
             while True:
                 with follower.cond:
                     if not follower.pending and not follower.closed:
                         follower.cond.wait(max(0.0, next_hb - time.monotonic()))
+                    early = COALESCE_SECONDS - (time.monotonic() - last_send)
+                    if early > 0 and follower.pending and not follower.closed:
+                        # a send went out moments ago: let more lines join this one (one SSH packet
+                        # and one wake-up of the launcher's reader for many lines)
+                        follower.cond.wait(early)
                     batch, follower.pending = follower.pending, []
                     closed = follower.closed
                 if closed:
@@ -158,6 +166,7 @@ class EventHub:
                     next_hb = now + HEARTBEAT_SECONDS
                 if batch:
                     follower.sock.sendall(b"".join(batch))
+                    last_send = time.monotonic()
         except OSError:
             follower.close()
 
