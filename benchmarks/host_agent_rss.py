@@ -78,7 +78,8 @@ def one_run(work: Path, tag: str, tasks: int, seconds: float, every: float) -> t
 
     most, peak = 0, 0.0
     try:
-        wait_for(all_running, 120, "every task running")
+        if not wait_for(all_running, 120):
+            raise RuntimeError(f"{tag}: only {len(running)}/{tasks} tasks running after 120 s")
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
             agents = host_agents(tag)
