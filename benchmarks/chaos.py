@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gap", type=float, nargs=2, default=(10.0, 30.0), metavar=("MIN", "MAX"),
                         help="seconds between faults (default 10 30)")
     parser.add_argument("--kinds", default=",".join(FAULT_KINDS),
-                        help=f"fault kinds to draw from, equally likely (default {','.join(FAULT_KINDS)})")
+                        help=f"fault kinds, in shuffled rounds of one each (default {','.join(FAULT_KINDS)})")
     args = parser.parse_args(argv)
     kinds = [k for k in args.kinds.split(",") if k]
     unknown = sorted(set(kinds) - set(FAULT_KINDS))
@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"chaos: cannot run here: {why}", file=sys.stderr)
         return 2
     config = ChaosConfig(minutes=args.minutes, seed=args.seed, gap_seconds=tuple(args.gap),
-                         weights=dict.fromkeys(kinds, 1.0))
+                         kinds=tuple(kinds))
     print(f"chaos: seed {args.seed}, {args.minutes:g} min, faults {', '.join(kinds)}, "
           f"gap {args.gap[0]:g}-{args.gap[1]:g} s; command: {' '.join(sys.argv)}")
     print(f"load average at start: {loadavg()}  ({time.strftime('%Y-%m-%d %H:%M:%S')})", flush=True)

@@ -11,8 +11,10 @@ checkpointing to its host run dir so a restarted chief resumes) trains until a w
   ``distlaunch attach RUN --no-tui`` (retried while a host is cut: attach needs every host);
 * ``cut``: a host's link down for 5-60 s (one cut at a time; other faults go on during it).
 
-The schedule is seeded, the system's answers are not: which process a fault finds depends on
-timing, so the same seed gives the same draws, not the same run. Every wait is bounded.
+Kinds come in shuffled rounds (each round holds every kind once), so even a short run meets
+each. The kinds, their order and the pauses come from ``Random(seed)``; which process or host a
+fault hits is drawn from a second generator of the same seed, as the candidates depend on what
+runs at that moment: the same seed gives the same schedule, not the same run. Every wait is bounded.
 
 At the end (before the lab is removed) it judges the invariants: the job ended by its policy
 within a bound; every event any agent wrote (the host run dirs' ``tasks/*/events.jsonl``, which
@@ -32,7 +34,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +57,7 @@ class ChaosConfig:
     gap_seconds: tuple[float, float] = (10.0, 30.0)
     """Pause between two faults, drawn uniformly."""
     cut_seconds: tuple[float, float] = (5.0, 60.0)
-    weights: dict[str, float] = field(default_factory=lambda: dict.fromkeys(FAULT_KINDS, 1.0))
+    kinds: tuple[str, ...] = FAULT_KINDS
     start_timeout: float = 240.0
     """Bound on the job's start (every task running) before the first fault."""
     end_timeout: float = 300.0
@@ -242,7 +244,8 @@ class ChaosRun:
         self.workdir = workdir
         self.config = config
         self.log = log
-        self.rng = random.Random(config.seed)
+        self.schedule = random.Random(config.seed)  # kinds, order, pauses, cut lengths
+        self.rng = random.Random(config.seed + 1)  # targets
         self.run_id = f"chaos-{config.seed}-{lab.tag}"
         self.run_dir = workdir / "run"
         self.faults: list[Fault] = []
@@ -319,7 +322,7 @@ class ChaosRun:
             return fault
         # a cut: one at a time
         host = self.rng.choice(sorted(self.lab.hosts))
-        duration = self.rng.uniform(*self.config.cut_seconds)
+        duration = self.schedule.uniform(*self.config.cut_seconds)
         if self.cut is not None:
             return Fault(now, kind, host, "a cut is already on", skipped=True)
         self.lab.cut(host)
@@ -357,16 +360,18 @@ class ChaosRun:
         hung = False
         try:
             self._wait_all_running(cfg.start_timeout)
-            kinds = list(cfg.weights)
-            weights = [cfg.weights[k] for k in kinds]
+            round_: list[str] = []
             while True:
-                self._sleep(self.rng.uniform(*cfg.gap_seconds))
+                if not round_:
+                    round_ = list(cfg.kinds)
+                    self.schedule.shuffle(round_)
+                kind = round_.pop()
+                self._sleep(self.schedule.uniform(*cfg.gap_seconds))
                 if time.time() >= window_end or self._job_ended():
                     break
                 # the launcher exited by itself: the job ended, or an attach must be redone
                 if self._launcher_ended() and (self._job_ended() or not self._attach(time.time() + 60)):
                     break
-                kind = self.rng.choices(kinds, weights)[0]
                 fault = self._inject(kind)
                 self.faults.append(fault)
                 self.log(f"+{fault.at - self.started:6.1f}s {kind:<13} {fault.target:<9} {fault.detail}"
