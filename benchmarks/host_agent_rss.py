@@ -13,6 +13,7 @@ Run: ``.venv/bin/python benchmarks/host_agent_rss.py [--tasks 16] [--seconds 20]
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import tempfile
@@ -83,10 +84,8 @@ def one_run(work: Path, tag: str, tasks: int, seconds: float, every: float) -> t
             agents = host_agents(tag)
             most = max(most, len(agents))
             for pid in agents:
-                try:
+                with contextlib.suppress(OSError):  # an agent that ended meanwhile
                     peak = max(peak, rss_mib(pid))
-                except OSError:
-                    pass
             time.sleep(every)
     finally:
         down(run_dir)
