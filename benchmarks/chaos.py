@@ -21,6 +21,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from tests.chaos import FAULT_KINDS, ChaosConfig, ChaosRun  # noqa: E402
+from tests.integration.jobtools import kill_run_processes  # noqa: E402
 from tests.netns import NetnsLab, netns_available  # noqa: E402
 
 
@@ -52,7 +53,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"load average at start: {loadavg()}  ({time.strftime('%Y-%m-%d %H:%M:%S')})", flush=True)
     with tempfile.TemporaryDirectory(prefix="distlaunch-chaos-") as tmp, NetnsLab(3) as lab:
         run = ChaosRun(lab, Path(tmp), config, log=lambda line: print(line, flush=True))
-        report = run.run()
+        try:
+            report = run.run()
+        finally:
+            kill_run_processes(run.run_id)  # only after a hang is anything left: the namespaces do not end it
         print()
         for line in report.lines():
             print(line)

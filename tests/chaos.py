@@ -48,6 +48,8 @@ FAULT_KINDS = ("kill_task", "kill_agent", "kill_launcher", "cut")
 
 #: longer than the longest cut (60 s) plus an attach retried through it: tasks outlive every fault
 ORPHAN_GRACE_SECONDS = 120
+#: the chief reports a step every 50 steps, i.e. every few seconds even on a loaded machine
+STALL_SECONDS = 45
 
 
 @dataclass
@@ -160,8 +162,11 @@ connect_timeout = 5
 
 
 def chaos_profile(path: Path, lab: NetnsLab, stop_at: float) -> Path:
-    """restart always-on-failure with budgets no chaos run spends; min_uptime 1 s: a chief that fails
-    fast because its ps is cut off is a partition, not a crash loop (TF's import alone takes longer)."""
+    """restart on-failure with budgets no chaos run spends; min_uptime 1 s: a chief that fails fast
+    because its ps is cut off is a partition, not a crash loop (TF's import alone takes longer).
+    The chief restarts on a stall: after a cut of its host, TF's ClusterCoordinator can wait in
+    ``join()`` for ever (seen in a run: no step, 0% CPU, minutes after the link came back), and only
+    the stall watchdog turns that into a restart from the checkpoint."""
     command = (f"{{python}} examples/ps_mnist.py --steps 100000000 --log-every 50 --checkpoint-every 200 "
                f"--stop-at {stop_at:.0f} --checkpoint-dir {{run_dir}}/ckpt")
     return write_profile(path, f"""
@@ -180,13 +185,15 @@ restart = "on-failure"
 max_restarts = 500
 min_uptime = 1
 {host_tables(lab)}
+[roles.chief]
+hosts = ["c"]
+stall_seconds = {STALL_SECONDS}
+on_stall = "restart"
 [roles.ps]
 hosts = ["a"]
 [roles.worker]
 count = 2
 hosts = ["b", "c"]
-[roles.chief]
-hosts = ["c"]
 """)
 
 
