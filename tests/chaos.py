@@ -134,7 +134,7 @@ class ChaosReport:
                + (f", global step {self.steps}" if self.steps is not None else "")]
         for kind, (done, recovered, skipped) in self.by_kind().items():
             out.append(f"  {kind:<14} injected {done:>3}, recovered {recovered:>3}"
-                       + (f", skipped {skipped} (no target)" if skipped else ""))
+                       + (f", skipped {skipped} (no target, or a cut already on)" if skipped else ""))
         total = [f for f in self.faults if not f.skipped]
         out.append(f"  {'all':<14} injected {len(total):>3}, recovered {sum(1 for f in total if f.recovered):>3}")
         out.append(f"restarts in the timeline: {self.restarts}, without a reason: {len(self.restarts_without_reason)}")
