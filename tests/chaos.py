@@ -465,8 +465,9 @@ class ChaosRun:
 
     def _judge_recovery(self, events: list[dict[str, Any]]) -> None:
         """kill_task: the task ran again with another pid (or the job ended first); kill_agent: an
-        agent adopted that host's tasks (or started anew) after it; cut: the host was not left
-        unreachable. kill_launcher was judged when attach took over."""
+        agent adopted that host's tasks (or started anew) after it; cut: events its tasks' agent
+        wrote after the link came back were received (a launcher killed during the cut never says
+        "up"; the one attached after it simply follows). kill_launcher was judged when attach took over."""
         end_ts = max((e["ts"] for e in events if e["kind"] == "job"
                       and e.get("state") in (ev.JOB_SUCCEEDED, ev.JOB_FAILED)), default=float("inf"))
         for fault in self.faults:
@@ -483,7 +484,8 @@ class ChaosRun:
                     e["ts"] > fault.at and e.get("task") in host_tasks and e.get("seq") is not None
                     and ((e["kind"] == "log" and "adopted this task" in str(e.get("line")))
                          or (e["kind"] == "state" and e["state"] in (ev.STARTING, ev.RUNNING))) for e in events)
-            else:
-                after = [e for e in events if e["kind"] == "host" and e.get("host") == fault.target
-                         and e["ts"] >= fault.at]
-                fault.recovered = not after or after[-1]["state"] == "up" or after[-1]["ts"] > end_ts
+            else:  # events its agent wrote after the link came back reached the launcher (samples: every 2 s)
+                host_tasks = {e["task"] for e in events if e["kind"] == "state" and e.get("host") == fault.target}
+                fault.recovered = end_ts < fault.until + 10 or any(
+                    e.get("task") in host_tasks and e.get("seq") is not None and e["ts"] > fault.until
+                    for e in events)
