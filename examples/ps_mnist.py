@@ -66,6 +66,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="save here and resume from the latest checkpoint here (default: none)")
     parser.add_argument("--checkpoint-every", type=int, default=100, help="steps between checkpoints")
     parser.add_argument("--log-every", type=int, default=20, help="steps between progress reports")
+    parser.add_argument("--stop-at", type=float, default=None, metavar="UNIX_TIME",
+                        help="end training (checkpoint, exit 0) at this wall-clock time even if steps remain: "
+                             "a job of a fixed duration however often its chief restarts (benchmarks/chaos.py)")
     args = parser.parse_args(argv)
     for name in ("steps", "batch_size", "checkpoint_every", "log_every"):
         if getattr(args, name) <= 0:
@@ -267,7 +270,7 @@ def train(tf: Any, resolver: Any, args: argparse.Namespace) -> int:
     step = int(global_step.numpy())
     last_saved = step
     started, started_step = time.monotonic(), step
-    while step < args.steps:
+    while step < args.steps and (args.stop_at is None or time.time() < args.stop_at):
         last_result = None
         for _ in range(min(args.log_every, args.steps - step)):
             last_result = coordinator.schedule(train_step, args=(per_worker_iterator,))

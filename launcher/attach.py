@@ -3,7 +3,10 @@
 A detached run (or one whose launcher died within the orphan grace) is taken over from its
 state.json: the profile is planned again with the ports the run already uses, every host is
 reconnected, and each agent's event file is followed from where the last launcher stopped,
-so the history is complete and policies apply again.
+so the history is complete and policies apply again. A host that does not answer (a partition)
+does not stop the attach while another does: it is followed once the supervisor's reconnect
+loop reaches it, as after a link lost mid-run; otherwise its tasks' orphan grace would run out
+on every host while the user waits for one link.
 """
 
 from __future__ import annotations
@@ -14,15 +17,16 @@ from pathlib import Path
 from launcher import events as ev
 from launcher.errors import UserError
 from launcher.jobs import (
-    connect_sessions,
     follow_notify,
     launcher_alive,
     notice,
+    open_sessions,
     report_outcome,
     run_dashboard_for,
     start_control_server,
 )
 from launcher.plan import build_plan
+from launcher.preflight import PreflightError
 from launcher.printer import ProgressPrinter
 from launcher.rundir import RunDir, read_events, read_state
 from launcher.runrecord import load_recorded_profile
@@ -45,13 +49,19 @@ def attach_run(path: Path, tui: bool) -> int:
                         "profile as it was (restore it, or `distlaunch down` the run)")
     ports = {t: int(info["port"]) for t, info in state["tasks"].items()}
     print(f"... reconnecting to {len(state.get('hosts', {}))} host(s) of {run_id}", file=sys.stderr)
-    sessions = connect_sessions(state)
+    sessions, unreachable = open_sessions(state)
+    if unreachable and len(unreachable) == len(sessions):
+        for session in sessions.values():
+            session.host.close()
+        raise PreflightError(list(unreachable.values()))
+    for why in unreachable.values():  # a partition must not keep the rest of the job from its launcher
+        notice(f"{why}; attached without it, reconnecting in the background")
     rundir = RunDir.open(path)
     sup = Supervisor(plan, rundir, sessions, ports, on_notice=notice)
     feed = sup.subscribe()
     history = list(read_events(path))
     notifying = follow_notify(sup, history_until=max((e.ts for e in history), default=None))
-    sup.resume(state, history)
+    sup.resume(state, history, unreachable=unreachable)
     server = start_control_server(run_id, sup)
     try:
         if tui and sys.stdout.isatty():

@@ -168,31 +168,37 @@ def run_dashboard_for(sup: Supervisor, feed: Any, plan: Plan, live: bool) -> Non
 # -- down / restart: act on a run, with or without its launcher ------------------------------------------
 
 
-def connect_sessions(state: dict[str, Any]) -> dict[str, HostSession]:
-    """Reconnect to every host of a run from its state.json."""
+def open_sessions(state: dict[str, Any]) -> tuple[dict[str, HostSession], dict[str, str]]:
+    """A session for every host of a run from its state.json, each connected if it answers;
+    also host name -> why it did not (those sessions are there, unconnected)."""
     sessions: dict[str, HostSession] = {}
-    problems: list[str] = []
+    problems: dict[str, str] = {}
 
     def connect(item: tuple[str, dict[str, Any]]) -> None:
         name, info = item
         config = host_from_json(info["config"])
         host = make_host(config, on_notice=notice)
+        sessions[name] = HostSession(config, host, str(state["run_id"]), info["base_dir"], info["python"],
+                                     str(info.get("outputs_dir") or ""))
         try:
             host.connect()
         except HostError as exc:
-            problems.append(str(exc))
-            return
-        sessions[name] = HostSession(config, host, str(state["run_id"]), info["base_dir"], info["python"],
-                                     str(info.get("outputs_dir") or ""))
+            problems[name] = str(exc)
 
     hosts = list(state.get("hosts", {}).items())
     if hosts:
         with ThreadPoolExecutor(max_workers=min(32, len(hosts))) as pool:
             list(pool.map(connect, hosts))
+    return {name: sessions[name] for name, _ in hosts}, problems
+
+
+def connect_sessions(state: dict[str, Any]) -> dict[str, HostSession]:
+    """Reconnect to every host of a run from its state.json; any host that does not answer is an error."""
+    sessions, problems = open_sessions(state)
     if problems:
         for s in sessions.values():
             s.host.close()
-        raise PreflightError(problems)
+        raise PreflightError(list(problems.values()))
     return sessions
 
 

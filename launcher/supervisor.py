@@ -15,7 +15,7 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -120,6 +120,8 @@ class Supervisor:
         self._inbox: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
         self._executors = {h: ThreadPoolExecutor(1, thread_name_prefix=f"host-{h}") for h in sessions}
         self._streams: dict[str, LineStream] = {}
+        #: hosts attach could not reach: their `detached` marker is removed once they answer
+        self._undetach: set[str] = set()
         self._offsets: dict[str, dict[str, int]] = {h: {} for h in sessions}
         self._host_up: dict[str, bool] = dict.fromkeys(sessions, True)
         self._clocks = {h: HostClock() for h in sessions}
@@ -168,9 +170,12 @@ class Supervisor:
             raise
         self.write_state()
 
-    def resume(self, state: dict[str, Any], history: list[Event]) -> None:
+    def resume(self, state: dict[str, Any], history: list[Event],
+               unreachable: Mapping[str, str] | None = None) -> None:
         """Take over a running job from its state.json (attach): replay ``history`` to the
-        subscribers, then follow every host from the offsets the last launcher had reached."""
+        subscribers, then follow every host from the offsets the last launcher had reached.
+        Hosts in ``unreachable`` (name -> why) are reconnected in the background instead."""
+        unreachable = dict(unreachable or {})
         for task_id, info in state.get("tasks", {}).items():
             rt = self.tasks.get(task_id)
             if rt is None:
@@ -197,9 +202,16 @@ class Supervisor:
         self.lost_events = dict(state.get("lost_events") or {})
         self._loop_thread = threading.Thread(target=self._loop, name="supervisor", daemon=True)
         self._loop_thread.start()
-        self._on_hosts(lambda s: s.set_detached(False))
-        for name in self.sessions:
+        reachable = [h for h in self.sessions if h not in unreachable]
+        self._on_hosts(lambda s: s.set_detached(False), reachable)
+        for name in reachable:
             self._start_follower(name)
+        for name, why in unreachable.items():
+            self._host_up[name] = False
+            self._undetach.add(name)
+            self._call(functools.partial(self._publish, ev.host_event(self.run_id, name, "unreachable",
+                                                                      f"{why}; reconnecting")))
+            self._executors[name].submit(self._reconnect, name, 1.0)
         self.write_state()
 
     def _resume_restart(self, group: list[str], due: float) -> None:
@@ -651,6 +663,9 @@ class Supervisor:
             try:
                 session.host.close()
                 session.host.connect()
+                if host in self._undetach:
+                    session.set_detached(False)
+                    self._undetach.discard(host)
             except HostGone as exc:  # e.g. the Slurm allocation ended: the job cannot go on
                 self._call(functools.partial(self._finish, "Failed", str(exc)))
                 return

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import getpass
 import logging
 import os
@@ -232,6 +233,11 @@ class SshHost(Host):
                         f"or fix user / identity_file")
             return (f"{label}: refused every key from ssh-agent and ~/.ssh for user {user}; "
                     f"set identity_file or user")
+        if isinstance(exc, paramiko.ssh_exception.NoValidConnectionsError) and not all(
+                getattr(e, "errno", None) == errno.ECONNREFUSED for e in exc.errors.values()):
+            # paramiko raises this for any failed connect: "no route to host" is no refusal
+            why = next((e.strerror or str(e) for e in exc.errors.values()), str(exc))
+            return f"{label}: unreachable ({why}); check the address and the network"
         if isinstance(exc, paramiko.ssh_exception.NoValidConnectionsError | ConnectionRefusedError):
             return (f"{label}: connection refused; is sshd running there and is "
                     f"ssh_port = {port} right?")

@@ -253,3 +253,45 @@ def test_partition_longer_than_grace_stops_then_restarts_the_task(tmp_path: Path
     assert ticks[-300:] == list(range(300))  # the second incarnation ran to the end
     assert [e["state"] for e in host_events(events, "b")] == ["unreachable", "up"]
     assert pids_with_run_id(run_id) == []
+
+
+def test_attach_while_a_host_is_cut_off_follows_the_others_and_catches_up(tmp_path: Path, lab: NetnsLab,
+                                                                          run_id: str) -> None:
+    """The launcher is SIGKILLed and its host b partitioned: `attach` must not wait for b (the
+    orphan grace would run out on every host), and b's events arrive once the link is back."""
+    proc, run_dir = launch(tmp_path, ticker_profile(tmp_path, lab, ticks=400, orphan_grace=60), run_id)
+    attach = None
+    try:
+        wait_for_event(run_dir, lambda e: e["kind"] == "metric" and e["task"] == "worker:0"
+                       and (e.get("step") or 0) >= 20, 90, "worker:0 ticking")
+        proc.kill()
+        proc.wait(timeout=10)
+        lab.cut("b")
+        cut_at = time.time()
+        attach = start_cli("attach", str(run_dir), "--no-tui", log=tmp_path / "attach.log")
+        wait_for(lambda: json.loads((run_dir / "state.json").read_text()).get("launcher_pid") == attach.pid
+                 or attach.poll() is not None, 30, "attach to take the run over")
+        assert attach.poll() is None, (tmp_path / "attach.log").read_text()[-2000:]
+        lost = wait_for_event(run_dir, lambda e: e["kind"] == "host" and e["host"] == "b"
+                              and e["state"] == "unreachable" and e["ts"] > cut_at, 30, "b told unreachable")
+        remaining = 12 - (time.time() - cut_at)
+        if remaining > 0:
+            time.sleep(remaining)  # the partition lasts 12 s; nothing to await here
+        lab.restore("b")
+        code = finish(attach, tmp_path, 180)
+    finally:
+        lab.restore("b")
+        for p in (proc, attach):
+            if p is not None and p.poll() is None:
+                p.kill()
+    assert "attached without it" in (tmp_path / "attach.log").read_text()
+    assert "reconnecting" in lost["reason"]
+    assert code == 0, (tmp_path / "attach.log").read_text()[-3000:]
+    events = read_events(run_dir)
+    assert [e["state"] for e in host_events(events, "b") if e["ts"] > cut_at][-1] == "up"
+    seen = [e for e in task_events(events, "worker:0") if not (e["kind"] == "state" and e["state"] == "pending")]
+    assert seen == agent_events(lab, "b", run_id, "worker-0")  # every event once, in order
+    assert [e["step"] for e in seen if e["kind"] == "metric"] == list(range(400))
+    assert not [e for e in events if e["kind"] == "state" and e["state"] == "restarting"]
+    assert not (lab.run_dir("b", run_id) / "detached").exists()
+    assert pids_with_run_id(run_id) == []
