@@ -224,14 +224,19 @@ class HostSession:
             answer: dict[str, Any] = json.loads(lines[-1]) if lines else {}
         except ValueError:
             answer = {}
-        pids = {str(k): int(v) for k, v in (answer.get("pids") or {}).items() if isinstance(v, int)}
+        if not result.ok and not answer.get("error"):
+            answer["error"] = (result.stderr.strip().splitlines() or ["no answer"])[-1]
+        return self.started(answer, list(specs))
+
+    def started(self, answer: Mapping[str, Any], slugs: list[str]) -> dict[str, int]:
+        """The pids of the host agent's answer to a start (by the `start` verb or over the follow
+        channel); raises HostError naming what could not start."""
+        if answer.get("error"):
+            raise HostError(f"host {self.name}: could not start {', '.join(slugs)}: {answer['error']}")
         problems = dict(answer.get("errors") or {})
-        if answer.get("error") or not result.ok:
-            detail = answer.get("error") or (result.stderr.strip().splitlines() or ["no answer"])[-1]
-            raise HostError(f"host {self.name}: could not start {', '.join(specs)}: {detail}")
         if problems:
             raise HostError(f"host {self.name}: " + "; ".join(f"{s}: {why}" for s, why in problems.items()))
-        return pids
+        return {str(k): int(v) for k, v in (answer.get("pids") or {}).items() if isinstance(v, int)}
 
     def stop_agents(self, slugs: Iterable[str], grace: float, exit_agent: bool = False) -> None:
         """Stop several tasks at once and wait for their final events; with ``exit_agent`` the host

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import itertools
 import json
 import os
 import queue
@@ -50,6 +51,8 @@ STREAM_SILENCE_SECONDS = 5.0
 PING_SECONDS = 1.0
 #: how often stall and straggler conditions are judged
 WATCHDOG_SECONDS = 1.0
+#: how long a start sent on a follow channel may wait for the host agent's answer
+AGENT_REQUEST_SECONDS = 60.0
 
 
 @dataclass
@@ -125,6 +128,9 @@ class Supervisor:
         self._offsets: dict[str, dict[str, int]] = {h: {} for h in sessions}
         self._host_up: dict[str, bool] = dict.fromkeys(sessions, True)
         self._clocks = {h: HostClock() for h in sessions}
+        self._send_locks = {h: threading.Lock() for h in sessions}  # pings and requests on a follow channel
+        self._requests: dict[int, Future[dict[str, Any]]] = {}
+        self._request_ids = itertools.count(1)
         self._last_seq: dict[str, int] = {}  # per task, the last agent event recorded
         self.lost_events: dict[str, int] = {}
         self._last_heard: dict[str, float] = {}  # monotonic time of each host's last stream line
@@ -317,10 +323,47 @@ class Supervisor:
         }
 
     def _start_on(self, session: HostSession, rts: list[TaskRuntime]) -> None:
-        """Write the specs of ``rts`` and start them through the host's agent, in one round trip."""
+        """Write the specs of ``rts`` and start them through the host's agent: as a request on the
+        open follow channel where there is one (no SSH exec, no interpreter to boot), else with
+        the `start` verb; one round trip either way."""
         secrets = {rt.spec.slug: split_secrets(rt.spec.env, self.profile.secrets)[1] for rt in rts}
-        session.start_tasks({rt.spec.slug: self.agent_spec(rt) for rt in rts},
-                            {slug: env for slug, env in secrets.items() if env})
+        specs = {rt.spec.slug: self.agent_spec(rt) for rt in rts}
+        secrets = {slug: env for slug, env in secrets.items() if env}
+        answer = self._ask_agent(session.name, {"op": "start", "specs": specs, "tasks": list(specs),
+                                                "secrets": secrets})
+        if answer is None:
+            session.start_tasks(specs, secrets)
+        else:
+            session.started(answer, list(specs))
+
+    def _ask_agent(self, host: str, request: dict[str, Any]) -> dict[str, Any] | None:
+        """Send ``request`` as a JSON line on the host's follow channel and wait for its ``#re``
+        answer; None when there is no live channel to send it on (the caller uses a verb then)."""
+        stream = self._streams.get(host)
+        if stream is None or not self._host_up.get(host):
+            return None
+        request_id = next(self._request_ids)
+        answer: Future[dict[str, Any]] = Future()
+        self._requests[request_id] = answer
+        line = (json.dumps({**request, "id": request_id}, separators=(",", ":")) + "\n").encode()
+        with self._send_locks[host]:
+            sent = stream.send(line)
+        if not sent:
+            self._requests.pop(request_id, None)
+            return None
+        try:
+            return answer.result(AGENT_REQUEST_SECONDS)
+        except TimeoutError:
+            raise HostError(f"host {host}: its agent did not answer within {AGENT_REQUEST_SECONDS:g} s") from None
+        finally:
+            self._requests.pop(request_id, None)
+
+    def _on_answer(self, line: str) -> None:
+        with contextlib.suppress(ValueError, TypeError, AttributeError):
+            answer = json.loads(line[4:])
+            waiting = self._requests.get(int(answer.get("id")))
+            if waiting is not None and not waiting.done():
+                waiting.set_result(answer)
 
     def _start_follower(self, host: str) -> None:
         session = self.sessions[host]
@@ -338,6 +381,9 @@ class Supervisor:
 
         def on_line(line: str) -> None:
             self._last_heard[host] = time.monotonic()  # here, not on the loop: a busy loop is no silence
+            if line.startswith("#re "):  # an answer to _ask_agent, whose caller waits on a host thread
+                self._on_answer(line)
+                return
             with pending_lock:  # lines that arrive while the loop is busy go to it in one call
                 pending.append((line, time.time()))
                 first = len(pending) == 1
@@ -642,8 +688,9 @@ class Supervisor:
         """Tell every follower the launcher still reads it; on its own thread, as a send into a
         dead link may block. Without pings a partitioned host's follower would keep the lease fresh."""
         while not self._done.wait(PING_SECONDS):
-            for stream in list(self._streams.values()):
-                stream.send(b"\n")
+            for host, stream in list(self._streams.items()):
+                with self._send_locks[host]:  # never inside a request line
+                    stream.send(b"\n")
 
     def _check_silence(self) -> None:
         """Treat a stream that sent nothing, not even a heartbeat, for STREAM_SILENCE_SECONDS as lost."""

@@ -21,7 +21,7 @@ import time
 from typing import Any, Dict, List, Optional
 
 from launcher import events
-from launcher.agent.hostagent import LOCK_NAME, SOCKET_NAME, HostAgent
+from launcher.agent.hostagent import LOCK_NAME, SOCKET_NAME, HostAgent, write_specs
 from launcher.agent.output import EventWriter, last_state
 from launcher.agent.procs import (
     KILL_CONFIRM_SECONDS,
@@ -146,9 +146,12 @@ def cmd_follow(run_dir: str, offsets: Dict[str, int], pinged: bool = False, spaw
         # os.read on the fd, not sys.stdin: a daemon thread blocked inside a buffered reader
         # aborts the interpreter at exit
         try:
-            while os.read(0, 4096):
+            while True:
+                data = os.read(0, 65536)
+                if not data:
+                    break
                 last_ping[0] = time.monotonic()
-                sock.sendall(b"\n")
+                sock.sendall(data)  # pings (empty lines) and requests (JSON lines) alike
         except OSError:
             pass
         done.set()
@@ -186,14 +189,7 @@ def cmd_start(run_dir: str, payload: Dict[str, Any], spawn: bool = True) -> Dict
     """Write the specs of ``payload`` (``{"specs": {slug: spec}, "tasks": [slug], "secrets": {...}}``)
     and have the host agent start ``tasks`` in that order; secrets never touch a file."""
     specs = payload.get("specs") or {}
-    for slug, spec in specs.items():
-        task_dir = os.path.join(run_dir, "tasks", slug)
-        os.makedirs(task_dir, mode=0o700, exist_ok=True)
-        path = os.path.join(task_dir, "spec.json")
-        fd = os.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(spec, f, indent=1, sort_keys=True)
-        os.replace(path + ".tmp", path)
+    write_specs(run_dir, specs)
     tasks = [str(s) for s in payload.get("tasks") or list(specs)]
     if not tasks:
         return {"pids": {}, "errors": {}}

@@ -66,7 +66,7 @@ class HostAgent:
         self.run_dir = os.path.abspath(run_dir)
         self.tasks_dir = os.path.join(self.run_dir, "tasks")
         self.lock = threading.Lock()  # shared by all event writers and the hub
-        self.hub = EventHub(self.tasks_dir, self.lock)
+        self.hub = EventHub(self.tasks_dir, self.lock, self.follower_request)
         self.runners: Dict[str, TaskRunner] = {}
         self.leaders: Set[int] = set()
         self._runners_lock = threading.Lock()
@@ -280,6 +280,15 @@ class HostAgent:
 
     # -- requests -------------------------------------------------------------------------------------
 
+    def follower_request(self, request: Dict[str, Any]) -> Dict[str, Any]:
+        """A request that came as a JSON line on a follower's connection (the launcher's `start`
+        rides the open follow channel: no SSH exec, no interpreter to boot)."""
+        if request.get("op") != "start":
+            return {"error": "unknown request %r" % (request.get("op"),)}
+        specs = request.get("specs") or {}
+        write_specs(self.run_dir, specs)
+        return self.start([str(s) for s in request.get("tasks") or list(specs)], request.get("secrets") or {})
+
     def _accept(self, server: socket.socket) -> None:
         while not self._exit.is_set():
             try:
@@ -291,11 +300,12 @@ class HostAgent:
     def _serve_one(self, conn: socket.socket) -> None:
         ending = False
         try:
-            request = json.loads(_read_line(conn) or b"{}")
+            first, rest = _read_line(conn)
+            request = json.loads(first or b"{}")
             op = request.get("op")
             if op == "follow":
                 offsets = {str(k): int(v) for k, v in (request.get("offsets") or {}).items()}
-                self.hub.follow(conn, offsets, bool(request.get("pinged")))
+                self.hub.follow(conn, offsets, bool(request.get("pinged")), rest)
                 return
             if op == "start":
                 answer = self.start([str(s) for s in request.get("tasks") or []], request.get("secrets") or {})
@@ -330,14 +340,29 @@ def set_process_name(name: str) -> None:
         libc.prctl(PR_SET_NAME, ctypes.c_char_p(name.encode()[:15]), 0, 0, 0)
 
 
-def _read_line(conn: socket.socket) -> bytes:
+def write_specs(run_dir: str, specs: Dict[str, Any]) -> None:
+    """Each ``tasks/<slug>/spec.json`` (0600), written whole (rename)."""
+    for slug, spec in specs.items():
+        task_dir = os.path.join(run_dir, "tasks", str(slug))
+        os.makedirs(task_dir, mode=0o700, exist_ok=True)
+        path = os.path.join(task_dir, "spec.json")
+        fd = os.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(spec, f, indent=1, sort_keys=True)
+        os.replace(path + ".tmp", path)
+
+
+def _read_line(conn: socket.socket) -> "tuple[bytes, bytes]":
+    """The first line of a connection, and what came after it in the same reads (a follower's
+    first pings or requests)."""
     data = b""
-    while not data.endswith(b"\n"):
+    while b"\n" not in data:
         chunk = conn.recv(65536)
         if not chunk:
             break
         data += chunk
-    return data
+    line, _, rest = data.partition(b"\n")
+    return line, rest
 
 
 def _load_spec(task_dir: str) -> Optional[AgentSpec]:

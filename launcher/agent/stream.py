@@ -13,11 +13,12 @@ Stdlib-only, Python >= 3.9 (runs on hosts from the agent zipapp).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import socket
 import threading
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 HEARTBEAT_SECONDS = 1.0
 #: a ping this recent means the launcher still reads its follower (it pings every second)
@@ -64,9 +65,11 @@ class Follower:
 
 
 class EventHub:
-    def __init__(self, tasks_dir: str, lock: Any) -> None:
+    def __init__(self, tasks_dir: str, lock: Any,
+                 on_request: Optional[Callable[[Dict[str, Any]], Dict[str, Any]]] = None) -> None:
         self.tasks_dir = tasks_dir
         self.lock = lock  # shared with every EventWriter of the host agent
+        self.on_request = on_request  # JSON lines from a follower: answered with "#re <json>" on its stream
         self._followers: List[Follower] = []
         self.last_follower_left = time.monotonic()
 
@@ -87,8 +90,9 @@ class EventHub:
         for follower in list(self._followers):
             follower.close(flush=True)
 
-    def follow(self, sock: socket.socket, offsets: Dict[str, int], pinged: bool) -> None:
-        """Serve one follower on this (its connection's) thread until it goes away."""
+    def follow(self, sock: socket.socket, offsets: Dict[str, int], pinged: bool, first: bytes = b"") -> None:
+        """Serve one follower on this (its connection's) thread until it goes away; ``first`` is
+        what it sent after its follow request in the same read."""
         follower = Follower(sock, pinged)
         with self.lock:
             sizes = self._sizes()
@@ -96,12 +100,22 @@ class EventHub:
         sender = threading.Thread(target=self._send, args=(follower, offsets, sizes), name="send", daemon=True)
         follower.sender = sender
         sender.start()
+        pending = b""
+        data = first
         try:
             while True:
-                data = sock.recv(4096)
                 if not data:
-                    break
+                    data = sock.recv(65536)
+                    if not data:
+                        break
                 follower.last_ping = time.monotonic()
+                pending += data
+                while b"\n" in pending:
+                    line, pending = pending.split(b"\n", 1)
+                    if line.startswith(b"{") and self.on_request is not None:
+                        threading.Thread(target=self._answer, args=(follower, line), name="request",
+                                         daemon=True).start()
+                data = b""
         except OSError:
             pass
         finally:
@@ -114,6 +128,17 @@ class EventHub:
             sender.join(5.0)
             with contextlib.suppress(OSError):
                 sock.close()
+
+    def _answer(self, follower: Follower, line: bytes) -> None:
+        request: Dict[str, Any] = {}
+        try:
+            request = json.loads(line)
+            assert self.on_request is not None
+            answer = self.on_request(request)
+        except Exception as exc:  # a bad request is answered, never fatal to the stream
+            answer = {"error": "%s: %s" % (type(exc).__name__, exc)}
+        answer["id"] = request.get("id") if isinstance(request, dict) else None
+        follower.push(b"#re " + json.dumps(answer).encode() + b"\n")
 
     def _sizes(self) -> Dict[str, int]:
         sizes: Dict[str, int] = {}

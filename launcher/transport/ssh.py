@@ -92,7 +92,8 @@ class _SshLineStream(ReaderLineStream):
         if self._closing.is_set() or channel.closed or not channel.send_ready():
             return False
         try:
-            return channel.send(data) == len(data)
+            channel.sendall(data)  # whole: a request line cut short would be read as another line
+            return True
         except (OSError, EOFError, paramiko.SSHException):
             return False
 

@@ -334,3 +334,28 @@ def test_sweep_leaves_the_launchers_notify_commands_alone(pyz):
             if proc.poll() is None:
                 proc.kill()
                 proc.wait(5)
+
+
+def test_a_start_request_on_the_follow_channel_is_answered_on_the_stream(run_dir, pyz):
+    """The launcher's start rides the open follow channel: a JSON line on the verb's stdin, the
+    answer a `#re` line among the events, then the task's events follow."""
+    follower = Follower(pyz, run_dir)
+    try:
+        spec = {"run": RUN_ID, "task": "worker:0", "command": "echo hello", "workdir": str(run_dir),
+                "grace_seconds": 2, "autolog": False}
+        request = {"op": "start", "id": 7, "specs": {"worker-0": spec}, "tasks": ["worker-0"], "secrets": {}}
+        assert follower.proc.stdin is not None
+        follower.proc.stdin.write((json.dumps(request) + "\n").encode())
+        follower.proc.stdin.flush()
+        lines = follower.events(1, timeout=15)
+        while not lines[-1].startswith("#re ") and len(lines) < 20:
+            lines += follower.events(1, timeout=15)
+        answer = json.loads(lines[-1][4:])
+        assert answer["id"] == 7 and set(answer["pids"]) == {"worker-0"} and answer["errors"] == {}
+        seen: list[dict] = []
+        while not any(e["kind"] == "state" and e["state"] == "succeeded" for e in seen):
+            seen += [json.loads(x) for x in follower.events(1, timeout=15) if not x.startswith("#")]
+        assert any(e["kind"] == "log" and e["line"] == "hello" for e in seen)
+        assert json.loads((run_dir / "tasks" / "worker-0" / "spec.json").read_text())["command"] == "echo hello"
+    finally:
+        follower.close()
