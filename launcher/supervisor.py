@@ -129,7 +129,7 @@ class Supervisor:
         self._host_up: dict[str, bool] = dict.fromkeys(sessions, True)
         self._clocks = {h: HostClock() for h in sessions}
         self._send_locks = {h: threading.Lock() for h in sessions}  # pings and requests on a follow channel
-        self._requests: dict[int, Future[dict[str, Any]]] = {}
+        self._requests: dict[int, tuple[str, Future[dict[str, Any] | None]]] = {}
         self._request_ids = itertools.count(1)
         self._last_seq: dict[str, int] = {}  # per task, the last agent event recorded
         self.lost_events: dict[str, int] = {}
@@ -338,13 +338,14 @@ class Supervisor:
 
     def _ask_agent(self, host: str, request: dict[str, Any]) -> dict[str, Any] | None:
         """Send ``request`` as a JSON line on the host's follow channel and wait for its ``#re``
-        answer; None when there is no live channel to send it on (the caller uses a verb then)."""
+        answer; None when there is no live channel to send it on, or it ended before the answer
+        came (the caller uses the verb then; a live agent refuses to start a task twice)."""
         stream = self._streams.get(host)
         if stream is None or not self._host_up.get(host):
             return None
         request_id = next(self._request_ids)
-        answer: Future[dict[str, Any]] = Future()
-        self._requests[request_id] = answer
+        answer: Future[dict[str, Any] | None] = Future()
+        self._requests[request_id] = (host, answer)
         line = (json.dumps({**request, "id": request_id}, separators=(",", ":")) + "\n").encode()
         with self._send_locks[host]:
             sent = stream.send(line)
@@ -352,7 +353,7 @@ class Supervisor:
             self._requests.pop(request_id, None)
             return None
         try:
-            return answer.result(AGENT_REQUEST_SECONDS)
+            return answer.result(AGENT_REQUEST_SECONDS)  # None: the channel ended; the caller uses the verb
         except TimeoutError:
             raise HostError(f"host {host}: its agent did not answer within {AGENT_REQUEST_SECONDS:g} s") from None
         finally:
@@ -362,8 +363,14 @@ class Supervisor:
         with contextlib.suppress(ValueError, TypeError, AttributeError):
             answer = json.loads(line[4:])
             waiting = self._requests.get(int(answer.get("id")))
-            if waiting is not None and not waiting.done():
-                waiting.set_result(answer)
+            if waiting is not None and not waiting[1].done():
+                waiting[1].set_result(answer)
+
+    def _fail_requests(self, host: str) -> None:
+        """The host's follow channel ended: requests waiting on it go by the `start` verb instead."""
+        for where, waiting in list(self._requests.values()):
+            if where == host and not waiting.done():
+                waiting.set_result(None)
 
     def _start_follower(self, host: str) -> None:
         session = self.sessions[host]
@@ -391,6 +398,7 @@ class Supervisor:
                 self._call(drain)
 
         def on_close(code: int | None) -> None:
+            self._fail_requests(host)
             self._call(lambda: self._on_stream_closed(host, stream))
 
         self._last_heard[host] = time.monotonic()
