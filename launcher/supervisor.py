@@ -206,6 +206,7 @@ class Supervisor:
             for feed in self._feeds:
                 feed.put(event)
         self.lost_events = dict(state.get("lost_events") or {})
+        self._arm_watchdog(history)
         self._loop_thread = threading.Thread(target=self._loop, name="supervisor", daemon=True)
         self._loop_thread.start()
         reachable = [h for h in self.sessions if h not in unreachable]
@@ -219,6 +220,24 @@ class Supervisor:
                                                                       f"{why}; reconnecting")))
             self._executors[name].submit(self._reconnect, name, 1.0)
         self.write_state()
+
+    def _arm_watchdog(self, history: list[Event]) -> None:
+        """Attach: each running task's last step of its current incarnation counts as reached now,
+        so a task that stalled while no launcher watched is flagged ``stall_seconds`` after the
+        attach (it sends no new step that would start its record otherwise)."""
+        last_step: dict[str, int] = {}
+        for event in history:
+            if event.task is None:
+                continue
+            if event.kind == ev.STATE and event.get("state") == ev.STARTING:
+                last_step.pop(event.task, None)  # a new incarnation starts counting again
+            elif event.kind == ev.METRIC and isinstance(event.get("step"), int):
+                last_step[event.task] = int(event.get("step"))
+        now = time.monotonic()
+        for task_id, step in last_step.items():
+            rt = self.tasks.get(task_id)
+            if rt is not None and rt.state == ev.RUNNING:
+                self.watchdog.on_step(task_id, step, now)
 
     def _resume_restart(self, group: list[str], due: float) -> None:
         """A restart the last launcher had scheduled when it detached: due at the same time (or now)."""
