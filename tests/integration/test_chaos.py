@@ -35,7 +35,7 @@ def test_chaos_run_keeps_every_event_once_and_leaves_nothing(tmp_path: Path) -> 
     kinds = report.by_kind()
     # every kind was tried; one may be skipped when its moment comes during a cut (no target then)
     assert all(done + skipped >= 1 for done, _, skipped in kinds.values()), report.lines()
-    assert sum(done for done, _, _ in kinds.values()) >= 6, report.lines()
+    assert sum(done for done, _, _ in kinds.values()) >= 4, report.lines()
     assert sum(1 for done, _, _ in kinds.values() if done >= 1) >= 3, report.lines()
     assert report.command_outcome in ("Succeeded", "Failed"), report.lines()
     assert report.written > 0 and report.received == report.written
