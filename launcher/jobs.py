@@ -17,7 +17,7 @@ from launcher import controlsock
 from launcher import events as ev
 from launcher.agent import pid_alive
 from launcher.checking import exposure_warnings
-from launcher.errors import HostError, UserError
+from launcher.errors import HostError, HostGone, UserError
 from launcher.jobview import JobView
 from launcher.model import Plan
 from launcher.notify import Notifier, NotifyFollower
@@ -32,6 +32,9 @@ from launcher.rundir import DOWN_MARKER, RunDir, find_run, host_from_json, new_r
 from launcher.runrecord import write_record
 from launcher.supervisor import Supervisor
 from launcher.transport import make_host
+
+#: how long `down` waits for a live launcher to finish the teardown it asked for
+LAUNCHER_TEARDOWN_SECONDS = 120.0
 
 
 def notice(msg: str) -> None:
@@ -168,9 +171,12 @@ def run_dashboard_for(sup: Supervisor, feed: Any, plan: Plan, live: bool) -> Non
 # -- down / restart: act on a run, with or without its launcher ------------------------------------------
 
 
-def open_sessions(state: dict[str, Any]) -> tuple[dict[str, HostSession], dict[str, str]]:
+def open_sessions(state: dict[str, Any], gone: list[str] | None = None
+                  ) -> tuple[dict[str, HostSession], dict[str, str]]:
     """A session for every host of a run from its state.json, each connected if it answers;
-    also host name -> why it did not (those sessions are there, unconnected)."""
+    also host name -> why it did not (those sessions are there, unconnected). With ``gone``, a
+    host that no longer exists (a Slurm allocation that ended, every step with it) is left out
+    and its reason listed there instead."""
     sessions: dict[str, HostSession] = {}
     problems: dict[str, str] = {}
 
@@ -182,6 +188,12 @@ def open_sessions(state: dict[str, Any]) -> tuple[dict[str, HostSession], dict[s
                                      str(info.get("outputs_dir") or ""))
         try:
             host.connect()
+        except HostGone as exc:
+            if gone is None:
+                problems[name] = str(exc)
+            else:
+                gone.append(str(exc))
+                del sessions[name]
         except HostError as exc:
             problems[name] = str(exc)
 
@@ -189,12 +201,13 @@ def open_sessions(state: dict[str, Any]) -> tuple[dict[str, HostSession], dict[s
     if hosts:
         with ThreadPoolExecutor(max_workers=min(32, len(hosts))) as pool:
             list(pool.map(connect, hosts))
-    return {name: sessions[name] for name, _ in hosts}, problems
+    return {name: sessions[name] for name, _ in hosts if name in sessions}, problems
 
 
-def connect_sessions(state: dict[str, Any]) -> dict[str, HostSession]:
-    """Reconnect to every host of a run from its state.json; any host that does not answer is an error."""
-    sessions, problems = open_sessions(state)
+def connect_sessions(state: dict[str, Any], gone: list[str] | None = None) -> dict[str, HostSession]:
+    """Reconnect to every host of a run from its state.json; any host that does not answer is an
+    error, but one that no longer exists when ``gone`` is given (see ``open_sessions``)."""
+    sessions, problems = open_sessions(state, gone)
     if problems:
         for s in sessions.values():
             s.host.close()
@@ -209,7 +222,15 @@ def run_down(args: argparse.Namespace) -> int:
     (path / DOWN_MARKER).touch()
     if controlsock.send(run_id, "teardown", reason="stopped by `distlaunch down`") is not None:
         print(f"asked the launcher of {run_id} to tear down")
-    sessions = connect_sessions(state)
+        # its own teardown stops and sweeps every host: wait for it, then check behind it (on Slurm
+        # the allocation may end with the launcher, and a check's steps with it)
+        deadline = time.monotonic() + LAUNCHER_TEARDOWN_SECONDS
+        while launcher_alive(read_state(path)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+    gone: list[str] = []
+    sessions = connect_sessions(state, gone)
+    for why in gone:
+        notice(why)
     grace = 10.0
     leftovers: dict[str, list[dict[str, Any]]] = {}
 
@@ -218,8 +239,12 @@ def run_down(args: argparse.Namespace) -> int:
 
     def down(session: HostSession) -> None:
         slugs = [t["slug"] for t in state.get("tasks", {}).values() if t["host"] == session.name]
-        session.stop_agents(slugs, grace, exit_agent=True)
-        left = session.sweep(kill=True)
+        try:
+            session.stop_agents(slugs, grace, exit_agent=True)
+            left = session.sweep(kill=True)
+        except HostGone as exc:  # it went away under us (an allocation ending): nothing is left there
+            notice(str(exc))
+            return
         if left:
             leftovers[session.name] = left
         elif not keep_files:  # only once nothing of the run runs there; outputs are never touched
