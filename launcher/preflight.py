@@ -12,10 +12,10 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from launcher.errors import HostError, UserError
-from launcher.model import Plan
+from launcher.model import Plan, TaskSpec
 from launcher.paths import state_home
 from launcher.remote import HostSession, remote_base_dir, remote_outputs_dir
 from launcher.sync import sync_hosts
@@ -145,17 +145,24 @@ def check_tasks(plan: Plan, sessions: dict[str, HostSession]) -> tuple[list[str]
         auto = [t for t in tasks if t.port is None]
         busy, picked, failed = session.preflight("0.0.0.0", [t.port for t in given if t.port], len(auto),
                                                  path_checks.get(host_name, []))
-        problems = describe_all(host_name, failed)
-        problems += [f"host {host_name}: port {t.port} for {t.task_id} is already in use; stop what "
-                     f"listens there or give roles.{t.role}.port another value" for t in given if t.port in busy]
-        found = {t.task_id: int(t.port) for t in given if t.port is not None}
-        found.update({t.task_id: p for t, p in zip(auto, picked, strict=False)})
-        chosen[host_name] = found
+        problems, chosen[host_name] = _judge_host(host_name, given, auto, busy, picked, failed)
         return problems
 
     problems = _parallel(sessions, check)
     for found in chosen.values():
         ports.update(found)
+    return problems, ports
+
+
+def _judge_host(host_name: str, given: list[TaskSpec], auto: list[TaskSpec], busy: list[int], picked: list[int],
+                failed: list[dict[str, Any]]) -> tuple[list[str], dict[str, int]]:
+    """A host's preflight answer as problem lines and the port of each of its tasks (given ones,
+    then those picked there for the tasks without one)."""
+    problems = describe_all(host_name, failed)
+    problems += [f"host {host_name}: port {t.port} for {t.task_id} is already in use; stop what "
+                 f"listens there or give roles.{t.role}.port another value" for t in given if t.port in busy]
+    ports = {t.task_id: int(t.port) for t in given if t.port is not None}
+    ports.update({t.task_id: p for t, p in zip(auto, picked, strict=False)})
     return problems, ports
 
 
@@ -185,12 +192,7 @@ def prepare_hosts(plan: Plan, run_id: str, local_root: Path | None,
         problems, pre.versions = check_pythons(plan, hosts, import_tf)
         if problems:
             raise PreflightError(problems)
-        root = str(local_root) if local_root is not None else None
-        for name, host in hosts.items():
-            config = plan.profile.hosts[name]
-            base = remote_base_dir(host, config, run_id, root)
-            outputs = remote_outputs_dir(host, config, plan.profile.outputs, plan.profile.directory)
-            pre.sessions[name] = HostSession(config, host, run_id, base, _python_for(plan, name), outputs)
+        _sessions(plan, run_id, local_root, pre)
         upload_problems = _parallel(pre.sessions, _upload)
         if upload_problems:
             raise PreflightError(upload_problems)
@@ -250,12 +252,8 @@ def _fast_preflight(plan: Plan, run_id: str, local_root: Path | None, pre: Prefl
             pre.versions[f"{host_name} {session.python}"] = str(answer.get("python"))
         found = answer.get("ports") or {}
         busy, picked = [int(p) for p in found.get("busy", [])], [int(p) for p in found.get("picked", [])]
-        problems = describe_all(host_name, list(answer.get("failed") or []))
-        problems += [f"host {host_name}: port {t.port} for {t.task_id} is already in use; stop what "
-                     f"listens there or give roles.{t.role}.port another value" for t in given if t.port in busy]
-        ports = {t.task_id: int(t.port) for t in given if t.port is not None}
-        ports.update({t.task_id: p for t, p in zip(auto, picked, strict=False)})
-        chosen[host_name] = ports
+        problems, chosen[host_name] = _judge_host(host_name, given, auto, busy, picked,
+                                                  list(answer.get("failed") or []))
         return problems
 
     problems = _parallel(pre.sessions, check)

@@ -86,39 +86,42 @@ class HostSession:
         """Start a fresh host run dir, private to the user (0700: task output and specs hold
         paths, env and tokens): leftovers of an earlier run with the same id must not be
         followed as if they were this run's events."""
-        base = shlex.quote(self.base_dir)
-        outputs = f" && mkdir -p -- {shlex.quote(self.outputs_dir)}" if self.outputs_dir else ""
-        pyz, tmp = shlex.quote(self.pyz), shlex.quote(self.pyz + ".tmp")
         # one round trip: the run dir, the outputs, and the agent from stdin (SFTP costs ~6 round trips)
-        result = self.host.run(f"rm -rf -- {base}/tasks {base}/lease {base}/detached && "
-                               f"mkdir -p -m 700 {base} && chmod 700 {base}{outputs} && "
-                               f"(umask 077 && cat > {tmp}) && mv -f {tmp} {pyz}", timeout=120,
-                               stdin=build_agent_zipapp())
+        result = self.host.run(self._prepare_script(), timeout=120, stdin=build_agent_zipapp())
         if not result.ok:
             detail = (result.stderr.strip().splitlines() or ["no output"])[-1]
             raise HostError(f"host {self.name}: cannot create the run dir {self.base_dir} or the outputs "
                             f"{self.outputs_dir}, or write the agent there: {detail}")
 
-    def prepare_and_preflight(self, bind: str, check: Iterable[int], pick: int, path_checks: list[dict[str, Any]],
-                              tensorflow: bool) -> dict[str, Any]:
-        """``prepare`` and the agent's ``preflight`` in ONE round trip (the launch's fast path, when
-        no [sync] has to run between them). Raises HostError with ``python_missing`` set when the
-        host's python does not run; else returns the preflight answer."""
+    def _prepare_script(self) -> str:
+        """Shell for a fresh private run dir, the outputs, and the agent zipapp from stdin."""
         base = shlex.quote(self.base_dir)
         outputs = f" && mkdir -p -- {shlex.quote(self.outputs_dir)}" if self.outputs_dir else ""
         pyz, tmp = shlex.quote(self.pyz), shlex.quote(self.pyz + ".tmp")
+        return (f"rm -rf -- {base}/tasks {base}/lease {base}/detached && "
+                f"mkdir -p -m 700 {base} && chmod 700 {base}{outputs} && "
+                f"(umask 077 && cat > {tmp}) && mv -f {tmp} {pyz}")
+
+    def _preflight_args(self, bind: str, check: Iterable[int], pick: int,
+                        path_checks: list[dict[str, Any]]) -> list[str]:
+        """The agent `preflight` arguments; relative paths are judged from the host run dir."""
         args = ["--cwd", self.base_dir, "--bind", bind, "--checks", json.dumps(path_checks)]
         ports = ",".join(str(p) for p in check)
         if ports:
             args += ["--check", ports]
         if pick:
             args += ["--pick", str(pick)]
+        return args
+
+    def prepare_and_preflight(self, bind: str, check: Iterable[int], pick: int, path_checks: list[dict[str, Any]],
+                              tensorflow: bool) -> dict[str, Any]:
+        """``prepare`` and the agent's ``preflight`` in ONE round trip (the launch's fast path, when
+        no [sync] has to run between them). Raises HostError with ``python_missing`` set when the
+        host's python does not run; else returns the preflight answer."""
+        args = self._preflight_args(bind, check, pick, path_checks)
         if tensorflow:
             args.append("--tensorflow")
-        script = (f"rm -rf -- {base}/tasks {base}/lease {base}/detached && "
-                  f"mkdir -p -m 700 {base} && chmod 700 {base}{outputs} && "
-                  f"(umask 077 && cat > {tmp}) && mv -f {tmp} {pyz} || exit 98\n"
-                  + self._agent_cmd("preflight", *args))
+        script = f"{self._prepare_script()} || exit 98\n" + self._agent_cmd("preflight", *args)
         result = self.host.run(script, timeout=180, stdin=build_agent_zipapp())
         lines = [ln for ln in result.stdout.splitlines() if ln.strip()]
         detail = (result.stderr.strip().splitlines() or ["no output"])[-1]
@@ -178,13 +181,7 @@ class HostSession:
         """Ports and path checks in one round trip: (busy, picked, failed path checks).
 
         Relative paths are judged from the host run dir, where the agents start tasks from."""
-        args = ["--cwd", self.base_dir, "--bind", bind, "--checks", json.dumps(path_checks)]
-        ports = ",".join(str(p) for p in check)
-        if ports:
-            args += ["--check", ports]
-        if pick:
-            args += ["--pick", str(pick)]
-        answer = self.agent("preflight", *args)
+        answer = self.agent("preflight", *self._preflight_args(bind, check, pick, path_checks))
         found = answer.get("ports") or {}
         return ([int(p) for p in found.get("busy", [])], [int(p) for p in found.get("picked", [])],
                 list(answer.get("failed") or []))
