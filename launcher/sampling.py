@@ -105,14 +105,7 @@ class TaskSampler:
         self.pid = pid
         self.gpu_indices = list(gpu_indices)
         self._use_nvml = use_nvml
-        self._psutil: Any = None
-        if use_psutil is not False:
-            try:
-                import psutil
-
-                self._psutil = psutil
-            except ImportError:
-                self._psutil = None
+        self._psutil: Any = _psutil_module(use_psutil)
         self._psutil_root: Any = None
         self._children_files: Optional[bool] = None
         self._clock_ticks = float(os.sysconf("SC_CLK_TCK")) if hasattr(os, "sysconf") else 100.0
@@ -280,6 +273,17 @@ class TaskSampler:
         return parse_nvidia_smi(done.stdout)
 
 
+def _psutil_module(use_psutil: Optional[bool]) -> Any:
+    """psutil where it is installed and not turned off (False), else None (/proc is read instead)."""
+    if use_psutil is False:
+        return None
+    try:
+        import psutil
+    except ImportError:
+        return None
+    return psutil
+
+
 def parse_nvidia_smi(text: str) -> Dict[int, Dict[str, Any]]:
     """Parse ``index, util %, used MiB, total MiB`` CSV lines; "[N/A]"-style values become None."""
     out: Dict[int, Dict[str, Any]] = {}
@@ -365,14 +369,7 @@ class HostSampler:
 
     def __init__(self, use_psutil: Optional[bool] = None, use_nvml: Optional[bool] = None) -> None:
         self._use_nvml = use_nvml
-        self._psutil: Any = None
-        if use_psutil is not False:
-            try:
-                import psutil
-
-                self._psutil = psutil
-            except ImportError:
-                self._psutil = None
+        self._psutil: Any = _psutil_module(use_psutil)
         self._procs: Dict[ProcKey, Any] = {}  # psutil.Process per tree member, kept while it lives
         self._clock_ticks = float(os.sysconf("SC_CLK_TCK")) if hasattr(os, "sysconf") else 100.0
         self._page_size = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
