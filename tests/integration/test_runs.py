@@ -95,7 +95,9 @@ def test_a_run_whose_launcher_was_killed_is_lost(tmp_path: Path) -> None:
     sleeper = write_profile(tmp_path, "sleeper", "import time; time.sleep(600)")
     launcher = start_cli("up", str(sleeper), "--no-tui", "--run-id", "r-lost", log=tmp_path / "up.log", env=env)
     try:
-        wait_for(lambda: [r for r in runs_json(env) if r["live"] == "live"], 120, "the run to be listed live")
+        # a run is live from the launcher's first moment, Running only once every task started
+        wait_for(lambda: [r for r in runs_json(env) if (r["live"], r["job_state"]) == ("live", "Running")],
+                 120, "the run to be listed live and Running")
         launcher.send_signal(signal.SIGKILL)
         launcher.wait(timeout=30)
         listed = runs_json(env)
