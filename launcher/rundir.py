@@ -66,7 +66,8 @@ class RunDir:
         self._lock = threading.Lock()
         self._fds: dict[str, int] = {}  # file name -> fd opened for appending
         #: (file, text) writes that failed and wait for space, oldest first
-        self._pending: deque[tuple[Path, str]] = deque()
+        self._pending: deque[tuple[Path, str]] = deque()  # (file, one or more whole lines)
+        self._pending_lines = 0
         self._dropped = 0
         self._failing = False
         #: told once when writing starts failing and once when it works again
@@ -105,13 +106,21 @@ class RunDir:
         A write that fails (a full disk, say) never reaches the caller: the job goes on, the
         lines wait in memory (up to ``PENDING_LINES``) and are written in order once it works.
         """
-        line = line if line is not None else event.to_json()
-        with self._lock:
-            writes = [(self.path / EVENTS_FILE, line + "\n")]
+        self.append_many([(event, line)])
+
+    def append_many(self, batch: list[tuple[Event, str | None]]) -> None:
+        """Record a run of events (each with its JSON text or None) with one write per file."""
+        events_text: list[str] = []
+        logs: dict[Path, list[str]] = {}
+        for event, line in batch:
+            events_text.append(line if line is not None else event.to_json())
             if event.kind == LOG and event.task:
-                writes.append((self.log_path(event.task), str(event.get("line", "")) + "\n"))
+                logs.setdefault(self.log_path(event.task), []).append(str(event.get("line", "")))
+        writes = [(self.path / EVENTS_FILE, "\n".join(events_text) + "\n")]
+        writes.extend((path, "\n".join(lines) + "\n") for path, lines in logs.items())
+        with self._lock:
             if self._pending:
-                self._pending.extend(writes)
+                self._hold(writes)
                 self._trim_pending()
                 self._flush_pending()
                 return
@@ -119,7 +128,7 @@ class RunDir:
                 try:
                     self._write(target, text)
                 except OSError as exc:
-                    self._pending.extend(writes[i:])
+                    self._hold(writes[i:])
                     self._failed(target, exc)
                     return
 
@@ -149,15 +158,22 @@ class RunDir:
                 self._failed(target, exc)
                 return
             self._pending.popleft()
+            self._pending_lines -= text.count("\n")
         if self._failing:
             self._failing = False
             lost = f"; {self._dropped} older lines were dropped" if self._dropped else ""
             self.on_problem(f"run dir {self.path} is writable again; the held events are written{lost}")
 
+    def _hold(self, writes: list[tuple[Path, str]]) -> None:
+        self._pending.extend(writes)
+        self._pending_lines += sum(text.count("\n") for _, text in writes)
+
     def _trim_pending(self) -> None:
-        while len(self._pending) > PENDING_LINES:
-            self._pending.popleft()
-            self._dropped += 1
+        while self._pending_lines > PENDING_LINES and len(self._pending) > 1:
+            _, text = self._pending.popleft()
+            lines = text.count("\n")
+            self._pending_lines -= lines
+            self._dropped += lines
 
     def _failed(self, target: Path, exc: OSError) -> None:
         if self._failing:

@@ -80,19 +80,27 @@ class Feed:
     """An EventSource for one consumer: every event published after it subscribed."""
 
     def __init__(self) -> None:
-        self._queue: queue.SimpleQueue[Event | None] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[Event | list[Event] | None] = queue.SimpleQueue()
         self._closed = False
 
     def put(self, event: Event | None) -> None:
         if not self._closed:
             self._queue.put(event)
 
+    def put_many(self, batch: list[Event]) -> None:
+        """A run of events in one queue item: the consumer wakes once for the lot."""
+        if not self._closed and batch:
+            self._queue.put(batch)
+
     def events(self) -> Iterator[Event]:
         while True:
             item = self._queue.get()
             if item is None:
                 return
-            yield item
+            if isinstance(item, list):
+                yield from item
+            else:
+                yield item
 
     def close(self) -> None:
         self._closed = True
@@ -309,6 +317,15 @@ class Supervisor:
         for feed in self._feeds:
             feed.put(event)
 
+    def _publish_many(self, batch: list[tuple[Event, str | None]]) -> None:
+        """Publish a run of events with one write per file and one queue item per feed."""
+        if not batch:
+            return
+        self.rundir.append_many(batch)
+        events = [event for event, _ in batch]
+        for feed in self._feeds:
+            feed.put_many(events)
+
     # -- host work (on host threads) -------------------------------------------------------------
 
     def _on_hosts(self, fn: Callable[[HostSession], None], hosts: list[str] | None = None) -> None:
@@ -402,8 +419,7 @@ class Supervisor:
             with pending_lock:
                 batch = pending[:]
                 pending.clear()
-            for line, received in batch:
-                self._on_line(host, line, received)
+            self._on_lines(host, batch)
 
         def on_line(line: str) -> None:
             self._last_heard[host] = time.monotonic()  # here, not on the loop: a busy loop is no silence
@@ -426,36 +442,55 @@ class Supervisor:
 
     # -- events from agents ------------------------------------------------------------------------
 
-    def _on_line(self, host: str, line: str, received: float) -> None:
+    def _on_lines(self, host: str, batch: list[tuple[str, float]]) -> None:
+        """The lines a host's stream delivered while the loop was busy, in order. Runs of events
+        that change nothing here (metrics, logs: nearly all of them) are published together; a
+        task's state change is published and acted on in its place."""
+        held: list[tuple[Event, str | None]] = []
+        for line, received in batch:
+            decoded = self._decode(host, line, received)
+            if decoded is None:
+                continue
+            event = decoded[0]
+            if event.kind == ev.STATE and event.task in self.tasks:
+                self._publish_many(held)
+                held = []
+                self._publish(*decoded)
+                self._on_task_state(self.tasks[event.task], event)
+                continue
+            held.append(decoded)
+            if event.kind == ev.METRIC and event.task in self.tasks:
+                step = event.get("step")
+                if isinstance(step, int) and self.tasks[event.task].state == ev.RUNNING:
+                    self.watchdog.on_step(event.task, step, time.monotonic())
+        self._publish_many(held)
+
+    def _decode(self, host: str, line: str, received: float) -> tuple[Event, str | None] | None:
+        """The event a stream line carries and the text to store for it (None: encode it again),
+        or None for a heartbeat, an undecodable line or an event already recorded."""
         if not line or line.startswith("#"):
             if line.startswith("#hb "):
                 with contextlib.suppress(ValueError):
                     self._observe_clock(host, float(line[4:]), received)
-            return
+            return None
         try:
             event = Event.from_json(line)
         except EventDecodeError:
-            return
+            return None
         if event.task is not None:
             slug = event.task.replace(":", "-")
             offsets = self._offsets[host]
             offsets[slug] = offsets.get(slug, 0) + len(line.encode()) + 1
             if not self._in_sequence(event):
-                return
-        stored: str | None = line
+                return None
         ts = self._clocks[host].correct(event.ts, received)
-        if ts != event.ts:  # a host whose clock is off: its times moved onto ours
-            data = dict(event.data)
-            if isinstance(data.get("exited_at"), int | float):  # the task's end, for the root cause
-                data["exited_at"] = self._clocks[host].correct(float(data["exited_at"]), received)
-            event, stored = dataclasses.replace(event, ts=ts, data=data), None
-        self._publish(event, stored)
-        if event.kind == ev.STATE and event.task in self.tasks:
-            self._on_task_state(self.tasks[event.task], event)
-        elif event.kind == ev.METRIC and event.task in self.tasks:
-            step = event.get("step")
-            if isinstance(step, int) and self.tasks[event.task].state == ev.RUNNING:
-                self.watchdog.on_step(event.task, step, time.monotonic())
+        if ts == event.ts:
+            return event, line
+        # a host whose clock is off: its times moved onto ours
+        data = dict(event.data)
+        if isinstance(data.get("exited_at"), int | float):  # the task's end, for the root cause
+            data["exited_at"] = self._clocks[host].correct(float(data["exited_at"]), received)
+        return dataclasses.replace(event, ts=ts, data=data), None
 
     def _in_sequence(self, event: Event) -> bool:
         """False for an event already recorded (a resend after attach from older offsets);

@@ -51,15 +51,42 @@ def _line(seq: int, text: str) -> str:
 def test_the_supervisor_drops_resent_events_and_tells_a_gap_once(tmp_path: Path) -> None:
     told: list[str] = []
     sup = _supervisor(tmp_path, told)
-    for seq in (0, 1, 1, 0, 2, 5, 6, 4):  # a resend (1, 0), a gap (3, 4), a late straggler (4)
-        sup._on_line("local", _line(seq, f"line {seq}"), time.time())
+    # a resend (1, 0), a gap (3, 4), a late straggler (4); delivered in two batches as a stream does
+    seqs = (0, 1, 1, 0, 2, 5, 6, 4)
+    batch = [(_line(seq, f"line {seq}"), time.time()) for seq in seqs]
+    sup._on_lines("local", batch[:3])
+    sup._on_lines("local", batch[3:])
     sup.rundir.close()
     recorded = [e.get("seq") for e in read_events(sup.rundir.path)]
     assert recorded == [0, 1, 2, 5, 6]
+    assert (sup.rundir.path / "logs" / "worker-0.log").read_text().splitlines() == \
+        [f"line {seq}" for seq in recorded]
     assert told == ["worker:0: 2 event(s) lost between its agent and the launcher (seq 3..4)"]
     assert sup.lost_events == {"worker:0": 2}
     sup.write_state()
     assert json.loads((sup.rundir.path / "state.json").read_text())["lost_events"] == {"worker:0": 2}
+
+
+def test_a_state_change_inside_a_batch_is_acted_on_in_its_place(tmp_path: Path) -> None:
+    """Logs and metrics are written in runs, but a task's running state and the job state it
+    causes land between the lines that came before and after it, and feeds see the same order."""
+    sup = _supervisor(tmp_path, [])
+    feed = sup.subscribe()
+    running = ev.state_event(RUN, "worker:0", ev.RUNNING, host="local", pid=1234, ts=time.time())
+    running.data["seq"] = 1
+    batch = [(_line(0, "before"), time.time()), (running.to_json(), time.time()), (_line(2, "after"), time.time())]
+    sup._on_lines("local", batch)
+    sup.rundir.close()
+    feed.close()
+
+    def shape(e: ev.Event) -> tuple[str, object, object]:
+        return e.kind, e.get("state"), e.get("line")
+
+    recorded = [shape(e) for e in read_events(sup.rundir.path)]
+    assert recorded == [("log", None, "before"), ("state", "running", None), ("job", "Running", None),
+                        ("log", None, "after")]
+    assert [shape(e) for e in feed.events()] == recorded
+    assert sup.job_state == ev.JOB_RUNNING
 
 
 def test_the_job_view_warns_of_a_gap_and_status_reports_it(tmp_path: Path) -> None:
