@@ -27,6 +27,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -133,6 +134,31 @@ def time_ssh_serial(hosts: list[BenchHost], tasks: int, cfg: Path) -> float:
     return time.time() - t0
 
 
+FABRIC_FLOOR = """\
+import sys, threading
+import fabric
+def one(port, user, key, known):
+    c = fabric.Connection("127.0.0.1", user=user, port=int(port),
+                          connect_kwargs={"key_filename": key, "look_for_keys": False, "allow_agent": False})
+    c.client.load_host_keys(known)
+    with c:
+        c.run("true", hide=True, in_stream=False)
+threads = [threading.Thread(target=one, args=a.split(",")) for a in sys.argv[1:]]
+for t in threads: t.start()
+for t in threads: t.join()
+"""
+
+
+def time_fabric_floor(hosts: list[BenchHost]) -> float:
+    """The least a Fabric launcher does before it can start anything: boot Python, import Fabric,
+    connect to every host in parallel and run one command on each (``true``)."""
+    args = [f"{h.sshd.port},{h.sshd.user},{h.sshd.identity_file},{h.sshd.known_hosts}" for h in hosts]
+    t0 = time.time()
+    subprocess.run([sys.executable, "-c", FABRIC_FLOOR, *args], check=True, timeout=60,
+                   stdin=subprocess.DEVNULL, capture_output=True)
+    return time.time() - t0
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--sizes", default="4,16,64")
@@ -142,7 +168,8 @@ def main() -> None:
     sizes = [int(s) for s in args.sizes.split(",")]
     work = Path(tempfile.mkdtemp(prefix="distlaunch-bench-fanout-"))
     results: dict[int, dict[str, list[float]]] = {
-        n: {"up total": [], "up launch": [], "pdsh/host": [], "pdsh/task": [], "ssh serial": []} for n in sizes}
+        n: {"up total": [], "up launch": [], "pdsh/host": [], "pdsh/task": [], "ssh serial": [],
+            "fabric floor": []} for n in sizes}
     try:
         with sshd_hosts(args.hosts) as hosts:
             cfg = ssh_config(work / "ssh_config", hosts)
@@ -157,6 +184,7 @@ def main() -> None:
                     r["pdsh/task"].append(time_pdsh_per_task(hosts, n, work))
                     if rep == 0:
                         r["ssh serial"].append(time_ssh_serial(hosts, n, cfg))
+                    r["fabric floor"].append(time_fabric_floor(hosts))
                     print(f"  rep {rep} n={n}: " + ", ".join(f"{k} {v[-1]:.2f}s" for k, v in r.items() if v),
                           flush=True)
     finally:
@@ -174,6 +202,8 @@ def main() -> None:
         b = best[64]
         print(f"64 tasks: up total {b['up total'] / b['pdsh/host']:.2f}x pdsh/host (target <= 2x), launch part "
               f"{b['up launch'] / b['pdsh/host']:.2f}x (target <= 1.3x)")
+        print(f"fabric floor (python + import fabric + connect + one `true` per host, in parallel): "
+              f"{b['fabric floor']:.2f} s = {b['fabric floor'] / b['pdsh/host']:.2f}x pdsh/host")
     if 4 in best and 64 in best:
         print(f"64 vs 4 tasks: up total {best[64]['up total'] / best[4]['up total']:.2f}x, "
               f"up launch {best[64]['up launch'] / best[4]['up launch']:.2f}x (target <= 1.5x)")

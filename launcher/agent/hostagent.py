@@ -167,8 +167,12 @@ class HostAgent:
         threading.Thread(target=runner.wait, name="wait", daemon=True).start()
 
     def start(self, slugs: List[str], secrets: Dict[str, Dict[str, str]]) -> Dict[str, Any]:
+        """Start the tasks ``slugs``: every process first (each reports running as it starts),
+        then their output readers and waiters (three threads per task, whose start-up would
+        otherwise stand between one task's start and the next)."""
         pids: Dict[str, Optional[int]] = {}
         errors: Dict[str, str] = {}
+        started: List[TaskRunner] = []
         for slug in slugs:
             task_dir = os.path.join(self.tasks_dir, slug)
             current = self.runners.get(slug)
@@ -181,10 +185,13 @@ class HostAgent:
                 errors[slug] = "cannot read spec.json: %s" % exc
                 continue
             runner = TaskRunner(task_dir, spec, self._writer(slug), self.leaders, secrets.get(slug) or {})
-            pid = runner.start()
+            pid = runner.start(defer_readers=True)
             pids[slug] = pid
             if pid is not None:
-                self._run(runner)
+                started.append(runner)
+        for runner in started:
+            runner.start_readers()
+            self._run(runner)
         return {"pids": pids, "errors": errors}
 
     def stop(self, slugs: List[str], grace: Optional[float]) -> Dict[str, Any]:

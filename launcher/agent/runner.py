@@ -19,7 +19,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any, Dict, List, Optional, Set
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 from launcher import events
 from launcher.agent.output import EventWriter, OutputInterpreter, read_lines
@@ -63,6 +63,7 @@ class TaskRunner:
         self.pid: Optional[int] = None
         self.adopted = False
         self._proc: Optional["subprocess.Popen[bytes]"] = None
+        self._deferred_fds: Optional[Tuple[int, int]] = None
         self._readers: List[threading.Thread] = []
         self._interpreter: Optional[OutputInterpreter] = None
         self._last_stderr: List[str] = []
@@ -81,8 +82,11 @@ class TaskRunner:
 
     # -- start ----------------------------------------------------------------------------------
 
-    def start(self) -> Optional[int]:
-        """Start the task; its pid, or None when it could not start (the final event is written)."""
+    def start(self, defer_readers: bool = False) -> Optional[int]:
+        """Start the task; its pid, or None when it could not start (the final event is written).
+
+        ``defer_readers``: the output readers start with ``start_readers()`` (a host agent starts
+        a whole batch of tasks first; the pipes hold 64 KiB each meanwhile)."""
         spec = self.spec
         self._state(events.STARTING)
         with contextlib.suppress(OSError):
@@ -114,8 +118,16 @@ class TaskRunner:
         _write_atomic(os.path.join(self.task_dir, TASK_FILE),
                       json.dumps({"pid": proc.pid, "pgid": proc.pid, "fds": [out_r, err_r]}))
         self._state(events.RUNNING, pid=proc.pid)
-        self._start_readers(out_r, err_r)
+        self._deferred_fds = (out_r, err_r)
+        if not defer_readers:
+            self.start_readers()
         return proc.pid
+
+    def start_readers(self) -> None:
+        """Start reading the output of a task ``start(defer_readers=True)`` started."""
+        fds, self._deferred_fds = self._deferred_fds, None
+        if fds is not None:
+            self._start_readers(*fds)
 
     def adopt(self, info: Dict[str, Any]) -> bool:
         """Take over a task a killed agent started; False if it is gone (then nothing was written)."""
