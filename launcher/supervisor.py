@@ -480,7 +480,8 @@ class Supervisor:
         if event.task is not None:
             slug = event.task.replace(":", "-")
             offsets = self._offsets[host]
-            offsets[slug] = offsets.get(slug, 0) + len(line.encode()) + 1
+            size = len(line) if line.isascii() else len(line.encode())
+            offsets[slug] = offsets.get(slug, 0) + size + 1
             if not self._in_sequence(event):
                 return None
         ts = self._clocks[host].correct(event.ts, received)

@@ -49,7 +49,9 @@ class Watchdog:
         self._tasks: dict[str, _Progress] = {}
 
     def on_step(self, task: str, step: int, now: float) -> None:
-        progress = self._tasks.setdefault(task, _Progress())
+        progress = self._tasks.get(task)
+        if progress is None:
+            progress = self._tasks[task] = _Progress()
         if progress.step is None or step != progress.step:
             progress.step = step
             progress.advanced_at = now

@@ -117,23 +117,39 @@ class LineSplitter:
         self._dropping = False  # inside the tail of a line that was already delivered cut
 
     def feed(self, data: bytes) -> None:
-        start = 0
-        while start < len(data):
-            newline = data.find(b"\n", start)
-            end = len(data) if newline < 0 else newline
-            if not self._dropping:
-                room = self._max - len(self._buf)
-                self._buf += data[start:start + min(end - start, room)]
-                if end - start > room:
-                    self._emit()
-                    self._dropping = True
+        if self._dropping:  # the tail of a line already delivered cut: skip to its end
+            newline = data.find(b"\n")
             if newline < 0:
                 return
-            if self._dropping:
-                self._dropping = False
-            else:
-                self._emit()
-            start = newline + 1
+            self._dropping = False
+            data = data[newline + 1:]
+        last = data.rfind(b"\n")
+        if last < 0:
+            self._keep(data)
+            return
+        whole = data[:last]
+        if self._buf:
+            whole = bytes(self._buf) + whole
+            self._buf.clear()
+        lines = whole.split(b"\n")
+        if max(map(len, lines)) <= self._max:
+            # a newline is never part of a multi-byte character: decode the lot, then split
+            for line in whole.decode("utf-8", errors="replace").split("\n"):
+                self._on_line(line)
+        else:
+            for raw in lines:
+                self._on_line(raw[: self._max].decode("utf-8", errors="replace"))
+        self._keep(data[last + 1:])
+
+    def _keep(self, data: bytes) -> None:
+        """Hold the start of a line; one that outgrows the limit is delivered cut now."""
+        room = self._max - len(self._buf)
+        if len(data) <= room:
+            self._buf += data
+            return
+        self._buf += data[:room]
+        self._emit()
+        self._dropping = True
 
     def finish(self) -> None:
         """Deliver a last line that had no newline."""

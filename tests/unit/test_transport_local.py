@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import signal
 import time
 from pathlib import Path
@@ -37,6 +38,22 @@ def test_line_at_the_limit_is_whole_and_longer_is_cut_once() -> None:
     assert split([b"123456789abc\nnext\n"]) == ["12345678", "next"]
     assert split([b"1234567", b"89", b"abc", b"def\nnext"]) == ["12345678", "next"]
     assert split([b"12345678", b"9"]) == ["12345678"]  # cut tail without newline at the end
+
+
+def test_any_chunking_gives_the_lines_of_the_whole_stream() -> None:
+    """Runs of whole lines are split in one go; whatever the chunk borders, the lines are those of
+    the stream read at once, each cut to the limit (a multi-byte character cut shows as U+FFFD)."""
+    rng = random.Random(11)
+    alphabet = [b"a", b"b", "é".encode(), "€".encode(), b"\n", b"\n", b"\xff"]
+    for _ in range(300):
+        data = b"".join(rng.choice(alphabet) for _ in range(rng.randrange(0, 60)))
+        cuts = sorted(rng.sample(range(len(data) + 1), rng.randrange(0, min(6, len(data) + 1))))
+        chunks = [data[a:b] for a, b in zip([0, *cuts], [*cuts, len(data)], strict=True)]
+        parts = data.split(b"\n")
+        expected = [p[:8].decode("utf-8", errors="replace") for p in parts[:-1]]
+        if parts[-1]:
+            expected.append(parts[-1][:8].decode("utf-8", errors="replace"))
+        assert split(chunks) == expected, (data, cuts)
 
 
 def local_host() -> LocalHost:
