@@ -63,6 +63,7 @@ class RunDir:
     def __init__(self, path: Path, run_id: str) -> None:
         self.path = path
         self.run_id = run_id
+        self._events_file = path / EVENTS_FILE
         self._lock = threading.Lock()
         self._fds: dict[str, int] = {}  # file name -> fd opened for appending
         #: (file, text) writes that failed and wait for space, oldest first
@@ -116,7 +117,7 @@ class RunDir:
             events_text.append(line if line is not None else event.to_json())
             if event.kind == LOG and event.task:
                 logs.setdefault(self.log_path(event.task), []).append(str(event.get("line", "")))
-        writes = [(self.path / EVENTS_FILE, "\n".join(events_text) + "\n")]
+        writes = [(self._events_file, "\n".join(events_text) + "\n")]
         writes.extend((path, "\n".join(lines) + "\n") for path, lines in logs.items())
         with self._lock:
             if self._pending:
@@ -203,7 +204,7 @@ class RunDir:
 
     @property
     def events_path(self) -> Path:
-        return self.path / EVENTS_FILE
+        return self._events_file
 
     def log_path(self, task_id: str) -> Path:
         return self.path / "logs" / f"{task_id.replace(':', '-')}.log"

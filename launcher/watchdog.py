@@ -22,6 +22,8 @@ from launcher import events as ev
 STRAGGLER_WINDOW_S = 30.0
 #: steps/s of a worker is the slope over this much recent time
 RATE_WINDOW_S = 10.0
+#: steps closer together than this share one point of the rate window
+POINT_SPACING_S = 0.25
 
 
 @dataclass(frozen=True)
@@ -58,7 +60,10 @@ class Watchdog:
         points = progress.points
         if points and step < points[-1][1]:
             points.clear()
-        points.append((now, step))
+        if len(points) > 1 and now - points[-2][0] < POINT_SPACING_S:
+            points[-1] = (now, step)  # the rate needs the ends of the window, not every step in it
+        else:
+            points.append((now, step))
         while len(points) > 2 and now - points[0][0] > RATE_WINDOW_S:
             points.popleft()
 
