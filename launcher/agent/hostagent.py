@@ -74,7 +74,8 @@ class HostAgent:
         self._detached_seen_at = 0.0
         self._last_touch = 0.0
         self._exit = threading.Event()
-        self._reap_needed = threading.Event()
+        self._reap_needed = False  # set by the SIGCHLD handler
+        self._exit_signalled = False  # set by the SIGTERM/SIGINT handler
         self._sampling = _load_sampling()
         self._orphan_grace = DEFAULT_ORPHAN_GRACE
 
@@ -91,10 +92,13 @@ class HostAgent:
         set_process_name(AGENT_PROCESS_NAME)
         _write_atomic(PID_NAME, "%d\n" % os.getpid())
         _become_subreaper()
-        signal.signal(signal.SIGTERM, lambda *_: self._exit.set())
-        signal.signal(signal.SIGINT, lambda *_: self._exit.set())
+        # handlers only set flags that the housekeeping loop reads: a handler runs on the main
+        # thread between two bytecodes, and one that took a lock (Event.set) deadlocked there when
+        # a burst of SIGCHLD (16 tasks ending at once) came while the main thread held that lock
+        signal.signal(signal.SIGTERM, self._on_exit_signal)
+        signal.signal(signal.SIGINT, self._on_exit_signal)
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
-        signal.signal(signal.SIGCHLD, lambda *_: self._reap_needed.set())
+        signal.signal(signal.SIGCHLD, self._on_child_signal)
         self._adopt_all()
         with contextlib.suppress(OSError):
             os.unlink(SOCKET_NAME)  # left by a killed predecessor; the lock says none serves it
@@ -117,11 +121,20 @@ class HostAgent:
             server.close()
         return 0
 
+    def _on_exit_signal(self, signum: int, frame: Any) -> None:
+        self._exit_signalled = True
+
+    def _on_child_signal(self, signum: int, frame: Any) -> None:
+        self._reap_needed = True
+
     def _housekeeping(self) -> None:
         while not self._exit.wait(HOUSEKEEPING_SECONDS):
+            if self._exit_signalled:
+                self._exit.set()
+                return
             now = time.time()
-            if self._reap_needed.is_set():
-                self._reap_needed.clear()
+            if self._reap_needed:
+                self._reap_needed = False
                 _reap_adopted(self.leaders)
             if self.hub.launcher_present(time.monotonic()) and now - self._last_touch >= LEASE_TOUCH_SECONDS:
                 _touch(os.path.join(self.run_dir, "lease"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
@@ -359,3 +360,52 @@ def test_a_start_request_on_the_follow_channel_is_answered_on_the_stream(run_dir
         assert json.loads((run_dir / "tasks" / "worker-0" / "spec.json").read_text())["command"] == "echo hello"
     finally:
         follower.close()
+
+
+def test_a_host_agent_under_a_storm_of_sigchld_still_answers_and_exits(tmp_path, pyz):
+    """Orphans of a task are the host agent's children (it is their subreaper): a task that leaves
+    a stream of short-lived orphans sends it SIGCHLD after SIGCHLD. Its handlers once took a lock
+    (Event.set), and one interrupted by the next deadlocked the agent for good."""
+    storm = "while true; do (true &); done"
+    answer = start_tasks(pyz, tmp_path, {"worker-0": storm, "worker-1": storm})
+    pids = [pid for pid in answer["pids"].values() if pid]
+    assert len(pids) == 2, answer
+    agent = [int(p) for p in os.listdir("/proc") if p.isdigit() and _is_serve(int(p), tmp_path)]
+    assert len(agent) == 1
+    try:
+        for _ in range(10):  # each round trip goes through the agent's main loop and its locks
+            assert _ask(tmp_path, {"op": "status"})["pid"] == agent[0]
+            time.sleep(0.3)
+        os.kill(agent[0], signal.SIGTERM)
+        deadline = time.monotonic() + 20
+        while _alive(agent[0]) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(agent[0]), "the host agent did not exit within 20 s of SIGTERM"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(agent[0], signal.SIGKILL)
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
+
+
+def _ask(run_dir: Path, request: dict) -> dict:
+    """One request on the host agent's socket, its answer."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+        conn.settimeout(10)
+        conn.connect(str(run_dir / "agent.sock"))
+        conn.sendall((json.dumps(request) + "\n").encode())
+        data = b""
+        while not data.endswith(b"\n"):
+            chunk = conn.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    return json.loads(data)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
