@@ -111,6 +111,8 @@ class RunDir:
 
     def append_many(self, batch: list[tuple[Event, str | None]]) -> None:
         """Record a run of events (each with its JSON text or None) with one write per file."""
+        if not batch:
+            return
         events_text: list[str] = []
         logs: dict[Path, list[str]] = {}
         for event, line in batch:

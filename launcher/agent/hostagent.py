@@ -70,6 +70,7 @@ class HostAgent:
         self.runners: Dict[str, TaskRunner] = {}
         self.leaders: Set[int] = set()
         self._runners_lock = threading.Lock()
+        self._start_lock = threading.Lock()
         self._started_at = time.time()
         self._detached_seen_at = 0.0
         self._last_touch = 0.0
@@ -173,19 +174,37 @@ class HostAgent:
     def _writer(self, slug: str) -> EventWriter:
         return EventWriter(os.path.join(self.tasks_dir, slug, "events.jsonl"), self.lock, self.hub.publish)
 
-    def _run(self, runner: TaskRunner) -> None:
+    def _register(self, runner: TaskRunner) -> None:
+        """From here on stop requests, `_stop_all` and the orphan grace see the task."""
         with self._runners_lock:
             self.runners[os.path.basename(runner.task_dir)] = runner
-        self._orphan_grace = max(r.spec.orphan_grace_seconds for r in self.runners.values())
+            self._orphan_grace = max(r.spec.orphan_grace_seconds for r in self.runners.values())
+
+    def _run(self, runner: TaskRunner) -> None:
+        self._register(runner)
         threading.Thread(target=runner.wait, name="wait", daemon=True).start()
 
     def start(self, slugs: List[str], secrets: Dict[str, Dict[str, str]]) -> Dict[str, Any]:
         """Start the tasks ``slugs``: every process first (each reports running as it starts),
         then their output readers and waiters (three threads per task, whose start-up would
         otherwise stand between one task's start and the next)."""
+        with self._start_lock:  # two requests for one slug: the second sees the first's runner
+            return self._start(slugs, secrets)
+
+    def _start(self, slugs: List[str], secrets: Dict[str, Dict[str, str]]) -> Dict[str, Any]:
         pids: Dict[str, Optional[int]] = {}
         errors: Dict[str, str] = {}
         started: List[TaskRunner] = []
+        try:
+            self._spawn_all(slugs, secrets, pids, errors, started)
+        finally:  # also after an error half-way: every task that started is read and waited for
+            for runner in started:
+                runner.start_readers()
+                threading.Thread(target=runner.wait, name="wait", daemon=True).start()
+        return {"pids": pids, "errors": errors}
+
+    def _spawn_all(self, slugs: List[str], secrets: Dict[str, Dict[str, str]], pids: Dict[str, Optional[int]],
+                   errors: Dict[str, str], started: List[TaskRunner]) -> None:
         for slug in slugs:
             task_dir = os.path.join(self.tasks_dir, slug)
             current = self.runners.get(slug)
@@ -201,11 +220,8 @@ class HostAgent:
             pid = runner.start(defer_readers=True)
             pids[slug] = pid
             if pid is not None:
+                self._register(runner)
                 started.append(runner)
-        for runner in started:
-            runner.start_readers()
-            self._run(runner)
-        return {"pids": pids, "errors": errors}
 
     def stop(self, slugs: List[str], grace: Optional[float]) -> Dict[str, Any]:
         waiting: List[TaskRunner] = []

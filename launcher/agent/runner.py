@@ -100,12 +100,13 @@ class TaskRunner:
                     env=task_environment(spec, self._secrets), stdin=subprocess.DEVNULL, stdout=out_w,
                     stderr=err_w, pass_fds=(out_r, err_r), start_new_session=True)
                 self._leaders.add(proc.pid)
-        except OSError as exc:
+        except (OSError, ValueError) as exc:
             for fd in (out_r, out_w, err_r, err_w):
                 os.close(fd)
-            # /bin/sh itself exists, so this is the workdir (chdir) failing: no restart can fix it
-            self._state(events.FAILED, reason="could not start: %s" % start_error_text(exc, spec.workdir),
-                        permanent=True)
+            # /bin/sh itself exists, so an OSError is the workdir (chdir) failing, a ValueError a NUL
+            # byte in the command or the environment: no restart can fix either
+            why = start_error_text(exc, spec.workdir) if isinstance(exc, OSError) else str(exc)
+            self._state(events.FAILED, reason="could not start: %s" % why, permanent=True)
             self.writer.close()
             self.exited.set()
             self.done.set()

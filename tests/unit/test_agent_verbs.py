@@ -409,3 +409,41 @@ def _alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def test_a_task_that_cannot_start_fails_alone_and_the_rest_of_its_batch_runs(tmp_path, pyz):
+    """A NUL byte in one task's environment makes its Popen raise ValueError: that task fails for
+    good with the reason, and the tasks started before and after it in the same batch are
+    supervised (their output read, their exit reported)."""
+    specs = {slug: {"run": RUN_ID, "task": slug.replace("-", ":"), "command": "echo hello from $0; exit 0",
+                    "workdir": str(tmp_path), "grace_seconds": 2, "sample_interval": 0.2, "autolog": False}
+             for slug in ("worker-0", "worker-1", "worker-2")}
+    specs["worker-1"]["env"] = {"BAD": "a\u0000b"}
+    try:
+        out = subprocess.run([sys.executable, str(pyz), "start", "--run-dir", str(tmp_path)],
+                             input=json.dumps({"specs": specs}).encode(), capture_output=True, timeout=60,
+                             check=True, env=dict(os.environ, DISTLAUNCH_RUN_ID=RUN_ID))
+        answer = json.loads(out.stdout)
+        assert answer["pids"]["worker-1"] is None and answer["pids"]["worker-0"] and answer["pids"]["worker-2"]
+
+        def finals() -> dict[str, dict]:
+            got = {}
+            for slug in specs:
+                path = tmp_path / "tasks" / slug / "events.jsonl"
+                for text in (path.read_text().splitlines() if path.exists() else []):
+                    event = json.loads(text)
+                    if event["kind"] == "state" and event["state"] in ("succeeded", "failed", "stopped"):
+                        got[slug] = event
+            return got
+
+        deadline = time.monotonic() + 20
+        while len(finals()) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        ended = finals()
+        assert {s: e["state"] for s, e in ended.items()} == \
+            {"worker-0": "succeeded", "worker-1": "failed", "worker-2": "succeeded"}
+        assert ended["worker-1"]["permanent"] is True and "null byte" in ended["worker-1"]["reason"]
+        logs = (tmp_path / "tasks" / "worker-2" / "events.jsonl").read_text()
+        assert "hello from" in logs
+    finally:
+        end_agent(pyz, tmp_path)
