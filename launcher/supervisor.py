@@ -182,7 +182,7 @@ class Supervisor:
             self._call(lambda: self._finish(ev.JOB_FAILED, reason))
             self.wait()
             raise
-        self.write_state()
+        self._call(self.write_state)  # on the loop: the streams' offsets change there, never mid-dump
 
     def resume(self, state: dict[str, Any], history: list[Event],
                unreachable: Mapping[str, str] | None = None) -> None:
@@ -227,7 +227,7 @@ class Supervisor:
             self._call(functools.partial(self._publish, ev.host_event(self.run_id, name, "unreachable",
                                                                       f"{why}; reconnecting")))
             self._executors[name].submit(self._reconnect, name, 1.0)
-        self.write_state()
+        self._call(self.write_state)  # on the loop: the streams' offsets change there, never mid-dump
 
     def _arm_watchdog(self, history: list[Event]) -> None:
         """Attach: each running task's last step of its current incarnation counts as reached now,
