@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import signal
 import sys
 import time
@@ -81,7 +83,11 @@ def run_up(args: argparse.Namespace) -> int:
         if interrupted:
             raise KeyboardInterrupt
         interrupted = True
-        notice("interrupted: tearing the job down (Ctrl-C again to abandon the wait)")
+        # a raw write: the handler may have interrupted a print to stderr, whose buffer it must
+        # not enter again; teardown only puts on a SimpleQueue, which is safe here
+        with contextlib.suppress(OSError, ValueError):  # no real stderr (a test's capture)
+            os.write(sys.stderr.fileno(), b"distlaunch: interrupted: tearing the job down "
+                                          b"(Ctrl-C again to abandon the wait)\n")
         sup.teardown("interrupted by Ctrl-C")
 
     old_int = signal.signal(signal.SIGINT, on_sigint)
