@@ -198,6 +198,7 @@ class Supervisor:
             rt.restarts = int(info.get("restarts") or 0)
             rt.incarnation = int(info.get("incarnation") or rt.restarts)
             rt.pid = info.get("pid")
+        self._fold_task_states(history)
         for host, offsets in (state.get("offsets") or {}).items():
             if host in self._offsets:
                 self._offsets[host] = {slug: int(n) for slug, n in offsets.items()}
@@ -228,6 +229,27 @@ class Supervisor:
                                                                       f"{why}; reconnecting")))
             self._executors[name].submit(self._reconnect, name, 1.0)
         self._call(self.write_state)  # on the loop: the streams' offsets change there, never mid-dump
+
+    def _fold_task_states(self, history: list[Event]) -> None:
+        """Attach: each task's state, pid and restarts as its events last told them. state.json is
+        written on a task's end, not on every start, so after a restart it can still say
+        ``failed`` for a task that runs again: a chief taken for failed was never watched for a
+        stall, and the job waited for it for good. The launcher's own ``restarting`` marks are
+        left out, as the supervisor that published them kept the task's state meanwhile."""
+        for event in history:
+            rt = self.tasks.get(event.task) if event.kind == ev.STATE and event.task else None
+            state = event.get("state")
+            if rt is None or state == ev.RESTARTING:
+                continue
+            restarts = event.get("restarts")
+            if isinstance(restarts, int):
+                if restarts < rt.restarts:
+                    continue  # an earlier incarnation's late word
+                rt.restarts = restarts
+                rt.incarnation = max(rt.incarnation, restarts)
+            rt.state = str(state)
+            if event.get("pid") is not None:
+                rt.pid = int(event.get("pid"))
 
     def _arm_watchdog(self, history: list[Event]) -> None:
         """Attach: each running task's last step of its current incarnation counts as reached now,

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from launcher import events as ev
+from launcher.agent.hostagent import AGENT_PROCESS_NAME
 from launcher.events import Event
 from launcher.timeline import Timeline
 from tests.integration.jobtools import REPO, pids_with_run_id, read_events, start_cli, write_profile
@@ -226,8 +227,13 @@ def host_agents(lab: NetnsLab, run_id: str) -> dict[str, int]:
     """host name -> pid of the run's host agent there."""
     out = {}
     for pid in pids_with_run_id(run_id):
-        args = _cmdline(pid)
-        if "serve" in args and any(a.endswith("agent.pyz") for a in args):
+        # by its process name: the agent forked by a `follow` or `start` verb keeps that verb's
+        # command line (only a Slurm agent runs as `agent.pyz serve`)
+        try:
+            name = Path(f"/proc/{pid}/comm").read_text().strip()
+        except OSError:
+            continue
+        if name == AGENT_PROCESS_NAME:
             host = lab.host_of_pid(pid)
             if host is not None:
                 out[host] = pid
