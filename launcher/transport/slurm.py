@@ -29,6 +29,10 @@ from launcher.transport.local import LocalHost
 START_TIMEOUT = 120.0
 
 
+#: what srun says when the allocation it should run a step in has ended
+_ALLOCATION_ENDED = ("has expired", "invalid job id", "already completing or completed")
+
+
 class SlurmHost(LocalHost):
     """LocalHost's process handling, with every command wrapped in a step on ``address``."""
 
@@ -81,7 +85,13 @@ class SlurmHost(LocalHost):
         return shlex.join(self.srun(command))
 
     def run(self, command: str, timeout: float = 60.0, stdin: bytes | None = None) -> CommandResult:
-        return super().run(self._step(command), timeout=timeout, stdin=stdin)
+        result = super().run(self._step(command), timeout=timeout, stdin=stdin)
+        told = result.stderr.lower()
+        if not result.ok and "srun" in told and any(words in told for words in _ALLOCATION_ENDED):
+            # the allocation ended after connect() saw it running (a `down` racing salloc's end)
+            detail = result.stderr.strip().splitlines()[-1]
+            raise HostGone(f"{self.label}: the allocation ended ({detail}); its tasks ended with it")
+        return result
 
     def home(self) -> str:
         result = self.run('printf %s "$HOME"', timeout=60.0)
