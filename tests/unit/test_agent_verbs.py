@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from launcher import agentpack
+from launcher.agent import clients
 
 
 @pytest.fixture(scope="module")
@@ -374,7 +375,7 @@ def test_a_host_agent_under_a_storm_of_sigchld_still_answers_and_exits(tmp_path,
     assert len(agent) == 1
     try:
         for _ in range(10):  # each round trip goes through the agent's main loop and its locks
-            assert _ask(tmp_path, {"op": "status"})["pid"] == agent[0]
+            assert clients.request(str(tmp_path), {"op": "status"}, spawn=False, timeout=10)["pid"] == agent[0]
             time.sleep(0.3)
         os.kill(agent[0], signal.SIGTERM)
         deadline = time.monotonic() + 20
@@ -387,21 +388,6 @@ def test_a_host_agent_under_a_storm_of_sigchld_still_answers_and_exits(tmp_path,
         for pid in pids:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid, signal.SIGKILL)
-
-
-def _ask(run_dir: Path, request: dict) -> dict:
-    """One request on the host agent's socket, its answer."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
-        conn.settimeout(10)
-        conn.connect(str(run_dir / "agent.sock"))
-        conn.sendall((json.dumps(request) + "\n").encode())
-        data = b""
-        while not data.endswith(b"\n"):
-            chunk = conn.recv(65536)
-            if not chunk:
-                break
-            data += chunk
-    return json.loads(data)
 
 
 def _alive(pid: int) -> bool:
