@@ -211,12 +211,19 @@ def prepare_hosts(plan: Plan, run_id: str, local_root: Path | None,
 
 
 def _sessions(plan: Plan, run_id: str, local_root: Path | None, pre: Preflight) -> None:
+    """A HostSession per host; in parallel, as finding a host's home directory is a round trip."""
     root = str(local_root) if local_root is not None else None
-    for name, host in pre.hosts.items():
+
+    def session(name: str, host: Host) -> HostSession:
         config = plan.profile.hosts[name]
         base = remote_base_dir(host, config, run_id, root)
         outputs = remote_outputs_dir(host, config, plan.profile.outputs, plan.profile.directory)
-        pre.sessions[name] = HostSession(config, host, run_id, base, _python_for(plan, name), outputs)
+        return HostSession(config, host, run_id, base, _python_for(plan, name), outputs)
+
+    with ThreadPoolExecutor(max_workers=min(32, max(1, len(pre.hosts)))) as pool:
+        futures = {name: pool.submit(session, name, host) for name, host in pre.hosts.items()}
+    for name, future in futures.items():
+        pre.sessions[name] = future.result()  # a host's HostError (no $HOME) is raised here
 
 
 def _fast_preflight(plan: Plan, run_id: str, local_root: Path | None, pre: Preflight,

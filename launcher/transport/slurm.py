@@ -43,6 +43,7 @@ class SlurmHost(LocalHost):
         super().__init__(config)
         self.job_id = config.slurm_job_id
         self._steps: list[subprocess.Popen[bytes]] = []
+        self._home: str | None = None
 
     @property
     def label(self) -> str:
@@ -94,12 +95,14 @@ class SlurmHost(LocalHost):
         return result
 
     def home(self) -> str:
-        result = self.run('printf %s "$HOME"', timeout=60.0)
-        home = result.stdout.strip()
-        if not result.ok or not home.startswith("/"):
-            detail = (result.stderr.strip().splitlines() or ["$HOME is not set"])[-1]
-            raise HostError(f"{self.label}: cannot find the home directory: {detail}")
-        return home
+        if self._home is None:  # each call would be a step of its own
+            result = self.run('printf %s "$HOME"', timeout=60.0)
+            home = result.stdout.strip()
+            if not result.ok or not home.startswith("/"):
+                detail = (result.stderr.strip().splitlines() or ["$HOME is not set"])[-1]
+                raise HostError(f"{self.label}: cannot find the home directory: {detail}")
+            self._home = home
+        return self._home
 
     def put_file(self, data: bytes, remote_path: str, mode: int = 0o644) -> None:
         """Through the step's stdin (``cat``): node-local paths need not be shared with this machine."""
