@@ -68,3 +68,24 @@ def test_zipapp_runs_without_site_packages_or_the_source_tree(tmp_path):
 def test_agent_command_quotes_every_part():
     command = agentpack.agent_command("python3", "/runs/my run/agent.pyz", "run", "--task-dir", "/x/it's")
     assert command == "python3 '/runs/my run/agent.pyz' run --task-dir '/x/it'\"'\"'s'"
+
+
+def test_the_built_archive_is_kept_under_a_hash_of_its_sources(tmp_path, monkeypatch):
+    monkeypatch.setenv("DISTLAUNCH_HOME", str(tmp_path))
+    agentpack.build_agent_zipapp.cache_clear()
+    try:
+        built = agentpack.build_agent_zipapp()
+        kept = list((tmp_path / "cache").glob("agent-*.pyz"))
+        assert len(kept) == 1 and kept[0].read_bytes() == built
+        agentpack.build_agent_zipapp.cache_clear()
+
+        def no_packing(_files):
+            raise AssertionError("packed again although the archive was kept")
+
+        monkeypatch.setattr(agentpack, "pack_zipapp", no_packing)
+        assert agentpack.build_agent_zipapp() == built
+        sources = agentpack.agent_sources()
+        changed = dict(sources, **{"launcher/events.py": sources["launcher/events.py"] + b"\n"})
+        assert agentpack._cache_path(changed) != agentpack._cache_path(sources)
+    finally:
+        agentpack.build_agent_zipapp.cache_clear()
