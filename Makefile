@@ -11,6 +11,9 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[cpu,test]' --config-settings editable_mode=compat
+	@# bytecode for our own modules, as a wheel install has it: every `distlaunch` command (and each
+	@# completion) then starts without compiling them, also where PYTHONDONTWRITEBYTECODE is set
+	$(BIN)/python -m compileall -q launcher tui
 	@touch $@
 
 ## set up and run the embedded default job (cluster_profiles/local.toml) with the dashboard
