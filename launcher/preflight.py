@@ -65,6 +65,10 @@ class Preflight:
     versions: dict[str, str] = field(default_factory=dict)
 
     def close(self) -> None:
+        for session in self.sessions.values():
+            channel = session.take_channel()  # not taken by a supervisor: the launch stopped before it
+            if channel is not None:
+                channel.close()
         for host in self.hosts.values():
             host.close()
 
@@ -241,9 +245,12 @@ def _fast_preflight(plan: Plan, run_id: str, local_root: Path | None, pre: Prefl
         tasks = [t for t in plan.tasks if t.host == host_name]
         given = [t for t in tasks if t.port is not None]
         auto = [t for t in tasks if t.port is None]
+        # where the host agent can be forked from a command (not a Slurm step), that command is
+        # this one, and its channel stays open as the host's follow channel
+        prepare = session.open_channel if session.host.detach_by_setsid else session.prepare_and_preflight
         try:
-            answer = session.prepare_and_preflight("0.0.0.0", [t.port for t in given if t.port], len(auto),
-                                                   path_checks.get(host_name, []), need_tf)
+            answer = prepare("0.0.0.0", [t.port for t in given if t.port], len(auto),
+                             path_checks.get(host_name, []), need_tf)
         except HostError as exc:
             if getattr(exc, "python_missing", False):
                 return [str(exc)]

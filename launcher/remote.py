@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from launcher.agentchannel import BOOTSTRAP, AgentChannel
 from launcher.agentpack import build_agent_zipapp
 from launcher.errors import HostError
 from launcher.model import HostConfig
@@ -51,6 +52,8 @@ class HostSession:
         self.python = python
         #: the job's outputs on this host: created before any task starts, never removed by distlaunch
         self.outputs_dir = outputs_dir
+        #: the channel ``open_channel`` left open, until the supervisor takes it as its follow channel
+        self.channel: AgentChannel | None = None
 
     @property
     def name(self) -> str:
@@ -93,14 +96,17 @@ class HostSession:
             raise HostError(f"host {self.name}: cannot create the run dir {self.base_dir} or the outputs "
                             f"{self.outputs_dir}, or write the agent there: {detail}")
 
-    def _prepare_script(self) -> str:
-        """Shell for a fresh private run dir, the outputs, and the agent zipapp from stdin."""
+    def _dirs_script(self) -> str:
+        """Shell for a fresh private run dir and the outputs."""
         base = shlex.quote(self.base_dir)
         outputs = f" && mkdir -p -- {shlex.quote(self.outputs_dir)}" if self.outputs_dir else ""
-        pyz, tmp = shlex.quote(self.pyz), shlex.quote(self.pyz + ".tmp")
         return (f"rm -rf -- {base}/tasks {base}/lease {base}/detached && "
-                f"mkdir -p -m 700 {base} && chmod 700 {base}{outputs} && "
-                f"(umask 077 && cat > {tmp}) && mv -f {tmp} {pyz}")
+                f"mkdir -p -m 700 {base} && chmod 700 {base}{outputs}")
+
+    def _prepare_script(self) -> str:
+        """Shell for a fresh private run dir, the outputs, and the agent zipapp from stdin."""
+        pyz, tmp = shlex.quote(self.pyz), shlex.quote(self.pyz + ".tmp")
+        return f"{self._dirs_script()} && (umask 077 && cat > {tmp}) && mv -f {tmp} {pyz}"
 
     def _preflight_args(self, bind: str, check: Iterable[int], pick: int,
                         path_checks: list[dict[str, Any]]) -> list[str]:
@@ -125,21 +131,67 @@ class HostSession:
         result = self.host.run(script, timeout=180, stdin=build_agent_zipapp())
         lines = [ln for ln in result.stdout.splitlines() if ln.strip()]
         detail = (result.stderr.strip().splitlines() or ["no output"])[-1]
-        if result.exit_code == 98:
-            raise HostError(f"host {self.name}: cannot create the run dir {self.base_dir} or the outputs "
-                            f"{self.outputs_dir}, or write the agent there: {detail}")
-        if result.exit_code == 127 or (result.exit_code != 0 and "not found" in detail and not lines):
+        if result.exit_code != 0 or not lines:
+            raise self._preflight_failure(result.exit_code, detail, answered=bool(lines))
+        return self._preflight_answer(lines[-1])
+
+    def open_channel(self, bind: str, check: Iterable[int], pick: int, path_checks: list[dict[str, Any]],
+                     tensorflow: bool, timeout: float = 180.0) -> dict[str, Any]:
+        """What ``prepare_and_preflight`` does, in one exec that then stays open as this host's
+        follow channel (launcher/agentchannel.py): returns the preflight answer and leaves the
+        channel in ``self.channel``; the host agent starts on the launcher's first line there.
+        Raises HostError as ``prepare_and_preflight`` does (the channel is closed then)."""
+        args = self._preflight_args(bind, check, pick, path_checks)
+        if tensorflow:
+            args.append("--tensorflow")
+        args += ["--then-follow", "--run-dir", self.base_dir]
+        pyz = build_agent_zipapp()
+        verb = " ".join(shlex.quote(p) for p in (self.python, "-c", BOOTSTRAP, str(len(pyz)), self.pyz,
+                                                  "preflight", *args))
+        script = f"{self._dirs_script()} || exit 98\nDISTLAUNCH_RUN_ID={shlex.quote(self.run_id)} exec {verb}"
+        channel = AgentChannel()
+        channel.stream = self.host.stream_lines(script, channel.feed, channel.ended)
+        channel.send(pyz)  # if the command is gone already, its exit status tells why below
+        try:
+            try:
+                line = channel.first_line(timeout)
+            except TimeoutError:
+                raise HostError(f"host {self.name}: agent `preflight` did not answer within {timeout:g} s") from None
+            if line is None:
+                code = channel.wait(10.0)
+                detail = (channel.stderr_tail().strip().splitlines() or ["no output"])[-1]
+                raise self._preflight_failure(-1 if code is None else code, detail, answered=False)
+            answer = self._preflight_answer(line)
+            if answer.get("error"):
+                raise HostError(f"host {self.name}: agent `preflight` failed: {answer['error']}")
+        except BaseException:
+            channel.close()
+            raise
+        self.channel = channel
+        return answer
+
+    def _preflight_failure(self, code: int, detail: str, answered: bool) -> HostError:
+        if code == 98:
+            return HostError(f"host {self.name}: cannot create the run dir {self.base_dir} or the outputs "
+                             f"{self.outputs_dir}, or write the agent there: {detail}")
+        if code == 127 or (code != 0 and "not found" in detail and not answered):
             error = HostError(f"host {self.name}: python {self.python!r} not found; set `python` in "
                               "[defaults] (or the role) to an interpreter that exists there")
             error.python_missing = True  # type: ignore[attr-defined]
-            raise error
-        if result.exit_code != 0 or not lines:
-            raise HostError(f"host {self.name}: agent `preflight` failed (exit {result.exit_code}): {detail}")
+            return error
+        return HostError(f"host {self.name}: agent `preflight` failed (exit {code}): {detail}")
+
+    def _preflight_answer(self, line: str) -> dict[str, Any]:
         try:
-            answer: dict[str, Any] = json.loads(lines[-1])
+            answer: dict[str, Any] = json.loads(line)
         except ValueError:
-            raise HostError(f"host {self.name}: agent `preflight` answered {lines[-1][:200]!r}") from None
+            raise HostError(f"host {self.name}: agent `preflight` answered {line[:200]!r}") from None
         return answer
+
+    def take_channel(self) -> AgentChannel | None:
+        """The channel ``open_channel`` left open (once: a later follow is an exec of its own)."""
+        channel, self.channel = self.channel, None
+        return channel
 
     def remove_run_dir(self) -> None:
         """Remove this host's run dir (agent, specs, event files); the job's outputs are never touched.

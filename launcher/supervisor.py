@@ -459,6 +459,12 @@ class Supervisor:
             self._call(lambda: self._on_stream_closed(host, stream))
 
         self._last_heard[host] = time.monotonic()
+        channel = session.take_channel()  # the preflight's channel, waiting to become this stream
+        stream: LineStream
+        if channel is not None:
+            stream = self._streams[host] = channel  # before attach: a channel that ended is told at once
+            channel.attach(on_line, on_close)
+            return
         stream = session.follow(offsets, on_line, on_close)
         self._streams[host] = stream
 

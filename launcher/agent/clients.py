@@ -21,7 +21,7 @@ import time
 from typing import Any, Dict, List, Optional
 
 from launcher import events
-from launcher.agent.hostagent import LOCK_NAME, SOCKET_NAME, HostAgent, write_specs
+from launcher.agent.hostagent import LOCK_NAME, SOCKET_NAME, HostAgent, _load_sampling, write_specs
 from launcher.agent.output import EventWriter, last_state
 from launcher.agent.procs import (
     KILL_CONFIRM_SECONDS,
@@ -131,14 +131,32 @@ def request(run_dir: str, obj: Dict[str, Any], spawn: bool = True, timeout: floa
 # -- follow -----------------------------------------------------------------------------------------
 
 
-def cmd_follow(run_dir: str, offsets: Dict[str, int], pinged: bool = False, spawn: bool = True) -> int:
-    """Relay the host agent's event stream to stdout and stdin's pings to it, until either ends."""
+def follow_when_asked(run_dir: str) -> int:
+    """``preflight --then-follow``, once its answer is out: wait for the launcher's first line on
+    stdin (a ping, or the request that starts the tasks), then start the host agent and follow it,
+    passing that line on. EOF instead (the launch stopped at preflight) ends here, and no host
+    agent was started. The sampler's modules are imported while the launcher still decides, so
+    the host agent forked from here starts at once."""
+    _load_sampling()
+    try:
+        first = os.read(0, 65536)
+    except OSError:
+        first = b""
+    if not first:
+        return 0
+    return cmd_follow(run_dir, {}, pinged=True, first=first)
+
+
+def cmd_follow(run_dir: str, offsets: Dict[str, int], pinged: bool = False, spawn: bool = True,
+               first: bytes = b"") -> int:
+    """Relay the host agent's event stream to stdout and stdin's pings to it, until either ends.
+    ``first``: what was read from stdin already, passed on after the follow request."""
     try:
         sock = connect(run_dir, spawn)
     except OSError as exc:
         sys.stderr.write("agent follow: %s\n" % exc)
         return 1
-    sock.sendall((json.dumps({"op": "follow", "offsets": offsets, "pinged": pinged}) + "\n").encode())
+    sock.sendall((json.dumps({"op": "follow", "offsets": offsets, "pinged": pinged}) + "\n").encode() + first)
     done = threading.Event()
     last_ping = [time.monotonic()]
 
@@ -253,4 +271,5 @@ def stop_without_agent(task_dir: str, grace: Optional[float]) -> Dict[str, Any]:
             "left": left, "wrote_final_state": wrote_final}
 
 
-__all__ = ["_write_atomic", "cmd_follow", "cmd_start", "cmd_stop", "connect", "request", "spawn_agent"]
+__all__ = ["_write_atomic", "cmd_follow", "cmd_start", "cmd_stop", "connect", "follow_when_asked", "request",
+           "spawn_agent"]

@@ -9,29 +9,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import sys
-import threading
-from typing import Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
-from launcher import events
-from launcher.agent import clients, netcheck
-from launcher.agent.hostagent import HostAgent, _load_sampling
-from launcher.agent.output import EventWriter
-from launcher.agent.procs import (
-    KILL_CONFIRM_SECONDS,
-    _all_pids,
-    _become_subreaper,
-    _cmdline,
-    _environ_has,
-    _signal_pid,
-    _wait_until,
-    _write_atomic,
-    pid_alive,
-)
-from launcher.agent.runner import TaskRunner
-from launcher.agent.spec import AgentSpec
-from launcher.agent.stream import parse_offsets
+# Only what the command line needs is imported here; each verb imports its own modules. A
+# `preflight` (the first thing a launch runs on every host) then does not pay for the daemon's.
+if TYPE_CHECKING:
+    from launcher.agent.runner import TaskRunner
 
 LEASE_CHECK_SECONDS = 0.5
 
@@ -42,6 +26,14 @@ LEASE_CHECK_SECONDS = 0.5
 def cmd_run(task_dir: str) -> int:
     """Supervise the single task of ``task_dir`` until it ends: the host agent's runner, sampler and
     lease rules for one task, in this process (tests and tools; ``up`` uses the host agent)."""
+    import signal
+    import threading
+
+    from launcher.agent.output import EventWriter
+    from launcher.agent.procs import _become_subreaper, _write_atomic
+    from launcher.agent.runner import TaskRunner
+    from launcher.agent.spec import AgentSpec
+
     try:
         spec = AgentSpec.load(os.path.join(task_dir, "spec.json"))
     except (OSError, ValueError, TypeError) as exc:
@@ -92,6 +84,9 @@ def _now() -> float:
 
 
 def _sample_one(runner: TaskRunner) -> None:
+    from launcher import events
+    from launcher.agent.hostagent import _load_sampling
+
     sampling = _load_sampling()
     if sampling is None or runner.pid is None:
         return
@@ -120,6 +115,8 @@ def _sample_one(runner: TaskRunner) -> None:
 
 def _run_processes(run_id: str) -> List[int]:
     """Processes of the run, except the launcher's [notify] commands (they run after the job, by design)."""
+    from launcher.agent.procs import _all_pids, _environ_has, pid_alive
+
     skip = {os.getpid(), os.getppid()}
     return [pid for pid in _all_pids()
             if pid not in skip and _environ_has(pid, "DISTLAUNCH_RUN_ID", run_id) and pid_alive(pid)
@@ -127,6 +124,10 @@ def _run_processes(run_id: str) -> List[int]:
 
 
 def cmd_sweep(run_id: str, kill: bool, grace: float) -> Dict[str, Any]:
+    import signal
+
+    from launcher.agent.procs import KILL_CONFIRM_SECONDS, _cmdline, _signal_pid, _wait_until, pid_alive
+
     pids = _run_processes(run_id)
     if kill and pids:
         for pid in pids:
@@ -188,6 +189,10 @@ def build_parser() -> argparse.ArgumentParser:
     preflight.add_argument("--check", type=_port_list, default=[])
     preflight.add_argument("--pick", type=int, default=0)
     preflight.add_argument("--tensorflow", action="store_true", help="also TensorFlow's version (metadata first)")
+    preflight.add_argument("--then-follow", action="store_true",
+                           help="after the answer, wait for a first line on stdin, then start the host agent of "
+                                "--run-dir and follow it (pinged) as `follow` does; EOF first: end")
+    preflight.add_argument("--run-dir", default=None)
     return parser
 
 
@@ -199,10 +204,15 @@ def _print_json(obj: Dict[str, Any]) -> None:
 def main(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     if args.verb == "serve":
+        from launcher.agent.hostagent import HostAgent
+
         return HostAgent(args.run_dir).serve()
     if args.verb == "run":
         return cmd_run(args.task_dir)
     if args.verb == "follow":
+        from launcher.agent import clients
+        from launcher.agent.stream import parse_offsets
+
         try:
             offsets = parse_offsets(args.offset)
         except ValueError as exc:
@@ -219,26 +229,38 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 def _one_answer(args: argparse.Namespace) -> int:
-    if args.verb == "start":
+    if args.verb == "preflight":
+        from launcher.agent.netcheck import cmd_preflight
+
+        ports = (args.bind, args.check, args.pick) if args.bind is not None else None
+        _print_json(cmd_preflight(args.checks, args.cwd, ports, args.tensorflow))
+        if args.then_follow:
+            from launcher.agent.clients import follow_when_asked
+
+            return follow_when_asked(os.path.abspath(args.run_dir or "."))
+    elif args.verb == "ports":
+        from launcher.agent.netcheck import cmd_ports
+
+        _print_json(cmd_ports(args.bind, args.check, args.pick))
+    elif args.verb == "start":
+        from launcher.agent.clients import cmd_start
+
         payload = json.loads(sys.stdin.buffer.read() or b"{}")
-        answer = clients.cmd_start(os.path.abspath(args.run_dir), payload, spawn=not args.no_spawn)
+        answer = cmd_start(os.path.abspath(args.run_dir), payload, spawn=not args.no_spawn)
         _print_json(answer)
         return 1 if answer.get("error") else 0
-    if args.verb == "stop":
+    elif args.verb == "stop":
+        from launcher.agent.clients import cmd_stop
+
         if args.task_dir:
             task_dir = os.path.abspath(args.task_dir)
             run_dir, slugs = os.path.dirname(os.path.dirname(task_dir)), [os.path.basename(task_dir)]
         else:
             run_dir, slugs = os.path.abspath(args.run_dir or "."), args.tasks
-        answer = clients.cmd_stop(run_dir, slugs, args.grace, args.exit)
+        answer = cmd_stop(run_dir, slugs, args.grace, args.exit)
         if args.task_dir and "without_agent" in answer:  # one task of a `run` agent: its own answer
             answer = answer["without_agent"][slugs[0]]
         _print_json(answer)
-    elif args.verb == "ports":
-        _print_json(netcheck.cmd_ports(args.bind, args.check, args.pick))
     elif args.verb == "sweep":
         _print_json(cmd_sweep(args.run_id, args.kill, args.grace))
-    elif args.verb == "preflight":
-        ports = (args.bind, args.check, args.pick) if args.bind is not None else None
-        _print_json(netcheck.cmd_preflight(args.checks, args.cwd, ports, args.tensorflow))
     return 0

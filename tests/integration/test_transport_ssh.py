@@ -48,6 +48,9 @@ def test_connects_with_a_verified_host_key(server: PrivateSshd) -> None:
     host.connect()
     assert host.connected
     assert host.run("echo $USER-ok").stdout.strip() == f"{server.user}-ok"
+    # Nagle off: each request is several small SSH packets, which otherwise wait for a delayed ACK
+    sock = host._connection.transport.sock  # type: ignore[union-attr]
+    assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
     host.close()
     host.close()  # idempotent
     assert not host.connected

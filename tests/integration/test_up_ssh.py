@@ -119,3 +119,32 @@ def test_down_from_another_terminal_stops_the_job(tmp_path: Path, sshd: PrivateS
         if launcher.poll() is None:
             launcher.kill()
         kill_run_processes(run_id)
+
+
+def test_a_launch_refused_at_preflight_starts_no_host_agent_and_leaves_nothing(tmp_path: Path,
+                                                                                sshd: PrivateSshd) -> None:
+    """The preflight's exec stays open to become the host's follow channel; when the launch stops
+    there (a busy port), closing it must end that command without a host agent ever starting."""
+    import socket
+
+    run_id = "it-ssh-refused"
+    holder = socket.socket()
+    holder.bind(("0.0.0.0", 0))
+    holder.listen(1)
+    busy = holder.getsockname()[1]
+    try:
+        profile = ssh_profile(tmp_path, sshd)
+        text = profile.read_text()
+        profile.write_text(text.replace("[roles.ps]\nhosts = [\"box\"]\nport = ",
+                                        f"[roles.ps]\nhosts = [\"box\"]\nport = {busy}\n# was ", 1))
+        up = cli("up", str(profile), "--no-tui", "--run-dir", str(tmp_path / "run"), "--run-id", run_id,
+                 timeout=120)
+        assert up.returncode == 2, up.stderr
+        assert str(busy) in up.stderr and "Traceback" not in up.stderr
+        wait_for(lambda: pids_with_run_id(run_id) == [], 15, "the preflight's command to end")
+        host_run_dir = Path.home() / ".cache" / "distlaunch" / "runs" / run_id
+        assert (host_run_dir / "agent.pyz").is_file()  # the preflight ran there
+        assert not (host_run_dir / "agent.pid").exists()  # and no host agent ever served
+    finally:
+        holder.close()
+        kill_run_processes(run_id)

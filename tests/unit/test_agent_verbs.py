@@ -433,3 +433,72 @@ def test_a_task_that_cannot_start_fails_alone_and_the_rest_of_its_batch_runs(tmp
         assert "hello from" in logs
     finally:
         end_agent(pyz, tmp_path)
+
+
+# -- preflight --then-follow: a launch's one exec per host ---------------------------------------------
+
+
+class OneExec:
+    """What the launcher runs on a host (launcher/agentchannel.py): the bootstrap writes the agent
+    from the first bytes of stdin, answers the preflight, then waits for the launcher's first line."""
+
+    def __init__(self, tmp_path: Path, run_dir: Path) -> None:
+        from launcher.agentchannel import BOOTSTRAP
+
+        self.data = agentpack.build_agent_zipapp()
+        self.pyz = tmp_path / "uploaded.pyz"
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", BOOTSTRAP, str(len(self.data)), str(self.pyz), "preflight", "--bind", "127.0.0.1",
+             "--pick", "2", "--then-follow", "--run-dir", str(run_dir)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            env=dict(os.environ, DISTLAUNCH_RUN_ID=RUN_ID))
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(self.data)
+        self.proc.stdin.flush()
+        self.answer = json.loads(self.proc.stdout.readline())
+
+    def send(self, line: str) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(line.encode() + b"\n")
+        self.proc.stdin.flush()
+
+    def until_answer_and_running(self) -> tuple[dict, dict]:
+        """Read the stream until the `#re` answer and the task's `running` event both came (in
+        either order); fails at EOF (the follower exits 30 s after its last ping)."""
+        assert self.proc.stdout is not None
+        answer: dict = {}
+        running: dict = {}
+        while not (answer and running):
+            raw = self.proc.stdout.readline().decode()
+            assert raw, "the stream ended first"
+            if raw.startswith("#re "):
+                answer = json.loads(raw[4:])
+            elif raw.startswith("{") and json.loads(raw).get("state") == "running":
+                running = json.loads(raw)
+        return answer, running
+
+
+def test_then_follow_ends_on_eof_without_starting_a_host_agent(tmp_path, run_dir):
+    one = OneExec(tmp_path, run_dir)
+    assert len(one.answer["ports"]["picked"]) == 2 and one.answer["python"] == platform.python_version()
+    assert one.pyz.read_bytes() == one.data and (one.pyz.stat().st_mode & 0o777) == 0o600
+    assert one.proc.stdin is not None
+    one.proc.stdin.close()  # the launch stopped at preflight
+    assert one.proc.wait(timeout=30) == 0
+    assert not (run_dir / "agent.pid").exists() and not (run_dir / "agent.sock").exists()
+
+
+def test_then_follow_starts_the_host_agent_on_the_first_line_and_passes_the_start_on(tmp_path, run_dir):
+    one = OneExec(tmp_path, run_dir)
+    spec = {"run": RUN_ID, "task": "worker:0", "command": "sleep 30", "workdir": str(run_dir),
+            "grace_seconds": 2, "autolog": False}
+    one.send(json.dumps({"op": "start", "specs": {"worker-0": spec}, "tasks": ["worker-0"], "id": 7}))
+    answer, running = one.until_answer_and_running()
+    assert answer["id"] == 7 and answer["errors"] == {} and isinstance(answer["pids"]["worker-0"], int)
+    assert running["task"] == "worker:0" and running["pid"] == answer["pids"]["worker-0"]
+    agent = int((run_dir / "agent.pid").read_text())
+    assert Path(f"/proc/{agent}/comm").read_text().strip() == "distlaunch-host"
+    assert one.proc.stdin is not None
+    one.proc.stdin.close()
+    assert one.proc.wait(timeout=30) == 0
+    os.kill(answer["pids"]["worker-0"], 0)  # the task outlives its follower: the host agent runs it

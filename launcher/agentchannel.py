@@ -1,0 +1,125 @@
+"""One exec per host for a launch: it prepares the host, answers the preflight, then follows.
+
+A launch used to spend three SSH execs per host before a task could start (upload and
+preflight, ``follow``, then the start), each booting a Python on the host. Now the first exec
+writes the agent from its stdin, answers the preflight as its first line, and then waits: the
+launcher's first line on that stdin (a ping, or the start of the job's tasks) makes it start
+the host agent and follow it, so the same channel becomes the host's event stream. If the launch
+stops at preflight (a busy port on another host), the launcher closes the channel and the host
+is left without a host agent.
+
+``AgentChannel`` is the launcher's side: it holds the first line for the preflight and every
+later line until the supervisor attaches its handlers (``attach``), then passes them straight on.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+
+from launcher.transport import LineStream
+
+#: writes the agent zipapp from exactly N bytes of stdin (the rest of stdin is the follow
+#: channel's), then runs an agent verb from it in this same interpreter: one Python boot per host
+BOOTSTRAP = """\
+import os, sys
+size, path = int(sys.argv[1]), sys.argv[2]
+data = bytearray()
+while len(data) < size:
+    chunk = os.read(0, min(65536, size - len(data)))
+    if not chunk:
+        break
+    data += chunk
+if len(data) < size:
+    sys.stderr.write("agent upload cut short: %d of %d bytes\\n" % (len(data), size))
+    sys.exit(98)
+try:
+    fd = os.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+    os.close(fd)
+    os.replace(path + ".tmp", path)
+except OSError as exc:
+    sys.stderr.write("cannot write %s: %s\\n" % (path, exc))
+    sys.exit(98)
+sys.path.insert(0, path)
+from launcher.agent import main
+sys.exit(main(sys.argv[3:]))
+"""
+
+
+class AgentChannel(LineStream):
+    """A host's exec channel whose first line answers the preflight and whose later lines are
+    the host agent's event stream, handed to whoever ``attach``es."""
+
+    def __init__(self) -> None:
+        self.stream: LineStream | None = None
+        self._lock = threading.Lock()
+        self._first: Future[str | None] = Future()
+        self._held: list[str] = []
+        self._on_line: Callable[[str], None] | None = None
+        self._on_close: Callable[[int | None], None] | None = None
+        self._closed = False
+        self._exit_code: int | None = None
+
+    # -- fed by the stream's reader thread --------------------------------------------------------
+
+    def feed(self, line: str) -> None:
+        with self._lock:
+            if not self._first.done():
+                self._first.set_result(line)
+                return
+            handler = self._on_line
+            if handler is None:
+                self._held.append(line)
+                return
+        handler(line)  # the one reader thread: lines stay in order
+
+    def ended(self, code: int | None) -> None:
+        with self._lock:
+            self._closed, self._exit_code = True, code
+            if not self._first.done():
+                self._first.set_result(None)
+            handler = self._on_close
+        if handler is not None:
+            handler(code)
+
+    # -- the launcher's side ------------------------------------------------------------------------
+
+    def first_line(self, timeout: float) -> str | None:
+        """The preflight's answer line; None if the command ended without one. Raises
+        TimeoutError after ``timeout`` s."""
+        return self._first.result(timeout)
+
+    def attach(self, on_line: Callable[[str], None], on_close: Callable[[int | None], None]) -> None:
+        """From now on every line goes to ``on_line`` (first those held meanwhile), and the end
+        to ``on_close`` (at once if it ended already)."""
+        with self._lock:
+            for line in self._held:
+                on_line(line)
+            self._held.clear()
+            self._on_line, self._on_close = on_line, on_close
+            closed, code = self._closed, self._exit_code
+        if closed:
+            on_close(code)
+
+    # -- LineStream ---------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        if self.stream is not None:
+            self.stream.close()
+
+    @property
+    def alive(self) -> bool:
+        return self.stream is not None and self.stream.alive
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        return self.stream.wait(timeout) if self.stream is not None else None
+
+    def stderr_tail(self) -> str:
+        return self.stream.stderr_tail() if self.stream is not None else ""
+
+    def send(self, data: bytes) -> bool:
+        return self.stream is not None and self.stream.send(data)
