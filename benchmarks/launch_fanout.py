@@ -166,6 +166,10 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
+    # the launcher's bytecode, as `make` (and any wheel install) leaves it: where
+    # PYTHONDONTWRITEBYTECODE is set, an edited checkout would otherwise compile launcher/ per `up`
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(Path(__file__).resolve().parent.parent / "launcher")],
+                   check=True, timeout=300)
     work = Path(tempfile.mkdtemp(prefix="distlaunch-bench-fanout-"))
     results: dict[int, dict[str, list[float]]] = {
         n: {"up total": [], "up launch": [], "pdsh/host": [], "pdsh/task": [], "ssh serial": [],

@@ -12,11 +12,19 @@ from start or adoption to its final event), ``stream`` (events pushed to followe
 preflight), ``verbs`` (the command line).
 """
 
-from typing import List, Optional
-
-from launcher.agent.procs import pid_alive
+from typing import Any, List, Optional
 
 __all__ = ["main", "pid_alive"]
+
+
+def __getattr__(name: str) -> Any:
+    """``pid_alive`` for the launcher, imported on use: an agent verb on a host (a launch's
+    preflight first of all) imports only the modules it runs."""
+    if name == "pid_alive":
+        from launcher.agent.procs import pid_alive
+
+        return pid_alive
+    raise AttributeError("module %r has no attribute %r" % (__name__, name))
 
 
 def main(argv: Optional[List[str]] = None) -> int:

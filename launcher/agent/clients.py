@@ -21,7 +21,7 @@ import time
 from typing import Any, Dict, List, Optional
 
 from launcher import events
-from launcher.agent.hostagent import LOCK_NAME, SOCKET_NAME, HostAgent, _load_sampling, write_specs
+from launcher.agent.hostagent import LOCK_NAME, SOCKET_NAME, HostAgent, write_specs
 from launcher.agent.output import EventWriter, last_state
 from launcher.agent.procs import (
     KILL_CONFIRM_SECONDS,
@@ -36,7 +36,7 @@ from launcher.agent.procs import (
     pause,
     pid_alive,
 )
-from launcher.agent.spec import AgentSpec
+from launcher.agent.spec import AgentSpec, autolog_site_dir
 
 CONNECT_SECONDS = 15.0
 #: `follow --pinged`: with no ping for this long the launcher is gone without closing the link
@@ -135,9 +135,10 @@ def follow_when_asked(run_dir: str) -> int:
     """``preflight --then-follow``, once its answer is out: wait for the launcher's first line on
     stdin (a ping, or the request that starts the tasks), then start the host agent and follow it,
     passing that line on. EOF instead (the launch stopped at preflight) ends here, and no host
-    agent was started. The sampler's modules are imported while the launcher still decides, so
-    the host agent forked from here starts at once."""
-    _load_sampling()
+    agent was started. The host agent's modules are imported (this module's imports) and the
+    zipapp is looked into for autolog's hook here, while the launcher still decides, so the host
+    agent forked from here inherits both."""
+    autolog_site_dir()
     try:
         first = os.read(0, 65536)
     except OSError:

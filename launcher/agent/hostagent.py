@@ -77,7 +77,6 @@ class HostAgent:
         self._exit = threading.Event()
         self._reap_needed = False  # set by the SIGCHLD handler
         self._exit_signalled = False  # set by the SIGTERM/SIGINT handler
-        self._sampling = _load_sampling()
         self._orphan_grace = DEFAULT_ORPHAN_GRACE
 
     # -- life -------------------------------------------------------------------------------------
@@ -283,13 +282,8 @@ class HostAgent:
     # -- sampling -------------------------------------------------------------------------------------
 
     def _sample_loop(self) -> None:
-        if self._sampling is None:
-            return
-        try:
-            sampler = self._sampling.HostSampler()
-        except Exception as exc:  # a broken sampler must never take the tasks down
-            sys.stderr.write("agent: sampling unavailable: %s\n" % exc)
-            return
+        sampler: Any = None
+        primed = False
         complained = False
         while True:
             runners = [r for r in self._active() if r.active and r.pid]
@@ -299,12 +293,22 @@ class HostAgent:
             runners = [r for r in self._active() if r.active and r.pid]
             if not runners:
                 continue
+            if sampler is None:
+                # made one interval after the first tasks started, not while they start: its
+                # modules (psutil among them) cost ~50 ms of CPU, and a launch's tasks start in that
+                # window on every host. Its first pass is the baseline; samples follow from the next
+                sampler = self._make_sampler()
+                if sampler is None:
+                    return
             try:
                 found = sampler.sample({r: (r.pid, list(r.spec.gpus)) for r in runners})
             except Exception as exc:
                 if not complained:
                     sys.stderr.write("agent: sample failed: %s\n" % exc)
                     complained = True
+                continue
+            if not primed:
+                primed = True
                 continue
             for runner, sample in found.items():
                 if runner.exited.is_set():
@@ -313,6 +317,17 @@ class HostAgent:
                     runner.spec.run, runner.spec.task, cpu_percent=sample.get("cpu_percent"),
                     rss_bytes=sample.get("rss_bytes"), gpus=sample.get("gpus"),
                     source=str(sample.get("source", "")), host=sample.get("host")))
+
+    @staticmethod
+    def _make_sampler() -> Any:
+        sampling = _load_sampling()
+        if sampling is None:
+            return None
+        try:
+            return sampling.HostSampler()
+        except Exception as exc:  # a broken sampler must never take the tasks down
+            sys.stderr.write("agent: sampling unavailable: %s\n" % exc)
+            return None
 
     # -- requests -------------------------------------------------------------------------------------
 
@@ -377,14 +392,21 @@ def set_process_name(name: str) -> None:
 
 
 def write_specs(run_dir: str, specs: Dict[str, Any]) -> None:
-    """Each ``tasks/<slug>/spec.json`` (0600), written whole (rename)."""
+    """Each ``tasks/<slug>/spec.json`` (0600), written whole (rename). One line of JSON: with an
+    indent, ``json`` encodes in pure Python, and 16 specs (TF_CONFIG lists every task) took
+    50-70 ms of a launch's critical path on a busy host."""
     for slug, spec in specs.items():
         task_dir = os.path.join(run_dir, "tasks", str(slug))
         os.makedirs(task_dir, mode=0o700, exist_ok=True)
         path = os.path.join(task_dir, "spec.json")
+        data = json.dumps(spec, sort_keys=True).encode("utf-8") + b"\n"
         fd = os.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(spec, f, indent=1, sort_keys=True)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)
         os.replace(path + ".tmp", path)
 
 

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from launcher.agent.runner import TaskRunner
 
 LEASE_CHECK_SECONDS = 0.5
+VERBS = ("serve", "run", "follow", "start", "stop", "ports", "sweep", "preflight")
 
 
 # -- run: one task in the foreground, without a host agent ------------------------------------------
@@ -152,47 +153,57 @@ def _slug_list(text: str) -> List[str]:
     return [s for s in text.split(",") if s]
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
+    """The command line; with ``only`` (a verb) just that verb's arguments: building all eight
+    subparsers was a quarter of a `preflight`'s own CPU on every host of a launch."""
     parser = argparse.ArgumentParser(prog="agent.pyz", description="distlaunch host agent")
     verbs = parser.add_subparsers(dest="verb", required=True)
-    serve = verbs.add_parser("serve", help="be the host agent of the run dir (foreground)")
-    serve.add_argument("--run-dir", required=True)
-    run = verbs.add_parser("run", help="supervise only the task of D/spec.json, in the foreground")
-    run.add_argument("--task-dir", required=True)
-    follow = verbs.add_parser("follow", help="stream every task's events from the host agent")
-    follow.add_argument("--run-dir", required=True)
-    follow.add_argument("--offset", action="append", default=[], metavar="SLUG=BYTES")
-    follow.add_argument("--pinged", action="store_true",
-                        help="the launcher pings every second; without pings the lease goes stale")
-    follow.add_argument("--no-spawn", action="store_true", help="wait for a host agent, never start one")
-    start = verbs.add_parser("start", help="write specs (JSON on stdin) and start tasks")
-    start.add_argument("--run-dir", required=True)
-    start.add_argument("--no-spawn", action="store_true")
-    stop = verbs.add_parser("stop", help="stop tasks (and with --exit the host agent)")
-    stop.add_argument("--run-dir", default=None)
-    stop.add_argument("--tasks", type=_slug_list, default=[])
-    stop.add_argument("--task-dir", default=None, help="one task (its run dir is two levels up)")
-    stop.add_argument("--grace", type=float, default=None)
-    stop.add_argument("--exit", action="store_true", help="then stop everything and end the host agent")
-    ports = verbs.add_parser("ports", help="check and pick TCP ports")
-    ports.add_argument("--bind", required=True)
-    ports.add_argument("--check", type=_port_list, default=[])
-    ports.add_argument("--pick", type=int, default=0)
-    sweep = verbs.add_parser("sweep", help="find (and kill) every process of a run")
-    sweep.add_argument("--run-id", required=True)
-    sweep.add_argument("--kill", action="store_true")
-    sweep.add_argument("--grace", type=float, default=5.0)
-    preflight = verbs.add_parser("preflight", help="what this host's Python offers; path and port checks")
-    preflight.add_argument("--checks", default=None, help="JSON list of path checks (launcher/hostcheck.py)")
-    preflight.add_argument("--cwd", default=None, help="the directory relative paths are taken from")
-    preflight.add_argument("--bind", default=None)
-    preflight.add_argument("--check", type=_port_list, default=[])
-    preflight.add_argument("--pick", type=int, default=0)
-    preflight.add_argument("--tensorflow", action="store_true", help="also TensorFlow's version (metadata first)")
-    preflight.add_argument("--then-follow", action="store_true",
-                           help="after the answer, wait for a first line on stdin, then start the host agent of "
-                                "--run-dir and follow it (pinged) as `follow` does; EOF first: end")
-    preflight.add_argument("--run-dir", default=None)
+    if only in (None, "serve"):
+        serve = verbs.add_parser("serve", help="be the host agent of the run dir (foreground)")
+        serve.add_argument("--run-dir", required=True)
+    if only in (None, "run"):
+        run = verbs.add_parser("run", help="supervise only the task of D/spec.json, in the foreground")
+        run.add_argument("--task-dir", required=True)
+    if only in (None, "follow"):
+        follow = verbs.add_parser("follow", help="stream every task's events from the host agent")
+        follow.add_argument("--run-dir", required=True)
+        follow.add_argument("--offset", action="append", default=[], metavar="SLUG=BYTES")
+        follow.add_argument("--pinged", action="store_true",
+                            help="the launcher pings every second; without pings the lease goes stale")
+        follow.add_argument("--no-spawn", action="store_true", help="wait for a host agent, never start one")
+    if only in (None, "start"):
+        start = verbs.add_parser("start", help="write specs (JSON on stdin) and start tasks")
+        start.add_argument("--run-dir", required=True)
+        start.add_argument("--no-spawn", action="store_true")
+    if only in (None, "stop"):
+        stop = verbs.add_parser("stop", help="stop tasks (and with --exit the host agent)")
+        stop.add_argument("--run-dir", default=None)
+        stop.add_argument("--tasks", type=_slug_list, default=[])
+        stop.add_argument("--task-dir", default=None, help="one task (its run dir is two levels up)")
+        stop.add_argument("--grace", type=float, default=None)
+        stop.add_argument("--exit", action="store_true", help="then stop everything and end the host agent")
+    if only in (None, "ports"):
+        ports = verbs.add_parser("ports", help="check and pick TCP ports")
+        ports.add_argument("--bind", required=True)
+        ports.add_argument("--check", type=_port_list, default=[])
+        ports.add_argument("--pick", type=int, default=0)
+    if only in (None, "sweep"):
+        sweep = verbs.add_parser("sweep", help="find (and kill) every process of a run")
+        sweep.add_argument("--run-id", required=True)
+        sweep.add_argument("--kill", action="store_true")
+        sweep.add_argument("--grace", type=float, default=5.0)
+    if only in (None, "preflight"):
+        preflight = verbs.add_parser("preflight", help="what this host's Python offers; path and port checks")
+        preflight.add_argument("--checks", default=None, help="JSON list of path checks (launcher/hostcheck.py)")
+        preflight.add_argument("--cwd", default=None, help="the directory relative paths are taken from")
+        preflight.add_argument("--bind", default=None)
+        preflight.add_argument("--check", type=_port_list, default=[])
+        preflight.add_argument("--pick", type=int, default=0)
+        preflight.add_argument("--tensorflow", action="store_true", help="also TensorFlow's version (metadata first)")
+        preflight.add_argument("--then-follow", action="store_true",
+                               help="after the answer, wait for a first line on stdin, then start the host agent of "
+                                    "--run-dir and follow it (pinged) as `follow` does; EOF first: end")
+        preflight.add_argument("--run-dir", default=None)
     return parser
 
 
@@ -202,7 +213,8 @@ def _print_json(obj: Dict[str, Any]) -> None:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser(argv[0] if argv and argv[0] in VERBS else None).parse_args(argv)
     if args.verb == "serve":
         from launcher.agent.hostagent import HostAgent
 

@@ -502,3 +502,13 @@ def test_then_follow_starts_the_host_agent_on_the_first_line_and_passes_the_star
     one.proc.stdin.close()
     assert one.proc.wait(timeout=30) == 0
     os.kill(answer["pids"]["worker-0"], 0)  # the task outlives its follower: the host agent runs it
+
+
+def test_each_verb_alone_parses_as_with_the_whole_command_line():
+    from launcher.agent import verbs
+
+    whole = verbs.build_parser()
+    subparsers = next(a for a in whole._actions if a.dest == "verb")
+    assert set(subparsers.choices) == set(verbs.VERBS)  # type: ignore[attr-defined]
+    argv = ["preflight", "--bind", "0.0.0.0", "--pick", "3", "--then-follow", "--run-dir", "/r"]
+    assert verbs.build_parser("preflight").parse_args(argv) == whole.parse_args(argv)
