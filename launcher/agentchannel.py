@@ -44,7 +44,10 @@ try:
 except OSError as exc:
     sys.stderr.write("cannot write %s: %s\\n" % (path, exc))
     sys.exit(98)
-sys.path.insert(0, path)
+if sys.path and sys.path[0] == "":
+    sys.path[0] = path  # not the current directory (the home over SSH): a ~/psutil must not shadow
+else:
+    sys.path.insert(0, path)
 from launcher.agent import main
 sys.exit(main(sys.argv[3:]))
 """
@@ -63,13 +66,18 @@ class AgentChannel(LineStream):
         self._on_close: Callable[[int | None], None] | None = None
         self._closed = False
         self._exit_code: int | None = None
+        #: what the host printed before the answer (a login script's greeting): kept for errors
+        self.noise: list[str] = []
 
     # -- fed by the stream's reader thread --------------------------------------------------------
 
     def feed(self, line: str) -> None:
         with self._lock:
             if not self._first.done():
-                self._first.set_result(line)
+                if line.startswith("{"):
+                    self._first.set_result(line)
+                else:  # the answer is one JSON object; a shell rc file may print before it
+                    self.noise = [*self.noise[-4:], line]
                 return
             handler = self._on_line
             if handler is None:
@@ -89,8 +97,8 @@ class AgentChannel(LineStream):
     # -- the launcher's side ------------------------------------------------------------------------
 
     def first_line(self, timeout: float) -> str | None:
-        """The preflight's answer line; None if the command ended without one. Raises
-        TimeoutError after ``timeout`` s."""
+        """The preflight's answer line (the first that starts with ``{``); None if the command
+        ended without one. Raises TimeoutError after ``timeout`` s."""
         return self._first.result(timeout)
 
     def attach(self, on_line: Callable[[str], None], on_close: Callable[[int | None], None]) -> None:
@@ -121,5 +129,5 @@ class AgentChannel(LineStream):
     def stderr_tail(self) -> str:
         return self.stream.stderr_tail() if self.stream is not None else ""
 
-    def send(self, data: bytes) -> bool:
-        return self.stream is not None and self.stream.send(data)
+    def send(self, data: bytes, timeout: float | None = None) -> bool:
+        return self.stream is not None and self.stream.send(data, timeout)

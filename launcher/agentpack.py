@@ -14,6 +14,8 @@ import importlib.util
 import io
 import os
 import shlex
+import sys
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -93,34 +95,54 @@ def build_agent_zipapp() -> bytes:
     """The agent zipapp as bytes: ``python agent.pyz VERB ...`` runs ``launcher.agent.main``.
 
     Built once per process from this source tree, and kept in the state dir under a hash of the
-    sources and this interpreter's bytecode version: compiling and packing it cost every `up`
-    ~80 ms of CPU before its first host could be prepared."""
+    sources, this packer and this interpreter's bytecode version and optimization level:
+    compiling and packing it cost every `up` ~80 ms of CPU before its first host was prepared.
+    A kept archive that is not a whole zip file (a crash mid-write) is built again."""
     files = agent_sources()
     cached = _cache_path(files)
     with contextlib.suppress(OSError):
-        return cached.read_bytes()
+        data = cached.read_bytes()
+        if _whole_zip(data):
+            return data
     data = pack_zipapp(with_bytecode(files))
     _store(cached, data)
     return data
 
 
+#: archives kept in the state dir (each checkout or version of distlaunch has its own)
+KEEP_ARCHIVES = 8
+
+
 def _cache_path(files: Mapping[str, bytes]) -> Path:
     from launcher.paths import state_home
 
-    digest = hashlib.sha256(importlib.util.MAGIC_NUMBER)
+    digest = hashlib.sha256(importlib.util.MAGIC_NUMBER + b"O%d" % sys.flags.optimize)
+    digest.update(Path(__file__).read_bytes())  # how it is packed
     for name in sorted(files):
         digest.update(b"%d:%s\0" % (len(files[name]), name.encode()))
         digest.update(files[name])
     return state_home() / "cache" / f"agent-{digest.hexdigest()[:24]}.pyz"
 
 
+def _whole_zip(data: bytes) -> bool:
+    """Ends with a zip "end of central directory" record (our archives carry no comment)."""
+    return len(data) >= 22 and data[-22:-18] == b"PK\x05\x06"
+
+
 def _store(path: Path, data: bytes) -> None:
-    """Write whole or not at all (a rename), never failing: the cache only saves time."""
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    """Write whole or not at all (a rename of a file of this thread's own), never failing: the
+    cache only saves time. Older archives beyond KEEP_ARCHIVES go."""
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_bytes(data)
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(tmp, path)
+        kept = sorted(path.parent.glob("agent-*.pyz"), key=lambda p: p.stat().st_mtime, reverse=True)
+        for old in kept[KEEP_ARCHIVES:]:
+            old.unlink()
     except OSError:
         with contextlib.suppress(OSError):
             tmp.unlink()

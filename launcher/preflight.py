@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from launcher.agentpack import build_agent_zipapp
 from launcher.errors import HostError, UserError
 from launcher.model import Plan, TaskSpec
 from launcher.paths import state_home
@@ -32,6 +33,7 @@ TF_METADATA_CHECK = """import platform
 try:
     from importlib import metadata
     for name in ("tensorflow", "tensorflow-cpu", "tensorflow-gpu", "tensorflow-intel", "tensorflow-macos",
+                 "intel-tensorflow", "tensorflow-rocm", "tensorflow-aarch64", "tensorflow-cpu-aws",
                  "tf-nightly", "tf-nightly-cpu"):
         try:
             print(platform.python_version(), metadata.version(name), "(package metadata)")
@@ -240,6 +242,7 @@ def _fast_preflight(plan: Plan, run_id: str, local_root: Path | None, pre: Prefl
     _sessions(plan, run_id, local_root, pre)
     path_checks = host_checks(plan)
     chosen: dict[str, dict[str, int]] = {}
+    build_agent_zipapp()  # once, before the hosts' threads (each would build it on a cold cache)
 
     def check(host_name: str, session: HostSession) -> list[str]:
         tasks = [t for t in plan.tasks if t.host == host_name]

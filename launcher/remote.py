@@ -151,7 +151,7 @@ class HostSession:
         script = f"{self._dirs_script()} || exit 98\nDISTLAUNCH_RUN_ID={shlex.quote(self.run_id)} exec {verb}"
         channel = AgentChannel()
         channel.stream = self.host.stream_lines(script, channel.feed, channel.ended)
-        channel.send(pyz)  # if the command is gone already, its exit status tells why below
+        uploaded = channel.send(pyz, timeout)  # if the command is gone already, its exit status tells why
         try:
             try:
                 line = channel.first_line(timeout)
@@ -159,7 +159,10 @@ class HostSession:
                 raise HostError(f"host {self.name}: agent `preflight` did not answer within {timeout:g} s") from None
             if line is None:
                 code = channel.wait(10.0)
-                detail = (channel.stderr_tail().strip().splitlines() or ["no output"])[-1]
+                if code is None and not uploaded:
+                    raise HostError(f"host {self.name}: uploading the agent ({len(pyz)} bytes) stalled for "
+                                    f"{timeout:g} s; check the host and the link")
+                detail = (channel.stderr_tail().strip().splitlines() or channel.noise or ["no output"])[-1]
                 raise self._preflight_failure(-1 if code is None else code, detail, answered=False)
             answer = self._preflight_answer(line)
             if answer.get("error"):

@@ -406,7 +406,7 @@ class Supervisor:
         self._requests[request_id] = (host, answer)
         line = (json.dumps({**request, "id": request_id}, separators=(",", ":")) + "\n").encode()
         with self._send_locks[host]:
-            sent = stream.send(line)
+            sent = stream.send(line, AGENT_REQUEST_SECONDS)
         if not sent:
             self._requests.pop(request_id, None)
             return None

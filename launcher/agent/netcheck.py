@@ -116,7 +116,10 @@ def cmd_preflight(checks_json: Optional[str] = None, cwd: Optional[str] = None,
     return answer
 
 
+#: an import of TensorFlow can take a while on a cold disk; a hung one must not hang the launch
+TF_IMPORT_SECONDS = 170.0
 _TF_DISTRIBUTIONS = ("tensorflow", "tensorflow-cpu", "tensorflow-gpu", "tensorflow-intel", "tensorflow-macos",
+                     "intel-tensorflow", "tensorflow-rocm", "tensorflow-aarch64", "tensorflow-cpu-aws",
                      "tf-nightly", "tf-nightly-cpu")
 
 
@@ -133,11 +136,20 @@ def tensorflow_version() -> Dict[str, Any]:
                 continue
     except ImportError:
         pass
+    # imported in a child: this process may live on as a launch's follow channel and fork the host
+    # agent, which must not carry TensorFlow (hundreds of MB, native threads) into every task's parent
+    import subprocess
+
     try:
-        tf = importlib.import_module("tensorflow")
-        return {"version": str(getattr(tf, "__version__", "?")), "how": "imported"}
-    except Exception as exc:  # anything a broken install raises
+        done = subprocess.run([sys.executable, "-c", "import tensorflow as tf; print(tf.__version__)"],
+                              stdin=subprocess.DEVNULL, capture_output=True, timeout=TF_IMPORT_SECONDS)
+    except (OSError, subprocess.TimeoutExpired) as exc:
         return {"error": "%s: %s" % (type(exc).__name__, exc)}
+    out = done.stdout.decode("utf-8", "replace").strip().splitlines()
+    if done.returncode == 0 and out:
+        return {"version": out[-1], "how": "imported"}
+    err = done.stderr.decode("utf-8", "replace").strip().splitlines()
+    return {"error": err[-1] if err else "import tensorflow exited with %d" % done.returncode}
 
 
 # -- entry point ------------------------------------------------------------------------------

@@ -217,7 +217,10 @@ def _print_json(obj: Dict[str, Any]) -> None:
 
 def main(argv: Optional[List[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    args = build_parser(argv[0] if argv and argv[0] in VERBS else None).parse_args(argv)
+    parser = build_parser(argv[0] if argv and argv[0] in VERBS else None)
+    args = parser.parse_args(argv)
+    if args.verb == "preflight" and args.then_follow and not args.run_dir:
+        parser.error("preflight --then-follow needs --run-dir (the host agent's run dir)")
     if args.verb == "serve":
         from launcher.agent.hostagent import HostAgent
 
@@ -252,7 +255,7 @@ def _one_answer(args: argparse.Namespace) -> int:
         if args.then_follow:
             from launcher.agent.clients import follow_when_asked
 
-            return follow_when_asked(os.path.abspath(args.run_dir or "."))
+            return follow_when_asked(os.path.abspath(args.run_dir))
     elif args.verb == "ports":
         from launcher.agent.netcheck import cmd_ports
 

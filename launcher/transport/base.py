@@ -49,8 +49,11 @@ class LineStream(ABC):
         """The last few KiB the command wrote to stderr (to explain why a stream ended)."""
         return ""
 
-    def send(self, data: bytes) -> bool:
-        """Write a few bytes to the command's stdin (pings); False where they could not go now."""
+    def send(self, data: bytes, timeout: float | None = None) -> bool:
+        """Write to the command's stdin. Without ``timeout``: a few bytes (pings), False where they
+        could not go now. With it: all of ``data`` (a request, an upload) while the command keeps
+        taking some within ``timeout`` s; False otherwise, and a stream that took part of it is
+        closed (the rest would be read as a line of its own)."""
         return False
 
 

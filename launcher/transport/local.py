@@ -60,12 +60,16 @@ class _LocalLineStream(ReaderLineStream):
         finally:
             self._ended()
 
-    def send(self, data: bytes) -> bool:
+    def send(self, data: bytes, timeout: float | None = None) -> bool:
+        """A blocking pipe: the write waits for the command to read (or to exit: EPIPE)."""
         stdin = self._proc.stdin
         if self._closing.is_set() or stdin is None:
             return False
+        view = memoryview(data)
         try:
-            return os.write(stdin.fileno(), data) == len(data)
+            while view:  # a signal can cut a large write short
+                view = view[os.write(stdin.fileno(), view):]
+            return True
         except (OSError, ValueError):  # the command exited, or close() closed the pipe
             return False
 

@@ -100,14 +100,39 @@ class _SshLineStream(ReaderLineStream):
             channel.close()
             self._ended()
 
-    def send(self, data: bytes) -> bool:
+    def send(self, data: bytes, timeout: float | None = None) -> bool:
         channel = self._channel
-        if self._closing.is_set() or channel.closed or not channel.send_ready():
+        if self._closing.is_set() or channel.closed:
             return False
+        if timeout is None:
+            if not channel.send_ready():
+                return False
+            try:
+                channel.sendall(data)  # whole: a request line cut short would be read as another line
+                return True
+            except (OSError, EOFError, paramiko.SSHException):
+                return False
+        # channel.send waits for the peer's window up to the channel's timeout (the reader's 0.5 s)
+        # and sends what fits: retried here up to ``timeout`` without progress, so a server with a
+        # small window (Dropbear: 24 KiB) or a host slow to start reading still gets all of it
+        sent = 0
+        deadline = time.monotonic() + timeout
         try:
-            channel.sendall(data)  # whole: a request line cut short would be read as another line
+            while sent < len(data):
+                try:
+                    n = channel.send(data[sent:sent + _CHUNK])
+                except TimeoutError:
+                    if time.monotonic() >= deadline:
+                        raise
+                    continue
+                if n <= 0:
+                    raise EOFError("channel closed")
+                sent += n
+                deadline = time.monotonic() + timeout
             return True
         except (OSError, EOFError, paramiko.SSHException):
+            if sent:
+                self.close()
             return False
 
     def close(self) -> None:

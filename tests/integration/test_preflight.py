@@ -50,3 +50,16 @@ def test_python_without_tensorflow_is_refused(tmp_path: Path) -> None:
     line = _one_error(result.stderr)
     assert "import tensorflow" in line and "ModuleNotFoundError" in line
     assert not [e for e in read_events(tmp_path / "run") if e["kind"] == "state"]
+
+
+def test_outputs_that_cannot_be_created_are_named_before_anything_starts(tmp_path: Path) -> None:
+    """The launch's one exec per host makes the run dir and the outputs first (exit 98)."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory\n")
+    profile = profile_with_python(tmp_path, sys.executable)
+    profile.write_text(f'outputs = "{blocker}/outputs"\n' + profile.read_text())
+    result = cli("up", str(profile), "--no-tui", "--run-dir", str(tmp_path / "run"), timeout=120)
+    assert result.returncode == 2, result.stderr
+    line = _one_error(result.stderr)
+    assert f"{blocker}/outputs" in line and "cannot create" in line
+    assert not [e for e in read_events(tmp_path / "run") if e["kind"] == "state"]

@@ -162,3 +162,20 @@ def test_commands_from_many_threads_share_the_connection_beside_a_stream(server:
         stream.close()
     assert stream.stderr_tail() == "warn\n"
     host.close()
+
+
+def test_a_large_send_waits_for_a_command_that_reads_late(server: PrivateSshd) -> None:
+    """The agent upload rides a stream's stdin: more than the server's window (OpenSSH: 2 MiB)
+    to a command that reads only after a while must still arrive whole."""
+    import queue as queue_module
+
+    host = SshHost(server.host_config("gpu1"))
+    host.connect()
+    lines: queue_module.Queue[str] = queue_module.Queue()
+    stream = host.stream_lines("sleep 1.5; head -c 4194304 | wc -c", lines.put)
+    try:
+        assert stream.send(b"x" * 4194304, timeout=30.0)
+        assert lines.get(timeout=30).strip() == "4194304"
+    finally:
+        stream.close()
+        host.close()

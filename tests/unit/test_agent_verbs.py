@@ -442,7 +442,7 @@ class OneExec:
     """What the launcher runs on a host (launcher/agentchannel.py): the bootstrap writes the agent
     from the first bytes of stdin, answers the preflight, then waits for the launcher's first line."""
 
-    def __init__(self, tmp_path: Path, run_dir: Path) -> None:
+    def __init__(self, tmp_path: Path, run_dir: Path, cwd: Path | None = None) -> None:
         from launcher.agentchannel import BOOTSTRAP
 
         self.data = agentpack.build_agent_zipapp()
@@ -450,7 +450,7 @@ class OneExec:
         self.proc = subprocess.Popen(
             [sys.executable, "-c", BOOTSTRAP, str(len(self.data)), str(self.pyz), "preflight", "--bind", "127.0.0.1",
              "--pick", "2", "--then-follow", "--run-dir", str(run_dir)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd,
             env=dict(os.environ, DISTLAUNCH_RUN_ID=RUN_ID))
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self.proc.stdin.write(self.data)
@@ -512,3 +512,21 @@ def test_each_verb_alone_parses_as_with_the_whole_command_line():
     assert set(subparsers.choices) == set(verbs.VERBS)  # type: ignore[attr-defined]
     argv = ["preflight", "--bind", "0.0.0.0", "--pick", "3", "--then-follow", "--run-dir", "/r"]
     assert verbs.build_parser("preflight").parse_args(argv) == whole.parse_args(argv)
+
+
+def test_the_bootstrap_does_not_import_from_the_directory_it_runs_in(tmp_path, run_dir):
+    """Over SSH that directory is the home: a ~/json.py (or ~/psutil) must not shadow the real one."""
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "json.py").write_text("raise ImportError('the home directory shadowed json')\n")
+    one = OneExec(tmp_path, run_dir, cwd=home)
+    assert len(one.answer["ports"]["picked"]) == 2
+    assert one.proc.stdin is not None
+    one.proc.stdin.close()
+    assert one.proc.wait(timeout=30) == 0
+
+
+def test_then_follow_without_a_run_dir_is_refused(pyz):
+    out = subprocess.run([sys.executable, str(pyz), "preflight", "--then-follow"], capture_output=True, text=True,
+                         timeout=30)
+    assert out.returncode == 2 and "--then-follow needs --run-dir" in out.stderr

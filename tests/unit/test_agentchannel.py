@@ -55,3 +55,12 @@ def test_lines_fed_while_attach_replays_keep_their_order() -> None:
     channel.attach(got.append, lambda _code: None)
     feeder.join()
     assert got == [str(i) for i in range(4000)]
+
+
+def test_what_a_login_script_prints_before_the_answer_is_kept_aside() -> None:
+    channel = AgentChannel()
+    channel.feed("Welcome to the cluster")
+    channel.feed("")
+    channel.feed('{"python": "3.11.7"}')
+    assert channel.first_line(1.0) == '{"python": "3.11.7"}'
+    assert channel.noise == ["Welcome to the cluster", ""]

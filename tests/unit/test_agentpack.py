@@ -89,3 +89,17 @@ def test_the_built_archive_is_kept_under_a_hash_of_its_sources(tmp_path, monkeyp
         assert agentpack._cache_path(changed) != agentpack._cache_path(sources)
     finally:
         agentpack.build_agent_zipapp.cache_clear()
+
+
+def test_a_kept_archive_that_is_not_whole_is_built_again(tmp_path, monkeypatch):
+    monkeypatch.setenv("DISTLAUNCH_HOME", str(tmp_path))
+    agentpack.build_agent_zipapp.cache_clear()
+    try:
+        built = agentpack.build_agent_zipapp()
+        kept = next((tmp_path / "cache").glob("agent-*.pyz"))
+        kept.write_bytes(built[: len(built) // 2])  # a crash mid-write
+        agentpack.build_agent_zipapp.cache_clear()
+        assert agentpack.build_agent_zipapp() == built
+        assert kept.read_bytes() == built
+    finally:
+        agentpack.build_agent_zipapp.cache_clear()
