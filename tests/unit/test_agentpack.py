@@ -9,6 +9,8 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
+
 from launcher import agentpack
 
 PACKAGE_DIR = Path(agentpack.__file__).parent
@@ -70,36 +72,35 @@ def test_agent_command_quotes_every_part():
     assert command == "python3 '/runs/my run/agent.pyz' run --task-dir '/x/it'\"'\"'s'"
 
 
-def test_the_built_archive_is_kept_under_a_hash_of_its_sources(tmp_path, monkeypatch):
+@pytest.fixture
+def state_dir(tmp_path, monkeypatch):
+    """A state dir of the test's own, and no archive built in this process yet (before and after)."""
     monkeypatch.setenv("DISTLAUNCH_HOME", str(tmp_path))
     agentpack.build_agent_zipapp.cache_clear()
-    try:
-        built = agentpack.build_agent_zipapp()
-        kept = list((tmp_path / "cache").glob("agent-*.pyz"))
-        assert len(kept) == 1 and kept[0].read_bytes() == built
-        agentpack.build_agent_zipapp.cache_clear()
-
-        def no_packing(_files):
-            raise AssertionError("packed again although the archive was kept")
-
-        monkeypatch.setattr(agentpack, "pack_zipapp", no_packing)
-        assert agentpack.build_agent_zipapp() == built
-        sources = agentpack.agent_sources()
-        changed = dict(sources, **{"launcher/events.py": sources["launcher/events.py"] + b"\n"})
-        assert agentpack._cache_path(changed) != agentpack._cache_path(sources)
-    finally:
-        agentpack.build_agent_zipapp.cache_clear()
-
-
-def test_a_kept_archive_that_is_not_whole_is_built_again(tmp_path, monkeypatch):
-    monkeypatch.setenv("DISTLAUNCH_HOME", str(tmp_path))
+    yield tmp_path
     agentpack.build_agent_zipapp.cache_clear()
-    try:
-        built = agentpack.build_agent_zipapp()
-        kept = next((tmp_path / "cache").glob("agent-*.pyz"))
-        kept.write_bytes(built[: len(built) // 2])  # a crash mid-write
-        agentpack.build_agent_zipapp.cache_clear()
-        assert agentpack.build_agent_zipapp() == built
-        assert kept.read_bytes() == built
-    finally:
-        agentpack.build_agent_zipapp.cache_clear()
+
+
+def test_the_built_archive_is_kept_under_a_hash_of_its_sources(state_dir, monkeypatch):
+    built = agentpack.build_agent_zipapp()
+    kept = list((state_dir / "cache").glob("agent-*.pyz"))
+    assert len(kept) == 1 and kept[0].read_bytes() == built
+    agentpack.build_agent_zipapp.cache_clear()
+
+    def no_packing(_files):
+        raise AssertionError("packed again although the archive was kept")
+
+    monkeypatch.setattr(agentpack, "pack_zipapp", no_packing)
+    assert agentpack.build_agent_zipapp() == built
+    sources = agentpack.agent_sources()
+    changed = dict(sources, **{"launcher/events.py": sources["launcher/events.py"] + b"\n"})
+    assert agentpack._cache_path(changed) != agentpack._cache_path(sources)
+
+
+def test_a_kept_archive_that_is_not_whole_is_built_again(state_dir):
+    built = agentpack.build_agent_zipapp()
+    kept = next((state_dir / "cache").glob("agent-*.pyz"))
+    kept.write_bytes(built[: len(built) // 2])  # a crash mid-write
+    agentpack.build_agent_zipapp.cache_clear()
+    assert agentpack.build_agent_zipapp() == built
+    assert kept.read_bytes() == built
