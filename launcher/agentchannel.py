@@ -35,11 +35,8 @@ if len(data) < size:
     sys.stderr.write("agent upload cut short: %d of %d bytes\\n" % (len(data), size))
     sys.exit(98)
 try:
-    fd = os.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
-    os.close(fd)
+    with os.fdopen(os.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as f:
+        f.write(data)
     os.replace(path + ".tmp", path)
 except OSError as exc:
     sys.stderr.write("cannot write %s: %s\\n" % (path, exc))

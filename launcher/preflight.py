@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from launcher.agent.netcheck import TF_DISTRIBUTIONS
 from launcher.agentpack import build_agent_zipapp
 from launcher.errors import HostError, UserError
 from launcher.model import Plan, TaskSpec
@@ -29,12 +30,10 @@ TF_CHECK = ("import platform, tensorflow as tf; "
             "print(platform.python_version(), tf.__version__, '(imported)')")
 #: for `up`: TensorFlow's version from its installed package's metadata, which takes milliseconds
 #: where an import takes seconds; without such metadata (a source tree on the path) it imports
-TF_METADATA_CHECK = """import platform
+TF_METADATA_CHECK = f"""import platform
 try:
     from importlib import metadata
-    for name in ("tensorflow", "tensorflow-cpu", "tensorflow-gpu", "tensorflow-intel", "tensorflow-macos",
-                 "intel-tensorflow", "tensorflow-rocm", "tensorflow-aarch64", "tensorflow-cpu-aws",
-                 "tf-nightly", "tf-nightly-cpu"):
+    for name in {TF_DISTRIBUTIONS!r}:
         try:
             print(platform.python_version(), metadata.version(name), "(package metadata)")
             break

@@ -297,7 +297,7 @@ class HostAgent:
                 # made one interval after the first tasks started, not while they start: its
                 # modules (psutil among them) cost ~50 ms of CPU, and a launch's tasks start in that
                 # window on every host. Its first pass is the baseline; samples follow from the next
-                sampler = self._make_sampler()
+                sampler = make_sampler()
                 if sampler is None:
                     return
             try:
@@ -317,17 +317,6 @@ class HostAgent:
                     runner.spec.run, runner.spec.task, cpu_percent=sample.get("cpu_percent"),
                     rss_bytes=sample.get("rss_bytes"), gpus=sample.get("gpus"),
                     source=str(sample.get("source", "")), host=sample.get("host")))
-
-    @staticmethod
-    def _make_sampler() -> Any:
-        sampling = _load_sampling()
-        if sampling is None:
-            return None
-        try:
-            return sampling.HostSampler()
-        except Exception as exc:  # a broken sampler must never take the tasks down
-            sys.stderr.write("agent: sampling unavailable: %s\n" % exc)
-            return None
 
     # -- requests -------------------------------------------------------------------------------------
 
@@ -399,14 +388,9 @@ def write_specs(run_dir: str, specs: Dict[str, Any]) -> None:
         task_dir = os.path.join(run_dir, "tasks", str(slug))
         os.makedirs(task_dir, mode=0o700, exist_ok=True)
         path = os.path.join(task_dir, "spec.json")
-        data = json.dumps(spec, sort_keys=True).encode("utf-8") + b"\n"
         fd = os.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-        finally:
-            os.close(fd)
+        with os.fdopen(fd, "wb") as f:
+            f.write(json.dumps(spec, sort_keys=True).encode("utf-8") + b"\n")
         os.replace(path + ".tmp", path)
 
 
@@ -427,6 +411,18 @@ def _load_spec(task_dir: str) -> Optional[AgentSpec]:
     try:
         return AgentSpec.load(os.path.join(task_dir, "spec.json"))
     except (OSError, ValueError, TypeError):
+        return None
+
+
+def make_sampler() -> Any:
+    """A ``sampling.HostSampler``, or None (told on stderr) where sampling cannot work here."""
+    sampling = _load_sampling()
+    if sampling is None:
+        return None
+    try:
+        return sampling.HostSampler()
+    except Exception as exc:  # a broken sampler must never take the tasks down
+        sys.stderr.write("agent: sampling unavailable: %s\n" % exc)
         return None
 
 

@@ -118,7 +118,8 @@ def cmd_preflight(checks_json: Optional[str] = None, cwd: Optional[str] = None,
 
 #: an import of TensorFlow can take a while on a cold disk; a hung one must not hang the launch
 TF_IMPORT_SECONDS = 170.0
-_TF_DISTRIBUTIONS = ("tensorflow", "tensorflow-cpu", "tensorflow-gpu", "tensorflow-intel", "tensorflow-macos",
+#: the distributions TensorFlow ships as (also the launcher's check of a second python)
+TF_DISTRIBUTIONS = ("tensorflow", "tensorflow-cpu", "tensorflow-gpu", "tensorflow-intel", "tensorflow-macos",
                      "intel-tensorflow", "tensorflow-rocm", "tensorflow-aarch64", "tensorflow-cpu-aws",
                      "tf-nightly", "tf-nightly-cpu")
 
@@ -129,7 +130,7 @@ def tensorflow_version() -> Dict[str, Any]:
     try:
         from importlib import metadata
 
-        for name in _TF_DISTRIBUTIONS:
+        for name in TF_DISTRIBUTIONS:
             try:
                 return {"version": metadata.version(name), "how": "package metadata"}
             except metadata.PackageNotFoundError:

@@ -89,13 +89,12 @@ def _now() -> float:
 
 def _sample_one(runner: TaskRunner) -> None:
     from launcher import events
-    from launcher.agent.hostagent import _load_sampling
+    from launcher.agent.hostagent import make_sampler
 
-    sampling = _load_sampling()
-    if sampling is None or runner.pid is None:
+    sampler = make_sampler() if runner.pid is not None else None
+    if sampler is None:
         return
     try:
-        sampler = sampling.HostSampler()
         sampler.sample({0: (runner.pid, list(runner.spec.gpus))})  # the baseline of the first sample
     except Exception as exc:  # a broken sampler must never take the task down
         sys.stderr.write("agent: sampling unavailable: %s\n" % exc)
