@@ -39,7 +39,7 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from launcher import agentpack
+from launcher.remote import agentpack
 
 # prints one JSON line: steps/s, process CPU and (autolog on) the reader's CPU during the loop
 CUSTOM_LOOP = """
@@ -56,7 +56,7 @@ def train_step():
     return loss
 for _ in range(200):
     train_step()
-autolog = sys.modules.get("launcher.autolog")
+autolog = sys.modules.get("launcher.autolog.recorder")
 reader = autolog.reader if autolog is not None else None
 steps = int(sys.argv[1])
 reader_cpu, ticks = (reader.cpu_s, reader.ticks) if reader is not None else (0.0, 0)
@@ -76,7 +76,7 @@ print(json.dumps({"steps_per_s": steps / wall, "cpu_us_per_step": 1e6 * cpu / st
 CALL_COST = """
 import json, statistics, sys, time
 import tensorflow as tf
-from launcher import autolog_patches as patches
+from launcher.autolog import patches
 calls, blocks = int(sys.argv[1]), int(sys.argv[2])
 @tf.function
 def trivial():

@@ -39,10 +39,10 @@ from pathlib import Path
 from common import PYTHON, REPO, machine, mean, percentile, ssh_profile, sshd_hosts
 
 from launcher.plan import build_plan
-from launcher.preflight import prepare_hosts
-from launcher.profile import load_profile
+from launcher.profile.reader import load_profile
+from launcher.remote.preflight import prepare_hosts
 from launcher.rundir import RunDir
-from launcher.supervisor import Supervisor
+from launcher.supervise.supervisor import Supervisor
 
 EMITTER = '''\
 import json, sys, time

@@ -37,7 +37,7 @@ from pathlib import Path
 from common import PYTHON, REPO, EventsTail, RunCpu, machine, mean, start_up
 
 from launcher.plan import build_plan, tf_config
-from launcher.profile import load_profile
+from launcher.profile.reader import load_profile
 
 PROFILE = """\
 name = "overhead"

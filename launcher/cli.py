@@ -16,84 +16,84 @@ from pathlib import Path
 from launcher import __version__
 from launcher.errors import UserError
 from launcher.paths import internal_log_path
-from launcher.profile_overrides import overrides_from
-from launcher.timeline import TIMELINE_KINDS
+from launcher.profile.overrides import overrides_from
+from launcher.telemetry.timeline import TIMELINE_KINDS
 
 Handler = Callable[[argparse.Namespace], int]
 
 
 def _check(args: argparse.Namespace) -> int:
     if args.metrics_sample:
-        from launcher.metricsample import run_metrics_sample
+        from launcher.commands.metricsample import run_metrics_sample
 
         return run_metrics_sample(Path(args.profile), Path(args.metrics_sample))
-    from launcher.checking import run_check
+    from launcher.commands.check import run_check
 
     return run_check(Path(args.profile), remote=not args.no_remote, overrides=overrides_from(args))
 
 
 def _tfconfig(args: argparse.Namespace) -> int:
-    from launcher.checking import run_tfconfig
+    from launcher.commands.check import run_tfconfig
 
     return run_tfconfig(Path(args.profile), args.task, overrides=overrides_from(args))
 
 
 def _up(args: argparse.Namespace) -> int:
-    from launcher.jobs import run_up
+    from launcher.commands.up import run_up
 
     return run_up(args)
 
 
 def _down(args: argparse.Namespace) -> int:
-    from launcher.jobs import run_down
+    from launcher.commands.up import run_down
 
     return run_down(args)
 
 
 def _prune(args: argparse.Namespace) -> int:
-    from launcher.prune import run_prune
+    from launcher.commands.down import run_prune
 
     return run_prune(args)
 
 
 def _status(args: argparse.Namespace) -> int:
-    from launcher.jobs import run_status
+    from launcher.commands.up import run_status
 
     return run_status(args)
 
 
 def _runs(args: argparse.Namespace) -> int:
-    from launcher.runs import run_runs
+    from launcher.commands.status import run_runs
 
     return run_runs(args)
 
 
 def _logs(args: argparse.Namespace) -> int:
-    from launcher.jobs import run_logs
+    from launcher.commands.up import run_logs
 
     return run_logs(args)
 
 
 def _restart(args: argparse.Namespace) -> int:
-    from launcher.jobs import run_restart
+    from launcher.commands.up import run_restart
 
     return run_restart(args)
 
 
 def _attach(args: argparse.Namespace) -> int:
-    from launcher.jobs import run_attach
+    from launcher.commands.up import run_attach
 
     return run_attach(args)
 
 
 def _events(args: argparse.Namespace) -> int:
-    from launcher.eventscmd import run_events
+    from launcher.commands.eventscmd import run_events
 
     return run_events(args)
 
 
 def _replay(args: argparse.Namespace) -> int:
-    from launcher.jobs import run_replay
+    from launcher.commands.up import run_replay
 
     return run_replay(args)
 
@@ -110,7 +110,7 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _schema(args: argparse.Namespace) -> int:
-    from launcher.profile_schema import run_schema
+    from launcher.profile.schema import run_schema
 
     return run_schema(Path(args.output) if args.output else None)
 
@@ -122,7 +122,7 @@ def _export_tensorboard(args: argparse.Namespace) -> int:
 
 
 def _completion(args: argparse.Namespace) -> int:
-    from launcher.completion import run_completion
+    from launcher.commands.completion import run_completion
 
     return run_completion(args.shell)
 
@@ -247,8 +247,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    if "_ARGCOMPLETE" in os.environ:  # the shell asks for completions (launcher/completion.py)
-        from launcher.completion import complete
+    if "_ARGCOMPLETE" in os.environ:  # the shell asks for completions (launcher/commands/completion.py)
+        from launcher.commands.completion import complete
 
         complete(parser)
     argv = list(sys.argv[1:] if argv is None else argv)

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from launcher.profile_overrides import Overrides
+from launcher.profile.overrides import Overrides
 
 Strategy = Literal["parameter_server", "multi_worker_mirrored", "custom"]
 SuccessPolicy = Literal["chief", "all_workers"]
@@ -79,7 +79,7 @@ class TaskDefaults:
     setup: tuple[str, ...] = ()  # shell lines run before the command, in its shell
     shell: str | None = None  # e.g. "bash -lc"; None: /bin/sh -c
     min_uptime: float = 10.0  # a failure sooner than this after start, every time, is a crash loop
-    autolog: bool = True  # step/loss/placement from unmodified scripts (launcher/autolog.py)
+    autolog: bool = True  # step/loss/placement from unmodified scripts (launcher/autolog/recorder.py)
     stall_seconds: float = 600.0  # step not advancing this long -> stalled; 0 = off (ps: off unless set)
     on_stall: OnStall = "warn"
 

@@ -19,8 +19,8 @@ from typing import Any
 
 from launcher.model import Profile
 from launcher.plan import MASK, is_secret
-from launcher.profile import load_profile
-from launcher.profile_overrides import Overrides, mask_secrets
+from launcher.profile.overrides import Overrides, mask_secrets
+from launcher.profile.reader import load_profile
 from launcher.rundir import private_opener
 
 PROFILE_FILE = "profile.toml"

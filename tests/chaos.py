@@ -41,7 +41,7 @@ from typing import Any
 from launcher import events as ev
 from launcher.agent.hostagent import AGENT_PROCESS_NAME
 from launcher.events import Event
-from launcher.timeline import Timeline
+from launcher.telemetry.timeline import Timeline
 from tests.integration.jobtools import REPO, pids_with_run_id, read_events, start_cli, write_profile
 from tests.netns import NetnsLab
 

@@ -30,8 +30,8 @@ from textual.containers import Horizontal, Vertical
 from textual.message import Message
 from textual.widgets import ContentSwitcher, Footer, Input
 
-from launcher.control import EventSource, JobControl
-from launcher.jobview import JobView
+from launcher.supervise.control import EventSource, JobControl
+from launcher.telemetry.jobview import JobView
 from tui.charts import LossChart, RateChart, TaskSparklines
 from tui.commands import DashboardCommands
 from tui.header import JobHeader, header_text

@@ -14,7 +14,7 @@ from textual.widget import Widget
 from textual.widgets import Sparkline, Static
 from textual_plotext.plot import Plot
 
-from launcher.jobview import JobView, TaskView, task_sort_key
+from launcher.telemetry.jobview import JobView, TaskView, task_sort_key
 from tui import format as fmt
 
 MAX_SERIES = 8

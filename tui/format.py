@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.text import Text
 
 from launcher import events as ev
-from launcher.printer import human_bytes as launcher_human_bytes
+from launcher.telemetry.printer import human_bytes as launcher_human_bytes
 
 MISSING = "—"
 

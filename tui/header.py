@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from launcher.jobview import JobView
+from launcher.telemetry.jobview import JobView
 from tui import format as fmt
 
 

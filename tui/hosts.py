@@ -12,7 +12,7 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from launcher import events as ev
-from launcher.jobview import JobView, TaskView, task_sort_key
+from launcher.telemetry.jobview import JobView, TaskView, task_sort_key
 from tui import format as fmt
 
 BAR_CELLS = 12

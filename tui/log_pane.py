@@ -14,7 +14,7 @@ from textual.strip import Strip
 from textual.widget import Widget
 from textual.widgets import Input, Static
 
-from launcher.jobview import LOG_LINES, JobView, LogLine
+from launcher.telemetry.jobview import LOG_LINES, JobView, LogLine
 
 SHOWN_ON_SWITCH = 500
 """Lines written when the selection or the search changes: enough scroll-back, cheap to draw."""

@@ -7,7 +7,7 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import DataTable, Static
 
-from launcher.jobview import PlacementView
+from launcher.telemetry.jobview import PlacementView
 from tui import format as fmt
 
 TOTAL_ROW = "__total__"

@@ -8,8 +8,8 @@ from textual.geometry import Region, Size
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from launcher.jobview import JobView
-from launcher.timeline import TimelineEntry, clock_text
+from launcher.telemetry.jobview import JobView
+from launcher.telemetry.timeline import TimelineEntry, clock_text
 
 SEVERITY_STYLES = {"error": "bold red", "warning": "yellow", "info": ""}
 TASK_WIDTH = 12

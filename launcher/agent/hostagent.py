@@ -427,9 +427,9 @@ def make_sampler() -> Any:
 
 
 def _load_sampling() -> Any:
-    """launcher.sampling is optional in the zipapp: without it the agent emits no samples."""
+    """launcher.agent.sampling is optional in the zipapp: without it the agent emits no samples."""
     try:
-        return importlib.import_module("launcher.sampling")
+        return importlib.import_module("launcher.agent.sampling")
     except ImportError:
         return None
 

@@ -95,7 +95,7 @@ def cmd_ports(addr: str, check: List[int], pick: int) -> Dict[str, Any]:
 
 def cmd_preflight(checks_json: Optional[str] = None, cwd: Optional[str] = None,
                   ports: Optional[Tuple[str, List[int], int]] = None, tensorflow: bool = False) -> Dict[str, Any]:
-    """What this host's Python offers; with ``checks_json`` the failed path checks (launcher/hostcheck.py,
+    """What this host's Python offers; with ``checks_json`` the failed path checks (launcher/agent/hostcheck.py,
     relative paths under ``cwd``), with ``ports`` the answer of ``ports`` too: one round trip for all."""
     def has(module: str) -> bool:
         try:
@@ -107,7 +107,7 @@ def cmd_preflight(checks_json: Optional[str] = None, cwd: Optional[str] = None,
     answer: Dict[str, Any] = {"python": sys.version.split()[0], "psutil": has("psutil"),
                               "pynvml": has("pynvml")}
     if checks_json is not None:
-        hostcheck = importlib.import_module("launcher.hostcheck")
+        hostcheck = importlib.import_module("launcher.agent.hostcheck")
         answer["failed"] = hostcheck.run_checks(json.loads(checks_json), cwd or os.getcwd())
     if ports is not None:
         answer["ports"] = cmd_ports(*ports)

@@ -14,8 +14,8 @@ import threading
 from typing import Any, Callable, Dict, List, Optional, Set
 
 from launcher import events
+from launcher.agent.metricregex import MetricRegexes
 from launcher.agent.spec import AgentSpec
-from launcher.metricregex import MetricRegexes
 
 MAX_LINE_BYTES = 1024 * 1024
 MALFORMED_REPORT_EVERY = 100

@@ -15,7 +15,7 @@ import signal
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
-#: autolog's sitecustomize directory inside the zipapp (launcher/agentpack.py SITE_DIR)
+#: autolog's sitecustomize directory inside the zipapp (launcher/remote/agentpack.py SITE_DIR)
 AUTOLOG_SITE_DIR = "distlaunch_site"
 #: the file (in the task dir) where the task's wrapper shell leaves the exit status
 EXIT_STATUS_FILE = "exit_status"

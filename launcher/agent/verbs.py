@@ -196,7 +196,7 @@ def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
         sweep.add_argument("--grace", type=float, default=5.0)
     if only in (None, "preflight"):
         preflight = verbs.add_parser("preflight", help="what this host's Python offers; path and port checks")
-        preflight.add_argument("--checks", default=None, help="JSON list of path checks (launcher/hostcheck.py)")
+        preflight.add_argument("--checks", default=None, help="JSON list of path checks (launcher/agent/hostcheck.py)")
         preflight.add_argument("--cwd", default=None, help="the directory relative paths are taken from")
         preflight.add_argument("--bind", default=None)
         preflight.add_argument("--check", type=_port_list, default=[])

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from launcher.errors import UserError
 from launcher.model import Profile
-from launcher.profile import load_profile
+from launcher.profile.reader import load_profile
 
 
 def sbatch_script(profile: Profile) -> str:

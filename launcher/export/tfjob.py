@@ -35,7 +35,7 @@ import yaml
 from launcher.errors import ProfileError, UserError
 from launcher.model import ROLES, Profile, RoleConfig
 from launcher.plan import is_secret
-from launcher.profile import PLACEHOLDER_RE
+from launcher.profile.reader import PLACEHOLDER_RE
 
 API_VERSION = "kubeflow.org/v1"
 KIND = "TFJob"
@@ -151,7 +151,7 @@ def build_tfjob(profile: Profile, *, image: str, namespace: str | None) -> TfJob
 
 def run_export_tfjob(profile_path: Path, *, image: str, namespace: str | None, output: Path | None) -> int:
     """``distlaunch export tfjob``: write the manifest to ``output``, or to stdout."""
-    from launcher.profile import load_profile
+    from launcher.profile.reader import load_profile
 
     profile = load_profile(profile_path)
     export = build_tfjob(profile, image=image, namespace=namespace)

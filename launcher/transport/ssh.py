@@ -19,10 +19,9 @@ from collections.abc import Callable
 import fabric
 import paramiko
 
-from launcher import known_hosts
 from launcher.errors import HostError
 from launcher.model import HostConfig
-from launcher.transport import sshconfig
+from launcher.transport import known_hosts, sshconfig
 from launcher.transport.base import (
     CommandResult,
     CommandTimeout,

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from launcher import events as ev
-from launcher.jobview import JobView
 from launcher.rundir import read_events
+from launcher.telemetry.jobview import JobView
 from tests.integration.jobtools import cli, kill_run_processes, write_profile
 
 SKEW_S = 300

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from launcher import controlsock
+from launcher.supervise import controlsock
 from tests.integration.jobtools import cli, kill_run_processes, read_events, start_cli, wait_for, write_profile
 
 

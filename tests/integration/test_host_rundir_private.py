@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.remote import HostSession, remote_base_dir
+from launcher.remote.session import HostSession, remote_base_dir
 from launcher.transport import make_host
 from tests.sshd import PrivateSshd
 

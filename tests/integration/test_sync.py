@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.sync import Excludes
+from launcher.remote.sync import Excludes
 from tests.integration.jobtools import cli, kill_run_processes, write_profile
 from tests.sshd import PrivateSshd
 

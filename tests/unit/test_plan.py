@@ -9,7 +9,7 @@ import pytest
 
 from launcher.model import Plan
 from launcher.plan import PortUnresolved, build_plan, mask_env, render_command, tf_config
-from launcher.profile import load_profile
+from launcher.profile.reader import load_profile
 
 COMMAND = ("{python} train.py --role {role} --index {index} --task {task} --host {host} "
            "--port {port} --out {run_dir} ${HOME}")

@@ -9,7 +9,7 @@ import pytest
 
 from launcher.errors import ProfileError
 from launcher.plan import build_plan, tf_config
-from launcher.profile import load_profile
+from launcher.profile.reader import load_profile
 from tests.integration.jobtools import cli
 
 PROFILE = """

@@ -112,7 +112,9 @@ def test_task_of_device() -> None:
 
 HOST_MODULES_SCRIPT = """
 import sys
-from launcher import nvml, report, sampling
+from launcher import report
+from launcher.agent import nvml
+from launcher.agent import sampling
 heavy = [m for m in ("tensorflow", "keras", "numpy", "psutil", "pynvml") if m in sys.modules]
 assert not heavy, heavy
 sample = sampling.TaskSampler(__import__("os").getpid(), [0], use_psutil=False, use_nvml=False).sample()

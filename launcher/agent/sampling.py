@@ -1,0 +1,511 @@
+"""CPU, memory and GPU use of one task's whole process tree, sampled by the agent.
+
+A task is ``/bin/sh -c <command>`` plus whatever it forks (data loaders,
+``tf.data`` service workers, ...), and children come and go, so the tree is
+walked again on every sample. CPU is the percent of one core (like ``top``:
+four busy threads read 400), computed from the growth of user+system time of the
+processes alive in the tree between two samples; a child that lives and dies
+between two samples is not seen.
+
+Sources, best first, and the sample's ``source`` string says which were used:
+CPU/memory from ``psutil`` or ``/proc``; GPUs from NVML (``launcher.agent.nvml``) or
+one ``nvidia-smi`` call per sample. No GPU, no driver, or a vanished task are
+normal states: values become None, nothing raises.
+
+Stdlib-only at import and Python >= 3.9: this module is packed into the agent
+zipapp that runs on hosts.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import subprocess
+import time
+from typing import Any, Dict, List, Optional, Tuple
+
+from launcher.agent import nvml
+
+log = logging.getLogger(__name__)
+
+# (pid, start time) names one process even when a pid is reused.
+ProcKey = Tuple[int, float]
+# per process: (cpu seconds, rss bytes or None)
+TreeReading = Dict[ProcKey, Tuple[float, Optional[int]]]
+
+NVIDIA_SMI_TIMEOUT_S = 2.0
+_MIB = 1024 * 1024
+_SMI_QUERY = "--query-gpu=index,utilization.gpu,memory.used,memory.total"
+
+GPU_NVML = "nvml"
+GPU_SMI = "nvidia-smi"
+GPU_NONE = "nogpu"
+
+
+class HostReader:
+    """The whole machine's CPU (percent of all its cores) and memory, from /proc; None elsewhere.
+
+    Each task's agent reads it with its own sample, so the hosts view has the host's load, not only
+    its tasks' share of it. CPU is the busy share of all jiffies since the previous reading."""
+
+    def __init__(self) -> None:
+        self._prev: Optional[Tuple[int, int]] = self._cpu_times()
+        self.cpus = os.cpu_count() or 1
+
+    @staticmethod
+    def _cpu_times() -> Optional[Tuple[int, int]]:
+        """(busy, total) jiffies of all cores since boot."""
+        try:
+            with open("/proc/stat", encoding="ascii") as f:
+                fields = [int(x) for x in f.readline().split()[1:]]
+        except (OSError, ValueError):
+            return None
+        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+        total = sum(fields[:8])  # guest time is already counted in user
+        return total - idle, total
+
+    @staticmethod
+    def _memory() -> Tuple[Optional[int], Optional[int]]:
+        """(used, total) bytes: total minus what the kernel says is available."""
+        values: Dict[str, int] = {}
+        try:
+            with open("/proc/meminfo", encoding="ascii") as f:
+                for line in f:
+                    name, _, rest = line.partition(":")
+                    if name in ("MemTotal", "MemAvailable"):
+                        values[name] = int(rest.split()[0]) * 1024
+        except (OSError, ValueError, IndexError):
+            return None, None
+        total = values.get("MemTotal")
+        available = values.get("MemAvailable")
+        return (total - available if total is not None and available is not None else None), total
+
+    def read(self) -> Dict[str, Any]:
+        cpu_percent: Optional[float] = None
+        now = self._cpu_times()
+        if now is not None and self._prev is not None and now[1] > self._prev[1]:
+            cpu_percent = round(100.0 * (now[0] - self._prev[0]) / (now[1] - self._prev[1]), 1)
+        self._prev = now
+        used, total = self._memory()
+        return {"cpu_percent": cpu_percent, "cpus": self.cpus, "mem_used_bytes": used, "mem_total_bytes": total}
+
+
+class TaskSampler:
+    """Samples one task: build it right after the task starts, call ``sample()`` every interval.
+
+    ``pid`` is the task's root process; ``gpu_indices`` are the physical GPU indices
+    the task was given (empty: none). ``use_psutil`` / ``use_nvml``: None picks the
+    best available source, False forces the fallback (``/proc``, ``nvidia-smi``).
+    The first ``sample()`` covers the time since construction.
+    """
+
+    def __init__(self, pid: int, gpu_indices: List[int], use_psutil: Optional[bool] = None,
+                 use_nvml: Optional[bool] = None) -> None:
+        self.pid = pid
+        self.gpu_indices = list(gpu_indices)
+        self._use_nvml = use_nvml
+        self._psutil: Any = _psutil_module(use_psutil)
+        self._psutil_root: Any = None
+        self._children_files: Optional[bool] = None
+        self._clock_ticks = float(os.sysconf("SC_CLK_TCK")) if hasattr(os, "sysconf") else 100.0
+        self._page_size = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+        self._gpu_mode: Optional[str] = None
+        self._host = HostReader()
+        self._prev_cpu: Dict[ProcKey, float] = {}
+        self._prev_time = time.monotonic()
+        baseline = self._read_tree_safely()
+        if baseline is not None:
+            self._prev_cpu = {key: cpu for key, (cpu, _) in baseline.items()}
+
+    @property
+    def cpu_source(self) -> str:
+        return "psutil" if self._psutil is not None else "proc"
+
+    def sample(self) -> Dict[str, Any]:
+        """``{"cpu_percent", "rss_bytes", "gpus": [...], "source", "host": {...}}``; never raises."""
+        now = time.monotonic()
+        reading = self._read_tree_safely()
+        cpu_percent: Optional[float] = None
+        rss_bytes: Optional[int] = None
+        pids: set = set()
+        if reading is not None:
+            elapsed = now - self._prev_time
+            used = sum(max(0.0, cpu - self._prev_cpu.get(key, 0.0)) for key, (cpu, _) in reading.items())
+            if elapsed > 0:
+                cpu_percent = round(100.0 * used / elapsed, 1)
+            rss_bytes = sum(rss for _, rss in reading.values() if rss is not None)
+            pids = {pid for pid, _ in reading}
+            self._prev_cpu = {key: cpu for key, (cpu, _) in reading.items()}
+        self._prev_time = now
+        try:
+            gpus = self._sample_gpus(pids)
+        except Exception as exc:  # the agent must keep supervising whatever happens here
+            log.warning("GPU sampling failed: %s: %s", type(exc).__name__, exc)
+            self._gpu_mode = GPU_NONE
+            gpus = [_empty_gpu(i) for i in self.gpu_indices]
+        source = self.cpu_source
+        if self.gpu_indices:
+            source += "+" + (self._gpu_mode or GPU_NONE)
+        try:
+            host: Optional[Dict[str, Any]] = self._host.read()
+        except Exception as exc:  # /proc oddities must not stop task sampling
+            log.warning("host sampling failed: %s: %s", type(exc).__name__, exc)
+            host = None
+        return {"cpu_percent": cpu_percent, "rss_bytes": rss_bytes, "gpus": gpus, "source": source,
+                "host": host}
+
+    # -- process tree ----------------------------------------------------------------------
+
+    def _read_tree_safely(self) -> Optional[TreeReading]:
+        try:
+            if self._psutil is not None:
+                return self._read_tree_psutil()
+            return self._read_tree_proc()
+        except Exception as exc:
+            log.warning("process sampling of pid %d failed: %s: %s", self.pid, type(exc).__name__, exc)
+            return None
+
+    def _read_tree_psutil(self) -> Optional[TreeReading]:
+        psutil = self._psutil
+        gone = (psutil.NoSuchProcess, psutil.AccessDenied)
+        try:
+            if self._psutil_root is None:
+                self._psutil_root = psutil.Process(self.pid)
+            root = self._psutil_root
+            if not root.is_running():
+                return None
+            procs = [root, *root.children(recursive=True)]
+        except gone:
+            return None
+        out: TreeReading = {}
+        for proc in procs:
+            try:
+                with proc.oneshot():
+                    times = proc.cpu_times()
+                    rss = proc.memory_info().rss
+                    out[(proc.pid, proc.create_time())] = (times.user + times.system, int(rss))
+            except gone:
+                continue
+        return out
+
+    def _read_tree_proc(self) -> Optional[TreeReading]:
+        root = _read_proc_stat(self.pid)
+        if root is None:
+            return None
+        if self._children_files is None:
+            self._children_files = os.path.exists("/proc/%d/task/%d/children" % (self.pid, self.pid))
+        parents: Optional[Dict[int, List[int]]] = None if self._children_files else _scan_parents()
+        out: TreeReading = {}
+        stack = [self.pid]
+        seen = set()
+        while stack:
+            pid = stack.pop()
+            if pid in seen:
+                continue
+            seen.add(pid)
+            stat = root if pid == self.pid else _read_proc_stat(pid)
+            if stat is None:
+                continue
+            _, ticks, start = stat
+            out[(pid, start)] = (ticks / self._clock_ticks, self._read_rss(pid))
+            stack.extend(_proc_children(pid) if parents is None else parents.get(pid, []))
+        return out
+
+    def _read_rss(self, pid: int) -> Optional[int]:
+        try:
+            with open("/proc/%d/statm" % pid) as f:
+                return int(f.read().split()[1]) * self._page_size
+        except (OSError, ValueError, IndexError):
+            return None
+
+    # -- GPUs ------------------------------------------------------------------------------
+
+    def _sample_gpus(self, pids: set) -> List[Dict[str, Any]]:
+        if not self.gpu_indices:
+            return []
+        if self._gpu_mode is None:
+            self._gpu_mode = self._pick_gpu_mode()
+        if self._gpu_mode == GPU_NVML:
+            return [self._nvml_gpu(index, pids) for index in self.gpu_indices]
+        if self._gpu_mode == GPU_SMI:
+            by_index = self._run_nvidia_smi()
+            if by_index is not None:
+                return [by_index.get(i) or _empty_gpu(i) for i in self.gpu_indices]
+        return [_empty_gpu(i) for i in self.gpu_indices]
+
+    def _pick_gpu_mode(self) -> str:
+        if self._use_nvml is not False and nvml.available():
+            return GPU_NVML
+        if shutil.which("nvidia-smi"):
+            return GPU_SMI
+        return GPU_NONE
+
+    def _nvml_gpu(self, index: int, pids: set) -> Dict[str, Any]:
+        entry = nvml.gpu_stats(index) or _empty_gpu(index)
+        entry["proc_mem_bytes"] = None
+        entry["proc_util_percent"] = None
+        procs = nvml.compute_processes(index)
+        if procs is not None:
+            ours = [used for pid, used in procs.items() if pid in pids]
+            known = [used for used in ours if used is not None]
+            entry["proc_mem_bytes"] = sum(known) if known or not ours else None
+        utils = nvml.process_utilization(index)
+        if utils is not None:
+            entry["proc_util_percent"] = float(sum(u for pid, u in utils.items() if pid in pids))
+        return entry
+
+    def _run_nvidia_smi(self) -> Optional[Dict[int, Dict[str, Any]]]:
+        """One ``nvidia-smi`` call for all GPUs; on any failure, stop using it for good."""
+        path = shutil.which("nvidia-smi")
+        try:
+            if path is None:
+                raise OSError("nvidia-smi is no longer on PATH")
+            done = subprocess.run([path, _SMI_QUERY, "--format=csv,noheader,nounits"],
+                                  stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                                  timeout=NVIDIA_SMI_TIMEOUT_S, check=False)
+            if done.returncode != 0:
+                raise OSError("exit code %d: %s" % (done.returncode, done.stderr.strip()[:200]))
+        except (OSError, subprocess.SubprocessError) as exc:
+            log.warning("nvidia-smi failed, no more GPU samples from it: %s", exc)
+            self._gpu_mode = GPU_NONE
+            return None
+        return parse_nvidia_smi(done.stdout)
+
+
+def _psutil_module(use_psutil: Optional[bool]) -> Any:
+    """psutil where it is installed and not turned off (False), else None (/proc is read instead)."""
+    if use_psutil is False:
+        return None
+    try:
+        import psutil
+    except ImportError:
+        return None
+    return psutil
+
+
+def parse_nvidia_smi(text: str) -> Dict[int, Dict[str, Any]]:
+    """Parse ``index, util %, used MiB, total MiB`` CSV lines; "[N/A]"-style values become None."""
+    out: Dict[int, Dict[str, Any]] = {}
+    for line in text.splitlines():
+        fields = [f.strip() for f in line.split(",")]
+        if len(fields) < 4:
+            continue
+        index = _number(fields[0])
+        if index is None:
+            continue
+        util, used, total = (_number(f) for f in fields[1:4])
+        out[int(index)] = {
+            "index": int(index),
+            "util_percent": util,
+            "mem_used_bytes": int(used * _MIB) if used is not None else None,
+            "mem_total_bytes": int(total * _MIB) if total is not None else None,
+            "proc_mem_bytes": None,
+            "proc_util_percent": None,
+        }
+    return out
+
+
+def _number(text: str) -> Optional[float]:
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def _empty_gpu(index: int) -> Dict[str, Any]:
+    return {"index": index, "util_percent": None, "mem_used_bytes": None, "mem_total_bytes": None,
+            "proc_mem_bytes": None, "proc_util_percent": None}
+
+
+def _read_proc_stat(pid: int) -> Optional[Tuple[int, int, float]]:
+    """``(ppid, utime+stime ticks, start time ticks)`` from ``/proc/<pid>/stat``, or None if gone."""
+    try:
+        with open("/proc/%d/stat" % pid, "rb") as f:
+            data = f.read().decode("ascii", "replace")
+    except OSError:
+        return None
+    # the command name (field 2) may contain spaces and parentheses: fields start after the last ')'
+    fields = data[data.rfind(")") + 2:].split()
+    try:
+        return int(fields[1]), int(fields[11]) + int(fields[12]), float(fields[19])
+    except (IndexError, ValueError):
+        return None
+
+
+def _proc_children(pid: int) -> List[int]:
+    """Children of every thread of ``pid``, from ``/proc/<pid>/task/*/children``."""
+    out: List[int] = []
+    try:
+        tids = os.listdir("/proc/%d/task" % pid)
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            with open("/proc/%d/task/%s/children" % (pid, tid)) as f:
+                out.extend(int(c) for c in f.read().split())
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def _scan_parents() -> Dict[int, List[int]]:
+    """``{ppid: [pid, ...]}`` for every process, for kernels without the ``children`` files."""
+    parents: Dict[int, List[int]] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        stat = _read_proc_stat(int(name))
+        if stat is not None:
+            parents.setdefault(stat[0], []).append(int(name))
+    return parents
+
+
+class HostSampler:
+    """Samples every task of a host in one pass: one /proc walk for all process trees, one GPU
+    query per GPU in use, one machine reading. ``sample({key: (root pid, gpu indices)})``
+    returns ``{key: sample}`` (the shape of ``TaskSampler.sample``); a task's first sample covers
+    the time since it was first seen. Never raises."""
+
+    def __init__(self, use_psutil: Optional[bool] = None, use_nvml: Optional[bool] = None) -> None:
+        self._use_nvml = use_nvml
+        self._psutil: Any = _psutil_module(use_psutil)
+        self._procs: Dict[ProcKey, Any] = {}  # psutil.Process per tree member, kept while it lives
+        self._clock_ticks = float(os.sysconf("SC_CLK_TCK")) if hasattr(os, "sysconf") else 100.0
+        self._page_size = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+        self._host = HostReader()
+        self._gpu_mode: Optional[str] = None
+        self._smi = TaskSampler.__new__(TaskSampler)  # borrows its nvidia-smi call and GPU entries
+        self._smi._gpu_mode = None
+        self._prev: Dict[Any, Tuple[float, Dict[ProcKey, float]]] = {}
+
+    def sample(self, tasks: Dict[Any, Tuple[int, List[int]]]) -> Dict[Any, Dict[str, Any]]:
+        now = time.monotonic()
+        stats = _scan_stats()
+        children: Dict[int, List[int]] = {}
+        for pid, (ppid, _, _) in stats.items():
+            children.setdefault(ppid, []).append(pid)
+        seen: set = set()
+        trees: Dict[Any, TreeReading] = {key: self._tree(root, stats, children, seen)
+                                         for key, (root, _) in tasks.items()}
+        for gone in [k for k in self._procs if k not in seen]:
+            del self._procs[gone]
+        gpu_by_index = self._gpus(sorted({i for _, gpus in tasks.values() for i in gpus}))
+        try:
+            host: Optional[Dict[str, Any]] = self._host.read()
+        except Exception as exc:  # /proc oddities must not stop task sampling
+            log.warning("host sampling failed: %s: %s", type(exc).__name__, exc)
+            host = None
+        out: Dict[Any, Dict[str, Any]] = {}
+        for key, (_root, gpu_indices) in tasks.items():
+            reading = trees[key]
+            then, prev_cpu = self._prev.get(key, (now, {}))
+            cpu_percent: Optional[float] = None
+            rss_bytes: Optional[int] = None
+            if reading:
+                used = sum(max(0.0, cpu - prev_cpu.get(k, cpu if key not in self._prev else 0.0))
+                           for k, (cpu, _) in reading.items())
+                if now > then:
+                    cpu_percent = round(100.0 * used / (now - then), 1)
+                rss_bytes = sum(rss for _, rss in reading.values() if rss is not None)
+            self._prev[key] = (now, {k: cpu for k, (cpu, _) in reading.items()})
+            pids = {pid for pid, _ in reading}
+            gpus = [self._gpu_entry(gpu_by_index, i, pids) for i in gpu_indices]
+            source = ("psutil" if self._psutil is not None else "proc") + (
+                "+" + (self._gpu_mode or GPU_NONE) if gpu_indices else "")
+            out[key] = {"cpu_percent": cpu_percent, "rss_bytes": rss_bytes, "gpus": gpus, "source": source,
+                        "host": host}
+        for key in [k for k in self._prev if k not in tasks]:
+            del self._prev[key]
+        return out
+
+    def _tree(self, root: int, stats: Dict[int, Tuple[int, int, float]],
+              children: Dict[int, List[int]], seen: set) -> TreeReading:
+        """The process tree under ``root`` from one /proc walk; each member's CPU and RSS from psutil
+        where it is installed, else from the same /proc files."""
+        out: TreeReading = {}
+        stack = [root] if root in stats else []
+        while stack:
+            pid = stack.pop()
+            _, ticks, start = stats[pid]
+            if (pid, start) in out:
+                continue
+            seen.add((pid, start))
+            reading = self._psutil_reading(pid, start) if self._psutil is not None else None
+            out[(pid, start)] = reading or (ticks / self._clock_ticks, self._rss(pid))
+            stack.extend(c for c in children.get(pid, []) if c in stats)
+        return out
+
+    def _psutil_reading(self, pid: int, start: float) -> Optional[Tuple[float, Optional[int]]]:
+        psutil = self._psutil
+        try:
+            proc = self._procs.get((pid, start))
+            if proc is None:
+                proc = self._procs[(pid, start)] = psutil.Process(pid)
+            with proc.oneshot():
+                times = proc.cpu_times()
+                return times.user + times.system, int(proc.memory_info().rss)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            return None
+
+    def _rss(self, pid: int) -> Optional[int]:
+        try:
+            with open("/proc/%d/statm" % pid) as f:
+                return int(f.read().split()[1]) * self._page_size
+        except (OSError, ValueError, IndexError):
+            return None
+
+    def _gpus(self, indices: List[int]) -> Dict[int, Dict[str, Any]]:
+        """Per GPU in use: its stats and per-process use (one query each), by physical index."""
+        if not indices:
+            return {}
+        try:
+            if self._gpu_mode is None:
+                self._gpu_mode = (GPU_NVML if self._use_nvml is not False and nvml.available()
+                                  else GPU_SMI if shutil.which("nvidia-smi") else GPU_NONE)
+            if self._gpu_mode == GPU_NVML:
+                return {i: {"entry": nvml.gpu_stats(i) or _empty_gpu(i), "procs": nvml.compute_processes(i),
+                            "utils": nvml.process_utilization(i)} for i in indices}
+            if self._gpu_mode == GPU_SMI:
+                by_index = self._smi._run_nvidia_smi()
+                if by_index is None:
+                    self._gpu_mode = GPU_NONE
+                    return {}
+                return {i: {"entry": by_index.get(i) or _empty_gpu(i), "procs": None, "utils": None}
+                        for i in indices}
+        except Exception as exc:  # the agent must keep supervising whatever happens here
+            log.warning("GPU sampling failed: %s: %s", type(exc).__name__, exc)
+            self._gpu_mode = GPU_NONE
+        return {}
+
+    @staticmethod
+    def _gpu_entry(by_index: Dict[int, Dict[str, Any]], index: int, pids: set) -> Dict[str, Any]:
+        found = by_index.get(index)
+        if found is None:
+            return _empty_gpu(index)
+        entry = dict(found["entry"])
+        entry["proc_mem_bytes"] = None
+        entry["proc_util_percent"] = None
+        procs, utils = found["procs"], found["utils"]
+        if procs is not None:
+            ours = [used for pid, used in procs.items() if pid in pids]
+            known = [used for used in ours if used is not None]
+            entry["proc_mem_bytes"] = sum(known) if known or not ours else None
+        if utils is not None:
+            entry["proc_util_percent"] = float(sum(u for pid, u in utils.items() if pid in pids))
+        return entry
+
+
+def _scan_stats() -> Dict[int, Tuple[int, int, float]]:
+    """``{pid: (ppid, cpu ticks, start time)}`` for every process, in one walk of /proc."""
+    out: Dict[int, Tuple[int, int, float]] = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return out
+    for name in names:
+        if name.isdigit():
+            stat = _read_proc_stat(int(name))
+            if stat is not None:
+                out[int(name)] = stat
+    return out

@@ -1,0 +1,487 @@
+"""The patches autolog applies once TensorFlow, Keras or tf_keras has been imported.
+
+Imported only by ``launcher.autolog.recorder`` from its import hook, after the task imported one of
+those packages; it imports nothing of them at module import either. Every wrapper calls the
+original exactly once and does its own work inside ``autolog.guarded`` (an error turns
+autolog off, never breaks the call). Per-step work is an attribute read and a counter
+compare; anything that converts a tensor runs at most once per interval.
+
+What each patch gives:
+
+- optimizers (Keras 3, tf_keras, ``optimizers.legacy``): weak references read by the step
+  reader thread (``iterations`` = the step); ``apply_gradients`` bumps a counter, so a
+  ``tf.function`` whose call applied gradients is known as a train step;
+- ``tf.function`` calls of a train step: the scalar it returns becomes the loss (read later,
+  on the reader thread);
+- ``ClusterCoordinator.schedule``: the ``RemoteValue`` of a train step (read once done), and
+  placement of the variables created under a ParameterServerStrategy scope;
+- Keras ``Model.fit``: a callback with per-batch loss and logs, and placement at train begin;
+- ``tf.summary.scalar`` (eager calls) and TF1 ``FileWriter.add_summary``: each scalar and step;
+- TF1 ``Session.run``: the graph's global step, placement of ``global_variables()`` once, and a
+  fetched tensor named like a loss, all at most once per interval.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import sys
+import time
+import weakref
+from typing import Any, Callable, Dict, List, Optional
+
+from launcher.autolog import recorder as autolog
+from launcher.autolog.recorder import guarded, note, reader
+
+#: bumped by every apply_gradients: a function call during which it moved trains
+_applied = [0]
+_TRAIN_MARK = "_distlaunch_trains"
+
+
+def patch(name: str) -> None:
+    """Patch what the freshly imported top-level package ``name`` offers (once per package)."""
+    if name in autolog._state.patched:
+        return
+    autolog._state.patched.add(name)
+    module = sys.modules.get(name)
+    if module is None:
+        return
+    if name == "tensorflow":
+        _patch_tensorflow(module)
+    elif name == "keras":
+        _patch_keras_package(module, "keras")
+    elif name == "tf_keras":
+        _patch_keras_package(module, "tf_keras")
+
+
+def _module(name: str) -> Any:
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        return None
+
+
+def _wrap_method(owner: Any, attr: str, make: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
+    original = owner.__dict__.get(attr) if owner is not None else None
+    if original is None or getattr(original, "_distlaunch_wrapped", False):
+        return
+    wrapper = functools.wraps(original)(make(original))
+    wrapper._distlaunch_wrapped = True  # type: ignore[attr-defined]
+    setattr(owner, attr, wrapper)
+
+
+# -- optimizers ----------------------------------------------------------------------------------
+
+
+def _patch_optimizer_class(cls: Any) -> None:
+    def make_init(original: Callable[..., Any]) -> Callable[..., Any]:
+        def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+            original(self, *args, **kwargs)
+            if autolog._state.on:
+                guarded("optimizer registration", reader.add_optimizer, self)
+        return __init__
+
+    def make_apply(original: Callable[..., Any]) -> Callable[..., Any]:
+        def apply(self: Any, *args: Any, **kwargs: Any) -> Any:
+            _applied[0] += 1
+            return original(self, *args, **kwargs)
+        return apply
+
+    _wrap_method(cls, "__init__", make_init)
+    for name in ("apply_gradients", "apply"):
+        _wrap_method(cls, name, make_apply)
+
+
+# -- Keras fit -----------------------------------------------------------------------------------
+
+
+def _patch_keras_package(package: Any, name: str) -> None:
+    if name == "keras":
+        base = _module("keras.src.optimizers.base_optimizer")
+        _patch_optimizer_class(getattr(base, "BaseOptimizer", None))
+    else:
+        for path, cls in (("tf_keras.src.optimizers.optimizer", "Optimizer"),
+                          ("tf_keras.src.optimizers.legacy.optimizer_v2", "OptimizerV2")):
+            _patch_optimizer_class(getattr(_module(path), cls, None))
+    model = getattr(package, "Model", None)
+    owner = next((c for c in getattr(model, "__mro__", ()) if "fit" in c.__dict__), None)
+    callbacks = getattr(package, "callbacks", None)
+    if owner is None or callbacks is None:
+        return
+    callback_class = _callback_class(callbacks.Callback)
+
+    def make_fit(original: Callable[..., Any]) -> Callable[..., Any]:
+        def fit(self: Any, *args: Any, **kwargs: Any) -> Any:
+            if autolog._state.on:
+                added = guarded("Keras fit", _with_callback, args, kwargs, callback_class)
+                if added is not None:
+                    args, kwargs = added
+            return original(self, *args, **kwargs)
+        return fit
+
+    _wrap_method(owner, "fit", make_fit)
+
+
+# fit(x, y, batch_size, epochs, verbose, callbacks, ...): callbacks is the sixth positional argument
+_CALLBACKS_POSITION = 5
+
+
+def _with_callback(args: tuple, kwargs: Dict[str, Any], callback_class: Any) -> "tuple[tuple, Dict[str, Any]]":
+    if len(args) > _CALLBACKS_POSITION:
+        given = args[_CALLBACKS_POSITION]
+        listed = list(given) if given else []
+        if not any(isinstance(c, callback_class) for c in listed):
+            listed.append(callback_class())
+        return (*args[:_CALLBACKS_POSITION], listed, *args[_CALLBACKS_POSITION + 1:]), kwargs
+    listed = list(kwargs.get("callbacks") or [])
+    if not any(isinstance(c, callback_class) for c in listed):
+        listed.append(callback_class())
+    kwargs = dict(kwargs)
+    kwargs["callbacks"] = listed
+    return args, kwargs
+
+
+def _callback_class(base: Any) -> Any:
+    class DistlaunchAutologCallback(base):
+        """Per-batch loss and logs (kept as references, converted when a line goes out)."""
+
+        async_safe = True  # Keras 3: keeps asynchronous batch dispatch
+
+        def __init__(self) -> None:
+            super().__init__()
+            # tf_keras: logs stay tensors (no per-batch numpy conversion for our sake), and under
+            # ParameterServerStrategy they are RemoteValues, which only such callbacks may take
+            self._supports_tf_logs = True
+
+        def on_train_begin(self, logs: Optional[Dict[str, Any]] = None) -> None:
+            guarded("Keras fit", self._begin)
+
+        def _begin(self) -> None:
+            from launcher import report
+
+            report._newline_first = getattr(self, "params", {}).get("verbose") in (1, "auto")
+            model = self.model
+            optimizer = getattr(model, "optimizer", None)
+            if optimizer is not None:
+                reader.add_optimizer(optimizer)
+            variables = getattr(model, "variables", None) or getattr(model, "weights", [])
+            autolog.placement(list(variables))
+
+        def on_train_batch_end(self, batch: int, logs: Optional[Dict[str, Any]] = None) -> None:
+            if logs and autolog._state.on:
+                guarded("Keras fit", self._batch, logs)
+
+        def _batch(self, logs: Any) -> None:
+            if _is_remote(logs):  # ParameterServerStrategy: the whole logs dict, read once done
+                reader.offer_loss(logs, _read_remote_value)
+                reader.start()
+                return
+            optimizer = getattr(self.model, "optimizer", None)
+            step = getattr(optimizer, "iterations", None)
+            loss = logs.get("loss")
+            if _is_remote(loss):  # ParameterServerStrategy: read on the reader thread once done
+                reader.offer_loss(loss, _read_remote_value)
+                reader.start()
+                loss = step = None  # the reader reads the step too; no remote read here
+            others = {k: v for k, v in logs.items()
+                      if k not in ("loss", "step") and not isinstance(v, dict) and not _is_remote(v)}
+            note(step=step, loss=loss, values=others)
+
+        def on_train_end(self, logs: Optional[Dict[str, Any]] = None) -> None:
+            from launcher import report
+
+            guarded("Keras fit", autolog.reporter.emit)
+            report._newline_first = False
+
+    return DistlaunchAutologCallback
+
+
+# -- TensorFlow ----------------------------------------------------------------------------------
+
+
+def _patch_tensorflow(tf: Any) -> None:
+    _patch_function_calls()
+    _patch_parameter_server()
+    _patch_summary(tf)
+    _patch_session(tf)
+
+
+def _scalar_loss(value: Any) -> Any:
+    """The scalar tensor a train step returned (or its "loss" entry), else None."""
+    if isinstance(value, dict):
+        value = value.get("loss")
+    shape = getattr(value, "shape", None)
+    dtype = getattr(value, "dtype", None)
+    if shape is None or dtype is None or not getattr(dtype, "is_floating", False):
+        return None
+    try:
+        return value if len(shape) == 0 else None
+    except (TypeError, ValueError):
+        return None
+
+
+def _read_tensor(value: Any) -> Optional[float]:
+    from launcher import report
+
+    return report._to_float(value)
+
+
+def _patch_function_calls() -> None:
+    module = _module("tensorflow.python.eager.polymorphic_function.polymorphic_function")
+    _wrap_method(getattr(module, "Function", None), "__call__", function_call_wrapper)
+
+
+def function_call_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
+    """The wrapper of ``tf.function``'s ``__call__`` (module level: the benchmark times it alone)."""
+
+    def __call__(self: Any, *args: Any, **kwds: Any) -> Any:
+        before = _applied[0]
+        result = original(self, *args, **kwds)
+        # every call of every tf.function passes here: two reads, and for a train step a
+        # deque append, against a step of ~100 us or more
+        mark = self.__dict__.get(_TRAIN_MARK)
+        if mark is None and _applied[0] == before:
+            return result
+        if autolog._state.on:
+            try:
+                if mark is None:
+                    mark = self.__dict__[_TRAIN_MARK] = _loss_kind(result)
+                    reader.start()
+                if mark == "scalar":
+                    reader.loss_slots.append((result, _read_tensor))
+                elif mark == "dict":
+                    reader.loss_slots.append((result.get("loss"), _read_tensor))
+            except Exception as exc:
+                autolog.fail("tf.function result", exc)
+        return result
+    return __call__
+
+
+def _loss_kind(result: Any) -> str:
+    """How a train step's result holds its loss: "scalar", "dict" (a "loss" entry) or "none"."""
+    if isinstance(result, dict):
+        return "dict" if _scalar_loss(result) is not None else "none"
+    return "scalar" if _scalar_loss(result) is not None else "none"
+
+
+# -- ParameterServerStrategy: coordinator and variable placement ---------------------------------
+
+_ps_variables: "List[weakref.ref[Any]]" = []
+_ps_placed = [0]
+
+
+def _patch_parameter_server() -> None:
+    strategy = _module("tensorflow.python.distribute.parameter_server_strategy_v2")
+    extended = getattr(strategy, "ParameterServerStrategyV2Extended", None)
+
+    def make_create(original: Callable[..., Any]) -> Callable[..., Any]:
+        def _create_variable(self: Any, next_creator: Any, **kwargs: Any) -> Any:
+            per_worker = bool(kwargs.get("per_worker_variable"))
+            variable = original(self, next_creator, **kwargs)
+            if autolog._state.on and not per_worker:
+                guarded("ParameterServerStrategy variables", _ps_variables.append, weakref.ref(variable))
+            return variable
+        return _create_variable
+
+    _wrap_method(extended, "_create_variable", make_create)
+    coordinator = _module("tensorflow.python.distribute.coordinator.cluster_coordinator")
+    cls = getattr(coordinator, "ClusterCoordinator", None)
+
+    def make_schedule(original: Callable[..., Any]) -> Callable[..., Any]:
+        def schedule(self: Any, fn: Any, args: Any = None, kwargs: Any = None) -> Any:
+            before = _applied[0]
+            remote = original(self, fn, args=args, kwargs=kwargs)
+            if autolog._state.on:
+                guarded("ClusterCoordinator.schedule", _after_schedule, fn, remote, _applied[0] != before)
+            return remote
+        return schedule
+
+    _wrap_method(cls, "schedule", make_schedule)
+
+
+def _after_schedule(fn: Any, remote: Any, applied: bool) -> None:
+    if len(_ps_variables) != _ps_placed[0]:
+        _ps_placed[0] = len(_ps_variables)
+        live = [v for v in (ref() for ref in _ps_variables) if v is not None]
+        autolog.placement(live)
+    marks = getattr(fn, "__dict__", None)
+    if marks is None:
+        return
+    if applied and _TRAIN_MARK not in marks:
+        marks[_TRAIN_MARK] = "remote"
+    if marks.get(_TRAIN_MARK) is not None:
+        reader.offer_loss(remote, _read_remote_value)
+        reader.start()
+
+
+def _is_remote(value: Any) -> bool:
+    return hasattr(value, "fetch") and hasattr(value, "_status")
+
+
+def _read_remote_value(remote: Any) -> Optional[float]:
+    """The value of a RemoteValue that is already done; None (no wait) while it is not."""
+    status = getattr(remote, "_status", None)
+    if getattr(status, "value", None) != "READY" or getattr(remote, "_error", None) is not None:
+        return None
+    try:
+        value = remote.fetch()
+    except Exception:  # the scheduled function failed: the coordinator tells the script, not us
+        return None
+    if isinstance(value, dict):
+        value = value.get("loss")
+    return _read_tensor(value)
+
+
+# -- tf.summary ----------------------------------------------------------------------------------
+
+
+def _note_scalar(name: str, value: Any, step: Any) -> None:
+    if name.rsplit("/", 1)[-1].endswith("loss"):
+        note(step=step, loss=value)
+    else:
+        note(step=step, values={name: value})
+
+
+def _patch_summary(tf: Any) -> None:
+    summary = getattr(tf, "summary", None)
+    original = getattr(summary, "scalar", None)
+    if summary is not None and original is not None and not getattr(original, "_distlaunch_wrapped", False):
+        executing_eagerly = tf.executing_eagerly
+        get_step = summary.experimental.get_step
+
+        @functools.wraps(original)
+        def scalar(name: Any, data: Any, step: Any = None, description: Any = None) -> Any:
+            result = original(name, data, step=step, description=description)
+            if autolog._state.on and executing_eagerly():
+                guarded("tf.summary.scalar", _note_scalar, str(name), data,
+                        step if step is not None else get_step())
+            return result
+
+        scalar._distlaunch_wrapped = True  # type: ignore[attr-defined]
+        summary.scalar = scalar
+    writer = _module("tensorflow.python.summary.writer.writer")
+    transformer = getattr(writer, "SummaryToEventTransformer", None)
+
+    def make_add(original: Callable[..., Any]) -> Callable[..., Any]:
+        def add_summary(self: Any, summary: Any, global_step: Any = None) -> Any:
+            if autolog._state.on:
+                guarded("FileWriter.add_summary", _note_summary_proto, summary, global_step)
+            return original(self, summary, global_step)
+        return add_summary
+
+    _wrap_method(transformer, "add_summary", make_add)
+
+
+def _note_summary_proto(summary: Any, global_step: Any) -> None:
+    if isinstance(summary, bytes):
+        from tensorflow.core.framework import summary_pb2
+
+        parsed = summary_pb2.Summary()
+        parsed.ParseFromString(summary)
+        summary = parsed
+    for value in summary.value:
+        if value.WhichOneof("value") == "simple_value":
+            _note_scalar(value.tag, float(value.simple_value), global_step)
+
+
+# -- TF1 sessions --------------------------------------------------------------------------------
+
+
+class _SessionWatch:
+    def __init__(self) -> None:
+        self.next_read = 0.0
+        self.placed = False
+
+
+_sessions: "weakref.WeakKeyDictionary[Any, _SessionWatch]" = weakref.WeakKeyDictionary()
+
+
+def _patch_session(tf: Any) -> None:
+    session_module = _module("tensorflow.python.client.session")
+    cls = getattr(session_module, "BaseSession", None)
+
+    def make_run(original: Callable[..., Any]) -> Callable[..., Any]:
+        def run(self: Any, fetches: Any, feed_dict: Any = None, options: Any = None,
+                run_metadata: Any = None) -> Any:
+            result = original(self, fetches, feed_dict, options, run_metadata)
+            if autolog._state.on:
+                watch = _sessions.get(self)
+                now = time.monotonic()
+                if watch is None or now >= watch.next_read:
+                    guarded("Session.run", _session_tick, tf, original, self, fetches, result, now)
+            return result
+        return run
+
+    _wrap_method(cls, "run", make_run)
+
+    def make_close(original: Callable[..., Any]) -> Callable[..., Any]:
+        def close(self: Any) -> Any:
+            # the steps since the last read would be lost with the session: read once more
+            if autolog._state.on and _sessions.get(self) is not None:
+                guarded("Session.close", _final_session_read, tf, run_original, self)
+            return original(self)
+        return close
+
+    run_original = cls.__dict__["run"].__wrapped__ if cls is not None and "run" in cls.__dict__ else None
+    _wrap_method(cls, "close", make_close)
+
+
+def _final_session_read(tf: Any, run: Any, session: Any) -> None:
+    global_step = tf.compat.v1.train.get_global_step(session.graph)
+    if global_step is None or run is None or getattr(session, "_closed", False):
+        return
+    try:
+        step = int(run(session, global_step, None, None, None))
+    except tf.errors.OpError:
+        return
+    note(step=step, now=True)
+
+
+def _session_tick(tf: Any, run: Callable[..., Any], session: Any, fetches: Any, result: Any,
+                  now: float) -> None:
+    watch = _sessions.get(session)
+    if watch is None:
+        watch = _SessionWatch()
+        _sessions[session] = watch
+    watch.next_read = now + reader.interval
+    graph = session.graph
+    if not watch.placed:
+        watch.placed = True
+        variables = graph.get_collection(tf.compat.v1.GraphKeys.GLOBAL_VARIABLES)
+        if variables:
+            autolog.placement(list(variables))
+    step = None
+    global_step = tf.compat.v1.train.get_global_step(graph)
+    if global_step is not None:
+        try:
+            step = int(run(session, global_step, None, None, None))
+        except tf.errors.OpError:
+            # not initialized yet (a non-chief waiting for the chief), a ps restarting: the
+            # script's own run just worked, so try again next interval
+            step = None
+    loss = _fetched_loss(fetches, result, depth=0)
+    if step is not None or loss is not None:
+        note(step=step, loss=loss)
+
+
+def _fetched_loss(fetches: Any, result: Any, depth: int) -> Optional[float]:
+    """The value of a fetched scalar whose tensor name says loss (``.../loss:0``), if any."""
+    if depth > 3:
+        return None
+    if isinstance(fetches, dict) and isinstance(result, dict):
+        pairs = [(fetches[k], result.get(k)) for k in fetches]
+    elif isinstance(fetches, (list, tuple)) and isinstance(result, (list, tuple)):
+        pairs = [(fetches[i], result[i]) for i in range(min(len(fetches), len(result)))]
+    else:
+        name = str(getattr(fetches, "name", "") or "")
+        if "loss" in name.lower():
+            try:
+                return float(result)
+            except (TypeError, ValueError):
+                return None
+        return None
+    for fetch, value in pairs:
+        loss = _fetched_loss(fetch, value, depth + 1)
+        if loss is not None:
+            return loss
+    return None

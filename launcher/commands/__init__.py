@@ -1,0 +1,2 @@
+"""The verbs: one module per family of `distlaunch` commands. Runs on the user's machine.
+"""

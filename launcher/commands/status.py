@@ -1,0 +1,178 @@
+"""`distlaunch runs`: every run under the state root, newest first, without reading whole event files.
+
+A run's line comes from its state.json (job state, hosts, tasks, restarts, launcher pid) and the
+first and last lines of its events.jsonl (when it started and, once ended, when it ended), so
+listing hundreds of long runs stays quick.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from launcher import events as ev
+from launcher.commands.up import launcher_alive
+from launcher.paths import runs_root
+from launcher.rundir import EVENTS_FILE, LATEST_LINK, STATE_FILE
+
+#: how far from the end of events.jsonl the last complete line is looked for
+_TAIL_BYTES = 64 * 1024
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    run: str
+    dir: str
+    profile: str  # the profile's name
+    job_state: str
+    job_reason: str
+    started: float | None  # unix time of the run's first event
+    duration_s: float | None  # to its last event once ended, else until now
+    hosts: list[str]
+    tasks: int
+    restarts: int
+    #: "live": a launcher follows it; "detached": left running on purpose; "lost": not ended, yet no
+    #: launcher follows it and it was not detached (killed launcher: its tasks stop after the orphan
+    #: grace; `down` cleans up); None: ended
+    live: str | None
+
+
+def list_runs(root: Path | None = None, now: float | None = None) -> list[RunSummary]:
+    """Every readable run dir under ``root`` (default: the state root), newest first."""
+    root = runs_root() if root is None else root
+    if not root.is_dir():
+        return []
+    now = time.time() if now is None else now
+    found: list[RunSummary] = []
+    seen: set[Path] = set()
+    for entry in root.iterdir():
+        if entry.name == LATEST_LINK or not (entry / STATE_FILE).is_file():
+            continue
+        path = entry.resolve()  # runs kept elsewhere (--run-dir) are linked into the root by id
+        if path in seen:
+            continue
+        seen.add(path)
+        summary = summarize_run(path, now)
+        if summary is not None:
+            found.append(summary)
+    found.sort(key=lambda r: r.started or 0.0, reverse=True)
+    return found
+
+
+def summarize_run(path: Path, now: float) -> RunSummary | None:
+    """One run's line; None for a run dir whose state cannot be read (half-written, foreign)."""
+    try:
+        state: dict[str, Any] = json.loads((path / STATE_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(state, dict) or "run_id" not in state:
+        return None
+    first, last, last_job = _ends_of_events(path / EVENTS_FILE)
+    started = _float(first.get("ts")) if first else None
+    if started is None:
+        with contextlib.suppress(OSError):
+            started = (path / STATE_FILE).stat().st_mtime
+    job_state = str(state.get("job_state") or "")
+    job_reason = str(state.get("job_reason") or "")
+    if last_job is not None:  # newer than state.json, which is written less often than events
+        job_state = str(last_job.get("state") or job_state)
+        job_reason = str(last_job.get("reason") or job_reason)
+    ended = job_state in (ev.JOB_SUCCEEDED, ev.JOB_FAILED)
+    end = _float(last.get("ts")) if (last and ended) else now
+    tasks = state.get("tasks") or {}
+    live: str | None = None
+    if not ended:
+        if launcher_alive(state):
+            live = "live"
+        elif state.get("detached"):
+            live = "detached"
+        else:
+            live = "lost"
+    return RunSummary(
+        run=str(state["run_id"]),
+        dir=str(path),
+        profile=str(state.get("name") or ""),
+        job_state=job_state or "unknown",
+        job_reason=job_reason,
+        started=started,
+        duration_s=max(0.0, end - started) if (started is not None and end is not None) else None,
+        hosts=sorted(state.get("hosts") or {}),
+        tasks=len(tasks),
+        restarts=sum(int(t.get("restarts") or 0) for t in tasks.values()),
+        live=live,
+    )
+
+
+def _ends_of_events(path: Path) -> tuple[dict[str, Any] | None, dict[str, Any] | None, dict[str, Any] | None]:
+    """The first event, the last complete one, and the last job event within the file's tail."""
+    try:
+        with path.open("rb") as fh:
+            first = _decode(fh.readline())
+            fh.seek(0, 2)
+            size = fh.tell()
+            fh.seek(max(0, size - _TAIL_BYTES))
+            tail = fh.read().split(b"\n")
+    except OSError:
+        return None, None, None
+    last = last_job = None
+    for raw in reversed(tail[:-1]):  # the piece after the final newline is empty or torn
+        if last is not None and b'"job"' not in raw:
+            continue
+        event = _decode(raw)
+        if event is None:
+            continue
+        last = last or event
+        if event.get("kind") == ev.JOB:
+            last_job = event
+            break
+    return first, last, last_job
+
+
+def _decode(raw: bytes) -> dict[str, Any] | None:
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _float(value: object) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+# -- the verb -------------------------------------------------------------------------------------
+
+
+def human_duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    seconds = int(seconds)
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+
+
+def run_runs(args: argparse.Namespace) -> int:
+    runs = list_runs()
+    if args.json:
+        print(json.dumps([asdict(r) for r in runs], indent=2))
+        return 0
+    if not runs:
+        print(f"no runs yet under {runs_root()}; start one with `distlaunch up PROFILE`")
+        return 0
+    rows = [("RUN", "PROFILE", "STATE", "STARTED", "DURATION", "HOSTS", "TASKS", "RESTARTS", "")]
+    for r in runs:
+        started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r.started)) if r.started else "-"
+        rows.append((r.run, r.profile, r.job_state, started, human_duration(r.duration_s),
+                     ",".join(r.hosts) or "-", str(r.tasks), str(r.restarts), r.live or ""))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+    return 0

@@ -1,0 +1,154 @@
+"""Packs the host agent into one zipapp the launcher uploads to every host.
+
+Hosts need only Python (DESIGN.md section 3): the zipapp carries the stdlib-only modules the
+agent and training scripts import (``launcher.agent``, ``launcher.events``, ``launcher.report``,
+...), and the agent puts the zipapp itself on the task's PYTHONPATH.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import importlib.util
+import io
+import os
+import shlex
+import sys
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+
+# Modules that run on hosts; each is packed only if it exists in this source tree.
+AGENT_MODULES = ("__init__", "events", "report",
+                 "agent/__init__", "agent/procs", "agent/spec", "agent/output", "agent/runner",
+                 "agent/stream", "agent/hostagent", "agent/clients", "agent/netcheck", "agent/verbs",
+                 "agent/sampling", "agent/nvml", "agent/hostcheck", "agent/metricregex",
+                 "autolog/__init__", "autolog/recorder", "autolog/hook", "autolog/patches")
+#: autolog's start-up hook: a directory of its own in the archive, put on a task's path only
+#: when autolog is on (``agent.pyz/distlaunch_site``; zipimport reads subdirectories)
+SITE_DIR = "distlaunch_site"
+SITE_SOURCE = "autolog/startup.py"
+
+_MAIN = b"""import sys
+
+from launcher.agent import main
+
+sys.exit(main())
+"""
+
+# A fixed timestamp makes the archive byte-identical for the same sources.
+_FIXED_DATE = (1980, 1, 1, 0, 0, 0)
+
+
+def agent_sources() -> dict[str, bytes]:
+    """Archive name -> content of every file the agent zipapp holds."""
+    package_dir = Path(__file__).resolve().parent.parent  # launcher/
+    files = {"__main__.py": _MAIN}
+    for module in AGENT_MODULES:
+        source = package_dir / (module + ".py")
+        if source.is_file():
+            files[f"launcher/{module}.py"] = source.read_bytes()
+    site = package_dir / SITE_SOURCE
+    if site.is_file():
+        files[f"{SITE_DIR}/sitecustomize.py"] = site.read_bytes()
+    return files
+
+
+def unchecked_pyc(source: bytes, filename: str) -> bytes:
+    """Bytecode for this interpreter's version, marked "unchecked hash" (PEP 552).
+
+    Without it every agent start compiles agent.py and events.py (~100 ms of CPU each time,
+    seconds for a 64-task launch on a small host). zipimport uses it only when the host's
+    Python has the same magic number, and reads the source otherwise.
+    """
+    import marshal
+
+    code = compile(source, filename, "exec", dont_inherit=True)
+    header = importlib.util.MAGIC_NUMBER + (0b01).to_bytes(4, "little") + importlib.util.source_hash(source)
+    return header + marshal.dumps(code)
+
+
+def with_bytecode(files: Mapping[str, bytes]) -> dict[str, bytes]:
+    out = dict(files)
+    for name, data in files.items():
+        if name.startswith("launcher/") and name.endswith(".py"):
+            out[name + "c"] = unchecked_pyc(data, name)
+    return out
+
+
+def pack_zipapp(files: Mapping[str, bytes]) -> bytes:
+    """A deterministic zip archive of ``files`` (sorted names, fixed timestamps)."""
+    import zipfile  # here: a launch that finds the archive in the cache never needs it
+
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        for name in sorted(files):
+            info = zipfile.ZipInfo(name, date_time=_FIXED_DATE)
+            info.compress_type = zipfile.ZIP_DEFLATED
+            info.external_attr = 0o644 << 16
+            archive.writestr(info, files[name])
+    return buffer.getvalue()
+
+
+@functools.cache
+def build_agent_zipapp() -> bytes:
+    """The agent zipapp as bytes: ``python agent.pyz VERB ...`` runs ``launcher.agent.main``.
+
+    Built once per process from this source tree, and kept in the state dir under a hash of the
+    sources, this packer and this interpreter's bytecode version and optimization level:
+    compiling and packing it cost every `up` ~80 ms of CPU before its first host was prepared.
+    A kept archive that is not a whole zip file (a crash mid-write) is built again."""
+    files = agent_sources()
+    cached = _cache_path(files)
+    with contextlib.suppress(OSError):
+        data = cached.read_bytes()
+        if _whole_zip(data):
+            return data
+    data = pack_zipapp(with_bytecode(files))
+    _store(cached, data)
+    return data
+
+
+#: archives kept in the state dir (each checkout or version of distlaunch has its own)
+KEEP_ARCHIVES = 8
+
+
+def _cache_path(files: Mapping[str, bytes]) -> Path:
+    from launcher.paths import state_home
+
+    digest = hashlib.sha256(importlib.util.MAGIC_NUMBER + b"O%d" % sys.flags.optimize)
+    digest.update(Path(__file__).read_bytes())  # how it is packed
+    for name in sorted(files):
+        digest.update(b"%d:%s\0" % (len(files[name]), name.encode()))
+        digest.update(files[name])
+    return state_home() / "cache" / f"agent-{digest.hexdigest()[:24]}.pyz"
+
+
+def _whole_zip(data: bytes) -> bool:
+    """Ends with a zip "end of central directory" record (our archives carry no comment)."""
+    return len(data) >= 22 and data[-22:-18] == b"PK\x05\x06"
+
+
+def _store(path: Path, data: bytes) -> None:
+    """Write whole or not at all (a rename of a file of this thread's own), never failing: the
+    cache only saves time. Older archives beyond KEEP_ARCHIVES go."""
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        kept = sorted(path.parent.glob("agent-*.pyz"), key=lambda p: p.stat().st_mtime, reverse=True)
+        for old in kept[KEEP_ARCHIVES:]:
+            old.unlink()
+    except OSError:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+
+
+def agent_command(python: str, pyz_path: str, *args: str) -> str:
+    """A shell command line running one agent verb, every part quoted."""
+    return " ".join(shlex.quote(part) for part in (python, pyz_path, *args))

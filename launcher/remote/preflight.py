@@ -1,0 +1,312 @@
+"""Everything checked on the hosts before a task starts (DESIGN.md section 7).
+
+Used by `check` (which only reports) and by `up` (which stops at the first problem, before
+anything is started anywhere). Hosts are checked in parallel, one thread each.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from launcher.agent.netcheck import TF_DISTRIBUTIONS
+from launcher.errors import HostError, UserError
+from launcher.model import Plan, TaskSpec
+from launcher.paths import state_home
+from launcher.remote.agentpack import build_agent_zipapp
+from launcher.remote.session import HostSession, remote_base_dir, remote_outputs_dir
+from launcher.remote.sync import sync_hosts
+from launcher.remote.taskcheck import describe_all, host_checks
+from launcher.transport import Host, make_host
+
+T = TypeVar("T")
+
+TF_CHECK = ("import platform, tensorflow as tf; "
+            "print(platform.python_version(), tf.__version__, '(imported)')")
+#: for `up`: TensorFlow's version from its installed package's metadata, which takes milliseconds
+#: where an import takes seconds; without such metadata (a source tree on the path) it imports
+TF_METADATA_CHECK = f"""import platform
+try:
+    from importlib import metadata
+    for name in {TF_DISTRIBUTIONS!r}:
+        try:
+            print(platform.python_version(), metadata.version(name), "(package metadata)")
+            break
+        except metadata.PackageNotFoundError:
+            continue
+    else:
+        raise ImportError("no TensorFlow distribution")
+except ImportError:
+    import tensorflow as tf
+    print(platform.python_version(), tf.__version__, "(imported)")
+"""
+PY_CHECK = "import platform; print(platform.python_version())"
+
+
+class PreflightError(UserError):
+    """One or more problems on the hosts; the message has one line per problem."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("\n".join(problems))
+        self.problems = problems
+
+
+@dataclass
+class Preflight:
+    """What a successful preflight found: connected hosts, their sessions and every task's port."""
+
+    hosts: dict[str, Host]
+    sessions: dict[str, HostSession] = field(default_factory=dict)
+    ports: dict[str, int] = field(default_factory=dict)
+    versions: dict[str, str] = field(default_factory=dict)
+
+    def close(self) -> None:
+        for session in self.sessions.values():
+            channel = session.take_channel()  # not taken by a supervisor: the launch stopped before it
+            if channel is not None:
+                channel.close()
+        for host in self.hosts.values():
+            host.close()
+
+
+def _parallel(items: dict[str, T], fn: Callable[[str, T], list[str]]) -> list[str]:
+    if not items:
+        return []
+    with ThreadPoolExecutor(max_workers=min(32, len(items))) as pool:
+        results = list(pool.map(lambda kv: fn(*kv), items.items()))
+    return [problem for problems in results for problem in problems]
+
+
+def connect_hosts(plan: Plan, on_notice: Callable[[str], None]) -> dict[str, Host]:
+    """Connect to every host the plan uses; raise PreflightError naming each one that failed."""
+    used = {t.host for t in plan.tasks}
+    configs = {name: cfg for name, cfg in plan.profile.hosts.items() if name in used}
+    hosts: dict[str, Host] = {}
+
+    def connect(name: str, cfg: object) -> list[str]:
+        host = make_host(plan.profile.hosts[name], on_notice=on_notice)
+        try:
+            host.connect()
+        except HostError as exc:
+            return [str(exc)]
+        hosts[name] = host
+        return []
+
+    problems = _parallel(configs, connect)
+    if problems:
+        for host in hosts.values():
+            host.close()
+        raise PreflightError(problems)
+    return hosts
+
+
+def check_pythons(plan: Plan, hosts: dict[str, Host], import_tf: bool = True,
+                  skip: frozenset[tuple[str, str]] = frozenset()) -> tuple[list[str], dict[str, str]]:
+    """Each (host, python) pair (but ``skip``) runs and has TensorFlow unless the strategy is custom:
+    imported (``import_tf``, for `check`), else read from its package metadata where it has some."""
+    need_tf = plan.profile.strategy != "custom"
+    tf_check = TF_CHECK if import_tf else TF_METADATA_CHECK
+    pairs = sorted({(t.host, t.python) for t in plan.tasks} - skip)
+    versions: dict[str, str] = {}
+
+    def check(host_name: str, pythons: list[str]) -> list[str]:
+        host = hosts[host_name]
+        problems = []
+        for python in pythons:
+            code = tf_check if need_tf else PY_CHECK
+            result = host.run(f"{shlex.quote(python)} -c {shlex.quote(code)}", timeout=180)
+            if result.exit_code == 127 or ("not found" in result.stderr and not result.stdout):
+                problems.append(f"host {host_name}: python {python!r} not found; set `python` in "
+                                "[defaults] (or the role) to an interpreter that exists there")
+            elif result.exit_code != 0:
+                last = (result.stderr.strip().splitlines() or ["unknown error"])[-1]
+                problems.append(f"host {host_name}: `import tensorflow` fails with {python} ({last}); "
+                                "install tensorflow there or point `python` at an interpreter that has it")
+            else:
+                versions[f"{host_name} {python}"] = result.stdout.strip()
+        return problems
+
+    by_host: dict[str, list[str]] = {}
+    for host_name, python in pairs:
+        by_host.setdefault(host_name, []).append(python)
+    return _parallel(by_host, check), versions
+
+
+def check_tasks(plan: Plan, sessions: dict[str, HostSession]) -> tuple[list[str], dict[str, int]]:
+    """One round trip per host: the tasks' workdirs, scripts, modules and programs exist there
+    (launcher/remote/taskcheck.py), given ports are free, and tasks without one get a free port picked."""
+    ports: dict[str, int] = {}
+    chosen: dict[str, dict[str, int]] = {}
+    path_checks = host_checks(plan)
+
+    def check(host_name: str, session: HostSession) -> list[str]:
+        tasks = [t for t in plan.tasks if t.host == host_name]
+        given = [t for t in tasks if t.port is not None]
+        auto = [t for t in tasks if t.port is None]
+        busy, picked, failed = session.preflight("0.0.0.0", [t.port for t in given if t.port], len(auto),
+                                                 path_checks.get(host_name, []))
+        problems, chosen[host_name] = _judge_host(host_name, given, auto, busy, picked, failed)
+        return problems
+
+    problems = _parallel(sessions, check)
+    for found in chosen.values():
+        ports.update(found)
+    return problems, ports
+
+
+def _judge_host(host_name: str, given: list[TaskSpec], auto: list[TaskSpec], busy: list[int], picked: list[int],
+                failed: list[dict[str, Any]]) -> tuple[list[str], dict[str, int]]:
+    """A host's preflight answer as problem lines and the port of each of its tasks (given ones,
+    then those picked there for the tasks without one)."""
+    problems = describe_all(host_name, failed)
+    problems += [f"host {host_name}: port {t.port} for {t.task_id} is already in use; stop what "
+                 f"listens there or give roles.{t.role}.port another value" for t in given if t.port in busy]
+    ports = {t.task_id: int(t.port) for t in given if t.port is not None}
+    ports.update({t.task_id: p for t, p in zip(auto, picked, strict=False)})
+    return problems, ports
+
+
+def _python_for(plan: Plan, host_name: str) -> str:
+    return next(t.python for t in plan.tasks if t.host == host_name)
+
+
+def prepare_hosts(plan: Plan, run_id: str, local_root: Path | None,
+                  on_notice: Callable[[str], None], progress: Callable[[str], None],
+                  import_tf: bool = False) -> Preflight:
+    """Connect, check interpreters and ports, upload the agent: everything before the first task.
+    ``import_tf``: import TensorFlow on every host (`check`) instead of reading its version."""
+    n = len({t.host for t in plan.tasks})
+    progress(f"connecting to {n} host{'s' if n != 1 else ''}")
+    hosts = connect_hosts(plan, on_notice)
+    pre = Preflight(hosts)
+    if not import_tf and plan.profile.sync is None:
+        try:
+            _fast_preflight(plan, run_id, local_root, pre, progress)
+        except BaseException:
+            pre.close()
+            raise
+        return pre
+    try:
+        progress("checking python" + ("" if plan.profile.strategy == "custom" else " and TensorFlow")
+                 + " on the hosts")
+        problems, pre.versions = check_pythons(plan, hosts, import_tf)
+        if problems:
+            raise PreflightError(problems)
+        _sessions(plan, run_id, local_root, pre)
+        upload_problems = _parallel(pre.sessions, _upload)
+        if upload_problems:
+            raise PreflightError(upload_problems)
+        try:
+            sync_hosts(plan, pre.sessions, progress, on_notice)
+        except HostError as exc:
+            raise PreflightError([str(exc)]) from None
+        progress("checking workdirs, scripts and ports")
+        problems, pre.ports = check_tasks(plan, pre.sessions)
+        if problems:
+            raise PreflightError(problems)
+    except BaseException:
+        pre.close()
+        raise
+    return pre
+
+
+def _sessions(plan: Plan, run_id: str, local_root: Path | None, pre: Preflight) -> None:
+    """A HostSession per host; in parallel, as finding a host's home directory is a round trip."""
+    root = str(local_root) if local_root is not None else None
+
+    def session(name: str, host: Host) -> HostSession:
+        config = plan.profile.hosts[name]
+        base = remote_base_dir(host, config, run_id, root)
+        outputs = remote_outputs_dir(host, config, plan.profile.outputs, plan.profile.directory)
+        return HostSession(config, host, run_id, base, _python_for(plan, name), outputs)
+
+    with ThreadPoolExecutor(max_workers=min(32, max(1, len(pre.hosts)))) as pool:
+        futures = {name: pool.submit(session, name, host) for name, host in pre.hosts.items()}
+    for name, future in futures.items():
+        pre.sessions[name] = future.result()  # a host's HostError (no $HOME) is raised here
+
+
+def _fast_preflight(plan: Plan, run_id: str, local_root: Path | None, pre: Preflight,
+                    progress: Callable[[str], None]) -> None:
+    """`up` without [sync]: per host ONE round trip uploads the agent and runs its preflight (the
+    host's python and TensorFlow version from package metadata, paths, ports); a second python on
+    a host is checked apart. Problems are worded as in the step-by-step path."""
+    need_tf = plan.profile.strategy != "custom"
+    progress("checking python" + (" and TensorFlow" if need_tf else "") + ", workdirs, scripts and ports")
+    _sessions(plan, run_id, local_root, pre)
+    path_checks = host_checks(plan)
+    chosen: dict[str, dict[str, int]] = {}
+    build_agent_zipapp()  # once, before the hosts' threads (each would build it on a cold cache)
+
+    def check(host_name: str, session: HostSession) -> list[str]:
+        tasks = [t for t in plan.tasks if t.host == host_name]
+        given = [t for t in tasks if t.port is not None]
+        auto = [t for t in tasks if t.port is None]
+        # where the host agent can be forked from a command (not a Slurm step), that command is
+        # this one, and its channel stays open as the host's follow channel
+        prepare = session.open_channel if session.host.detach_by_setsid else session.prepare_and_preflight
+        try:
+            answer = prepare("0.0.0.0", [t.port for t in given if t.port], len(auto),
+                             path_checks.get(host_name, []), need_tf)
+        except HostError as exc:
+            if getattr(exc, "python_missing", False):
+                return [str(exc)]
+            return [f"host {host_name}: cannot upload the agent to {session.base_dir}: {exc}"]
+        if need_tf:
+            tf = answer.get("tensorflow") or {}
+            if tf.get("error"):
+                return [f"host {host_name}: `import tensorflow` fails with {session.python} ({tf['error']}); "
+                        "install tensorflow there or point `python` at an interpreter that has it"]
+            pre.versions[f"{host_name} {session.python}"] = (f"{answer.get('python')} {tf.get('version')} "
+                                                              f"({tf.get('how')})")
+        else:
+            pre.versions[f"{host_name} {session.python}"] = str(answer.get("python"))
+        found = answer.get("ports") or {}
+        busy, picked = [int(p) for p in found.get("busy", [])], [int(p) for p in found.get("picked", [])]
+        problems, chosen[host_name] = _judge_host(host_name, given, auto, busy, picked,
+                                                  list(answer.get("failed") or []))
+        return problems
+
+    problems = _parallel(pre.sessions, check)
+    agent_pythons = frozenset((name, s.python) for name, s in pre.sessions.items())
+    more, versions = check_pythons(plan, pre.hosts, import_tf=False, skip=agent_pythons)
+    pre.versions.update(versions)
+    if problems or more:
+        raise PreflightError(problems + more)
+    for found in chosen.values():
+        pre.ports.update(found)
+
+
+def _upload(name: str, session: HostSession) -> list[str]:
+    try:
+        session.prepare()
+    except (HostError, OSError) as exc:
+        return [f"host {name}: cannot upload the agent to {session.base_dir}: {exc}"]
+    return []
+
+
+def preflight_plan(plan: Plan) -> list[str]:
+    """For `check`: every problem on the hosts as one line each (empty when all is well)."""
+
+    def progress(msg: str) -> None:
+        print(f"... {msg}", file=sys.stderr)
+
+    def notice(msg: str) -> None:
+        print(f"distlaunch: {msg}", file=sys.stderr)
+
+    try:
+        pre = prepare_hosts(plan, "preflight", state_home() / "preflight", notice, progress, import_tf=True)
+    except PreflightError as exc:
+        return exc.problems
+    try:
+        for where, version in sorted(pre.versions.items()):
+            print(f"  {where}: {version}")
+        print("preflight: all hosts reachable, interpreters work, workdirs and scripts found, ports free")
+    finally:
+        pre.close()
+    return []

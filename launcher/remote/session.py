@@ -1,0 +1,318 @@
+"""A run's presence on one host: its run dir there, the uploaded agent, and the agent verbs.
+
+The supervisor talks to hosts only through this class; it turns agent verbs
+(docs/ARCHITECTURE.md) into shell commands over a ``Host`` and parses their JSON answers.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import posixpath
+import shlex
+import tarfile
+import time
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from launcher.errors import HostError
+from launcher.model import HostConfig
+from launcher.remote.agentpack import build_agent_zipapp
+from launcher.remote.channel import BOOTSTRAP, AgentChannel
+from launcher.transport import Host, LineStream
+
+
+def remote_base_dir(host: Host, config: HostConfig, run_id: str, local_host_root: str | None) -> str:
+    """The host run dir: under the local run dir for local hosts, under ~/.cache on SSH hosts."""
+    if config.transport == "local" and local_host_root is not None:
+        return f"{local_host_root}/{config.name}"
+    return f"{host.home()}/.cache/distlaunch/runs/{run_id}"
+
+
+def remote_outputs_dir(host: Host, config: HostConfig, outputs: str, profile_dir: Path) -> str:
+    """The job's outputs folder on a host: ``~`` is the host's home; a relative path is taken from the
+    profile's folder on local hosts and from the home on ssh hosts (like ``workdir``)."""
+    if outputs == "~" or outputs.startswith("~/"):
+        return posixpath.normpath(host.home() + outputs[1:])
+    if outputs.startswith("/"):
+        return posixpath.normpath(outputs)
+    if config.transport == "local":
+        return str((profile_dir / outputs).resolve())
+    return posixpath.normpath(f"{host.home()}/{outputs}")
+
+
+class HostSession:
+    def __init__(self, config: HostConfig, host: Host, run_id: str, base_dir: str, python: str,
+                 outputs_dir: str = "") -> None:
+        self.config = config
+        self.host = host
+        self.run_id = run_id
+        self.base_dir = base_dir
+        self.python = python
+        #: the job's outputs on this host: created before any task starts, never removed by distlaunch
+        self.outputs_dir = outputs_dir
+        #: the channel ``open_channel`` left open, until the supervisor takes it as its follow channel
+        self.channel: AgentChannel | None = None
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    @property
+    def pyz(self) -> str:
+        return f"{self.base_dir}/agent.pyz"
+
+    def task_dir(self, slug: str) -> str:
+        return f"{self.base_dir}/tasks/{slug}"
+
+    def _agent_cmd(self, verb: str, *args: str, python: str | None = None) -> str:
+        parts = [python or self.python, self.pyz, verb, *args]
+        return " ".join(shlex.quote(p) for p in parts)
+
+    def agent(self, verb: str, *args: str, timeout: float = 60.0) -> dict[str, Any]:
+        """Run an agent verb and return its JSON answer."""
+        result = self.host.run(self._agent_cmd(verb, *args), timeout=timeout)
+        lines = [ln for ln in result.stdout.splitlines() if ln.strip()]
+        if result.exit_code != 0 or not lines:
+            detail = (result.stderr.strip().splitlines() or ["no output"])[-1]
+            raise HostError(f"host {self.name}: agent `{verb}` failed (exit {result.exit_code}): {detail}")
+        try:
+            answer: dict[str, Any] = json.loads(lines[-1])
+        except ValueError:
+            raise HostError(f"host {self.name}: agent `{verb}` answered {lines[-1][:200]!r}") from None
+        return answer
+
+    # -- setup ----------------------------------------------------------------------------------
+
+    def prepare(self) -> None:
+        """Start a fresh host run dir, private to the user (0700: task output and specs hold
+        paths, env and tokens): leftovers of an earlier run with the same id must not be
+        followed as if they were this run's events."""
+        # one round trip: the run dir, the outputs, and the agent from stdin (SFTP costs ~6 round trips)
+        result = self.host.run(self._prepare_script(), timeout=120, stdin=build_agent_zipapp())
+        if not result.ok:
+            detail = (result.stderr.strip().splitlines() or ["no output"])[-1]
+            raise HostError(f"host {self.name}: cannot create the run dir {self.base_dir} or the outputs "
+                            f"{self.outputs_dir}, or write the agent there: {detail}")
+
+    def _dirs_script(self) -> str:
+        """Shell for a fresh private run dir and the outputs."""
+        base = shlex.quote(self.base_dir)
+        outputs = f" && mkdir -p -- {shlex.quote(self.outputs_dir)}" if self.outputs_dir else ""
+        return (f"rm -rf -- {base}/tasks {base}/lease {base}/detached && "
+                f"mkdir -p -m 700 {base} && chmod 700 {base}{outputs}")
+
+    def _prepare_script(self) -> str:
+        """Shell for a fresh private run dir, the outputs, and the agent zipapp from stdin."""
+        pyz, tmp = shlex.quote(self.pyz), shlex.quote(self.pyz + ".tmp")
+        return f"{self._dirs_script()} && (umask 077 && cat > {tmp}) && mv -f {tmp} {pyz}"
+
+    def _preflight_args(self, bind: str, check: Iterable[int], pick: int,
+                        path_checks: list[dict[str, Any]]) -> list[str]:
+        """The agent `preflight` arguments; relative paths are judged from the host run dir."""
+        args = ["--cwd", self.base_dir, "--bind", bind, "--checks", json.dumps(path_checks)]
+        ports = ",".join(str(p) for p in check)
+        if ports:
+            args += ["--check", ports]
+        if pick:
+            args += ["--pick", str(pick)]
+        return args
+
+    def prepare_and_preflight(self, bind: str, check: Iterable[int], pick: int, path_checks: list[dict[str, Any]],
+                              tensorflow: bool) -> dict[str, Any]:
+        """``prepare`` and the agent's ``preflight`` in ONE round trip (the launch's fast path, when
+        no [sync] has to run between them). Raises HostError with ``python_missing`` set when the
+        host's python does not run; else returns the preflight answer."""
+        args = self._preflight_args(bind, check, pick, path_checks)
+        if tensorflow:
+            args.append("--tensorflow")
+        script = f"{self._prepare_script()} || exit 98\n" + self._agent_cmd("preflight", *args)
+        result = self.host.run(script, timeout=180, stdin=build_agent_zipapp())
+        lines = [ln for ln in result.stdout.splitlines() if ln.strip()]
+        detail = (result.stderr.strip().splitlines() or ["no output"])[-1]
+        if result.exit_code != 0 or not lines:
+            raise self._preflight_failure(result.exit_code, detail, answered=bool(lines))
+        return self._preflight_answer(lines[-1])
+
+    def open_channel(self, bind: str, check: Iterable[int], pick: int, path_checks: list[dict[str, Any]],
+                     tensorflow: bool, timeout: float = 180.0) -> dict[str, Any]:
+        """What ``prepare_and_preflight`` does, in one exec that then stays open as this host's
+        follow channel (launcher/remote/channel.py): returns the preflight answer and leaves the
+        channel in ``self.channel``; the host agent starts on the launcher's first line there.
+        Raises HostError as ``prepare_and_preflight`` does (the channel is closed then)."""
+        args = self._preflight_args(bind, check, pick, path_checks)
+        if tensorflow:
+            args.append("--tensorflow")
+        args += ["--then-follow", "--run-dir", self.base_dir]
+        pyz = build_agent_zipapp()
+        verb = " ".join(shlex.quote(p) for p in (self.python, "-c", BOOTSTRAP, str(len(pyz)), self.pyz,
+                                                  "preflight", *args))
+        script = f"{self._dirs_script()} || exit 98\nDISTLAUNCH_RUN_ID={shlex.quote(self.run_id)} exec {verb}"
+        channel = AgentChannel()
+        channel.stream = self.host.stream_lines(script, channel.feed, channel.ended)
+        uploaded = channel.send(pyz, timeout)  # if the command is gone already, its exit status tells why
+        try:
+            try:
+                line = channel.first_line(timeout)
+            except TimeoutError:
+                raise HostError(f"host {self.name}: agent `preflight` did not answer within {timeout:g} s") from None
+            if line is None:
+                code = channel.wait(10.0)
+                if code is None and not uploaded:
+                    raise HostError(f"host {self.name}: uploading the agent ({len(pyz)} bytes) stalled for "
+                                    f"{timeout:g} s; check the host and the link")
+                detail = (channel.stderr_tail().strip().splitlines() or channel.noise or ["no output"])[-1]
+                raise self._preflight_failure(-1 if code is None else code, detail, answered=False)
+            answer = self._preflight_answer(line)
+            if answer.get("error"):
+                raise HostError(f"host {self.name}: agent `preflight` failed: {answer['error']}")
+        except BaseException:
+            channel.close()
+            raise
+        self.channel = channel
+        return answer
+
+    def _preflight_failure(self, code: int, detail: str, answered: bool) -> HostError:
+        if code == 98:
+            return HostError(f"host {self.name}: cannot create the run dir {self.base_dir} or the outputs "
+                             f"{self.outputs_dir}, or write the agent there: {detail}")
+        if code == 127 or (code != 0 and "not found" in detail and not answered):
+            error = HostError(f"host {self.name}: python {self.python!r} not found; set `python` in "
+                              "[defaults] (or the role) to an interpreter that exists there")
+            error.python_missing = True  # type: ignore[attr-defined]
+            return error
+        return HostError(f"host {self.name}: agent `preflight` failed (exit {code}): {detail}")
+
+    def _preflight_answer(self, line: str) -> dict[str, Any]:
+        try:
+            answer: dict[str, Any] = json.loads(line)
+        except ValueError:
+            raise HostError(f"host {self.name}: agent `preflight` answered {line[:200]!r}") from None
+        return answer
+
+    def take_channel(self) -> AgentChannel | None:
+        """The channel ``open_channel`` left open (once: a later follow is an exec of its own)."""
+        channel, self.channel = self.channel, None
+        return channel
+
+    def remove_run_dir(self) -> None:
+        """Remove this host's run dir (agent, specs, event files); the job's outputs are never touched.
+
+        Refuses a path that does not look like a run dir of this run, or that holds the outputs."""
+        base = posixpath.normpath(self.base_dir)
+        parts = base.split("/")
+        looks_like_run_dir = len(parts) > 3 and (parts[-1] == self.run_id or parts[-2] == "hosts")
+        outputs = posixpath.normpath(self.outputs_dir) if self.outputs_dir else ""
+        if not looks_like_run_dir or (outputs and (outputs == base or outputs.startswith(base + "/"))):
+            raise HostError(f"host {self.name}: {self.base_dir} is not only this run's scratch space; "
+                            "left in place")
+        result = self.host.run(f"rm -rf -- {shlex.quote(base)}", timeout=120)
+        if not result.ok:
+            detail = (result.stderr.strip().splitlines() or ["no output"])[-1]
+            raise HostError(f"host {self.name}: cannot remove {self.base_dir}: {detail}")
+
+    def write_specs(self, specs: Mapping[str, Mapping[str, Any]]) -> None:
+        """Every spec.json of this host in one round trip: a tar archive unpacked from stdin
+        (one exec per file made a 64-task launch spend seconds on round trips)."""
+        if not specs:
+            return
+        buffer = io.BytesIO()
+        now = int(time.time())
+        with tarfile.open(fileobj=buffer, mode="w") as archive:
+            for slug, spec in sorted(specs.items()):
+                data = json.dumps(spec, indent=1, sort_keys=True).encode()
+                info = tarfile.TarInfo(f"{slug}/spec.json")
+                info.size, info.mode, info.mtime = len(data), 0o600, now
+                archive.addfile(info, io.BytesIO(data))
+        tasks = shlex.quote(f"{self.base_dir}/tasks")
+        result = self.host.run(f"mkdir -p {tasks} && tar -xf - -C {tasks}", timeout=60, stdin=buffer.getvalue())
+        if not result.ok:
+            detail = (result.stderr.strip().splitlines() or ["no output"])[-1]
+            raise HostError(f"host {self.name}: cannot write task specs under {self.base_dir}: {detail}")
+
+    def preflight(self, bind: str, check: Iterable[int], pick: int,
+                  path_checks: list[dict[str, Any]]) -> tuple[list[int], list[int], list[dict[str, Any]]]:
+        """Ports and path checks in one round trip: (busy, picked, failed path checks).
+
+        Relative paths are judged from the host run dir, where the agents start tasks from."""
+        answer = self.agent("preflight", *self._preflight_args(bind, check, pick, path_checks))
+        found = answer.get("ports") or {}
+        return ([int(p) for p in found.get("busy", [])], [int(p) for p in found.get("picked", [])],
+                list(answer.get("failed") or []))
+
+    def set_detached(self, detached: bool) -> None:
+        marker = shlex.quote(f"{self.base_dir}/detached")
+        self.host.run(f"touch {marker}" if detached else f"rm -f {marker}", timeout=30)
+
+    # -- the host agent ---------------------------------------------------------------------------
+
+    def _client_cmd(self, verb: str, *args: str) -> str:
+        """An agent verb that talks to the host agent and starts it (forked from the verb, so with
+        the run id in its environment for ``sweep``) when none serves. Hosts whose detached
+        processes must be started by the transport (a Slurm step) get the host agent started here
+        instead, and the verb only waits for it."""
+        if self.host.detach_by_setsid:
+            extra: tuple[str, ...] = ()
+        else:
+            serve = (f"DISTLAUNCH_RUN_ID={shlex.quote(self.run_id)} exec "
+                     + self._agent_cmd("serve", "--run-dir", self.base_dir))
+            self.host.start_detached(serve, f"{self.base_dir}/agent.log", cwd=self.base_dir)
+            extra = ("--no-spawn",)
+        return f"DISTLAUNCH_RUN_ID={shlex.quote(self.run_id)} " + self._agent_cmd(verb, *args, *extra)
+
+    def start_tasks(self, specs: Mapping[str, Mapping[str, Any]],
+                    secrets: Mapping[str, Mapping[str, str]] | None = None) -> dict[str, int]:
+        """Write the specs and have the host agent start those tasks, in their order, in one round
+        trip (the host agent is started first if none serves). ``secrets`` (slug -> env) travel on
+        stdin into the agent's memory, never into a file or a command line. Returns slug -> pid."""
+        if not specs:
+            return {}
+        payload = {"specs": dict(specs), "tasks": list(specs), "secrets": dict(secrets or {})}
+        result = self.host.run(self._client_cmd("start", "--run-dir", self.base_dir),
+                               timeout=60, stdin=(json.dumps(payload) + "\n").encode())
+        lines = [ln for ln in result.stdout.splitlines() if ln.strip()]
+        try:
+            answer: dict[str, Any] = json.loads(lines[-1]) if lines else {}
+        except ValueError:
+            answer = {}
+        if not result.ok and not answer.get("error"):
+            answer["error"] = (result.stderr.strip().splitlines() or ["no answer"])[-1]
+        return self.started(answer, list(specs))
+
+    def started(self, answer: Mapping[str, Any], slugs: list[str]) -> dict[str, int]:
+        """The pids of the host agent's answer to a start (by the `start` verb or over the follow
+        channel); raises HostError naming what could not start."""
+        if answer.get("error"):
+            raise HostError(f"host {self.name}: could not start {', '.join(slugs)}: {answer['error']}")
+        problems = dict(answer.get("errors") or {})
+        if problems:
+            raise HostError(f"host {self.name}: " + "; ".join(f"{s}: {why}" for s, why in problems.items()))
+        return {str(k): int(v) for k, v in (answer.get("pids") or {}).items() if isinstance(v, int)}
+
+    def stop_agents(self, slugs: Iterable[str], grace: float, exit_agent: bool = False) -> None:
+        """Stop several tasks at once and wait for their final events; with ``exit_agent`` the host
+        agent then ends too (the job is over). Without a live host agent the verb stops the groups."""
+        tasks = ",".join(slugs)
+        if not tasks and not exit_agent:
+            return
+        args = ["--run-dir", self.base_dir, "--tasks", tasks, "--grace", f"{grace:g}"]
+        if exit_agent:
+            args.append("--exit")
+        self.host.run(self._agent_cmd("stop", *args), timeout=grace + 60)
+
+    def sweep(self, kill: bool, grace: float = 5.0) -> list[dict[str, Any]]:
+        args = ["--run-id", self.run_id, "--grace", f"{grace:g}"]
+        if kill:
+            args.append("--kill")
+        left: list[dict[str, Any]] = self.agent("sweep", *args, timeout=grace + 30).get("left", [])
+        return left
+
+    def follow(self, offsets: Mapping[str, int], on_line: Callable[[str], None],
+               on_close: Callable[[int | None], None]) -> LineStream:
+        """The host agent's event stream from these byte offsets (it is started if none serves,
+        and adopts the tasks of one that was killed)."""
+        args = ["--run-dir", self.base_dir, "--pinged"]  # the supervisor pings every second
+        for slug, offset in sorted(offsets.items()):
+            args += ["--offset", f"{slug}={offset}"]
+        return self.host.stream_lines(self._client_cmd("follow", *args), on_line, on_close)

@@ -1,0 +1,472 @@
+"""The picture of a job built from events alone, free of any widget: the dashboard and the
+headless progress printer both read it.
+
+`JobView.apply` folds one `Event` into per-task state (`TaskView`), job state, the
+placement table and bounded log buffers. Widgets read it; tests drive it directly.
+Everything kept over time is bounded (deques), so a week-long job costs the same memory
+as a minute-long one.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from launcher import events as ev
+from launcher.events import Event
+from launcher.telemetry.timeline import Timeline
+
+HISTORY_POINTS = 120
+"""Points kept per sparkline series (steps/s, GPU util) per task."""
+
+RATE_POINTS = 200
+"""(time, steps/s) points kept per task, spread over the task's whole life."""
+
+LOSS_POINTS = 400
+"""(step, loss) points kept per task for the loss chart."""
+
+LOG_LINES = 2000
+"""Log lines kept per task."""
+
+RATE_WINDOW_S = 10.0
+"""Steps/s is measured over the metric events of this many recent seconds."""
+
+STALE_AFTER_S = 10.0
+"""A running task with no event for this long is shown as stale."""
+
+IMBALANCE_RATIO = 1.5
+"""A ps holding more than this times the mean bytes per ps is flagged."""
+
+FAILURE_TAIL_LINES = 8
+"""Lines of a failed incarnation's output the failure report shows (each once)."""
+
+FAILURE_TAIL_KEPT = 5 * FAILURE_TAIL_LINES
+"""Lines kept per failed incarnation, so that repeated lines still leave enough distinct ones."""
+
+UNREACHABLE_REASON = "host unreachable"
+ROLE_ORDER = {"chief": 0, "ps": 1, "worker": 2, "evaluator": 3}
+
+
+def task_sort_key(task_id: str) -> tuple[int, str, int]:
+    """Chief first, then ps, workers, evaluator; indices numerically (worker:10 after worker:9)."""
+    role, _, index = task_id.partition(":")
+    return (ROLE_ORDER.get(role, 9), role, int(index) if index.isdigit() else 0)
+
+
+@dataclass
+class LogLine:
+    stream: str
+    line: str
+    ts: float
+
+
+@dataclass
+class TaskLog:
+    """The last `LOG_LINES` lines of one task; `total` counts every line ever added, so a
+    reader that remembers the total it last saw knows how many lines are new."""
+
+    lines: deque[LogLine] = field(default_factory=lambda: deque(maxlen=LOG_LINES))
+    total: int = 0
+
+    def add(self, line: LogLine) -> None:
+        self.lines.append(line)
+        self.total += 1
+
+    def since(self, seen_total: int) -> list[LogLine]:
+        """Lines added after a reader saw `seen_total` (only those still kept)."""
+        new = min(self.total - seen_total, len(self.lines))
+        return list(self.lines)[-new:] if new > 0 else []
+
+
+@dataclass
+class TaskView:
+    """Everything shown about one task."""
+
+    task_id: str
+    state: str = ev.PENDING
+    host: str | None = None
+    pid: int | None = None
+    restarts: int = 0
+    exit_code: int | None = None
+    reason: str = ""
+    step: int | None = None
+    loss: float | None = None
+    steps_per_s: float | None = None
+    cpu_percent: float | None = None
+    rss_bytes: int | None = None
+    gpu_util: float | None = None
+    gpu_mem_used: int | None = None
+    gpu_mem_total: int | None = None
+    has_gpu: bool = False
+    #: the last sample's GPUs as reported (``index``, ``util_percent``, ``mem_*_bytes``): the hosts view
+    gpus: list[dict[str, object]] = field(default_factory=list)
+    last_event_ts: float | None = None
+    #: active conditions (``stalled``, ``straggler``, ...) and why each was raised
+    conditions: dict[str, str] = field(default_factory=dict)
+    #: the log's ``total`` when this incarnation started: its own lines are the ones after it
+    incarnation_log_start: int = 0
+    #: the last lines of the latest incarnation that failed, kept when it failed (failure report)
+    failed_tail: list[str] = field(default_factory=list)
+    #: the last ``seq`` seen from this task's agent, and how many numbers never arrived
+    last_seq: int = -1
+    lost_events: int = 0
+    rate_history: deque[float] = field(default_factory=lambda: deque(maxlen=HISTORY_POINTS))
+    gpu_history: deque[float] = field(default_factory=lambda: deque(maxlen=HISTORY_POINTS))
+    loss_history: deque[tuple[int, float]] = field(default_factory=lambda: deque(maxlen=LOSS_POINTS))
+    #: the event time of each `loss_history` point (same length): the loss chart's time axis
+    loss_times: deque[float] = field(default_factory=lambda: deque(maxlen=LOSS_POINTS))
+    #: (event time, steps/s) over the whole life of the task for the steps/s-over-time chart: one point
+    #: per `rate_spacing` seconds; when `RATE_POINTS` are kept, every other one goes and the spacing doubles
+    rate_points: list[tuple[float, float]] = field(default_factory=list)
+    rate_spacing: float = 1.0
+    _step_points: deque[tuple[float, int]] = field(default_factory=deque)
+
+    @property
+    def role(self) -> str:
+        return self.task_id.partition(":")[0]
+
+    def age(self, now: float) -> float | None:
+        return None if self.last_event_ts is None else max(0.0, now - self.last_event_ts)
+
+    def is_stale(self, now: float) -> bool:
+        age = self.age(now)
+        return self.state == ev.RUNNING and age is not None and age > STALE_AFTER_S
+
+    def record_step(self, ts: float, step: int) -> None:
+        """Steps/s from the step delta over the last `RATE_WINDOW_S` seconds of metrics."""
+        points = self._step_points
+        if points and step < points[-1][1]:
+            points.clear()  # restarted from an older checkpoint: the old slope means nothing
+        points.append((ts, step))
+        while len(points) > 2 and ts - points[0][0] > RATE_WINDOW_S:
+            points.popleft()
+        first_ts, first_step = points[0]
+        if ts > first_ts:
+            self.steps_per_s = (step - first_step) / (ts - first_ts)
+            self.rate_history.append(self.steps_per_s)
+            rates = self.rate_points
+            if not rates or ts - rates[-1][0] >= self.rate_spacing:
+                rates.append((ts, self.steps_per_s))
+                if len(rates) > RATE_POINTS:
+                    self.rate_points = rates[::2]
+                    self.rate_spacing *= 2
+
+
+@dataclass
+class VariablePlacement:
+    name: str
+    task: str
+    bytes: int
+    shape: str
+    dtype: str
+
+
+@dataclass
+class PlacementView:
+    """Where each variable lives; the latest report of a variable wins."""
+
+    variables: dict[str, VariablePlacement] = field(default_factory=dict)
+
+    def apply(self, variables: list[dict[str, object]]) -> None:
+        for var in variables:
+            name = str(var.get("name", "?"))
+            task = str(var.get("task") or var.get("device") or "?")
+            size = var.get("bytes")
+            self.variables[name] = VariablePlacement(
+                name=name, task=task, bytes=int(size) if isinstance(size, int | float) else 0,
+                shape=str(var.get("shape", "")), dtype=str(var.get("dtype", "")))
+
+    @property
+    def holders(self) -> list[str]:
+        """The tasks holding variables, ps first in task order."""
+        return sorted({v.task for v in self.variables.values()}, key=task_sort_key)
+
+    def bytes_per_task(self) -> dict[str, int]:
+        totals = dict.fromkeys(self.holders, 0)
+        for var in self.variables.values():
+            totals[var.task] += var.bytes
+        return totals
+
+    def imbalance(self) -> tuple[str, float] | None:
+        """(task, max/mean) when one holder has more than `IMBALANCE_RATIO` x the mean, else None."""
+        totals = self.bytes_per_task()
+        if len(totals) < 2:
+            return None
+        mean = sum(totals.values()) / len(totals)
+        task, most = max(totals.items(), key=lambda kv: kv[1])
+        if mean > 0 and most > IMBALANCE_RATIO * mean:
+            return task, most / mean
+        return None
+
+
+@dataclass
+class Notice:
+    """Something the user should be told about once (a toast)."""
+
+    message: str
+    severity: str  # "information" | "warning" | "error"
+
+
+@dataclass
+class JobView:
+    """The whole job, as far as the events seen so far tell."""
+
+    run: str = ""
+    state: str = ev.JOB_CREATED
+    reason: str = ""
+    start_ts: float | None = None
+    end_ts: float | None = None
+    last_ts: float | None = None
+    tasks: dict[str, TaskView] = field(default_factory=dict)
+    logs: dict[str, TaskLog] = field(default_factory=dict)
+    placement: PlacementView = field(default_factory=PlacementView)
+    hosts_down: set[str] = field(default_factory=set)
+    #: per host, its latest whole-machine reading: cpu_percent (of all cores), cpus, mem_used/total_bytes
+    machines: dict[str, dict[str, Any]] = field(default_factory=dict)
+    global_step_points: deque[tuple[float, int]] = field(default_factory=deque)
+    global_steps_per_s: float | None = None
+    notices: list[Notice] = field(default_factory=list)
+    dirty_tasks: set[str] = field(default_factory=set)
+    placement_dirty: bool = False
+    events_applied: int = 0
+    #: the first task failure of the job: (task id, why); in TF jobs the cause of the others
+    first_failure: tuple[str, str] | None = None
+    #: when that task ended (its agent's `exited_at`, else the event's time): events of different
+    #: tasks may arrive out of order, so an earlier failure that arrives later still wins
+    first_failure_at: float | None = None
+    #: state changes, exits, restarts, conditions and operator actions (the `e` view)
+    timeline: Timeline = field(default_factory=Timeline)
+
+    # -- reading -------------------------------------------------------------------------
+
+    @property
+    def ended(self) -> bool:
+        return self.state in (ev.JOB_SUCCEEDED, ev.JOB_FAILED)
+
+    @property
+    def total_restarts(self) -> int:
+        return sum(t.restarts for t in self.tasks.values())
+
+    @property
+    def global_step(self) -> int | None:
+        """The chief's step; without a chief, the highest worker step."""
+        chief = self.tasks.get("chief:0")
+        if chief is not None and chief.step is not None:
+            return chief.step
+        steps = [t.step for t in self.tasks.values() if t.role == "worker" and t.step is not None]
+        return max(steps) if steps else None
+
+    @property
+    def root_cause(self) -> str:
+        """The task that failed first and why ("ps:0 failed first (exit code 1)"), once one failed."""
+        if self.first_failure is None:
+            return ""
+        task_id, why = self.first_failure
+        return f"{task_id} failed first ({why})"
+
+    @property
+    def failure_cause(self) -> str:
+        """The root cause, where the job has failed (what the header and `status` show)."""
+        return self.root_cause if self.state == ev.JOB_FAILED else ""
+
+    def failed_tasks(self) -> list[str]:
+        """Tasks with a failed incarnation, the first failure first, then in display order."""
+        failed = sorted((t for t, v in self.tasks.items() if v.failed_tail or v.state == ev.FAILED),
+                        key=task_sort_key)
+        first = self.first_failure[0] if self.first_failure else None
+        return sorted(failed, key=lambda t: t != first)
+
+    def hosts_up(self) -> set[str]:
+        """Hosts with a running task, minus those reported unreachable."""
+        return {t.host for t in self.tasks.values()
+                if t.state == ev.RUNNING and t.host and t.host not in self.hosts_down}
+
+    def elapsed(self, now: float) -> float:
+        if self.start_ts is None:
+            return 0.0
+        end = self.end_ts if self.end_ts is not None else now
+        return max(0.0, end - self.start_ts)
+
+    def log(self, task_id: str) -> TaskLog:
+        return self.logs.setdefault(task_id, TaskLog())
+
+    def take_notices(self) -> list[Notice]:
+        out, self.notices = self.notices, []
+        return out
+
+    def take_dirty(self) -> set[str]:
+        out, self.dirty_tasks = self.dirty_tasks, set()
+        return out
+
+    # -- folding events ------------------------------------------------------------------
+
+    def task(self, task_id: str) -> TaskView:
+        view = self.tasks.get(task_id)
+        if view is None:
+            view = self.tasks[task_id] = TaskView(task_id)
+        return view
+
+    def apply(self, event: Event) -> None:
+        self.events_applied += 1
+        self.run = self.run or event.run
+        if self.start_ts is None:
+            self.start_ts = event.ts
+        self.last_ts = event.ts if self.last_ts is None else max(self.last_ts, event.ts)
+        self.timeline.add(event)
+        if event.kind == ev.JOB:
+            self._apply_job(event)
+            return
+        if event.task is None:
+            return
+        task = self.task(event.task)
+        task.last_event_ts = event.ts
+        self.dirty_tasks.add(event.task)
+        seq = event.data.get("seq")
+        if isinstance(seq, int):
+            self._check_seq(task, seq)
+        if event.kind == ev.STATE:
+            self._apply_state(task, event)
+        elif event.kind == ev.METRIC:
+            self._apply_metric(task, event)
+        elif event.kind == ev.SAMPLE:
+            self._apply_sample(task, event)
+        elif event.kind == ev.LOG:
+            self.log(event.task).add(LogLine(str(event.get("stream", "stdout")),
+                                             str(event.get("line", "")), event.ts))
+        elif event.kind == ev.PLACEMENT:
+            self.placement.apply(list(event.get("variables") or []))
+            self.placement_dirty = True
+        elif event.kind == ev.CONDITION:
+            name = str(event.get("condition") or "")
+            if event.get("active"):
+                task.conditions[name] = str(event.get("reason") or "")
+            else:
+                task.conditions.pop(name, None)
+
+    def _check_seq(self, task: TaskView, seq: int) -> None:
+        if seq > task.last_seq + 1:
+            missing = seq - task.last_seq - 1
+            task.lost_events += missing
+            first = task.last_seq + 1
+            span = f"seq {first}" if missing == 1 else f"seq {first}-{seq - 1}"
+            self.notices.append(Notice(f"{task.task_id}: {missing} event(s) lost on the way ({span})", "warning"))
+        task.last_seq = max(task.last_seq, seq)
+
+    @property
+    def lost_events(self) -> dict[str, int]:
+        """Tasks some of whose events never arrived, and how many."""
+        return {t.task_id: t.lost_events for t in self.tasks.values() if t.lost_events}
+
+    def _apply_job(self, event: Event) -> None:
+        state = str(event.get("state", self.state))
+        was_ended = self.ended
+        self.state, self.reason = state, str(event.get("reason") or "")
+        host_state = event.get("host_state")
+        if isinstance(host_state, dict):
+            for host, status in host_state.items():
+                if str(status).lower() in ("down", "unreachable", "lost"):
+                    self.hosts_down.add(str(host))
+                else:
+                    self.hosts_down.discard(str(host))
+        if self.ended and not was_ended:
+            self.end_ts = event.ts
+            why = f": {self.reason}" if self.reason else ""
+            self.notices.append(Notice(f"Job {state}{why}",
+                                       "information" if state == ev.JOB_SUCCEEDED else "error"))
+
+    def _apply_state(self, task: TaskView, event: Event) -> None:
+        old = task.state
+        task.state = str(event.get("state", task.state))
+        task.host = event.get("host") or task.host
+        pid = event.get("pid")
+        task.pid = pid if isinstance(pid, int) else (None if task.state in ev.FINAL_TASK_STATES else task.pid)
+        task.restarts = int(event.get("restarts") or task.restarts)
+        task.exit_code = event.get("exit_code")
+        task.reason = str(event.get("reason") or "")
+        if task.host:
+            if task.reason == UNREACHABLE_REASON:
+                self.hosts_down.add(task.host)
+            elif task.state == ev.RUNNING:
+                self.hosts_down.discard(task.host)
+        if task.state != ev.RUNNING:
+            task.steps_per_s = None
+            task._step_points.clear()
+            task.conditions.clear()  # a stall or a slow pace belongs to the incarnation that had it
+        if task.state == ev.STARTING:
+            task.incarnation_log_start = self.log(task.task_id).total
+        elif task.state == ev.FAILED:
+            self._record_failure(task, event)
+        if task.state == old:
+            return
+        why = f" ({task.reason})" if task.reason else ""
+        if task.state == ev.FAILED:
+            code = f", exit code {task.exit_code}" if task.exit_code is not None else ""
+            self.notices.append(Notice(f"{task.task_id} failed{code}{why}", "error"))
+        elif task.state == ev.RESTARTING:
+            self.notices.append(Notice(f"{task.task_id} restarting (restart {task.restarts}){why}",
+                                       "warning"))
+
+    def _record_failure(self, task: TaskView, event: Event) -> None:
+        why = task.reason or (f"exit code {task.exit_code}" if task.exit_code is not None else "failed")
+        exited_at = event.get("exited_at")
+        at = float(exited_at) if isinstance(exited_at, int | float) else event.ts
+        if self.first_failure_at is None or at < self.first_failure_at:
+            self.first_failure, self.first_failure_at = (task.task_id, why), at
+        log = self.log(task.task_id)
+        own = log.since(task.incarnation_log_start)
+        task.failed_tail = [line.line for line in own[-FAILURE_TAIL_KEPT:]]
+
+    def _apply_metric(self, task: TaskView, event: Event) -> None:
+        step = event.get("step")
+        loss = ev.finite(event.get("loss"))
+        if isinstance(step, int):
+            task.step = step
+            task.record_step(event.ts, step)
+            self._record_global_step(event.ts)
+        if loss is not None:
+            task.loss = loss
+            if task.step is not None:
+                history, times = task.loss_history, task.loss_times
+                # a restart from an older checkpoint redoes steps, and a step reported twice is one
+                # point: keep the curve a function of the step (drawn back, it made stray strokes)
+                while history and history[-1][0] >= task.step:
+                    history.pop()
+                    times.pop()
+                history.append((task.step, loss))
+                times.append(event.ts)
+
+    def _record_global_step(self, ts: float) -> None:
+        step = self.global_step
+        if step is None:
+            return
+        points = self.global_step_points
+        if points and step < points[-1][1]:
+            points.clear()
+        if points and points[-1][1] == step:
+            return
+        points.append((ts, step))
+        while len(points) > 2 and ts - points[0][0] > RATE_WINDOW_S:
+            points.popleft()
+        if ts > points[0][0]:
+            self.global_steps_per_s = (step - points[0][1]) / (ts - points[0][0])
+
+    def _apply_sample(self, task: TaskView, event: Event) -> None:
+        machine = event.get("host")
+        if isinstance(machine, dict) and task.host:
+            self.machines[task.host] = machine
+        task.cpu_percent = ev.finite(event.get("cpu_percent"))
+        rss = event.get("rss_bytes")
+        task.rss_bytes = int(rss) if isinstance(rss, int | float) else None
+        gpus = [g for g in (event.get("gpus") or []) if isinstance(g, dict)]
+        task.has_gpu = bool(gpus)
+        task.gpus = gpus
+        if gpus:
+            utils = [u for u in (ev.finite(g.get("util_percent")) for g in gpus) if u is not None]
+            task.gpu_util = sum(utils) / len(utils) if utils else None
+            task.gpu_mem_used = sum(int(g.get("mem_used_bytes") or 0) for g in gpus)
+            task.gpu_mem_total = sum(int(g.get("mem_total_bytes") or 0) for g in gpus)
+            if task.gpu_util is not None:
+                task.gpu_history.append(task.gpu_util)
+        else:
+            task.gpu_util = task.gpu_mem_used = task.gpu_mem_total = None

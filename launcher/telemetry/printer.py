@@ -1,0 +1,176 @@
+"""Consumers of the event stream for terminals without the dashboard: `--no-tui` and `--json`."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable, Iterable
+from typing import TextIO
+
+from launcher import events as ev
+from launcher.events import Event
+from launcher.telemetry.jobview import FAILURE_TAIL_LINES, JobView
+
+PROGRESS_EVERY = 5.0
+#: SGR colours of task and job states on a terminal
+STATE_COLORS = {
+    ev.RUNNING: "36", ev.SUCCEEDED: "32", ev.FAILED: "31", ev.RESTARTING: "33",
+    ev.JOB_RUNNING: "1;36", ev.JOB_SUCCEEDED: "1;32", ev.JOB_FAILED: "1;31", ev.JOB_RESTARTING: "1;33",
+}
+
+
+def wants_color(out: TextIO) -> bool:
+    """Colour only on a terminal, never with NO_COLOR set to anything but "" (no-color.org) or TERM=dumb."""
+    if os.environ.get("NO_COLOR") or os.environ.get("TERM") == "dumb":
+        return False
+    isatty = getattr(out, "isatty", None)
+    return bool(isatty is not None and isatty())
+
+
+def human_bytes(n: float | None, missing: str = "-") -> str:
+    """1536 -> '1.5K', 3 GiB -> '3.0G', 700 MiB -> '700M': powers of 1024, one decimal below 10."""
+    if n is None:
+        return missing
+    value = float(n)
+    for unit in ("B", "K", "M", "G"):
+        if abs(value) < 1024:
+            if unit == "B":
+                return f"{int(value)}B"
+            return f"{value:.1f}{unit}" if abs(value) < 10 else f"{value:.0f}{unit}"
+        value /= 1024
+    return f"{value:.1f}T" if abs(value) < 10 else f"{value:.0f}T"
+
+
+class ProgressPrinter:
+    """Human progress lines: every state change, and every few seconds step, loss and rates.
+
+    It reads the same JobView the dashboard draws from, so both show the same numbers."""
+
+    def __init__(self, out: TextIO | None = None, every: float = PROGRESS_EVERY, color: bool | None = None) -> None:
+        self.out = out or sys.stdout
+        self.color = wants_color(self.out) if color is None else color
+        self.every = every
+        self.view = JobView()
+        self._last_progress = time.monotonic()
+        self.final_state: str | None = None
+
+    def paint(self, state: object) -> str:
+        code = STATE_COLORS.get(str(state)) if self.color else None
+        return f"\033[{code}m{state}\033[0m" if code else str(state)
+
+    def _print(self, text: str) -> None:
+        stamp = time.strftime("%H:%M:%S")
+        print(f"{stamp} {text}", file=self.out, flush=True)
+
+    def consume(self, stream: Iterable[Event]) -> None:
+        for event in stream:
+            self.on_event(event)
+        self.progress()
+
+    def on_event(self, event: Event) -> None:
+        view = self.view
+        view.apply(event)
+        view.take_notices()  # the printer says everything itself; keep the view's queues empty
+        view.take_dirty()
+        if event.kind == ev.JOB:
+            state, reason = event.get("state"), event.get("reason") or ""
+            if state in (ev.JOB_SUCCEEDED, ev.JOB_FAILED):
+                self.final_state = state
+                self.progress()
+            self._print(f"job {self.paint(state)}" + (f": {reason}" if reason else ""))
+            if state == ev.JOB_FAILED:
+                self.failure_report()
+        elif event.kind == ev.STATE and event.task:
+            self._print(_state_text(event, self.paint))
+        elif event.kind == ev.HOST:
+            self._print(f"host {event.get('host')} {event.get('state')}: {event.get('reason') or ''}".rstrip(": "))
+        elif event.kind == ev.CONDITION and event.task:
+            name = event.get("condition")
+            self._print(f"{event.task:<12} {name if event.get('active') else 'no longer ' + str(name)}"
+                        + (f": {event.get('reason')}" if event.get("reason") else ""))
+        elif event.kind == ev.PLACEMENT:
+            spread = ", ".join(f"{t} {human_bytes(b)}" for t, b in sorted(view.placement.bytes_per_task().items()))
+            self._print(f"{event.task} placed {len(event.get('variables') or [])} variables: {spread}")
+        if time.monotonic() - self._last_progress >= self.every:
+            self.progress()
+
+    def failure_report(self) -> None:
+        """Why the job failed, once: the first failure (in TF jobs the cause of the others), then for
+        each failed task the last lines of its latest failed incarnation, no line twice in a row."""
+        view = self.view
+        if view.root_cause:
+            self._print(f"root cause: {view.root_cause}")
+        for task_id in view.failed_tasks():
+            lines = view.tasks[task_id].failed_tail
+            if not lines:
+                continue
+            self._print(f"last output of {task_id}:")
+            for line in _once(lines)[-FAILURE_TAIL_LINES:]:
+                self._print(f"  {task_id} | {line}")
+
+    def progress(self) -> None:
+        self._last_progress = time.monotonic()
+        tasks = self.view.tasks
+        lead = next((tasks[t] for t in ("chief:0", "worker:0") if t in tasks and tasks[t].step is not None),
+                    next((t for t in tasks.values() if t.step is not None), None))
+        parts = []
+        if lead is not None:
+            loss = f"{lead.loss:.4f}" if lead.loss is not None else "-"
+            rate = f"{lead.steps_per_s:.1f}" if lead.steps_per_s is not None else "-"
+            parts.append(f"step {lead.step}  loss {loss}  {rate} steps/s")
+        per_task = []
+        for task_id, task in sorted(tasks.items()):
+            bits = []
+            if task.steps_per_s is not None:
+                bits.append(f"{task.steps_per_s:.1f}/s")
+            if task.cpu_percent is not None:
+                bits.append(f"cpu {task.cpu_percent:.0f}%")
+            if task.rss_bytes is not None:
+                bits.append(f"rss {human_bytes(task.rss_bytes)}")
+            if task.gpu_util is not None:
+                bits.append(f"gpu {task.gpu_util:.0f}% {human_bytes(task.gpu_mem_used)}")
+            bits.extend(f"[{name}]" for name in sorted(task.conditions))
+            if bits:
+                per_task.append(f"{task_id} {' '.join(bits)}")
+        if per_task:
+            parts.append(" | ".join(per_task))
+        if parts:
+            self._print("  || ".join(parts))
+
+
+def _once(lines: list[str]) -> list[str]:
+    """Each line once, where it first appeared (a retry loop's repeated error is one line)."""
+    return list(dict.fromkeys(lines))
+
+
+def _state_text(event: Event, paint: Callable[[object], str] = str) -> str:
+    state = event.get("state")
+    text = f"{event.task:<12} {paint(state)}"
+    extras = []
+    if event.get("host"):
+        extras.append(f"on {event.get('host')}")
+    if state == ev.RUNNING and event.get("pid"):
+        extras.append(f"pid {event.get('pid')}")
+    if event.get("restarts"):
+        extras.append(f"restarts {event.get('restarts')}")
+    if state in (ev.FAILED, ev.SUCCEEDED, ev.STOPPED) and event.get("exit_code") is not None:
+        extras.append(f"exit {event.get('exit_code')}")
+    if event.get("reason"):
+        extras.append(str(event.get("reason")))
+    return text + (f" ({', '.join(extras)})" if extras else "")
+
+
+class JsonPrinter:
+    """The event stream as JSON lines on stdout (`--json`)."""
+
+    def __init__(self, out: TextIO | None = None) -> None:
+        self.out = out or sys.stdout
+        self.final_state: str | None = None
+
+    def consume(self, stream: Iterable[Event]) -> None:
+        for event in stream:
+            if event.kind == ev.JOB and event.get("state") in (ev.JOB_SUCCEEDED, ev.JOB_FAILED):
+                self.final_state = event.get("state")
+            self.out.write(event.to_json() + "\n")
+            self.out.flush()
