@@ -18,7 +18,7 @@ from typing import TypedDict
 
 from launcher.errors import HostError, UserError
 from launcher.model import START_ORDER, HostConfig, Plan, Profile, RoleConfig, TaskSpec
-from launcher.profile.reader import PLACEHOLDER_RE
+from launcher.profile.checks import PLACEHOLDER_RE
 from launcher.transport import sshconfig
 
 #: roles in TF_CONFIG's cluster, in the order TensorFlow's docs list them

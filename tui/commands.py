@@ -3,19 +3,24 @@
 from __future__ import annotations
 
 from functools import partial
-from typing import TYPE_CHECKING, cast
+from typing import Protocol, cast
 
+from textual.binding import Binding
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 
-if TYPE_CHECKING:
-    from tui.app import DashboardApp
+
+class _WithBindings(Protocol):
+    """The app these commands serve (DashboardApp); named by what is used, so this module
+    does not import the app that lists it in COMMANDS."""
+
+    def action_bindings(self) -> list[Binding]: ...
 
 
 class DashboardCommands(Provider):
     """Lists the app's bindings as commands; choosing one runs the same action as its key."""
 
     def _actions(self) -> list[tuple[str, str, str]]:
-        app = cast("DashboardApp", self.app)
+        app = cast(_WithBindings, self.app)
         return [(b.description, b.action, b.key) for b in app.action_bindings()]
 
     async def discover(self) -> Hits:

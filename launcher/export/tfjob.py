@@ -35,7 +35,7 @@ import yaml
 from launcher.errors import ProfileError, UserError
 from launcher.model import ROLES, Profile, RoleConfig
 from launcher.plan import is_secret
-from launcher.profile.reader import PLACEHOLDER_RE
+from launcher.profile.checks import PLACEHOLDER_RE
 
 API_VERSION = "kubeflow.org/v1"
 KIND = "TFJob"

@@ -17,7 +17,8 @@ from tests.tui.tui_support import (
     recorded_job,
     wait_until,
 )
-from tui.app import NOT_IN_REPLAY, DashboardResult
+from tui.actions import NOT_IN_REPLAY
+from tui.frame import DashboardResult
 from tui.placement import TOTAL_ROW
 from tui.screens import ConfirmScreen, HelpScreen, QuitScreen
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from launcher.model import SshSettings
-from launcher.profile.reader import key_lines, load_profile
+from launcher.profile.checks import key_lines
+from launcher.profile.reader import load_profile
 
 
 def write(tmp_path: Path, text: str, name: str = "p.toml") -> Path:

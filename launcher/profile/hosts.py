@@ -1,0 +1,164 @@
+"""The profile's hosts: [ssh] settings, [hosts.NAME] (host ranges too) and a [slurm] allocation."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any, cast
+
+from launcher.model import (
+    HostConfig,
+    HostKeyPolicy,
+    SlurmConfig,
+    SshSettings,
+    Transport,
+)
+from launcher.profile import hostlist
+from launcher.profile.checks import (
+    _HOST_NAME_RE,
+    SLURM_PLACEHOLDER,
+    KeyPath,
+    _Checker,
+    _get,
+    show_value,
+)
+from launcher.profile.keys import (
+    HOST_KEYS,
+    SLURM_KEYS,
+    SSH_KEYS,
+)
+from launcher.profile.slurm_env import current_allocation
+
+
+class HostsReader(_Checker):
+    """[ssh], [hosts] and [slurm] of a profile."""
+
+    def ssh_settings(self, table: Mapping[str, Any], key: KeyPath, base: SshSettings) -> SshSettings:
+        if key == ("ssh",):
+            self.check_table(table, key, SSH_KEYS)
+        user: str | None = table.get("user")
+        identity: str | None = table.get("identity_file")
+        known: str | None = table.get("known_hosts")
+        policy = cast(HostKeyPolicy | None, table.get("host_key_policy"))
+        timeout: float | None = table.get("connect_timeout")
+        port: int | None = table.get("ssh_port")
+        ssh_config = self.ssh_config(table, key, base.ssh_config)
+        return SshSettings(
+            user=base.user if user is None else user,
+            identity_file=base.identity_file if identity is None else identity,
+            known_hosts=base.known_hosts if known is None else known,
+            host_key_policy=base.host_key_policy if policy is None else policy,
+            connect_timeout=base.connect_timeout if timeout is None else float(timeout),
+            ssh_port=base.ssh_port if port is None else port,
+            ssh_config=ssh_config,
+            unset=tuple(name for name in base.unset if name not in table),
+        )
+
+    def ssh_config(self, table: Mapping[str, Any], key: KeyPath, base: str | None) -> str | None:
+        """``ssh_config = "path"`` or ``false`` (OpenSSH's config is not read at all)."""
+        value = table.get("ssh_config")
+        if value is None:
+            return base
+        if value is False:
+            return None
+        if isinstance(value, str) and value.strip():
+            return value
+        raise self.fail((*key, "ssh_config"), f'expected a path like "~/.ssh/config" or false, '
+                        f"got {show_value(value)}")
+
+    def hosts(self, table: Mapping[str, Any], ssh: SshSettings) -> dict[str, HostConfig]:
+        if not table:
+            # No [hosts]: everything runs on this machine.
+            return {"local": HostConfig(name="local", address="localhost", transport="local")}
+        hosts: dict[str, HostConfig] = {}
+        for name in table:
+            key = ("hosts", name)
+            if not _HOST_NAME_RE.match(name):
+                raise self.fail(key, "host names may use only letters, digits, '-', '_' and '.'; "
+                                "rename the host")
+            entry = self.table(table, name, ("hosts",))
+            self.check_table(entry, key, HOST_KEYS)
+            address: str | None = entry.get("address")
+            if address is None or not address.strip():
+                raise self.fail(key, f'has no address; add address = "10.0.0.1" (or "localhost") '
+                                f"under [hosts.{name}]")
+            transport = cast(Transport, _get(entry, HOST_KEYS, "transport"))
+            tf_address: str | None = entry.get("tf_address")
+            if tf_address is not None and not tf_address.strip():
+                raise self.fail((*key, "tf_address"), "is empty; give the address tasks on other hosts reach "
+                                "this one at, or leave the key out")
+            template = HostConfig(name=name, address=address.strip(), transport=transport,
+                                  ssh=self.ssh_settings(entry, key, ssh), gpus=self.gpus(entry, key),
+                                  tf_address=tf_address.strip() if tf_address else None,
+                                  env=self.env(entry, key))
+            for host in self.expand_range(template, key, table):
+                if host.name in hosts:
+                    raise self.fail(key, f'makes host "{host.name}", which is already defined; '
+                                    "rename one of them")
+                hosts[host.name] = host
+        return hosts
+
+    def expand_range(self, template: HostConfig, key: KeyPath,
+                     table: Mapping[str, Any]) -> list[HostConfig]:
+        """One HostConfig per name of a host range (``gpu[01-16].lab``), else ``template`` alone.
+
+        Generated names: the table's name, '-', and the bracket values as written, joined by '-'
+        (``gpu-01``; ``r[1-2]n[1-4]`` -> ``NAME-1-1``); where items differ in their number of
+        brackets (``a,b[1-2]``), the 1-based position instead (``NAME-1``, ``NAME-2``, ...).
+        """
+        if not hostlist.has_ranges(template.address):
+            return [template]
+        try:
+            expanded = hostlist.expand_detailed(template.address)
+        except hostlist.HostlistError as exc:
+            raise self.fail((*key, "address"), f"bad host range: {exc}") from None
+        if template.tf_address is not None and len(expanded) > 1:
+            raise self.fail((*key, "tf_address"), "cannot be shared by all hosts of a range; "
+                            "give those hosts their own [hosts.X] tables")
+        widths = {len(host.values) for host in expanded}
+        by_values = widths != {0} and len(widths) == 1 and \
+            len({host.values for host in expanded}) == len(expanded)
+        digits = len(str(len(expanded)))
+        configs = []
+        for position, host in enumerate(expanded, start=1):
+            suffix = "-".join(host.values) if by_values else str(position).zfill(digits)
+            configs.append(dataclasses.replace(template, name=f"{template.name}-{suffix}",
+                                               address=host.name, group=template.name))
+        return configs
+
+    def gpus(self, entry: Mapping[str, Any], key: KeyPath) -> tuple[int, ...]:
+        value: list[int] = _get(entry, HOST_KEYS, "gpus")
+        if len(set(value)) != len(value):
+            raise self.fail((*key, "gpus"), f"lists a GPU twice: {show_value(value)}; list each index once")
+        return tuple(value)
+
+    def slurm_hosts(self) -> dict[str, HostConfig]:
+        """One host per node of the allocation; outside one, a placeholder that ``check`` shows
+        and that refuses to connect (so ``export sbatch`` and ``check --no-remote`` still work)."""
+        try:
+            allocation = current_allocation()
+        except hostlist.HostlistError as exc:
+            raise self.fail(("slurm",), f"SLURM_JOB_NODELIST is not a hostlist ({exc})") from None
+        if allocation is None:
+            return {SLURM_PLACEHOLDER: HostConfig(name=SLURM_PLACEHOLDER, address="(no allocation)",
+                                                  transport="slurm", group="slurm")}
+        return {node: HostConfig(name=node, address=node, transport="slurm", group="slurm",
+                                 gpus=allocation.gpus_per_node, slurm_job_id=allocation.job_id)
+                for node in allocation.nodes}
+
+    def slurm(self, data: Mapping[str, Any]) -> SlurmConfig | None:
+        if "slurm" not in data:
+            return None
+        table = self.table(data, "slurm", ())
+        key: KeyPath = ("slurm",)
+        self.check_table(table, key, SLURM_KEYS)
+        if data.get("hosts"):
+            raise self.fail(("hosts",), "[slurm] takes the hosts from the allocation; remove [hosts] "
+                            "(or remove [slurm] to use SSH)")
+        for name in ("time", "partition", "account"):
+            if name in table and not table[name].strip():
+                raise self.fail((*key, name), "is empty; give a value or leave the key out")
+        extra: list[str] = table.get("sbatch_args", [])
+        return SlurmConfig(nodes=table.get("nodes"), time=table.get("time"), partition=table.get("partition"),
+                           account=table.get("account"), gpus_per_node=table.get("gpus_per_node"),
+                           sbatch_args=tuple(extra))

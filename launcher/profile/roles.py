@@ -1,0 +1,201 @@
+"""The profile's tasks: [defaults] and [roles.NAME], their hosts, ports and GPUs, and the job's roles."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any, cast
+
+from launcher.model import (
+    ROLES,
+    START_ORDER,
+    HostConfig,
+    OnStall,
+    RestartPolicy,
+    RoleConfig,
+    SuccessPolicy,
+    TaskDefaults,
+)
+from launcher.profile.checks import (
+    _LOOPBACK_NAMES,
+    WORKDIR_PLACEHOLDERS,
+    KeyPath,
+    _get,
+    show_value,
+    suggest,
+)
+from launcher.profile.hosts import HostsReader
+from launcher.profile.keys import (
+    ROLE_KEYS,
+    SINGLE_TASK_ROLES,
+    TASK_KEYS,
+)
+
+
+class RolesReader(HostsReader):
+    """Task settings, roles and the checks across them (ports, GPUs, the job's roles)."""
+
+    def task_settings(self, table: Mapping[str, Any], key: KeyPath,
+                      base: TaskDefaults | None) -> TaskDefaults:
+        """[defaults] (``base`` None) or a role's overrides of it (env merged key by key)."""
+        if base is None:
+            self.check_table(table, key, TASK_KEYS)
+            base = TaskDefaults(command="")
+        command: str | None = table.get("command")
+        if command is not None:
+            self.check_command(command, (*key, "command"))
+        python: str | None = table.get("python")
+        if python is not None and not python.strip():
+            raise self.fail((*key, "python"), "is empty; give an interpreter, e.g. \"python3\", "
+                            "or leave the key out")
+        workdir: str | None = table.get("workdir")
+        if workdir is not None:
+            self.check_placeholders(workdir, (*key, "workdir"), WORKDIR_PLACEHOLDERS)
+        env = dict(base.env)
+        env.update(self.env(table, key))
+        restart = cast(RestartPolicy | None, table.get("restart"))
+        max_restarts: int | None = table.get("max_restarts")
+        grace: float | None = table.get("grace_seconds")
+        setup: list[str] | None = table.get("setup")
+        shell: str | None = table.get("shell")
+        min_uptime: float | None = table.get("min_uptime")
+        autolog: bool | None = table.get("autolog")
+        stall: float | None = table.get("stall_seconds")
+        on_stall = cast(OnStall | None, table.get("on_stall"))
+        if shell is not None and not shell.strip():
+            raise self.fail((*key, "shell"), 'is empty; give a shell and its flags, e.g. "bash -lc", '
+                            "or leave the key out")
+        return TaskDefaults(
+            command=base.command if command is None else command,
+            python=base.python if python is None else python,
+            workdir=base.workdir if workdir is None else workdir,
+            env=env,
+            restart=base.restart if restart is None else restart,
+            max_restarts=base.max_restarts if max_restarts is None else max_restarts,
+            grace_seconds=base.grace_seconds if grace is None else float(grace),
+            setup=base.setup if setup is None else tuple(setup),
+            shell=base.shell if shell is None else shell.strip(),
+            min_uptime=base.min_uptime if min_uptime is None else float(min_uptime),
+            autolog=base.autolog if autolog is None else autolog,
+            stall_seconds=base.stall_seconds if stall is None else float(stall),
+            on_stall=base.on_stall if on_stall is None else on_stall,
+        )
+
+    def roles(self, table: Mapping[str, Any], defaults: TaskDefaults,
+              hosts: Mapping[str, HostConfig]) -> dict[str, RoleConfig]:
+        for name in table:
+            if name == "master":
+                raise self.fail(("roles", name), 'TensorFlow 2 has no "master" role; '
+                                "rename [roles.master] to [roles.chief]")
+            if name not in ROLES:
+                raise self.fail(("roles", name), f"unknown role; {suggest(name, ROLES)}")
+        roles: dict[str, RoleConfig] = {}
+        for name in ROLES:
+            if name in table:
+                roles[name] = self.role(name, self.table(table, name, ("roles",)), defaults, hosts)
+        self.check_ports(roles, hosts)
+        self.check_gpus(roles, hosts)
+        return roles
+
+    def role(self, name: str, entry: Mapping[str, Any], defaults: TaskDefaults,
+             hosts: Mapping[str, HostConfig]) -> RoleConfig:
+        key = ("roles", name)
+        self.check_table(entry, key, ROLE_KEYS)
+        count: int = _get(entry, ROLE_KEYS, "count")
+        if name in SINGLE_TASK_ROLES and count > 1:
+            raise self.fail((*key, "count"), f"a job has at most one {name}, got {count}; "
+                            f"use count = 1 (or add workers instead)")
+        host_names = self.role_hosts(name, entry, hosts, count)
+        port: int | None = entry.get("port")
+        gpus_per_task: int = _get(entry, ROLE_KEYS, "gpus_per_task")
+        settings = self.task_settings(entry, key, defaults)
+        if name == "ps" and "stall_seconds" not in entry:
+            # a parameter server has no step of its own: [defaults] stall_seconds is for the others
+            settings = replace(settings, stall_seconds=0.0)
+        if count > 0 and not settings.command:
+            raise self.fail((*key, "command"), "no command for this role; set command under "
+                            f"[defaults] or [roles.{name}]")
+        return RoleConfig(name=name, count=count, hosts=host_names, port=port,
+                          gpus_per_task=gpus_per_task, settings=settings)
+
+    def role_hosts(self, role: str, entry: Mapping[str, Any], hosts: Mapping[str, HostConfig],
+                   count: int) -> tuple[str, ...]:
+        key = ("roles", role, "hosts")
+        if "hosts" not in entry:
+            if len(hosts) == 1 or count == 0:
+                return tuple(hosts)[:1]
+            groups = {host.group for host in hosts.values()}
+            if len(groups) == 1 and None not in groups:
+                return tuple(hosts)  # one host range and nothing else: spread over all of it
+            raise self.fail(key, f"missing; say where {role} tasks run, e.g. hosts = "
+                            f"[{', '.join(json.dumps(h) for h in hosts)}]")
+        value: list[str] = entry["hosts"]
+        if not value and count > 0:
+            raise self.fail(key, f"is empty; list the hosts the {role} tasks run on")
+        names: list[str] = []
+        for host in value:
+            members = [h.name for h in hosts.values() if h.group == host]
+            if host not in hosts and not members:
+                raise self.fail(key, f'host "{host}" is not defined; {suggest(host, hosts)} '
+                                f"(or add [hosts.{host}])")
+            names.extend(members or [host])  # a range's table name stands for all its hosts
+        return tuple(names)
+
+    def check_ports(self, roles: Mapping[str, RoleConfig], hosts: Mapping[str, HostConfig]) -> None:
+        """Two tasks may not share an address:port (after the base-port rule)."""
+        taken: dict[tuple[str, int], str] = {}
+        for name in START_ORDER:
+            role = roles.get(name)
+            if role is None or role.port is None:
+                continue
+            for index, (host, port) in enumerate(task_ports(role)):
+                address = hosts[host].address
+                where = ("localhost" if address in _LOOPBACK_NAMES else address, port)
+                task_id = f"{name}:{index}"
+                if port > 65535:
+                    raise self.fail(("roles", name, "port"), f"{task_id} would get port {port} "
+                                    "(port + task number on its host); choose a lower port")
+                if where in taken:
+                    raise self.fail(("roles", name, "port"), f"{task_id} and {taken[where]} both use "
+                                    f"{address}:{port}; give the roles port ranges that do not overlap "
+                                    f"(the i-th task on a host gets port + i)")
+                taken[where] = task_id
+
+    def check_gpus(self, roles: Mapping[str, RoleConfig], hosts: Mapping[str, HostConfig]) -> None:
+        asked: dict[str, int] = {}
+        for name in START_ORDER:
+            role = roles.get(name)
+            if role is None or role.gpus_per_task == 0:
+                continue
+            for index in range(role.count):
+                host = role.hosts[index % len(role.hosts)]
+                asked[host] = asked.get(host, 0) + role.gpus_per_task
+                offered = len(hosts[host].gpus)
+                if asked[host] > offered:
+                    raise self.fail(("roles", name, "gpus_per_task"),
+                                    f'tasks on host "{host}" ask for {asked[host]} GPUs but it offers '
+                                    f"{offered} (hosts.{host}.gpus = {show_value(list(hosts[host].gpus))}); "
+                                    "lower gpus_per_task or count, or list more GPUs")
+
+    def check_job(self, roles: Mapping[str, RoleConfig], success: SuccessPolicy) -> None:
+        chiefs = roles["chief"].count if "chief" in roles else 0
+        workers = roles["worker"].count if "worker" in roles else 0
+        if chiefs == 0 and workers == 0:
+            raise self.fail(("roles",), "no chief and no workers, so nothing decides when the job "
+                            "succeeded; add [roles.chief] or [roles.worker] with count >= 1")
+        if success == "all_workers" and workers == 0:
+            raise self.fail(("success_policy",), '"all_workers" needs workers; add [roles.worker] '
+                            'or use success_policy = "chief"')
+
+
+def task_ports(role: RoleConfig) -> list[tuple[str, int]]:
+    """(host, port) of each task of a role with a base port: the i-th task on a host gets port + i."""
+    assert role.port is not None
+    seen: dict[str, int] = {}
+    placed: list[tuple[str, int]] = []
+    for index in range(role.count):
+        host = role.hosts[index % len(role.hosts)]
+        placed.append((host, role.port + seen.get(host, 0)))
+        seen[host] = seen.get(host, 0) + 1
+    return placed

@@ -1,0 +1,285 @@
+"""The supervisor's links to the hosts: each host's event stream and the requests sent on it.
+
+A follower stream per host delivers the agents' event lines; each is decoded, checked against the
+task's sequence numbers (an event resent after an attach is dropped, a gap is told), its time
+corrected by the host's clock offset, and handed to the loop in batches. Requests (``start``) ride
+the same channel with an id and wait for their ``#re`` answer. A stream that closes or falls
+silent is reconnected with back-off and resumed from the offsets already received.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import json
+import threading
+import time
+from concurrent.futures import Future
+from typing import Any
+
+from launcher import events as ev
+from launcher.errors import HostError, HostGone
+from launcher.events import Event, EventDecodeError
+from launcher.plan import render_command, split_secrets, tf_config
+from launcher.remote.session import HostSession
+from launcher.supervise.core import SupervisorCore, TaskRuntime
+from launcher.transport import LineStream
+
+RECONNECT_MAX_DELAY = 10.0
+#: a follower prints at least a `#hb` line every second; this much silence means the link is dead
+#: (a partitioned TCP connection only errors out after minutes of retransmissions)
+STREAM_SILENCE_SECONDS = 5.0
+#: followers touch their host's lease only while these pings arrive (agent `follow --pinged`)
+PING_SECONDS = 1.0
+#: how long a start sent on a follow channel may wait for the host agent's answer
+AGENT_REQUEST_SECONDS = 60.0
+
+
+class HostLinks(SupervisorCore):
+    """Follow every host's agents, send them requests, and keep the links up."""
+
+    def agent_spec(self, rt: TaskRuntime) -> dict[str, Any]:
+        spec = rt.spec
+        session = self.sessions[spec.host]
+        env, _secret = split_secrets(spec.env, self.profile.secrets)  # secrets go by stdin, not spec.json
+        env["TF_CONFIG"] = json.dumps(tf_config(self.plan, spec.task_id, self.ports))
+        metrics = self.profile.metrics
+        patterns = {k: v for k, v in (("step", metrics.step), ("loss", metrics.loss)) if v}
+        patterns.update(metrics.extra)
+        return {
+            "run": self.run_id, "task": spec.task_id, "host": spec.host,
+            "incarnation": rt.incarnation, "restarts": rt.restarts,
+            "command": render_command(spec.command, port=rt.port, run_dir=session.base_dir,
+                                      outputs=session.outputs_dir),
+            "workdir": spec.workdir, "env": env, "gpus": list(spec.gpus),
+            "grace_seconds": spec.grace_seconds,
+            "orphan_grace_seconds": self.profile.orphan_grace_seconds,
+            "sample_interval": self.profile.sample_interval, "metrics": patterns,
+            "setup": list(spec.setup), "shell": spec.shell or "",
+            "autolog": spec.autolog,
+        }
+
+    def _start_on(self, session: HostSession, rts: list[TaskRuntime]) -> None:
+        """Write the specs of ``rts`` and start them through the host's agent: as a request on the
+        open follow channel where there is one (no SSH exec, no interpreter to boot), else with
+        the `start` verb; one round trip either way."""
+        secrets = {rt.spec.slug: split_secrets(rt.spec.env, self.profile.secrets)[1] for rt in rts}
+        specs = {rt.spec.slug: self.agent_spec(rt) for rt in rts}
+        secrets = {slug: env for slug, env in secrets.items() if env}
+        answer = self._ask_agent(session.name, {"op": "start", "specs": specs, "tasks": list(specs),
+                                                "secrets": secrets})
+        if answer is None:
+            session.start_tasks(specs, secrets)
+        else:
+            session.started(answer, list(specs))
+
+    def _ask_agent(self, host: str, request: dict[str, Any]) -> dict[str, Any] | None:
+        """Send ``request`` as a JSON line on the host's follow channel and wait for its ``#re``
+        answer; None when there is no live channel to send it on, or it ended before the answer
+        came (the caller uses the verb then; a live agent refuses to start a task twice)."""
+        stream = self._streams.get(host)
+        if stream is None or not self._host_up.get(host):
+            return None
+        request_id = next(self._request_ids)
+        answer: Future[dict[str, Any] | None] = Future()
+        self._requests[request_id] = (host, answer)
+        line = (json.dumps({**request, "id": request_id}, separators=(",", ":")) + "\n").encode()
+        with self._send_locks[host]:
+            sent = stream.send(line, AGENT_REQUEST_SECONDS)
+        if not sent:
+            self._requests.pop(request_id, None)
+            return None
+        try:
+            return answer.result(AGENT_REQUEST_SECONDS)  # None: the channel ended; the caller uses the verb
+        except TimeoutError:
+            raise HostError(f"host {host}: its agent did not answer within {AGENT_REQUEST_SECONDS:g} s") from None
+        finally:
+            self._requests.pop(request_id, None)
+
+    def _on_answer(self, line: str) -> None:
+        with contextlib.suppress(ValueError, TypeError, AttributeError):
+            answer = json.loads(line[4:])
+            waiting = self._requests.get(int(answer.get("id")))
+            if waiting is not None and not waiting[1].done():
+                waiting[1].set_result(answer)
+
+    def _fail_requests(self, host: str) -> None:
+        """The host's follow channel ended: requests waiting on it go by the `start` verb instead."""
+        for where, waiting in list(self._requests.values()):
+            if where == host and not waiting.done():
+                waiting.set_result(None)
+
+    def _start_follower(self, host: str) -> None:
+        session = self.sessions[host]
+        offsets = dict(self._offsets[host])
+
+        pending: list[tuple[str, float]] = []
+        pending_lock = threading.Lock()
+
+        def drain() -> None:
+            with pending_lock:
+                batch = pending[:]
+                pending.clear()
+            self._on_lines(host, batch)
+
+        def on_line(line: str) -> None:
+            self._last_heard[host] = time.monotonic()  # here, not on the loop: a busy loop is no silence
+            if line.startswith("#re "):  # an answer to _ask_agent, whose caller waits on a host thread
+                self._on_answer(line)
+                return
+            with pending_lock:  # lines that arrive while the loop is busy go to it in one call
+                pending.append((line, time.time()))
+                first = len(pending) == 1
+            if first:
+                self._call(drain)
+
+        def on_close(code: int | None) -> None:
+            self._fail_requests(host)
+            self._call(lambda: self._on_stream_closed(host, stream))
+
+        self._last_heard[host] = time.monotonic()
+        channel = session.take_channel()  # the preflight's channel, waiting to become this stream
+        stream: LineStream
+        if channel is not None:
+            stream = self._streams[host] = channel  # before attach: a channel that ended is told at once
+            channel.attach(on_line, on_close)
+            return
+        stream = session.follow(offsets, on_line, on_close)
+        self._streams[host] = stream
+
+    def _on_lines(self, host: str, batch: list[tuple[str, float]]) -> None:
+        """The lines a host's stream delivered while the loop was busy, in order. Runs of events
+        that change nothing here (metrics, logs: nearly all of them) are published together; a
+        task's state change is published and acted on in its place."""
+        held: list[tuple[Event, str | None]] = []
+        for line, received in batch:
+            decoded = self._decode(host, line, received)
+            if decoded is None:
+                continue
+            event = decoded[0]
+            if event.kind == ev.STATE and event.task in self.tasks:
+                self._publish_many(held)
+                held = []
+                self._publish(*decoded)
+                self._on_task_state(self.tasks[event.task], event)
+                continue
+            held.append(decoded)
+            if event.kind == ev.METRIC and event.task in self.tasks:
+                step = event.get("step")
+                if isinstance(step, int) and self.tasks[event.task].state == ev.RUNNING:
+                    self.watchdog.on_step(event.task, step, time.monotonic())
+        self._publish_many(held)
+
+    def _decode(self, host: str, line: str, received: float) -> tuple[Event, str | None] | None:
+        """The event a stream line carries and the text to store for it (None: encode it again),
+        or None for a heartbeat, an undecodable line or an event already recorded."""
+        if not line or line.startswith("#"):
+            if line.startswith("#hb "):
+                with contextlib.suppress(ValueError):
+                    self._observe_clock(host, float(line[4:]), received)
+            return None
+        try:
+            event = Event.from_json(line)
+        except EventDecodeError:
+            return None
+        if event.task is not None:
+            slug = event.task.replace(":", "-")
+            offsets = self._offsets[host]
+            size = len(line) if line.isascii() else len(line.encode())
+            offsets[slug] = offsets.get(slug, 0) + size + 1
+            if not self._in_sequence(event):
+                return None
+        ts = self._clocks[host].correct(event.ts, received)
+        if ts == event.ts:
+            return event, line
+        # a host whose clock is off: its times moved onto ours
+        data = dict(event.data)
+        if isinstance(data.get("exited_at"), int | float):  # the task's end, for the root cause
+            data["exited_at"] = self._clocks[host].correct(float(data["exited_at"]), received)
+        return dataclasses.replace(event, ts=ts, data=data), None
+
+    def _in_sequence(self, event: Event) -> bool:
+        """False for an event already recorded (a resend after attach from older offsets);
+        a gap in the task's ``seq`` is told and kept in state.json."""
+        seq = event.data.get("seq")
+        task = str(event.task)
+        if not isinstance(seq, int):
+            return True
+        last = self._last_seq.get(task, -1)
+        if seq <= last:
+            return False
+        if seq > last + 1:
+            missing = seq - last - 1
+            self.lost_events[task] = self.lost_events.get(task, 0) + missing
+            self._notice(f"{task}: {missing} event(s) lost between its agent and the launcher "
+                         f"(seq {last + 1}..{seq - 1})")
+        self._last_seq[task] = seq
+        return True
+
+    def _observe_clock(self, host: str, host_ts: float, received: float) -> None:
+        clock = self._clocks[host]
+        was_off = clock.offset != 0.0
+        clock.observe(host_ts, received)
+        if clock.offset != 0.0 and not was_off:
+            self._notice(f"host {host}: {clock.describe()}; its event times are corrected by the launcher "
+                         "(sync its clock with NTP)")
+
+    def _on_stream_closed(self, host: str, stream: LineStream, why: str = "event stream lost") -> None:
+        if self._finishing or self._done.is_set() or self._streams.get(host) is not stream:
+            return
+        self._host_up[host] = False
+        del self._streams[host]  # its late on_close must not count as a second loss
+        self._publish(ev.host_event(self.run_id, host, "unreachable", f"{why}; reconnecting"))
+        self._executors[host].submit(stream.close)  # off the loop: closing may wait for its reader
+        self._executors[host].submit(self._reconnect, host, 1.0)
+
+    def _ping_streams(self) -> None:
+        """Tell every follower the launcher still reads it; on its own thread, as a send into a
+        dead link may block. Without pings a partitioned host's follower would keep the lease fresh."""
+        while not self._done.wait(PING_SECONDS):
+            for host, stream in list(self._streams.items()):
+                with self._send_locks[host]:  # never inside a request line
+                    stream.send(b"\n")
+
+    def _check_silence(self) -> None:
+        """Treat a stream that sent nothing, not even a heartbeat, for STREAM_SILENCE_SECONDS as lost."""
+        if self._finishing:
+            return
+        now = time.monotonic()
+        for host, stream in list(self._streams.items()):
+            silent = now - self._last_heard.get(host, now)
+            if self._host_up[host] and silent > STREAM_SILENCE_SECONDS:
+                self._on_stream_closed(host, stream, f"no heartbeat for {silent:.0f}s")
+
+    def _reconnect(self, host: str, delay: float) -> None:
+        """On the host's thread: reconnect with back-off; the loop then resumes the stream."""
+        session = self.sessions[host]
+        while not self._finishing and not self._done.is_set():
+            time.sleep(delay)
+            try:
+                session.host.close()
+                session.host.connect()
+                if host in self._undetach:
+                    session.set_detached(False)
+                    self._undetach.discard(host)
+            except HostGone as exc:  # e.g. the Slurm allocation ended: the job cannot go on
+                self._call(functools.partial(self._finish, "Failed", str(exc)))
+                return
+            except HostError:
+                delay = min(delay * 2, RECONNECT_MAX_DELAY)
+                continue
+            self._call(functools.partial(self._resume_stream, host, delay))
+            return
+
+    def _resume_stream(self, host: str, delay: float) -> None:
+        """On the loop: follow the host's agents again from the offsets already received."""
+        if self._finishing:
+            return
+        try:
+            self._start_follower(host)
+        except HostError:
+            self._executors[host].submit(self._reconnect, host, min(delay * 2, RECONNECT_MAX_DELAY))
+            return
+        self._host_up[host] = True
+        self._publish(ev.host_event(self.run_id, host, "up", "reconnected"))
