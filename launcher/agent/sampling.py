@@ -26,69 +26,27 @@ import time
 from typing import Any, Dict, List, Optional, Tuple
 
 from launcher.agent import nvml
+from launcher.agent.readings import (
+    HostReader,
+    ProcKey,
+    TreeReading,
+    empty_gpu,
+    parse_nvidia_smi,
+    proc_children,
+    read_proc_stat,
+    scan_parents,
+    scan_stats,
+)
 
 log = logging.getLogger(__name__)
 
-# (pid, start time) names one process even when a pid is reused.
-ProcKey = Tuple[int, float]
-# per process: (cpu seconds, rss bytes or None)
-TreeReading = Dict[ProcKey, Tuple[float, Optional[int]]]
 
 NVIDIA_SMI_TIMEOUT_S = 2.0
-_MIB = 1024 * 1024
 _SMI_QUERY = "--query-gpu=index,utilization.gpu,memory.used,memory.total"
 
 GPU_NVML = "nvml"
 GPU_SMI = "nvidia-smi"
 GPU_NONE = "nogpu"
-
-
-class HostReader:
-    """The whole machine's CPU (percent of all its cores) and memory, from /proc; None elsewhere.
-
-    Each task's agent reads it with its own sample, so the hosts view has the host's load, not only
-    its tasks' share of it. CPU is the busy share of all jiffies since the previous reading."""
-
-    def __init__(self) -> None:
-        self._prev: Optional[Tuple[int, int]] = self._cpu_times()
-        self.cpus = os.cpu_count() or 1
-
-    @staticmethod
-    def _cpu_times() -> Optional[Tuple[int, int]]:
-        """(busy, total) jiffies of all cores since boot."""
-        try:
-            with open("/proc/stat", encoding="ascii") as f:
-                fields = [int(x) for x in f.readline().split()[1:]]
-        except (OSError, ValueError):
-            return None
-        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
-        total = sum(fields[:8])  # guest time is already counted in user
-        return total - idle, total
-
-    @staticmethod
-    def _memory() -> Tuple[Optional[int], Optional[int]]:
-        """(used, total) bytes: total minus what the kernel says is available."""
-        values: Dict[str, int] = {}
-        try:
-            with open("/proc/meminfo", encoding="ascii") as f:
-                for line in f:
-                    name, _, rest = line.partition(":")
-                    if name in ("MemTotal", "MemAvailable"):
-                        values[name] = int(rest.split()[0]) * 1024
-        except (OSError, ValueError, IndexError):
-            return None, None
-        total = values.get("MemTotal")
-        available = values.get("MemAvailable")
-        return (total - available if total is not None and available is not None else None), total
-
-    def read(self) -> Dict[str, Any]:
-        cpu_percent: Optional[float] = None
-        now = self._cpu_times()
-        if now is not None and self._prev is not None and now[1] > self._prev[1]:
-            cpu_percent = round(100.0 * (now[0] - self._prev[0]) / (now[1] - self._prev[1]), 1)
-        self._prev = now
-        used, total = self._memory()
-        return {"cpu_percent": cpu_percent, "cpus": self.cpus, "mem_used_bytes": used, "mem_total_bytes": total}
 
 
 class TaskSampler:
@@ -143,7 +101,7 @@ class TaskSampler:
         except Exception as exc:  # the agent must keep supervising whatever happens here
             log.warning("GPU sampling failed: %s: %s", type(exc).__name__, exc)
             self._gpu_mode = GPU_NONE
-            gpus = [_empty_gpu(i) for i in self.gpu_indices]
+            gpus = [empty_gpu(i) for i in self.gpu_indices]
         source = self.cpu_source
         if self.gpu_indices:
             source += "+" + (self._gpu_mode or GPU_NONE)
@@ -190,12 +148,12 @@ class TaskSampler:
         return out
 
     def _read_tree_proc(self) -> Optional[TreeReading]:
-        root = _read_proc_stat(self.pid)
+        root = read_proc_stat(self.pid)
         if root is None:
             return None
         if self._children_files is None:
             self._children_files = os.path.exists("/proc/%d/task/%d/children" % (self.pid, self.pid))
-        parents: Optional[Dict[int, List[int]]] = None if self._children_files else _scan_parents()
+        parents: Optional[Dict[int, List[int]]] = None if self._children_files else scan_parents()
         out: TreeReading = {}
         stack = [self.pid]
         seen = set()
@@ -204,12 +162,12 @@ class TaskSampler:
             if pid in seen:
                 continue
             seen.add(pid)
-            stat = root if pid == self.pid else _read_proc_stat(pid)
+            stat = root if pid == self.pid else read_proc_stat(pid)
             if stat is None:
                 continue
             _, ticks, start = stat
             out[(pid, start)] = (ticks / self._clock_ticks, self._read_rss(pid))
-            stack.extend(_proc_children(pid) if parents is None else parents.get(pid, []))
+            stack.extend(proc_children(pid) if parents is None else parents.get(pid, []))
         return out
 
     def _read_rss(self, pid: int) -> Optional[int]:
@@ -231,8 +189,8 @@ class TaskSampler:
         if self._gpu_mode == GPU_SMI:
             by_index = self._run_nvidia_smi()
             if by_index is not None:
-                return [by_index.get(i) or _empty_gpu(i) for i in self.gpu_indices]
-        return [_empty_gpu(i) for i in self.gpu_indices]
+                return [by_index.get(i) or empty_gpu(i) for i in self.gpu_indices]
+        return [empty_gpu(i) for i in self.gpu_indices]
 
     def _pick_gpu_mode(self) -> str:
         if self._use_nvml is not False and nvml.available():
@@ -242,7 +200,7 @@ class TaskSampler:
         return GPU_NONE
 
     def _nvml_gpu(self, index: int, pids: set) -> Dict[str, Any]:
-        entry = nvml.gpu_stats(index) or _empty_gpu(index)
+        entry = nvml.gpu_stats(index) or empty_gpu(index)
         entry["proc_mem_bytes"] = None
         entry["proc_util_percent"] = None
         procs = nvml.compute_processes(index)
@@ -284,83 +242,6 @@ def _psutil_module(use_psutil: Optional[bool]) -> Any:
     return psutil
 
 
-def parse_nvidia_smi(text: str) -> Dict[int, Dict[str, Any]]:
-    """Parse ``index, util %, used MiB, total MiB`` CSV lines; "[N/A]"-style values become None."""
-    out: Dict[int, Dict[str, Any]] = {}
-    for line in text.splitlines():
-        fields = [f.strip() for f in line.split(",")]
-        if len(fields) < 4:
-            continue
-        index = _number(fields[0])
-        if index is None:
-            continue
-        util, used, total = (_number(f) for f in fields[1:4])
-        out[int(index)] = {
-            "index": int(index),
-            "util_percent": util,
-            "mem_used_bytes": int(used * _MIB) if used is not None else None,
-            "mem_total_bytes": int(total * _MIB) if total is not None else None,
-            "proc_mem_bytes": None,
-            "proc_util_percent": None,
-        }
-    return out
-
-
-def _number(text: str) -> Optional[float]:
-    try:
-        return float(text)
-    except ValueError:
-        return None
-
-
-def _empty_gpu(index: int) -> Dict[str, Any]:
-    return {"index": index, "util_percent": None, "mem_used_bytes": None, "mem_total_bytes": None,
-            "proc_mem_bytes": None, "proc_util_percent": None}
-
-
-def _read_proc_stat(pid: int) -> Optional[Tuple[int, int, float]]:
-    """``(ppid, utime+stime ticks, start time ticks)`` from ``/proc/<pid>/stat``, or None if gone."""
-    try:
-        with open("/proc/%d/stat" % pid, "rb") as f:
-            data = f.read().decode("ascii", "replace")
-    except OSError:
-        return None
-    # the command name (field 2) may contain spaces and parentheses: fields start after the last ')'
-    fields = data[data.rfind(")") + 2:].split()
-    try:
-        return int(fields[1]), int(fields[11]) + int(fields[12]), float(fields[19])
-    except (IndexError, ValueError):
-        return None
-
-
-def _proc_children(pid: int) -> List[int]:
-    """Children of every thread of ``pid``, from ``/proc/<pid>/task/*/children``."""
-    out: List[int] = []
-    try:
-        tids = os.listdir("/proc/%d/task" % pid)
-    except OSError:
-        return out
-    for tid in tids:
-        try:
-            with open("/proc/%d/task/%s/children" % (pid, tid)) as f:
-                out.extend(int(c) for c in f.read().split())
-        except (OSError, ValueError):
-            continue
-    return out
-
-
-def _scan_parents() -> Dict[int, List[int]]:
-    """``{ppid: [pid, ...]}`` for every process, for kernels without the ``children`` files."""
-    parents: Dict[int, List[int]] = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        stat = _read_proc_stat(int(name))
-        if stat is not None:
-            parents.setdefault(stat[0], []).append(int(name))
-    return parents
-
-
 class HostSampler:
     """Samples every task of a host in one pass: one /proc walk for all process trees, one GPU
     query per GPU in use, one machine reading. ``sample({key: (root pid, gpu indices)})``
@@ -381,7 +262,7 @@ class HostSampler:
 
     def sample(self, tasks: Dict[Any, Tuple[int, List[int]]]) -> Dict[Any, Dict[str, Any]]:
         now = time.monotonic()
-        stats = _scan_stats()
+        stats = scan_stats()
         children: Dict[int, List[int]] = {}
         for pid, (ppid, _, _) in stats.items():
             children.setdefault(ppid, []).append(pid)
@@ -464,14 +345,14 @@ class HostSampler:
                 self._gpu_mode = (GPU_NVML if self._use_nvml is not False and nvml.available()
                                   else GPU_SMI if shutil.which("nvidia-smi") else GPU_NONE)
             if self._gpu_mode == GPU_NVML:
-                return {i: {"entry": nvml.gpu_stats(i) or _empty_gpu(i), "procs": nvml.compute_processes(i),
+                return {i: {"entry": nvml.gpu_stats(i) or empty_gpu(i), "procs": nvml.compute_processes(i),
                             "utils": nvml.process_utilization(i)} for i in indices}
             if self._gpu_mode == GPU_SMI:
                 by_index = self._smi._run_nvidia_smi()
                 if by_index is None:
                     self._gpu_mode = GPU_NONE
                     return {}
-                return {i: {"entry": by_index.get(i) or _empty_gpu(i), "procs": None, "utils": None}
+                return {i: {"entry": by_index.get(i) or empty_gpu(i), "procs": None, "utils": None}
                         for i in indices}
         except Exception as exc:  # the agent must keep supervising whatever happens here
             log.warning("GPU sampling failed: %s: %s", type(exc).__name__, exc)
@@ -482,7 +363,7 @@ class HostSampler:
     def _gpu_entry(by_index: Dict[int, Dict[str, Any]], index: int, pids: set) -> Dict[str, Any]:
         found = by_index.get(index)
         if found is None:
-            return _empty_gpu(index)
+            return empty_gpu(index)
         entry = dict(found["entry"])
         entry["proc_mem_bytes"] = None
         entry["proc_util_percent"] = None
@@ -496,16 +377,3 @@ class HostSampler:
         return entry
 
 
-def _scan_stats() -> Dict[int, Tuple[int, int, float]]:
-    """``{pid: (ppid, cpu ticks, start time)}`` for every process, in one walk of /proc."""
-    out: Dict[int, Tuple[int, int, float]] = {}
-    try:
-        names = os.listdir("/proc")
-    except OSError:
-        return out
-    for name in names:
-        if name.isdigit():
-            stat = _read_proc_stat(int(name))
-            if stat is not None:
-                out[int(name)] = stat
-    return out

@@ -19,12 +19,24 @@ import threading
 from collections.abc import Mapping
 from pathlib import Path
 
-# Modules that run on hosts; each is packed only if it exists in this source tree.
-AGENT_MODULES = ("__init__", "events", "report",
-                 "agent/__init__", "agent/procs", "agent/spec", "agent/output", "agent/runner",
-                 "agent/stream", "agent/hostagent", "agent/clients", "agent/netcheck", "agent/verbs",
-                 "agent/sampling", "agent/nvml", "agent/hostcheck", "agent/metricregex",
-                 "autolog/__init__", "autolog/recorder", "autolog/hook", "autolog/patches")
+LAUNCHER_DIR = Path(__file__).resolve().parent.parent
+#: what runs on hosts and inside tasks (docs/ARCHITECTURE.md): these packages whole, these modules
+SHIPPED_PACKAGES = ("agent", "autolog")
+SHIPPED_MODULES = ("__init__", "events", "report")
+#: left out: ``python -m launcher.agent`` is for the launcher's side (the archive has its own
+#: ``__main__``), and autolog's start-up hook goes in as ``SITE_DIR/sitecustomize.py``
+NOT_SHIPPED = ("agent/__main__", "autolog/startup")
+
+
+def _agent_modules() -> tuple[str, ...]:
+    found = list(SHIPPED_MODULES)
+    for package in SHIPPED_PACKAGES:
+        found += sorted(f"{package}/{source.stem}" for source in (LAUNCHER_DIR / package).glob("*.py"))
+    return tuple(module for module in found if module not in NOT_SHIPPED)
+
+
+#: modules that run on hosts, as paths under launcher/ without ``.py``
+AGENT_MODULES = _agent_modules()
 #: autolog's start-up hook: a directory of its own in the archive, put on a task's path only
 #: when autolog is on (``agent.pyz/distlaunch_site``; zipimport reads subdirectories)
 SITE_DIR = "distlaunch_site"
@@ -43,13 +55,12 @@ _FIXED_DATE = (1980, 1, 1, 0, 0, 0)
 
 def agent_sources() -> dict[str, bytes]:
     """Archive name -> content of every file the agent zipapp holds."""
-    package_dir = Path(__file__).resolve().parent.parent  # launcher/
     files = {"__main__.py": _MAIN}
     for module in AGENT_MODULES:
-        source = package_dir / (module + ".py")
+        source = LAUNCHER_DIR / (module + ".py")
         if source.is_file():
             files[f"launcher/{module}.py"] = source.read_bytes()
-    site = package_dir / SITE_SOURCE
+    site = LAUNCHER_DIR / SITE_SOURCE
     if site.is_file():
         files[f"{SITE_DIR}/sitecustomize.py"] = site.read_bytes()
     return files

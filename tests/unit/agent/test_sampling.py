@@ -12,7 +12,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from launcher.agent.sampling import TaskSampler, parse_nvidia_smi
+from launcher.agent.readings import parse_nvidia_smi
+from launcher.agent.sampling import TaskSampler
 
 ALLOC_MB = 120
 
