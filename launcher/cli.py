@@ -24,7 +24,7 @@ Handler = Callable[[argparse.Namespace], int]
 
 def _check(args: argparse.Namespace) -> int:
     if args.metrics_sample:
-        from launcher.commands.metricsample import run_metrics_sample
+        from launcher.commands.check import run_metrics_sample
 
         return run_metrics_sample(Path(args.profile), Path(args.metrics_sample))
     from launcher.commands.check import run_check
@@ -45,7 +45,7 @@ def _up(args: argparse.Namespace) -> int:
 
 
 def _down(args: argparse.Namespace) -> int:
-    from launcher.commands.up import run_down
+    from launcher.commands.down import run_down
 
     return run_down(args)
 
@@ -57,7 +57,7 @@ def _prune(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from launcher.commands.up import run_status
+    from launcher.commands.status import run_status
 
     return run_status(args)
 
@@ -69,31 +69,31 @@ def _runs(args: argparse.Namespace) -> int:
 
 
 def _logs(args: argparse.Namespace) -> int:
-    from launcher.commands.up import run_logs
+    from launcher.commands.status import run_logs
 
     return run_logs(args)
 
 
 def _restart(args: argparse.Namespace) -> int:
-    from launcher.commands.up import run_restart
+    from launcher.commands.down import run_restart
 
     return run_restart(args)
 
 
 def _attach(args: argparse.Namespace) -> int:
-    from launcher.commands.up import run_attach
+    from launcher.commands.attach import run_attach
 
     return run_attach(args)
 
 
 def _events(args: argparse.Namespace) -> int:
-    from launcher.commands.eventscmd import run_events
+    from launcher.commands.status import run_events
 
     return run_events(args)
 
 
 def _replay(args: argparse.Namespace) -> int:
-    from launcher.commands.up import run_replay
+    from launcher.commands.attach import run_replay
 
     return run_replay(args)
 

@@ -25,6 +25,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from launcher.agent import pid_alive
 from launcher.errors import UserError
 from launcher.events import LOG, Event, EventDecodeError
 from launcher.model import HostConfig, SshSettings
@@ -281,3 +282,9 @@ def host_from_json(data: dict[str, Any]) -> HostConfig:
                       ssh=ssh, gpus=tuple(data.get("gpus", ())), tf_address=data.get("tf_address"),
                       env=dict(data.get("env") or {}), group=data.get("group"),
                       slurm_job_id=data.get("slurm_job_id"))
+
+
+def launcher_alive(state: dict[str, Any]) -> bool:
+    """Is the run's launcher still following it (its process exists and the run has not ended)?"""
+    pid = state.get("launcher_pid")
+    return isinstance(pid, int) and pid_alive(pid) and state.get("outcome") is None

@@ -1,2 +1,18 @@
 """The verbs: one module per family of `distlaunch` commands. Runs on the user's machine.
+
+    up.py          up (launch, the dashboard or progress lines, the outcome)
+    attach.py      attach, replay: the dashboard of a running or a finished job
+    down.py        down, restart (a live job from another terminal), prune
+    status.py      status, logs, runs, events: what a run does or did, from its run dir
+    check.py       check (--metrics-sample too), tfconfig: what a profile would do
+    completion.py  completion: shell completion from the same parser
 """
+
+from __future__ import annotations
+
+import sys
+
+
+def notice(msg: str) -> None:
+    """How every verb tells the user something beside its output: one line on stderr."""
+    print(f"distlaunch: {msg}", file=sys.stderr, flush=True)

@@ -7,27 +7,30 @@ so the history is complete and policies apply again. A host that does not answer
 does not stop the attach while another does: it is followed once the supervisor's reconnect
 loop reaches it, as after a link lost mid-run; otherwise its tasks' orphan grace would run out
 on every host while the user waits for one link.
+
+`distlaunch replay RUN` opens the dashboard on a finished run's events.
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
 from launcher import events as ev
-from launcher.commands.up import (
-    follow_notify,
-    launcher_alive,
-    notice,
-    open_sessions,
-    report_outcome,
-    run_dashboard_for,
-    start_control_server,
-)
+from launcher.commands import notice
+from launcher.commands.runhosts import open_sessions
+from launcher.commands.up import follow_notify, report_outcome, run_dashboard_for, start_control_server
 from launcher.errors import UserError
 from launcher.plan import build_plan
 from launcher.remote.preflight import PreflightError
-from launcher.rundir import RunDir, read_events, read_state
+from launcher.rundir import (
+    RunDir,
+    find_run,
+    launcher_alive,
+    read_events,
+    read_state,
+)
 from launcher.runrecord import load_recorded_profile
 from launcher.supervise.supervisor import Supervisor
 from launcher.telemetry.printer import ProgressPrinter
@@ -81,3 +84,19 @@ def attach_run(path: Path, tui: bool) -> int:
             session.host.close()
         rundir.close()
     return report_outcome(sup, outcome, interrupted=False)
+
+
+def run_attach(args: argparse.Namespace) -> int:
+    return attach_run(find_run(args.run), tui=not args.no_tui)
+
+
+def run_replay(args: argparse.Namespace) -> int:
+    from tui.app import run_dashboard
+    from tui.replay import ReplaySource
+
+    path = find_run(args.run)
+    state = read_state(path)
+    source = ReplaySource(path / "events.jsonl", speed=args.speed)
+    run_dashboard(source, None, title=str(state.get("name")), strategy=str(state.get("strategy")),
+                  hosts_total=len(state.get("hosts", {})), live=False, run_dir=path)
+    return 0

@@ -1,4 +1,6 @@
-"""`distlaunch prune`: remove finished runs on this machine and their run dirs on every host they used.
+"""`distlaunch down` and `restart`: act on a run from another terminal; `prune`: remove finished runs.
+
+`distlaunch prune`: remove finished runs on this machine and their run dirs on every host they used.
 
 A run is removed only when it has ended (Succeeded or Failed) or its launcher died without
 detaching long enough ago that no task of it can still run; live and detached runs are never
@@ -11,13 +13,97 @@ from __future__ import annotations
 import argparse
 import shutil
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from launcher import events as ev
-from launcher.commands.status import RunSummary, list_runs
-from launcher.commands.up import connect_sessions, notice
-from launcher.errors import HostError, UserError
-from launcher.rundir import read_state
+from launcher.commands import notice
+from launcher.commands.runhosts import connect_sessions
+from launcher.commands.status import RunSummary, list_runs, require_task
+from launcher.errors import HostError, HostGone, UserError
+from launcher.remote.session import HostSession
+from launcher.rundir import (
+    DOWN_MARKER,
+    find_run,
+    launcher_alive,
+    read_state,
+)
+from launcher.supervise import controlsock
+
+#: how long `down` waits for a live launcher to finish the teardown it asked for
+LAUNCHER_TEARDOWN_SECONDS = 120.0
+
+
+def run_down(args: argparse.Namespace) -> int:
+    path = find_run(args.run)
+    state = read_state(path)
+    run_id = str(state["run_id"])
+    (path / DOWN_MARKER).touch()
+    if controlsock.send(run_id, "teardown", reason="stopped by `distlaunch down`") is not None:
+        print(f"asked the launcher of {run_id} to tear down")
+        # its own teardown stops and sweeps every host: wait for it, then check behind it (on Slurm
+        # the allocation may end with the launcher, and a check's steps with it)
+        deadline = time.monotonic() + LAUNCHER_TEARDOWN_SECONDS
+        while launcher_alive(read_state(path)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+    gone: list[str] = []
+    sessions = connect_sessions(state, gone)
+    for why in gone:
+        notice(why)
+    grace = 10.0
+    leftovers: dict[str, list[dict[str, Any]]] = {}
+
+    keep_files = bool(getattr(args, "keep_host_files", False))
+    not_removed: list[str] = []
+
+    def down(session: HostSession) -> None:
+        slugs = [t["slug"] for t in state.get("tasks", {}).values() if t["host"] == session.name]
+        try:
+            session.stop_agents(slugs, grace, exit_agent=True)
+            left = session.sweep(kill=True)
+        except HostGone as exc:  # it went away under us (an allocation ending): nothing is left there
+            notice(str(exc))
+            return
+        if left:
+            leftovers[session.name] = left
+        elif not keep_files:  # only once nothing of the run runs there; outputs are never touched
+            try:
+                session.remove_run_dir()
+            except HostError as exc:
+                not_removed.append(str(exc))
+
+    try:
+        with ThreadPoolExecutor(max_workers=max(1, len(sessions))) as pool:
+            list(pool.map(down, sessions.values()))
+    finally:
+        for s in sessions.values():
+            s.host.close()
+    if leftovers:
+        for host, left in leftovers.items():
+            notice(f"host {host}: still running after down: "
+                 + ", ".join(f"{p.get('pid')} ({p.get('cmdline', '')[:60]})" for p in left))
+        return 1
+    for problem in not_removed:
+        notice(problem)
+    kept = "; host run dirs kept" if keep_files else ("" if not_removed else "; host run dirs removed")
+    print(f"{run_id}: stopped on {len(sessions)} host(s); no process of the run is left{kept}")
+    return 0
+
+
+def run_restart(args: argparse.Namespace) -> int:
+    path = find_run(args.run)
+    state = read_state(path)
+    require_task(state, args.task)
+    answer = controlsock.send(str(state["run_id"]), "restart", args.task)
+    if answer is None:
+        raise UserError(f"run {state['run_id']} has no live launcher; `distlaunch attach {state['run_id']}` "
+                        "first, then restart from there")
+    if not answer.get("ok"):
+        raise UserError(f"restart refused: {answer.get('error')}")
+    print(f"restart of {args.task} requested; watch it with `distlaunch status {state['run_id']}`")
+    return 0
+
 
 #: a run that never ended and has nobody following it is treated as dead after this long
 #: (far beyond any orphan grace: its tasks have stopped themselves by then)

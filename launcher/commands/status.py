@@ -1,4 +1,6 @@
-"""`distlaunch runs`: every run under the state root, newest first, without reading whole event files.
+"""`distlaunch status`, `logs`, `runs` and `events`: what a run does or did, read from its run dir.
+
+`distlaunch runs`: every run under the state root, newest first, without reading whole event files.
 
 A run's line comes from its state.json (job state, hosts, tasks, restarts, launcher pid) and the
 first and last lines of its events.jsonl (when it started and, once ended, when it ended), so
@@ -10,15 +12,112 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from launcher import events as ev
-from launcher.commands.up import launcher_alive
+from launcher.errors import UserError
 from launcher.paths import runs_root
-from launcher.rundir import EVENTS_FILE, LATEST_LINK, STATE_FILE
+from launcher.rundir import (
+    EVENTS_FILE,
+    LATEST_LINK,
+    STATE_FILE,
+    find_run,
+    launcher_alive,
+    read_events,
+    read_state,
+)
+from launcher.telemetry.jobview import JobView
+from launcher.telemetry.timeline import Timeline, TimelineEntry, clock_text
+
+
+def require_task(state: dict[str, Any], task: str) -> None:
+    if task not in state.get("tasks", {}):
+        raise UserError(f"run {state['run_id']} has no task {task!r}; its tasks: " + ", ".join(state.get("tasks", {})))
+
+
+def summarize(path: Path) -> dict[str, Any]:
+    """A run's current picture: its events folded by the same JobView the dashboard uses,
+    completed from state.json (addresses, ports, the last pid of a finished task)."""
+    state = read_state(path)
+    view = JobView()
+    for event in read_events(path):
+        view.apply(event)
+    tasks: dict[str, dict[str, Any]] = {}
+    for task_id, info in state.get("tasks", {}).items():
+        seen = view.tasks.get(task_id)
+        tasks[task_id] = {
+            "host": info["host"], "address": info.get("address"), "port": info.get("port"),
+            "state": seen.state if seen else info.get("state"),
+            "pid": (seen.pid if seen else None) or info.get("pid"),
+            "restarts": seen.restarts if seen else info.get("restarts", 0),
+            "step": seen.step if seen else None, "loss": seen.loss if seen else None,
+            "exit_code": seen.exit_code if seen else None, "reason": seen.reason if seen else "",
+            "conditions": dict(seen.conditions) if seen else {}}
+    job = ({"state": view.state, "reason": view.reason, "root_cause": view.failure_cause} if view.events_applied
+           else {"state": state.get("job_state"), "reason": state.get("job_reason", ""), "root_cause": ""})
+    return {"run": state["run_id"], "dir": str(path), "profile": state.get("profile"),
+            "name": state.get("name"), "strategy": state.get("strategy"), "job": job,
+            "detached": state.get("detached", False), "launcher_pid": state.get("launcher_pid"),
+            "launcher_alive": launcher_alive(state),
+            "tasks": tasks, "lost_events": view.lost_events}
+
+
+def run_status(args: argparse.Namespace) -> int:
+    summary = summarize(find_run(args.run))
+    if args.json:
+        print(json.dumps(summary, indent=2))
+        return 0
+    job = summary["job"]
+    who = "launcher attached" if summary["launcher_alive"] else ("detached" if summary["detached"] else "no launcher")
+    print(f"run {summary['run']}  ({summary['name']}, {summary['strategy']}, {who})")
+    print(f"job {job['state']}" + (f": {job['reason']}" if job.get("reason") else ""))
+    if job.get("root_cause"):
+        print(f"root cause: {job['root_cause']}")
+    if summary["detached"] and not summary["launcher_alive"]:
+        print(f"(detached: task states as last seen by a launcher; `distlaunch attach {summary['run']}` for live)")
+    rows = [("TASK", "HOST", "ADDRESS", "STATE", "PID", "RESTARTS", "STEP", "LOSS")]
+    for task_id, t in summary["tasks"].items():
+        loss = f"{t['loss']:.4f}" if isinstance(t["loss"], float) else "-"
+        rows.append((task_id, t["host"], f"{t['address']}:{t['port']}", str(t["state"]),
+                     str(t["pid"] or "-"), str(t["restarts"]), str(t["step"] if t["step"] is not None else "-"),
+                     loss))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for r in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+    for task_id, t in summary["tasks"].items():
+        for condition, reason in t.get("conditions", {}).items():
+            print(f"{task_id} {condition}: {reason}")
+    for task_id, n in summary["lost_events"].items():
+        print(f"warning: {task_id}: {n} event(s) never reached the launcher (gaps in its sequence numbers)")
+    return 0
+
+
+def run_logs(args: argparse.Namespace) -> int:
+    path = find_run(args.run)
+    state = read_state(path)
+    require_task(state, args.task)
+    log = path / "logs" / f"{args.task.replace(':', '-')}.log"
+    offset = 0
+    while True:
+        if log.exists():
+            with log.open("rb") as fh:
+                fh.seek(offset)
+                chunk = fh.read()
+            if chunk:
+                sys.stdout.write(chunk.decode("utf-8", errors="replace"))
+                sys.stdout.flush()
+                offset += len(chunk)
+        if not args.follow:
+            return 0
+        current = read_state(path)
+        if not launcher_alive(current):
+            return 0
+        time.sleep(0.25)
+
 
 #: how far from the end of events.jsonl the last complete line is looked for
 _TAIL_BYTES = 64 * 1024
@@ -145,9 +244,6 @@ def _float(value: object) -> float | None:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
-# -- the verb -------------------------------------------------------------------------------------
-
-
 def human_duration(seconds: float | None) -> str:
     if seconds is None:
         return "-"
@@ -176,3 +272,36 @@ def run_runs(args: argparse.Namespace) -> int:
     for row in rows:
         print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
     return 0
+
+
+def run_events(args: argparse.Namespace) -> int:
+    path = find_run(args.run)
+    state = read_state(path)
+    tasks = state.get("tasks")
+    if args.task and isinstance(tasks, dict) and args.task not in tasks:
+        known = ", ".join(sorted(tasks)) or "none"
+        raise UserError(f"run {path.name} has no task {args.task!r} (its tasks: {known})")
+    timeline = Timeline(limit=None)
+    start: float | None = None
+    for event in read_events(path):
+        if start is None:
+            start = event.ts
+        timeline.add(event)
+    entries = timeline.newest_first(kind=args.kind, task=args.task)
+    if args.json:
+        for entry in entries:
+            print(json.dumps(entry.to_dict()))
+        return 0
+    if not entries:
+        what = " matching the filter" if args.kind or args.task else ""
+        print(f"no timeline entries{what} in {path}")
+        return 0
+    width = max(len(e.task or "job") for e in entries)
+    for entry in entries:
+        print(entry_line(entry, start, width))
+    return 0
+
+
+def entry_line(entry: TimelineEntry, start: float | None, task_width: int) -> str:
+    return f"{clock_text(entry.ts, start)}  {(entry.task or 'job').ljust(task_width)}  " \
+           f"{entry.kind.ljust(9)}  {entry.text}"

@@ -1,46 +1,37 @@
-"""The job verbs: up, down, status, logs, restart, attach, replay."""
+"""`distlaunch up`: read the profile, prepare the hosts, launch the job and follow it to its end.
+
+What follows a live job (the dashboard or progress lines, [notify], the control socket, the exit
+code) is shared with `attach`, which takes over a running job.
+"""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import signal
 import sys
-import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
 from launcher import events as ev
-from launcher.agent import pid_alive
+from launcher.commands import notice
 from launcher.commands.check import exposure_warnings
-from launcher.errors import HostError, HostGone, UserError
+from launcher.errors import HostError, UserError
 from launcher.model import Plan
 from launcher.paths import runs_root
 from launcher.plan import build_plan
 from launcher.profile.overrides import overrides_from
 from launcher.profile.reader import load_profile
-from launcher.remote.preflight import PreflightError, prepare_hosts
-from launcher.remote.session import HostSession
-from launcher.rundir import DOWN_MARKER, RunDir, find_run, host_from_json, new_run_id, read_events, read_state
+from launcher.remote.preflight import prepare_hosts
+from launcher.rundir import RunDir, new_run_id
 from launcher.runrecord import write_record
 from launcher.supervise import controlsock
 from launcher.supervise.notify import Notifier, NotifyFollower
 from launcher.supervise.supervisor import Supervisor
-from launcher.telemetry.jobview import JobView
 from launcher.telemetry.printer import JsonPrinter, ProgressPrinter
-from launcher.transport import make_host
-
-#: how long `down` waits for a live launcher to finish the teardown it asked for
-LAUNCHER_TEARDOWN_SECONDS = 120.0
-
-
-def notice(msg: str) -> None:
-    print(f"distlaunch: {msg}", file=sys.stderr, flush=True)
 
 
 def _progress(quiet: bool) -> Callable[[str], None]:
@@ -49,9 +40,6 @@ def _progress(quiet: bool) -> Callable[[str], None]:
             print(f"... {msg}", file=sys.stderr, flush=True)
 
     return show
-
-
-# -- up ---------------------------------------------------------------------------------------------
 
 
 def run_up(args: argparse.Namespace) -> int:
@@ -172,236 +160,3 @@ def run_dashboard_for(sup: Supervisor, feed: Any, plan: Plan, live: bool) -> Non
         sup.teardown("torn down from the dashboard")
     elif result.action == "detach":
         sup.detach()
-
-
-# -- down / restart: act on a run, with or without its launcher ------------------------------------------
-
-
-def open_sessions(state: dict[str, Any], gone: list[str] | None = None
-                  ) -> tuple[dict[str, HostSession], dict[str, str]]:
-    """A session for every host of a run from its state.json, each connected if it answers;
-    also host name -> why it did not (those sessions are there, unconnected). With ``gone``, a
-    host that no longer exists (a Slurm allocation that ended, every step with it) is left out
-    and its reason listed there instead."""
-    sessions: dict[str, HostSession] = {}
-    problems: dict[str, str] = {}
-
-    def connect(item: tuple[str, dict[str, Any]]) -> None:
-        name, info = item
-        config = host_from_json(info["config"])
-        host = make_host(config, on_notice=notice)
-        sessions[name] = HostSession(config, host, str(state["run_id"]), info["base_dir"], info["python"],
-                                     str(info.get("outputs_dir") or ""))
-        try:
-            host.connect()
-        except HostGone as exc:
-            if gone is None:
-                problems[name] = str(exc)
-            else:
-                gone.append(str(exc))
-                del sessions[name]
-        except HostError as exc:
-            problems[name] = str(exc)
-
-    hosts = list(state.get("hosts", {}).items())
-    if hosts:
-        with ThreadPoolExecutor(max_workers=min(32, len(hosts))) as pool:
-            list(pool.map(connect, hosts))
-    return {name: sessions[name] for name, _ in hosts if name in sessions}, problems
-
-
-def connect_sessions(state: dict[str, Any], gone: list[str] | None = None) -> dict[str, HostSession]:
-    """Reconnect to every host of a run from its state.json; any host that does not answer is an
-    error, but one that no longer exists when ``gone`` is given (see ``open_sessions``)."""
-    sessions, problems = open_sessions(state, gone)
-    if problems:
-        for s in sessions.values():
-            s.host.close()
-        raise PreflightError(list(problems.values()))
-    return sessions
-
-
-def run_down(args: argparse.Namespace) -> int:
-    path = find_run(args.run)
-    state = read_state(path)
-    run_id = str(state["run_id"])
-    (path / DOWN_MARKER).touch()
-    if controlsock.send(run_id, "teardown", reason="stopped by `distlaunch down`") is not None:
-        print(f"asked the launcher of {run_id} to tear down")
-        # its own teardown stops and sweeps every host: wait for it, then check behind it (on Slurm
-        # the allocation may end with the launcher, and a check's steps with it)
-        deadline = time.monotonic() + LAUNCHER_TEARDOWN_SECONDS
-        while launcher_alive(read_state(path)) and time.monotonic() < deadline:
-            time.sleep(0.2)
-    gone: list[str] = []
-    sessions = connect_sessions(state, gone)
-    for why in gone:
-        notice(why)
-    grace = 10.0
-    leftovers: dict[str, list[dict[str, Any]]] = {}
-
-    keep_files = bool(getattr(args, "keep_host_files", False))
-    not_removed: list[str] = []
-
-    def down(session: HostSession) -> None:
-        slugs = [t["slug"] for t in state.get("tasks", {}).values() if t["host"] == session.name]
-        try:
-            session.stop_agents(slugs, grace, exit_agent=True)
-            left = session.sweep(kill=True)
-        except HostGone as exc:  # it went away under us (an allocation ending): nothing is left there
-            notice(str(exc))
-            return
-        if left:
-            leftovers[session.name] = left
-        elif not keep_files:  # only once nothing of the run runs there; outputs are never touched
-            try:
-                session.remove_run_dir()
-            except HostError as exc:
-                not_removed.append(str(exc))
-
-    try:
-        with ThreadPoolExecutor(max_workers=max(1, len(sessions))) as pool:
-            list(pool.map(down, sessions.values()))
-    finally:
-        for s in sessions.values():
-            s.host.close()
-    if leftovers:
-        for host, left in leftovers.items():
-            notice(f"host {host}: still running after down: "
-                 + ", ".join(f"{p.get('pid')} ({p.get('cmdline', '')[:60]})" for p in left))
-        return 1
-    for problem in not_removed:
-        notice(problem)
-    kept = "; host run dirs kept" if keep_files else ("" if not_removed else "; host run dirs removed")
-    print(f"{run_id}: stopped on {len(sessions)} host(s); no process of the run is left{kept}")
-    return 0
-
-
-def _require_task(state: dict[str, Any], task: str) -> None:
-    if task not in state.get("tasks", {}):
-        raise UserError(f"run {state['run_id']} has no task {task!r}; its tasks: " + ", ".join(state.get("tasks", {})))
-
-
-def run_restart(args: argparse.Namespace) -> int:
-    path = find_run(args.run)
-    state = read_state(path)
-    _require_task(state, args.task)
-    answer = controlsock.send(str(state["run_id"]), "restart", args.task)
-    if answer is None:
-        raise UserError(f"run {state['run_id']} has no live launcher; `distlaunch attach {state['run_id']}` "
-                        "first, then restart from there")
-    if not answer.get("ok"):
-        raise UserError(f"restart refused: {answer.get('error')}")
-    print(f"restart of {args.task} requested; watch it with `distlaunch status {state['run_id']}`")
-    return 0
-
-
-# -- status / logs ------------------------------------------------------------------------------------
-
-
-def summarize(path: Path) -> dict[str, Any]:
-    """A run's current picture: its events folded by the same JobView the dashboard uses,
-    completed from state.json (addresses, ports, the last pid of a finished task)."""
-    state = read_state(path)
-    view = JobView()
-    for event in read_events(path):
-        view.apply(event)
-    tasks: dict[str, dict[str, Any]] = {}
-    for task_id, info in state.get("tasks", {}).items():
-        seen = view.tasks.get(task_id)
-        tasks[task_id] = {
-            "host": info["host"], "address": info.get("address"), "port": info.get("port"),
-            "state": seen.state if seen else info.get("state"),
-            "pid": (seen.pid if seen else None) or info.get("pid"),
-            "restarts": seen.restarts if seen else info.get("restarts", 0),
-            "step": seen.step if seen else None, "loss": seen.loss if seen else None,
-            "exit_code": seen.exit_code if seen else None, "reason": seen.reason if seen else "",
-            "conditions": dict(seen.conditions) if seen else {}}
-    job = ({"state": view.state, "reason": view.reason, "root_cause": view.failure_cause} if view.events_applied
-           else {"state": state.get("job_state"), "reason": state.get("job_reason", ""), "root_cause": ""})
-    return {"run": state["run_id"], "dir": str(path), "profile": state.get("profile"),
-            "name": state.get("name"), "strategy": state.get("strategy"), "job": job,
-            "detached": state.get("detached", False), "launcher_pid": state.get("launcher_pid"),
-            "launcher_alive": launcher_alive(state),
-            "tasks": tasks, "lost_events": view.lost_events}
-
-
-def launcher_alive(state: dict[str, Any]) -> bool:
-    """Is the run's launcher still following it (its process exists and the run has not ended)?"""
-    pid = state.get("launcher_pid")
-    return isinstance(pid, int) and pid_alive(pid) and state.get("outcome") is None
-
-
-def run_status(args: argparse.Namespace) -> int:
-    summary = summarize(find_run(args.run))
-    if args.json:
-        print(json.dumps(summary, indent=2))
-        return 0
-    job = summary["job"]
-    who = "launcher attached" if summary["launcher_alive"] else ("detached" if summary["detached"] else "no launcher")
-    print(f"run {summary['run']}  ({summary['name']}, {summary['strategy']}, {who})")
-    print(f"job {job['state']}" + (f": {job['reason']}" if job.get("reason") else ""))
-    if job.get("root_cause"):
-        print(f"root cause: {job['root_cause']}")
-    if summary["detached"] and not summary["launcher_alive"]:
-        print(f"(detached: task states as last seen by a launcher; `distlaunch attach {summary['run']}` for live)")
-    rows = [("TASK", "HOST", "ADDRESS", "STATE", "PID", "RESTARTS", "STEP", "LOSS")]
-    for task_id, t in summary["tasks"].items():
-        loss = f"{t['loss']:.4f}" if isinstance(t["loss"], float) else "-"
-        rows.append((task_id, t["host"], f"{t['address']}:{t['port']}", str(t["state"]),
-                     str(t["pid"] or "-"), str(t["restarts"]), str(t["step"] if t["step"] is not None else "-"),
-                     loss))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    for r in rows:
-        print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
-    for task_id, t in summary["tasks"].items():
-        for condition, reason in t.get("conditions", {}).items():
-            print(f"{task_id} {condition}: {reason}")
-    for task_id, n in summary["lost_events"].items():
-        print(f"warning: {task_id}: {n} event(s) never reached the launcher (gaps in its sequence numbers)")
-    return 0
-
-
-def run_logs(args: argparse.Namespace) -> int:
-    path = find_run(args.run)
-    state = read_state(path)
-    _require_task(state, args.task)
-    log = path / "logs" / f"{args.task.replace(':', '-')}.log"
-    offset = 0
-    while True:
-        if log.exists():
-            with log.open("rb") as fh:
-                fh.seek(offset)
-                chunk = fh.read()
-            if chunk:
-                sys.stdout.write(chunk.decode("utf-8", errors="replace"))
-                sys.stdout.flush()
-                offset += len(chunk)
-        if not args.follow:
-            return 0
-        current = read_state(path)
-        if not launcher_alive(current):
-            return 0
-        time.sleep(0.25)
-
-
-# -- replay -------------------------------------------------------------------------------------------
-
-
-def run_replay(args: argparse.Namespace) -> int:
-    from tui.app import run_dashboard
-    from tui.replay import ReplaySource
-
-    path = find_run(args.run)
-    state = read_state(path)
-    source = ReplaySource(path / "events.jsonl", speed=args.speed)
-    run_dashboard(source, None, title=str(state.get("name")), strategy=str(state.get("strategy")),
-                  hosts_total=len(state.get("hosts", {})), live=False, run_dir=path)
-    return 0
-
-
-def run_attach(args: argparse.Namespace) -> int:
-    from launcher.commands.attach import attach_run
-
-    return attach_run(find_run(args.run), tui=not args.no_tui)
-

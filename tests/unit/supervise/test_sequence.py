@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from launcher import events as ev
-from launcher.commands.up import summarize
+from launcher.commands.status import summarize
 from launcher.plan import build_plan
 from launcher.profile.reader import load_profile
 from launcher.remote.session import HostSession

@@ -1,0 +1,58 @@
+"""A run's hosts again, from its state.json: a session for each, for attach, down and prune.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from launcher.commands import notice
+from launcher.errors import HostError, HostGone
+from launcher.remote.preflight import PreflightError
+from launcher.remote.session import HostSession
+from launcher.rundir import host_from_json
+from launcher.transport import make_host
+
+
+def open_sessions(state: dict[str, Any], gone: list[str] | None = None
+                  ) -> tuple[dict[str, HostSession], dict[str, str]]:
+    """A session for every host of a run from its state.json, each connected if it answers;
+    also host name -> why it did not (those sessions are there, unconnected). With ``gone``, a
+    host that no longer exists (a Slurm allocation that ended, every step with it) is left out
+    and its reason listed there instead."""
+    sessions: dict[str, HostSession] = {}
+    problems: dict[str, str] = {}
+
+    def connect(item: tuple[str, dict[str, Any]]) -> None:
+        name, info = item
+        config = host_from_json(info["config"])
+        host = make_host(config, on_notice=notice)
+        sessions[name] = HostSession(config, host, str(state["run_id"]), info["base_dir"], info["python"],
+                                     str(info.get("outputs_dir") or ""))
+        try:
+            host.connect()
+        except HostGone as exc:
+            if gone is None:
+                problems[name] = str(exc)
+            else:
+                gone.append(str(exc))
+                del sessions[name]
+        except HostError as exc:
+            problems[name] = str(exc)
+
+    hosts = list(state.get("hosts", {}).items())
+    if hosts:
+        with ThreadPoolExecutor(max_workers=min(32, len(hosts))) as pool:
+            list(pool.map(connect, hosts))
+    return {name: sessions[name] for name, _ in hosts if name in sessions}, problems
+
+
+def connect_sessions(state: dict[str, Any], gone: list[str] | None = None) -> dict[str, HostSession]:
+    """Reconnect to every host of a run from its state.json; any host that does not answer is an
+    error, but one that no longer exists when ``gone`` is given (see ``open_sessions``)."""
+    sessions, problems = open_sessions(state, gone)
+    if problems:
+        for s in sessions.values():
+            s.host.close()
+        raise PreflightError(list(problems.values()))
+    return sessions
