@@ -1,0 +1,186 @@
+"""The layout's rules (docs/ARCHITECTURE.md, "What may import what"), checked on the source tree.
+
+Every import counts, also one inside a function or under ``TYPE_CHECKING``: a lazy import is still
+a dependency a reader has to follow.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+from launcher.remote import agentpack
+
+ROOT = Path(__file__).resolve().parents[2]
+MAX_MODULE_LINES = 500
+MAX_CLASS_LINES = 400
+MAX_LOOSE_MODULES = 12
+#: what runs on each host and inside the tasks (the agent zipapp holds exactly these)
+HOST_PACKAGES = ("launcher.agent", "launcher.autolog")
+HOST_MODULES = ("launcher", "launcher.events", "launcher.report")
+#: imported by host code only inside a function, each where the host may not have it
+OPTIONAL_ON_HOSTS = {"psutil", "pynvml", "tensorflow", "keras", "tf_keras"}
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for top in ("launcher", "tui"):
+        for path in sorted((ROOT / top).rglob("*.py")):
+            parts = list(path.relative_to(ROOT).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            found[".".join(parts)] = path
+    return found
+
+
+MODULES = _modules()
+
+
+def _imports(name: str, path: Path) -> Iterator[tuple[str, ast.stmt, bool]]:
+    """(imported module, statement, at module level) for every import of ``name``; a ``from p import m``
+    of a submodule ``m`` counts as an import of ``p.m``."""
+    tree = ast.parse(path.read_text(), str(path))
+    top_level = {id(node) for node in tree.body}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name, node, id(node) in top_level
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+                for _ in range(node.level - 1):
+                    package = package.rpartition(".")[0]
+                base = f"{package}.{base}" if base else package
+            for alias in node.names:
+                sub = f"{base}.{alias.name}"
+                yield (sub if sub in MODULES else base), node, id(node) in top_level
+
+
+def _own(target: str) -> str | None:
+    """The module of this tree that ``target`` names (a package's ``__init__`` for a package)."""
+    while target and target not in MODULES:
+        target = target.rpartition(".")[0]
+    return target or None
+
+
+def _graph() -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = {}
+    for name, path in MODULES.items():
+        deps = {_own(target) for target, _, _ in _imports(name, path)}
+        graph[name] = {d for d in deps if d is not None and d != name}
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return found
+
+
+def _is_host_code(name: str) -> bool:
+    return name in HOST_MODULES or any(name == p or name.startswith(p + ".") for p in HOST_PACKAGES)
+
+
+def test_no_module_over_500_lines_and_no_class_over_400():
+    too_long = []
+    for name, path in MODULES.items():
+        text = path.read_text()
+        if text.count("\n") > MAX_MODULE_LINES:
+            too_long.append(f"{name}: {text.count(chr(10))} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.ClassDef) and node.end_lineno - node.lineno + 1 > MAX_CLASS_LINES:
+                too_long.append(f"{name}.{node.name}: {node.end_lineno - node.lineno + 1} lines")
+    assert too_long == []
+
+
+def test_no_import_circle_lazy_imports_included():
+    assert _cycles(_graph()) == []
+
+
+def test_cycle_finder_sees_a_circle():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_at_most_12_loose_modules_at_the_top_of_launcher():
+    loose = sorted(p.name for p in (ROOT / "launcher").glob("*.py") if p.name != "__init__.py")
+    assert len(loose) <= MAX_LOOSE_MODULES, loose
+
+
+def test_host_and_task_code_imports_no_launcher_side_code_and_only_the_stdlib_at_import():
+    wrong = []
+    for name, path in MODULES.items():
+        if not _is_host_code(name):
+            continue
+        for target, node, at_import in _imports(name, path):
+            top = target.partition(".")[0]
+            if top in ("launcher", "tui"):
+                own = _own(target)
+                if own is None or not _is_host_code(own):
+                    wrong.append(f"{name}:{node.lineno} imports {target} (launcher-side)")
+            elif top == "__future__" or top in sys.stdlib_module_names:
+                continue
+            elif at_import or top not in OPTIONAL_ON_HOSTS:
+                wrong.append(f"{name}:{node.lineno} imports {target} (not in the stdlib)")
+    assert wrong == []
+
+
+def test_launcher_never_imports_textual_and_the_dashboard_only_when_it_is_opened():
+    wrong = []
+    for name, path in MODULES.items():
+        if not name.startswith("launcher"):
+            continue
+        for target, node, at_import in _imports(name, path):
+            top = target.partition(".")[0]
+            if top == "textual" or (top == "tui" and at_import):
+                wrong.append(f"{name}:{node.lineno} imports {target}")
+    assert wrong == []
+
+
+def test_the_zipapp_ships_exactly_the_host_side_code():
+    shipped = {name.removeprefix("launcher/").removesuffix(".py") for name in agentpack.agent_sources()
+               if name.startswith("launcher/")}
+    expected = {m.replace(".", "/").removeprefix("launcher").lstrip("/") or "__init__"
+                for m in MODULES if _is_host_code(m)}
+    expected = {f"{m}/__init__" if (ROOT / "launcher" / m).is_dir() else m for m in expected}
+    assert shipped == expected - set(agentpack.NOT_SHIPPED)
+
+
+#: the archive is uploaded on every host's one exec of a launch (bytecode included): 219 KiB today
+MAX_ZIPAPP_BYTES = 256 * 1024
+
+
+def test_the_zipapp_stays_small():
+    size = len(agentpack.pack_zipapp(agentpack.with_bytecode(agentpack.agent_sources())))
+    assert size <= MAX_ZIPAPP_BYTES, f"{size} bytes"
