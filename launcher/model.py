@@ -1,6 +1,6 @@
 """The typed profile (DESIGN.md section 4) and the plan derived from it.
 
-``profile.py`` turns TOML into these objects; ``plan.py`` turns a Profile into TaskSpecs.
+``profile/`` turns TOML into these objects; ``plan.py`` turns a Profile into TaskSpecs.
 """
 
 from __future__ import annotations
@@ -135,7 +135,7 @@ class Profile:
     roles: dict[str, RoleConfig]  # keyed by role name, in ROLES order
     metrics: MetricsConfig
     notify: NotifyConfig = field(default_factory=NotifyConfig)
-    #: per job on each host, {name} filled; {outputs} in commands (see profile_keys for the rules)
+    #: per job on each host, {name} filled; {outputs} in commands (see profile/keys.py for the rules)
     outputs: str = "~/distlaunch/outputs/{name}"
     sync: SyncConfig | None = None  # no [sync]: the code is already on the hosts
     #: the profile as read (recorded in the run dir: attach and restarts use it, not the file)

@@ -1,6 +1,6 @@
 """The one declaration of every profile key: its kind, bounds, default and one-line description.
 
-``profile.py`` checks unknown keys and value types against these tables, and ``profile_schema.py``
+The reader (``checks.py``) checks unknown keys and value types against these tables, and ``schema.py``
 turns the same tables into the JSON Schema editors read, so the two cannot drift apart. Checks that
 need more than one value (ports that collide, GPUs a host does not offer) stay in the reader.
 """

@@ -1,4 +1,4 @@
-"""The profile's JSON Schema (draft 2020-12), generated from ``profile_keys``: what editors validate with.
+"""The profile's JSON Schema (draft 2020-12), generated from ``keys.py``: what editors validate with.
 
 Taplo and VS Code's Even Better TOML read it through a ``#:schema`` line at the top of a profile.
 Only keywords that draft 7 validators read the same way are used, so older editor plugins agree.
