@@ -65,18 +65,6 @@ class _MetricReporter:
         self.loss: Any = None
         self.values: Dict[str, Any] = {}
 
-    def offer(self, step: Any, loss: Any, values: Optional[Dict[str, Any]], now: bool = False) -> None:
-        """Keep the newest values (references, converted at emit); emit when due, or ``now``."""
-        if step is not None:
-            self.step = step
-        if loss is not None:
-            self.loss = loss
-        if values:
-            self.values.update(values)
-        self.pending = True
-        if now or _monotonic() - self.last_emit >= self.min_interval:
-            self.emit()
-
     def emit(self) -> None:
         with self.lock:
             if not self.pending:
@@ -114,7 +102,16 @@ def report(step: Any = None, loss: Any = None, **values: Any) -> None:
     infinities, and values that cannot be read as a number, are sent as null.
     """
     # runs once per training step: attribute stores and one clock read, nothing else
-    _reporter.offer(step, loss, values)
+    r = _reporter
+    if step is not None:
+        r.step = step
+    if loss is not None:
+        r.loss = loss
+    if values:
+        r.values.update(values)
+    r.pending = True
+    if _monotonic() - r.last_emit >= r.min_interval:
+        r.emit()
 
 
 def flush() -> None:

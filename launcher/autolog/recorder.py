@@ -101,6 +101,7 @@ _newest_step = [-1]
 def note(step: Any = None, loss: Any = None, values: Optional[Dict[str, Any]] = None,
          now: bool = False) -> None:
     """Store the newest values (references, converted at emit) and emit when due."""
+    r = reporter
     if isinstance(step, numbers.Integral):
         # sources disagree by a step or two (a summary written for the step just run, a global
         # step read after it): the line carries the newest step known, never an older one
@@ -108,7 +109,15 @@ def note(step: Any = None, loss: Any = None, values: Optional[Dict[str, Any]] = 
             step = None
         else:
             _newest_step[0] = int(step)
-    reporter.offer(step, loss, values, now)
+    if step is not None:
+        r.step = step
+    if loss is not None:
+        r.loss = loss
+    if values:
+        r.values.update(values)
+    r.pending = True
+    if now or time.monotonic() - r.last_emit >= r.min_interval:
+        r.emit()
 
 
 def _flush_at_exit() -> None:
