@@ -65,7 +65,7 @@ def test_pynvml_not_installed_is_not_available() -> None:
     code = (
         "import sys, logging; sys.modules['pynvml'] = None\n"
         "logging.basicConfig(level=logging.INFO, format='%(message)s')\n"
-        "from launcher import nvml\n"
+        "from launcher.agent import nvml\n"
         "print(nvml.available(), nvml.query('nvmlDeviceGetCount', default='dflt'), nvml.gpu_stats(0))\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
