@@ -7,26 +7,6 @@ import sys
 import textwrap
 from pathlib import Path
 
-import pytest
-
-from launcher.remote import agentpack
-from tests.unit.agent.test_agent_run import AgentHarness
-
-
-@pytest.fixture(scope="module")
-def pyz(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("agent") / "agent.pyz"
-    path.write_bytes(agentpack.build_agent_zipapp())
-    return path
-
-
-@pytest.fixture
-def host(tmp_path, pyz):
-    harness = AgentHarness(tmp_path / "host", pyz)
-    harness.root.mkdir()
-    yield harness
-    harness.cleanup()
-
 
 def logs(evs: list[dict]) -> list[str]:
     return [e["line"] for e in evs if e["kind"] == "log"]

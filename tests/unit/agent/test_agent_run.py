@@ -69,13 +69,6 @@ def group_members(pgid: int) -> list[int]:
     return members
 
 
-@pytest.fixture(scope="module")
-def pyz(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("agent") / "agent.pyz"
-    path.write_bytes(agentpack.build_agent_zipapp())
-    return path
-
-
 class AgentHarness:
     """A host run dir in tmp_path and helpers to start agents on tasks in it."""
 
@@ -125,14 +118,6 @@ class AgentHarness:
         for pgid_file in self.root.glob("tasks/*/task.pgid"):
             with contextlib.suppress(ProcessLookupError, ValueError):
                 os.killpg(int(pgid_file.read_text()), signal.SIGKILL)
-
-
-@pytest.fixture
-def host(tmp_path, pyz):
-    harness = AgentHarness(tmp_path / "host", pyz)
-    harness.root.mkdir()
-    yield harness
-    harness.cleanup()
 
 
 def test_success_emits_starting_running_succeeded_and_pid_files(host):
@@ -276,14 +261,18 @@ def test_overlong_lines_are_cut_and_carriage_returns_keep_the_last_redraw(host):
     assert logs[1:] == ["after", "step 3"]
 
 
-def test_stop_verb_kills_a_task_that_ignores_sigterm_and_its_grandchild(host):
+def _stubborn_task(host, grace_seconds):
+    """A running task that ignores SIGTERM and has a grandchild: (task dir, agent, grandchild pid, pgid)."""
     task_dir = host.task("trap '' TERM; sh -c 'echo $$ > grandchild.pid; exec sleep 120' & sleep 120",
-                         grace_seconds=30)
+                         grace_seconds=grace_seconds)
     agent = host.start(task_dir)
     wait_for(lambda: (host.root / "grandchild.pid").exists() and "running" in states(read_events(task_dir)),
              30, "the task to run")
-    grandchild = int((host.root / "grandchild.pid").read_text())
-    pgid = int((task_dir / "task.pgid").read_text())
+    return task_dir, agent, int((host.root / "grandchild.pid").read_text()), int((task_dir / "task.pgid").read_text())
+
+
+def test_stop_verb_kills_a_task_that_ignores_sigterm_and_its_grandchild(host):
+    task_dir, agent, grandchild, pgid = _stubborn_task(host, grace_seconds=30)
     t0 = time.monotonic()
     result = host.agent("stop", "--task-dir", str(task_dir), "--grace", "1")
     elapsed = time.monotonic() - t0
@@ -300,13 +289,7 @@ def test_stop_verb_kills_a_task_that_ignores_sigterm_and_its_grandchild(host):
 
 
 def test_sigterm_to_agent_uses_spec_grace_then_sigkills_the_group(host):
-    task_dir = host.task("trap '' TERM; sh -c 'echo $$ > grandchild.pid; exec sleep 120' & sleep 120",
-                         grace_seconds=1)
-    agent = host.start(task_dir)
-    wait_for(lambda: (host.root / "grandchild.pid").exists() and "running" in states(read_events(task_dir)),
-             30, "the task to run")
-    grandchild = int((host.root / "grandchild.pid").read_text())
-    pgid = int((task_dir / "task.pgid").read_text())
+    task_dir, agent, grandchild, pgid = _stubborn_task(host, grace_seconds=1)
     t0 = time.monotonic()
     agent.send_signal(signal.SIGTERM)
     assert agent.wait(15) == 0

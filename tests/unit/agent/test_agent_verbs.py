@@ -22,13 +22,6 @@ from launcher.agent import clients
 from launcher.remote import agentpack
 
 
-@pytest.fixture(scope="module")
-def pyz(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("agent") / "agent.pyz"
-    path.write_bytes(agentpack.build_agent_zipapp())
-    return path
-
-
 def agent_json(pyz: Path, *args: str) -> dict:
     out = subprocess.run([sys.executable, str(pyz), *args], capture_output=True, text=True, timeout=30,
                          check=True)
