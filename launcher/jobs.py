@@ -6,13 +6,11 @@ import argparse
 import contextlib
 import json
 import os
-import signal
 import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 from launcher import controlsock
@@ -32,6 +30,7 @@ from launcher.profile_overrides import overrides_from
 from launcher.remote import HostSession
 from launcher.rundir import DOWN_MARKER, RunDir, find_run, host_from_json, new_run_id, read_events, read_state
 from launcher.runrecord import write_record
+from launcher.stopsignals import StopSignals, say
 from launcher.supervisor import Supervisor
 from launcher.transport import make_host
 
@@ -76,52 +75,60 @@ def run_up(args: argparse.Namespace) -> int:
     feed = sup.subscribe()
     notifying = follow_notify(sup)
     server = start_control_server(run_id, sup)
-    interrupted = False
-
-    def on_sigint(_sig: int, _frame: FrameType | None) -> None:
-        nonlocal interrupted
-        if interrupted:
-            raise KeyboardInterrupt
-        interrupted = True
-        # a raw write: the handler may have interrupted a print to stderr, whose buffer it must
-        # not enter again; teardown only puts on a SimpleQueue, which is safe here
-        with contextlib.suppress(OSError, ValueError):  # no real stderr (a test's capture)
-            os.write(sys.stderr.fileno(), b"distlaunch: interrupted: tearing the job down "
-                                          b"(Ctrl-C again to abandon the wait)\n")
-        sup.teardown("interrupted by Ctrl-C")
-
-    old_int = signal.signal(signal.SIGINT, on_sigint)
-    old_term = signal.signal(signal.SIGTERM, on_sigint)
+    signals = StopSignals(lambda reason, origin: sup.teardown(reason, origin), hang_up(sup, run_id))
     try:
-        progress(f"starting {len(plan.tasks)} tasks on {len(pre.sessions)} host(s)")
-        try:
-            sup.launch()
-        except (HostError, OSError) as exc:
-            raise UserError(f"could not start the job: {exc}; every started task was stopped") from None
-        if args.detach:
-            sup.detach()
-            feed.close()
-            sup.wait()
-            print(f"{run_id} detached; follow it with `distlaunch attach {run_id}`, "
-                  f"stop it with `distlaunch down {run_id}`")
-            return 0
-        if tui:
-            run_dashboard_for(sup, feed, plan, live=True)
-        elif args.json:
-            JsonPrinter().consume(feed.events())
-        else:
-            ProgressPrinter().consume(feed.events())
-        outcome = sup.wait()
+        with signals:
+            progress(f"starting {len(plan.tasks)} tasks on {len(pre.sessions)} host(s)")
+            try:
+                sup.launch()
+            except (HostError, OSError) as exc:
+                raise UserError(f"could not start the job: {exc}; every started task was stopped") from None
+            if args.detach:
+                sup.detach()
+                feed.close()
+                sup.wait()
+                print(f"{run_id} detached; follow it with `distlaunch attach {run_id}`, "
+                      f"stop it with `distlaunch down {run_id}`")
+                return 0
+            if tui:
+                run_dashboard_for(sup, feed, plan, live=True, signals=signals)
+            else:
+                follow_lines(JsonPrinter() if args.json else ProgressPrinter(), feed)
+            outcome = sup.wait()
     finally:
-        signal.signal(signal.SIGINT, old_int)
-        signal.signal(signal.SIGTERM, old_term)
         if server is not None:
             server.close()
         if notifying is not None:
             notifying.finish()
         pre.close()
         rundir.close()
-    return report_outcome(sup, outcome, interrupted)
+    return report_outcome(sup, outcome, signals.exit_code)
+
+
+def hang_up(sup: Supervisor, run_id: str) -> Callable[[], None]:
+    """SIGHUP's action: the job goes on detached, as after `--detach` (see launcher/stopsignals.py)."""
+
+    def detach() -> None:
+        say(f"hang-up: {run_id} goes on detached; `distlaunch attach {run_id}` takes it back")
+        sup.detach(origin="SIGHUP")
+
+    return detach
+
+
+def follow_lines(printer: ProgressPrinter | JsonPrinter, feed: Any) -> None:
+    """Print the job's events until it ends. A reader of stdout that went away (`| head`, a
+    `timeout` that signalled the whole pipeline) does not end the job's supervision: the rest is
+    followed without printing."""
+    events = feed.events()
+    try:
+        printer.consume(events)
+    except OSError:  # EPIPE, or EIO from a terminal that hung up
+        with contextlib.suppress(OSError):
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, sys.stdout.fileno())
+            os.close(null)
+        for _ in events:
+            pass
 
 
 def follow_notify(sup: Supervisor, history_until: float | None = None) -> NotifyFollower | None:
@@ -142,7 +149,8 @@ def start_control_server(run_id: str, sup: Supervisor) -> controlsock.ControlSer
         return None
 
 
-def report_outcome(sup: Supervisor, outcome: str | None, interrupted: bool) -> int:
+def report_outcome(sup: Supervisor, outcome: str | None, stopped_code: int | None) -> int:
+    """The launcher's exit code; ``stopped_code``: the stop signal's code (130, 143) if one came."""
     for host, left in sup.leftovers.items():
         notice(f"host {host}: {len(left)} process(es) of the run survived teardown: "
              + ", ".join(str(p.get("pid")) for p in left))
@@ -151,18 +159,18 @@ def report_outcome(sup: Supervisor, outcome: str | None, interrupted: bool) -> i
         return 0
     if outcome == ev.JOB_SUCCEEDED:
         return 0
-    if interrupted:
-        return 130
+    if stopped_code is not None:
+        return stopped_code
     return 1
 
 
-def run_dashboard_for(sup: Supervisor, feed: Any, plan: Plan, live: bool) -> None:
+def run_dashboard_for(sup: Supervisor, feed: Any, plan: Plan, live: bool, signals: StopSignals | None = None) -> None:
     from tui.app import run_dashboard
 
     try:
         result = run_dashboard(feed, sup, title=plan.profile.name, strategy=plan.profile.strategy,
                                hosts_total=len(sup.sessions), live=live, run_dir=sup.rundir.path,
-                               bell_on_end=plan.profile.notify.bell)
+                               bell_on_end=plan.profile.notify.bell, signals=signals)
     except Exception:
         # nothing may be left running because the screen broke: stop the job, then report the crash
         sup.teardown("the dashboard crashed")

@@ -17,7 +17,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +25,7 @@ from launcher import events as ev
 from launcher.errors import HostError, HostGone
 from launcher.events import Event, EventDecodeError
 from launcher.hostclock import HostClock
+from launcher.hostworker import HostWorker
 from launcher.model import START_ORDER, Plan, TaskSpec
 from launcher.plan import render_command, split_secrets, tf_config
 from launcher.policy import (
@@ -129,7 +130,7 @@ class Supervisor:
         self.leftovers: dict[str, list[dict[str, Any]]] = {}
         self.outcome: str | None = None  # Succeeded / Failed / detached, once wait() returns
         self._inbox: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
-        self._executors = {h: ThreadPoolExecutor(1, thread_name_prefix=f"host-{h}") for h in sessions}
+        self._executors = {h: HostWorker(f"host-{h}") for h in sessions}
         self._streams: dict[str, LineStream] = {}
         #: hosts attach could not reach: their `detached` marker is removed once they answer
         self._undetach: set[str] = set()
@@ -294,16 +295,17 @@ class Supervisor:
     def stop_task(self, task_id: str) -> None:
         self._call(lambda: self._acted("stop", task_id, lambda: self._manual_stop(task_id)))
 
-    def teardown(self, reason: str = "torn down by the user") -> None:
-        self._call(lambda: self._acted("teardown", None, lambda: self._finish(ev.JOB_FAILED, reason)))
+    def teardown(self, reason: str = "torn down by the user", origin: str = "") -> None:
+        """``origin``: where the request came from when not the user's own keys (e.g. "SIGTERM")."""
+        self._call(lambda: self._acted("teardown", None, lambda: self._finish(ev.JOB_FAILED, reason), origin))
 
-    def detach(self) -> None:
-        self._call(lambda: self._acted("detach", None, self._detach))
+    def detach(self, origin: str = "") -> None:
+        self._call(lambda: self._acted("detach", None, self._detach, origin))
 
-    def _acted(self, action: str, target: str | None, do: Callable[[], None]) -> None:
+    def _acted(self, action: str, target: str | None, do: Callable[[], None], origin: str = "") -> None:
         """Record an operator's action in the event stream (the timeline shows it), then do it."""
-        if not self._done.is_set():
-            self._publish(ev.action_event(self.run_id, action, target))
+        if not self._done.is_set() and not (action in ("teardown", "detach") and self._finishing):
+            self._publish(ev.action_event(self.run_id, action, target, origin))
         do()
 
     # -- the loop ------------------------------------------------------------------------------

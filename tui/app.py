@@ -14,6 +14,7 @@ replay. Only `D` (tear down, confirmed) and `r`/`x` call `JobControl` from insid
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import threading
 import time
@@ -32,6 +33,7 @@ from textual.widgets import ContentSwitcher, Footer, Input
 
 from launcher.control import EventSource, JobControl
 from launcher.jobview import JobView
+from launcher.stopsignals import StopSignals
 from tui.charts import LossChart, RateChart, TaskSparklines
 from tui.commands import DashboardCommands
 from tui.header import JobHeader, header_text
@@ -128,6 +130,8 @@ class DashboardApp(App[DashboardResult]):
         self.view = JobView()
         self.lock = threading.Lock()
         self.stream_ended = False
+        self._signal_loop: asyncio.AbstractEventLoop | None = None
+        self._leave_asked = False  # a signal stopped or detached the job before the loop ran
         self.teardown_requested = False
         self.flushes = 0
         self.selected_task: str | None = None
@@ -156,6 +160,9 @@ class DashboardApp(App[DashboardResult]):
         yield Footer()
 
     def on_mount(self) -> None:
+        self._signal_loop = asyncio.get_running_loop()
+        if self._leave_asked:
+            self.leave("quit")
         self.title = f"distlaunch — {self.job_title}"
         # held here: `query_one` on the app searches the active screen, which may be a modal
         self.table = self.query_one(TaskTable)
@@ -531,6 +538,13 @@ class DashboardApp(App[DashboardResult]):
         if not isinstance(self.screen, QuitScreen):
             self.action_leave()
 
+    def leave_from_signal(self) -> None:
+        """Quit: a signal stopped or detached the job already (`launcher/stopsignals.py`). Called
+        from the handler, on this app's thread between two bytecodes: the loop does the work."""
+        self._leave_asked = True
+        if self._signal_loop is not None:
+            self._signal_loop.call_soon_threadsafe(self.leave, "quit")
+
     def leave(self, action: LeaveAction) -> None:
         if self.teardown_requested and action == "quit":
             action = "teardown"
@@ -545,15 +559,20 @@ class DashboardError(RuntimeError):
 
 def run_dashboard(source: EventSource, control: JobControl | None, *, title: str, strategy: str,
                   hosts_total: int, live: bool = True, run_dir: Path | None = None,
-                  bell_on_end: bool = False) -> DashboardResult:
+                  bell_on_end: bool = False, signals: StopSignals | None = None) -> DashboardResult:
     """Run the dashboard until the user leaves (blocking); see `DashboardResult` for what to do next.
+    ``signals``: the launcher's stop signals, which make the app quit while it runs.
 
     Raises `DashboardError` when the app crashed rather than being left by the user."""
     app = DashboardApp(source, control, title=title, strategy=strategy, hosts_total=hosts_total, live=live,
                        run_dir=run_dir, bell_on_end=bell_on_end)
+    if signals is not None:
+        signals.leave = app.leave_from_signal
     try:
         result = app.run()
     finally:
+        if signals is not None:
+            signals.leave = None
         app.close_source()
     if app.return_code:
         raise DashboardError(f"the dashboard stopped with an error (exit code {app.return_code})")
