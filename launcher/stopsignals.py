@@ -38,15 +38,19 @@ def say(text: str) -> None:
         os.write(sys.stderr.fileno(), f"distlaunch: {text}\n".encode())
 
 
-def release_terminal() -> None:
-    """Point the standard streams that are terminals at /dev/null: after a hang-up, writing to
+def terminal_fds() -> list[int]:
+    """The standard streams that are terminals (asked before a hang-up: after it, isatty says no)."""
+    return [fd for fd in (0, 1, 2) if os.isatty(fd)]
+
+
+def release_terminal(fds: list[int]) -> None:
+    """Point ``fds`` (the streams that were terminals) at /dev/null: after a hang-up, writing to
     the terminal fails (EIO) and a dashboard must not draw on it."""
     null = os.open(os.devnull, os.O_RDWR)
     try:
-        for fd in (0, 1, 2):
+        for fd in fds:
             with contextlib.suppress(OSError):
-                if os.isatty(fd):
-                    os.dup2(null, fd)
+                os.dup2(null, fd)
     finally:
         os.close(null)
 
@@ -67,6 +71,7 @@ class StopSignals:
         self.hung_up = False
         self._first_at = 0.0
         self._old: dict[int, Any] = {}
+        self._terminal_fds: list[int] = []
 
     @property
     def exit_code(self) -> int | None:
@@ -74,6 +79,7 @@ class StopSignals:
         return 128 + self.signum if self.signum is not None else None
 
     def __enter__(self) -> StopSignals:
+        self._terminal_fds = terminal_fds()
         for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             self._old[signum] = signal.signal(signum, self._on_signal)
         return self
@@ -105,7 +111,7 @@ class StopSignals:
         if self.hung_up:
             return
         self.hung_up = True
-        release_terminal()
+        release_terminal(self._terminal_fds)
         if self.signum is not None:
             return  # a stop is under way: it goes on, only the terminal is gone
         self.on_hangup()
