@@ -104,6 +104,8 @@ class StopSignals:
             self._leave()
             return
         if signum == signal.SIGINT and self.signum is not None and now - self._first_at >= SAME_STOP_SECONDS:
+            say("abandoned the wait: the hosts' agents finish the stop they were asked for, or stop what is "
+                "left after the orphan grace")
             raise KeyboardInterrupt  # the user does not want to wait for the teardown any more
         # otherwise: the same stop, signalled again (the process group, or impatience)
 

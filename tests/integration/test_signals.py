@@ -217,3 +217,31 @@ def test_a_killed_launchers_follow_channel_and_agent_end_promptly(tmp_path: Path
 @pytest.mark.sshd
 def test_a_killed_launchers_follow_channel_over_ssh_ends_promptly(tmp_path: Path, sshd: PrivateSshd) -> None:
     kill_launcher_and_watch(tmp_path, "sig-kill9-ssh", sleeper_profile(tmp_path, "k9s", orphan_grace=3, sshd=sshd))
+
+
+def test_ctrl_c_again_after_2s_abandons_the_wait_without_noise_and_the_stop_still_ends(tmp_path: Path) -> None:
+    """Tasks that ignore SIGTERM keep the teardown in its grace; a second Ctrl-C then leaves at
+    once, and the host agent still finishes the stop it was asked for (SIGKILL after the grace)."""
+    run_id = "sig-abandon"
+    profile = write_profile(tmp_path / "stubborn.toml", SLEEPER.format(
+        name="stubborn", orphan_grace=60, python=sys.executable, hosts="", role_hosts="").replace(
+        """'{python} -c "import time; time.sleep(600)"'""",
+        """'exec {python} -c "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"'"""
+    ).replace(
+        "grace_seconds = 2", "grace_seconds = 6"))
+    launcher, run_dir = start_running(tmp_path, run_id, "--no-tui", profile=profile)
+    try:
+        launcher.send_signal(signal.SIGINT)
+        wait_for(lambda: [a for a in actions(run_dir) if a[0] == "teardown"], 30, "the teardown to start")
+        time.sleep(2.5)  # past the 2 s in which a second Ctrl-C is the same stop
+        assert launcher.poll() is None, "the teardown ended before the second Ctrl-C"
+        launcher.send_signal(signal.SIGINT)
+        assert launcher.wait(timeout=10) == 130
+        assert "abandoned the wait" in (tmp_path / "up.log").read_text()
+        for bad in ("Traceback", "cannot schedule", "internal error"):
+            assert bad not in (tmp_path / "up.log").read_text()
+        wait_for(lambda: not pids_with_run_id(run_id), 30, "the agent to finish the stop")
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+        kill_run_processes(run_id)
