@@ -23,14 +23,14 @@ from launcher.model import Plan
 from launcher.notify import Notifier, NotifyFollower
 from launcher.paths import runs_root
 from launcher.plan import build_plan
-from launcher.preflight import PreflightError, prepare_hosts
+from launcher.preflight import Preflight, PreflightError, prepare_hosts
 from launcher.printer import JsonPrinter, ProgressPrinter
 from launcher.profile import load_profile
 from launcher.profile_overrides import overrides_from
 from launcher.remote import HostSession
 from launcher.rundir import DOWN_MARKER, RunDir, find_run, host_from_json, new_run_id, read_events, read_state
 from launcher.runrecord import write_record
-from launcher.stopsignals import StopSignals, say
+from launcher.stopsignals import JobSignals, StoppedBeforeStart, StopSignals
 from launcher.supervisor import Supervisor
 from launcher.transport import make_host
 
@@ -68,33 +68,49 @@ def run_up(args: argparse.Namespace) -> int:
         notice("not a terminal: showing progress lines instead of the dashboard (--no-tui)")
         tui = False
     progress = _progress(quiet=False)
-    progress(f"run {run_id} ({rundir.path})")
-    pre = prepare_hosts(plan, run_id, rundir.path / "hosts", notice, progress)
-    write_record(rundir.path, profile, pre.versions)
-    sup = Supervisor(plan, rundir, pre.sessions, pre.ports, detached=args.detach, on_notice=notice)
+    signals = JobSignals(run_id)
+    with signals:
+        pre: Preflight | None = None
+        try:
+            progress(f"run {run_id} ({rundir.path})")
+            pre = prepare_hosts(plan, run_id, rundir.path / "hosts", notice, progress)
+            write_record(rundir.path, profile, pre.versions)
+            sup = Supervisor(plan, rundir, pre.sessions, pre.ports, detached=args.detach, on_notice=notice)
+            signals.bind(sup)
+        except StoppedBeforeStart as stop:
+            if pre is not None:
+                pre.close()
+            rundir.append(ev.job_event(run_id, ev.JOB_FAILED, f"{stop} before any task started"))
+            rundir.close()
+            notice(f"{stop} before any task started; nothing runs on any host")
+            return signals.exit_code or 1
+        outcome = _follow_job(args, plan, rundir, pre, sup, signals, tui)
+    return report_outcome(sup, outcome, signals.exit_code)
+
+
+def _follow_job(args: argparse.Namespace, plan: Plan, rundir: RunDir, pre: Preflight, sup: Supervisor,
+                signals: JobSignals, tui: bool) -> str | None:
+    """Launch the job and show it until it ends, or is detached (`--detach`, SIGHUP)."""
+    run_id = sup.run_id
     feed = sup.subscribe()
     notifying = follow_notify(sup)
     server = start_control_server(run_id, sup)
-    signals = StopSignals(lambda reason, origin: sup.teardown(reason, origin), hang_up(sup, run_id))
     try:
-        with signals:
-            progress(f"starting {len(plan.tasks)} tasks on {len(pre.sessions)} host(s)")
-            try:
-                sup.launch()
-            except (HostError, OSError) as exc:
-                raise UserError(f"could not start the job: {exc}; every started task was stopped") from None
-            if args.detach:
-                sup.detach()
-                feed.close()
-                sup.wait()
-                print(f"{run_id} detached; follow it with `distlaunch attach {run_id}`, "
-                      f"stop it with `distlaunch down {run_id}`")
-                return 0
-            if tui:
-                run_dashboard_for(sup, feed, plan, live=True, signals=signals)
-            else:
-                follow_lines(JsonPrinter() if args.json else ProgressPrinter(), feed)
-            outcome = sup.wait()
+        progress = _progress(quiet=False)
+        progress(f"starting {len(plan.tasks)} tasks on {len(pre.sessions)} host(s)")
+        try:
+            sup.launch()
+        except (HostError, OSError) as exc:
+            raise UserError(f"could not start the job: {exc}; every started task was stopped") from None
+        if args.detach or signals.hung_up:  # a hang-up during the preflight: the job starts detached
+            sup.detach(origin="SIGHUP" if signals.hung_up else "")
+            feed.close()
+            return sup.wait()
+        if tui:
+            run_dashboard_for(sup, feed, plan, live=True, signals=signals)
+        else:
+            follow_lines(JsonPrinter() if args.json else ProgressPrinter(), feed)
+        return sup.wait()
     finally:
         if server is not None:
             server.close()
@@ -102,17 +118,6 @@ def run_up(args: argparse.Namespace) -> int:
             notifying.finish()
         pre.close()
         rundir.close()
-    return report_outcome(sup, outcome, signals.exit_code)
-
-
-def hang_up(sup: Supervisor, run_id: str) -> Callable[[], None]:
-    """SIGHUP's action: the job goes on detached, as after `--detach` (see launcher/stopsignals.py)."""
-
-    def detach() -> None:
-        say(f"hang-up: {run_id} goes on detached; `distlaunch attach {run_id}` takes it back")
-        sup.detach(origin="SIGHUP")
-
-    return detach
 
 
 def follow_lines(printer: ProgressPrinter | JsonPrinter, feed: Any) -> None:
@@ -155,7 +160,8 @@ def report_outcome(sup: Supervisor, outcome: str | None, stopped_code: int | Non
         notice(f"host {host}: {len(left)} process(es) of the run survived teardown: "
              + ", ".join(str(p.get("pid")) for p in left))
     if outcome == "detached":
-        print(f"{sup.run_id} left running; `distlaunch attach {sup.run_id}` or `distlaunch down {sup.run_id}`")
+        print(f"{sup.run_id} detached; follow it with `distlaunch attach {sup.run_id}`, "
+              f"stop it with `distlaunch down {sup.run_id}`")
         return 0
     if outcome == ev.JOB_SUCCEEDED:
         return 0

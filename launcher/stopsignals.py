@@ -23,7 +23,10 @@ import sys
 import time
 from collections.abc import Callable
 from types import FrameType, TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from launcher.supervisor import Supervisor
 
 #: a second stop signal this soon after the first is the same stop (a process group signalled)
 SAME_STOP_SECONDS = 2.0
@@ -122,3 +125,32 @@ class StopSignals:
     def _leave(self) -> None:
         if self.leave is not None:
             self.leave()
+
+
+class StoppedBeforeStart(Exception):
+    """A stop signal came while the hosts were prepared, before any task started."""
+
+
+class JobSignals(StopSignals):
+    """The signals of `up`, from before the preflight on. Until ``bind`` gives the job's
+    supervisor, a stop signal raises ``StoppedBeforeStart`` in the main thread (the preflight
+    closes every host's channel on its way out: no host agent was started) and a hang-up is only
+    remembered: the caller then starts the job detached (``hung_up``)."""
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(self._stop, self._detach)
+        self.run_id = run_id
+        self.sup: Supervisor | None = None
+
+    def bind(self, sup: Supervisor) -> None:
+        self.sup = sup
+
+    def _stop(self, reason: str, origin: str) -> None:
+        if self.sup is None:
+            raise StoppedBeforeStart(reason)
+        self.sup.teardown(reason, origin)
+
+    def _detach(self) -> None:
+        say(f"hang-up: {self.run_id} goes on detached; `distlaunch attach {self.run_id}` takes it back")
+        if self.sup is not None:
+            self.sup.detach(origin="SIGHUP")

@@ -245,3 +245,29 @@ def test_ctrl_c_again_after_2s_abandons_the_wait_without_noise_and_the_stop_stil
         if launcher.poll() is None:
             launcher.kill()
         kill_run_processes(run_id)
+
+
+def test_sigterm_during_the_preflight_starts_nothing_and_says_so(tmp_path: Path) -> None:
+    run_id = "sig-preflight"
+    slow_python = tmp_path / "slowpython"  # the hosts' python answers after 3 s: the preflight is under way
+    slow_python.write_text(f"#!/bin/sh\nsleep 3\nexec {sys.executable} \"$@\"\n")
+    slow_python.chmod(0o755)
+    profile = write_profile(tmp_path / "slow.toml", SLEEPER.format(
+        name="slow", orphan_grace=60, python=slow_python, hosts="", role_hosts=""))
+    run_dir = tmp_path / "run"
+    launcher = start_cli("up", str(profile), "--no-tui", "--run-dir", str(run_dir), "--run-id", run_id,
+                         log=tmp_path / "up.log")
+    try:
+        wait_for(lambda: "checking python" in (tmp_path / "up.log").read_text(), 60, "the preflight to start")
+        launcher.send_signal(signal.SIGTERM)
+        assert launcher.wait(timeout=60) == 143
+        end = job_end(run_dir)
+        assert (end["state"], end["reason"]) == ("Failed", "stopped by SIGTERM before any task started")
+        assert not (run_dir / "hosts" / "local" / "agent.pid").exists()  # no host agent was ever started
+        wait_for(lambda: not pids_with_run_id(run_id), 10, "no process of the run to be left")
+        assert "nothing runs on any host" in (tmp_path / "up.log").read_text()
+        assert_no_noise(tmp_path / "up.log")
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+        kill_run_processes(run_id)
