@@ -84,19 +84,18 @@ def run_up(args: argparse.Namespace) -> int:
             rundir.close()
             notice(f"{stop} before any task started; nothing runs on any host")
             return signals.exit_code or 1
-        outcome = _follow_job(args, plan, rundir, pre, sup, signals, tui)
+        outcome = _follow_job(args, plan, rundir, pre, sup, signals, tui, progress)
     return report_outcome(sup, outcome, signals.exit_code)
 
 
 def _follow_job(args: argparse.Namespace, plan: Plan, rundir: RunDir, pre: Preflight, sup: Supervisor,
-                signals: JobSignals, tui: bool) -> str | None:
+                signals: JobSignals, tui: bool, progress: Callable[[str], None]) -> str | None:
     """Launch the job and show it until it ends, or is detached (`--detach`, SIGHUP)."""
     run_id = sup.run_id
     feed = sup.subscribe()
     notifying = follow_notify(sup)
     server = start_control_server(run_id, sup)
     try:
-        progress = _progress(quiet=False)
         progress(f"starting {len(plan.tasks)} tasks on {len(pre.sessions)} host(s)")
         try:
             sup.launch()
