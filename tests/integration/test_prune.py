@@ -16,7 +16,21 @@ pytestmark = pytest.mark.sshd
 TASK = "import os, sys; open(os.path.join(sys.argv[1], os.environ['DISTLAUNCH_RUN_ID']), 'w').close()"
 
 
-def _profile(tmp_path: Path, server: PrivateSshd, name: str, command: str) -> Path:
+def _profile(tmp_path: Path, server: PrivateSshd | None, name: str, command: str) -> Path:
+    """A one-task profile on an SSH host ``box`` of ``server``, or (None) on a local host ``here``."""
+    host = f"""[ssh]
+user = "{server.user}"
+identity_file = "{server.identity_file}"
+known_hosts = "{server.known_hosts}"
+[hosts.box]
+address = "127.0.0.1"
+ssh_port = {server.port}
+[roles.worker]
+hosts = ["box"]""" if server else """[hosts.here]
+address = "localhost"
+transport = "local"
+[roles.worker]
+hosts = ["here"]"""
     return write_profile(tmp_path / f"{name}.toml", f"""
 name = "{name}"
 strategy = "custom"
@@ -26,15 +40,7 @@ command = "{command}"
 python = "{sys.executable}"
 workdir = "{tmp_path}"
 restart = "never"
-[ssh]
-user = "{server.user}"
-identity_file = "{server.identity_file}"
-known_hosts = "{server.known_hosts}"
-[hosts.box]
-address = "127.0.0.1"
-ssh_port = {server.port}
-[roles.worker]
-hosts = ["box"]
+{host}
 """)
 
 
@@ -96,29 +102,11 @@ def test_down_removes_the_host_run_dir_once_nothing_runs_there(tmp_path: Path, p
         kill_run_processes("it-down-clean")
 
 
-def _local_profile(tmp_path: Path, name: str, command: str) -> Path:
-    return write_profile(tmp_path / f"{name}.toml", f"""
-name = "{name}"
-strategy = "custom"
-outputs = "{tmp_path}/outputs/{{name}}"
-[defaults]
-command = "{command}"
-python = "{sys.executable}"
-workdir = "{tmp_path}"
-restart = "never"
-[hosts.here]
-address = "localhost"
-transport = "local"
-[roles.worker]
-hosts = ["here"]
-""")
-
-
 def test_prune_keeps_a_run_dir_chosen_outside_the_state_dir_until_it_is_named(
         tmp_path: Path, distlaunch_home: Path) -> None:
     """Issue 26 §7: `up --run-dir ~/experiments/run1` then `prune --keep 0` deleted the user's dir."""
     (tmp_path / "touch.py").write_text(TASK)
-    quick = _local_profile(tmp_path, "quick", "{python} touch.py {outputs}")
+    quick = _profile(tmp_path, None, "quick", "{python} touch.py {outputs}")
     runs = distlaunch_home / "runs"
     by_id, by_path = tmp_path / "experiments" / "run1", tmp_path / "experiments" / "run2"
     ids = ["it-prune-in", "it-prune-out1", "it-prune-out2"]
@@ -154,13 +142,16 @@ def test_prune_keeps_a_run_dir_chosen_outside_the_state_dir_until_it_is_named(
 
 def test_down_stops_a_run_kept_outside_the_state_dir_but_leaves_its_dir(
         tmp_path: Path, distlaunch_home: Path) -> None:
-    slow = _local_profile(tmp_path, "slow", "sleep 600")
+    slow = _profile(tmp_path, None, "slow", "sleep 600")
     run_dir = tmp_path / "experiments" / "slow1"
     try:
         started = cli("up", str(slow), "--detach", "--run-id", "it-down-out", "--run-dir", str(run_dir))
         assert started.returncode == 0, started.stderr[-2000:]
         host_dir = _host_dir(run_dir, "here")
         wait_for(lambda: list(host_dir.glob("tasks/*/task.pgid")), 30, "the task to start")
+        early = cli("prune", "it-down-out")  # never a run that is not finished, named or not
+        assert early.returncode == 2 and "is detached; stop it first with `distlaunch down it-down-out`" \
+            in early.stderr and run_dir.is_dir(), early.stderr
         down = cli("down", "it-down-out")
         assert down.returncode == 0 and "no process of the run is left" in down.stdout, down.stderr
         assert f"{run_dir} kept: outside the state dir" in down.stdout, down.stdout
