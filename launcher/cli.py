@@ -169,7 +169,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(handler=_down)
 
     p = sub.add_parser("prune", help="remove finished runs here and on their hosts (never outputs)")
-    p.add_argument("--keep", type=int, default=0, metavar="N", help="keep the N newest finished runs")
+    p.add_argument("runs", nargs="*", metavar="RUN",
+                   help="remove just these runs (run id or run directory), even one kept outside the state dir")
+    p.add_argument("--keep", type=int, default=None, metavar="N", help="keep the N newest finished runs")
     p.add_argument("--older-than", type=float, default=None, metavar="DAYS",
                    help="only runs whose last activity is older than DAYS")
     p.add_argument("--dry-run", action="store_true", help="say what would be removed, remove nothing")

@@ -62,7 +62,7 @@ def complete(parser: argparse.ArgumentParser) -> None:
 
     for action in _actions(parser):
         completer: Any = None
-        if action.dest == "run":
+        if action.dest in ("run", "runs"):  # prune RUN...
             completer = run_ids
         elif action.dest == "task":
             completer = task_ids

@@ -28,7 +28,16 @@ from launcher.printer import JsonPrinter, ProgressPrinter
 from launcher.profile import load_profile
 from launcher.profile_overrides import overrides_from
 from launcher.remote import HostSession
-from launcher.rundir import DOWN_MARKER, RunDir, find_run, host_from_json, new_run_id, read_events, read_state
+from launcher.rundir import (
+    DOWN_MARKER,
+    RunDir,
+    find_run,
+    host_from_json,
+    new_run_id,
+    outside_state_dir,
+    read_events,
+    read_state,
+)
 from launcher.runrecord import write_record
 from launcher.stopsignals import JobSignals, StoppedBeforeStart, StopSignals
 from launcher.supervisor import Supervisor
@@ -255,6 +264,10 @@ def run_down(args: argparse.Namespace) -> int:
 
     keep_files = bool(getattr(args, "keep_host_files", False))
     not_removed: list[str] = []
+    # a run dir the user put outside the state dir is theirs, with the local hosts' dirs in it:
+    # down leaves it whole (`prune RUN` removes it); other hosts' run dirs are distlaunch's own
+    outside = outside_state_dir(path)
+    removed: list[str] = []
 
     def down(session: HostSession) -> None:
         slugs = [t["slug"] for t in state.get("tasks", {}).values() if t["host"] == session.name]
@@ -266,9 +279,10 @@ def run_down(args: argparse.Namespace) -> int:
             return
         if left:
             leftovers[session.name] = left
-        elif not keep_files:  # only once nothing of the run runs there; outputs are never touched
-            try:
+        elif not keep_files and not (outside and Path(session.base_dir).is_relative_to(path)):
+            try:  # only once nothing of the run runs there; outputs are never touched
                 session.remove_run_dir()
+                removed.append(session.name)
             except HostError as exc:
                 not_removed.append(str(exc))
 
@@ -285,9 +299,27 @@ def run_down(args: argparse.Namespace) -> int:
         return 1
     for problem in not_removed:
         notice(problem)
-    kept = "; host run dirs kept" if keep_files else ("" if not_removed else "; host run dirs removed")
+    _record_stopped_by_down(path)
+    kept = "; host run dirs kept" if keep_files else ("" if not_removed or not removed else "; host run dirs removed")
+    if outside:
+        kept += f"; {path} kept: outside the state dir (remove it yourself or `distlaunch prune {run_id}`)"
     print(f"{run_id}: stopped on {len(sessions)} host(s); no process of the run is left{kept}")
     return 0
+
+
+def _record_stopped_by_down(path: Path) -> None:
+    """A run no launcher follows (detached or lost) ends with its `down`: the job event and
+    state.json say why, so that `runs` shows it ended and `prune` may take it."""
+    state = read_state(path)
+    if launcher_alive(state) or state.get("job_state") in (ev.JOB_SUCCEEDED, ev.JOB_FAILED):
+        return  # a launcher recorded its own end
+    reason = "stopped by `distlaunch down`"
+    rundir = RunDir.open(path)
+    try:
+        rundir.append(ev.job_event(str(state["run_id"]), ev.JOB_FAILED, reason))
+        rundir.write_state({**state, "job_state": ev.JOB_FAILED, "job_reason": reason, "detached": False})
+    finally:
+        rundir.close()
 
 
 def _require_task(state: dict[str, Any], task: str) -> None:

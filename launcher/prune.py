@@ -4,6 +4,10 @@ A run is removed only when it has ended (Succeeded or Failed) or its launcher di
 detaching long enough ago that no task of it can still run; live and detached runs are never
 touched, and neither are the jobs' outputs, which live outside run dirs. A run whose host cannot
 be reached is kept, so nothing is left behind on that host unnoticed: prune again later.
+
+Only runs under the state dir are chosen by ``--keep``/``--older-than``: a run dir the user put
+elsewhere (``up --run-dir``) is listed as kept, and removed only when named (``prune RUN``, by
+run id or path), like any other run named there.
 """
 
 from __future__ import annotations
@@ -16,8 +20,8 @@ from pathlib import Path
 from launcher import events as ev
 from launcher.errors import HostError, UserError
 from launcher.jobs import connect_sessions, notice
-from launcher.rundir import read_state
-from launcher.runs import RunSummary, list_runs
+from launcher.rundir import find_run, outside_state_dir, read_state, unlink_from_root
+from launcher.runs import RunSummary, list_runs, summarize_run
 
 #: a run that never ended and has nobody following it is treated as dead after this long
 #: (far beyond any orphan grace: its tasks have stopped themselves by then)
@@ -61,14 +65,43 @@ def remove_run(run: RunSummary) -> None:
             for session in sessions.values():
                 session.host.close()
     shutil.rmtree(path)
+    if outside_state_dir(path):
+        unlink_from_root(run.run, path)
+
+
+def named_runs(refs: list[str], now: float) -> list[RunSummary]:
+    """The runs named on the command line (run ids or paths), each finished, else a user error."""
+    named: list[RunSummary] = []
+    for ref in refs:
+        path = find_run(ref)
+        run = summarize_run(path, now)
+        if run is None:
+            raise UserError(f"prune: {path}: unreadable run state; remove it yourself")
+        if not finished(run, now):
+            raise UserError(f"prune: {run.run} is {run.live or 'not finished'}; stop it first with "
+                            f"`distlaunch down {run.run}`")
+        if run not in named:
+            named.append(run)
+    return named
 
 
 def run_prune(args: argparse.Namespace) -> int:
-    if args.keep < 0 or (args.older_than is not None and args.older_than < 0):
+    refs: list[str] = list(getattr(args, "runs", None) or [])
+    if refs and (args.keep is not None or args.older_than is not None):
+        raise UserError("prune: name runs or give --keep/--older-than, not both")
+    keep = 0 if args.keep is None else args.keep
+    if keep < 0 or (args.older_than is not None and args.older_than < 0):
         raise UserError("prune: --keep and --older-than take numbers >= 0")
     now = time.time()
-    runs = list_runs(now=now)
-    chosen = select(runs, args.keep, args.older_than, now)
+    if refs:
+        runs = chosen = named_runs(refs, now)
+    else:
+        runs = list_runs(now=now)
+        chosen = select(runs, keep, args.older_than, now)
+        for run in [r for r in chosen if outside_state_dir(Path(r.dir))]:
+            chosen.remove(run)
+            print(f"kept {run.run} ({run.dir}): outside the state dir; remove it yourself or name it "
+                  f"(`distlaunch prune {run.run}`)")
     untouchable = [r for r in runs if r.live is not None]
     if not chosen:
         print(f"nothing to prune ({len(runs)} run(s), {len(untouchable)} live or detached)")

@@ -224,6 +224,20 @@ def _link_into_root(run_id: str, target: Path) -> None:
         pass
 
 
+def unlink_from_root(run_id: str, target: Path) -> None:
+    """Remove the link ``_link_into_root`` made for ``target`` (a run removed from elsewhere)."""
+    link = runs_root() / run_id
+    with contextlib.suppress(OSError):
+        if link.is_symlink() and Path(os.readlink(link)).resolve() == target.resolve():
+            link.unlink()
+
+
+def outside_state_dir(path: Path) -> bool:
+    """A run dir the user put outside the state dir (``up --run-dir``): cleanup leaves it alone
+    unless the user names it (``prune RUN``)."""
+    return not path.resolve().is_relative_to(runs_root().resolve())
+
+
 def read_state(path: Path) -> dict[str, Any]:
     try:
         data: dict[str, Any] = json.loads((path / STATE_FILE).read_text(encoding="utf-8"))
