@@ -231,7 +231,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="SSH hosts to run on, e.g. gpu1,gpu2 or node[01-04] (default: this machine)")
     p.add_argument("--ps", type=int, metavar="N", help="parameter server tasks (parameter_server: default 1)")
     p.add_argument("--workers", type=int, metavar="N",
-                   help="worker tasks (default: one per --hosts host, else 2, or 1 for a script without a known strategy)")
+                   help="worker tasks (default: one per --hosts host, else 2; 1 for a script of no known strategy)")
     p.add_argument("--chief", action=argparse.BooleanOptionalAction, default=None,
                    help="a chief task (default: with ParameterServerStrategy only)")
     p.add_argument("-o", "--output", default=None, metavar="FILE",

@@ -95,7 +95,7 @@ _DOTTED_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\s*\.\s*[A-Za-z_][A-Za-z0-9_]
 
 
 def _names_from_text(source: str) -> list[tuple[int, str]]:
-    found = []
+    found: list[tuple[int, str]] = []
     for number, line in enumerate(source.splitlines(), start=1):
         code = line.split("#", 1)[0]
         found.extend((number, re.sub(r"\s+", "", match.group(0))) for match in _DOTTED_RE.finditer(code))

@@ -29,6 +29,8 @@ RECOVERY = {
     "multi_worker_mirrored": "any failed worker restarts the whole worker group (collectives cannot go on "
                              "with a missing peer); keep checkpoints (BackupAndRestore) to resume",
     "custom": "a failed task restarts alone",
+    "tf1": "a failed task restarts alone; workers that lose a ps fail and restart too, and worker 0 "
+           "(the chief of a between-graph job) restores from its checkpoint",
 }
 SYNC_EXCLUDES = ("data/", "*.ckpt", "__pycache__/", ".venv/")
 _NAME_RE = re.compile(r"[^A-Za-z0-9_.-]+")
@@ -173,7 +175,7 @@ def profile_text(script: Path, target: Path, guess: Guess, shape: Shape, hosts: 
         "",
         f"name = {_q(job_name(script))}",
         f"# Guessed from {script.name}: {guess.reason}.",
-        *textwrap.wrap("On failure: " + RECOVERY[guess.strategy] + ".", 98, initial_indent="# ",
+        *textwrap.wrap("On failure: " + RECOVERY["tf1" if guess.tf1 else guess.strategy] + ".", 98, initial_indent="# ",
                        subsequent_indent="# "),
         f"strategy = {_q(guess.strategy)}   # parameter_server | multi_worker_mirrored | custom",
         'success_policy = "chief"        # the job succeeds when chief:0 exits 0 (no chief: worker:0)',
