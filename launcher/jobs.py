@@ -29,6 +29,7 @@ from launcher.preflight import PreflightError, prepare_hosts
 from launcher.printer import JsonPrinter, ProgressPrinter
 from launcher.profile import load_profile
 from launcher.profile_overrides import overrides_from
+from launcher.progressline import mute
 from launcher.remote import HostSession
 from launcher.rundir import DOWN_MARKER, RunDir, find_run, host_from_json, new_run_id, read_events, read_state
 from launcher.runrecord import write_record
@@ -55,6 +56,8 @@ def _progress(quiet: bool) -> Callable[[str], None]:
 
 
 def run_up(args: argparse.Namespace) -> int:
+    if args.json:
+        mute()  # stderr belongs to whatever reads the event stream
     profile = load_profile(Path(args.profile), overrides_from(args))
     plan = build_plan(profile)
     for warning in exposure_warnings(plan):

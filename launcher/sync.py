@@ -20,6 +20,7 @@ from pathlib import Path
 
 from launcher.errors import HostError
 from launcher.model import Plan
+from launcher.progressline import Progress
 from launcher.remote import HostSession
 
 ALWAYS_EXCLUDED = (".git/",)
@@ -176,14 +177,18 @@ def sync_hosts(plan: Plan, sessions: dict[str, HostSession], progress: Callable[
     total = sum(f.size for f in files)
     progress(f"syncing {source} ({len(files)} files, {human(total)}) to {len(where)} host(s)")
     by_rel = {f.rel: f for f in files}
-    for name, workdirs in where.items():
-        session = sessions[name]
-        for workdir in workdirs:
-            need = [by_rel[rel] for rel in changed(session, workdir, files) if rel in by_rel]
-            size = sum(f.size for f in need)
-            if size > WARN_BYTES:
-                warn(f"sync sends {human(size)} to {name}:{workdir}; leave data out with [sync] exclude")
-            if need:
-                send(session, workdir, source, need)
-            progress(f"synced {name}:{workdir}: {len(need)} changed file(s), {human(size)}"
-                     + ("" if need else " (up to date)"))
+    with Progress("syncing code", total=sum(len(w) for w in where.values()), unit="workdirs") as line:
+        for name, workdirs in where.items():
+            session = sessions[name]
+            for workdir in workdirs:
+                need = [by_rel[rel] for rel in changed(session, workdir, files) if rel in by_rel]
+                size = sum(f.size for f in need)
+                if size > WARN_BYTES:
+                    with line.hold():
+                        warn(f"sync sends {human(size)} to {name}:{workdir}; leave data out with [sync] exclude")
+                if need:
+                    send(session, workdir, source, need)
+                line.advance(nbytes=size)
+                with line.hold():
+                    progress(f"synced {name}:{workdir}: {len(need)} changed file(s), {human(size)}"
+                             + ("" if need else " (up to date)"))
