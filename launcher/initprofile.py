@@ -216,6 +216,11 @@ def profile_text(script: Path, target: Path, guess: Guess, shape: Shape, hosts: 
             lines += [f"{f'[roles.{role}]':<32}# {note}", f"count = {count}",
                       f"hosts = {_list(host_names)}" + ("   # spread over these in order" if ssh else ""), ""]
     lines.append("# Ports are picked free at launch; set port = N in a role to fix them (task i gets N + i).")
+    if guess.strategy == "custom":
+        lines += ["", "# Step and loss come from TensorFlow and Keras by themselves (autolog). A script that only",
+                  "# prints them is read with regexes on its output (try them on a saved log with:",
+                  f"# distlaunch check {quoted_target} --metrics-sample LOG):",
+                  "# [metrics]", "# step = 'step[ :=]+(\\d+)'", "# loss = 'loss[ :=]+([-+0-9.eE]+)'"]
     return "\n".join(lines) + "\n"
 
 

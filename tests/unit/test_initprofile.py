@@ -126,6 +126,14 @@ def test_a_script_in_a_subfolder_runs_from_where_init_ran(tmp_path: Path, monkey
     assert data["defaults"]["command"] == "{python} 'src/my train.py'"
     assert data["defaults"]["workdir"] == ".."
     assert data["roles"] == {"worker": {"count": 1, "hosts": ["local"]}}
+    # the commented [metrics] of a custom script work once uncommented
+    target = tmp_path / "profiles" / "job.toml"
+    text = target.read_text()
+    for line in ("# [metrics]", "# step = ", "# loss = "):
+        text = text.replace("\n" + line, "\n" + line[2:])
+    target.write_text(text)
+    metrics = load_profile(target).metrics
+    assert metrics.step == r"step[ :=]+(\d+)" and metrics.loss == r"loss[ :=]+([-+0-9.eE]+)"
 
 
 @pytest.mark.parametrize(("flags", "message"), [
