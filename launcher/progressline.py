@@ -67,6 +67,7 @@ class Progress:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._width = 0  # characters of the line on screen; 0: nothing shown
+        self._last = ""
         self._thread: threading.Thread | None = None
         if wanted(self._stream) if enabled is None else enabled:
             delay = after_seconds() if after is None else after
@@ -134,6 +135,9 @@ class Progress:
     def _draw(self) -> None:
         columns = shutil.get_terminal_size((80, 24)).columns
         line = self.text()[: max(10, columns - 1)]  # never wraps, or \r would redraw only the last row
+        if self._width and line == self._last:
+            return
+        self._last = line
         try:
             self._stream.write("\r" + line.ljust(self._width))
             self._stream.flush()
