@@ -62,7 +62,7 @@ def run_init(script: str | None, *, hosts: str | None, ps: int | None, workers: 
     if target.exists() and not force:
         raise UserError(f"{target} exists; pass --force to overwrite it, or -o another file")
     guess = guess_strategy(source)
-    host_tables = parse_hosts(hosts) if hosts else []
+    host_tables = parse_hosts(hosts) if hosts is not None else []
     if workers is None and hosts:  # one worker per host given
         workers = len(hostlist.expand(hosts))
     shape = role_shape(guess, ps=ps, workers=workers, chief=chief)
@@ -115,6 +115,12 @@ def describe(shape: Shape) -> str:
 def parse_hosts(expression: str) -> list[tuple[str, str]]:
     """``--hosts`` as (table name, address) pairs: one table per comma item, a range item one table
     (``node[01-04]`` -> ``[hosts.node]`` making node-01 .. node-04)."""
+    if not expression.strip():
+        raise UserError("--hosts is empty; give host names like gpu1,gpu2 or node[01-04], or leave it out "
+                        "to run on this machine")
+    if "@" in expression:
+        raise UserError(f"--hosts {expression}: give host names only; set the login user in the profile's "
+                        "[ssh] user (or in ~/.ssh/config)")
     try:
         hostlist.expand(expression)
     except hostlist.HostlistError as exc:

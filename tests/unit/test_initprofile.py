@@ -140,6 +140,8 @@ def test_a_script_in_a_subfolder_runs_from_where_init_ran(tmp_path: Path, monkey
     (["missing.py"], "missing.py: no such file"),
     ([], "name your training script"),
     (["train.py", "--hosts", "n[1-"], "--hosts: 'n[1-': '[' is never closed"),
+    (["train.py", "--hosts", ""], "--hosts is empty"),
+    (["train.py", "--hosts", "alice@gpu1"], "--hosts alice@gpu1: give host names only"),
     (["train.py", "--ps", "1"], "--ps: MultiWorkerMirroredStrategy has no parameter servers"),
     (["train.py", "--workers", "-1"], "--workers -1: give a count of 0 or more"),
 ])
