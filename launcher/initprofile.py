@@ -163,7 +163,7 @@ def command_for(script: Path, guess: Guess, profile_dir: Path, ssh: bool) -> tup
     words = ["{python}", shlex.quote(run_path), *guess.role_flags]
     if guess.output_flag:
         words += [guess.output_flag, "{outputs}/ckpt"]
-    workdir = f"distlaunch-code/{job_name(script)}" if ssh else rel_project
+    workdir = f"~/distlaunch-code/{job_name(script)}" if ssh else rel_project
     return " ".join(words), workdir, rel_project
 
 
@@ -199,7 +199,7 @@ def profile_text(script: Path, target: Path, guess: Guess, shape: Shape, hosts: 
     lines.append(f"command = {_q(command)}")
     if ssh:
         lines += [
-            f"workdir = {_q(workdir)}   # on each host, relative to the login home; [sync] fills it",
+            f"workdir = {_q(workdir)}   # on each host; [sync] fills it",
             'python = "python3"              # the interpreter on the hosts; it must import tensorflow',
         ]
     else:

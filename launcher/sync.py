@@ -32,7 +32,7 @@ BATCH_BYTES = 64 * 1024 * 1024
 # Runs on the host with its own python: which of the listed files differ from the launcher's copy.
 _DIFF_SCRIPT = """
 import json, os, sys
-root = sys.argv[1]
+root = os.path.expanduser(sys.argv[1])
 need = []
 for rel, size, mtime in json.load(sys.stdin):
     try:
@@ -145,12 +145,19 @@ def _send_batch(session: HostSession, workdir: str, source: Path, files: list[So
             info.uname = info.gname = ""
             with open(source / f.rel, "rb") as fh:
                 archive.addfile(info, fh)
-    target = shlex.quote(workdir)
+    target = host_path(workdir)
     result = session.host.run(f"mkdir -p {target} && tar --no-same-owner -xf - -C {target}", timeout=600,
                               stdin=buffer.getvalue())
     if not result.ok:
         detail = (result.stderr.strip().splitlines() or ["no output"])[-1]
         raise HostError(f"host {session.name}: cannot write the synced files into {workdir}: {detail}")
+
+
+def host_path(workdir: str) -> str:
+    """``workdir`` quoted for the host's shell, a leading ``~`` being the home there (as the agent has it)."""
+    if workdir == "~" or workdir.startswith("~/"):
+        return '"$HOME"' + (shlex.quote(workdir[1:]) if len(workdir) > 2 else "")
+    return shlex.quote(workdir)
 
 
 def human(n: float) -> str:

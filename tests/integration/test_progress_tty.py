@@ -88,7 +88,8 @@ def test_prune_and_export_draw_progress_on_a_terminal_and_clear_it(home: Path, t
 def test_check_draws_progress_for_the_host_steps(home: Path, tmp_path: Path) -> None:
     (tmp_path / "p.toml").write_text('[defaults]\ncommand = "{python} -c pass"\nworkdir = "."\n'
                                      "[roles.worker]\ncount = 2\n", encoding="utf-8")
-    env = {"DISTLAUNCH_HOME": str(home), "DISTLAUNCH_PROGRESS_AFTER": "0", "TERM": "xterm"}
+    env = {"DISTLAUNCH_HOME": str(home), "DISTLAUNCH_PROGRESS_AFTER": "0", "TERM": "xterm",
+           "HOME": str(tmp_path)}  # the job's outputs folder, which check makes, stays in tmp
     rc, out = run_on_pty(["check", str(tmp_path / "p.toml")], env)
     assert rc == 0, out
     for label in ("connecting", "checking python", "uploading the agent", "checking workdirs and ports"):
