@@ -29,7 +29,7 @@ from launcher.preflight import PreflightError, prepare_hosts
 from launcher.printer import JsonPrinter, ProgressPrinter
 from launcher.profile import load_profile
 from launcher.profile_overrides import overrides_from
-from launcher.progressline import mute
+from launcher.progressline import mute, paused
 from launcher.remote import HostSession
 from launcher.rundir import DOWN_MARKER, RunDir, find_run, host_from_json, new_run_id, read_events, read_state
 from launcher.runrecord import write_record
@@ -41,7 +41,8 @@ LAUNCHER_TEARDOWN_SECONDS = 120.0
 
 
 def notice(msg: str) -> None:
-    print(f"distlaunch: {msg}", file=sys.stderr, flush=True)
+    with paused():  # not into a progress line a host step is drawing
+        print(f"distlaunch: {msg}", file=sys.stderr, flush=True)
 
 
 def _progress(quiet: bool) -> Callable[[str], None]:

@@ -19,7 +19,7 @@ from launcher.agentpack import build_agent_zipapp
 from launcher.errors import HostError, UserError
 from launcher.model import Plan, TaskSpec
 from launcher.paths import state_home
-from launcher.progressline import Progress
+from launcher.progressline import Progress, paused
 from launcher.remote import HostSession, remote_base_dir, remote_outputs_dir
 from launcher.sync import sync_hosts
 from launcher.taskcheck import describe_all, host_checks
@@ -307,7 +307,8 @@ def preflight_plan(plan: Plan) -> list[str]:
         print(f"... {msg}", file=sys.stderr)
 
     def notice(msg: str) -> None:
-        print(f"distlaunch: {msg}", file=sys.stderr)
+        with paused():
+            print(f"distlaunch: {msg}", file=sys.stderr, flush=True)
 
     try:
         pre = prepare_hosts(plan, "preflight", state_home() / "preflight", notice, progress, import_tf=True)

@@ -28,6 +28,8 @@ REDRAW = 0.2
 BAR_WIDTH = 20
 
 _muted = False
+_active: list[Progress] = []  # lines on screen or about to be, for paused()
+_active_lock = threading.Lock()
 
 
 def mute() -> None:
@@ -52,6 +54,17 @@ def wanted(stream: TextIO) -> bool:
     return tty and not _muted and os.environ.get("TERM") != "dumb"
 
 
+@contextlib.contextmanager
+def paused() -> Iterator[None]:
+    """Every progress line of this process cleared while the block prints (a notice from another thread)."""
+    with _active_lock:
+        lines = list(_active)
+    with contextlib.ExitStack() as stack:
+        for line in lines:
+            stack.enter_context(line.hold())
+        yield
+
+
 class Progress:
     """``with Progress("syncing code", total=16, unit="hosts") as p: ... p.advance(nbytes=n)``."""
 
@@ -64,7 +77,7 @@ class Progress:
         self.nbytes = 0
         self._stream = stream or sys.stderr
         self._start = time.monotonic()
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # hold() may nest: paused() inside a step's own hold()
         self._stop = threading.Event()
         self._width = 0  # characters of the line on screen; 0: nothing shown
         self._last = ""
@@ -75,6 +88,8 @@ class Progress:
                 with self._lock:
                     self._draw()
                 delay = REDRAW
+            with _active_lock:
+                _active.append(self)
             self._thread = threading.Thread(target=self._run, args=(delay,), name="progress", daemon=True)
             self._thread.start()
 
@@ -113,6 +128,8 @@ class Progress:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
+            with _active_lock, contextlib.suppress(ValueError):
+                _active.remove(self)
         with self._lock:
             self._clear()
 

@@ -87,3 +87,14 @@ def test_a_count_without_total_has_no_bar() -> None:
     line = Progress("exporting", unit="events", enabled=False)
     line.advance(12345)
     assert line.text() == "exporting  12,345 events  0s"
+
+
+def test_a_notice_from_another_thread_does_not_land_in_the_line(terminal: tuple[io.TextIOWrapper, int]) -> None:
+    stream, master = terminal
+    with Progress("connecting", total=3, unit="hosts", stream=stream, after=0):
+        read_until(master, "0/3 hosts")
+        with progressline.paused():
+            stream.write("distlaunch: a notice\n")
+        seen = read_until(master, "a notice\r\n")
+    width = len("connecting  [--------------------]  0/3 hosts  0s")
+    assert seen.endswith("\r" + " " * width + "\rdistlaunch: a notice\r\n")
