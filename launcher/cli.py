@@ -121,6 +121,13 @@ def _export_tensorboard(args: argparse.Namespace) -> int:
     return run_export_tensorboard(args.run, Path(args.dir))
 
 
+def _init(args: argparse.Namespace) -> int:
+    from launcher.initprofile import run_init
+
+    return run_init(args.script, hosts=args.hosts, ps=args.ps, workers=args.workers, chief=args.chief,
+                    output=args.output, force=args.force)
+
+
 def _completion(args: argparse.Namespace) -> int:
     from launcher.completion import run_completion
 
@@ -219,6 +226,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("task", help="task id, e.g. worker:1")
     _add_overrides(p, args=False)
     p.set_defaults(handler=_tfconfig)
+
+    p = sub.add_parser("init", help="write a commented profile for your own training script")
+    p.add_argument("script", nargs="?", help="your training script (.py); its strategy is guessed from it")
+    p.add_argument("--hosts", metavar="H1,H2|RANGE",
+                   help="SSH hosts to run on, e.g. gpu1,gpu2 or node[01-04] (default: this machine)")
+    p.add_argument("--ps", type=int, metavar="N", help="parameter server tasks (parameter_server: default 1)")
+    p.add_argument("--workers", type=int, metavar="N",
+                   help="worker tasks (default: one per --hosts host, else 2; 1 for a script of no known strategy)")
+    p.add_argument("--chief", action=argparse.BooleanOptionalAction, default=None,
+                   help="a chief task (default: with ParameterServerStrategy only)")
+    p.add_argument("-o", "--output", default=None, metavar="FILE",
+                   help="where to write the profile (default: SCRIPT's name with .toml, here)")
+    p.add_argument("--force", action="store_true", help="overwrite FILE if it exists")
+    p.set_defaults(handler=_init)
 
     p = sub.add_parser("schema", help="print the profile's JSON Schema (for editors: taplo, VS Code)")
     p.add_argument("-o", "--output", default=None, help="write to FILE instead of stdout")

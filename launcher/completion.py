@@ -68,6 +68,8 @@ def complete(parser: argparse.ArgumentParser) -> None:
             completer = task_ids
         elif action.dest == "profile":
             completer = FilesCompleter(("toml",))
+        elif action.dest == "script":
+            completer = FilesCompleter(("py",))
         elif action.dest == "dir":
             completer = DirectoriesCompleter()
         if completer is not None:

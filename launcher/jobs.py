@@ -27,6 +27,7 @@ from launcher.preflight import Preflight, PreflightError, prepare_hosts
 from launcher.printer import JsonPrinter, ProgressPrinter
 from launcher.profile import load_profile
 from launcher.profile_overrides import overrides_from
+from launcher.progressline import mute, paused
 from launcher.remote import HostSession
 from launcher.rundir import (
     DOWN_MARKER,
@@ -48,7 +49,8 @@ LAUNCHER_TEARDOWN_SECONDS = 120.0
 
 
 def notice(msg: str) -> None:
-    print(f"distlaunch: {msg}", file=sys.stderr, flush=True)
+    with paused():  # not into a progress line a host step is drawing
+        print(f"distlaunch: {msg}", file=sys.stderr, flush=True)
 
 
 def _progress(quiet: bool) -> Callable[[str], None]:
@@ -63,6 +65,8 @@ def _progress(quiet: bool) -> Callable[[str], None]:
 
 
 def run_up(args: argparse.Namespace) -> int:
+    if args.json:
+        mute()  # stderr belongs to whatever reads the event stream
     profile = load_profile(Path(args.profile), overrides_from(args))
     plan = build_plan(profile)
     for warning in exposure_warnings(plan):

@@ -19,6 +19,7 @@ from launcher.agentpack import build_agent_zipapp
 from launcher.errors import HostError, UserError
 from launcher.model import Plan, TaskSpec
 from launcher.paths import state_home
+from launcher.progressline import Progress, paused
 from launcher.remote import HostSession, remote_base_dir, remote_outputs_dir
 from launcher.sync import sync_hosts
 from launcher.taskcheck import describe_all, host_checks
@@ -74,11 +75,20 @@ class Preflight:
             host.close()
 
 
-def _parallel(items: dict[str, T], fn: Callable[[str, T], list[str]]) -> list[str]:
+def _parallel(items: dict[str, T], fn: Callable[[str, T], list[str]], label: str) -> list[str]:
+    """``fn`` for every host at once; a progress line (``label``, hosts done) while it takes long."""
     if not items:
         return []
-    with ThreadPoolExecutor(max_workers=min(32, len(items))) as pool:
-        results = list(pool.map(lambda kv: fn(*kv), items.items()))
+    with Progress(label, total=len(items), unit="hosts") as progress:
+
+        def one(item: tuple[str, T]) -> list[str]:
+            try:
+                return fn(*item)
+            finally:
+                progress.advance()
+
+        with ThreadPoolExecutor(max_workers=min(32, len(items))) as pool:
+            results = list(pool.map(one, items.items()))
     return [problem for problems in results for problem in problems]
 
 
@@ -97,7 +107,7 @@ def connect_hosts(plan: Plan, on_notice: Callable[[str], None]) -> dict[str, Hos
         hosts[name] = host
         return []
 
-    problems = _parallel(configs, connect)
+    problems = _parallel(configs, connect, "connecting")
     if problems:
         for host in hosts.values():
             host.close()
@@ -134,7 +144,7 @@ def check_pythons(plan: Plan, hosts: dict[str, Host], import_tf: bool = True,
     by_host: dict[str, list[str]] = {}
     for host_name, python in pairs:
         by_host.setdefault(host_name, []).append(python)
-    return _parallel(by_host, check), versions
+    return _parallel(by_host, check, "checking python"), versions
 
 
 def check_tasks(plan: Plan, sessions: dict[str, HostSession]) -> tuple[list[str], dict[str, int]]:
@@ -153,7 +163,7 @@ def check_tasks(plan: Plan, sessions: dict[str, HostSession]) -> tuple[list[str]
         problems, chosen[host_name] = _judge_host(host_name, given, auto, busy, picked, failed)
         return problems
 
-    problems = _parallel(sessions, check)
+    problems = _parallel(sessions, check, "checking workdirs and ports")
     for found in chosen.values():
         ports.update(found)
     return problems, ports
@@ -198,7 +208,7 @@ def prepare_hosts(plan: Plan, run_id: str, local_root: Path | None,
         if problems:
             raise PreflightError(problems)
         _sessions(plan, run_id, local_root, pre)
-        upload_problems = _parallel(pre.sessions, _upload)
+        upload_problems = _parallel(pre.sessions, _upload, "uploading the agent")
         if upload_problems:
             raise PreflightError(upload_problems)
         try:
@@ -272,7 +282,7 @@ def _fast_preflight(plan: Plan, run_id: str, local_root: Path | None, pre: Prefl
                                                   list(answer.get("failed") or []))
         return problems
 
-    problems = _parallel(pre.sessions, check)
+    problems = _parallel(pre.sessions, check, "uploading the agent, checking")
     agent_pythons = frozenset((name, s.python) for name, s in pre.sessions.items())
     more, versions = check_pythons(plan, pre.hosts, import_tf=False, skip=agent_pythons)
     pre.versions.update(versions)
@@ -297,7 +307,8 @@ def preflight_plan(plan: Plan) -> list[str]:
         print(f"... {msg}", file=sys.stderr)
 
     def notice(msg: str) -> None:
-        print(f"distlaunch: {msg}", file=sys.stderr)
+        with paused():
+            print(f"distlaunch: {msg}", file=sys.stderr, flush=True)
 
     try:
         pre = prepare_hosts(plan, "preflight", state_home() / "preflight", notice, progress, import_tf=True)

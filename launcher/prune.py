@@ -20,6 +20,7 @@ from pathlib import Path
 from launcher import events as ev
 from launcher.errors import HostError, UserError
 from launcher.jobs import connect_sessions, notice
+from launcher.progressline import Progress
 from launcher.rundir import find_run, outside_state_dir, read_state, unlink_from_root
 from launcher.runs import RunSummary, list_runs, summarize_run
 
@@ -107,17 +108,21 @@ def run_prune(args: argparse.Namespace) -> int:
         print(f"nothing to prune ({len(runs)} run(s), {len(untouchable)} live or detached)")
         return 0
     failed = 0
-    for run in chosen:
-        if args.dry_run:
-            print(f"would remove {run.run} ({run.job_state}, hosts: {', '.join(run.hosts) or '-'})")
-            continue
-        try:
-            remove_run(run)
-        except (HostError, UserError, OSError) as exc:
-            failed += 1
-            notice(f"{run.run} kept: {exc}; prune again once that is fixed")
-            continue
-        print(f"removed {run.run} ({run.job_state}) here and on {len(run.hosts)} host(s)")
+    with Progress("pruning", total=len(chosen), unit="runs", enabled=False if args.dry_run else None) as line:
+        for run in chosen:
+            if args.dry_run:
+                print(f"would remove {run.run} ({run.job_state}, hosts: {', '.join(run.hosts) or '-'})")
+                continue
+            try:
+                remove_run(run)
+            except (HostError, UserError, OSError) as exc:
+                failed += 1
+                with line.hold():
+                    notice(f"{run.run} kept: {exc}; prune again once that is fixed")
+                continue
+            finally:
+                line.advance()
+            line.echo(f"removed {run.run} ({run.job_state}) here and on {len(run.hosts)} host(s)")
     if not args.dry_run:
         print(f"pruned {len(chosen) - failed} run(s); kept {len(runs) - len(chosen) + failed} "
               f"({len(untouchable)} live or detached); outputs are never removed")
