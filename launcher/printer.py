@@ -108,7 +108,8 @@ class ProgressPrinter:
                 continue
             self._print(f"last output of {task_id}:")
             if hidden:
-                self._print(f"  {task_id} | ({hidden_note(hidden, '`distlaunch logs RUN TASK` shows every line')})")
+                shows = f"`distlaunch logs {view.run or 'RUN'} {task_id}` shows every line"
+                self._print(f"  {task_id} | ({hidden_note(hidden, shows)})")
             for line in failure_excerpt(lines):
                 self._print(f"  {task_id} | {line}")
 

@@ -121,7 +121,7 @@ def test_failure_report_shows_the_traceback_whole_and_folds_tensorflow_start_up_
     traceback = output[output.index("Traceback (most recent call last):"):]
     assert len(traceback) > FAILURE_TAIL_LINES
     assert report == [
-        "  chief:0 | (7 TensorFlow start-up lines hidden; `distlaunch logs RUN TASK` shows every line)",
+        "  chief:0 | (7 TensorFlow start-up lines hidden; `distlaunch logs r chief:0` shows every line)",
         *(f"  chief:0 | {line}" for line in traceback),
     ]
 
