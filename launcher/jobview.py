@@ -41,8 +41,9 @@ IMBALANCE_RATIO = 1.5
 FAILURE_TAIL_LINES = 8
 """Lines of a failed incarnation's output the failure report shows (each once)."""
 
-FAILURE_TAIL_KEPT = 5 * FAILURE_TAIL_LINES
-"""Lines kept per failed incarnation, so that repeated lines still leave enough distinct ones."""
+FAILURE_TAIL_KEPT = 20 * FAILURE_TAIL_LINES
+"""Lines kept per failed incarnation: enough for repeated lines to leave enough distinct ones, and
+for a long traceback (which the report shows whole) after TensorFlow's start-up lines."""
 
 UNREACHABLE_REASON = "host unreachable"
 ROLE_ORDER = {"chief": 0, "ps": 1, "worker": 2, "evaluator": 3}

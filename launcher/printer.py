@@ -11,6 +11,7 @@ from typing import TextIO
 from launcher import events as ev
 from launcher.events import Event
 from launcher.jobview import FAILURE_TAIL_LINES, JobView
+from launcher.tfnoise import hidden_note, split_startup
 
 PROGRESS_EVERY = 5.0
 #: SGR colours of task and job states on a terminal
@@ -102,11 +103,14 @@ class ProgressPrinter:
         if view.root_cause:
             self._print(f"root cause: {view.root_cause}")
         for task_id in view.failed_tasks():
-            lines = view.tasks[task_id].failed_tail
-            if not lines:
+            lines, hidden = split_startup(view.tasks[task_id].failed_tail)
+            if not lines and not hidden:
                 continue
             self._print(f"last output of {task_id}:")
-            for line in _once(lines)[-FAILURE_TAIL_LINES:]:
+            if hidden:
+                shows = f"`distlaunch logs {view.run or 'RUN'} {task_id}` shows every line"
+                self._print(f"  {task_id} | ({hidden_note(hidden, shows)})")
+            for line in failure_excerpt(lines):
                 self._print(f"  {task_id} | {line}")
 
     def progress(self) -> None:
@@ -142,6 +146,24 @@ class ProgressPrinter:
 def _once(lines: list[str]) -> list[str]:
     """Each line once, where it first appeared (a retry loop's repeated error is one line)."""
     return list(dict.fromkeys(lines))
+
+
+TRACEBACK_START = "Traceback (most recent call last):"
+CHAINED = ("During handling of the above exception, another exception occurred:",
+           "The above exception was the direct cause of the following exception:")
+
+
+def failure_excerpt(lines: list[str]) -> list[str]:
+    """What the report shows of a failed incarnation's last lines: its last Python traceback whole
+    (with the ones chained to it, and whatever followed), every line as printed; without a
+    traceback, the last `FAILURE_TAIL_LINES` distinct lines."""
+    starts = [i for i, line in enumerate(lines) if line.rstrip() == TRACEBACK_START]
+    if not starts:
+        return _once(lines)[-FAILURE_TAIL_LINES:]
+    start = starts.pop()
+    while starts and any(line.strip() in CHAINED for line in lines[max(0, start - 3):start]):
+        start = starts.pop()
+    return lines[start:]
 
 
 def _state_text(event: Event, paint: Callable[[object], str] = str) -> str:

@@ -38,7 +38,7 @@ from tui.charts import LossChart, RateChart, TaskSparklines
 from tui.commands import DashboardCommands
 from tui.header import JobHeader, header_text
 from tui.hosts import HostsPanel
-from tui.log_pane import LogPane
+from tui.log_pane import SHOW_STARTUP_KEY, LogPane
 from tui.placement import PlacementPanel
 from tui.replay import SPEEDS, ReplaySource
 from tui.screens import QUIT_DETACH, QUIT_TEARDOWN, ConfirmScreen, HelpScreen, QuitScreen
@@ -106,6 +106,8 @@ class DashboardApp(App[DashboardResult]):
         Binding("plus", "replay_speed(1)", "Replay: faster", id="replay.faster", key_display="+", show=False),
         Binding("minus", "replay_speed(-1)", "Replay: slower", id="replay.slower", key_display="-", show=False),
         Binding("ctrl+f", "search", "Search log", id="log.search", key_display="ctrl+f", show=False),
+        Binding(SHOW_STARTUP_KEY, "toggle_startup_lines", "Show/hide TensorFlow start-up lines in the log",
+                id="log.startup", show=False),
         Binding("ctrl+s", "save_screenshot", "Save screenshot (SVG)", id="app.screenshot", show=False),
         Binding("r", "restart_task", "Restart task", id="task.restart"),
         Binding("x", "stop_task", "Stop task", id="task.stop"),
@@ -428,6 +430,11 @@ class DashboardApp(App[DashboardResult]):
         pane = self.log_pane
         with self.lock:
             pane.set_paused(self.view, not pane.paused)
+
+    def action_toggle_startup_lines(self) -> None:
+        self.views.current = "dashboard"
+        with self.lock:
+            self.log_pane.set_show_startup(self.view, not self.log_pane.show_startup)
 
     def action_search(self) -> None:
         self.views.current = "dashboard"

@@ -1,9 +1,11 @@
 from __future__ import annotations
 
 import io
+from pathlib import Path
 
 from launcher import events as ev
-from launcher.printer import JsonPrinter, ProgressPrinter, human_bytes
+from launcher.jobview import FAILURE_TAIL_LINES
+from launcher.printer import JsonPrinter, ProgressPrinter, failure_excerpt, human_bytes
 
 
 def _stream() -> list[ev.Event]:
@@ -100,3 +102,33 @@ def test_no_failure_report_when_the_job_succeeds() -> None:
     out = io.StringIO()
     ProgressPrinter(out, every=3600).consume(events)
     assert "root cause" not in out.getvalue() and " | " not in out.getvalue()
+
+
+def test_failure_report_shows_the_traceback_whole_and_folds_tensorflow_start_up_lines() -> None:
+    """Real output of a TensorFlow script that dies (tests/data/tf_startup/): its 12-line traceback
+    is longer than the report's usual tail, and its start-up lines say nothing about the failure."""
+    captured = (Path(__file__).resolve().parents[1] / "data" / "tf_startup" / "tf-2.21-cpu-failing.txt")
+    output = captured.read_text(encoding="utf-8").splitlines()
+    events = [ev.job_event("r", ev.JOB_RUNNING, ts=1.0),
+              ev.state_event("r", "chief:0", ev.RUNNING, host="h", pid=7, ts=1.0)]
+    events += [ev.log_event("r", "chief:0", "stderr", line, ts=2.0) for line in output]
+    events += [ev.state_event("r", "chief:0", ev.FAILED, host="h", exit_code=1, ts=3.0),
+               ev.job_event("r", ev.JOB_FAILED, "chief:0 failed", ts=3.0)]
+    out = io.StringIO()
+    ProgressPrinter(out, every=3600).consume(events)
+    lines = [line.split(" ", 1)[1] for line in out.getvalue().splitlines()]
+    report = lines[lines.index("last output of chief:0:") + 1:]
+    traceback = output[output.index("Traceback (most recent call last):"):]
+    assert len(traceback) > FAILURE_TAIL_LINES
+    assert report == [
+        "  chief:0 | (7 TensorFlow start-up lines hidden; `distlaunch logs r chief:0` shows every line)",
+        *(f"  chief:0 | {line}" for line in traceback),
+    ]
+
+
+def test_failure_report_shows_a_chained_traceback_from_its_first_part() -> None:
+    lines = ["starting", "Traceback (most recent call last):", '  File "a.py", line 1', "KeyError: 'x'", "",
+             "During handling of the above exception, another exception occurred:", "",
+             "Traceback (most recent call last):", '  File "a.py", line 3', "ValueError: y"]
+    assert failure_excerpt(lines) == lines[1:]
+    assert failure_excerpt(["a", "b", "a", "c"]) == ["a", "b", "c"]  # no traceback: each line once
