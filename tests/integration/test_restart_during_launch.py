@@ -24,6 +24,7 @@ from launcher.rundir import RunDir
 from launcher.supervisor import Supervisor, TaskRuntime
 from launcher.transport import make_host
 from tests.integration.jobtools import kill_run_processes, pids_with_run_id, wait_for
+from tests.integration.test_fault_tolerance import shell_profile
 from tests.sshd import free_port
 
 RUN = "it-restart-in-launch"
@@ -48,26 +49,9 @@ class SlowLaunch(Supervisor):
 
 
 def test_a_restart_due_during_the_launch_starts_its_group_after_the_launch(tmp_path: Path) -> None:
-    profile = tmp_path / "job.toml"
-    profile.write_text(f"""
-name = "restart-in-launch"
-strategy = "parameter_server"
-[defaults]
-command = "sleep 600"
-workdir = "{tmp_path}"
-restart = "on-failure"
-grace_seconds = 2
-[hosts.local]
-address = "localhost"
-transport = "local"
-[roles.ps]
-hosts = ["local"]
-command = "{PS}"
-[roles.worker]
-hosts = ["local"]
-[roles.chief]
-hosts = ["local"]
-""")
+    roles = f'[roles.ps]\nhosts = ["local"]\ncommand = "{PS}"\n[roles.worker]\nhosts = ["local"]\n' \
+            '[roles.chief]\nhosts = ["local"]'
+    profile = shell_profile(tmp_path, roles, strategy="parameter_server")
     plan = build_plan(load_profile(profile))
     config = plan.profile.hosts["local"]
     session = HostSession(config, make_host(config), RUN, str(tmp_path / "host"), sys.executable)
