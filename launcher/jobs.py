@@ -350,11 +350,18 @@ def run_restart(args: argparse.Namespace) -> int:
 
 def summarize(path: Path) -> dict[str, Any]:
     """A run's current picture: its events folded by the same JobView the dashboard uses,
-    completed from state.json (addresses, ports, the last pid of a finished task)."""
+    completed from state.json (addresses, ports, the last pid of a finished task).
+
+    ``steps_per_s`` is each task's rate over the window ending now (this call's clock, which the
+    launcher's event times share): a live launcher writes each metric to events.jsonl as it comes,
+    so a task whose step stopped moving reads 0. Without a live launcher no one records the steps
+    any more, and the rate is null, as for a task not running."""
     state = read_state(path)
     view = JobView()
     for event in read_events(path):
         view.apply(event)
+    alive = launcher_alive(state)
+    now = view.rate_clock(time.time())
     tasks: dict[str, dict[str, Any]] = {}
     for task_id, info in state.get("tasks", {}).items():
         seen = view.tasks.get(task_id)
@@ -364,6 +371,7 @@ def summarize(path: Path) -> dict[str, Any]:
             "pid": (seen.pid if seen else None) or info.get("pid"),
             "restarts": seen.restarts if seen else info.get("restarts", 0),
             "step": seen.step if seen else None, "loss": seen.loss if seen else None,
+            "steps_per_s": seen.steps_per_s(now) if seen and alive else None,
             "exit_code": seen.exit_code if seen else None, "reason": seen.reason if seen else "",
             "conditions": dict(seen.conditions) if seen else {}}
     job = ({"state": view.state, "reason": view.reason, "root_cause": view.failure_cause} if view.events_applied
@@ -371,7 +379,7 @@ def summarize(path: Path) -> dict[str, Any]:
     return {"run": state["run_id"], "dir": str(path), "profile": state.get("profile"),
             "name": state.get("name"), "strategy": state.get("strategy"), "job": job,
             "detached": state.get("detached", False), "launcher_pid": state.get("launcher_pid"),
-            "launcher_alive": launcher_alive(state),
+            "launcher_alive": alive,
             "tasks": tasks, "lost_events": view.lost_events}
 
 

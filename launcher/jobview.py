@@ -15,6 +15,7 @@ from typing import Any
 
 from launcher import events as ev
 from launcher.events import Event
+from launcher.steprate import StepRate
 from launcher.timeline import Timeline
 
 HISTORY_POINTS = 120
@@ -28,9 +29,6 @@ LOSS_POINTS = 400
 
 LOG_LINES = 2000
 """Log lines kept per task."""
-
-RATE_WINDOW_S = 10.0
-"""Steps/s is measured over the metric events of this many recent seconds."""
 
 STALE_AFTER_S = 10.0
 """A running task with no event for this long is shown as stale."""
@@ -93,7 +91,6 @@ class TaskView:
     reason: str = ""
     step: int | None = None
     loss: float | None = None
-    steps_per_s: float | None = None
     cpu_percent: float | None = None
     rss_bytes: int | None = None
     gpu_util: float | None = None
@@ -121,7 +118,8 @@ class TaskView:
     #: per `rate_spacing` seconds; when `RATE_POINTS` are kept, every other one goes and the spacing doubles
     rate_points: list[tuple[float, float]] = field(default_factory=list)
     rate_spacing: float = 1.0
-    _step_points: deque[tuple[float, int]] = field(default_factory=deque)
+    #: this incarnation's steps by event time: `steps_per_s` over a window ending at the caller's now
+    step_rate: StepRate = field(default_factory=StepRate)
 
     @property
     def role(self) -> str:
@@ -134,21 +132,20 @@ class TaskView:
         age = self.age(now)
         return self.state == ev.RUNNING and age is not None and age > STALE_AFTER_S
 
+    def steps_per_s(self, now: float) -> float | None:
+        """Steps/s over the window ending at `now` (0.0 once the step stopped moving); None until this
+        incarnation reported two steps (leaving `running` forgets the steps of the one before)."""
+        return self.step_rate.rate(now)
+
     def record_step(self, ts: float, step: int) -> None:
-        """Steps/s from the step delta over the last `RATE_WINDOW_S` seconds of metrics."""
-        points = self._step_points
-        if points and step < points[-1][1]:
-            points.clear()  # restarted from an older checkpoint: the old slope means nothing
-        points.append((ts, step))
-        while len(points) > 2 and ts - points[0][0] > RATE_WINDOW_S:
-            points.popleft()
-        first_ts, first_step = points[0]
-        if ts > first_ts:
-            self.steps_per_s = (step - first_step) / (ts - first_ts)
-            self.rate_history.append(self.steps_per_s)
+        """Adds a step to the rate window and, at this event's time, to the rate's histories."""
+        self.step_rate.add(ts, step)
+        rate = self.step_rate.rate(ts)
+        if rate is not None:
+            self.rate_history.append(rate)
             rates = self.rate_points
             if not rates or ts - rates[-1][0] >= self.rate_spacing:
-                rates.append((ts, self.steps_per_s))
+                rates.append((ts, rate))
                 if len(rates) > RATE_POINTS:
                     self.rate_points = rates[::2]
                     self.rate_spacing *= 2
@@ -225,8 +222,8 @@ class JobView:
     hosts_down: set[str] = field(default_factory=set)
     #: per host, its latest whole-machine reading: cpu_percent (of all cores), cpus, mem_used/total_bytes
     machines: dict[str, dict[str, Any]] = field(default_factory=dict)
-    global_step_points: deque[tuple[float, int]] = field(default_factory=deque)
-    global_steps_per_s: float | None = None
+    #: the global step by event time (`global_steps_per_s`)
+    global_step_rate: StepRate = field(default_factory=StepRate)
     notices: list[Notice] = field(default_factory=list)
     dirty_tasks: set[str] = field(default_factory=set)
     placement_dirty: bool = False
@@ -257,6 +254,14 @@ class JobView:
             return chief.step
         steps = [t.step for t in self.tasks.values() if t.role == "worker" and t.step is not None]
         return max(steps) if steps else None
+
+    def global_steps_per_s(self, now: float) -> float | None:
+        """Steps/s of the global step over the window ending at `now`."""
+        return self.global_step_rate.rate(now)
+
+    def rate_clock(self, now: float) -> float:
+        """Where a rate's window ends: `now` while the job runs, its end once it ended."""
+        return self.end_ts if self.ended and self.end_ts is not None else now
 
     @property
     def root_cause(self) -> str:
@@ -391,8 +396,7 @@ class JobView:
             elif task.state == ev.RUNNING:
                 self.hosts_down.discard(task.host)
         if task.state != ev.RUNNING:
-            task.steps_per_s = None
-            task._step_points.clear()
+            task.step_rate.clear()
             task.conditions.clear()  # a stall or a slow pace belongs to the incarnation that had it
         if task.state == ev.STARTING:
             task.incarnation_log_start = self.log(task.task_id).total
@@ -438,19 +442,9 @@ class JobView:
                 times.append(event.ts)
 
     def _record_global_step(self, ts: float) -> None:
-        step = self.global_step
-        if step is None:
-            return
-        points = self.global_step_points
-        if points and step < points[-1][1]:
-            points.clear()
-        if points and points[-1][1] == step:
-            return
-        points.append((ts, step))
-        while len(points) > 2 and ts - points[0][0] > RATE_WINDOW_S:
-            points.popleft()
-        if ts > points[0][0]:
-            self.global_steps_per_s = (step - points[0][1]) / (ts - points[0][0])
+        step, points = self.global_step, self.global_step_rate.points
+        if step is not None and not (points and points[-1][1] == step):  # another task's metric: no news
+            self.global_step_rate.add(ts, step)
 
     def _apply_sample(self, task: TaskView, event: Event) -> None:
         machine = event.get("host")

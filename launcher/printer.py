@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable
 from typing import TextIO
@@ -46,14 +47,20 @@ def human_bytes(n: float | None, missing: str = "-") -> str:
 class ProgressPrinter:
     """Human progress lines: every state change, and every few seconds step, loss and rates.
 
-    It reads the same JobView the dashboard draws from, so both show the same numbers."""
+    It reads the same JobView the dashboard draws from, so both show the same numbers. While it
+    consumes a stream, a ticker prints the progress line every `every` seconds even when no event
+    comes (a hung job), with the rates over the window ending at `clock()` (the events' clock), or
+    at the job's end once it ended."""
 
-    def __init__(self, out: TextIO | None = None, every: float = PROGRESS_EVERY, color: bool | None = None) -> None:
+    def __init__(self, out: TextIO | None = None, every: float = PROGRESS_EVERY, color: bool | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
         self.out = out or sys.stdout
         self.color = wants_color(self.out) if color is None else color
         self.every = every
+        self.clock = clock
         self.view = JobView()
         self._last_progress = time.monotonic()
+        self._lock = threading.Lock()  # the ticker and the stream's thread both print from the view
         self.final_state: str | None = None
 
     def paint(self, state: object) -> str:
@@ -65,9 +72,23 @@ class ProgressPrinter:
         print(f"{stamp} {text}", file=self.out, flush=True)
 
     def consume(self, stream: Iterable[Event]) -> None:
-        for event in stream:
-            self.on_event(event)
+        done = threading.Event()
+        ticker = threading.Thread(target=self._tick, args=(done,), name="progress", daemon=True)
+        ticker.start()
+        try:
+            for event in stream:
+                with self._lock:
+                    self.on_event(event)
+        finally:
+            done.set()
+            ticker.join()
         self.progress()
+
+    def _tick(self, done: threading.Event) -> None:
+        while not done.wait(max(0.05, self._last_progress + self.every - time.monotonic())):
+            with self._lock:
+                if time.monotonic() - self._last_progress >= self.every:
+                    self.progress()
 
     def on_event(self, event: Event) -> None:
         view = self.view
@@ -115,19 +136,22 @@ class ProgressPrinter:
 
     def progress(self) -> None:
         self._last_progress = time.monotonic()
+        now = self.view.rate_clock(self.clock())
         tasks = self.view.tasks
         lead = next((tasks[t] for t in ("chief:0", "worker:0") if t in tasks and tasks[t].step is not None),
                     next((t for t in tasks.values() if t.step is not None), None))
         parts = []
         if lead is not None:
             loss = f"{lead.loss:.4f}" if lead.loss is not None else "-"
-            rate = f"{lead.steps_per_s:.1f}" if lead.steps_per_s is not None else "-"
+            lead_rate = lead.steps_per_s(now)
+            rate = f"{lead_rate:.1f}" if lead_rate is not None else "-"
             parts.append(f"step {lead.step}  loss {loss}  {rate} steps/s")
         per_task = []
         for task_id, task in sorted(tasks.items()):
             bits = []
-            if task.steps_per_s is not None:
-                bits.append(f"{task.steps_per_s:.1f}/s")
+            task_rate = task.steps_per_s(now)
+            if task_rate is not None:
+                bits.append(f"{task_rate:.1f}/s")
             if task.cpu_percent is not None:
                 bits.append(f"cpu {task.cpu_percent:.0f}%")
             if task.rss_bytes is not None:

@@ -147,6 +147,9 @@ class Supervisor:
         self._timers: list[tuple[float, Callable[[], None]]] = []
         #: scheduled group restarts (tasks, due time): kept in state.json so `attach` carries them out
         self._pending_restarts: list[tuple[list[str], float]] = []
+        #: set (on the loop) while `launch` still starts tasks: a restart due meanwhile waits for its end
+        self._launching = False
+        self._after_launch: list[list[str]] = []
         self._finishing = False
         self._end: tuple[str, str] | None = None  # the job's end, decided; published once no start is in flight
         self._ended = False
@@ -169,6 +172,7 @@ class Supervisor:
 
     def launch(self) -> None:
         """Start every task (ps first, chief last). On any failure, stop what started and raise."""
+        self._launching = True
         self._loop_thread = threading.Thread(target=self._loop, name="supervisor", daemon=True)
         self._loop_thread.start()
         self._call(self._announce)
@@ -181,9 +185,18 @@ class Supervisor:
         except BaseException as exc:
             reason = f"launch failed: {exc}"
             self._call(lambda: self._finish(ev.JOB_FAILED, reason))
+            self._call(self._launched)
             self.wait()
             raise
+        self._call(self._launched)
         self._call(self.write_state)  # on the loop: the streams' offsets change there, never mid-dump
+
+    def _launched(self) -> None:
+        """The launch has started every task: the restarts that fell due meanwhile go now."""
+        self._launching = False
+        groups, self._after_launch = self._after_launch, []
+        for group in groups:
+            self._restart_now(group)
 
     def resume(self, state: dict[str, Any], history: list[Event],
                unreachable: Mapping[str, str] | None = None) -> None:
@@ -676,6 +689,13 @@ class Supervisor:
     def _restart_now(self, group: list[str]) -> None:
         if self._finishing:
             return  # a detach keeps it in state.json for `attach`; a teardown makes it moot
+        if self._launching:
+            # a task failed while `launch` still starts the others (a ps dying at once): starting its
+            # group now would race the launch's own start of a member that has not started yet (the
+            # agent refuses a second start, and the launch failed), and the member it then starts
+            # would not be stopped. After the launch, the group is stopped and started as usual.
+            self._after_launch.append(group)
+            return
         self._pending_restarts = [(g, due) for g, due in self._pending_restarts if g != group]
         members = [self.tasks[t] for t in group]
         for rt in members:

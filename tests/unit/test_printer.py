@@ -24,7 +24,7 @@ def _stream() -> list[ev.Event]:
 
 def test_progress_lines_show_states_step_loss_rate_and_resources() -> None:
     out = io.StringIO()
-    printer = ProgressPrinter(out, every=3600)
+    printer = ProgressPrinter(out, every=3600, clock=lambda: 1e9)
     printer.consume(_stream())
     text = out.getvalue()
     assert "worker:0     running (on h, pid 42)" in text
@@ -132,3 +132,36 @@ def test_failure_report_shows_a_chained_traceback_from_its_first_part() -> None:
              "Traceback (most recent call last):", '  File "a.py", line 3', "ValueError: y"]
     assert failure_excerpt(lines) == lines[1:]
     assert failure_excerpt(["a", "b", "a", "c"]) == ["a", "b", "c"]  # no traceback: each line once
+
+
+def test_the_progress_line_comes_on_its_interval_without_events_and_a_hung_task_reads_zero() -> None:
+    import threading
+    import time
+
+    now = [120.0]
+    out = io.StringIO()
+    hold = threading.Event()
+
+    def stream():
+        yield ev.state_event("r", "worker:0", ev.RUNNING, host="h", pid=42, ts=100.0)
+        for s in range(21):  # 2 steps/s from 100 to 120, then the step stops moving
+            yield ev.metric_event("r", "worker:0", step=2 * s, loss=1.0, ts=100.0 + s)
+        hold.wait(30)  # a live job that sends nothing more
+
+    def printed(text: str) -> None:
+        deadline = time.monotonic() + 10
+        while text not in out.getvalue():
+            assert time.monotonic() < deadline, f"no {text!r} in {out.getvalue()!r}"
+            time.sleep(0.01)
+
+    printer = ProgressPrinter(out, every=0.05, clock=lambda: now[0])
+    reader = threading.Thread(target=printer.consume, args=(stream(),))
+    reader.start()
+    try:
+        printed("step 40  loss 1.0000  2.0 steps/s  || worker:0 2.0/s")
+        now[0] = 170.0  # 50 s after the last step: the ticker prints without any event
+        printed("step 40  loss 1.0000  0.0 steps/s  || worker:0 0.0/s")
+    finally:
+        hold.set()
+        reader.join(10)
+    assert not reader.is_alive()
