@@ -123,7 +123,7 @@ def judge(plan: Plan, rows: Sequence[HostRow]) -> tuple[list[str], list[str]]:
                                 f"min_free_disk = {show_size(profile.min_free_disk)}")
         if row.clock_offset is not None and abs(row.clock_offset) > TOLERANCE_S:
             ahead = "ahead of" if row.clock_offset > 0 else "behind"
-            warnings.append(f"host {row.host}: clock is {abs(row.clock_offset):.1f} s {ahead} the launcher's; "
+            warnings.append(f"host {row.host}: clock is {abs(row.clock_offset):.0f} s {ahead} the launcher's; "
                             "event times, stall detection and the timeline depend on it: sync it (NTP)")
     gpu_warnings, gpu_errors = _judge_gpus(plan, rows)
     return warnings + gpu_warnings, errors + gpu_errors
