@@ -31,6 +31,8 @@ class HostRow:
     cuda: str | None = None
     #: each GPU: index, name, driver, mem_total_bytes, others_pids, others_bytes; None: no NVML there
     gpus: list[dict[str, Any]] | None = None
+    #: whether the GPUs were read (a launch reads them only on hosts whose tasks are given GPUs)
+    gpus_read: bool = True
     #: free bytes at each path: "outputs" and "run dir" -> (path, bytes)
     disk: dict[str, tuple[str, int | None]] = field(default_factory=dict)
     mem_available_bytes: int | None = None
@@ -38,6 +40,8 @@ class HostRow:
     clock_offset: float | None = None
 
     def gpu_summary(self) -> str:
+        if not self.gpus_read:
+            return "-"
         if self.gpus is None:
             return "no NVML"
         if not self.gpus:
@@ -66,6 +70,7 @@ def row_from_answer(host: str, answer: Mapping[str, Any], received: float, outpu
             row.disk[label] = (path, disk.get(path))
     row.mem_available_bytes = facts.get("mem_available_bytes")
     row.gpus = facts.get("gpus")
+    row.gpus_read = "gpus" in facts
     if isinstance(facts.get("time"), int | float):
         row.clock_offset = float(facts["time"]) - received
     return row
@@ -85,7 +90,8 @@ def _spread(rows: Sequence[HostRow], value: Any) -> str:
 
 #: the columns compared across hosts: what differs there is flagged
 COMPARED = {"PYTHON": lambda r: r.python, "TENSORFLOW": lambda r: r.tensorflow, "CUDA/CUDNN": lambda r: r.cuda,
-            "GPUS": lambda r: None if r.gpus is None else sorted({(g.get("name"), g.get("driver")) for g in r.gpus})}
+            "GPUS": lambda r: None if r.gpus is None or not r.gpus_read
+            else sorted({(g.get("name"), g.get("driver")) for g in r.gpus})}
 
 
 def differing(rows: Sequence[HostRow]) -> list[str]:

@@ -242,7 +242,7 @@ def _stepwise_preflight(plan: Plan, run_id: str, local_root: Path | None, pre: P
         problems, pre.versions = check_pythons(plan, hosts, import_tf)
         if problems:
             raise PreflightError(problems)
-        _sessions(plan, run_id, local_root, pre)
+        _sessions(plan, run_id, local_root, pre, ask_gpus=import_tf)
         upload_problems = _parallel(pre.sessions, _upload)
         if upload_problems:
             raise PreflightError(upload_problems)
@@ -273,15 +273,18 @@ def judge_parity(plan: Plan, pre: Preflight) -> None:
         raise PreflightError(errors, pre.rows)
 
 
-def _sessions(plan: Plan, run_id: str, local_root: Path | None, pre: Preflight) -> None:
-    """A HostSession per host; in parallel, as finding a host's home directory is a round trip."""
+def _sessions(plan: Plan, run_id: str, local_root: Path | None, pre: Preflight, ask_gpus: bool = False) -> None:
+    """A HostSession per host; in parallel, as finding a host's home directory is a round trip.
+    ``ask_gpus``: every host's preflight reads its GPUs (else only where tasks are given some)."""
     root = str(local_root) if local_root is not None else None
 
     def session(name: str, host: Host) -> HostSession:
         config = plan.profile.hosts[name]
         base = remote_base_dir(host, config, run_id, root)
         outputs = remote_outputs_dir(host, config, plan.profile.outputs, plan.profile.directory)
-        return HostSession(config, host, run_id, base, _python_for(plan, name), outputs)
+        session = HostSession(config, host, run_id, base, _python_for(plan, name), outputs)
+        session.ask_gpus = ask_gpus or any(t.gpus for t in plan.tasks if t.host == name)
+        return session
 
     with ThreadPoolExecutor(max_workers=min(32, max(1, len(pre.hosts)))) as pool:
         futures = {name: pool.submit(session, name, host) for name, host in pre.hosts.items()}

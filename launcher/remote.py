@@ -54,6 +54,8 @@ class HostSession:
         self.outputs_dir = outputs_dir
         #: the channel ``open_channel`` left open, until the supervisor takes it as its follow channel
         self.channel: AgentChannel | None = None
+        #: whether the preflight reads the host's GPUs too (`check`, or tasks here are given GPUs)
+        self.ask_gpus = True
 
     @property
     def name(self) -> str:
@@ -111,11 +113,12 @@ class HostSession:
     def _preflight_args(self, bind: str, check: Iterable[int], pick: int, path_checks: list[dict[str, Any]],
                         listen: str | None = None) -> list[str]:
         """The agent `preflight` arguments; relative paths are judged from the host run dir. The
-        host's facts (launcher/parity.py) always come along; with ``listen`` the verb holds the
-        ports for the reach check (launcher/hostreach.py), greeting with that token."""
+        host's facts (launcher/parity.py) always come along, its GPUs where ``ask_gpus`` is set;
+        with ``listen`` the verb holds the ports for the reach check (launcher/hostreach.py),
+        greeting with that token."""
         paths = [p for p in (self.outputs_dir, self.base_dir) if p]
         args = ["--cwd", self.base_dir, "--bind", bind, "--checks", json.dumps(path_checks),
-                "--facts", json.dumps(paths)]
+                "--facts", json.dumps({"paths": paths, "gpus": self.ask_gpus})]
         if listen is not None:
             args += ["--listen", listen]
         ports = ",".join(str(p) for p in check)

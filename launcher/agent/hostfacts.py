@@ -67,16 +67,20 @@ def gpus() -> Optional[List[Dict[str, Any]]]:
         nvml.reset()  # this process may fork the host agent next: it starts NVML afresh
 
 
-def host_facts(paths: List[str]) -> Dict[str, Any]:
-    """``{"disk": {path: free bytes}, "mem_available_bytes", "gpus", "time"}``; ``time`` last, so the
-    launcher's receive time of the answer is close to it."""
+def host_facts(request: Dict[str, Any]) -> Dict[str, Any]:
+    """``{"disk": {path: free bytes}, "mem_available_bytes", "gpus", "time"}`` for
+    ``{"paths": [...], "gpus": bool}``; ``gpus`` only when asked (importing pynvml costs ~0.2-0.4 s,
+    so a launch asks only hosts whose tasks are given GPUs); ``time`` last, so the launcher's
+    receive time of the answer is close to it."""
+    paths = [str(p) for p in request.get("paths") or []]
     facts: Dict[str, Any] = {"disk": {p: free_bytes(p) for p in paths}, "mem_available_bytes": available_memory()}
-    try:
-        import importlib.util
+    if request.get("gpus"):
+        try:
+            import importlib.util
 
-        has_nvml = importlib.util.find_spec("pynvml") is not None
-    except (ImportError, ValueError):
-        has_nvml = False
-    facts["gpus"] = gpus() if has_nvml else None
+            has_nvml = importlib.util.find_spec("pynvml") is not None
+        except (ImportError, ValueError):
+            has_nvml = False
+        facts["gpus"] = gpus() if has_nvml else None
     facts["time"] = time.time()
     return facts

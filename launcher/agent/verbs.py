@@ -210,8 +210,8 @@ def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
                                help="hold the checked and picked ports open, greeting with TOKEN, and answer "
                                     "`#reach` lines on stdin until another line or EOF (launcher/agent/reach.py)")
         preflight.add_argument("--facts", default=None, metavar="JSON",
-                               help="JSON list of paths: also free space there, free memory, the clock and "
-                                    "the GPUs (launcher/agent/hostfacts.py)")
+                               help='JSON {"paths": [...], "gpus": bool}: also free space at the paths, free memory, '
+                                    "the clock and (if asked) the GPUs (launcher/agent/hostfacts.py)")
     return parser
 
 
