@@ -60,10 +60,12 @@ PY_CHECK = "import platform; print(platform.python_version())"
 class PreflightError(UserError):
     """One or more problems on the hosts; the message has one line per problem."""
 
-    def __init__(self, problems: list[str], rows: list[HostRow] | None = None) -> None:
+    def __init__(self, problems: list[str], rows: list[HostRow] | None = None,
+                 warnings: list[str] | None = None) -> None:
         super().__init__("\n".join(problems))
         self.problems = problems
         self.rows = rows or []  # the hosts side by side, when the problems came from comparing them
+        self.warnings = warnings or []  # what comparing them found short of a problem
 
 
 @dataclass
@@ -219,14 +221,19 @@ def prepare_hosts(plan: Plan, run_id: str, local_root: Path | None,
     progress(f"connecting to {n} host{'s' if n != 1 else ''}")
     hosts = connect_hosts(plan, on_notice)
     pre = Preflight(hosts)
-    if not import_tf and plan.profile.sync is None:
-        try:
-            _fast_preflight(plan, run_id, local_root, pre, progress)
-        except BaseException:
-            pre.close()
-            raise
-    else:
-        _stepwise_preflight(plan, run_id, local_root, pre, progress, on_notice, import_tf)
+    try:
+        if not import_tf and plan.profile.sync is None:
+            try:
+                _fast_preflight(plan, run_id, local_root, pre, progress)
+            except BaseException:
+                pre.close()
+                raise
+        else:
+            _stepwise_preflight(plan, run_id, local_root, pre, progress, on_notice, import_tf)
+    except PreflightError as exc:
+        for warning in exc.warnings:  # told beside the errors: the operator fixes both at once
+            on_notice(f"warning: {warning}")
+        raise
     for warning in pre.warnings:
         on_notice(f"warning: {warning}")
     return pre
@@ -270,7 +277,7 @@ def judge_parity(plan: Plan, pre: Preflight) -> None:
     pre.rows.sort(key=lambda r: order.get(r.host, len(order)))
     pre.warnings, errors = judge(plan, pre.rows)
     if errors:
-        raise PreflightError(errors, pre.rows)
+        raise PreflightError(errors, pre.rows, pre.warnings)
 
 
 def _sessions(plan: Plan, run_id: str, local_root: Path | None, pre: Preflight, ask_gpus: bool = False) -> None:
@@ -381,7 +388,7 @@ def preflight_plan(plan: Plan, as_json: bool = False) -> list[str]:
         pre = prepare_hosts(plan, "preflight", state_home() / "preflight", notice, progress, import_tf=True)
     except PreflightError as exc:
         if as_json:
-            print(json.dumps(as_json_table(exc.rows, [], exc.problems)))
+            print(json.dumps(as_json_table(exc.rows, exc.warnings, exc.problems)))
         elif exc.rows:
             print(parity_table(exc.rows), end="")
         return exc.problems

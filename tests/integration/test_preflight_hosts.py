@@ -223,3 +223,52 @@ def _tf_version(version: object) -> str:
         with contextlib.suppress(Exception):
             return str(version(name))  # type: ignore[operator]
     return "?"
+
+
+#: pynvml as a host with one busy GPU answers it: the one seam where a GPU may be faked
+FAKE_PYNVML = '''
+class NVMLError(Exception):
+    pass
+class _Memory:
+    total, used, free = 80 << 30, 3 << 30, 77 << 30
+class _Process:
+    pid, usedGpuMemory = 4242, 3 << 30
+def nvmlInit(): pass
+def nvmlShutdown(): pass
+def nvmlDeviceGetCount(): return 1
+def nvmlDeviceGetHandleByIndex(index):
+    if index >= 1:
+        raise NVMLError("invalid argument")
+    return index
+def nvmlSystemGetDriverVersion(): return "550.54.15"
+def nvmlDeviceGetName(handle): return b"NVIDIA H100 80GB HBM3"
+def nvmlDeviceGetMemoryInfo(handle): return _Memory
+def nvmlDeviceGetUtilizationRates(handle): return None
+def nvmlDeviceGetComputeRunningProcesses(handle): return [_Process]
+'''
+
+
+@pytest.mark.parametrize("policy", ["warn", "refuse"])
+def test_gpus_a_host_lacks_refuse_and_busy_ones_warn_or_refuse(tmp_path: Path, policy: str) -> None:
+    fake = tmp_path / "fake-nvml"
+    fake.mkdir()
+    (fake / "pynvml.py").write_text(FAKE_PYNVML)
+    profile = two_local_hosts(tmp_path, command="{python} -c pass", top=f'gpu_busy = "{policy}"')
+    text = profile.read_text().replace('tf_address = "127.0.0.3"', 'tf_address = "127.0.0.3"\ngpus = [0, 1]')
+    profile.write_text(text.replace("count = 2", "count = 2\ngpus_per_task = 1"))
+    env = {"PYTHONPATH": f"{fake}:{os.environ.get('PYTHONPATH', '')}"}
+    result = cli("check", "--json", str(profile), timeout=120, env=env)
+    assert result.returncode == 2, result.stderr
+    table = json.loads(result.stdout)
+    rows = {row["host"]: row for row in table["hosts"]}
+    assert rows["b"]["gpus"][0]["name"] == "NVIDIA H100 80GB HBM3" and rows["b"]["gpus"][0]["others_pids"] == [4242]
+    missing = "host b has 1 GPU(s) but worker:1 is given GPU 1; fix hosts.b.gpus (or the roles' gpus_per_task)"
+    busy = "host b: GPU 0, given to worker:0, holds 3 GiB of other processes (pids 4242)"
+    refused = [busy + '; stop them or set gpu_busy = "warn"'] if policy == "refuse" else []
+    assert table["errors"] == [missing, *refused]
+    run = cli("up", str(profile), "--no-tui", "--run-dir", str(tmp_path / "run"), timeout=120, env=env)
+    assert run.returncode == 2 and missing in run.stderr and "Traceback" not in run.stderr
+    told = f"distlaunch: warning: {busy}" if policy == "warn" else f'{busy}; stop them or set gpu_busy = "warn"'
+    assert told in run.stderr and run.stderr.count(busy) == 1
+    assert table["warnings"] == ([busy] if policy == "warn" else [])
+    assert not [e for e in read_events(tmp_path / "run") if e["kind"] == "state"]
