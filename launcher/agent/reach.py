@@ -64,11 +64,33 @@ class PortHold:
         self._thread = threading.Thread(target=self._serve, name="reach-hold", daemon=True)
         self._thread.start()
 
-    def _listen(self, sock: socket.socket) -> None:
+    def _listen(self, sock: socket.socket, also_v6: bool = True) -> None:
         sock.listen(128)
         sock.setblocking(False)
         self._listeners.append(sock)
-        self.ports.append(sock.getsockname()[1])
+        port = sock.getsockname()[1]
+        self.ports.append(port)
+        self._selector.register(sock, selectors.EVENT_READ)
+        if also_v6 and sock.family == socket.AF_INET and sock.getsockname()[0] == "0.0.0.0":
+            self._listen_v6(port)
+
+    def _listen_v6(self, port: int) -> None:
+        """The same port on every IPv6 address too, as TensorFlow's server listens on both: a
+        tf_address that is an IPv6 address is reached (best effort: a host may have no IPv6)."""
+        try:
+            sock = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+        except OSError:
+            return
+        try:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(("::", port))
+            sock.listen(128)
+        except OSError:
+            sock.close()
+            return
+        sock.setblocking(False)
+        self._listeners.append(sock)
         self._selector.register(sock, selectors.EVENT_READ)
 
     def _serve(self) -> None:

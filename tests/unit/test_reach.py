@@ -128,3 +128,16 @@ def test_channel_ask_gets_the_answer_line_and_none_when_the_command_ends() -> No
     ended.send = lambda data, timeout=None: True  # type: ignore[method-assign]
     threading.Timer(0.05, lambda: ended.ended(1)).start()
     assert ended.ask("x", PREFIX, 5.0) is None
+
+
+def test_a_port_held_on_every_ipv4_address_answers_on_ipv6_too() -> None:
+    """TensorFlow listens on both families: a tf_address that is an IPv6 address must be reached."""
+    if not socket.has_ipv6:
+        pytest.skip("no IPv6 here")
+    held = PortHold("0.0.0.0", [0], "a")
+    try:
+        targets = [{"task": "ps:0", "address": address, "port": held.ports[0], "token": "a"}
+                   for address in ("127.0.0.1", "::1")]
+        assert probe(targets) == []
+    finally:
+        held.close()
