@@ -34,7 +34,7 @@ from launcher.transport import Host, make_host
 T = TypeVar("T")
 
 #: the version line `check` reads; a GPU build adds "cuda X cudnn Y" (launcher/parity.py reads it)
-TF_CHECK = ("import platform, tensorflow as tf; b = tf.sysconfig.get_build_info(); "
+TF_CHECK = ("import platform, tensorflow as tf; b = getattr(tf.sysconfig, 'get_build_info', dict)(); "
             "print(platform.python_version(), tf.__version__, '(imported)', "
             "'cuda %s cudnn %s' % (b.get('cuda_version'), b.get('cudnn_version')) if b.get('is_cuda_build') else '')")
 #: for `up`: TensorFlow's version from its installed package's metadata, which takes milliseconds
@@ -309,6 +309,7 @@ def _fast_preflight(plan: Plan, run_id: str, local_root: Path | None, pre: Prefl
     _sessions(plan, run_id, local_root, pre)
     path_checks = host_checks(plan)
     chosen: dict[str, dict[str, int]] = {}
+    reach = needs_reach(plan)
     build_agent_zipapp()  # once, before the hosts' threads (each would build it on a cold cache)
 
     def check(host_name: str, session: HostSession) -> list[str]:
@@ -342,7 +343,6 @@ def _fast_preflight(plan: Plan, run_id: str, local_root: Path | None, pre: Prefl
         problems, chosen[host_name] = _judge_host(host_name, given, auto, answer)
         return problems
 
-    reach = needs_reach(plan)
     problems = _parallel(pre.sessions, check)
     agent_pythons = frozenset((name, s.python) for name, s in pre.sessions.items())
     more, versions = check_pythons(plan, pre.hosts, import_tf=False, skip=agent_pythons)
