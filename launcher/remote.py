@@ -173,11 +173,11 @@ class HostSession:
         return self._open(self._agent_cmd("preflight", *args), b"", timeout)
 
     def _open(self, script: str, upload: bytes, timeout: float) -> tuple[dict[str, Any], AgentChannel]:
-        """Run ``script`` as a channel, send it ``upload``, and read the preflight answer."""
-        pyz = upload
+        """Run ``script`` as a channel, send it ``upload`` (the agent, where the script writes it),
+        and read the preflight answer."""
         channel = AgentChannel()
         channel.stream = self.host.stream_lines(script, channel.feed, channel.ended)
-        uploaded = channel.send(pyz, timeout) if pyz else True  # a command gone already: its exit status tells
+        uploaded = channel.send(upload, timeout) if upload else True  # a command gone already: its exit tells
         try:
             try:
                 line = channel.first_line(timeout)
@@ -186,7 +186,7 @@ class HostSession:
             if line is None:
                 code = channel.wait(10.0)
                 if code is None and not uploaded:
-                    raise HostError(f"host {self.name}: uploading the agent ({len(pyz)} bytes) stalled for "
+                    raise HostError(f"host {self.name}: uploading the agent ({len(upload)} bytes) stalled for "
                                     f"{timeout:g} s; check the host and the link")
                 detail = (channel.stderr_tail().strip().splitlines() or channel.noise or ["no output"])[-1]
                 raise self._preflight_failure(-1 if code is None else code, detail, answered=False)
