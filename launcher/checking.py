@@ -20,22 +20,25 @@ from launcher.profile_overrides import Overrides, mask_secrets
 from launcher.transport import sshconfig
 
 
-def run_check(profile_path: Path, remote: bool = True, overrides: Overrides | None = None) -> int:
+def run_check(profile_path: Path, remote: bool = True, overrides: Overrides | None = None,
+              as_json: bool = False) -> int:
     """Validate the profile, print the plan, and (with ``remote``) preflight every host.
 
     Returns 0 when all is well, 2 when the preflight found problems; profile mistakes raise
-    ``ProfileError``, which the CLI prints as one line.
+    ``ProfileError``, which the CLI prints as one line. ``as_json``: instead of the plan, the
+    hosts side by side as one JSON object (launcher/parity.py).
     """
     plan = build_plan(load_profile(profile_path, overrides))
     shown = io.StringIO()
     print_plan(plan, shown)
-    sys.stdout.write(mask_secrets(shown.getvalue(), set(plan.profile.secrets)))
+    if not as_json:
+        sys.stdout.write(mask_secrets(shown.getvalue(), set(plan.profile.secrets)))
     for warning in exposure_warnings(plan):
         print(f"distlaunch: warning: {warning}", file=sys.stderr)
     if not remote or importlib.util.find_spec("launcher.preflight") is None:
         return 0
     preflight = importlib.import_module("launcher.preflight")
-    problems: list[str] = preflight.preflight_plan(plan)
+    problems: list[str] = preflight.preflight_plan(plan, as_json)
     for problem in problems:
         print(f"distlaunch: error: {problem}", file=sys.stderr)
     return 2 if problems else 0

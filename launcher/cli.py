@@ -29,7 +29,8 @@ def _check(args: argparse.Namespace) -> int:
         return run_metrics_sample(Path(args.profile), Path(args.metrics_sample))
     from launcher.checking import run_check
 
-    return run_check(Path(args.profile), remote=not args.no_remote, overrides=overrides_from(args))
+    return run_check(Path(args.profile), remote=not args.no_remote, overrides=overrides_from(args),
+                     as_json=args.json)
 
 
 def _tfconfig(args: argparse.Namespace) -> int:
@@ -155,6 +156,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-remote", action="store_true", help="validate only; do not contact hosts")
     p.add_argument("--metrics-sample", metavar="LOGFILE",
                    help="instead: run the profile's [metrics] regexes over a saved log and show what each gives")
+    p.add_argument("--json", action="store_true",
+                   help="print the hosts side by side (versions, GPUs, free space, clocks) as JSON, not the plan")
     _add_overrides(p)
     p.set_defaults(handler=_check)
 

@@ -17,6 +17,7 @@ RestartPolicy = Literal["never", "on-failure", "always", "exit-code"]
 HostKeyPolicy = Literal["reject", "accept-new"]
 Transport = Literal["ssh", "local", "slurm"]
 OnStall = Literal["warn", "restart"]
+GpuBusy = Literal["warn", "refuse"]
 
 ROLES = ("chief", "ps", "worker", "evaluator")
 #: the order tasks are listed and started in: ps first, then workers, evaluator, chief last
@@ -147,6 +148,12 @@ class Profile:
     slurm: SlurmConfig | None = None  # [slurm]: hosts from the Slurm allocation
     #: a worker below this fraction of the workers' median steps/s for STRAGGLER_WINDOW_S is flagged
     straggler_ratio: float = 0.7
+    #: hosts may differ in TensorFlow major.minor (else preflight refuses a TensorFlow strategy's job)
+    allow_version_skew: bool = False
+    #: bytes; preflight warns below this at a host's outputs and run dir
+    min_free_disk: int = 1024**3
+    #: what preflight does when a task's GPUs hold other processes' memory
+    gpu_busy: GpuBusy = "warn"
 
     @property
     def directory(self) -> Path:

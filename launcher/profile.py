@@ -22,6 +22,7 @@ from launcher.errors import ProfileError
 from launcher.model import (
     ROLES,
     START_ORDER,
+    GpuBusy,
     HostConfig,
     HostKeyPolicy,
     MetricsConfig,
@@ -54,6 +55,7 @@ from launcher.profile_keys import (
     Table,
 )
 from launcher.profile_overrides import EnvVarUnset, Overrides, resolve
+from launcher.sizes import parse_size
 from launcher.slurm_env import current_allocation
 
 TRANSPORTS: tuple[Transport, ...] = ("ssh", "local")  # "slurm" comes from [slurm], not per host
@@ -249,6 +251,10 @@ class _ProfileReader:
         elif kind == "path_or_false":
             if value is not False and not (isinstance(value, str) and value.strip()):
                 raise self.fail(key, f'expected a path like "~/.ssh/config" or false, got {show_value(value)}')
+        elif kind == "size":
+            if isinstance(value, bool) or not isinstance(value, int | str) or (
+                    isinstance(value, str) and parse_size(value) is None) or (isinstance(value, int) and value < 0):
+                raise self.fail(key, f'expected bytes (an integer >= 0) or a size like "1GiB", got {show_value(value)}')
         elif kind == "string_list":
             if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
                 raise self.fail(key, f"expected {spec.expected}, got {show_value(value)}")
@@ -301,6 +307,9 @@ class _ProfileReader:
             sync=self.sync(data),
             slurm=slurm,
             straggler_ratio=straggler,
+            allow_version_skew=bool(_get(data, TOP_KEYS, "allow_version_skew")),
+            min_free_disk=int(parse_size(_get(data, TOP_KEYS, "min_free_disk")) or 0),
+            gpu_busy=cast(GpuBusy, _get(data, TOP_KEYS, "gpu_busy")),
         )
 
     def sync(self, data: Mapping[str, Any]) -> SyncConfig | None:

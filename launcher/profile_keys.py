@@ -24,6 +24,7 @@ Kind = Literal[
     "index_list",  # a list of distinct integers >= 0
     "env",  # a table of environment variable name -> string
     "regex_map",  # a table of name -> regex string
+    "size",  # bytes: an integer >= 0, or a string with a unit ("1GiB", "500 MB")
     "table",  # a sub-table with the keys of ``table``
     "tables",  # a table of named sub-tables, each with the keys of ``table``
 ]
@@ -32,6 +33,8 @@ Kind = Literal[
 ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 #: what a host's name in [hosts.NAME] may look like
 HOST_NAME_PATTERN = r"^[A-Za-z0-9_.-]+$"
+#: a size with a unit (launcher/sizes.py reads it)
+SIZE_PATTERN = r"^\s*[0-9]+(\.[0-9]+)?\s*([KMGT]i?B|[KMGT]|B)?\s*$"
 #: roles of which a job has at most one task
 SINGLE_TASK_ROLES = ("chief", "evaluator")
 
@@ -218,6 +221,12 @@ TOP_KEYS = Table(
             "host; {outputs} in commands; never removed by down or prune. ~ is the host's home; relative: "
             "to the profile's folder on local hosts, to the home on ssh hosts; {name} is the job's name.",
             default="~/distlaunch/outputs/{name}"),
+        Key("allow_version_skew", "boolean", "true: hosts may run different TensorFlow major.minor versions "
+            "(else check and up refuse such a job for a TensorFlow strategy).", default=False),
+        Key("min_free_disk", "size", "Check and up warn when a host has less free space than this at the outputs "
+            "or its run dir: bytes, or with a unit (\"1GiB\", \"500MB\").", default="1GiB"),
+        Key("gpu_busy", "choice", "When GPUs a task is given hold memory of other processes: warn, or refuse "
+            "the launch.", default="warn", choices=("warn", "refuse")),
         Key("defaults", "table", TASK_KEYS.doc, table=TASK_KEYS),
         Key("ssh", "table", SSH_KEYS.doc, table=SSH_KEYS),
         Key("hosts", "tables", "The machines of the job by name; without it everything runs on this machine.",

@@ -237,6 +237,8 @@ def good_value(key: Key) -> object:
         return {"SEED": "7"}
     if key.kind == "regex_map":
         return {"step": r"step (\d+)"}
+    if key.kind == "size":
+        return 2 * 1024**3  # the model keeps bytes
     return "x"
 
 
@@ -262,6 +264,8 @@ def bad_values(key: Key) -> list[object]:
         bad.append({"step": 7})
     if key.kind == "path_or_false":
         bad += [True, "", " "]
+    if key.kind == "size":
+        bad += [-1, True, 1.5, "12 parsecs", ""]
     return bad
 
 
