@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import posixpath
 import shlex
+import signal
 
-from launcher.transport.base import signal_name
+from launcher.errors import HostError
+from launcher.transport.base import CommandResult, Host, head, signal_name
 
 
 def sh(command: str) -> str:
@@ -38,5 +40,48 @@ def put_from_stdin(tmp: str, path: str, mode: int) -> str:
             f"|| {{ rm -f {q_tmp}; exit 1; }}")
 
 
-def kill_group(pgid: int, sig: int) -> str:
-    return f"kill -s {signal_name(sig)} -- -{int(pgid)}"
+class ShellHost(Host):
+    """What both SSH hosts build the same way on ``run``: the home, absolute paths, a detached
+    start and a group kill. Subclasses set ``label`` and ``user`` and implement the rest."""
+
+    user: str
+    _home: str | None = None
+
+    @property
+    def label(self) -> str:
+        raise NotImplementedError
+
+    def _check(self, command: str, what: str, timeout: float = 60.0, stdin: bytes | None = None) -> CommandResult:
+        result = self.run(command, timeout=timeout, stdin=stdin)
+        if not result.ok:
+            detail = (result.stderr.strip().splitlines() or [f"exit code {result.exit_code}"])[-1]
+            raise HostError(f"{self.label}: cannot {what}: {detail}")
+        return result
+
+    def home(self) -> str:
+        if self._home is None:
+            home = self._check('printf %s "$HOME"', "find the home directory").stdout.strip()
+            if not home.startswith("/"):
+                raise HostError(f"{self.label}: $HOME is not set for user {self.user}")
+            self._home = home
+        return self._home
+
+    def _absolute(self, path: str) -> str:
+        if path == "~" or path.startswith("~/"):
+            return self.home() + path[1:]
+        return path
+
+    def start_detached(self, command: str, log_path: str, cwd: str | None = None) -> int:
+        script = detached(command, self._absolute(log_path), None if cwd is None else self._absolute(cwd))
+        result = self._check(script, f"start `{head(command)}`")
+        try:
+            return int(result.stdout.split()[0])
+        except (IndexError, ValueError):
+            raise HostError(f"{self.label}: cannot start `{head(command)}`: no pid reported "
+                            f"({result.stderr.strip() or result.stdout.strip()!r})") from None
+
+    def kill_group(self, pgid: int, sig: int = signal.SIGTERM) -> None:
+        result = self.run(f"kill -s {signal_name(sig)} -- -{int(pgid)}", timeout=30.0)
+        if not result.ok and "no such process" not in result.stderr.lower():
+            detail = (result.stderr.strip().splitlines() or [f"exit code {result.exit_code}"])[-1]
+            raise HostError(f"{self.label}: cannot signal process group {pgid}: {detail}")

@@ -9,7 +9,6 @@ import logging
 import os
 import posixpath
 import shlex
-import signal
 import socket
 import threading
 import time
@@ -26,7 +25,6 @@ from launcher.transport import shellcmds, sshauth, sshconfig
 from launcher.transport.base import (
     CommandResult,
     CommandTimeout,
-    Host,
     LineStream,
     ReaderLineStream,
     head,
@@ -138,7 +136,7 @@ class _SshLineStream(ReaderLineStream):
             self._reader.join(5.0)
 
 
-class SshHost(Host):
+class SshHost(shellcmds.ShellHost):
     """A host reached over one SSH connection (Fabric ``Connection`` on paramiko).
 
     Short commands, SFTP and at most one long stream share the connection, each on its own
@@ -399,26 +397,6 @@ class SshHost(Host):
     def _timed_out(self, command: str, timeout: float) -> CommandTimeout:
         return CommandTimeout(f"{self.label}: `{head(command)}` did not finish within {timeout:g}s")
 
-    def _check(self, command: str, what: str, timeout: float = 60.0) -> CommandResult:
-        result = self.run(command, timeout=timeout)
-        if not result.ok:
-            detail = (result.stderr.strip().splitlines() or [f"exit code {result.exit_code}"])[-1]
-            raise HostError(f"{self.label}: cannot {what}: {detail}")
-        return result
-
-    def home(self) -> str:
-        if self._home is None:
-            home = self._check('printf %s "$HOME"', "find the home directory").stdout.strip()
-            if not home.startswith("/"):
-                raise HostError(f"{self.label}: $HOME is not set for user {self.user}")
-            self._home = home
-        return self._home
-
-    def _absolute(self, path: str) -> str:
-        if path == "~" or path.startswith("~/"):
-            return self.home() + path[1:]
-        return path
-
     def put_file(self, data: bytes, remote_path: str, mode: int = 0o644) -> None:
         """SFTP where the server offers it; else ``cat`` on an exec channel (hosts whose sshd has
         no ``Subsystem sftp`` line), so a missing subsystem costs speed, not the upload."""
@@ -464,16 +442,6 @@ class SshHost(Host):
                 self._sftp = self._connection.client.open_sftp()
         return self._sftp
 
-    def start_detached(self, command: str, log_path: str, cwd: str | None = None) -> int:
-        script = shellcmds.detached(command, self._absolute(log_path),
-                                    None if cwd is None else self._absolute(cwd))
-        result = self._check(script, f"start `{head(command)}`")
-        try:
-            return int(result.stdout.split()[0])
-        except (IndexError, ValueError):
-            raise HostError(f"{self.label}: cannot start `{head(command)}`: no pid reported "
-                            f"({result.stderr.strip() or result.stdout.strip()!r})") from None
-
     def stream_lines(self, command: str, on_line: Callable[[str], None],
                      on_close: Callable[[int | None], None] | None = None) -> LineStream:
         channel = self._open_channel()
@@ -483,9 +451,3 @@ class SshHost(Host):
             channel.close()
             raise HostError(f"{self.label}: cannot start `{head(command)}` ({exc})") from exc
         return _SshLineStream(channel, on_line, on_close)
-
-    def kill_group(self, pgid: int, sig: int = signal.SIGTERM) -> None:
-        result = self.run(shellcmds.kill_group(pgid, sig), timeout=30.0)
-        if not result.ok and "no such process" not in result.stderr.lower():
-            detail = (result.stderr.strip().splitlines() or [f"exit code {result.exit_code}"])[-1]
-            raise HostError(f"{self.label}: cannot signal process group {pgid}: {detail}")

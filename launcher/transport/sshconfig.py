@@ -128,7 +128,7 @@ def resolve(config: HostConfig) -> Route:
         users = [expand(v) for v in full.get("userknownhostsfile", [known])]
         known, extra = users[0], (*users[1:], *full.get("globalknownhostsfile", GLOBAL_KNOWN_HOSTS))
     policy = settings.host_key_policy
-    if "host_key_policy" in unset and "stricthostkeychecking" in found:
+    if "host_key_policy" in unset and "stricthostkeychecking" in found and config.transport == "ssh":
         policy = _policy(config, found["stricthostkeychecking"][0])
     target = Endpoint(alias=config.address, hostname=hostname, port=port, user=user,
                       identity_files=identities, **_auth_settings(found, expand))
