@@ -59,6 +59,9 @@ class LocalLineStream(ReaderLineStream):
                 self._exit_code = code if code >= 0 else 128 - code
                 break
         finally:
+            # the end is reported with the command's stderr whole (why an ssh or a preflight ended),
+            # unless a child it left behind keeps the pipe open
+            self._stderr_thread.join(1.0)
             self._ended()
 
     def send(self, data: bytes, timeout: float | None = None) -> bool:
