@@ -4,7 +4,10 @@ Include, HostKeyAlias) or refused by name with the way out (PKCS11Provider, Stri
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
+import signal
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,7 +17,7 @@ import pytest
 from launcher.errors import HostError
 from launcher.model import HostConfig, SshSettings
 from launcher.transport import SshHost
-from tests.integration.jobtools import cli, write_profile
+from tests.integration.jobtools import cli, wait_for, write_profile
 from tests.sshd import PrivateSshd, require_sshd
 
 pytestmark = [pytest.mark.sshd]
@@ -202,3 +205,64 @@ hosts = ["cardhost"]
     assert "Traceback" not in result.stderr
     errors = [line for line in (result.stdout + result.stderr).splitlines() if "PKCS11Provider" in line]
     assert errors and "cardhost" in errors[0] and 'set transport = "openssh"' in errors[0]
+
+
+def test_identityagent_names_the_agent_socket(tmp_path: Path, private_sshd: PrivateSshd,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    server = private_sshd
+    sock = tmp_path / "agent.sock"
+    out = subprocess.run(["ssh-agent", "-s", "-a", str(sock)], capture_output=True, text=True, check=True,
+                         timeout=30).stdout
+    pid = int(out.split("SSH_AGENT_PID=")[1].split(";")[0])
+    try:
+        subprocess.run(["ssh-add", str(server.identity_file)], check=True, capture_output=True, timeout=30,
+                       env={"SSH_AUTH_SOCK": str(sock), "PATH": os.environ["PATH"]})
+        monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
+        body = f"Host agented\n    HostName {server.address}\n    Port {server.port}\n    User {server.user}\n"
+        config = tmp_path / "ssh_config"
+        config.write_text(body + f"    IdentityAgent {sock}\n")  # the key is only in that agent
+        assert connect_and_echo(via_config("agented", config, server.known_hosts))
+        none = tmp_path / "ssh_config_none"
+        none.write_text(body + "    IdentityAgent none\n")
+        monkeypatch.setenv("SSH_AUTH_SOCK", str(sock))  # there, but IdentityAgent none says not to use it
+        with pytest.raises(HostError, match=r"refused every key|no SSH key"):
+            connect_and_echo(via_config("agented", none, server.known_hosts))
+    finally:
+        os.kill(pid, signal.SIGTERM)
+
+
+def descendants(pid: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError):
+                ppid = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
+                children.setdefault(ppid, []).append(int(entry))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def test_serveralivecountmax_ends_a_link_that_stopped_answering(tmp_path: Path, private_sshd: PrivateSshd) -> None:
+    server = private_sshd
+    config = tmp_path / "ssh_config"
+    config.write_text(f"Host alive\n    HostName {server.address}\n    Port {server.port}\n    User {server.user}\n"
+                      f"    IdentityFile {server.identity_file}\n"
+                      "    ServerAliveInterval 1\n    ServerAliveCountMax 2\n")
+    host = SshHost(via_config("alive", config, server.known_hosts))
+    host.connect()
+    assert server._proc is not None
+    frozen = descendants(server._proc.pid)  # the session's sshd processes: the link goes silent
+    assert frozen
+    try:
+        for pid in frozen:
+            os.kill(pid, signal.SIGSTOP)
+        wait_for(lambda: not host.connected, 10, "the link to be declared dead")
+    finally:
+        for pid in frozen:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+        host.close()
