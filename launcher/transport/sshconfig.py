@@ -205,7 +205,12 @@ def _jump(spec: str, path: str | None, config: HostConfig) -> Endpoint:
     if path is not None:
         found, _, _ = _lookup(path, host)
         if config.transport == "ssh":
-            _refuse(config, {k: v for k, v in found.items() if k not in ("proxycommand",)})
+            _refuse(config, found)
+            for key in ("proxyjump", "proxycommand", "hostkeyalias"):  # honoured for the target only
+                if found.get(key, ["none"])[0] != "none":
+                    raise HostError(f"host {config.name}: {config.ssh.ssh_config} sets {sshoptions.display(key)} "
+                                    f"for the jump host {host}, which the built-in SSH client cannot honour; "
+                                    f"set transport = \"openssh\" for this host")
     try:
         port = int(port_text) if port_text else int(found.get("port", ["22"])[0])
     except ValueError:

@@ -67,7 +67,7 @@ NAMES = {name.lower(): name for name in (
     "ProxyUseFdpass", "AddressFamily", "BindAddress", "BindInterface", "Ciphers", "MACs",
     "KexAlgorithms", "HostKeyAlgorithms", "PubkeyAcceptedAlgorithms", "CASignatureAlgorithms",
     "HostbasedAcceptedAlgorithms", "KnownHostsCommand", "RevokedHostKeys", "StrictHostKeyChecking",
-    "GSSAPIClientIdentity", "GSSAPIServerIdentity", "ProxyCommand", "ProxyJump", "IdentityAgent",
+    "GSSAPIClientIdentity", "GSSAPIServerIdentity", "ProxyCommand", "ProxyJump", "IdentityAgent", "HostKeyAlias",
 )}
 
 

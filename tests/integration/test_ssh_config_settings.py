@@ -266,3 +266,13 @@ def test_serveralivecountmax_ends_a_link_that_stopped_answering(tmp_path: Path, 
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGCONT)
         host.close()
+
+
+def test_a_jump_host_with_its_own_proxyjump_is_refused_not_bypassed(tmp_path: Path) -> None:
+    config = tmp_path / "ssh_config"
+    config.write_text("Host inner\n    HostName 10.9.0.2\n    ProxyJump mid\n"
+                      "Host mid\n    HostName 10.9.0.1\n    ProxyJump outer\n")
+    with pytest.raises(HostError) as caught:
+        SshHost(via_config("inner", config, tmp_path / "kh")).connect()
+    message = str(caught.value)
+    assert "ProxyJump" in message and "jump host mid" in message and 'transport = "openssh"' in message
