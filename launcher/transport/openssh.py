@@ -128,13 +128,6 @@ class OpenSshHost(shellcmds.ShellHost):
 
     # ---- connection
 
-    def resolve(self) -> sshconfig.Route:
-        """Where ssh will go (``ssh -G``): for ``check``'s report and the ConnectTimeout."""
-        route = sshconfig.resolve(self.config)
-        self.route = route
-        self.user, self.port = route.target.user, route.target.port
-        return route
-
     def connect(self) -> None:
         if self.connected:
             return
@@ -178,8 +171,8 @@ class OpenSshHost(shellcmds.ShellHost):
     def _explain(self, line: str) -> str:
         """One line for a failed login: ssh's own reason, and what to do about the common ones."""
         if "Host key verification failed" in line or "No ED25519 host key is known" in line:
-            return (f"{self.label}: ssh: {line} (unknown or changed host key); add it with `ssh-keyscan` "
-                    f"to {self.settings.known_hosts} or set host_key_policy = \"accept-new\"")
+            return (f"{self.label}: unknown host key, or a changed one (ssh: {line}); if it is new, add it "
+                    f"with `ssh-keyscan` to {self.settings.known_hosts} or set host_key_policy = \"accept-new\"")
         if "Permission denied" in line:
             return f"{self.label}: ssh: {line}; check user and identity_file, or log in once with `ssh {self.address}`"
         return f"{self.label}: ssh: {line}"

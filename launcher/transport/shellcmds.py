@@ -7,6 +7,8 @@ import shlex
 import signal
 
 from launcher.errors import HostError
+from launcher.model import HostConfig
+from launcher.transport import sshconfig
 from launcher.transport.base import CommandResult, Host, head, signal_name
 
 
@@ -41,11 +43,22 @@ def put_from_stdin(tmp: str, path: str, mode: int) -> str:
 
 
 class ShellHost(Host):
-    """What both SSH hosts build the same way on ``run``: the home, absolute paths, a detached
-    start and a group kill. Subclasses set ``label`` and ``user`` and implement the rest."""
+    """What both SSH hosts build the same way on ``run``: the route, the home, absolute paths, a
+    detached start and a group kill. Subclasses set ``config`` and ``label`` and implement the rest."""
 
+    config: HostConfig
     user: str
+    port: int
+    #: where the address led once ssh_config was applied (set by ``resolve``)
+    route: sshconfig.Route | None = None
     _home: str | None = None
+
+    def resolve(self) -> sshconfig.Route:
+        """The route ``connect`` takes (``ssh -G`` over the profile); also what ``check`` prints."""
+        route = sshconfig.resolve(self.config)
+        self.route = route
+        self.user, self.port = route.target.user, route.target.port
+        return route
 
     @property
     def label(self) -> str:

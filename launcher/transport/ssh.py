@@ -170,13 +170,6 @@ class SshHost(shellcmds.ShellHost):
 
     # ---- connection
 
-    def resolve(self) -> sshconfig.Route:
-        """The route ``connect`` takes (``ssh -G`` over the profile); also what ``check`` prints."""
-        route = sshconfig.resolve(self.config)
-        self.route = route
-        self.user, self.port = route.target.user, route.target.port
-        return route
-
     def connect(self) -> None:
         if self.connected:
             return

@@ -1,4 +1,5 @@
-"""`distlaunch up` through a real OpenSSH server on loopback, with host keys verified."""
+"""`distlaunch up` through a real OpenSSH server on loopback, with host keys verified; the job and
+the host key tests run over both SSH clients (the built-in one and the system ssh, `[ssh] client`)."""
 
 from __future__ import annotations
 
@@ -21,10 +22,11 @@ from tests.integration.jobtools import (
 from tests.sshd import PrivateSshd, free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.sshd]
+CLIENTS = pytest.mark.parametrize("client", ["builtin", "openssh"])
 
 
 def ssh_profile(tmp: Path, server: PrivateSshd, *, steps: int = 100, known_hosts: Path | None = None,
-                policy: str = "reject", name: str = "it-ssh") -> Path:
+                policy: str = "reject", name: str = "it-ssh", client: str = "builtin") -> Path:
     ports = [free_port() for _ in range(3)]
     return write_profile(tmp / "ssh.toml", f"""
 name = "{name}"
@@ -36,6 +38,7 @@ workdir = "{REPO}"
 env = {{ TF_CPP_MIN_LOG_LEVEL = "2" }}
 grace_seconds = 5
 [ssh]
+client = "{client}"
 user = "{server.user}"
 identity_file = "{server.identity_file}"
 known_hosts = "{known_hosts or server.known_hosts}"
@@ -55,10 +58,12 @@ port = {ports[2]}
 """)
 
 
-def test_job_over_ssh_succeeds_and_leaves_nothing(tmp_path: Path, sshd: PrivateSshd) -> None:
-    run_dir, run_id = tmp_path / "run", "it-ssh-ok"
+@CLIENTS
+def test_job_over_ssh_succeeds_and_leaves_nothing(tmp_path: Path, sshd: PrivateSshd, client: str) -> None:
+    run_dir, run_id = tmp_path / "run", f"it-ssh-ok-{client}"
+    logins_before = sshd.log_path.read_text().count("Accepted publickey")
     try:
-        result = cli("up", str(ssh_profile(tmp_path, sshd)), "--no-tui", "--run-dir", str(run_dir),
+        result = cli("up", str(ssh_profile(tmp_path, sshd, client=client)), "--no-tui", "--run-dir", str(run_dir),
                      "--run-id", run_id, timeout=300)
         assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
         events = read_events(run_dir)
@@ -68,23 +73,28 @@ def test_job_over_ssh_succeeds_and_leaves_nothing(tmp_path: Path, sshd: PrivateS
         assert final == {"chief:0": "succeeded", "ps:0": "stopped", "worker:0": "stopped"}
         assert all(e["host"] == "box" for e in events if e["kind"] == "state" and e["state"] == "running")
         assert pids_with_run_id(run_id) == []
-        assert "Accepted publickey" in (sshd.log_path.read_text())
+        down = cli("down", run_id, timeout=120)
+        assert down.returncode == 0, down.stdout + down.stderr
+        logins = sshd.log_path.read_text().count("Accepted publickey") - logins_before
+        # openssh: one master per process (up, down), each serving every exec of it
+        assert 1 <= logins <= (3 if client == "openssh" else 10), logins
     finally:
         kill_run_processes(run_id)
 
 
-def test_unknown_host_key_is_refused_unless_accept_new(tmp_path: Path, sshd: PrivateSshd) -> None:
+@CLIENTS
+def test_unknown_host_key_is_refused_unless_accept_new(tmp_path: Path, sshd: PrivateSshd, client: str) -> None:
     empty = tmp_path / "known_hosts"
     empty.write_text("")
     run_dir = tmp_path / "run"
-    up = cli("up", str(ssh_profile(tmp_path, sshd, known_hosts=empty)), "--no-tui",
-             "--run-dir", str(run_dir), "--run-id", "it-ssh-unknown")
+    up = cli("up", str(ssh_profile(tmp_path, sshd, known_hosts=empty, client=client)), "--no-tui",
+             "--run-dir", str(run_dir), "--run-id", f"it-ssh-unknown-{client}")
     assert up.returncode == 2
     errors = [ln for ln in up.stderr.splitlines() if "error" in ln]
     assert len(errors) == 1 and "unknown host key" in errors[0] and "Traceback" not in up.stderr
     assert not [e for e in read_events(run_dir) if e["kind"] == "state"]
 
-    accepted = cli("check", str(ssh_profile(tmp_path, sshd, known_hosts=empty, policy="accept-new")))
+    accepted = cli("check", str(ssh_profile(tmp_path, sshd, known_hosts=empty, policy="accept-new", client=client)))
     assert accepted.returncode == 0, accepted.stderr
     assert "127.0.0.1" in empty.read_text() and "added" in accepted.stderr.lower()
 
