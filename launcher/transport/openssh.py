@@ -12,7 +12,6 @@ socket); the master is closed when the run ends (``close`` of the process that s
 from __future__ import annotations
 
 import contextlib
-import getpass
 import hashlib
 import os
 import posixpath
@@ -28,7 +27,7 @@ from collections.abc import Callable
 from launcher.errors import HostError
 from launcher.model import HostConfig
 from launcher.paths import runs_root
-from launcher.transport import shellcmds, sshconfig
+from launcher.transport import shellcmds
 from launcher.transport.base import CommandResult, LineStream, head
 from launcher.transport.local import LocalLineStream, run_process
 
@@ -63,21 +62,12 @@ class OpenSshHost(shellcmds.ShellHost):
 
     def __init__(self, config: HostConfig, on_notice: Callable[[str], None] | None = None,
                  run_id: str | None = None) -> None:
-        self.name = config.name
-        self.address = config.address
-        self.config = config
-        self.settings = config.ssh
-        self.user = self.settings.user or getpass.getuser()
-        self.port = self.settings.ssh_port
-        self.route: sshconfig.Route | None = None
-        self.notices: list[str] = []
-        self._on_notice = on_notice
+        super().__init__(config, on_notice)
         self._run_id = run_id
         self._dir: str | None = None
         self._temporary = False
         self._owner = False  # this process started the master: it ends it
         self._open = False
-        self._home: str | None = None
 
     @property
     def label(self) -> str:
@@ -157,16 +147,11 @@ class OpenSshHost(shellcmds.ShellHost):
         lines = [line for line in result.stderr.splitlines() if line.strip()]
         for line in lines:
             if line.startswith("Warning: Permanently added"):
-                self._notice(f"{self.label}: {line.removeprefix('Warning: ').rstrip('.')} "
+                self.notice(f"{self.label}: {line.removeprefix('Warning: ').rstrip('.')} "
                              f"(host_key_policy = \"accept-new\")")
         if result.returncode != 0:
             raise HostError(self._explain(lines[-1] if lines else f"ssh exited with {result.returncode}"))
         self._owner = self._open = True
-
-    def _notice(self, notice: str) -> None:
-        self.notices.append(notice)
-        if self._on_notice is not None:
-            self._on_notice(notice)
 
     def _explain(self, line: str) -> str:
         """One line for a failed login: ssh's own reason, and what to do about the common ones."""

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import getpass
 import posixpath
 import shlex
 import signal
+from collections.abc import Callable
 
 from launcher.errors import HostError
 from launcher.model import HostConfig
@@ -46,12 +48,24 @@ class ShellHost(Host):
     """What both SSH hosts build the same way on ``run``: the route, the home, absolute paths, a
     detached start and a group kill. Subclasses set ``config`` and ``label`` and implement the rest."""
 
-    config: HostConfig
-    user: str
-    port: int
-    #: where the address led once ssh_config was applied (set by ``resolve``)
-    route: sshconfig.Route | None = None
-    _home: str | None = None
+    def __init__(self, config: HostConfig, on_notice: Callable[[str], None] | None) -> None:
+        self.name = config.name
+        self.address = config.address
+        self.config = config
+        self.settings = config.ssh
+        self.user = self.settings.user or getpass.getuser()
+        self.port = self.settings.ssh_port
+        #: where the address led once ssh_config was applied (set by ``resolve``)
+        self.route: sshconfig.Route | None = None
+        #: one-line notices for the user (a host key added under accept-new); also sent to on_notice
+        self.notices: list[str] = []
+        self._on_notice = on_notice
+        self._home: str | None = None
+
+    def notice(self, line: str) -> None:
+        self.notices.append(line)
+        if self._on_notice is not None:
+            self._on_notice(line)
 
     def resolve(self) -> sshconfig.Route:
         """The route ``connect`` takes (``ssh -G`` over the profile); also what ``check`` prints."""

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import getpass
 import logging
 import os
 import posixpath
@@ -145,24 +144,13 @@ class SshHost(shellcmds.ShellHost):
     """
 
     def __init__(self, config: HostConfig, on_notice: Callable[[str], None] | None = None) -> None:
-        self.name = config.name
-        self.address = config.address
-        self.config = config
-        self.settings = config.ssh
-        self.user = self.settings.user or getpass.getuser()
-        self.port = self.settings.ssh_port
-        #: where the address led once ~/.ssh/config was applied (set by connect)
-        self.route: sshconfig.Route | None = None
-        #: one-line notices for the user (a host key added under accept-new); also sent to on_notice
-        self.notices: list[str] = []
-        self._on_notice = on_notice
+        super().__init__(config, on_notice)
         self._connection: fabric.Connection | None = None
         self._jumps: list[fabric.Connection] = []
         self._watches: list[sshauth.KeepaliveWatch] = []
         self._channel_lock = threading.Lock()
         self._sftp: paramiko.SFTPClient | None = None
         self._no_sftp = False  # set once the server refused the sftp subsystem
-        self._home: str | None = None
 
     @property
     def label(self) -> str:
@@ -247,9 +235,7 @@ class SshHost(shellcmds.ShellHost):
     def _key_added(self, key_name: str, key: paramiko.PKey) -> None:
         notice = (f"{self.label}: added new host key {key.get_name()} {known_hosts.fingerprint(key)} "
                   f"for {key_name} to {self.settings.known_hosts} (host_key_policy = \"accept-new\")")
-        self.notices.append(notice)
-        if self._on_notice is not None:
-            self._on_notice(notice)
+        self.notice(notice)
 
     def _explain(self, exc: Exception, endpoint: sshconfig.Endpoint, route: sshconfig.Route,
                  label: str) -> str:
