@@ -262,6 +262,9 @@ class SshHost(shellcmds.ShellHost):
             return (f"{label}: key {identity} is passphrase-protected and {agent}; "
                     f"run `ssh-add {identity}` (start one with `eval $(ssh-agent)`), "
                     f"or use a key without passphrase")
+        if isinstance(exc, paramiko.BadAuthenticationType) and "publickey" not in exc.allowed_types:
+            return (f"{label}: the server accepts only {', '.join(exc.allowed_types)} authentication, "
+                    f"which the built-in SSH client does not do; set transport = \"openssh\" for this host")
         if isinstance(exc, paramiko.AuthenticationException):
             if identity:
                 return (f"{label}: refused key {identity} for user {user}; "

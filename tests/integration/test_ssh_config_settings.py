@@ -276,3 +276,13 @@ def test_a_jump_host_with_its_own_proxyjump_is_refused_not_bypassed(tmp_path: Pa
         SshHost(via_config("inner", config, tmp_path / "kh")).connect()
     message = str(caught.value)
     assert "ProxyJump" in message and "jump host mid" in message and 'transport = "openssh"' in message
+
+
+def test_a_keyboard_interactive_only_host_is_refused_with_the_way_out() -> None:
+    require_sshd()
+    with PrivateSshd(extra_config="AuthenticationMethods keyboard-interactive", kbd_interactive=True) as server, \
+            pytest.raises(HostError) as caught:
+        SshHost(server.host_config("kbd")).connect()
+    message = str(caught.value)
+    assert message.startswith("host kbd ") and "only keyboard-interactive" in message
+    assert 'set transport = "openssh" for this host' in message and "authorized_keys" not in message
