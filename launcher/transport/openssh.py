@@ -122,6 +122,7 @@ class OpenSshHost(shellcmds.ShellHost):
         if self.connected:
             return
         self.resolve()
+        self.check_identity_file()
         directory = os.path.dirname(self.socket_path)
         os.makedirs(directory, mode=0o700, exist_ok=True)
         os.chmod(directory, 0o700)

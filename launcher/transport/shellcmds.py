@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import getpass
+import os
 import posixpath
 import shlex
 import signal
@@ -61,6 +62,13 @@ class ShellHost(Host):
         self.notices: list[str] = []
         self._on_notice = on_notice
         self._home: str | None = None
+
+    def check_identity_file(self) -> None:
+        """The profile's identity_file must exist (ssh would only warn and try other keys)."""
+        path = self.settings.identity_file
+        if path and "identity_file" not in self.settings.unset and not os.path.isfile(os.path.expanduser(path)):
+            raise HostError(f"{self.label}: identity_file {path} does not exist; "
+                            f"fix identity_file in [ssh] or [hosts.{self.name}]")
 
     def notice(self, line: str) -> None:
         self.notices.append(line)

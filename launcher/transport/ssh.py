@@ -177,11 +177,9 @@ class SshHost(shellcmds.ShellHost):
     def _open(self, endpoint: sshconfig.Endpoint, route: sshconfig.Route,
               gateway: fabric.Connection | None, label: str) -> fabric.Connection:
         """Authenticate to one server (through ``gateway``'s direct-tcpip channel when given)."""
-        from_profile = endpoint is route.target and "identity_file" not in self.settings.unset
+        if endpoint is route.target:
+            self.check_identity_file()
         keys = [os.path.expanduser(path) for path in endpoint.identity_files]
-        if from_profile and keys and not os.path.isfile(keys[0]):
-            raise HostError(f"{label}: identity_file {self.settings.identity_file} does not exist; "
-                            f"fix identity_file in [ssh] or [hosts.{self.name}]")
         keys = [path for path in keys if os.path.isfile(path)]  # as ssh, skip config keys not there
         timeout = route.connect_timeout
         agent = endpoint.identity_agent

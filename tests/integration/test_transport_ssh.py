@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from launcher.errors import HostError
-from launcher.transport import SshHost, make_host
+from launcher.transport import Host, SshHost, make_host
 from tests.sshd import PrivateSshd, free_port
 
 pytestmark = pytest.mark.sshd
@@ -37,7 +37,7 @@ def other_key(tmp_path: Path, name: str) -> Path:
     return path
 
 
-def connect_error(host: SshHost) -> str:
+def connect_error(host: Host) -> str:
     with pytest.raises(HostError) as caught:
         host.connect()
     message = str(caught.value)
@@ -113,8 +113,10 @@ def test_refused_identity_names_key_and_user(server: PrivateSshd, tmp_path: Path
     assert "authorized_keys" in message
 
 
-def test_missing_identity_file_is_named(server: PrivateSshd, tmp_path: Path) -> None:
-    message = connect_error(SshHost(server.host_config("gpu1", identity_file=str(tmp_path / "id_nope"))))
+@TRANSPORTS
+def test_missing_identity_file_is_named(server: PrivateSshd, tmp_path: Path, transport: str) -> None:
+    config = server.host_config("gpu1", identity_file=str(tmp_path / "id_nope"), transport=transport)
+    message = connect_error(make_host(config))
     assert f"identity_file {tmp_path / 'id_nope'} does not exist" in message
     assert "[hosts.gpu1]" in message
 
