@@ -27,7 +27,7 @@ from collections.abc import Callable
 from launcher.errors import HostError
 from launcher.model import HostConfig
 from launcher.paths import runs_root
-from launcher.transport import shellcmds
+from launcher.transport import shellcmds, sshconfig
 from launcher.transport.base import CommandResult, LineStream, head
 from launcher.transport.local import LocalLineStream, run_process
 
@@ -86,9 +86,7 @@ class OpenSshHost(shellcmds.ShellHost):
         control socket, and BatchMode where no one could answer a prompt."""
         settings, unset = self.settings, self.settings.unset
         route = self.route or self.resolve()
-        path = os.path.expanduser(settings.ssh_config) if settings.ssh_config else None
-        argv = ["ssh", "-F", path if path and os.path.isfile(path) else "/dev/null", "-T",
-                "-o", f"ControlPath={self.socket_path}"]
+        argv = ["ssh", *self._config_option(), "-T", "-o", f"ControlPath={self.socket_path}"]
         no_config = settings.ssh_config is None
         if settings.user and ("user" not in unset or no_config):
             argv += ["-l", settings.user]
@@ -107,6 +105,15 @@ class OpenSshHost(shellcmds.ShellHost):
         if not sys.stdin.isatty():
             argv += ["-o", "BatchMode=yes"]
         return argv
+
+    def _config_option(self) -> list[str]:
+        """As ``ssh HOST``: the default config is read with the system-wide one (no ``-F``);
+        another file alone (``-F`` skips /etc/ssh/ssh_config, as with ssh); false: none."""
+        setting = self.settings.ssh_config
+        if setting == sshconfig.DEFAULT_CONFIG:
+            return []
+        path = os.path.expanduser(setting) if setting else None
+        return ["-F", path if path and os.path.isfile(path) else "/dev/null"]
 
     def _command(self, command: str) -> list[str]:
         return [*self._options(), "-o", "ControlMaster=no", "-o", "LogLevel=ERROR", "--", self.address,
