@@ -286,3 +286,48 @@ def test_a_keyboard_interactive_only_host_is_refused_with_the_way_out() -> None:
     message = str(caught.value)
     assert message.startswith("host kbd ") and "only keyboard-interactive" in message
     assert 'set transport = "openssh" for this host' in message and "authorized_keys" not in message
+
+
+def test_stricthostkeychecking_accept_new_and_compression_are_applied(tmp_path: Path,
+                                                                      private_sshd: PrivateSshd) -> None:
+    server = private_sshd
+    known = tmp_path / "known_hosts"  # not there yet: accept-new records the key
+    config = tmp_path / "ssh_config"
+    config.write_text(f"Host fresh\n    HostName {server.address}\n    Port {server.port}\n    User {server.user}\n"
+                      f"    IdentityFile {server.identity_file}\n    UserKnownHostsFile {known}\n"
+                      "    StrictHostKeyChecking accept-new\n    Compression yes\n")
+    host = SshHost(via_config("fresh", config))
+    try:
+        host.connect()
+        transport = host._connection.transport  # type: ignore[union-attr]
+        assert transport.local_compression is not None and "zlib" in transport.local_compression
+    finally:
+        host.close()
+    assert server.host_key_line.split()[-1] in known.read_text()
+    assert host.notices and "accept-new" in host.notices[0]
+
+
+def test_identitiesonly_keeps_agent_keys_out(tmp_path: Path, private_sshd: PrivateSshd,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    server = private_sshd
+    stranger = tmp_path / "id_stranger"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(stranger)], check=True,
+                   capture_output=True, timeout=30)
+    sock = tmp_path / "agent.sock"
+    out = subprocess.run(["ssh-agent", "-s", "-a", str(sock)], capture_output=True, text=True, check=True,
+                         timeout=30).stdout
+    pid = int(out.split("SSH_AGENT_PID=")[1].split(";")[0])
+    try:
+        subprocess.run(["ssh-add", str(server.identity_file)], check=True, capture_output=True, timeout=30,
+                       env={"SSH_AUTH_SOCK": str(sock), "PATH": os.environ["PATH"]})
+        monkeypatch.setenv("SSH_AUTH_SOCK", str(sock))
+        body = (f"Host only\n    HostName {server.address}\n    Port {server.port}\n    User {server.user}\n"
+                f"    IdentityFile {stranger}\n")
+        plain, strict = tmp_path / "plain", tmp_path / "strict"
+        plain.write_text(body)
+        strict.write_text(body + "    IdentitiesOnly yes\n")
+        assert connect_and_echo(via_config("only", plain, server.known_hosts))  # the agent's key after the file's
+        with pytest.raises(HostError, match="refused key"):
+            connect_and_echo(via_config("only", strict, server.known_hosts))
+    finally:
+        os.kill(pid, signal.SIGTERM)
