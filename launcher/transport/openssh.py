@@ -128,6 +128,13 @@ class OpenSshHost(shellcmds.ShellHost):
     def connect(self) -> None:
         if self.connected:
             return
+        try:
+            self._connect()
+        except BaseException:
+            self.close()  # a temporary control dir goes with the failed attempt
+            raise
+
+    def _connect(self) -> None:
         self.resolve()
         self.check_identity_file()
         directory = os.path.dirname(self.socket_path)

@@ -41,8 +41,9 @@ def openssh(server: PrivateSshd, **overrides: object) -> OpenSshHost:
 def test_every_command_rides_one_authenticated_master(server: PrivateSshd) -> None:
     host = openssh(server)
     host.connect()
+    socket_path = host.socket_path
     try:
-        directory = Path(host.socket_path).parent
+        directory = Path(socket_path).parent
         assert stat.S_IMODE(directory.stat().st_mode) == 0o700
         assert len(host.socket_path) < 104  # unix socket path limit
         lines: list[str] = []
@@ -61,7 +62,8 @@ def test_every_command_rides_one_authenticated_master(server: PrivateSshd) -> No
     assert logins(server) == 1
     log = server.log_path.read_text()
     assert "remote software version OpenSSH_" in log and "paramiko" not in log
-    assert not os.path.exists(host.socket_path)  # close ended the master it started
+    assert not os.path.exists(socket_path)  # close ended the master it started
+    assert not directory.exists()  # and removed the temporary control dir (no run: as for `check`)
 
 
 def test_a_second_process_finds_the_master_of_the_run(server: PrivateSshd, tmp_path: Path,
