@@ -3,6 +3,9 @@ the host key tests run over both SSH clients (the built-in one and the system ss
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
 import sys
 from pathlib import Path
 
@@ -100,8 +103,9 @@ def test_unknown_host_key_is_refused_unless_accept_new(tmp_path: Path, sshd: Pri
     assert sshd.host_key_line.split()[-1] in empty.read_text() and "added" in accepted.stderr.lower()
 
 
-def test_unreachable_host_is_one_line_and_nothing_starts(tmp_path: Path, sshd: PrivateSshd) -> None:
-    profile = ssh_profile(tmp_path, sshd)
+@CLIENTS
+def test_unreachable_host_is_one_line_and_nothing_starts(tmp_path: Path, sshd: PrivateSshd, client: str) -> None:
+    profile = ssh_profile(tmp_path, sshd, client=client)
     profile.write_text(profile.read_text().replace(f"ssh_port = {sshd.port}", f"ssh_port = {free_port()}"))
     for verb in ("check", "up"):
         args = [verb, str(profile)] + (["--no-tui", "--run-dir", str(tmp_path / "run")] if verb == "up" else [])
@@ -111,9 +115,10 @@ def test_unreachable_host_is_one_line_and_nothing_starts(tmp_path: Path, sshd: P
         assert len(errors) == 1 and "box" in errors[0] and "Traceback" not in result.stderr
 
 
-def test_down_from_another_terminal_stops_the_job(tmp_path: Path, sshd: PrivateSshd) -> None:
-    run_dir, run_id = tmp_path / "run", "it-ssh-down"
-    launcher = start_cli("up", str(ssh_profile(tmp_path, sshd, steps=1_000_000)), "--no-tui",
+@CLIENTS
+def test_down_from_another_terminal_stops_the_job(tmp_path: Path, sshd: PrivateSshd, client: str) -> None:
+    run_dir, run_id = tmp_path / "run", f"it-ssh-down-{client}"
+    launcher = start_cli("up", str(ssh_profile(tmp_path, sshd, steps=1_000_000, client=client)), "--no-tui",
                          "--run-dir", str(run_dir), "--run-id", run_id, log=tmp_path / "up.log")
     try:
         wait_for_event(run_dir, lambda e: e["kind"] == "metric" and e["task"] == "chief:0", 180,
@@ -132,19 +137,20 @@ def test_down_from_another_terminal_stops_the_job(tmp_path: Path, sshd: PrivateS
         kill_run_processes(run_id)
 
 
-def test_a_launch_refused_at_preflight_starts_no_host_agent_and_leaves_nothing(tmp_path: Path,
-                                                                                sshd: PrivateSshd) -> None:
+@CLIENTS
+def test_a_launch_refused_at_preflight_starts_no_host_agent_and_leaves_nothing(tmp_path: Path, sshd: PrivateSshd,
+                                                                                client: str) -> None:
     """The preflight's exec stays open to become the host's follow channel; when the launch stops
     there (a busy port), closing it must end that command without a host agent ever starting."""
     import socket
 
-    run_id = "it-ssh-refused"
+    run_id = f"it-ssh-refused-{client}"
     holder = socket.socket()
     holder.bind(("0.0.0.0", 0))
     holder.listen(1)
     busy = holder.getsockname()[1]
     try:
-        profile = ssh_profile(tmp_path, sshd)
+        profile = ssh_profile(tmp_path, sshd, client=client)
         text = profile.read_text()
         profile.write_text(text.replace("[roles.ps]\nhosts = [\"box\"]\nport = ",
                                         f"[roles.ps]\nhosts = [\"box\"]\nport = {busy}\n# was ", 1))
@@ -158,4 +164,33 @@ def test_a_launch_refused_at_preflight_starts_no_host_agent_and_leaves_nothing(t
         assert not (host_run_dir / "agent.pid").exists()  # and no host agent ever served
     finally:
         holder.close()
+        kill_run_processes(run_id)
+
+
+def test_a_killed_ssh_master_is_reconnected_and_the_job_goes_on(tmp_path: Path, sshd: PrivateSshd) -> None:
+    """The openssh client's master dies under a running job (as on a cut link): the follow channel
+    ends, the launcher logs in again with a new master, and the events go on from where they were."""
+    run_dir, run_id = tmp_path / "run", "it-openssh-master"
+    launcher = start_cli("up", str(ssh_profile(tmp_path, sshd, steps=1_000_000, client="openssh")), "--no-tui",
+                         "--run-dir", str(run_dir), "--run-id", run_id, log=tmp_path / "up.log")
+    try:
+        first = wait_for_event(run_dir, lambda e: e["kind"] == "metric" and e["task"] == "chief:0", 180,
+                               "the chief's first metric")
+        sockets = wait_for(lambda: list((run_dir / "ssh").iterdir()), 10, "the master's socket")
+        check = subprocess.run(["ssh", "-o", f"ControlPath={sockets[0]}", "-O", "check", "box"],
+                               capture_output=True, text=True, timeout=30)
+        master = int(check.stderr.split("pid=")[1].split(")")[0])
+        os.kill(master, signal.SIGKILL)
+        wait_for_event(run_dir, lambda e: e["kind"] == "host" and e["state"] == "up", 90, "the host back up")
+        wait_for_event(run_dir, lambda e: e["kind"] == "metric" and e["task"] == "chief:0"
+                       and e["step"] is not None and e["step"] > (first["step"] or 0) + 40, 120,
+                       "metrics after the reconnect")
+        states = {e["task"]: e["state"] for e in read_events(run_dir) if e["kind"] == "state"}
+        assert set(states.values()) == {"running"}, states  # nothing was restarted or lost
+        down = cli("down", str(run_dir), timeout=120)
+        assert down.returncode == 0, down.stdout + down.stderr
+        assert pids_with_run_id(run_id) == []
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
         kill_run_processes(run_id)
