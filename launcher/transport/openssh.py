@@ -34,7 +34,10 @@ from launcher.transport.local import LocalLineStream, run_process
 #: how long an idle master outlives the last command (a launcher that died leaves it this long)
 CONTROL_PERSIST_SECONDS = 600
 #: unix socket paths are limited to 104-108 bytes: a run dir deeper than this takes /tmp instead
-_MAX_SOCKET_PATH = 100
+_MAX_SOCKET_PATH = 104
+#: what a socket path adds to its directory: "/", the name, and the ".XXXXXXXXXXXXXXXX" suffix the
+#: master binds under before renaming it into place
+_SOCKET_EXTRA = 1 + 10 + 17
 #: the launcher's keepalive where ssh_config sets none: a cut link ends the master within 15 s
 KEEPALIVE = ("ServerAliveInterval=5", "ServerAliveCountMax=3")
 #: how ssh (not the remote command) says it failed, on its last stderr line with exit code 255
@@ -51,7 +54,7 @@ def control_dir(run_id: str | None) -> tuple[str, bool]:
     if run_id is None or not (runs_root() / run_id).is_dir():
         return tempfile.mkdtemp(prefix="dl-ssh-"), True
     preferred = str(runs_root() / run_id / "ssh")
-    if len(preferred) + 12 <= _MAX_SOCKET_PATH:
+    if len(preferred) + _SOCKET_EXTRA < _MAX_SOCKET_PATH:
         return preferred, False
     digest = hashlib.sha256(preferred.encode()).hexdigest()[:12]
     return os.path.join(tempfile.gettempdir(), f"distlaunch-ssh-{os.getuid()}", digest), False

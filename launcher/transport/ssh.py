@@ -232,7 +232,8 @@ class SshHost(shellcmds.ShellHost):
 
     def _key_added(self, key_name: str, key: paramiko.PKey) -> None:
         notice = (f"{self.label}: added new host key {key.get_name()} {known_hosts.fingerprint(key)} "
-                  f"for {key_name} to {self.settings.known_hosts} (host_key_policy = \"accept-new\")")
+                  f"for {key_name} to {self.route.known_hosts if self.route else self.settings.known_hosts} "
+                  f"(host_key_policy = \"accept-new\")")
         self.notice(notice)
 
     def _explain(self, exc: Exception, endpoint: sshconfig.Endpoint, route: sshconfig.Route,

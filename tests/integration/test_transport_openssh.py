@@ -5,7 +5,9 @@ client refuses. A whole `up` + `down` over it (at most 3 authentications): test_
 from __future__ import annotations
 
 import os
+import shutil
 import stat
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -45,7 +47,7 @@ def test_every_command_rides_one_authenticated_master(server: PrivateSshd) -> No
     try:
         directory = Path(socket_path).parent
         assert stat.S_IMODE(directory.stat().st_mode) == 0o700
-        assert len(host.socket_path) < 104  # unix socket path limit
+        assert len(socket_path) + 17 < 104  # the unix socket path limit, with the master's temporary suffix
         lines: list[str] = []
         stream = host.stream_lines("echo up; cat", lines.append)
         for i in range(10):
@@ -66,10 +68,19 @@ def test_every_command_rides_one_authenticated_master(server: PrivateSshd) -> No
     assert not directory.exists()  # and removed the temporary control dir (no run: as for `check`)
 
 
-def test_a_second_process_finds_the_master_of_the_run(server: PrivateSshd, tmp_path: Path,
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("DISTLAUNCH_HOME", str(tmp_path / "home"))
-    (tmp_path / "home" / "runs" / "r1").mkdir(parents=True)
+@pytest.fixture
+def short_home(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A state dir short enough for the run's sockets to live in its run dirs (pytest's tmp_path is not)."""
+    home = Path(tempfile.mkdtemp(prefix="dlh-", dir="/tmp"))
+    monkeypatch.setenv("DISTLAUNCH_HOME", str(home))
+    try:
+        yield home
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def test_a_second_process_finds_the_master_of_the_run(server: PrivateSshd, short_home: Path) -> None:
+    (short_home / "runs" / "r1").mkdir(parents=True)
     first, second = openssh(server), openssh(server)
     first._run_id = second._run_id = "r1"
     first.connect()
@@ -77,7 +88,7 @@ def test_a_second_process_finds_the_master_of_the_run(server: PrivateSshd, tmp_p
         second.connect()  # as `down` would, in another process: the socket of the run answers
         assert second.run("echo hi").stdout == "hi\n"
         assert first.socket_path == second.socket_path
-        assert first.socket_path.startswith(str(tmp_path / "home" / "runs" / "r1" / "ssh"))
+        assert first.socket_path.startswith(str(short_home / "runs" / "r1" / "ssh"))
         second.close()  # not its master: left for the run
         assert first.run("echo still").stdout == "still\n"
         second.end_run()  # the run is over: the master goes whoever started it
@@ -124,5 +135,22 @@ def test_a_setting_refused_by_the_builtin_client_is_left_to_ssh(server: PrivateS
     host.connect()
     try:
         assert host.run("echo card").stdout == "card\n"
+    finally:
+        host.close()
+
+
+def test_a_deep_run_dir_puts_the_socket_under_tmp(server: PrivateSshd, tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    home = tmp_path / ("deep-" * 12) / "home"  # a socket under it would pass the ~104-byte limit
+    monkeypatch.setenv("DISTLAUNCH_HOME", str(home))
+    run_id = "run-with-a-long-name-20261124-153800"
+    (home / "runs" / run_id).mkdir(parents=True)
+    host = openssh(server)
+    host._run_id = run_id
+    host.connect()
+    try:
+        assert host.run("echo short").stdout == "short\n"
+        assert host.socket_path.startswith("/tmp/distlaunch-ssh-") and len(host.socket_path) + 17 < 104
+        assert stat.S_IMODE(Path(host.socket_path).parent.stat().st_mode) == 0o700
     finally:
         host.close()

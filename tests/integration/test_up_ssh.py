@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from launcher.transport.openssh import control_dir
 from tests.integration.jobtools import (
     REPO,
     cli,
@@ -176,7 +177,8 @@ def test_a_killed_ssh_master_is_reconnected_and_the_job_goes_on(tmp_path: Path, 
     try:
         first = wait_for_event(run_dir, lambda e: e["kind"] == "metric" and e["task"] == "chief:0", 180,
                                "the chief's first metric")
-        sockets = wait_for(lambda: list((run_dir / "ssh").iterdir()), 10, "the master's socket")
+        directory, _ = control_dir(run_id)  # the run's ssh/ dir, or one under /tmp where that is too deep
+        sockets = wait_for(lambda: list(Path(directory).iterdir()), 10, "the master's socket")
         check = subprocess.run(["ssh", "-o", f"ControlPath={sockets[0]}", "-O", "check", "box"],
                                capture_output=True, text=True, timeout=30)
         master = int(check.stderr.split("pid=")[1].split(")")[0])
