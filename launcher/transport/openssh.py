@@ -192,6 +192,9 @@ class OpenSshHost(shellcmds.ShellHost):
     def end_master(self) -> None:
         with contextlib.suppress(subprocess.TimeoutExpired, OSError):
             self._control("exit")
+        if self._dir is not None:
+            with contextlib.suppress(OSError):  # only once empty: other hosts' masters may live there
+                os.rmdir(self._dir)
 
     def end_run(self) -> None:
         """The run is over (``down``): its master goes too, whichever process started it."""
