@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TextIO
 
 from launcher.errors import HostError
-from launcher.model import START_ORDER, Plan, TaskSpec
+from launcher.model import SSH_TRANSPORTS, START_ORDER, Plan, TaskSpec
 from launcher.plan import build_plan, host_port, mask_env, tf_config
 from launcher.profile import load_profile
 from launcher.profile_overrides import Overrides, mask_secrets
@@ -90,14 +90,15 @@ def route_lines(plan: Plan) -> list[str]:
     used = dict.fromkeys(t.host for t in plan.tasks)
     for name in used:
         host = plan.profile.hosts[name]
-        if host.transport != "ssh":
+        if host.transport not in SSH_TRANSPORTS:
             continue
         try:
             route = sshconfig.resolve(host)
         except HostError as exc:
             lines.append(f"ssh       {name}: {exc}")
             continue
-        lines.append(f"ssh       {name}: {host.address} -> {route.describe()} ({route.source})")
+        client = ", system ssh client" if host.transport == "openssh" else ""
+        lines.append(f"ssh       {name}: {host.address} -> {route.describe()} ({route.source}{client})")
     return lines
 
 

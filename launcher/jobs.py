@@ -215,7 +215,7 @@ def open_sessions(state: dict[str, Any], gone: list[str] | None = None
     def connect(item: tuple[str, dict[str, Any]]) -> None:
         name, info = item
         config = host_from_json(info["config"])
-        host = make_host(config, on_notice=notice)
+        host = make_host(config, on_notice=notice, run_id=str(state["run_id"]))
         sessions[name] = HostSession(config, host, str(state["run_id"]), info["base_dir"], info["python"],
                                      str(info.get("outputs_dir") or ""))
         try:
@@ -295,7 +295,7 @@ def run_down(args: argparse.Namespace) -> int:
             list(pool.map(down, sessions.values()))
     finally:
         for s in sessions.values():
-            s.host.close()
+            s.host.end_run()
     if leftovers:
         for host, left in leftovers.items():
             notice(f"host {host}: still running after down: "

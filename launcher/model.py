@@ -15,7 +15,9 @@ Strategy = Literal["parameter_server", "multi_worker_mirrored", "custom"]
 SuccessPolicy = Literal["chief", "all_workers"]
 RestartPolicy = Literal["never", "on-failure", "always", "exit-code"]
 HostKeyPolicy = Literal["reject", "accept-new"]
-Transport = Literal["ssh", "local", "slurm"]
+Transport = Literal["ssh", "openssh", "local", "slurm"]
+#: transports that reach a host over SSH: the built-in client (paramiko) and the system ssh client
+SSH_TRANSPORTS = ("ssh", "openssh")
 OnStall = Literal["warn", "restart"]
 GpuBusy = Literal["warn", "refuse"]
 
@@ -34,6 +36,8 @@ class SshSettings:
     ssh_port: int = 22
     #: the OpenSSH client config to resolve addresses through (``ssh -G``); None: none
     ssh_config: str | None = "~/.ssh/config"
+    #: [ssh] client: the transport of ssh hosts that name none ("openssh": the system ssh client)
+    client: str = "builtin"
     #: keys the profile left at their defaults, which ~/.ssh/config may then set
     unset: tuple[str, ...] = ()
 

@@ -110,14 +110,14 @@ def _parallel(items: dict[str, T], fn: Callable[[str, T], list[str]], label: str
     return [problem for problems in results for problem in problems]
 
 
-def connect_hosts(plan: Plan, on_notice: Callable[[str], None]) -> dict[str, Host]:
+def connect_hosts(plan: Plan, on_notice: Callable[[str], None], run_id: str | None = None) -> dict[str, Host]:
     """Connect to every host the plan uses; raise PreflightError naming each one that failed."""
     used = {t.host for t in plan.tasks}
     configs = {name: cfg for name, cfg in plan.profile.hosts.items() if name in used}
     hosts: dict[str, Host] = {}
 
     def connect(name: str, cfg: object) -> list[str]:
-        host = make_host(plan.profile.hosts[name], on_notice=on_notice)
+        host = make_host(plan.profile.hosts[name], on_notice=on_notice, run_id=run_id)
         try:
             host.connect()
         except HostError as exc:
@@ -229,7 +229,7 @@ def prepare_hosts(plan: Plan, run_id: str, local_root: Path | None,
     ``import_tf``: import TensorFlow on every host (`check`) instead of reading its version."""
     n = len({t.host for t in plan.tasks})
     progress(f"connecting to {n} host{'s' if n != 1 else ''}")
-    hosts = connect_hosts(plan, on_notice)
+    hosts = connect_hosts(plan, on_notice, run_id)
     pre = Preflight(hosts)
     try:
         if not import_tf and plan.profile.sync is None:

@@ -48,6 +48,7 @@ from launcher.profile_keys import (
     SINGLE_TASK_ROLES,
     SLURM_KEYS,
     SSH_KEYS,
+    SSH_TABLE,
     SYNC_KEYS,
     TASK_KEYS,
     TOP_KEYS,
@@ -58,7 +59,7 @@ from launcher.profile_overrides import EnvVarUnset, Overrides, resolve
 from launcher.sizes import parse_size
 from launcher.slurm_env import current_allocation
 
-TRANSPORTS: tuple[Transport, ...] = ("ssh", "local")  # "slurm" comes from [slurm], not per host
+TRANSPORTS: tuple[Transport, ...] = ("ssh", "openssh", "local")  # "slurm" comes from [slurm], not per host
 
 #: placeholders a command may use; ``{port}`` and ``{run_dir}`` are filled at launch
 COMMAND_PLACEHOLDERS = ("python", "role", "index", "task", "host", "port", "run_dir", "outputs")
@@ -433,7 +434,7 @@ class _ProfileReader:
 
     def ssh_settings(self, table: Mapping[str, Any], key: KeyPath, base: SshSettings) -> SshSettings:
         if key == ("ssh",):
-            self.check_table(table, key, SSH_KEYS)
+            self.check_table(table, key, SSH_TABLE)
         user: str | None = table.get("user")
         identity: str | None = table.get("identity_file")
         known: str | None = table.get("known_hosts")
@@ -449,6 +450,7 @@ class _ProfileReader:
             connect_timeout=base.connect_timeout if timeout is None else float(timeout),
             ssh_port=base.ssh_port if port is None else port,
             ssh_config=ssh_config,
+            client=table.get("client", base.client),
             unset=tuple(name for name in base.unset if name not in table),
         )
 
@@ -480,7 +482,7 @@ class _ProfileReader:
             if address is None or not address.strip():
                 raise self.fail(key, f'has no address; add address = "10.0.0.1" (or "localhost") '
                                 f"under [hosts.{name}]")
-            transport = cast(Transport, _get(entry, HOST_KEYS, "transport"))
+            transport = cast(Transport, entry.get("transport", "openssh" if ssh.client == "openssh" else "ssh"))
             tf_address: str | None = entry.get("tf_address")
             if tf_address is not None and not tf_address.strip():
                 raise self.fail((*key, "tf_address"), "is empty; give the address tasks on other hosts reach "

@@ -134,13 +134,22 @@ SSH_KEYS = Table(
     ),
 )
 
+SSH_TABLE = Table(SSH_KEYS.doc, (
+    *SSH_KEYS.keys,
+    Key("client", "choice", "The SSH client of every ssh host without a transport of its own: builtin "
+        "(paramiko) or openssh (the system ssh binary, as transport = \"openssh\").", default="builtin",
+        choices=("builtin", "openssh")),
+))
+
 HOST_KEYS = Table(
     "One machine tasks run on.",
     (
         Key("address", "string", "Address or name of the host (\"localhost\" for this machine).",
             required=True, nonblank=True),
-        Key("transport", "choice", "How tasks are started there: over SSH, or locally without SSH.",
-            default="ssh", choices=("ssh", "local")),
+        Key("transport", "choice", "How tasks are started there: over SSH with the built-in client (ssh), "
+            "with the system ssh binary, multiplexed (openssh: Kerberos, PKCS#11/FIDO keys, 2FA, all of "
+            "ssh_config), or locally without SSH. Default: ssh, or openssh where [ssh] client = \"openssh\".",
+            default="ssh", choices=("ssh", "openssh", "local")),
         Key("gpus", "index_list", "GPU indices this host offers.", default=[],
             expected="a list of GPU indices like [0, 1]"),
         Key("tf_address", "string", "Address TF_CONFIG and {host} use for this host (e.g. its fast network); "
@@ -228,7 +237,7 @@ TOP_KEYS = Table(
         Key("gpu_busy", "choice", "When GPUs a task is given hold memory of other processes: warn, or refuse "
             "the launch.", default="warn", choices=("warn", "refuse")),
         Key("defaults", "table", TASK_KEYS.doc, table=TASK_KEYS),
-        Key("ssh", "table", SSH_KEYS.doc, table=SSH_KEYS),
+        Key("ssh", "table", SSH_TABLE.doc, table=SSH_TABLE),
         Key("hosts", "tables", "The machines of the job by name; without it everything runs on this machine.",
             table=HOST_KEYS),
         Key("roles", "tables", "The tasks of each role: chief, ps, worker, evaluator.", table=ROLE_KEYS,

@@ -22,6 +22,7 @@ from launcher.profile_keys import (
     ROLE_KEYS,
     SLURM_KEYS,
     SSH_KEYS,
+    SSH_TABLE,
     SYNC_KEYS,
     TASK_KEYS,
     TOP_KEYS,
@@ -165,7 +166,7 @@ MODEL_TABLES: list[tuple[type, tuple[Table, ...], set[str]]] = [
     (model.Profile, (TOP_KEYS,), {"path", "text", "overrides", "secrets"}),
     (model.TaskDefaults, (TASK_KEYS,), set()),
     # unset: which keys the profile left open (for ~/.ssh/config), not a key itself
-    (model.SshSettings, (SSH_KEYS,), {"unset"}),
+    (model.SshSettings, (SSH_TABLE,), {"unset"}),
     # group and slurm_job_id: set by host ranges and the Slurm allocation, not written in a profile
     (model.HostConfig, (HOST_KEYS,), {"name", "ssh", "group", "slurm_job_id"}),
     (model.RoleConfig, (ROLE_KEYS,), {"name", "settings"}),
@@ -190,7 +191,7 @@ def test_every_model_field_is_declared_and_every_declared_key_is_in_the_model(
     assert not declared - fields, f"keys {sorted(declared - fields)} are declared but {cls.__name__} has no field"
 
 
-@pytest.mark.parametrize(("table", "cls"), [(TASK_KEYS, model.TaskDefaults), (SSH_KEYS, model.SshSettings),
+@pytest.mark.parametrize(("table", "cls"), [(TASK_KEYS, model.TaskDefaults), (SSH_TABLE, model.SshSettings),
                                             (NOTIFY_KEYS, model.NotifyConfig)])
 def test_declared_defaults_are_the_model_defaults(table: Table, cls: type) -> None:
     for f in dataclasses.fields(cls):
