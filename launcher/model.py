@@ -17,6 +17,8 @@ RestartPolicy = Literal["never", "on-failure", "always", "exit-code"]
 HostKeyPolicy = Literal["reject", "accept-new"]
 Transport = Literal["ssh", "local", "slurm"]
 OnStall = Literal["warn", "restart"]
+OnNan = Literal["warn", "stop"]
+LogAction = Literal["no_retry", "warn"]
 
 ROLES = ("chief", "ps", "worker", "evaluator")
 #: the order tasks are listed and started in: ps first, then workers, evaluator, chief last
@@ -82,6 +84,7 @@ class TaskDefaults:
     autolog: bool = True  # step/loss/placement from unmodified scripts (launcher/autolog.py)
     stall_seconds: float = 600.0  # step not advancing this long -> stalled; 0 = off (ps: off unless set)
     on_stall: OnStall = "warn"
+    on_nan: OnNan = "warn"  # a NaN or Inf loss: a condition (warn), or the job fails (stop)
 
 
 @dataclass(frozen=True)
@@ -99,6 +102,15 @@ class MetricsConfig:
     step: str | None = None
     loss: str | None = None
     extra: dict[str, str] = field(default_factory=dict)  # other name = regex pairs
+
+
+@dataclass(frozen=True)
+class LogPolicy:
+    """One [[log_policies]] table: a line of a task's output that matches ``pattern`` (a regex)
+    raises a condition (warn) or keeps the failing incarnation from being restarted (no_retry)."""
+
+    pattern: str
+    action: LogAction
 
 
 @dataclass(frozen=True)
@@ -147,6 +159,7 @@ class Profile:
     slurm: SlurmConfig | None = None  # [slurm]: hosts from the Slurm allocation
     #: a worker below this fraction of the workers' median steps/s for STRAGGLER_WINDOW_S is flagged
     straggler_ratio: float = 0.7
+    log_policies: tuple[LogPolicy, ...] = ()  # [[log_policies]], in the order written
 
     @property
     def directory(self) -> Path:
@@ -178,6 +191,7 @@ class TaskSpec:
     autolog: bool = True
     stall_seconds: float = 0.0  # 0: no stall detection for this task
     on_stall: OnStall = "warn"
+    on_nan: OnNan = "warn"
 
     @property
     def slug(self) -> str:
