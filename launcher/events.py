@@ -197,12 +197,16 @@ NONFINITE_LABELS = ("nan", "inf", "-inf")
 
 
 def nonfinite_label(value: Any) -> str | None:
-    """"nan", "inf" or "-inf" for such a float (or one of those labels), else None."""
+    """"nan", "inf" or "-inf" for such a number (or one of those labels), else None."""
     if isinstance(value, str):
         return value if value in NONFINITE_LABELS else None
-    if not isinstance(value, float) or math.isfinite(value):
+    try:
+        number = float(value)  # numpy scalars too
+    except (TypeError, ValueError):
         return None
-    return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    if math.isfinite(number):
+        return None
+    return "nan" if math.isnan(number) else ("inf" if number > 0 else "-inf")
 
 
 def sample_event(run: str, task: str, *, cpu_percent: float | None, rss_bytes: int | None,
