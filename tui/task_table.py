@@ -46,7 +46,7 @@ COLUMNS: tuple[tuple[str, str, int, bool], ...] = (
 )
 BAR_CELLS = 4
 TREND_CELLS = 8
-FLAG_NAMES = {ev.STALLED: "STALL", ev.STRAGGLER: "SLOW"}
+FLAG_NAMES = {ev.STALLED: "STALL", ev.STRAGGLER: "SLOW", ev.NAN_LOSS: "NAN", ev.LOG_POLICY: "LOG"}
 COLUMN_INDEX = {key: i for i, (key, *_rest) in enumerate(COLUMNS)}
 TABLE_WIDTH = sum(width for _key, _label, width, _right in COLUMNS)
 STALE_STYLE = "bold black on yellow"
