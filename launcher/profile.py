@@ -680,7 +680,7 @@ class _ProfileReader:
                                 "keep backslashes as written)") from None
             if compiled.groups < 1:
                 raise self.fail(key, "the regex has no capture group; wrap the number in "
-                                "parentheses, e.g. 'loss: ([-+0-9.eE]+)'")
+                                "parentheses, e.g. 'loss: (\\S+)'")
             patterns[name] = value
         step = patterns.pop("step", None)
         loss = patterns.pop("loss", None)
