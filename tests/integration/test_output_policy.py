@@ -4,25 +4,36 @@ Plain Python tasks: the loss comes through the [metrics] regexes (worker:0) and 
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 from typing import Any
 
-from tests.integration.jobtools import cli, kill_run_processes, pids_with_run_id, read_events
+from tests.integration.jobtools import (
+    cli,
+    kill_run_processes,
+    pids_with_run_id,
+    read_events,
+    start_cli,
+    wait_for,
+)
 
 NAN_SCRIPT = """
-import sys, time
+import os, sys, time
 from launcher import report
 report.configure(min_interval=0)
-then = sys.argv[1]
-losses = [1.0, 0.8, 0.6, 0.5, 0.4, "nan", "nan", 0.3] if then == "recover" else [1.0, 0.8, 0.6, 0.5, 0.4, "nan"]
+then, index = sys.argv[1], sys.argv[2]
+losses = [1.0, 0.8, 0.6, 0.5, 0.4, "nan"]
+if then == "recover" and index == "0":
+    losses += ["nan", 0.3]
 for step, loss in enumerate(losses, start=1):
-    if sys.argv[2] == "0":
+    if index == "0":
         print("step %d loss %s" % (step, loss), flush=True)
     else:
         report.report(step=step, loss=float(loss))
     time.sleep(0.2)
-if then == "hang":
-    time.sleep(600)
+deadline = time.time() + 600
+while not os.path.exists("release") and time.time() < deadline:
+    time.sleep(0.1)
 """
 
 
@@ -61,18 +72,31 @@ def job_end(run_dir: Path) -> dict[str, Any]:
 
 def test_a_nan_loss_raises_a_condition_and_the_job_goes_on(tmp_path: Path) -> None:
     run_dir, run_id = tmp_path / "run", "it-nan-warn"
+    log = tmp_path / "up.log"
+    launcher = start_cli("up", str(nan_profile(tmp_path, "warn", "recover")), "--no-tui", "--run-dir",
+                         str(run_dir), "--run-id", run_id, log=log)
     try:
-        up = cli("up", str(nan_profile(tmp_path, "warn", "recover")), "--no-tui", "--run-dir", str(run_dir),
-                 "--run-id", run_id, timeout=120)
+        def nan_events(task: str) -> list[tuple[bool, str]]:
+            return [(e["active"], e["reason"]) for e in conditions(run_dir, "nan_loss") if e["task"] == task]
+
+        # worker:0 reads its loss through the [metrics] regex and recovers; worker:1 reports with report.py
+        wait_for(lambda: len(nan_events("worker:0")) == 2 and nan_events("worker:1"), 60, "nan_loss conditions")
+        assert nan_events("worker:0") == [(True, "loss is NaN since step 6"),
+                                          (False, "loss is finite again: recovered at step 8")]
+        assert nan_events("worker:1") == [(True, "loss is NaN since step 6")]
+        status = cli("status", str(run_dir), timeout=60)
+        assert "worker:1 nan_loss: loss is NaN since step 6" in status.stdout, status.stdout
+        assert "worker:0 nan_loss" not in status.stdout
+        wait_for(lambda: "worker:0     nan_loss: loss is NaN since step 6" in log.read_text(), 30,
+                 "the --no-tui nan_loss line")
+        (tmp_path / "release").touch()  # the job goes on to its end
+        assert launcher.wait(60) == 0, log.read_text()
+        assert job_end(run_dir)["state"] == "Succeeded"
     finally:
+        if launcher.poll() is None:
+            launcher.send_signal(signal.SIGINT)
+            launcher.wait(60)
         kill_run_processes(run_id)
-    assert up.returncode == 0, up.stdout + up.stderr
-    for task in ("worker:0", "worker:1"):  # the regex path and report.py's JSON
-        raised = [(e["active"], e["reason"]) for e in conditions(run_dir, "nan_loss") if e["task"] == task]
-        assert raised == [(True, "loss is NaN since step 6"),
-                          (False, "loss is finite again: recovered at step 8")], raised
-    assert "worker:0     nan_loss: loss is NaN since step 6" in up.stdout, up.stdout
-    assert job_end(run_dir)["state"] == "Succeeded"
 
 
 def test_on_nan_stop_tears_the_job_down_with_the_reason(tmp_path: Path) -> None:
