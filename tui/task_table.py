@@ -84,7 +84,7 @@ def task_cells(task: TaskView, now: float) -> tuple[Cell, ...]:
         (flags_text(task), "bold black on dark_orange" if task.conditions else ""),
         (str(task.restarts), "yellow" if task.restarts else "dim"),
         (str(task.step) if task.step is not None else fmt.MISSING, ""),
-        (fmt.loss(task.loss), ""),
+        (task.nonfinite_loss or fmt.loss(task.loss), "bold red" if task.nonfinite_loss else ""),
         (fmt.number(task.steps_per_s(now)), ""),
         (trend, "cyan"),
         (_percent_cell(task.cpu_percent), "green"),
