@@ -226,7 +226,7 @@ def _scalar_loss(value: Any) -> Any:
 def _read_tensor(value: Any) -> Optional[float]:
     from launcher import report
 
-    return report._to_float(value)
+    return report._to_number(value)  # a NaN loss too: it raises the nan_loss condition
 
 
 def _patch_function_calls() -> None:

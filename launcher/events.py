@@ -46,6 +46,8 @@ KINDS = (JOB, STATE, METRIC, SAMPLE, PLACEMENT, LOG, HOST, CONDITION, ACTION)
 # task conditions
 STALLED = "stalled"
 STRAGGLER = "straggler"
+NAN_LOSS = "nan_loss"  # the loss became NaN or Inf (launcher/outputpolicy.py)
+LOG_POLICY = "log_policy"  # a line of output matched a [[log_policies]] pattern with action warn
 
 # job states
 JOB_CREATED = "Created"
@@ -176,13 +178,35 @@ def state_event(run: str, task: str, state: str, *, host: str | None = None, pid
 
 def metric_event(run: str, task: str, step: int | None = None, loss: float | None = None,
                  values: dict[str, float] | None = None, ts: float | None = None) -> Event:
+    """A NaN or infinite ``loss`` is sent as ``loss: null`` and ``nonfinite_loss``: "nan", "inf" or
+    "-inf" (events stay strict JSON, which has no NaN)."""
     clean = {}
     for k, v in (values or {}).items():
         f = finite(v)
         if f is not None:
             clean[str(k)] = f
-    return Event(METRIC, run, task, ts if ts is not None else time.time(),
-                 {"step": int(step) if step is not None else None, "loss": finite(loss), "values": clean})
+    data: dict[str, Any] = {"step": int(step) if step is not None else None, "loss": finite(loss), "values": clean}
+    label = nonfinite_label(loss)
+    if label is not None:
+        data["nonfinite_loss"] = label
+    return Event(METRIC, run, task, ts if ts is not None else time.time(), data)
+
+
+#: how a metric event names a loss that is no finite number
+NONFINITE_LABELS = ("nan", "inf", "-inf")
+
+
+def nonfinite_label(value: Any) -> str | None:
+    """"nan", "inf" or "-inf" for such a number (or one of those labels), else None."""
+    if isinstance(value, str):
+        return value if value in NONFINITE_LABELS else None
+    try:
+        number = float(value)  # numpy scalars too
+    except (TypeError, ValueError):
+        return None
+    if math.isfinite(number):
+        return None
+    return "nan" if math.isnan(number) else ("inf" if number > 0 else "-inf")
 
 
 def sample_event(run: str, task: str, *, cpu_percent: float | None, rss_bytes: int | None,

@@ -226,7 +226,7 @@ def profile_text(script: Path, target: Path, guess: Guess, shape: Shape, hosts: 
         lines += ["", "# Step and loss come from TensorFlow and Keras by themselves (autolog). A script that only",
                   "# prints them is read with regexes on its output (try them on a saved log with:",
                   f"# distlaunch check {quoted_target} --metrics-sample LOG):",
-                  "# [metrics]", "# step = 'step[ :=]+(\\d+)'", "# loss = 'loss[ :=]+([-+0-9.eE]+)'"]
+                  "# [metrics]", "# step = 'step[ :=]+(\\d+)'", "# loss = 'loss[ :=]+(\\S+)'"]
     return "\n".join(lines) + "\n"
 
 

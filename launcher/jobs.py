@@ -371,6 +371,7 @@ def summarize(path: Path) -> dict[str, Any]:
             "pid": (seen.pid if seen else None) or info.get("pid"),
             "restarts": seen.restarts if seen else info.get("restarts", 0),
             "step": seen.step if seen else None, "loss": seen.loss if seen else None,
+            "nonfinite_loss": seen.nonfinite_loss if seen else None,
             "steps_per_s": seen.steps_per_s(now) if seen and alive else None,
             "exit_code": seen.exit_code if seen else None, "reason": seen.reason if seen else "",
             "conditions": dict(seen.conditions) if seen else {}}
@@ -404,7 +405,7 @@ def run_status(args: argparse.Namespace) -> int:
         print(f"(detached: task states as last seen by a launcher; `distlaunch attach {summary['run']}` for live)")
     rows = [("TASK", "HOST", "ADDRESS", "STATE", "PID", "RESTARTS", "STEP", "LOSS")]
     for task_id, t in summary["tasks"].items():
-        loss = f"{t['loss']:.4f}" if isinstance(t["loss"], float) else "-"
+        loss = t.get("nonfinite_loss") or (f"{t['loss']:.4f}" if isinstance(t["loss"], float) else "-")
         rows.append((task_id, t["host"], f"{t['address']}:{t['port']}", str(t["state"]),
                      str(t["pid"] or "-"), str(t["restarts"]), str(t["step"] if t["step"] is not None else "-"),
                      loss))

@@ -90,7 +90,9 @@ class TaskView:
     exit_code: int | None = None
     reason: str = ""
     step: int | None = None
-    loss: float | None = None
+    loss: float | None = None  # the latest finite loss
+    #: "nan" / "inf" / "-inf" while the latest loss is no finite number (shown in its place)
+    nonfinite_loss: str | None = None
     cpu_percent: float | None = None
     rss_bytes: int | None = None
     gpu_util: float | None = None
@@ -425,6 +427,9 @@ class JobView:
     def _apply_metric(self, task: TaskView, event: Event) -> None:
         step = event.get("step")
         loss = ev.finite(event.get("loss"))
+        nonfinite = ev.nonfinite_label(event.get("nonfinite_loss"))
+        if loss is not None or nonfinite is not None:
+            task.nonfinite_loss = nonfinite
         if isinstance(step, int):
             task.step = step
             task.record_step(event.ts, step)

@@ -42,7 +42,7 @@ def run_metrics_sample(profile_path: Path, log_path: Path, out: TextIO | None = 
     patterns = profile_patterns(profile_path)
     if not patterns:
         raise UserError(f"{profile_path}: no [metrics] regexes to try; add e.g. "
-                        "loss = 'loss[ =:]+([-+0-9.eE]+)' under [metrics]")
+                        "loss = 'loss[ =:]+(\\S+)' under [metrics]")
     regexes = MetricRegexes(patterns)
     for name, error in regexes.invalid:
         raise UserError(f"{profile_path}: metrics.{name}: invalid regex ({error}); fix it and try again")

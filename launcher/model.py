@@ -20,6 +20,8 @@ Transport = Literal["ssh", "openssh", "local", "slurm"]
 SSH_TRANSPORTS = ("ssh", "openssh")
 OnStall = Literal["warn", "restart"]
 GpuBusy = Literal["warn", "refuse"]
+OnNan = Literal["warn", "stop"]
+LogAction = Literal["no_retry", "warn"]
 
 ROLES = ("chief", "ps", "worker", "evaluator")
 #: the order tasks are listed and started in: ps first, then workers, evaluator, chief last
@@ -87,6 +89,7 @@ class TaskDefaults:
     autolog: bool = True  # step/loss/placement from unmodified scripts (launcher/autolog.py)
     stall_seconds: float = 600.0  # step not advancing this long -> stalled; 0 = off (ps: off unless set)
     on_stall: OnStall = "warn"
+    on_nan: OnNan = "warn"  # a NaN or Inf loss: a condition (warn), or the job fails (stop)
 
 
 @dataclass(frozen=True)
@@ -104,6 +107,15 @@ class MetricsConfig:
     step: str | None = None
     loss: str | None = None
     extra: dict[str, str] = field(default_factory=dict)  # other name = regex pairs
+
+
+@dataclass(frozen=True)
+class LogPolicy:
+    """One [[log_policies]] table: a line of a task's output that matches ``pattern`` (a regex)
+    raises a condition (warn) or keeps the failing incarnation from being restarted (no_retry)."""
+
+    pattern: str
+    action: LogAction
 
 
 @dataclass(frozen=True)
@@ -158,6 +170,7 @@ class Profile:
     min_free_disk: int = 1024**3
     #: what preflight does when a task's GPUs hold other processes' memory
     gpu_busy: GpuBusy = "warn"
+    log_policies: tuple[LogPolicy, ...] = ()  # [[log_policies]], in the order written
 
     @property
     def directory(self) -> Path:
@@ -189,6 +202,7 @@ class TaskSpec:
     autolog: bool = True
     stall_seconds: float = 0.0  # 0: no stall detection for this task
     on_stall: OnStall = "warn"
+    on_nan: OnNan = "warn"
 
     @property
     def slug(self) -> str:

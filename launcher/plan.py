@@ -120,6 +120,7 @@ def _task(profile: Profile, role: RoleConfig, index: int, host: HostConfig, nth_
         autolog=settings.autolog,
         stall_seconds=settings.stall_seconds,
         on_stall=settings.on_stall,
+        on_nan=settings.on_nan,
     )
 
 

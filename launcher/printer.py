@@ -142,7 +142,7 @@ class ProgressPrinter:
                     next((t for t in tasks.values() if t.step is not None), None))
         parts = []
         if lead is not None:
-            loss = f"{lead.loss:.4f}" if lead.loss is not None else "-"
+            loss = lead.nonfinite_loss or (f"{lead.loss:.4f}" if lead.loss is not None else "-")
             lead_rate = lead.steps_per_s(now)
             rate = f"{lead_rate:.1f}" if lead_rate is not None else "-"
             parts.append(f"step {lead.step}  loss {loss}  {rate} steps/s")

@@ -25,8 +25,10 @@ from launcher.model import (
     GpuBusy,
     HostConfig,
     HostKeyPolicy,
+    LogPolicy,
     MetricsConfig,
     NotifyConfig,
+    OnNan,
     OnStall,
     Profile,
     RestartPolicy,
@@ -43,6 +45,7 @@ from launcher.profile_keys import (
     ENV_NAME_PATTERN,
     HOST_KEYS,
     HOST_NAME_PATTERN,
+    LOG_POLICY_KEYS,
     NOTIFY_KEYS,
     ROLE_KEYS,
     SINGLE_TASK_ROLES,
@@ -144,6 +147,7 @@ def key_lines(text: str) -> dict[KeyPath, int]:
     """
     found: dict[KeyPath, int] = {}
     table: KeyPath = ()
+    arrays: dict[KeyPath, int] = {}  # [[name]] tables seen so far: the n-th is name[n] (from 1)
     for number, raw in enumerate(text.splitlines(), start=1):
         line = raw.strip()
         if not line or line.startswith("#"):
@@ -152,6 +156,10 @@ def key_lines(text: str) -> dict[KeyPath, int]:
         if header:
             table = _split_key(header.group(1))
             found.setdefault(table, number)
+            if line.startswith("[["):
+                arrays[table] = arrays.get(table, 0) + 1
+                table = (*table[:-1], f"{table[-1]}[{arrays[table]}]")
+                found.setdefault(table, number)
             continue
         assignment = _ASSIGNMENT_RE.match(line)
         if not assignment:
@@ -206,7 +214,7 @@ class _ProfileReader:
     # ---- reporting ----------------------------------------------------------------------
 
     def fail(self, key: KeyPath, message: str) -> ProfileError:
-        dotted = ".".join(k if re.fullmatch(r"[A-Za-z0-9_-]+", k) else json.dumps(k) for k in key)
+        dotted = ".".join(k if re.fullmatch(r"[A-Za-z0-9_-]+(?:\[\d+\])?", k) else json.dumps(k) for k in key)
         if any(key[: len(p)] == p for p in self.set_paths):
             return ProfileError(f"--set {dotted}: {message}")
         where = f"{self.path}"
@@ -264,6 +272,9 @@ class _ProfileReader:
                 isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in value
             ):
                 raise self.fail(key, f"expected {spec.expected}, got {show_value(value)}")
+        elif kind == "table_list":
+            if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+                raise self.fail(key, f"expected [[{key[-1]}]] tables, got {show_value(value)}")
         elif not isinstance(value, dict):
             raise self.fail(key, f"expected a table, got {show_value(value)}")
 
@@ -311,6 +322,7 @@ class _ProfileReader:
             allow_version_skew=bool(_get(data, TOP_KEYS, "allow_version_skew")),
             min_free_disk=int(parse_size(_get(data, TOP_KEYS, "min_free_disk")) or 0),
             gpu_busy=cast(GpuBusy, _get(data, TOP_KEYS, "gpu_busy")),
+            log_policies=self.log_policies(data.get("log_policies", [])),
         )
 
     def sync(self, data: Mapping[str, Any]) -> SyncConfig | None:
@@ -388,6 +400,7 @@ class _ProfileReader:
         autolog: bool | None = table.get("autolog")
         stall: float | None = table.get("stall_seconds")
         on_stall = cast(OnStall | None, table.get("on_stall"))
+        on_nan = cast(OnNan | None, table.get("on_nan"))
         if shell is not None and not shell.strip():
             raise self.fail((*key, "shell"), 'is empty; give a shell and its flags, e.g. "bash -lc", '
                             "or leave the key out")
@@ -405,6 +418,7 @@ class _ProfileReader:
             autolog=base.autolog if autolog is None else autolog,
             stall_seconds=base.stall_seconds if stall is None else float(stall),
             on_stall=base.on_stall if on_stall is None else on_stall,
+            on_nan=base.on_nan if on_nan is None else on_nan,
         )
 
     def env(self, table: Mapping[str, Any], key: KeyPath) -> dict[str, str]:
@@ -647,6 +661,23 @@ class _ProfileReader:
         return NotifyConfig(command=command, timeout_seconds=float(_get(table, NOTIFY_KEYS, "timeout_seconds")),
                             bell=bool(_get(table, NOTIFY_KEYS, "bell")))
 
+    def log_policies(self, entries: list[dict[str, Any]]) -> tuple[LogPolicy, ...]:
+        policies = []
+        for number, entry in enumerate(entries, start=1):
+            key = (f"log_policies[{number}]",)
+            self.check_table(entry, key, LOG_POLICY_KEYS)
+            for name in LOG_POLICY_KEYS.names:
+                if name not in entry:
+                    raise self.fail(key, f'has no {name}; add it, e.g. pattern = "CUDA_ERROR_OUT_OF_MEMORY" '
+                                    'and action = "no_retry"')
+            try:
+                re.compile(entry["pattern"])
+            except re.error as exc:
+                raise self.fail((*key, "pattern"), f"bad regex: {exc}; fix it (TOML literal strings '...' "
+                                "keep backslashes as written)") from None
+            policies.append(LogPolicy(pattern=entry["pattern"], action=entry["action"]))
+        return tuple(policies)
+
     def metrics(self, table: Mapping[str, Any]) -> MetricsConfig:
         patterns: dict[str, str] = {}
         for name, value in table.items():
@@ -660,7 +691,7 @@ class _ProfileReader:
                                 "keep backslashes as written)") from None
             if compiled.groups < 1:
                 raise self.fail(key, "the regex has no capture group; wrap the number in "
-                                "parentheses, e.g. 'loss: ([-+0-9.eE]+)'")
+                                "parentheses, e.g. 'loss: (\\S+)'")
             patterns[name] = value
         step = patterns.pop("step", None)
         loss = patterns.pop("loss", None)

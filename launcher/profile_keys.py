@@ -27,6 +27,7 @@ Kind = Literal[
     "size",  # bytes: an integer >= 0, or a string with a unit ("1GiB", "500 MB")
     "table",  # a sub-table with the keys of ``table``
     "tables",  # a table of named sub-tables, each with the keys of ``table``
+    "table_list",  # an array of tables ([[name]]), each with the keys of ``table``
 ]
 
 #: what an environment variable name may look like
@@ -113,6 +114,9 @@ TASK_KEYS = Table(
             default=600.0),
         Key("on_stall", "choice", "What a stall does: warn (an event) or restart (the strategy's usual "
             "recovery, counted like a failure).", default="warn", choices=("warn", "restart")),
+        Key("on_nan", "choice", "What a NaN or Inf loss does: warn (a nan_loss condition, cleared when the "
+            "loss is finite again) or stop (the job is torn down and fails).", default="warn",
+            choices=("warn", "stop")),
     ),
 )
 
@@ -211,6 +215,18 @@ SLURM_KEYS = Table(
     ),
 )
 
+LOG_POLICY_KEYS = Table(
+    "A rule on the tasks' output: a line matching pattern raises a condition (warn) or keeps the task "
+    "that printed it from being restarted when it fails (no_retry).",
+    (
+        Key("pattern", "string", "A regex (Python's re) searched in each line a task prints, e.g. "
+            "\"CUDA_ERROR_OUT_OF_MEMORY\".", required=True, nonblank=True),
+        Key("action", "choice", "no_retry: the incarnation that printed it is not restarted when it fails "
+            "(nor the group restart it would cause), and the failure names the line; warn: a log_policy "
+            "condition, once per incarnation.", required=True, choices=("no_retry", "warn")),
+    ),
+)
+
 TOP_KEYS = Table(
     "A distlaunch cluster profile: which TensorFlow tasks run where, and how they are supervised.",
     (
@@ -247,5 +263,6 @@ TOP_KEYS = Table(
         Key("notify", "table", NOTIFY_KEYS.doc, table=NOTIFY_KEYS),
         Key("sync", "table", SYNC_KEYS.doc, table=SYNC_KEYS),
         Key("slurm", "table", SLURM_KEYS.doc, table=SLURM_KEYS),
+        Key("log_policies", "table_list", LOG_POLICY_KEYS.doc, table=LOG_POLICY_KEYS),
     ),
 )

@@ -104,6 +104,8 @@ def _kind_schema(key: Key) -> dict[str, Any]:
     if kind == "regex_map":
         return {"type": "object", "additionalProperties": {"type": "string", "format": "regex"}}
     assert key.table is not None, key.name
+    if kind == "table_list":
+        return {"type": "array", "items": _table_schema(key.table)}
     if kind == "table":
         return _table_schema(key.table)
     if not key.names:  # any sub-table name that is valid

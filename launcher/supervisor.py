@@ -27,6 +27,7 @@ from launcher.events import Event, EventDecodeError
 from launcher.hostclock import HostClock
 from launcher.hostworker import HostWorker
 from launcher.model import START_ORDER, Plan, TaskSpec
+from launcher.outputpolicy import OutputPolicy
 from launcher.plan import render_command, split_secrets, tf_config
 from launcher.policy import (
     backoff_delay,
@@ -162,6 +163,7 @@ class Supervisor:
                                  [t.task_id for t in plan.tasks if t.role == "worker"],
                                  self.profile.straggler_ratio)
         self._next_watch = 0.0
+        self.outputs = OutputPolicy(self.run_id, self.profile.log_policies, {t.task_id: t.on_nan for t in plan.tasks})
 
     # -- public: consumers and control ------------------------------------------------------------
 
@@ -230,6 +232,7 @@ class Supervisor:
                 feed.put(event)
         self.lost_events = dict(state.get("lost_events") or {})
         self._arm_watchdog(history)
+        self.outputs.replay(history)
         self._loop_thread = threading.Thread(target=self._loop, name="supervisor", daemon=True)
         self._loop_thread.start()
         reachable = [h for h in self.sessions if h not in unreachable]
@@ -495,6 +498,7 @@ class Supervisor:
             if decoded is None:
                 continue
             event = decoded[0]
+            raised = self.outputs.on_event(event) if event.task in self.tasks else []
             if event.kind == ev.STATE and event.task in self.tasks:
                 self._publish_many(held)
                 held = []
@@ -502,11 +506,23 @@ class Supervisor:
                 self._on_task_state(self.tasks[event.task], event)
                 continue
             held.append(decoded)
+            if raised:  # log policies and NaN loss: conditions, maybe the job's end (on_nan = stop)
+                held = self._on_output_conditions(held, raised)
             if event.kind == ev.METRIC and event.task in self.tasks:
                 step = event.get("step")
                 if isinstance(step, int) and self.tasks[event.task].state == ev.RUNNING:
                     self.watchdog.on_step(event.task, step, time.monotonic())
         self._publish_many(held)
+
+    def _on_output_conditions(self, held: list[tuple[Event, str | None]],
+                              raised: list[Event]) -> list[tuple[Event, str | None]]:
+        held.extend((condition, None) for condition in raised)
+        stop = self.outputs.stop_reason()
+        if stop is None or self._finishing:
+            return held
+        self._publish_many(held)
+        self._finish(ev.JOB_FAILED, stop)
+        return []
 
     def _decode(self, host: str, line: str, received: float) -> tuple[Event, str | None] | None:
         """The event a stream line carries and the text to store for it (None: encode it again),
@@ -622,6 +638,9 @@ class Supervisor:
         if permanent:
             self._finish(ev.JOB_FAILED, f"{spec.task_id} failed ({reason}); not restarted: no restart can fix "
                          "this")
+            return
+        if (no_retry := self.outputs.no_retry(spec.task_id)) is not None:  # a [[log_policies]] no_retry line
+            self._finish(ev.JOB_FAILED, f"{spec.task_id} failed ({reason}); not restarted: {no_retry}")
             return
         crash_loop = crash_loop_reason(spec, rt.quick_failures, rt.restarts)
         if crash_loop is not None:

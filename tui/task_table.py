@@ -46,7 +46,7 @@ COLUMNS: tuple[tuple[str, str, int, bool], ...] = (
 )
 BAR_CELLS = 4
 TREND_CELLS = 8
-FLAG_NAMES = {ev.STALLED: "STALL", ev.STRAGGLER: "SLOW"}
+FLAG_NAMES = {ev.STALLED: "STALL", ev.STRAGGLER: "SLOW", ev.NAN_LOSS: "NAN", ev.LOG_POLICY: "LOG"}
 COLUMN_INDEX = {key: i for i, (key, *_rest) in enumerate(COLUMNS)}
 TABLE_WIDTH = sum(width for _key, _label, width, _right in COLUMNS)
 STALE_STYLE = "bold black on yellow"
@@ -84,7 +84,7 @@ def task_cells(task: TaskView, now: float) -> tuple[Cell, ...]:
         (flags_text(task), "bold black on dark_orange" if task.conditions else ""),
         (str(task.restarts), "yellow" if task.restarts else "dim"),
         (str(task.step) if task.step is not None else fmt.MISSING, ""),
-        (fmt.loss(task.loss), ""),
+        (task.nonfinite_loss or fmt.loss(task.loss), "bold red" if task.nonfinite_loss else ""),
         (fmt.number(task.steps_per_s(now)), ""),
         (trend, "cyan"),
         (_percent_cell(task.cpu_percent), "green"),

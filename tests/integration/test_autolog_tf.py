@@ -246,3 +246,13 @@ def test_tf1_global_step_of_every_form_is_read_and_a_failed_way_falls_back_once(
     assert not missing, f"no step read for: {missing}; stderr: {done.stderr[-2000:]}"
     said = [line for line in done.stderr.splitlines() if line.startswith("distlaunch autolog:")]
     assert said == [said[0]] and "could not read the global step by get_global_step() (TypeError" in said[0], said
+
+
+def test_a_nan_loss_read_by_autolog_raises_nan_loss(tmp_path: Path) -> None:
+    events = run_job(tmp_path, profile(tmp_path, "nan_fit.py", "[roles.worker]\n", "custom"), "it-al-nan")
+    raised = [e for e in events if e["kind"] == "condition" and e["condition"] == "nan_loss"]
+    assert raised and raised[0]["task"] == "worker:0" and raised[0]["active"], raised
+    step = int(raised[0]["reason"].removeprefix("loss is NaN since step "))
+    assert 11 <= step <= 20, raised[0]["reason"]  # the first NaN batch is the 11th; reads may lag a few
+    losses = [e for e in events if e["kind"] == "metric" and e["task"] == "worker:0"]
+    assert any(e["loss"] is not None for e in losses) and any(e.get("nonfinite_loss") == "nan" for e in losses)

@@ -18,6 +18,7 @@ from launcher.errors import ProfileError
 from launcher.profile import load_profile
 from launcher.profile_keys import (
     HOST_KEYS,
+    LOG_POLICY_KEYS,
     NOTIFY_KEYS,
     ROLE_KEYS,
     SLURM_KEYS,
@@ -60,6 +61,8 @@ def _toml_value(value: object) -> str:
         return "true" if value else "false"
     if isinstance(value, list):
         return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):  # an inline table, e.g. an item of an array of tables
+        return "{" + ", ".join(f"{json.dumps(k)} = {_toml_value(v)}" for k, v in value.items()) + "}"
     return json.dumps(value)
 
 
@@ -173,6 +176,7 @@ MODEL_TABLES: list[tuple[type, tuple[Table, ...], set[str]]] = [
     (model.NotifyConfig, (NOTIFY_KEYS,), set()),
     (model.SyncConfig, (SYNC_KEYS,), set()),
     (model.SlurmConfig, (SLURM_KEYS,), set()),
+    (model.LogPolicy, (LOG_POLICY_KEYS,), set()),
 ]
 #: declared keys with no field of their own: [ssh] is folded into each host's SshSettings, a host's ssh
 #: keys into its HostConfig.ssh, a role's task keys into its RoleConfig.settings
@@ -240,6 +244,8 @@ def good_value(key: Key) -> object:
         return {"step": r"step (\d+)"}
     if key.kind == "size":
         return 2 * 1024**3  # the model keeps bytes
+    if key.kind == "table_list":
+        return [{"pattern": "CUDA_ERROR_OUT_OF_MEMORY", "action": "no_retry"}]
     return "x"
 
 
@@ -263,6 +269,9 @@ def bad_values(key: Key) -> list[object]:
         bad += [{"SEED": 7}, {"1X": "a"}]
     if key.kind == "regex_map":
         bad.append({"step": 7})
+    if key.kind == "table_list":  # not tables, a key missing, a wrong choice, an unknown key
+        bad += [["x"], [{"action": "warn"}], [{"pattern": "x", "action": "retry"}],
+                [{"pattern": "x", "action": "warn", "when": 1}]]
     if key.kind == "path_or_false":
         bad += [True, "", " "]
     if key.kind == "size":
@@ -318,6 +327,8 @@ def test_schema_and_parser_agree_on_key(path: tuple[str, ...], key: Key, tmp_pat
             assert isinstance(value, dict) and value["SEED"] == "7"
         elif key.kind == "regex_map":
             assert value == model.MetricsConfig(step=r"step (\d+)")
+        elif key.kind == "table_list":
+            assert value == (model.LogPolicy("CUDA_ERROR_OUT_OF_MEMORY", "no_retry"),)
         else:
             assert value == (tuple(expected) if isinstance(expected, list) else expected), path
     for bad in bad_values(key):
