@@ -318,13 +318,14 @@ class HostAgent:
                     sys.stderr.write("agent: sample failed: %s\n" % exc)
                     complained = True
                 continue
+            for runner, sample in found.items():  # the OOM killer's evidence: every pass, the first too
+                runner.oom.see(sample.get("pids") or (), sample.get("rss_bytes"))
             if not primed:
                 primed = True
                 continue
             for runner, sample in found.items():
                 if runner.exited.is_set():
                     continue  # a task that just ended reads as empty: no sample after its end
-                runner.oom.see(sample.get("pids") or (), sample.get("rss_bytes"))
                 runner.writer.write(events.sample_event(
                     runner.spec.run, runner.spec.task, cpu_percent=sample.get("cpu_percent"),
                     rss_bytes=sample.get("rss_bytes"), gpus=sample.get("gpus"),
