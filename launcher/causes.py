@@ -152,7 +152,7 @@ def last_traceback(lines: list[str]) -> Traceback | None:
             return None
         user = [f for f in frames if not any(part in f[0] for part in _LIBRARY)] or frames
         where = f"{user[-1][0].rsplit('/', 1)[-1]}:{user[-1][1]}" if user else ""
-        message = _FUNCTION_NODE.sub("", exc["message"] or "").strip()
+        message = _FUNCTION_NODE.sub("", exc["message"] or "").strip().rstrip(":")  # "...error:" + more lines
         return Traceback(exc["type"].rsplit(".", 1)[-1], message, where, i)
     return None
 

@@ -84,7 +84,8 @@ SIGNATURES: tuple[Signature, ...] = (
          "tensorflow.python.framework.errors_impl.UnavailableError: Socket closed",
          "UNAVAILABLE: Connection reset by peer",
          "tensorflow.python.framework.errors_impl.DeadlineExceededError: DEADLINE_EXCEEDED",
-         "failed to connect to all addresses; last error: UNKNOWN: ipv4:127.0.0.1:2222: Failed to connect to "
-         "remote host: Connection refused",
+         "tensorflow.python.framework.errors_impl.UnavailableError: Graph execution error:",
+         "  (0) UNAVAILABLE:  failed to connect to all addresses; last error: UNKNOWN: ipv4:127.0.0.1:60515: Failed "
+         "to connect to remote host: Connection refused",
          peer=True, fallback="lost contact with a peer"),
 )

@@ -4,6 +4,7 @@ in the state event, the report's root cause, `status` (text and --json) and the 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -15,9 +16,10 @@ from typing import Any
 import pytest
 
 from tests.integration.jobtools import (
-    REPO,
     cli,
     kill_run_processes,
+    local_ps_profile,
+    pids_with_run_id,
     read_events,
     start_cli,
     wait_for_event,
@@ -170,4 +172,32 @@ def test_the_kernel_oom_killer_is_named_with_the_peak_rss(tmp_path: Path, limite
     assert 50 * 2**20 < failed["peak_rss_bytes"] < 256 * 2**20  # RSS counts pages the cgroup does not
 
 
-assert REPO.is_dir()
+
+def test_a_chief_losing_its_ps_names_the_ps_as_the_root_cause(tmp_path: Path) -> None:
+    """A real ParameterServerStrategy job whose ps's Python is killed (its task's shell lives on, so
+    the job goes on until the chief fails): the chief's UnavailableError is mapped to ps:0."""
+    profile = local_ps_profile(tmp_path, steps=100000, name="it-cause-ps")
+    text = profile.read_text().replace("grace_seconds = 5", 'grace_seconds = 5\nrestart = "never"')
+    text = text.replace("[roles.ps]\n", "[roles.ps]\ncommand = \"{python} examples/ps_mnist.py; sleep 600\"\n")
+    profile.write_text(text)
+    run_dir, run_id = tmp_path / "run", "it-cause-ps"
+    proc = start_cli("up", str(profile), "--no-tui", "--run-dir", str(run_dir), "--run-id", run_id,
+                     log=tmp_path / "up.log")
+    try:
+        wait_for_event(run_dir, lambda e: e["kind"] == "metric" and e["task"] == "chief:0", 240, "a chief step")
+        ps = next(e for e in read_events(run_dir) if e["kind"] == "state" and e["task"] == "ps:0" and e.get("pid"))
+        for pid in pids_with_run_id(run_id):
+            with contextlib.suppress(OSError):
+                argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+                if os.getpgid(pid) == ps["pid"] and any(arg.endswith(b"ps_mnist.py") for arg in argv):
+                    os.kill(pid, signal.SIGKILL)  # its Python only: not the shells whose command names it
+        assert proc.wait(timeout=240) == 1
+    finally:
+        kill_run_processes(run_id)
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    chief = failed_state(read_events(run_dir), "chief:0")
+    assert chief["culprit"] == "ps:0", chief
+    assert chief["cause"].startswith("lost contact with ps:0"), chief["cause"]
+    log = (tmp_path / "up.log").read_text()
+    assert "root cause: ps:0 (chief:0 failed first: exit code 1: lost contact with ps:0" in log, log[-3000:]

@@ -38,6 +38,16 @@ def test_a_peer_named_by_address_is_the_culprit_whatever_the_address_is_written_
     assert cause is not None and (cause.text, cause.culprit) == ("lost contact with ps:0", "ps:0")
 
 
+def test_the_peer_is_found_on_the_lines_around_the_signature() -> None:
+    """Real lines of a chief whose ps was killed (ParameterServerStrategy, TensorFlow 2.x)."""
+    lines = ["tensorflow.python.framework.errors_impl.UnavailableError: Graph execution error:", "",
+             "2 root error(s) found.",
+             "Additional GRPC error information from remote target /job:ps/replica:0/task:0/device:CPU:0 while "
+             "calling /tensorflow.eager.EagerService/RunComponentFunction:"]
+    cause = signature_cause(lines, PEERS, "chief:0", "gpu1", first=0)
+    assert cause is not None and (cause.text, cause.culprit) == ("lost contact with ps:0", "ps:0")
+
+
 def test_the_task_itself_and_unknown_jobs_are_never_the_culprit() -> None:
     line = "UnavailableError: Socket closed /job:localhost/replica:0/task:0 /job:chief/replica:0/task:0"
     cause = signature_cause([line], PEERS, "chief:0", "gpu1")
