@@ -53,20 +53,27 @@ def failed_state(events: list[dict[str, Any]], task: str = "worker:0") -> dict[s
     return next(e for e in events if e["kind"] == "state" and e["task"] == task and e["state"] == "failed")
 
 
+def up_failing(tmp: Path, profile: Path, run_id: str) -> tuple[str, dict[str, Any]]:
+    """Run a one-task job that fails; its `up` output and worker:0's failed state event."""
+    run_dir = tmp / "run"
+    try:
+        up = cli("up", str(profile), "--no-tui", "--run-dir", str(run_dir), "--run-id", run_id, timeout=120)
+    finally:
+        kill_run_processes(run_id)
+    assert up.returncode == 1, up.stdout[-2000:] + up.stderr[-2000:]
+    return up.stdout, failed_state(read_events(run_dir))
+
+
 def test_a_memory_error_is_named_with_the_users_line_everywhere(tmp_path: Path) -> None:
     (tmp_path / "oom.py").write_text(OOM_SCRIPT)
     seen = tmp_path / "seen"
     seen.mkdir()
     profile = one_task_profile(tmp_path, "{python} oom.py", setup='setup = ["ulimit -v 1048576"]',
                                notify=f'echo "$DISTLAUNCH_CAUSE" > {seen}/"$DISTLAUNCH_EVENT"')
-    run_dir, run_id = tmp_path / "run", "it-cause-memerr"
-    try:
-        up = cli("up", str(profile), "--no-tui", "--run-dir", str(run_dir), "--run-id", run_id, timeout=120)
-    finally:
-        kill_run_processes(run_id)
-    assert up.returncode == 1, up.stdout[-2000:] + up.stderr[-2000:]
-    assert failed_state(read_events(run_dir))["cause"] == "MemoryError at oom.py:3"
-    assert "root cause: worker:0 failed first (exit code 1: MemoryError at oom.py:3)" in up.stdout
+    out, failed = up_failing(tmp_path, profile, "it-cause-memerr")
+    assert failed["cause"] == "MemoryError at oom.py:3"
+    assert "root cause: worker:0 failed first (exit code 1: MemoryError at oom.py:3)" in out
+    run_dir = tmp_path / "run"
     status = cli("status", str(run_dir))
     assert "worker:0 failed: MemoryError at oom.py:3" in status.stdout
     assert "root cause: worker:0 failed first (exit code 1: MemoryError at oom.py:3)" in status.stdout
@@ -103,14 +110,9 @@ def test_a_cuda_out_of_memory_line_is_told_as_gpu_out_of_memory(tmp_path: Path) 
         "import sys\nprint('2026-01-01 E cuda_driver.cc:1234] failed to allocate 15.75G (16911433728 bytes) from "
         "device: CUDA_ERROR_OUT_OF_MEMORY: out of memory', file=sys.stderr)\nsys.exit(1)\n")
     profile = one_task_profile(tmp_path, "{python} cuda.py")
-    run_dir, run_id = tmp_path / "run", "it-cause-cuda"
-    try:
-        up = cli("up", str(profile), "--no-tui", "--run-dir", str(run_dir), "--run-id", run_id, timeout=120)
-    finally:
-        kill_run_processes(run_id)
-    assert up.returncode == 1
-    assert failed_state(read_events(run_dir))["cause"] == "GPU out of memory"
-    assert "root cause: worker:0 failed first (exit code 1: GPU out of memory)" in up.stdout
+    out, failed = up_failing(tmp_path, profile, "it-cause-cuda")
+    assert failed["cause"] == "GPU out of memory"
+    assert "root cause: worker:0 failed first (exit code 1: GPU out of memory)" in out
 
 
 def memory_cgroup() -> Path | None:
@@ -160,15 +162,10 @@ def test_the_kernel_oom_killer_is_named_with_the_peak_rss(tmp_path: Path, limite
         "    time.sleep(0.05)\n")
     profile = one_task_profile(tmp_path, "exec {python} grow.py",
                                setup=f'setup = ["echo $$ > {limited_cgroup}/cgroup.procs"]')
-    run_dir, run_id = tmp_path / "run", "it-cause-oomkill"
-    try:
-        up = cli("up", str(profile), "--no-tui", "--run-dir", str(run_dir), "--run-id", run_id, timeout=120)
-    finally:
-        kill_run_processes(run_id)
-    assert up.returncode == 1, up.stdout[-2000:]
-    failed = failed_state(read_events(run_dir))
+    out, failed = up_failing(tmp_path, profile, "it-cause-oomkill")
     assert (failed["signal"], failed["oom_kill"]) == ("SIGKILL", True), failed
     assert failed["cause"].startswith("killed by the kernel OOM killer (peak RSS "), failed["cause"]
+    assert "root cause: worker:0 failed first (killed by the kernel OOM killer (peak RSS " in out
     assert 50 * 2**20 < failed["peak_rss_bytes"] < 256 * 2**20  # RSS counts pages the cgroup does not
 
 
