@@ -73,6 +73,7 @@ def test_a_memory_error_is_named_with_the_users_line_everywhere(tmp_path: Path) 
     out, failed = up_failing(tmp_path, profile, "it-cause-memerr")
     assert failed["cause"] == "MemoryError at oom.py:3"
     assert "root cause: worker:0 failed first (exit code 1: MemoryError at oom.py:3)" in out
+    assert "worker:0     failed (on local, exit 1, exit code 1): MemoryError at oom.py:3" in out  # as it happens
     run_dir = tmp_path / "run"
     status = cli("status", str(run_dir))
     assert "worker:0 failed: MemoryError at oom.py:3" in status.stdout
