@@ -193,8 +193,9 @@ def cause_of(data: Mapping[str, Any], lines: list[str], peers: PeerIndex, task: 
     tb = last_traceback(lines)
     found = signature_cause(lines, peers, task, str(data.get("host") or "?"),
                             tb.line_index if tb is not None else None)
-    if found is not None:
-        return Cause(f"{found.text} ({describe_traceback(tb)})", found.culprit) if tb else found
+    if found is not None:  # the signature says what in plain words; the traceback adds where
+        where = f" ({tb.exc_type} at {tb.where})" if tb and tb.where else (f" ({tb.exc_type})" if tb else "")
+        return Cause(found.text + where, found.culprit)
     if tb is not None:
         return Cause(describe_traceback(tb))
     return Cause(exit_cause(data))

@@ -199,3 +199,10 @@ def test_a_chief_losing_its_ps_names_the_ps_as_the_root_cause(tmp_path: Path) ->
     assert chief["cause"].startswith("lost contact with ps:0"), chief["cause"]
     log = (tmp_path / "up.log").read_text()
     assert "root cause: ps:0 (chief:0 failed first: exit code 1: lost contact with ps:0" in log, log[-3000:]
+
+
+def test_a_missing_package_is_named_with_its_host(tmp_path: Path) -> None:
+    (tmp_path / "needs.py").write_text("import sys\nimport no_such_pkg_x.sub\n")
+    out, failed = up_failing(tmp_path, one_task_profile(tmp_path, "{python} needs.py"), "it-cause-module")
+    assert failed["cause"] == "package no_such_pkg_x missing on host local (ModuleNotFoundError at needs.py:2)"
+    assert f"root cause: worker:0 failed first (exit code 1: {failed['cause']})" in out

@@ -39,8 +39,7 @@ def test_cause_in_order_sigkill_then_signature_then_traceback_then_exit() -> Non
     assert cause_of({"exit_code": 1, "reason": "exit code 1"}, MEMORY_ERROR, PEERS, "worker:0").text == \
         "MemoryError at oom.py:3"
     lost = cause_of({"exit_code": 1}, TF_UNAVAILABLE, PEERS, "chief:0")
-    assert (lost.text, lost.culprit) == ("lost contact with ps:0 (UnavailableError: Socket closed at train.py:71)",
-                                         "ps:0")
+    assert (lost.text, lost.culprit) == ("lost contact with ps:0 (UnavailableError at train.py:71)", "ps:0")
     killed = cause_of({"exit_code": 137, "signal": "SIGKILL", "oom_kill": False}, TF_UNAVAILABLE, PEERS, "chief:0")
     assert (killed.text, killed.culprit) == ("killed by SIGKILL (not by distlaunch)", None)
     assert cause_of({"exit_code": 3, "reason": "exit code 3"}, ["just a line"], PEERS, "worker:0").text == \
