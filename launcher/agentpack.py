@@ -24,7 +24,7 @@ AGENT_MODULES = ("__init__", "events", "report", "sampling", "nvml", "hostcheck"
                  "metricregex", "autolog", "autolog_hook", "autolog_patches", "autolog_global_step",
                  "agent/__init__", "agent/procs", "agent/spec", "agent/output", "agent/runner",
                  "agent/stream", "agent/hostagent", "agent/clients", "agent/netcheck", "agent/verbs",
-                 "agent/reach", "agent/hostfacts")
+                  "agent/reach", "agent/hostfacts", "agent/oomcheck")
 #: autolog's start-up hook: a directory of its own in the archive, put on a task's path only
 #: when autolog is on (``agent.pyz/distlaunch_site``; zipimport reads subdirectories)
 SITE_DIR = "distlaunch_site"

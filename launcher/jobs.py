@@ -374,6 +374,7 @@ def summarize(path: Path) -> dict[str, Any]:
             "nonfinite_loss": seen.nonfinite_loss if seen else None,
             "steps_per_s": seen.steps_per_s(now) if seen and alive else None,
             "exit_code": seen.exit_code if seen else None, "reason": seen.reason if seen else "",
+            "cause": seen.cause if seen else "",
             "conditions": dict(seen.conditions) if seen else {}}
     job = ({"state": view.state, "reason": view.reason, "root_cause": view.failure_cause} if view.events_applied
            else {"state": state.get("job_state"), "reason": state.get("job_reason", ""), "root_cause": ""})
@@ -413,6 +414,8 @@ def run_status(args: argparse.Namespace) -> int:
     for r in rows:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
     for task_id, t in summary["tasks"].items():
+        if t.get("cause"):
+            print(f"{task_id} {'failed' if t['state'] == 'failed' else 'last failed'}: {t['cause']}")
         for condition, reason in t.get("conditions", {}).items():
             print(f"{task_id} {condition}: {reason}")
     for task_id, n in summary["lost_events"].items():

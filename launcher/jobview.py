@@ -53,6 +53,15 @@ def task_sort_key(task_id: str) -> tuple[int, str, int]:
     return (ROLE_ORDER.get(role, 9), role, int(index) if index.isdigit() else 0)
 
 
+def root_cause_text(task: str, why: str, cause: str = "", culprit: str | None = None) -> str:
+    """The report's root-cause line for the first failure: the culprit its cause names, where one
+    is named ("ps:0 (chief:0 failed first: lost contact with ps:0)"), else the task itself."""
+    told = why if not cause else (cause if cause.startswith("killed by") or cause == why else f"{why}: {cause}")
+    if culprit and culprit != task:
+        return f"{culprit} ({task} failed first: {told})"
+    return f"{task} failed first ({told})"
+
+
 @dataclass
 class LogLine:
     stream: str
@@ -108,6 +117,9 @@ class TaskView:
     incarnation_log_start: int = 0
     #: the last lines of the latest incarnation that failed, kept when it failed (failure report)
     failed_tail: list[str] = field(default_factory=list)
+    #: why its latest failed incarnation failed (the state event's ``cause``), and the task it names
+    cause: str = ""
+    culprit: str | None = None
     #: the last ``seq`` seen from this task's agent, and how many numbers never arrived
     last_seq: int = -1
     lost_events: int = 0
@@ -232,6 +244,8 @@ class JobView:
     events_applied: int = 0
     #: the first task failure of the job: (task id, why); in TF jobs the cause of the others
     first_failure: tuple[str, str] | None = None
+    #: that failure's ``cause`` and the culprit it names (the root cause points at the culprit)
+    first_failure_cause: tuple[str, str | None] = ("", None)
     #: when that task ended (its agent's `exited_at`, else the event's time): events of different
     #: tasks may arrive out of order, so an earlier failure that arrives later still wins
     first_failure_at: float | None = None
@@ -267,11 +281,12 @@ class JobView:
 
     @property
     def root_cause(self) -> str:
-        """The task that failed first and why ("ps:0 failed first (exit code 1)"), once one failed."""
+        """The task that failed first and why ("ps:0 failed first (exit code 1)"), once one failed; the
+        culprit its cause names, where it names one ("ps:0 (chief:0 failed first: lost contact with ps:0)")."""
         if self.first_failure is None:
             return ""
         task_id, why = self.first_failure
-        return f"{task_id} failed first ({why})"
+        return root_cause_text(task_id, why, *self.first_failure_cause)
 
     @property
     def failure_cause(self) -> str:
@@ -418,8 +433,12 @@ class JobView:
         why = task.reason or (f"exit code {task.exit_code}" if task.exit_code is not None else "failed")
         exited_at = event.get("exited_at")
         at = float(exited_at) if isinstance(exited_at, int | float) else event.ts
+        task.cause = str(event.get("cause") or "")
+        culprit = event.get("culprit")
+        task.culprit = str(culprit) if culprit else None
         if self.first_failure_at is None or at < self.first_failure_at:
             self.first_failure, self.first_failure_at = (task.task_id, why), at
+            self.first_failure_cause = (task.cause, task.culprit)
         log = self.log(task.task_id)
         own = log.since(task.incarnation_log_start)
         task.failed_tail = [line.line for line in own[-FAILURE_TAIL_KEPT:]]

@@ -204,7 +204,8 @@ def _state_text(event: Event, paint: Callable[[object], str] = str) -> str:
         extras.append(f"exit {event.get('exit_code')}")
     if event.get("reason"):
         extras.append(str(event.get("reason")))
-    return text + (f" ({', '.join(extras)})" if extras else "")
+    cause = f": {event.get('cause')}" if event.get("cause") else ""
+    return text + (f" ({', '.join(extras)})" if extras else "") + cause
 
 
 class JsonPrinter:

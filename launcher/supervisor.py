@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from launcher import events as ev
+from launcher.causes import OutputTails, PeerIndex, with_cause
 from launcher.errors import HostError, HostGone
 from launcher.events import Event, EventDecodeError
 from launcher.hostclock import HostClock
@@ -142,6 +143,8 @@ class Supervisor:
         self._requests: dict[int, tuple[str, Future[dict[str, Any] | None]]] = {}
         self._request_ids = itertools.count(1)
         self._last_seq: dict[str, int] = {}  # per task, the last agent event recorded
+        self._tails = OutputTails()  # each task's last output lines: the cause of a failure
+        self._peers = PeerIndex((t.task_id, t.address, ports[t.task_id]) for t in plan.tasks)
         self.lost_events: dict[str, int] = {}
         self._last_heard: dict[str, float] = {}  # monotonic time of each host's last stream line
         self._feeds: list[Feed] = []
@@ -497,7 +500,9 @@ class Supervisor:
             decoded = self._decode(host, line, received)
             if decoded is None:
                 continue
-            event = decoded[0]
+            event = with_cause(decoded[0], self._tails, self._peers)
+            if event is not decoded[0]:
+                decoded = (event, None)
             raised = self.outputs.on_event(event) if event.task in self.tasks else []
             if event.kind == ev.STATE and event.task in self.tasks:
                 self._publish_many(held)

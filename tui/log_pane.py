@@ -14,6 +14,7 @@ from textual.strip import Strip
 from textual.widget import Widget
 from textual.widgets import Input, Static
 
+from launcher import events as ev
 from launcher.jobview import LOG_LINES, JobView, LogLine
 from launcher.tfnoise import StartupFilter, hidden_note
 
@@ -226,6 +227,9 @@ class LogPane(Vertical):
             title += f"  filter: {self.search_query!r}"
         if self.show_startup:
             title += f"  [TensorFlow start-up lines shown, {SHOW_STARTUP_KEY} hides]"
+        task = view.tasks.get(self.task_id) if self.task_id is not None else None
+        if task is not None and task.cause:  # why its latest failed incarnation failed
+            title += f"  {'failed' if task.state == ev.FAILED else 'last failed'}: {task.cause}"
         if title != self._title_shown:
             self._title_shown = title
             self.query_one("#log-title", Static).update(Text(title, style="bold"), layout=False)

@@ -318,6 +318,8 @@ class HostAgent:
                     sys.stderr.write("agent: sample failed: %s\n" % exc)
                     complained = True
                 continue
+            for runner, sample in found.items():  # the OOM killer's evidence: every pass, the first too
+                runner.oom.see(sample.get("pids") or (), sample.get("rss_bytes"))
             if not primed:
                 primed = True
                 continue
