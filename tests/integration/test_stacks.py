@@ -116,6 +116,9 @@ def test_a_stall_captures_stacks_once_and_names_the_frame_then_stacks_shows_it(t
         assert "worker:0-2 (3): the same stack" in out
         assert f'File "{tmp_path / "hang.py"}", line {HANG_LINE}, in wait_for_peer' in out
         assert "via py-spy" in out and "(sleeping" in out
+        code, out, err = stacks(str(run_dir), "worker:0", "--native")
+        assert code == 0 and "via py-spy --native" in out and "    [native] " in out, err
+        assert "worker:1" not in out
 
         # a task frozen with SIGSTOP: reported stopped, named the suspect, read by py-spy anyway
         pid = captures(str(run_dir))["worker:1"]["pid"]
