@@ -21,10 +21,10 @@ from pathlib import Path
 
 # Modules that run on hosts; each is packed only if it exists in this source tree.
 AGENT_MODULES = ("__init__", "events", "report", "sampling", "nvml", "hostcheck",
-                 "metricregex", "autolog", "autolog_hook", "autolog_patches", "autolog_global_step",
+                 "metricregex", "stackmodel", "autolog", "autolog_hook", "autolog_patches", "autolog_global_step",
                  "agent/__init__", "agent/procs", "agent/spec", "agent/output", "agent/runner",
                  "agent/stream", "agent/hostagent", "agent/clients", "agent/netcheck", "agent/verbs",
-                  "agent/reach", "agent/hostfacts", "agent/oomcheck")
+                  "agent/reach", "agent/hostfacts", "agent/oomcheck", "agent/stacks")
 #: autolog's start-up hook: a directory of its own in the archive, put on a task's path only
 #: when autolog is on (``agent.pyz/distlaunch_site``; zipimport reads subdirectories)
 SITE_DIR = "distlaunch_site"
