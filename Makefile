@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit integration bench clean
+.PHONY: demo test screenshot lint typecheck unit integration bench clean
 
 $(STAMP): pyproject.toml
 	@test -n "$(PYTHON)" || { echo "make: need python3.11 (or python3 >= 3.11) on PATH"; exit 2; }
@@ -23,6 +23,10 @@ demo: $(STAMP)
 ## set up, lint, type-check and run every test
 test: $(STAMP) lint typecheck
 	$(BIN)/python -m pytest -q -ra
+
+## redraw docs/dashboard.svg (README's picture): the real dashboard replaying docs/demo-run.events.jsonl
+screenshot: $(STAMP)
+	$(BIN)/python -m tui.screenshot
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -11,12 +11,16 @@ ports picked at launch) are spread over them in order. For each size, alternatin
 * ``pdsh/host``: ``pdsh -R ssh`` over the hosts, each starting its share of ``sleep 30``
   detached (``setsid``) and printing the pids: the tool a user would otherwise reach for;
 * ``pdsh/task``: ``pdsh`` with one ssh alias per task (one connection per task, fan-out N);
-* ``ssh serial``: the sum of one ``ssh host true`` per task, one after another.
+* ``ssh serial``: the sum of one ``ssh host true`` per task, one after another;
+* with ``--transport openssh``: ``openssh total`` and ``openssh launch``, the same ``up`` with
+  ``[ssh] client = "openssh"`` (the system ssh client over one master per host), beside the
+  built-in client's and pdsh's.
 
 Targets (issue 11): 64 tasks ``up total`` <= 2x ``pdsh/host`` and the launch part <= 1.3x; 64 vs 4
 tasks <= 1.5x.
 
-Run: ``.venv/bin/python benchmarks/launch_fanout.py [--sizes 4,16,64] [--hosts 4] [--repeats 3]``
+Run: ``.venv/bin/python benchmarks/launch_fanout.py [--sizes 4,16,64] [--hosts 4] [--repeats 3]
+[--transport openssh]``
 """
 
 from __future__ import annotations
@@ -45,9 +49,10 @@ from common import (
 )
 
 
-def time_up(hosts: list[BenchHost], tasks: int, work: Path, tag: str) -> tuple[float, float]:
+def time_up(hosts: list[BenchHost], tasks: int, work: Path, tag: str, client: str = "builtin") -> tuple[float, float]:
     """(total, launch part) seconds for one ``up`` of ``tasks`` tasks; tears it down after."""
-    profile = ssh_profile(work / f"{tag}.toml", f"fanout-{tasks}", hosts, {"worker": {"count": tasks}})
+    profile = ssh_profile(work / f"{tag}.toml", f"fanout-{tasks}", hosts, {"worker": {"count": tasks}},
+                          client=client)
     run_dir = work / tag
     t0 = time.time()
     proc = start_up(profile, run_dir, tag)
@@ -164,7 +169,10 @@ def main() -> None:
     parser.add_argument("--sizes", default="4,16,64")
     parser.add_argument("--hosts", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--transport", choices=("ssh", "openssh"), default="ssh",
+                        help="openssh: also time `up` over the system ssh client, beside the built-in one")
     args = parser.parse_args()
+    openssh = args.transport == "openssh"
     sizes = [int(s) for s in args.sizes.split(",")]
     # the launcher's bytecode, as `make` (and any wheel install) leaves it: where
     # PYTHONDONTWRITEBYTECODE is set, an edited checkout would otherwise compile launcher/ per `up`
@@ -173,7 +181,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="distlaunch-bench-fanout-"))
     results: dict[int, dict[str, list[float]]] = {
         n: {"up total": [], "up launch": [], "pdsh/host": [], "pdsh/task": [], "ssh serial": [],
-            "fabric floor": []} for n in sizes}
+            "fabric floor": [], "openssh total": [], "openssh launch": []} for n in sizes}
     try:
         with sshd_hosts(args.hosts) as hosts:
             cfg = ssh_config(work / "ssh_config", hosts)
@@ -189,6 +197,10 @@ def main() -> None:
                     if rep == 0:
                         r["ssh serial"].append(time_ssh_serial(hosts, n, cfg))
                     r["fabric floor"].append(time_fabric_floor(hosts))
+                    if openssh:
+                        total, launch = time_up(hosts, n, work, f"openssh{n}-{rep}", client="openssh")
+                        r["openssh total"].append(total)
+                        r["openssh launch"].append(launch)
                     print(f"  rep {rep} n={n}: " + ", ".join(f"{k} {v[-1]:.2f}s" for k, v in r.items() if v),
                           flush=True)
     finally:
@@ -196,12 +208,18 @@ def main() -> None:
     print(f"\nlaunch fan-out over {args.hosts} sshd hosts ({machine()}); best of {args.repeats}, seconds")
     print(f"{'tasks':>5} {'up total':>9} {'up launch':>9} {'pdsh/host':>9} {'pdsh/task':>9} {'ssh serial':>10}"
           f" {'up/pdsh-host':>12} {'launch/pdsh-host':>16} {'up/pdsh-task':>12}")
-    best = {n: {k: min(v) for k, v in r.items()} for n, r in results.items()}
+    best = {n: {k: min(v) for k, v in r.items() if v} for n, r in results.items()}
     for n in sizes:
         b = best[n]
         print(f"{n:>5} {b['up total']:>9.2f} {b['up launch']:>9.2f} {b['pdsh/host']:>9.2f} {b['pdsh/task']:>9.2f}"
               f" {b['ssh serial']:>10.2f} {b['up total'] / b['pdsh/host']:>11.2f}x"
               f" {b['up launch'] / b['pdsh/host']:>15.2f}x {b['up total'] / b['pdsh/task']:>11.2f}x")
+    if openssh:
+        print(f"\n{'tasks':>5} {'openssh total':>13} {'openssh launch':>14} {'/up total':>9} {'/pdsh-host':>10}")
+        for n in sizes:
+            b = best[n]
+            print(f"{n:>5} {b['openssh total']:>13.2f} {b['openssh launch']:>14.2f}"
+                  f" {b['openssh total'] / b['up total']:>8.2f}x {b['openssh total'] / b['pdsh/host']:>9.2f}x")
     if 64 in best:
         b = best[64]
         print(f"64 tasks: up total {b['up total'] / b['pdsh/host']:.2f}x pdsh/host (target <= 2x), launch part "

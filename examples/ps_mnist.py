@@ -29,7 +29,7 @@ import sys
 import time
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, NoReturn
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -69,9 +69,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--stop-at", type=float, default=None, metavar="UNIX_TIME",
                         help="end training (checkpoint, exit 0) at this wall-clock time even if steps remain: "
                              "a job of a fixed duration however often its chief restarts (benchmarks/chaos.py)")
+    parser.add_argument("--train-seconds", type=float, default=None, metavar="SECONDS",
+                        help="train for at most this long from the first step scheduled, then checkpoint and exit 0 "
+                             "(default: no limit): with a large --steps, every run trains this long more, "
+                             "resuming from the checkpoint (the demo, cluster_profiles/local.toml)")
     args = parser.parse_args(argv)
-    for name in ("steps", "batch_size", "checkpoint_every", "log_every"):
-        if getattr(args, name) <= 0:
+    for name in ("steps", "batch_size", "checkpoint_every", "log_every", "train_seconds"):
+        value = getattr(args, name)
+        if value is not None and value <= 0:
             parser.error(f"--{name.replace('_', '-')} must be positive")
     return args
 
@@ -218,7 +223,18 @@ def make_dataset_fn(tf: Any, batch_size: int) -> Any:
     return dataset_fn
 
 
-def train(tf: Any, resolver: Any, args: argparse.Namespace) -> int:
+def plan_line(step: int, args: argparse.Namespace) -> str:
+    """What this run of the chief will do, said once before the first step: where it starts (a
+    checkpoint's step or 0) and where it stops (the step total, and the time limit if one is set)."""
+    start = f"resumed from step {step}" if step else "starting at step 0"
+    if step >= args.steps:
+        return f"{start}: --steps {args.steps} already reached, nothing to train (raise --steps to go on)"
+    if args.train_seconds is None:
+        return f"{start}; training to step {args.steps}"
+    return f"{start}; training for {args.train_seconds:g} s (at most to step {args.steps})"
+
+
+def train(tf: Any, resolver: Any, args: argparse.Namespace) -> NoReturn:
     limit_threads(tf)
     num_ps = len(resolver.cluster_spec().as_dict().get("ps", []))
     partitioner = tf.distribute.experimental.partitioners.MinSizePartitioner(
@@ -269,8 +285,11 @@ def train(tf: Any, resolver: Any, args: argparse.Namespace) -> int:
 
     step = int(global_step.numpy())
     last_saved = step
+    print(plan_line(step, args), flush=True)
     started, started_step = time.monotonic(), step
-    while step < args.steps and (args.stop_at is None or time.time() < args.stop_at):
+    train_until = started + args.train_seconds if args.train_seconds is not None else math.inf
+    while (step < args.steps and time.monotonic() < train_until
+           and (args.stop_at is None or time.time() < args.stop_at)):
         last_result = None
         for _ in range(min(args.log_every, args.steps - step)):
             last_result = coordinator.schedule(train_step, args=(per_worker_iterator,))
@@ -289,7 +308,19 @@ def train(tf: Any, resolver: Any, args: argparse.Namespace) -> int:
     if report is not None:
         report.flush()
     print("done", flush=True)
-    return 0
+    leave_now(0)
+
+
+def leave_now(code: int) -> NoReturn:
+    """Exit at once, before this chief's tf.functions are freed.
+
+    With a cluster, TensorFlow sends each freed function's removal to the workers and ps over gRPC;
+    with TF 2.21 that sometimes waited ~38 s on the stream after the work was done and saved (the
+    main thread in TFE_ContextRemoveFunction / GrpcEagerClient::StreamingEnqueueAsync under gdb, in
+    2 of 5 runs of make demo), the job shown Running meanwhile."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -308,7 +339,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ps_mnist.py: TF_CONFIG must name a task of type chief, ps, worker or evaluator "
               f"(got {task_type!r}); see examples/README.md", file=sys.stderr)
         return 2
-    return train(tf, resolver, args)
+    train(tf, resolver, args)
 
 
 if __name__ == "__main__":

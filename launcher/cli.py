@@ -29,7 +29,8 @@ def _check(args: argparse.Namespace) -> int:
         return run_metrics_sample(Path(args.profile), Path(args.metrics_sample))
     from launcher.commands.check import run_check
 
-    return run_check(Path(args.profile), remote=not args.no_remote, overrides=overrides_from(args))
+    return run_check(Path(args.profile), remote=not args.no_remote, overrides=overrides_from(args),
+                     as_json=args.json)
 
 
 def _tfconfig(args: argparse.Namespace) -> int:
@@ -72,6 +73,12 @@ def _logs(args: argparse.Namespace) -> int:
     from launcher.commands.status import run_logs
 
     return run_logs(args)
+
+
+def _stacks(args: argparse.Namespace) -> int:
+    from launcher.commands.stacks import run_stacks
+
+    return run_stacks(args)
 
 
 def _restart(args: argparse.Namespace) -> int:
@@ -121,6 +128,13 @@ def _export_tensorboard(args: argparse.Namespace) -> int:
     return run_export_tensorboard(args.run, Path(args.dir))
 
 
+def _init(args: argparse.Namespace) -> int:
+    from launcher.commands.init import run_init
+
+    return run_init(args.script, hosts=args.hosts, ps=args.ps, workers=args.workers, chief=args.chief,
+                    output=args.output, force=args.force)
+
+
 def _completion(args: argparse.Namespace) -> int:
     from launcher.commands.completion import run_completion
 
@@ -148,6 +162,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-remote", action="store_true", help="validate only; do not contact hosts")
     p.add_argument("--metrics-sample", metavar="LOGFILE",
                    help="instead: run the profile's [metrics] regexes over a saved log and show what each gives")
+    p.add_argument("--json", action="store_true",
+                   help="print the hosts side by side (versions, GPUs, free space, clocks) as JSON, not the plan")
     _add_overrides(p)
     p.set_defaults(handler=_check)
 
@@ -169,7 +185,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(handler=_down)
 
     p = sub.add_parser("prune", help="remove finished runs here and on their hosts (never outputs)")
-    p.add_argument("--keep", type=int, default=0, metavar="N", help="keep the N newest finished runs")
+    p.add_argument("runs", nargs="*", metavar="RUN",
+                   help="remove just these runs (run id or run directory), even one kept outside the state dir")
+    p.add_argument("--keep", type=int, default=None, metavar="N", help="keep the N newest finished runs")
     p.add_argument("--older-than", type=float, default=None, metavar="DAYS",
                    help="only runs whose last activity is older than DAYS")
     p.add_argument("--dry-run", action="store_true", help="say what would be removed, remove nothing")
@@ -207,6 +225,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--task", help="only entries about this task, e.g. worker:1")
     p.set_defaults(handler=_events)
 
+    p = sub.add_parser("stacks", help="every live task's Python stacks and process state")
+    p.add_argument("targets", nargs="*", metavar="[RUN] [TASK...]",
+                   help="run id or run directory (default: the most recent run), then task ids (default: all)")
+    p.add_argument("--native", action="store_true", help="with py-spy: native frames too (C/C++, gRPC, collectives)")
+    p.add_argument("--json", action="store_true", help="a JSON list of every task's capture")
+    p.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS", help="how long hosts may take (10)")
+    p.set_defaults(handler=_stacks)
+
     p = sub.add_parser("replay", help="re-play a finished run's events in the dashboard")
     p.add_argument("run", nargs="?", help="run id or run directory (default: the most recent run)")
     p.add_argument("--speed", type=float, default=1.0, help="playback speed factor (default 1.0)")
@@ -217,6 +243,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("task", help="task id, e.g. worker:1")
     _add_overrides(p, args=False)
     p.set_defaults(handler=_tfconfig)
+
+    p = sub.add_parser("init", help="write a commented profile for your own training script")
+    p.add_argument("script", nargs="?", help="your training script (.py); its strategy is guessed from it")
+    p.add_argument("--hosts", metavar="H1,H2|RANGE",
+                   help="SSH hosts to run on, e.g. gpu1,gpu2 or node[01-04] (default: this machine)")
+    p.add_argument("--ps", type=int, metavar="N", help="parameter server tasks (parameter_server: default 1)")
+    p.add_argument("--workers", type=int, metavar="N",
+                   help="worker tasks (default: one per --hosts host, else 2; 1 for a script of no known strategy)")
+    p.add_argument("--chief", action=argparse.BooleanOptionalAction, default=None,
+                   help="a chief task (default: with ParameterServerStrategy only)")
+    p.add_argument("-o", "--output", default=None, metavar="FILE",
+                   help="where to write the profile (default: SCRIPT's name with .toml, here)")
+    p.add_argument("--force", action="store_true", help="overwrite FILE if it exists")
+    p.set_defaults(handler=_init)
 
     p = sub.add_parser("schema", help="print the profile's JSON Schema (for editors: taplo, VS Code)")
     p.add_argument("-o", "--output", default=None, help="write to FILE instead of stdout")

@@ -41,11 +41,16 @@ CONDITION = "condition"
 # extension: an operator acted on the job (`action`: restart / stop / teardown / detach / attach,
 # `target`: a task id or null, `origin`: dashboard / cli); the timeline shows who did what
 ACTION = "action"
-KINDS = (JOB, STATE, METRIC, SAMPLE, PLACEMENT, LOG, HOST, CONDITION, ACTION)
+# extension: every task's stacks were captured (at a stall or on request): `path` of the capture
+# in the run dir, `suspect` (a task id or null) and `frame` (its innermost frame of user code)
+STACKS = "stacks"
+KINDS = (JOB, STATE, METRIC, SAMPLE, PLACEMENT, LOG, HOST, CONDITION, ACTION, STACKS)
 
 # task conditions
 STALLED = "stalled"
 STRAGGLER = "straggler"
+NAN_LOSS = "nan_loss"  # the loss became NaN or Inf (launcher/supervise/outputpolicy.py)
+LOG_POLICY = "log_policy"  # a line of output matched a [[log_policies]] pattern with action warn
 
 # job states
 JOB_CREATED = "Created"
@@ -176,13 +181,35 @@ def state_event(run: str, task: str, state: str, *, host: str | None = None, pid
 
 def metric_event(run: str, task: str, step: int | None = None, loss: float | None = None,
                  values: dict[str, float] | None = None, ts: float | None = None) -> Event:
+    """A NaN or infinite ``loss`` is sent as ``loss: null`` and ``nonfinite_loss``: "nan", "inf" or
+    "-inf" (events stay strict JSON, which has no NaN)."""
     clean = {}
     for k, v in (values or {}).items():
         f = finite(v)
         if f is not None:
             clean[str(k)] = f
-    return Event(METRIC, run, task, ts if ts is not None else time.time(),
-                 {"step": int(step) if step is not None else None, "loss": finite(loss), "values": clean})
+    data: dict[str, Any] = {"step": int(step) if step is not None else None, "loss": finite(loss), "values": clean}
+    label = nonfinite_label(loss)
+    if label is not None:
+        data["nonfinite_loss"] = label
+    return Event(METRIC, run, task, ts if ts is not None else time.time(), data)
+
+
+#: how a metric event names a loss that is no finite number
+NONFINITE_LABELS = ("nan", "inf", "-inf")
+
+
+def nonfinite_label(value: Any) -> str | None:
+    """"nan", "inf" or "-inf" for such a number (or one of those labels), else None."""
+    if isinstance(value, str):
+        return value if value in NONFINITE_LABELS else None
+    try:
+        number = float(value)  # numpy scalars too
+    except (TypeError, ValueError):
+        return None
+    if math.isfinite(number):
+        return None
+    return "nan" if math.isnan(number) else ("inf" if number > 0 else "-inf")
 
 
 def sample_event(run: str, task: str, *, cpu_percent: float | None, rss_bytes: int | None,
@@ -217,3 +244,10 @@ def action_event(run: str, action: str, target: str | None = None, origin: str =
                  ts: float | None = None) -> Event:
     return Event(ACTION, run, None, ts if ts is not None else time.time(),
                  {"action": action, "target": target, "origin": origin})
+
+
+def stacks_event(run: str, task: str | None, path: str, suspect: str | None = None, frame: str | None = None,
+                 reason: str = "", ts: float | None = None) -> Event:
+    """``task``: the task whose stall made the capture (None: taken on request)."""
+    return Event(STACKS, run, task, ts if ts is not None else time.time(),
+                 {"path": path, "suspect": suspect, "frame": frame, "reason": reason})

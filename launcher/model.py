@@ -15,8 +15,13 @@ Strategy = Literal["parameter_server", "multi_worker_mirrored", "custom"]
 SuccessPolicy = Literal["chief", "all_workers"]
 RestartPolicy = Literal["never", "on-failure", "always", "exit-code"]
 HostKeyPolicy = Literal["reject", "accept-new"]
-Transport = Literal["ssh", "local", "slurm"]
+Transport = Literal["ssh", "openssh", "local", "slurm"]
+#: transports that reach a host over SSH: the built-in client (paramiko) and the system ssh client
+SSH_TRANSPORTS = ("ssh", "openssh")
 OnStall = Literal["warn", "restart"]
+GpuBusy = Literal["warn", "refuse"]
+OnNan = Literal["warn", "stop"]
+LogAction = Literal["no_retry", "warn"]
 
 ROLES = ("chief", "ps", "worker", "evaluator")
 #: the order tasks are listed and started in: ps first, then workers, evaluator, chief last
@@ -33,6 +38,8 @@ class SshSettings:
     ssh_port: int = 22
     #: the OpenSSH client config to resolve addresses through (``ssh -G``); None: none
     ssh_config: str | None = "~/.ssh/config"
+    #: [ssh] client: the transport of ssh hosts that name none ("openssh": the system ssh client)
+    client: str = "builtin"
     #: keys the profile left at their defaults, which ~/.ssh/config may then set
     unset: tuple[str, ...] = ()
 
@@ -82,6 +89,7 @@ class TaskDefaults:
     autolog: bool = True  # step/loss/placement from unmodified scripts (launcher/autolog/recorder.py)
     stall_seconds: float = 600.0  # step not advancing this long -> stalled; 0 = off (ps: off unless set)
     on_stall: OnStall = "warn"
+    on_nan: OnNan = "warn"  # a NaN or Inf loss: a condition (warn), or the job fails (stop)
 
 
 @dataclass(frozen=True)
@@ -99,6 +107,15 @@ class MetricsConfig:
     step: str | None = None
     loss: str | None = None
     extra: dict[str, str] = field(default_factory=dict)  # other name = regex pairs
+
+
+@dataclass(frozen=True)
+class LogPolicy:
+    """One [[log_policies]] table: a line of a task's output that matches ``pattern`` (a regex)
+    raises a condition (warn) or keeps the failing incarnation from being restarted (no_retry)."""
+
+    pattern: str
+    action: LogAction
 
 
 @dataclass(frozen=True)
@@ -147,6 +164,13 @@ class Profile:
     slurm: SlurmConfig | None = None  # [slurm]: hosts from the Slurm allocation
     #: a worker below this fraction of the workers' median steps/s for STRAGGLER_WINDOW_S is flagged
     straggler_ratio: float = 0.7
+    #: hosts may differ in TensorFlow major.minor (else preflight refuses a TensorFlow strategy's job)
+    allow_version_skew: bool = False
+    #: bytes; preflight warns below this at a host's outputs and run dir
+    min_free_disk: int = 1024**3
+    #: what preflight does when a task's GPUs hold other processes' memory
+    gpu_busy: GpuBusy = "warn"
+    log_policies: tuple[LogPolicy, ...] = ()  # [[log_policies]], in the order written
 
     @property
     def directory(self) -> Path:
@@ -178,6 +202,7 @@ class TaskSpec:
     autolog: bool = True
     stall_seconds: float = 0.0  # 0: no stall detection for this task
     on_stall: OnStall = "warn"
+    on_nan: OnNan = "warn"
 
     @property
     def slug(self) -> str:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TypedDict
 
 from launcher.errors import HostError, UserError
-from launcher.model import START_ORDER, HostConfig, Plan, Profile, RoleConfig, TaskSpec
+from launcher.model import SSH_TRANSPORTS, START_ORDER, HostConfig, Plan, Profile, RoleConfig, TaskSpec
 from launcher.profile.checks import PLACEHOLDER_RE
 from launcher.transport import sshconfig
 
@@ -72,7 +72,7 @@ def tf_address(host: HostConfig) -> str:
     gives an alias (another host cannot resolve the alias), else the address as written."""
     if host.tf_address:
         return host.tf_address
-    if host.transport == "ssh" and host.ssh.ssh_config is not None:
+    if host.transport in SSH_TRANSPORTS and host.ssh.ssh_config is not None:
         with contextlib.suppress(HostError):
             return sshconfig.resolve(host).target.hostname
     return host.address
@@ -83,7 +83,7 @@ def _task(profile: Profile, role: RoleConfig, index: int, host: HostConfig, nth_
     settings = role.settings
     task_id = f"{role.name}:{index}"
     address = tf_address(host)
-    python = settings.python or (sys.executable if host.transport != "ssh" else "python3")
+    python = settings.python or (sys.executable if host.transport not in SSH_TRANSPORTS else "python3")
     env = {**host.env, **settings.env}  # the host's env under the role's and [defaults]'
     if gpus:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpus)
@@ -120,6 +120,7 @@ def _task(profile: Profile, role: RoleConfig, index: int, host: HostConfig, nth_
         autolog=settings.autolog,
         stall_seconds=settings.stall_seconds,
         on_stall=settings.on_stall,
+        on_nan=settings.on_nan,
     )
 
 
@@ -131,7 +132,7 @@ def _workdir(workdir: str, host: HostConfig, profile_dir: Path) -> str:
     this machine or a shared filesystem).
     """
     expanded = fill_placeholders(workdir, {"profile_dir": str(profile_dir.resolve())}, quote=False)
-    if host.transport == "ssh":
+    if host.transport in SSH_TRANSPORTS:
         return posixpath.normpath(expanded) if expanded != workdir else workdir
     return str((profile_dir / Path(expanded).expanduser()).resolve())
 

@@ -73,12 +73,17 @@ class _MetricReporter:
             self.pending = False
             self.values = {}
             self.last_emit = time.monotonic()
+            loss_number = _to_number(loss)
             message = {
                 "kind": METRIC,
                 "step": _to_int(step),
-                "loss": _to_float(loss),
+                "loss": _to_float(loss_number),
                 "values": {str(k): _to_float(v) for k, v in values.items()},
             }
+            if loss_number is not None and not math.isfinite(loss_number):
+                # JSON has no NaN: the agent reads this back as the float (its nan_loss condition)
+                message["nonfinite_loss"] = "nan" if math.isnan(loss_number) else (
+                    "inf" if loss_number > 0 else "-inf")
             if self.source:
                 message["source"] = self.source
             _write_line(message)
@@ -99,7 +104,8 @@ def report(step: Any = None, loss: Any = None, **values: Any) -> None:
     """Report the global step, the loss and any other numbers; rate-limited, never blocks long.
 
     Accepts Python numbers, numpy scalars and TensorFlow scalar tensors. NaN and
-    infinities, and values that cannot be read as a number, are sent as null.
+    infinities, and values that cannot be read as a number, are sent as null; a NaN or
+    infinite loss is also named (``nonfinite_loss``), which raises the nan_loss condition.
     """
     # runs once per training step: attribute stores and one clock read, nothing else
     r = _reporter
@@ -142,16 +148,21 @@ def _write_line(message: Dict[str, Any]) -> None:
             pass
 
 
-def _to_float(value: Any) -> Optional[float]:
+def _to_number(value: Any) -> Optional[float]:
+    """A float (NaN and infinities kept), or None for what cannot be read as a number."""
     if value is None:
         return None
     try:
         if hasattr(value, "numpy"):
             value = value.numpy()
-        number = float(value)
+        return float(value)
     except Exception:
         return None
-    return number if math.isfinite(number) else None
+
+
+def _to_float(value: Any) -> Optional[float]:
+    number = _to_number(value)
+    return number if number is not None and math.isfinite(number) else None
 
 
 def _to_int(value: Any) -> Optional[int]:

@@ -36,6 +36,8 @@ PRIVATE_FILE = 0o600
 EVENTS_FILE = "events.jsonl"
 STATE_FILE = "state.json"
 DOWN_MARKER = "down-requested"
+#: captures of every task's stacks (``distlaunch stacks``' JSON and text), one pair per capture
+STACKS_DIR = "stacks"
 LATEST_LINK = "latest"  # in the state root: the most recent run started there
 #: lines kept in memory while the run dir cannot be written (disk full), written once it can
 PENDING_LINES = 100_000
@@ -202,6 +204,17 @@ class RunDir:
                     os.close(fd)
             self._fds.clear()
 
+    def write_stacks(self, captured_at: float, as_json: str, as_text: str) -> str:
+        """One capture of every task's stacks as ``stacks/<UTC time>.json`` and ``.txt`` (0600 files
+        in a 0700 dir); the JSON file's path relative to the run dir."""
+        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(captured_at)) + f".{int(captured_at * 1000) % 1000:03d}Z"
+        folder = self.path / STACKS_DIR
+        make_private_dir(folder)
+        for suffix, text in ((".json", as_json), (".txt", as_text)):
+            with open(folder / (stamp + suffix), "w", encoding="utf-8", opener=private_opener) as fh:
+                fh.write(text)
+        return f"{STACKS_DIR}/{stamp}.json"
+
     def host_dir(self, host: str) -> Path:
         return self.path / "hosts" / host
 
@@ -223,6 +236,20 @@ def _link_into_root(run_id: str, target: Path) -> None:
             link.symlink_to(target)
     except OSError:
         pass
+
+
+def unlink_from_root(run_id: str, target: Path) -> None:
+    """Remove the link ``_link_into_root`` made for ``target`` (a run removed from elsewhere)."""
+    link = runs_root() / run_id
+    with contextlib.suppress(OSError):
+        if link.is_symlink() and Path(os.readlink(link)).resolve() == target.resolve():
+            link.unlink()
+
+
+def outside_state_dir(path: Path) -> bool:
+    """A run dir the user put outside the state dir (``up --run-dir``): cleanup leaves it alone
+    unless the user names it (``prune RUN``)."""
+    return not path.resolve().is_relative_to(runs_root().resolve())
 
 
 def read_state(path: Path) -> dict[str, Any]:

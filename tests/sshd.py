@@ -54,10 +54,13 @@ class PrivateSshd:
 
     def __init__(self, address: str = "127.0.0.1", port: int | None = None,
                  extra_config: str = "", netns: str | None = None, log_level: str = "VERBOSE",
-                 sftp: bool = True) -> None:
+                 sftp: bool = True, authorized_keys: bool = True, kbd_interactive: bool = False) -> None:
         """``netns``: run sshd inside that network namespace (``ip netns exec``; root only).
         ``log_level``: DEBUG1 also logs forwarded (direct-tcpip) connections.
-        ``sftp``: False serves no SFTP subsystem (as some hardened hosts)."""
+        ``sftp``: False serves no SFTP subsystem (as some hardened hosts).
+        ``authorized_keys``: False reads none (``AuthorizedKeysFile none``: certificates only).
+        ``kbd_interactive``: offer keyboard-interactive (with ``AuthenticationMethods`` in
+        ``extra_config``: a host that asks for it alone)."""
         if not os.path.exists(SSHD):
             raise SshdUnavailable(f"{SSHD} not found (install openssh-server)")
         self.address = address
@@ -75,6 +78,8 @@ class PrivateSshd:
         self._extra_config = extra_config
         self._log_level = log_level
         self._sftp = sftp
+        self._authorized = authorized_keys
+        self._kbd = kbd_interactive
         self._proc: subprocess.Popen[bytes] | None = None
         self._prepare()
 
@@ -89,10 +94,10 @@ class PrivateSshd:
             f"ListenAddress {self.address}",
             f"Port {self.port}",
             f"HostKey {self.host_key}",
-            f"AuthorizedKeysFile {self.authorized_keys}",
+            f"AuthorizedKeysFile {self.authorized_keys if self._authorized else 'none'}",
             f"PidFile {self.dir / 'sshd.pid'}",
             "PasswordAuthentication no",
-            "KbdInteractiveAuthentication no",
+            f"KbdInteractiveAuthentication {'yes' if self._kbd else 'no'}",
             "PubkeyAuthentication yes",
             "UsePAM no",
             "StrictModes no",

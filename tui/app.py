@@ -18,6 +18,7 @@ replay. Only `D` (tear down, confirmed) and `r`/`x` call `JobControl` from insid
 
 from __future__ import annotations
 
+import asyncio
 import gc
 from pathlib import Path
 
@@ -26,6 +27,7 @@ from textual.binding import Binding
 from textual.widgets import ContentSwitcher, Input
 
 from launcher.supervise.control import EventSource, JobControl
+from launcher.supervise.stopsignals import StopSignals
 from tui.actions import JobActions
 from tui.charts import LossChart, RateChart, TaskSparklines
 from tui.commands import DashboardCommands
@@ -33,7 +35,7 @@ from tui.frame import FLUSH_HZ, GC_THRESHOLD, RATE_CHART_MIN_HEIGHT, DashboardRe
 from tui.header import JobHeader
 from tui.hosts import HostsPanel
 from tui.live_feed import LiveFeed
-from tui.log_pane import LogPane
+from tui.log_pane import SHOW_STARTUP_KEY, LogPane
 from tui.placement import PlacementPanel
 from tui.task_table import TaskTable
 from tui.timeline_view import TimelinePanel
@@ -63,6 +65,8 @@ class DashboardApp(JobActions, LiveFeed):
         Binding("plus", "replay_speed(1)", "Replay: faster", id="replay.faster", key_display="+", show=False),
         Binding("minus", "replay_speed(-1)", "Replay: slower", id="replay.slower", key_display="-", show=False),
         Binding("ctrl+f", "search", "Search log", id="log.search", key_display="ctrl+f", show=False),
+        Binding(SHOW_STARTUP_KEY, "toggle_startup_lines", "Show/hide TensorFlow start-up lines in the log",
+                id="log.startup", show=False),
         Binding("ctrl+s", "save_screenshot", "Save screenshot (SVG)", id="app.screenshot", show=False),
         Binding("r", "restart_task", "Restart task", id="task.restart"),
         Binding("x", "stop_task", "Stop task", id="task.stop"),
@@ -72,6 +76,9 @@ class DashboardApp(JobActions, LiveFeed):
     ]
 
     def on_mount(self) -> None:
+        self._signal_loop = asyncio.get_running_loop()
+        if self._leave_asked:
+            self.leave("quit")
         self.title = f"distlaunch — {self.job_title}"
         # held here: `query_one` on the app searches the active screen, which may be a modal
         self.table = self.query_one(TaskTable)
@@ -107,6 +114,18 @@ class DashboardApp(JobActions, LiveFeed):
             gc.unfreeze()
         self.close_source()
 
+    def action_toggle_startup_lines(self) -> None:
+        self.views.current = "dashboard"
+        with self.lock:
+            self.log_pane.set_show_startup(self.view, not self.log_pane.show_startup)
+
+    def leave_from_signal(self) -> None:
+        """Quit: a signal stopped or detached the job already (`launcher/supervise/stopsignals.py`). Called
+        from the handler, on this app's thread between two bytecodes: the loop does the work."""
+        self._leave_asked = True
+        if self._signal_loop is not None:
+            self._signal_loop.call_soon_threadsafe(self.leave, "quit")
+
 
 class DashboardError(RuntimeError):
     """The dashboard itself failed (Textual has printed the traceback). The job was not acted
@@ -115,15 +134,20 @@ class DashboardError(RuntimeError):
 
 def run_dashboard(source: EventSource, control: JobControl | None, *, title: str, strategy: str,
                   hosts_total: int, live: bool = True, run_dir: Path | None = None,
-                  bell_on_end: bool = False) -> DashboardResult:
+                  bell_on_end: bool = False, signals: StopSignals | None = None) -> DashboardResult:
     """Run the dashboard until the user leaves (blocking); see `DashboardResult` for what to do next.
+    ``signals``: the launcher's stop signals, which make the app quit while it runs.
 
     Raises `DashboardError` when the app crashed rather than being left by the user."""
     app = DashboardApp(source, control, title=title, strategy=strategy, hosts_total=hosts_total, live=live,
                        run_dir=run_dir, bell_on_end=bell_on_end)
+    if signals is not None:
+        signals.leave = app.leave_from_signal
     try:
         result = app.run()
     finally:
+        if signals is not None:
+            signals.leave = None
         app.close_source()
     if app.return_code:
         raise DashboardError(f"the dashboard stopped with an error (exit code {app.return_code})")

@@ -178,20 +178,25 @@ class RateChart(PlotChart):
 class TaskSparklines(Vertical):
     """steps/s and GPU utilisation history of the selected task."""
 
-    def compose(self) -> ComposeResult:
-        yield Static("", id="rate-label")
-        yield Sparkline([], id="rate-spark")
-        yield Static("", id="gpu-label")
-        yield Sparkline([], id="gpu-spark")
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        # held, not queried: the rate label is refreshed on the clock, also while the app shuts down
+        self.rate_label = Static("", id="rate-label")
+        self.rate_spark = Sparkline([], id="rate-spark")
+        self.gpu_label = Static("", id="gpu-label")
+        self.gpu_spark = Sparkline([], id="gpu-spark")
 
-    def show(self, task: TaskView | None) -> None:
+    def compose(self) -> ComposeResult:
+        yield from (self.rate_label, self.rate_spark, self.gpu_label, self.gpu_spark)
+
+    def show(self, task: TaskView | None, now: float) -> None:
         name = task.task_id if task else "—"
-        rate = task.steps_per_s if task else None
-        self.query_one("#rate-label", Static).update(f"{name} steps/s {fmt.number(rate)}", layout=False)
-        self.query_one("#rate-spark", Sparkline).data = list(task.rate_history) if task else []
+        rate = task.steps_per_s(now) if task else None
+        self.rate_label.update(f"{name} steps/s {fmt.number(rate)}", layout=False)
+        self.rate_spark.data = list(task.rate_history) if task else []
         if task is not None and task.has_gpu:
             label = f"{name} GPU {fmt.number(task.gpu_util, '{:.0f}')}%"
         else:
             label = f"{name} GPU {fmt.MISSING} (no GPU)"
-        self.query_one("#gpu-label", Static).update(label, layout=False)
-        self.query_one("#gpu-spark", Sparkline).data = list(task.gpu_history) if task else []
+        self.gpu_label.update(label, layout=False)
+        self.gpu_spark.data = list(task.gpu_history) if task else []

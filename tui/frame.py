@@ -8,6 +8,7 @@ which puts them together with the key bindings.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Callable
@@ -95,6 +96,8 @@ class DashboardFrame(App[DashboardResult]):
         self.view = JobView()
         self.lock = threading.Lock()
         self.stream_ended = False
+        self._signal_loop: asyncio.AbstractEventLoop | None = None
+        self._leave_asked = False  # a signal stopped or detached the job before the loop ran
         self.teardown_requested = False
         self.flushes = 0
         self.selected_task: str | None = None

@@ -30,7 +30,7 @@ def header_text(view: JobView, now: float, *, title: str, strategy: str, hosts_t
     text.append("step ")
     text.append(str(step) if step is not None else fmt.MISSING, style="bold")
     text.append("  ")
-    text.append(fmt.number(view.global_steps_per_s), style="bold")
+    text.append(fmt.number(view.global_steps_per_s(view.rate_clock(now))), style="bold")
     text.append(" steps/s  restarts ")
     restarts = view.total_restarts
     text.append(str(restarts), style="bold yellow" if restarts else "bold")

@@ -14,14 +14,21 @@ from textual.strip import Strip
 from textual.widget import Widget
 from textual.widgets import Input, Static
 
+from launcher import events as ev
 from launcher.telemetry.jobview import LOG_LINES, JobView, LogLine
+from launcher.telemetry.tfnoise import StartupFilter, hidden_note
 
 SHOWN_ON_SWITCH = 500
 """Lines written when the selection or the search changes: enough scroll-back, cheap to draw."""
 
 
-def log_text(line: LogLine, query: str) -> Text:
-    text = Text(line.line, style="red" if line.stream == "stderr" else "", no_wrap=True)
+SHOW_STARTUP_KEY = "v"
+"""The key that shows / hides TensorFlow's start-up lines (bound in tui/app.py)."""
+
+
+def log_text(line: LogLine, query: str, *, startup: bool = False) -> Text:
+    style = "dim" if startup else "red" if line.stream == "stderr" else ""
+    text = Text(line.line, style=style, no_wrap=True)
     if query:
         text.highlight_words([query], style="bold black on yellow", case_sensitive=False)
     return text
@@ -46,6 +53,8 @@ class LogLines(Widget):
         super().__init__(id=id)
         self.entries: deque[_LogEntry] = deque(maxlen=max_lines)
         self.back = 0
+        #: entries ever appended: entry number n is kept while n >= appended - len(entries)
+        self.appended = 0
         self._base_style = Style()
 
     @property
@@ -68,7 +77,17 @@ class LogLines(Widget):
         if self.back:
             self.back = min(self.back + len(texts), self._max_back(len(self.entries) + len(texts)))
         self.entries.extend(_LogEntry(text) for text in texts)
+        self.appended += len(texts)
         self.refresh()
+
+    def set_text(self, number: int, text: Text) -> bool:
+        """Replace the text of entry `number` (counted by `appended`); False if it is no longer kept."""
+        index = number - (self.appended - len(self.entries))
+        if index < 0 or index >= len(self.entries):
+            return False
+        self.entries[index] = _LogEntry(text)
+        self.refresh()
+        return True
 
     def _max_back(self, count: int) -> int:
         return max(0, count - self.size.height)
@@ -120,6 +139,11 @@ class LogPane(Vertical):
         self.task_id: str | None = None
         self.paused = False
         self.search_query = ""
+        #: TensorFlow's start-up lines are folded into one note line unless this is set (key `v`)
+        self.show_startup = False
+        self._startup = StartupFilter()
+        self._hidden = 0
+        self._note: int | None = None  # the note's entry number in LogLines
         self._seen_total = 0
         self._title_shown = ""
 
@@ -140,22 +164,49 @@ class LogPane(Vertical):
         """Redraw from scratch: another task, or another search."""
         self.task_id = task_id
         self._seen_total = 0
-        wanted: list[LogLine] = []
+        self._startup, self._hidden, self._note = StartupFilter(), 0, None
+        self.lines.replace([])
         if task_id is not None:
             log = view.log(task_id)
-            wanted = [line for line in log.lines if matches(line, self.search_query)][-SHOWN_ON_SWITCH:]
+            wanted = list(log.lines)
+            if self.search_query:
+                wanted = [line for line in wanted if matches(line, self.search_query)]
+            self._write(wanted[-SHOWN_ON_SWITCH:])
             self._seen_total = log.total
-        self.lines.replace([log_text(line, self.search_query) for line in wanted])
         self._update_title(view)
 
     def sync(self, view: JobView) -> None:
         """Write the lines that arrived since the last call, unless paused."""
         if self.task_id is not None and not self.paused:
             log = view.log(self.task_id)
-            self.lines.append([log_text(line, self.search_query) for line in log.since(self._seen_total)
-                               if matches(line, self.search_query)])
+            self._write(log.since(self._seen_total))
             self._seen_total = log.total
         self._update_title(view)
+
+    def _write(self, lines: list[LogLine]) -> None:
+        """Append `lines` that match the search; start-up lines go into the one note line (counted
+        there) unless they are shown or searched for."""
+        widget = self.lines
+        texts: list[Text] = []
+        for line in lines:
+            startup = self._startup.hides(line.line)  # every line, in order: continuations need it
+            if not matches(line, self.search_query):
+                continue
+            if startup and not self.show_startup and not self.search_query:
+                self._hidden += 1
+                if self._note is None or self._note < widget.appended - len(widget.entries):
+                    self._note, self._hidden = widget.appended + len(texts), 1  # the old note scrolled away
+                    texts.append(Text(""))
+                continue
+            texts.append(log_text(line, self.search_query, startup=startup))
+        widget.append(texts)
+        if self._note is not None:
+            note = hidden_note(self._hidden, f"press {SHOW_STARTUP_KEY} to show")
+            widget.set_text(self._note, Text(note, style="dim italic", no_wrap=True))
+
+    def set_show_startup(self, view: JobView, shown: bool) -> None:
+        self.show_startup = shown
+        self.show_task(view, self.task_id)
 
     def set_paused(self, view: JobView, paused: bool) -> None:
         self.paused = paused
@@ -174,6 +225,11 @@ class LogPane(Vertical):
             title += "  [following]"
         if self.search_query:
             title += f"  filter: {self.search_query!r}"
+        if self.show_startup:
+            title += f"  [TensorFlow start-up lines shown, {SHOW_STARTUP_KEY} hides]"
+        task = view.tasks.get(self.task_id) if self.task_id is not None else None
+        if task is not None and task.cause:  # why its latest failed incarnation failed
+            title += f"  {'failed' if task.state == ev.FAILED else 'last failed'}: {task.cause}"
         if title != self._title_shown:
             self._title_shown = title
             self.query_one("#log-title", Static).update(Text(title, style="bold"), layout=False)

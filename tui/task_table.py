@@ -46,7 +46,7 @@ COLUMNS: tuple[tuple[str, str, int, bool], ...] = (
 )
 BAR_CELLS = 4
 TREND_CELLS = 8
-FLAG_NAMES = {ev.STALLED: "STALL", ev.STRAGGLER: "SLOW"}
+FLAG_NAMES = {ev.STALLED: "STALL", ev.STRAGGLER: "SLOW", ev.NAN_LOSS: "NAN", ev.LOG_POLICY: "LOG"}
 COLUMN_INDEX = {key: i for i, (key, *_rest) in enumerate(COLUMNS)}
 TABLE_WIDTH = sum(width for _key, _label, width, _right in COLUMNS)
 STALE_STYLE = "bold black on yellow"
@@ -84,8 +84,8 @@ def task_cells(task: TaskView, now: float) -> tuple[Cell, ...]:
         (flags_text(task), "bold black on dark_orange" if task.conditions else ""),
         (str(task.restarts), "yellow" if task.restarts else "dim"),
         (str(task.step) if task.step is not None else fmt.MISSING, ""),
-        (fmt.loss(task.loss), ""),
-        (fmt.number(task.steps_per_s), ""),
+        (task.nonfinite_loss or fmt.loss(task.loss), "bold red" if task.nonfinite_loss else ""),
+        (fmt.number(task.steps_per_s(now)), ""),
         (trend, "cyan"),
         (_percent_cell(task.cpu_percent), "green"),
         (_percent_cell(task.gpu_util) if task.has_gpu else fmt.MISSING, "magenta"),
@@ -103,14 +103,14 @@ STATE_ORDER = {state: i for i, state in enumerate(
     (ev.FAILED, ev.RESTARTING, ev.STARTING, ev.PENDING, ev.RUNNING, ev.STOPPED, ev.SUCCEEDED))}
 
 
-def sort_value(task: TaskView, column: str) -> object:
+def sort_value(task: TaskView, column: str, now: float) -> object:
     """The value a column sorts by; None sorts last whichever the direction."""
     if column == "host":
         return task.host
     if column == "state":
         return STATE_ORDER.get(task.state, len(STATE_ORDER))
     if column == "rate":
-        return task.steps_per_s
+        return task.steps_per_s(now)
     if column == "loss":
         return task.loss
     if column == "gpu":
@@ -118,12 +118,12 @@ def sort_value(task: TaskView, column: str) -> object:
     return None
 
 
-def ordered_tasks(view: JobView, keys: Iterable[str], column: str, reverse: bool) -> list[str]:
-    """`keys` in the order of `column` (task order among equals), missing values last."""
+def ordered_tasks(view: JobView, keys: Iterable[str], column: str, reverse: bool, now: float) -> list[str]:
+    """`keys` in the order of `column` at `now` (task order among equals), missing values last."""
     by_task = sorted(keys, key=task_sort_key)
     if column == "task":
         return by_task[::-1] if reverse else by_task
-    present = [(sort_value(view.tasks[k], column), k) for k in by_task]
+    present = [(sort_value(view.tasks[k], column, now), k) for k in by_task]
     missing = [k for value, k in present if value is None]
     known = [(value, k) for value, k in present if value is not None]
     known.sort(key=lambda pair: pair[0], reverse=reverse)  # type: ignore[arg-type,return-value]
@@ -193,6 +193,7 @@ class TaskTable(ScrollView, can_focus=True):
         self._pending: set[str] = set()
         self._header = header_line()
         self._base_style = Style()
+        self._now = 0.0  # the clock of the last `sync`: rates are sorted as they were last shown
 
     # -- reading -----------------------------------------------------------------------
 
@@ -238,7 +239,7 @@ class TaskTable(ScrollView, can_focus=True):
     def reorder(self, view: JobView, force: bool = False) -> None:
         """Recompute which rows show and in what order; keeps the cursor on the selected task."""
         keys = [k for k in self._known if task_matches(view.tasks[k], self.filter_text)]
-        rows = ordered_tasks(view, keys, self.sort_column, self.sort_reverse)
+        rows = ordered_tasks(view, keys, self.sort_column, self.sort_reverse, self._now)
         if rows == self.row_keys and not force:
             return
         selected = self.selected_task or self._keep_selection
@@ -287,6 +288,7 @@ class TaskTable(ScrollView, can_focus=True):
 
         Only rows on screen are compared; a changed row off screen waits in `_pending` until it
         scrolls into view, so a refresh costs the same with 8 tasks or 8,000."""
+        self._now = now
         added = False
         for task_id in view.tasks:
             if task_id not in self._shown:

@@ -131,7 +131,7 @@ def request(run_dir: str, obj: Dict[str, Any], spawn: bool = True, timeout: floa
 # -- follow -----------------------------------------------------------------------------------------
 
 
-def follow_when_asked(run_dir: str) -> int:
+def follow_when_asked(run_dir: str, first: Optional[bytes] = None) -> int:
     """``preflight --then-follow``, once its answer is out: wait for the launcher's first line on
     stdin (a ping, or the request that starts the tasks), then start the host agent and follow it,
     passing that line on. EOF instead (the launch stopped at preflight) ends here, and no host
@@ -139,10 +139,11 @@ def follow_when_asked(run_dir: str) -> int:
     zipapp is looked into for autolog's hook here, while the launcher still decides, so the host
     agent forked from here inherits both."""
     autolog_site_dir()
-    try:
-        first = os.read(0, 65536)
-    except OSError:
-        first = b""
+    if first is None:  # else the reach check (launcher/agent/reach.py) read it already
+        try:
+            first = os.read(0, 65536)
+        except OSError:
+            first = b""
     if not first:
         return 0
     return cmd_follow(run_dir, {}, pinged=True, first=first)

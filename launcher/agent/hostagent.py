@@ -9,12 +9,15 @@ one, and a lock that is free means it died. It listens on ``agent.sock`` in the 
 * ``start`` {tasks, secrets}: start these tasks from their spec.json; answers their pids;
 * ``stop`` {tasks, grace, exit}: stop them (SIGTERM group, grace, SIGKILL group) and answer once
   each wrote its final event; with ``exit`` the agent then stops everything left and exits;
-* ``status``: the tasks it supervises and their pids.
+* ``status``: the tasks it supervises and their pids;
+* ``stacks`` {tasks, native, timeout} (on a follow channel): every task's stacks and process
+  state (``launcher.agent.stacks``).
 
 On start it adopts the live tasks of a predecessor that was killed (``runner.TaskRunner.adopt``);
 a task that died meanwhile gets its final event from the exit status its wrapper left. Without a
 launcher (no fresh follower, no ``lease`` touch) for ``orphan_grace_seconds`` and no ``detached``
-file, it stops its tasks. It exits when no task runs and no follower has come for a while.
+file, it stops its tasks. It exits when no task runs and no follower has come for a while, and at once
+when the orphan rule stopped its tasks and no follower came since (nothing of the run lingers).
 
 Stdlib-only, Python >= 3.9 (runs on hosts from the agent zipapp).
 """
@@ -78,6 +81,7 @@ class HostAgent:
         self._reap_needed = False  # set by the SIGCHLD handler
         self._exit_signalled = False  # set by the SIGTERM/SIGINT handler
         self._orphan_grace = DEFAULT_ORPHAN_GRACE
+        self._orphaned_at: Optional[float] = None  # when the orphan rule last stopped the tasks
 
     # -- life -------------------------------------------------------------------------------------
 
@@ -142,9 +146,18 @@ class HostAgent:
             active = self._active()
             if active and self._launcher_lost(now):
                 self._stop_all("launcher lost for %g s" % self._orphan_grace)
-            idle = time.monotonic() - self.hub.last_follower_left
-            if not active and not self.hub.followers and idle > IDLE_EXIT_SECONDS:
+                self._orphaned_at = time.monotonic()
+            if not active and not self.hub.followers and self._may_exit():
                 return
+
+    def _may_exit(self) -> bool:
+        """With no task running and no follower: after IDLE_EXIT_SECONDS without one, or at once
+        when the orphan rule stopped the tasks and no follower came since (the launcher is gone:
+        an `attach` later starts a new agent, and nothing of the run may linger meanwhile)."""
+        left = self.hub.last_follower_left
+        if self._orphaned_at is not None and left <= self._orphaned_at:
+            return True
+        return time.monotonic() - left > IDLE_EXIT_SECONDS
 
     def _launcher_lost(self, now: float) -> bool:
         if os.path.exists(os.path.join(self.run_dir, "detached")):
@@ -307,6 +320,8 @@ class HostAgent:
                     sys.stderr.write("agent: sample failed: %s\n" % exc)
                     complained = True
                 continue
+            for runner, sample in found.items():  # the OOM killer's evidence: every pass, the first too
+                runner.oom.see(sample.get("pids") or (), sample.get("rss_bytes"))
             if not primed:
                 primed = True
                 continue
@@ -323,6 +338,10 @@ class HostAgent:
     def follower_request(self, request: Dict[str, Any]) -> Dict[str, Any]:
         """A request that came as a JSON line on a follower's connection (the launcher's `start`
         rides the open follow channel: no SSH exec, no interpreter to boot)."""
+        if request.get("op") == "stacks":
+            from launcher.agent import stacks
+
+            return stacks.answer(self.run_dir, request)
         if request.get("op") != "start":
             return {"error": "unknown request %r" % (request.get("op"),)}
         specs = request.get("specs") or {}

@@ -67,7 +67,9 @@ def _can_bind(addr: str, port: int) -> bool:
             return False
 
 
-def cmd_ports(addr: str, check: List[int], pick: int) -> Dict[str, Any]:
+def cmd_ports(addr: str, check: List[int], pick: int, keep: Optional[List[socket.socket]] = None) -> Dict[str, Any]:
+    """Which of ``check`` are busy, and ``pick`` free ports; with ``keep``, the picked ports' bound
+    sockets are put there instead of closed (the reach check holds them open)."""
     addr = _bindable_address(addr)
     listening = _listening_ports()
     busy = [p for p in check if p in listening or not _can_bind(addr, p)]
@@ -84,6 +86,8 @@ def cmd_ports(addr: str, check: List[int], pick: int) -> Dict[str, Any]:
             if port in check or port in listening or port in picked:
                 continue
             picked.append(port)
+            if keep is not None:
+                keep.append(held.pop())
     finally:
         for sock in held:
             sock.close()
@@ -94,9 +98,11 @@ def cmd_ports(addr: str, check: List[int], pick: int) -> Dict[str, Any]:
 
 
 def cmd_preflight(checks_json: Optional[str] = None, cwd: Optional[str] = None,
-                  ports: Optional[Tuple[str, List[int], int]] = None, tensorflow: bool = False) -> Dict[str, Any]:
+                  ports: Optional[Tuple[str, List[int], int]] = None, tensorflow: bool = False,
+                  keep: Optional[List[socket.socket]] = None) -> Dict[str, Any]:
     """What this host's Python offers; with ``checks_json`` the failed path checks (launcher/agent/hostcheck.py,
-    relative paths under ``cwd``), with ``ports`` the answer of ``ports`` too: one round trip for all."""
+    relative paths under ``cwd``), with ``ports`` the answer of ``ports`` too: one round trip for all.
+    ``keep``: see ``cmd_ports``."""
     def has(module: str) -> bool:
         try:
             return importlib.util.find_spec(module) is not None
@@ -110,7 +116,7 @@ def cmd_preflight(checks_json: Optional[str] = None, cwd: Optional[str] = None,
         hostcheck = importlib.import_module("launcher.agent.hostcheck")
         answer["failed"] = hostcheck.run_checks(json.loads(checks_json), cwd or os.getcwd())
     if ports is not None:
-        answer["ports"] = cmd_ports(*ports)
+        answer["ports"] = cmd_ports(*ports, keep=keep)
     if tensorflow:
         answer["tensorflow"] = tensorflow_version()
     return answer

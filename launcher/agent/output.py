@@ -155,6 +155,8 @@ class OutputInterpreter:
                     raise ValueError("metric values is not an object")
                 step = obj.get("step")
                 loss = obj.get("loss")
+                if loss is None and events.nonfinite_label(obj.get("nonfinite_loss")):
+                    loss = float(obj["nonfinite_loss"])  # report.py's NaN / Inf: JSON has none
                 if obj.get("source") == "autolog":
                     explicit = self._explicit
                     step = None if "step" in explicit else step
@@ -212,8 +214,9 @@ class OutputInterpreter:
         if not result.any_value:
             return None
         values = {k: v for k, v in result.values.items() if math.isfinite(v)}
-        loss = result.loss if result.loss is not None and math.isfinite(result.loss) else None
-        return events.metric_event(self._spec.run, self._spec.task, step=result.step, loss=loss, values=values)
+        # a NaN or Inf loss goes on (as nonfinite_loss): the launcher raises nan_loss on it
+        return events.metric_event(self._spec.run, self._spec.task, step=result.step, loss=result.loss,
+                                   values=values)
 
 
 def _decode_line(raw: bytes) -> str:

@@ -22,6 +22,7 @@ import time
 from typing import Any, Dict, List, Optional, Set, Tuple
 
 from launcher import events
+from launcher.agent.oomcheck import OomWatch
 from launcher.agent.output import EventWriter, OutputInterpreter, read_lines
 from launcher.agent.procs import (
     SPAWN_LOCK,
@@ -69,6 +70,8 @@ class TaskRunner:
         self._last_stderr: List[str] = []
         self._stop_reason: Optional[str] = None
         self._stopped = False  # a stop request came while the task still ran
+        #: the OOM killer's evidence and the peak RSS (the sampler feeds it), told at a SIGKILL
+        self.oom = OomWatch()
         self.exited = threading.Event()
         self.done = threading.Event()
 
@@ -97,7 +100,7 @@ class TaskRunner:
             with SPAWN_LOCK:
                 proc = subprocess.Popen(
                     wrapped_argv(spec, self.task_dir), cwd=os.path.expanduser(spec.workdir),
-                    env=task_environment(spec, self._secrets), stdin=subprocess.DEVNULL, stdout=out_w,
+                    env=task_environment(spec, self._secrets, self.task_dir), stdin=subprocess.DEVNULL, stdout=out_w,
                     stderr=err_w, pass_fds=(out_r, err_r), start_new_session=True)
                 self._leaders.add(proc.pid)
         except (OSError, ValueError) as exc:
@@ -115,6 +118,7 @@ class TaskRunner:
         os.close(err_w)
         self._proc = proc
         self.pid = proc.pid
+        self.oom.see([proc.pid])
         _write_atomic(os.path.join(self.task_dir, "task.pgid"), "%d\n" % proc.pid)
         _write_atomic(os.path.join(self.task_dir, TASK_FILE),
                       json.dumps({"pid": proc.pid, "pgid": proc.pid, "fds": [out_r, err_r]}))
@@ -225,7 +229,24 @@ class TaskRunner:
                 self._state(events.FAILED, pid=pid, exit_code=exit_code, reason="could not start: %s" % cannot,
                             permanent=True, exited_at=exited_at)
             else:
-                self._state(events.FAILED, pid=pid, exit_code=exit_code, reason=reason, exited_at=exited_at)
+                self._state(events.FAILED, pid=pid, exit_code=exit_code, reason=reason, exited_at=exited_at,
+                            **self._signal_evidence(returncode))
+
+    def _signal_evidence(self, returncode: int) -> Dict[str, Any]:
+        """For a task a signal ended (and not distlaunch: that is a stop): the signal's name, and for
+        SIGKILL whether the kernel's OOM killer sent it and the task's peak RSS (the launcher's cause)."""
+        if returncode >= 0:
+            return {}
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            return {}
+        out: Dict[str, Any] = {"signal": name}
+        if -returncode == signal.SIGKILL:
+            out["oom_kill"] = self.oom.oom_killed()
+            if self.oom.peak_rss is not None:
+                out["peak_rss_bytes"] = self.oom.peak_rss
+        return out
 
 
 def _reopen_pipe(pid: int, fd: int) -> Optional[int]:

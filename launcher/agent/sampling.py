@@ -295,7 +295,7 @@ class HostSampler:
             source = ("psutil" if self._psutil is not None else "proc") + (
                 "+" + (self._gpu_mode or GPU_NONE) if gpu_indices else "")
             out[key] = {"cpu_percent": cpu_percent, "rss_bytes": rss_bytes, "gpus": gpus, "source": source,
-                        "host": host}
+                        "host": host, "pids": sorted(pids)}
         for key in [k for k in self._prev if k not in tasks]:
             del self._prev[key]
         return out

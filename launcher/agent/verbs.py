@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from launcher.agent.runner import TaskRunner
 
 LEASE_CHECK_SECONDS = 0.5
-VERBS = ("serve", "run", "follow", "start", "stop", "ports", "sweep", "preflight")
+VERBS = ("serve", "run", "follow", "start", "stop", "ports", "sweep", "preflight", "stacks")
 
 
 # -- run: one task in the foreground, without a host agent ------------------------------------------
@@ -194,6 +194,12 @@ def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
         sweep.add_argument("--run-id", required=True)
         sweep.add_argument("--kill", action="store_true")
         sweep.add_argument("--grace", type=float, default=5.0)
+    if only in (None, "stacks"):
+        stacks = verbs.add_parser("stacks", help="every task's stacks and process state (JSON)")
+        stacks.add_argument("--run-dir", required=True)
+        stacks.add_argument("--tasks", type=_slug_list, default=[], help="task ids or slugs (default: all)")
+        stacks.add_argument("--native", action="store_true", help="with py-spy: native frames too")
+        stacks.add_argument("--timeout", type=float, default=None)
     if only in (None, "preflight"):
         preflight = verbs.add_parser("preflight", help="what this host's Python offers; path and port checks")
         preflight.add_argument("--checks", default=None, help="JSON list of path checks (launcher/agent/hostcheck.py)")
@@ -206,6 +212,12 @@ def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
                                help="after the answer, wait for a first line on stdin, then start the host agent of "
                                     "--run-dir and follow it (pinged) as `follow` does; EOF first: end")
         preflight.add_argument("--run-dir", default=None)
+        preflight.add_argument("--listen", default=None, metavar="TOKEN",
+                               help="hold the checked and picked ports open, greeting with TOKEN, and answer "
+                                    "`#reach` lines on stdin until another line or EOF (launcher/agent/reach.py)")
+        preflight.add_argument("--facts", default=None, metavar="JSON",
+                               help='JSON {"paths": [...], "gpus": bool}: also free space at the paths, free memory, '
+                                    "the clock and (if asked) the GPUs (launcher/agent/hostfacts.py)")
     return parser
 
 
@@ -250,11 +262,30 @@ def _one_answer(args: argparse.Namespace) -> int:
         from launcher.agent.netcheck import cmd_preflight
 
         ports = (args.bind, args.check, args.pick) if args.bind is not None else None
-        _print_json(cmd_preflight(args.checks, args.cwd, ports, args.tensorflow))
-        if args.then_follow:
-            from launcher.agent.clients import follow_when_asked
+        picked: List[Any] = []
+        answer = cmd_preflight(args.checks, args.cwd, ports, args.tensorflow,
+                               keep=picked if args.listen is not None else None)
+        if args.facts is not None:
+            from launcher.agent.hostfacts import host_facts
 
-            return follow_when_asked(os.path.abspath(args.run_dir))
+            answer["facts"] = host_facts(json.loads(args.facts))
+        hold = None
+        if args.listen is not None and ports is not None:
+            from launcher.agent.reach import PortHold
+
+            busy = set(answer["ports"]["busy"])
+            hold = PortHold(args.bind, [p for p in args.check if p not in busy], args.listen, bound=picked)
+            answer["listening"], answer["listen_failed"] = hold.ports, hold.failed
+        _print_json(answer)
+        if args.then_follow:  # the host agent's modules load while the launcher judges the answers
+            from launcher.agent.clients import follow_when_asked
+        first = None
+        if hold is not None:
+            from launcher.agent.reach import hold_until_released
+
+            first = hold_until_released(hold)
+        if args.then_follow:
+            return follow_when_asked(os.path.abspath(args.run_dir), first)
     elif args.verb == "ports":
         from launcher.agent.netcheck import cmd_ports
 
@@ -280,4 +311,9 @@ def _one_answer(args: argparse.Namespace) -> int:
         _print_json(answer)
     elif args.verb == "sweep":
         _print_json(cmd_sweep(args.run_id, args.kill, args.grace))
+    elif args.verb == "stacks":
+        from launcher.agent import stacks
+
+        _print_json(stacks.answer(os.path.abspath(args.run_dir), {"tasks": args.tasks, "native": args.native,
+                                                           "timeout": args.timeout}))
     return 0

@@ -17,8 +17,10 @@ What each patch gives:
   placement of the variables created under a ParameterServerStrategy scope;
 - Keras ``Model.fit``: a callback with per-batch loss and logs, and placement at train begin;
 - ``tf.summary.scalar`` (eager calls) and TF1 ``FileWriter.add_summary``: each scalar and step;
-- TF1 ``Session.run``: the graph's global step, placement of ``global_variables()`` once, and a
-  fetched tensor named like a loss, all at most once per interval.
+- TF1 ``Session.run``: the graph's global step (found by ``get_global_step()``, else the
+  GLOBAL_STEP collection, else the name ``global_step``), placement of ``global_variables()``
+  once, and a fetched tensor named like a loss, all at most once per interval; each of these
+  that fails is said once and leaves the others (and autolog) on.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import weakref
 from typing import Any, Callable, Dict, List, Optional
 
 from launcher.autolog import recorder as autolog
+from launcher.autolog.global_step import read_global_step
 from launcher.autolog.recorder import guarded, note, reader
 
 #: bumped by every apply_gradients: a function call during which it moved trains
@@ -223,7 +226,7 @@ def _scalar_loss(value: Any) -> Any:
 def _read_tensor(value: Any) -> Optional[float]:
     from launcher import report
 
-    return report._to_float(value)
+    return report._to_number(value)  # a NaN loss too: it raises the nan_loss condition
 
 
 def _patch_function_calls() -> None:
@@ -427,14 +430,11 @@ def _patch_session(tf: Any) -> None:
 
 
 def _final_session_read(tf: Any, run: Any, session: Any) -> None:
-    global_step = tf.compat.v1.train.get_global_step(session.graph)
-    if global_step is None or run is None or getattr(session, "_closed", False):
+    if run is None or getattr(session, "_closed", False):
         return
-    try:
-        step = int(run(session, global_step, None, None, None))
-    except tf.errors.OpError:
-        return
-    note(step=step, now=True)
+    step = read_global_step(tf, run, session)
+    if step is not None:
+        note(step=step, now=True)
 
 
 def _session_tick(tf: Any, run: Callable[..., Any], session: Any, fetches: Any, result: Any,
@@ -444,22 +444,20 @@ def _session_tick(tf: Any, run: Callable[..., Any], session: Any, fetches: Any, 
         watch = _SessionWatch()
         _sessions[session] = watch
     watch.next_read = now + reader.interval
-    graph = session.graph
     if not watch.placed:
         watch.placed = True
-        variables = graph.get_collection(tf.compat.v1.GraphKeys.GLOBAL_VARIABLES)
-        if variables:
-            autolog.placement(list(variables))
-    step = None
-    global_step = tf.compat.v1.train.get_global_step(graph)
-    if global_step is not None:
         try:
-            step = int(run(session, global_step, None, None, None))
-        except tf.errors.OpError:
-            # not initialized yet (a non-chief waiting for the chief), a ps restarting: the
-            # script's own run just worked, so try again next interval
-            step = None
-    loss = _fetched_loss(fetches, result, depth=0)
+            variables = session.graph.get_collection(tf.compat.v1.GraphKeys.GLOBAL_VARIABLES)
+            if variables:
+                autolog.placement(list(variables))
+        except Exception as exc:
+            autolog.degraded("report the placement of a TF1 graph's variables", exc)
+    step = read_global_step(tf, run, session)
+    try:
+        loss = _fetched_loss(fetches, result, depth=0)
+    except Exception as exc:
+        autolog.degraded("read the loss from Session.run's fetches", exc)
+        loss = None
     if step is not None or loss is not None:
         note(step=step, loss=loss)
 

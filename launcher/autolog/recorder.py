@@ -12,7 +12,10 @@ limited), marked ``"source": "autolog"`` so that the agent lets an explicit ``re
 ``[metrics]`` regex win for the same name.
 
 Any exception inside the instrumentation prints one warning line on stderr and turns autolog
-off for the rest of the task: it never breaks the script.
+off for the rest of the task: it never breaks the script. A read that has other ways to go
+(the TF1 global step: ``get_global_step()``, the GLOBAL_STEP collection, the name
+``global_step``) is the exception: a way that fails is said once per process (``degraded``)
+and the next way is tried, autolog staying on.
 
 Stdlib-only at import and Python >= 3.9.
 """
@@ -47,6 +50,7 @@ class _State:
         self.warned = False
         self.lock = threading.Lock()
         self.patched: set = set()
+        self.degraded: set = set()  # the ways of reading already said to have failed
 
 
 _state = _State()
@@ -66,6 +70,20 @@ def fail(where: str, exc: BaseException) -> None:
     try:
         sys.stderr.write("distlaunch autolog: %s failed (%s: %s); autolog is off for this task, "
                          "the script runs on unchanged\n" % (where, type(exc).__name__, exc))
+        sys.stderr.flush()
+    except Exception:
+        pass
+
+
+def degraded(what: str, exc: BaseException) -> None:
+    """Say once per process that one way of reading failed; autolog stays on (others go on)."""
+    with _state.lock:
+        if what in _state.degraded:
+            return
+        _state.degraded.add(what)
+    try:
+        sys.stderr.write("distlaunch autolog: could not %s (%s: %s); autolog goes on without it\n"
+                         % (what, type(exc).__name__, exc))
         sys.stderr.flush()
     except Exception:
         pass

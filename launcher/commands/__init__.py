@@ -5,6 +5,8 @@
     down.py        down, restart (a live job from another terminal), prune
     status.py      status, logs, runs, events: what a run does or did, from its run dir
     check.py       check (--metrics-sample too), tfconfig: what a profile would do
+    init.py        init: a commented profile for the user's script (initguess.py: its strategy)
+    stacks.py      stacks: every live task's Python stacks and process state
     completion.py  completion: shell completion from the same parser
 """
 

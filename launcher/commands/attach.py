@@ -83,7 +83,7 @@ def attach_run(path: Path, tui: bool) -> int:
         for session in sessions.values():
             session.host.close()
         rundir.close()
-    return report_outcome(sup, outcome, interrupted=False)
+    return report_outcome(sup, outcome, stopped_code=None)
 
 
 def run_attach(args: argparse.Namespace) -> int:

@@ -18,29 +18,32 @@ from typing import TextIO
 from launcher.agent.metricregex import MetricRegexes
 from launcher.errors import HostError, UserError
 from launcher.events import REPORT_PREFIX
-from launcher.model import START_ORDER, Plan, TaskSpec
+from launcher.model import SSH_TRANSPORTS, START_ORDER, Plan, TaskSpec
 from launcher.plan import build_plan, host_port, mask_env, tf_config
 from launcher.profile.overrides import Overrides, mask_secrets
 from launcher.profile.reader import load_profile
 from launcher.transport import sshconfig
 
 
-def run_check(profile_path: Path, remote: bool = True, overrides: Overrides | None = None) -> int:
+def run_check(profile_path: Path, remote: bool = True, overrides: Overrides | None = None,
+              as_json: bool = False) -> int:
     """Validate the profile, print the plan, and (with ``remote``) preflight every host.
 
     Returns 0 when all is well, 2 when the preflight found problems; profile mistakes raise
-    ``ProfileError``, which the CLI prints as one line.
+    ``ProfileError``, which the CLI prints as one line. ``as_json``: instead of the plan, the
+    hosts side by side as one JSON object (launcher/remote/parity.py).
     """
     plan = build_plan(load_profile(profile_path, overrides))
     shown = io.StringIO()
     print_plan(plan, shown)
-    sys.stdout.write(mask_secrets(shown.getvalue(), set(plan.profile.secrets)))
+    if not as_json:
+        sys.stdout.write(mask_secrets(shown.getvalue(), set(plan.profile.secrets)))
     for warning in exposure_warnings(plan):
         print(f"distlaunch: warning: {warning}", file=sys.stderr)
     if not remote or importlib.util.find_spec("launcher.remote.preflight") is None:
         return 0
     preflight = importlib.import_module("launcher.remote.preflight")
-    problems: list[str] = preflight.preflight_plan(plan)
+    problems: list[str] = preflight.preflight_plan(plan, as_json)
     for problem in problems:
         print(f"distlaunch: error: {problem}", file=sys.stderr)
     return 2 if problems else 0
@@ -92,14 +95,15 @@ def route_lines(plan: Plan) -> list[str]:
     used = dict.fromkeys(t.host for t in plan.tasks)
     for name in used:
         host = plan.profile.hosts[name]
-        if host.transport != "ssh":
+        if host.transport not in SSH_TRANSPORTS:
             continue
         try:
             route = sshconfig.resolve(host)
         except HostError as exc:
             lines.append(f"ssh       {name}: {exc}")
             continue
-        lines.append(f"ssh       {name}: {host.address} -> {route.describe()} ({route.source})")
+        client = ", system ssh client" if host.transport == "openssh" else ""
+        lines.append(f"ssh       {name}: {host.address} -> {route.describe()} ({route.source}{client})")
     return lines
 
 
@@ -184,7 +188,7 @@ def run_metrics_sample(profile_path: Path, log_path: Path, out: TextIO | None = 
     patterns = profile_patterns(profile_path)
     if not patterns:
         raise UserError(f"{profile_path}: no [metrics] regexes to try; add e.g. "
-                        "loss = 'loss[ =:]+([-+0-9.eE]+)' under [metrics]")
+                        "loss = 'loss[ =:]+(\\S+)' under [metrics]")
     regexes = MetricRegexes(patterns)
     for name, error in regexes.invalid:
         raise UserError(f"{profile_path}: metrics.{name}: invalid regex ({error}); fix it and try again")

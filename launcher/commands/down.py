@@ -6,6 +6,10 @@ A run is removed only when it has ended (Succeeded or Failed) or its launcher di
 detaching long enough ago that no task of it can still run; live and detached runs are never
 touched, and neither are the jobs' outputs, which live outside run dirs. A run whose host cannot
 be reached is kept, so nothing is left behind on that host unnoticed: prune again later.
+
+Only runs under the state dir are chosen by ``--keep``/``--older-than``: a run dir the user put
+elsewhere (``up --run-dir``) is listed as kept, and removed only when named (``prune RUN``, by
+run id or path), like any other run named there.
 """
 
 from __future__ import annotations
@@ -20,16 +24,20 @@ from typing import Any
 from launcher import events as ev
 from launcher.commands import notice
 from launcher.commands.runhosts import connect_sessions
-from launcher.commands.status import RunSummary, list_runs, require_task
+from launcher.commands.status import RunSummary, list_runs, require_task, summarize_run
 from launcher.errors import HostError, HostGone, UserError
 from launcher.remote.session import HostSession
 from launcher.rundir import (
     DOWN_MARKER,
+    RunDir,
     find_run,
     launcher_alive,
+    outside_state_dir,
     read_state,
+    unlink_from_root,
 )
 from launcher.supervise import controlsock
+from launcher.telemetry.progressline import Progress
 
 #: how long `down` waits for a live launcher to finish the teardown it asked for
 LAUNCHER_TEARDOWN_SECONDS = 120.0
@@ -56,6 +64,10 @@ def run_down(args: argparse.Namespace) -> int:
 
     keep_files = bool(getattr(args, "keep_host_files", False))
     not_removed: list[str] = []
+    # a run dir the user put outside the state dir is theirs, with the local hosts' dirs in it:
+    # down leaves it whole (`prune RUN` removes it); other hosts' run dirs are distlaunch's own
+    outside = outside_state_dir(path)
+    removed: list[str] = []
 
     def down(session: HostSession) -> None:
         slugs = [t["slug"] for t in state.get("tasks", {}).values() if t["host"] == session.name]
@@ -67,9 +79,10 @@ def run_down(args: argparse.Namespace) -> int:
             return
         if left:
             leftovers[session.name] = left
-        elif not keep_files:  # only once nothing of the run runs there; outputs are never touched
-            try:
+        elif not keep_files and not (outside and Path(session.base_dir).is_relative_to(path)):
+            try:  # only once nothing of the run runs there; outputs are never touched
                 session.remove_run_dir()
+                removed.append(session.name)
             except HostError as exc:
                 not_removed.append(str(exc))
 
@@ -78,7 +91,7 @@ def run_down(args: argparse.Namespace) -> int:
             list(pool.map(down, sessions.values()))
     finally:
         for s in sessions.values():
-            s.host.close()
+            s.host.end_run()
     if leftovers:
         for host, left in leftovers.items():
             notice(f"host {host}: still running after down: "
@@ -86,9 +99,27 @@ def run_down(args: argparse.Namespace) -> int:
         return 1
     for problem in not_removed:
         notice(problem)
-    kept = "; host run dirs kept" if keep_files else ("" if not_removed else "; host run dirs removed")
+    _record_stopped_by_down(path)
+    kept = "; host run dirs kept" if keep_files else ("" if not_removed or not removed else "; host run dirs removed")
+    if outside:
+        kept += f"; {path} kept: outside the state dir (remove it yourself or `distlaunch prune {run_id}`)"
     print(f"{run_id}: stopped on {len(sessions)} host(s); no process of the run is left{kept}")
     return 0
+
+
+def _record_stopped_by_down(path: Path) -> None:
+    """A run no launcher follows (detached or lost) ends with its `down`: the job event and
+    state.json say why, so that `runs` shows it ended and `prune` may take it."""
+    state = read_state(path)
+    if launcher_alive(state) or state.get("job_state") in (ev.JOB_SUCCEEDED, ev.JOB_FAILED):
+        return  # a launcher recorded its own end
+    reason = "stopped by `distlaunch down`"
+    rundir = RunDir.open(path)
+    try:
+        rundir.append(ev.job_event(str(state["run_id"]), ev.JOB_FAILED, reason))
+        rundir.write_state({**state, "job_state": ev.JOB_FAILED, "job_reason": reason, "detached": False})
+    finally:
+        rundir.close()
 
 
 def run_restart(args: argparse.Namespace) -> int:
@@ -147,30 +178,63 @@ def remove_run(run: RunSummary) -> None:
             for session in sessions.values():
                 session.host.close()
     shutil.rmtree(path)
+    if outside_state_dir(path):
+        unlink_from_root(run.run, path)
+
+
+def named_runs(refs: list[str], now: float) -> list[RunSummary]:
+    """The runs named on the command line (run ids or paths), each finished, else a user error."""
+    named: list[RunSummary] = []
+    for ref in refs:
+        path = find_run(ref)
+        run = summarize_run(path, now)
+        if run is None:
+            raise UserError(f"prune: {path}: unreadable run state; remove it yourself")
+        if not finished(run, now):
+            raise UserError(f"prune: {run.run} is {run.live or 'not finished'}; stop it first with "
+                            f"`distlaunch down {run.run}`")
+        if run not in named:
+            named.append(run)
+    return named
 
 
 def run_prune(args: argparse.Namespace) -> int:
-    if args.keep < 0 or (args.older_than is not None and args.older_than < 0):
+    refs: list[str] = list(getattr(args, "runs", None) or [])
+    if refs and (args.keep is not None or args.older_than is not None):
+        raise UserError("prune: name runs or give --keep/--older-than, not both")
+    keep = 0 if args.keep is None else args.keep
+    if keep < 0 or (args.older_than is not None and args.older_than < 0):
         raise UserError("prune: --keep and --older-than take numbers >= 0")
     now = time.time()
-    runs = list_runs(now=now)
-    chosen = select(runs, args.keep, args.older_than, now)
+    if refs:
+        runs = chosen = named_runs(refs, now)
+    else:
+        runs = list_runs(now=now)
+        chosen = select(runs, keep, args.older_than, now)
+        for run in [r for r in chosen if outside_state_dir(Path(r.dir))]:
+            chosen.remove(run)
+            print(f"kept {run.run} ({run.dir}): outside the state dir; remove it yourself or name it "
+                  f"(`distlaunch prune {run.run}`)")
     untouchable = [r for r in runs if r.live is not None]
     if not chosen:
         print(f"nothing to prune ({len(runs)} run(s), {len(untouchable)} live or detached)")
         return 0
     failed = 0
-    for run in chosen:
-        if args.dry_run:
-            print(f"would remove {run.run} ({run.job_state}, hosts: {', '.join(run.hosts) or '-'})")
-            continue
-        try:
-            remove_run(run)
-        except (HostError, UserError, OSError) as exc:
-            failed += 1
-            notice(f"{run.run} kept: {exc}; prune again once that is fixed")
-            continue
-        print(f"removed {run.run} ({run.job_state}) here and on {len(run.hosts)} host(s)")
+    with Progress("pruning", total=len(chosen), unit="runs", enabled=False if args.dry_run else None) as line:
+        for run in chosen:
+            if args.dry_run:
+                print(f"would remove {run.run} ({run.job_state}, hosts: {', '.join(run.hosts) or '-'})")
+                continue
+            try:
+                remove_run(run)
+            except (HostError, UserError, OSError) as exc:
+                failed += 1
+                with line.hold():
+                    notice(f"{run.run} kept: {exc}; prune again once that is fixed")
+                continue
+            finally:
+                line.advance()
+            line.echo(f"removed {run.run} ({run.job_state}) here and on {len(run.hosts)} host(s)")
     if not args.dry_run:
         print(f"pruned {len(chosen) - failed} run(s); kept {len(runs) - len(chosen) + failed} "
               f"({len(untouchable)} live or detached); outputs are never removed")

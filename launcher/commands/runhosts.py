@@ -10,7 +10,9 @@ from launcher.commands import notice
 from launcher.errors import HostError, HostGone
 from launcher.remote.preflight import PreflightError
 from launcher.remote.session import HostSession
-from launcher.rundir import host_from_json
+from launcher.rundir import (
+    host_from_json,
+)
 from launcher.transport import make_host
 
 
@@ -26,7 +28,7 @@ def open_sessions(state: dict[str, Any], gone: list[str] | None = None
     def connect(item: tuple[str, dict[str, Any]]) -> None:
         name, info = item
         config = host_from_json(info["config"])
-        host = make_host(config, on_notice=notice)
+        host = make_host(config, on_notice=notice, run_id=str(state["run_id"]))
         sessions[name] = HostSession(config, host, str(state["run_id"]), info["base_dir"], info["python"],
                                      str(info.get("outputs_dir") or ""))
         try:

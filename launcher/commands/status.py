@@ -41,11 +41,18 @@ def require_task(state: dict[str, Any], task: str) -> None:
 
 def summarize(path: Path) -> dict[str, Any]:
     """A run's current picture: its events folded by the same JobView the dashboard uses,
-    completed from state.json (addresses, ports, the last pid of a finished task)."""
+    completed from state.json (addresses, ports, the last pid of a finished task).
+
+    ``steps_per_s`` is each task's rate over the window ending now (this call's clock, which the
+    launcher's event times share): a live launcher writes each metric to events.jsonl as it comes,
+    so a task whose step stopped moving reads 0. Without a live launcher no one records the steps
+    any more, and the rate is null, as for a task not running."""
     state = read_state(path)
     view = JobView()
     for event in read_events(path):
         view.apply(event)
+    alive = launcher_alive(state)
+    now = view.rate_clock(time.time())
     tasks: dict[str, dict[str, Any]] = {}
     for task_id, info in state.get("tasks", {}).items():
         seen = view.tasks.get(task_id)
@@ -55,14 +62,17 @@ def summarize(path: Path) -> dict[str, Any]:
             "pid": (seen.pid if seen else None) or info.get("pid"),
             "restarts": seen.restarts if seen else info.get("restarts", 0),
             "step": seen.step if seen else None, "loss": seen.loss if seen else None,
+            "nonfinite_loss": seen.nonfinite_loss if seen else None,
+            "steps_per_s": seen.steps_per_s(now) if seen and alive else None,
             "exit_code": seen.exit_code if seen else None, "reason": seen.reason if seen else "",
+            "cause": seen.cause if seen else "",
             "conditions": dict(seen.conditions) if seen else {}}
     job = ({"state": view.state, "reason": view.reason, "root_cause": view.failure_cause} if view.events_applied
            else {"state": state.get("job_state"), "reason": state.get("job_reason", ""), "root_cause": ""})
     return {"run": state["run_id"], "dir": str(path), "profile": state.get("profile"),
             "name": state.get("name"), "strategy": state.get("strategy"), "job": job,
             "detached": state.get("detached", False), "launcher_pid": state.get("launcher_pid"),
-            "launcher_alive": launcher_alive(state),
+            "launcher_alive": alive,
             "tasks": tasks, "lost_events": view.lost_events}
 
 
@@ -81,7 +91,7 @@ def run_status(args: argparse.Namespace) -> int:
         print(f"(detached: task states as last seen by a launcher; `distlaunch attach {summary['run']}` for live)")
     rows = [("TASK", "HOST", "ADDRESS", "STATE", "PID", "RESTARTS", "STEP", "LOSS")]
     for task_id, t in summary["tasks"].items():
-        loss = f"{t['loss']:.4f}" if isinstance(t["loss"], float) else "-"
+        loss = t.get("nonfinite_loss") or (f"{t['loss']:.4f}" if isinstance(t["loss"], float) else "-")
         rows.append((task_id, t["host"], f"{t['address']}:{t['port']}", str(t["state"]),
                      str(t["pid"] or "-"), str(t["restarts"]), str(t["step"] if t["step"] is not None else "-"),
                      loss))
@@ -89,6 +99,8 @@ def run_status(args: argparse.Namespace) -> int:
     for r in rows:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
     for task_id, t in summary["tasks"].items():
+        if t.get("cause"):
+            print(f"{task_id} {'failed' if t['state'] == 'failed' else 'last failed'}: {t['cause']}")
         for condition, reason in t.get("conditions", {}).items():
             print(f"{task_id} {condition}: {reason}")
     for task_id, n in summary["lost_events"].items():

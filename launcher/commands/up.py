@@ -9,11 +9,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 from launcher import events as ev
@@ -25,13 +23,18 @@ from launcher.paths import runs_root
 from launcher.plan import build_plan
 from launcher.profile.overrides import overrides_from
 from launcher.profile.reader import load_profile
-from launcher.remote.preflight import prepare_hosts
-from launcher.rundir import RunDir, new_run_id
+from launcher.remote.preflight import Preflight, prepare_hosts
+from launcher.rundir import (
+    RunDir,
+    new_run_id,
+)
 from launcher.runrecord import write_record
 from launcher.supervise import controlsock
 from launcher.supervise.notify import Notifier, NotifyFollower
+from launcher.supervise.stopsignals import JobSignals, StoppedBeforeStart, StopSignals
 from launcher.supervise.supervisor import Supervisor
 from launcher.telemetry.printer import JsonPrinter, ProgressPrinter
+from launcher.telemetry.progressline import mute
 
 
 def _progress(quiet: bool) -> Callable[[str], None]:
@@ -43,6 +46,8 @@ def _progress(quiet: bool) -> Callable[[str], None]:
 
 
 def run_up(args: argparse.Namespace) -> int:
+    if args.json:
+        mute()  # stderr belongs to whatever reads the event stream
     profile = load_profile(Path(args.profile), overrides_from(args))
     plan = build_plan(profile)
     for warning in exposure_warnings(plan):
@@ -57,59 +62,71 @@ def run_up(args: argparse.Namespace) -> int:
         notice("not a terminal: showing progress lines instead of the dashboard (--no-tui)")
         tui = False
     progress = _progress(quiet=False)
-    progress(f"run {run_id} ({rundir.path})")
-    pre = prepare_hosts(plan, run_id, rundir.path / "hosts", notice, progress)
-    write_record(rundir.path, profile, pre.versions)
-    sup = Supervisor(plan, rundir, pre.sessions, pre.ports, detached=args.detach, on_notice=notice)
+    signals = JobSignals(run_id)
+    with signals:
+        pre: Preflight | None = None
+        try:
+            progress(f"run {run_id} ({rundir.path})")
+            pre = prepare_hosts(plan, run_id, rundir.path / "hosts", notice, progress)
+            write_record(rundir.path, profile, pre.versions)
+            sup = Supervisor(plan, rundir, pre.sessions, pre.ports, detached=args.detach, on_notice=notice)
+            signals.bind(sup)
+        except StoppedBeforeStart as stop:
+            if pre is not None:
+                pre.close()
+            rundir.append(ev.job_event(run_id, ev.JOB_FAILED, f"{stop} before any task started"))
+            rundir.close()
+            notice(f"{stop} before any task started; nothing runs on any host")
+            return signals.exit_code or 1
+        outcome = _follow_job(args, plan, rundir, pre, sup, signals, tui, progress)
+    return report_outcome(sup, outcome, signals.exit_code)
+
+
+def _follow_job(args: argparse.Namespace, plan: Plan, rundir: RunDir, pre: Preflight, sup: Supervisor,
+                signals: JobSignals, tui: bool, progress: Callable[[str], None]) -> str | None:
+    """Launch the job and show it until it ends, or is detached (`--detach`, SIGHUP)."""
+    run_id = sup.run_id
     feed = sup.subscribe()
     notifying = follow_notify(sup)
     server = start_control_server(run_id, sup)
-    interrupted = False
-
-    def on_sigint(_sig: int, _frame: FrameType | None) -> None:
-        nonlocal interrupted
-        if interrupted:
-            raise KeyboardInterrupt
-        interrupted = True
-        # a raw write: the handler may have interrupted a print to stderr, whose buffer it must
-        # not enter again; teardown only puts on a SimpleQueue, which is safe here
-        with contextlib.suppress(OSError, ValueError):  # no real stderr (a test's capture)
-            os.write(sys.stderr.fileno(), b"distlaunch: interrupted: tearing the job down "
-                                          b"(Ctrl-C again to abandon the wait)\n")
-        sup.teardown("interrupted by Ctrl-C")
-
-    old_int = signal.signal(signal.SIGINT, on_sigint)
-    old_term = signal.signal(signal.SIGTERM, on_sigint)
     try:
         progress(f"starting {len(plan.tasks)} tasks on {len(pre.sessions)} host(s)")
         try:
             sup.launch()
         except (HostError, OSError) as exc:
             raise UserError(f"could not start the job: {exc}; every started task was stopped") from None
-        if args.detach:
-            sup.detach()
+        if args.detach or signals.hung_up:  # a hang-up during the preflight: the job starts detached
+            sup.detach(origin="SIGHUP" if signals.hung_up else "")
             feed.close()
-            sup.wait()
-            print(f"{run_id} detached; follow it with `distlaunch attach {run_id}`, "
-                  f"stop it with `distlaunch down {run_id}`")
-            return 0
+            return sup.wait()
         if tui:
-            run_dashboard_for(sup, feed, plan, live=True)
-        elif args.json:
-            JsonPrinter().consume(feed.events())
+            run_dashboard_for(sup, feed, plan, live=True, signals=signals)
         else:
-            ProgressPrinter().consume(feed.events())
-        outcome = sup.wait()
+            follow_lines(JsonPrinter() if args.json else ProgressPrinter(), feed)
+        return sup.wait()
     finally:
-        signal.signal(signal.SIGINT, old_int)
-        signal.signal(signal.SIGTERM, old_term)
         if server is not None:
             server.close()
         if notifying is not None:
             notifying.finish()
         pre.close()
         rundir.close()
-    return report_outcome(sup, outcome, interrupted)
+
+
+def follow_lines(printer: ProgressPrinter | JsonPrinter, feed: Any) -> None:
+    """Print the job's events until it ends. A reader of stdout that went away (`| head`, a
+    `timeout` that signalled the whole pipeline) does not end the job's supervision: the rest is
+    followed without printing."""
+    events = feed.events()
+    try:
+        printer.consume(events)
+    except OSError:  # EPIPE, or EIO from a terminal that hung up
+        with contextlib.suppress(OSError):
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, sys.stdout.fileno())
+            os.close(null)
+        for _ in events:
+            pass
 
 
 def follow_notify(sup: Supervisor, history_until: float | None = None) -> NotifyFollower | None:
@@ -130,27 +147,29 @@ def start_control_server(run_id: str, sup: Supervisor) -> controlsock.ControlSer
         return None
 
 
-def report_outcome(sup: Supervisor, outcome: str | None, interrupted: bool) -> int:
+def report_outcome(sup: Supervisor, outcome: str | None, stopped_code: int | None) -> int:
+    """The launcher's exit code; ``stopped_code``: the stop signal's code (130, 143) if one came."""
     for host, left in sup.leftovers.items():
         notice(f"host {host}: {len(left)} process(es) of the run survived teardown: "
              + ", ".join(str(p.get("pid")) for p in left))
     if outcome == "detached":
-        print(f"{sup.run_id} left running; `distlaunch attach {sup.run_id}` or `distlaunch down {sup.run_id}`")
+        print(f"{sup.run_id} detached; follow it with `distlaunch attach {sup.run_id}`, "
+              f"stop it with `distlaunch down {sup.run_id}`")
         return 0
     if outcome == ev.JOB_SUCCEEDED:
         return 0
-    if interrupted:
-        return 130
+    if stopped_code is not None:
+        return stopped_code
     return 1
 
 
-def run_dashboard_for(sup: Supervisor, feed: Any, plan: Plan, live: bool) -> None:
+def run_dashboard_for(sup: Supervisor, feed: Any, plan: Plan, live: bool, signals: StopSignals | None = None) -> None:
     from tui.app import run_dashboard
 
     try:
         result = run_dashboard(feed, sup, title=plan.profile.name, strategy=plan.profile.strategy,
                                hosts_total=len(sup.sessions), live=live, run_dir=sup.rundir.path,
-                               bell_on_end=plan.profile.notify.bell)
+                               bell_on_end=plan.profile.notify.bell, signals=signals)
     except Exception:
         # nothing may be left running because the screen broke: stop the job, then report the crash
         sup.teardown("the dashboard crashed")

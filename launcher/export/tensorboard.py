@@ -25,6 +25,7 @@ from typing import IO, Any
 from launcher import events as ev
 from launcher.errors import UserError
 from launcher.rundir import find_run, read_events, read_state
+from launcher.telemetry.progressline import Progress
 
 
 @dataclass
@@ -70,8 +71,9 @@ class _EventFile:
         self._writer.close()
 
 
-def export_tensorboard(run_dir: Path, target: Path) -> ExportResult:
-    """Write every task's scalars of the run at ``run_dir`` under ``target/<run id>/``."""
+def export_tensorboard(run_dir: Path, target: Path, progress: Progress | None = None) -> ExportResult:
+    """Write every task's scalars of the run at ``run_dir`` under ``target/<run id>/``; ``progress``
+    counts the events read."""
     state = read_state(run_dir)
     run_id = str(state["run_id"])
     out = target.expanduser() / run_id
@@ -92,6 +94,8 @@ def export_tensorboard(run_dir: Path, target: Path) -> ExportResult:
 
     try:
         for event in read_events(run_dir):
+            if progress is not None:
+                progress.advance()
             if event.task is None or event.kind not in (ev.METRIC, ev.SAMPLE):
                 continue
             task = event.task
@@ -126,7 +130,8 @@ def run_export_tensorboard(run: str | None, target: Path) -> int:
     if target.exists() and not target.is_dir():
         raise UserError(f"{target}: exists and is not a directory; give a directory for the event files")
     try:
-        result = export_tensorboard(find_run(run), target)
+        with Progress("exporting", unit="events") as progress:
+            result = export_tensorboard(find_run(run), target, progress)
     except OSError as exc:
         where = exc.filename or target
         raise UserError(f"{where}: cannot write event files: {exc.strerror or exc}; "

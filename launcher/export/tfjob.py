@@ -331,6 +331,11 @@ def _dropped(profile: Profile) -> list[str]:
     metrics = profile.metrics
     if metrics.step or metrics.loss or metrics.extra:
         items.append("[metrics] regexes: the dashboard's; the output stays in the pod logs")
+    if profile.log_policies:
+        items.append(f"[[log_policies]] ({len(profile.log_policies)}): matched by the launcher; the operator "
+                     "restarts by exit code only")
+    if any(r.settings.on_nan == "stop" for r in profile.roles.values()):
+        items.append('on_nan = "stop": the launcher stops the job at a NaN loss; nothing does in the TFJob')
     if profile.notify.command:
         # not its text: a webhook URL in it is a secret
         items.append("[notify] command: run by the launcher; watch the TFJob's conditions instead")

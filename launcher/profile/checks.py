@@ -27,8 +27,9 @@ from launcher.profile.keys import (
     Key,
     Table,
 )
+from launcher.profile.sizes import parse_size
 
-TRANSPORTS: tuple[Transport, ...] = ("ssh", "local")  # "slurm" comes from [slurm], not per host
+TRANSPORTS: tuple[Transport, ...] = ("ssh", "openssh", "local")  # "slurm" comes from [slurm], not per host
 
 #: placeholders a command may use; ``{port}`` and ``{run_dir}`` are filled at launch
 COMMAND_PLACEHOLDERS = ("python", "role", "index", "task", "host", "port", "run_dir", "outputs")
@@ -62,6 +63,7 @@ def key_lines(text: str) -> dict[KeyPath, int]:
     """
     found: dict[KeyPath, int] = {}
     table: KeyPath = ()
+    arrays: dict[KeyPath, int] = {}  # [[name]] tables seen so far: the n-th is name[n] (from 1)
     for number, raw in enumerate(text.splitlines(), start=1):
         line = raw.strip()
         if not line or line.startswith("#"):
@@ -70,6 +72,10 @@ def key_lines(text: str) -> dict[KeyPath, int]:
         if header:
             table = _split_key(header.group(1))
             found.setdefault(table, number)
+            if line.startswith("[["):
+                arrays[table] = arrays.get(table, 0) + 1
+                table = (*table[:-1], f"{table[-1]}[{arrays[table]}]")
+                found.setdefault(table, number)
             continue
         assignment = _ASSIGNMENT_RE.match(line)
         if not assignment:
@@ -127,7 +133,7 @@ class _Checker:
         self._lines = key_lines(self.text)
 
     def fail(self, key: KeyPath, message: str) -> ProfileError:
-        dotted = ".".join(k if re.fullmatch(r"[A-Za-z0-9_-]+", k) else json.dumps(k) for k in key)
+        dotted = ".".join(k if re.fullmatch(r"[A-Za-z0-9_-]+(?:\[\d+\])?", k) else json.dumps(k) for k in key)
         if any(key[: len(p)] == p for p in self.set_paths):
             return ProfileError(f"--set {dotted}: {message}")
         where = f"{self.path}"
@@ -173,6 +179,10 @@ class _Checker:
         elif kind == "path_or_false":
             if value is not False and not (isinstance(value, str) and value.strip()):
                 raise self.fail(key, f'expected a path like "~/.ssh/config" or false, got {show_value(value)}')
+        elif kind == "size":
+            if isinstance(value, bool) or not isinstance(value, int | str) or (
+                    isinstance(value, str) and parse_size(value) is None) or (isinstance(value, int) and value < 0):
+                raise self.fail(key, f'expected bytes (an integer >= 0) or a size like "1GiB", got {show_value(value)}')
         elif kind == "string_list":
             if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
                 raise self.fail(key, f"expected {spec.expected}, got {show_value(value)}")
@@ -181,6 +191,9 @@ class _Checker:
                 isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in value
             ):
                 raise self.fail(key, f"expected {spec.expected}, got {show_value(value)}")
+        elif kind == "table_list":
+            if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+                raise self.fail(key, f"expected [[{key[-1]}]] tables, got {show_value(value)}")
         elif not isinstance(value, dict):
             raise self.fail(key, f"expected a table, got {show_value(value)}")
 

@@ -25,7 +25,7 @@ from launcher.profile.checks import (
 from launcher.profile.keys import (
     HOST_KEYS,
     SLURM_KEYS,
-    SSH_KEYS,
+    SSH_TABLE,
 )
 from launcher.profile.slurm_env import current_allocation
 
@@ -35,7 +35,7 @@ class HostsReader(_Checker):
 
     def ssh_settings(self, table: Mapping[str, Any], key: KeyPath, base: SshSettings) -> SshSettings:
         if key == ("ssh",):
-            self.check_table(table, key, SSH_KEYS)
+            self.check_table(table, key, SSH_TABLE)
         user: str | None = table.get("user")
         identity: str | None = table.get("identity_file")
         known: str | None = table.get("known_hosts")
@@ -51,6 +51,7 @@ class HostsReader(_Checker):
             connect_timeout=base.connect_timeout if timeout is None else float(timeout),
             ssh_port=base.ssh_port if port is None else port,
             ssh_config=ssh_config,
+            client=table.get("client", base.client),
             unset=tuple(name for name in base.unset if name not in table),
         )
 
@@ -82,7 +83,7 @@ class HostsReader(_Checker):
             if address is None or not address.strip():
                 raise self.fail(key, f'has no address; add address = "10.0.0.1" (or "localhost") '
                                 f"under [hosts.{name}]")
-            transport = cast(Transport, _get(entry, HOST_KEYS, "transport"))
+            transport = cast(Transport, entry.get("transport", "openssh" if ssh.client == "openssh" else "ssh"))
             tf_address: str | None = entry.get("tf_address")
             if tf_address is not None and not tf_address.strip():
                 raise self.fail((*key, "tf_address"), "is empty; give the address tasks on other hosts reach "

@@ -24,14 +24,18 @@ Kind = Literal[
     "index_list",  # a list of distinct integers >= 0
     "env",  # a table of environment variable name -> string
     "regex_map",  # a table of name -> regex string
+    "size",  # bytes: an integer >= 0, or a string with a unit ("1GiB", "500 MB")
     "table",  # a sub-table with the keys of ``table``
     "tables",  # a table of named sub-tables, each with the keys of ``table``
+    "table_list",  # an array of tables ([[name]]), each with the keys of ``table``
 ]
 
 #: what an environment variable name may look like
 ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 #: what a host's name in [hosts.NAME] may look like
 HOST_NAME_PATTERN = r"^[A-Za-z0-9_.-]+$"
+#: a size with a unit (launcher/profile/sizes.py reads it)
+SIZE_PATTERN = r"^\s*[0-9]+(\.[0-9]+)?\s*([KMGT]i?B|[KMGT]|B)?\s*$"
 #: roles of which a job has at most one task
 SINGLE_TASK_ROLES = ("chief", "evaluator")
 
@@ -110,6 +114,9 @@ TASK_KEYS = Table(
             default=600.0),
         Key("on_stall", "choice", "What a stall does: warn (an event) or restart (the strategy's usual "
             "recovery, counted like a failure).", default="warn", choices=("warn", "restart")),
+        Key("on_nan", "choice", "What a NaN or Inf loss does: warn (a nan_loss condition, cleared when the "
+            "loss is finite again) or stop (the job is torn down and fails).", default="warn",
+            choices=("warn", "stop")),
     ),
 )
 
@@ -131,13 +138,22 @@ SSH_KEYS = Table(
     ),
 )
 
+SSH_TABLE = Table(SSH_KEYS.doc, (
+    *SSH_KEYS.keys,
+    Key("client", "choice", "The SSH client of every ssh host without a transport of its own: builtin "
+        "(paramiko) or openssh (the system ssh binary, as transport = \"openssh\").", default="builtin",
+        choices=("builtin", "openssh")),
+))
+
 HOST_KEYS = Table(
     "One machine tasks run on.",
     (
         Key("address", "string", "Address or name of the host (\"localhost\" for this machine).",
             required=True, nonblank=True),
-        Key("transport", "choice", "How tasks are started there: over SSH, or locally without SSH.",
-            default="ssh", choices=("ssh", "local")),
+        Key("transport", "choice", "How tasks are started there: over SSH with the built-in client (ssh), "
+            "with the system ssh binary, multiplexed (openssh: Kerberos, PKCS#11/FIDO keys, 2FA, all of "
+            "ssh_config), or locally without SSH. Default: ssh, or openssh where [ssh] client = \"openssh\".",
+            default="ssh", choices=("ssh", "openssh", "local")),
         Key("gpus", "index_list", "GPU indices this host offers.", default=[],
             expected="a list of GPU indices like [0, 1]"),
         Key("tf_address", "string", "Address TF_CONFIG and {host} use for this host (e.g. its fast network); "
@@ -199,6 +215,18 @@ SLURM_KEYS = Table(
     ),
 )
 
+LOG_POLICY_KEYS = Table(
+    "A rule on the tasks' output: a line matching pattern raises a condition (warn) or keeps the task "
+    "that printed it from being restarted when it fails (no_retry).",
+    (
+        Key("pattern", "string", "A regex (Python's re) searched in each line a task prints, e.g. "
+            "\"CUDA_ERROR_OUT_OF_MEMORY\".", required=True, nonblank=True),
+        Key("action", "choice", "no_retry: the incarnation that printed it is not restarted when it fails "
+            "(nor the group restart it would cause), and the failure names the line; warn: a log_policy "
+            "condition, once per incarnation.", required=True, choices=("no_retry", "warn")),
+    ),
+)
+
 TOP_KEYS = Table(
     "A distlaunch cluster profile: which TensorFlow tasks run where, and how they are supervised.",
     (
@@ -218,8 +246,14 @@ TOP_KEYS = Table(
             "host; {outputs} in commands; never removed by down or prune. ~ is the host's home; relative: "
             "to the profile's folder on local hosts, to the home on ssh hosts; {name} is the job's name.",
             default="~/distlaunch/outputs/{name}"),
+        Key("allow_version_skew", "boolean", "true: hosts may run different TensorFlow major.minor versions "
+            "(else check and up refuse such a job for a TensorFlow strategy).", default=False),
+        Key("min_free_disk", "size", "Check and up warn when a host has less free space than this at the outputs "
+            "or its run dir: bytes, or with a unit (\"1GiB\", \"500MB\").", default="1GiB"),
+        Key("gpu_busy", "choice", "When GPUs a task is given hold memory of other processes: warn, or refuse "
+            "the launch.", default="warn", choices=("warn", "refuse")),
         Key("defaults", "table", TASK_KEYS.doc, table=TASK_KEYS),
-        Key("ssh", "table", SSH_KEYS.doc, table=SSH_KEYS),
+        Key("ssh", "table", SSH_TABLE.doc, table=SSH_TABLE),
         Key("hosts", "tables", "The machines of the job by name; without it everything runs on this machine.",
             table=HOST_KEYS),
         Key("roles", "tables", "The tasks of each role: chief, ps, worker, evaluator.", table=ROLE_KEYS,
@@ -229,5 +263,6 @@ TOP_KEYS = Table(
         Key("notify", "table", NOTIFY_KEYS.doc, table=NOTIFY_KEYS),
         Key("sync", "table", SYNC_KEYS.doc, table=SYNC_KEYS),
         Key("slurm", "table", SLURM_KEYS.doc, table=SLURM_KEYS),
+        Key("log_policies", "table_list", LOG_POLICY_KEYS.doc, table=LOG_POLICY_KEYS),
     ),
 )

@@ -16,6 +16,8 @@ from typing import Any, cast
 
 from launcher.errors import ProfileError
 from launcher.model import (
+    GpuBusy,
+    LogPolicy,
     MetricsConfig,
     NotifyConfig,
     Profile,
@@ -30,12 +32,14 @@ from launcher.profile.checks import (
     show_value,
 )
 from launcher.profile.keys import (
+    LOG_POLICY_KEYS,
     NOTIFY_KEYS,
     SYNC_KEYS,
     TOP_KEYS,
 )
 from launcher.profile.overrides import EnvVarUnset, Overrides, resolve
 from launcher.profile.roles import RolesReader
+from launcher.profile.sizes import parse_size
 
 
 def load_profile(path: Path, overrides: Overrides | None = None, text: str | None = None) -> Profile:
@@ -125,6 +129,10 @@ class _ProfileReader(RolesReader):
             sync=self.sync(data),
             slurm=slurm,
             straggler_ratio=straggler,
+            allow_version_skew=bool(_get(data, TOP_KEYS, "allow_version_skew")),
+            min_free_disk=int(parse_size(_get(data, TOP_KEYS, "min_free_disk")) or 0),
+            gpu_busy=cast(GpuBusy, _get(data, TOP_KEYS, "gpu_busy")),
+            log_policies=self.log_policies(data.get("log_policies", [])),
         )
 
     def sync(self, data: Mapping[str, Any]) -> SyncConfig | None:
@@ -166,8 +174,25 @@ class _ProfileReader(RolesReader):
                                 "keep backslashes as written)") from None
             if compiled.groups < 1:
                 raise self.fail(key, "the regex has no capture group; wrap the number in "
-                                "parentheses, e.g. 'loss: ([-+0-9.eE]+)'")
+                                "parentheses, e.g. 'loss: (\\S+)'")
             patterns[name] = value
         step = patterns.pop("step", None)
         loss = patterns.pop("loss", None)
         return MetricsConfig(step=step, loss=loss, extra=patterns)
+
+    def log_policies(self, entries: list[dict[str, Any]]) -> tuple[LogPolicy, ...]:
+        policies = []
+        for number, entry in enumerate(entries, start=1):
+            key = (f"log_policies[{number}]",)
+            self.check_table(entry, key, LOG_POLICY_KEYS)
+            for name in LOG_POLICY_KEYS.names:
+                if name not in entry:
+                    raise self.fail(key, f'has no {name}; add it, e.g. pattern = "CUDA_ERROR_OUT_OF_MEMORY" '
+                                    'and action = "no_retry"')
+            try:
+                re.compile(entry["pattern"])
+            except re.error as exc:
+                raise self.fail((*key, "pattern"), f"bad regex: {exc}; fix it (TOML literal strings '...' "
+                                "keep backslashes as written)") from None
+            policies.append(LogPolicy(pattern=entry["pattern"], action=entry["action"]))
+        return tuple(policies)

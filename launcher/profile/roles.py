@@ -11,6 +11,7 @@ from launcher.model import (
     ROLES,
     START_ORDER,
     HostConfig,
+    OnNan,
     OnStall,
     RestartPolicy,
     RoleConfig,
@@ -63,6 +64,7 @@ class RolesReader(HostsReader):
         autolog: bool | None = table.get("autolog")
         stall: float | None = table.get("stall_seconds")
         on_stall = cast(OnStall | None, table.get("on_stall"))
+        on_nan = cast(OnNan | None, table.get("on_nan"))
         if shell is not None and not shell.strip():
             raise self.fail((*key, "shell"), 'is empty; give a shell and its flags, e.g. "bash -lc", '
                             "or leave the key out")
@@ -80,6 +82,7 @@ class RolesReader(HostsReader):
             autolog=base.autolog if autolog is None else autolog,
             stall_seconds=base.stall_seconds if stall is None else float(stall),
             on_stall=base.on_stall if on_stall is None else on_stall,
+            on_nan=base.on_nan if on_nan is None else on_nan,
         )
 
     def roles(self, table: Mapping[str, Any], defaults: TaskDefaults,

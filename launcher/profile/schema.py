@@ -13,7 +13,15 @@ from pathlib import Path
 from typing import Any
 
 from launcher.errors import UserError
-from launcher.profile.keys import ENV_NAME_PATTERN, HOST_NAME_PATTERN, SINGLE_TASK_ROLES, TOP_KEYS, Key, Table
+from launcher.profile.keys import (
+    ENV_NAME_PATTERN,
+    HOST_NAME_PATTERN,
+    SINGLE_TASK_ROLES,
+    SIZE_PATTERN,
+    TOP_KEYS,
+    Key,
+    Table,
+)
 
 
 def profile_schema() -> dict[str, Any]:
@@ -84,6 +92,8 @@ def _kind_schema(key: Key) -> dict[str, Any]:
         return bounds
     if kind == "number":
         return {"type": "number", ("exclusiveMinimum" if key.positive else "minimum"): 0}
+    if kind == "size":
+        return {"anyOf": [{"type": "integer", "minimum": 0}, {"type": "string", "pattern": SIZE_PATTERN}]}
     if kind == "string_list":
         return {"type": "array", "items": {"type": "string"}}
     if kind == "index_list":
@@ -94,6 +104,8 @@ def _kind_schema(key: Key) -> dict[str, Any]:
     if kind == "regex_map":
         return {"type": "object", "additionalProperties": {"type": "string", "format": "regex"}}
     assert key.table is not None, key.name
+    if kind == "table_list":
+        return {"type": "array", "items": _table_schema(key.table)}
     if kind == "table":
         return _table_schema(key.table)
     if not key.names:  # any sub-table name that is valid

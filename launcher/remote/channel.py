@@ -63,6 +63,7 @@ class AgentChannel(LineStream):
         self._on_close: Callable[[int | None], None] | None = None
         self._closed = False
         self._exit_code: int | None = None
+        self._asked: tuple[str, Future[str | None]] | None = None  # ``ask``'s prefix and its answer
         #: what the host printed before the answer (a login script's greeting): kept for errors
         self.noise: list[str] = []
 
@@ -76,6 +77,10 @@ class AgentChannel(LineStream):
                 else:  # the answer is one JSON object; a shell rc file may print before it
                     self.noise = [*self.noise[-4:], line]
                 return
+            if self._asked is not None and line.startswith(self._asked[0]):
+                self._asked[1].set_result(line)
+                self._asked = None
+                return
             handler = self._on_line
             if handler is None:
                 self._held.append(line)
@@ -87,6 +92,9 @@ class AgentChannel(LineStream):
             self._closed, self._exit_code = True, code
             if not self._first.done():
                 self._first.set_result(None)
+            if self._asked is not None:
+                self._asked[1].set_result(None)
+                self._asked = None
             handler = self._on_close
         if handler is not None:
             handler(code)
@@ -97,6 +105,18 @@ class AgentChannel(LineStream):
         """The preflight's answer line (the first that starts with ``{``); None if the command
         ended without one. Raises TimeoutError after ``timeout`` s."""
         return self._first.result(timeout)
+
+    def ask(self, line: str, prefix: str, timeout: float) -> str | None:
+        """Send ``line`` and wait for the answer line that starts with ``prefix`` (before ``attach``:
+        the reach check); None if the command ended first. Raises TimeoutError after ``timeout`` s."""
+        answer: Future[str | None] = Future()
+        with self._lock:
+            if self._closed:
+                return None
+            self._asked = (prefix, answer)
+        if not self.send(line.encode() + b"\n", timeout):
+            return None
+        return answer.result(timeout)
 
     def attach(self, on_line: Callable[[str], None], on_close: Callable[[int | None], None]) -> None:
         """From now on every line goes to ``on_line`` (first those held meanwhile), and the end

@@ -6,8 +6,10 @@ anything is started anywhere). Hosts are checked in parallel, one thread each.
 
 from __future__ import annotations
 
+import json
 import shlex
 import sys
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -19,15 +21,23 @@ from launcher.errors import HostError, UserError
 from launcher.model import Plan, TaskSpec
 from launcher.paths import state_home
 from launcher.remote.agentpack import build_agent_zipapp
+from launcher.remote.channel import AgentChannel
+from launcher.remote.parity import HostRow, judge, row_from_answer
+from launcher.remote.parity import as_json as as_json_table
+from launcher.remote.parity import table as parity_table
+from launcher.remote.reach import check_reach, hosts_of, needs_reach, pair_count
 from launcher.remote.session import HostSession, remote_base_dir, remote_outputs_dir
 from launcher.remote.sync import sync_hosts
 from launcher.remote.taskcheck import describe_all, host_checks
+from launcher.telemetry.progressline import Progress, paused
 from launcher.transport import Host, make_host
 
 T = TypeVar("T")
 
-TF_CHECK = ("import platform, tensorflow as tf; "
-            "print(platform.python_version(), tf.__version__, '(imported)')")
+#: the version line `check` reads; a GPU build adds "cuda X cudnn Y" (launcher/remote/parity.py reads it)
+TF_CHECK = ("import platform, tensorflow as tf; b = getattr(tf.sysconfig, 'get_build_info', dict)(); "
+            "print(platform.python_version(), tf.__version__, '(imported)', "
+            "'cuda %s cudnn %s' % (b.get('cuda_version'), b.get('cudnn_version')) if b.get('is_cuda_build') else '')")
 #: for `up`: TensorFlow's version from its installed package's metadata, which takes milliseconds
 #: where an import takes seconds; without such metadata (a source tree on the path) it imports
 TF_METADATA_CHECK = f"""import platform
@@ -51,9 +61,12 @@ PY_CHECK = "import platform; print(platform.python_version())"
 class PreflightError(UserError):
     """One or more problems on the hosts; the message has one line per problem."""
 
-    def __init__(self, problems: list[str]) -> None:
+    def __init__(self, problems: list[str], rows: list[HostRow] | None = None,
+                 warnings: list[str] | None = None) -> None:
         super().__init__("\n".join(problems))
         self.problems = problems
+        self.rows = rows or []  # the hosts side by side, when the problems came from comparing them
+        self.warnings = warnings or []  # what comparing them found short of a problem
 
 
 @dataclass
@@ -64,6 +77,12 @@ class Preflight:
     sessions: dict[str, HostSession] = field(default_factory=dict)
     ports: dict[str, int] = field(default_factory=dict)
     versions: dict[str, str] = field(default_factory=dict)
+    #: each host's preflight answer and when it arrived (launcher clock): the rows of parity.py
+    answers: dict[str, tuple[dict[str, Any], float]] = field(default_factory=dict)
+    rows: list[HostRow] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    #: how many pairs of (host, other host's task port) were proven reachable
+    pairs: int = 0
 
     def close(self) -> None:
         for session in self.sessions.values():
@@ -74,22 +93,31 @@ class Preflight:
             host.close()
 
 
-def _parallel(items: dict[str, T], fn: Callable[[str, T], list[str]]) -> list[str]:
+def _parallel(items: dict[str, T], fn: Callable[[str, T], list[str]], label: str) -> list[str]:
+    """``fn`` for every host at once; a progress line (``label``, hosts done) while it takes long."""
     if not items:
         return []
-    with ThreadPoolExecutor(max_workers=min(32, len(items))) as pool:
-        results = list(pool.map(lambda kv: fn(*kv), items.items()))
+    with Progress(label, total=len(items), unit="hosts") as progress:
+
+        def one(item: tuple[str, T]) -> list[str]:
+            try:
+                return fn(*item)
+            finally:
+                progress.advance()
+
+        with ThreadPoolExecutor(max_workers=min(32, len(items))) as pool:
+            results = list(pool.map(one, items.items()))
     return [problem for problems in results for problem in problems]
 
 
-def connect_hosts(plan: Plan, on_notice: Callable[[str], None]) -> dict[str, Host]:
+def connect_hosts(plan: Plan, on_notice: Callable[[str], None], run_id: str | None = None) -> dict[str, Host]:
     """Connect to every host the plan uses; raise PreflightError naming each one that failed."""
     used = {t.host for t in plan.tasks}
     configs = {name: cfg for name, cfg in plan.profile.hosts.items() if name in used}
     hosts: dict[str, Host] = {}
 
     def connect(name: str, cfg: object) -> list[str]:
-        host = make_host(plan.profile.hosts[name], on_notice=on_notice)
+        host = make_host(plan.profile.hosts[name], on_notice=on_notice, run_id=run_id)
         try:
             host.connect()
         except HostError as exc:
@@ -97,7 +125,7 @@ def connect_hosts(plan: Plan, on_notice: Callable[[str], None]) -> dict[str, Hos
         hosts[name] = host
         return []
 
-    problems = _parallel(configs, connect)
+    problems = _parallel(configs, connect, "connecting")
     if problems:
         for host in hosts.values():
             host.close()
@@ -134,35 +162,54 @@ def check_pythons(plan: Plan, hosts: dict[str, Host], import_tf: bool = True,
     by_host: dict[str, list[str]] = {}
     for host_name, python in pairs:
         by_host.setdefault(host_name, []).append(python)
-    return _parallel(by_host, check), versions
+    return _parallel(by_host, check, "checking python"), versions
 
 
-def check_tasks(plan: Plan, sessions: dict[str, HostSession]) -> tuple[list[str], dict[str, int]]:
+def check_tasks(plan: Plan, pre: Preflight) -> list[str]:
     """One round trip per host: the tasks' workdirs, scripts, modules and programs exist there
-    (launcher/remote/taskcheck.py), given ports are free, and tasks without one get a free port picked."""
-    ports: dict[str, int] = {}
+    (launcher/remote/taskcheck.py), given ports are free, and tasks without one get a free port picked;
+    with several hosts, each holds its ports meanwhile and every host then reaches the others'
+    (launcher/remote/reach.py) before the channels close."""
     chosen: dict[str, dict[str, int]] = {}
     path_checks = host_checks(plan)
+    reach = needs_reach(plan)
+    channels: dict[str, AgentChannel] = {}
 
     def check(host_name: str, session: HostSession) -> list[str]:
         tasks = [t for t in plan.tasks if t.host == host_name]
         given = [t for t in tasks if t.port is not None]
         auto = [t for t in tasks if t.port is None]
-        busy, picked, failed = session.preflight("0.0.0.0", [t.port for t in given if t.port], len(auto),
-                                                 path_checks.get(host_name, []))
-        problems, chosen[host_name] = _judge_host(host_name, given, auto, busy, picked, failed)
+        args = ("0.0.0.0", [t.port for t in given if t.port], len(auto), path_checks.get(host_name, []))
+        if reach:
+            answer, channels[host_name] = session.open_preflight(*args, listen=host_name)
+        else:
+            answer = session.preflight(*args)
+        pre.answers[host_name] = (answer, time.time())
+        problems, chosen[host_name] = _judge_host(host_name, given, auto, answer)
         return problems
 
-    problems = _parallel(sessions, check)
-    for found in chosen.values():
-        ports.update(found)
-    return problems, ports
+    try:
+        problems = _parallel(pre.sessions, check, "checking workdirs and ports")
+        for found in chosen.values():
+            pre.ports.update(found)
+        if reach and not problems:
+            problems = check_reach(plan, pre.ports, channels)
+            pre.pairs = pair_count(plan, pre.ports)
+    finally:
+        for channel in channels.values():
+            channel.close()
+    return problems
 
 
-def _judge_host(host_name: str, given: list[TaskSpec], auto: list[TaskSpec], busy: list[int], picked: list[int],
-                failed: list[dict[str, Any]]) -> tuple[list[str], dict[str, int]]:
+def _judge_host(host_name: str, given: list[TaskSpec], auto: list[TaskSpec],
+                answer: dict[str, Any]) -> tuple[list[str], dict[str, int]]:
     """A host's preflight answer as problem lines and the port of each of its tasks (given ones,
-    then those picked there for the tasks without one)."""
+    then those picked there for the tasks without one). A port the reach check could not hold
+    is as busy as one found busy."""
+    found = answer.get("ports") or {}
+    busy = [int(p) for p in found.get("busy", [])] + [int(p) for p in answer.get("listen_failed") or {}]
+    picked = [int(p) for p in found.get("picked", [])]
+    failed = list(answer.get("failed") or [])
     problems = describe_all(host_name, failed)
     problems += [f"host {host_name}: port {t.port} for {t.task_id} is already in use; stop what "
                  f"listens there or give roles.{t.role}.port another value" for t in given if t.port in busy]
@@ -182,48 +229,79 @@ def prepare_hosts(plan: Plan, run_id: str, local_root: Path | None,
     ``import_tf``: import TensorFlow on every host (`check`) instead of reading its version."""
     n = len({t.host for t in plan.tasks})
     progress(f"connecting to {n} host{'s' if n != 1 else ''}")
-    hosts = connect_hosts(plan, on_notice)
+    hosts = connect_hosts(plan, on_notice, run_id)
     pre = Preflight(hosts)
-    if not import_tf and plan.profile.sync is None:
-        try:
-            _fast_preflight(plan, run_id, local_root, pre, progress)
-        except BaseException:
-            pre.close()
-            raise
-        return pre
+    try:
+        if not import_tf and plan.profile.sync is None:
+            try:
+                _fast_preflight(plan, run_id, local_root, pre, progress)
+            except BaseException:
+                pre.close()
+                raise
+        else:
+            _stepwise_preflight(plan, run_id, local_root, pre, progress, on_notice, import_tf)
+    except PreflightError as exc:
+        for warning in exc.warnings:  # told beside the errors: the operator fixes both at once
+            on_notice(f"warning: {warning}")
+        raise
+    for warning in pre.warnings:
+        on_notice(f"warning: {warning}")
+    return pre
+
+
+def _stepwise_preflight(plan: Plan, run_id: str, local_root: Path | None, pre: Preflight,
+                        progress: Callable[[str], None], on_notice: Callable[[str], None], import_tf: bool) -> None:
+    """Interpreters, upload, [sync], then paths, ports and the reach check: one step at a time."""
+    hosts = pre.hosts
     try:
         progress("checking python" + ("" if plan.profile.strategy == "custom" else " and TensorFlow")
                  + " on the hosts")
         problems, pre.versions = check_pythons(plan, hosts, import_tf)
         if problems:
             raise PreflightError(problems)
-        _sessions(plan, run_id, local_root, pre)
-        upload_problems = _parallel(pre.sessions, _upload)
+        _sessions(plan, run_id, local_root, pre, ask_gpus=import_tf)
+        upload_problems = _parallel(pre.sessions, _upload, "uploading the agent")
         if upload_problems:
             raise PreflightError(upload_problems)
         try:
             sync_hosts(plan, pre.sessions, progress, on_notice)
         except HostError as exc:
             raise PreflightError([str(exc)]) from None
-        progress("checking workdirs, scripts and ports")
-        problems, pre.ports = check_tasks(plan, pre.sessions)
+        progress("checking workdirs, scripts and ports" + (", and that the hosts reach each other"
+                                                            if needs_reach(plan) else ""))
+        problems = check_tasks(plan, pre)
         if problems:
             raise PreflightError(problems)
+        judge_parity(plan, pre)
     except BaseException:
         pre.close()
         raise
-    return pre
 
 
-def _sessions(plan: Plan, run_id: str, local_root: Path | None, pre: Preflight) -> None:
-    """A HostSession per host; in parallel, as finding a host's home directory is a round trip."""
+def judge_parity(plan: Plan, pre: Preflight) -> None:
+    """The hosts side by side (launcher/remote/parity.py): errors raise PreflightError, warnings are kept."""
+    pre.rows = [row_from_answer(name, answer, received, pre.sessions[name].outputs_dir, pre.sessions[name].base_dir,
+                                pre.versions.get(f"{name} {pre.sessions[name].python}"))
+                for name, (answer, received) in pre.answers.items()]
+    order = {name: i for i, name in enumerate(hosts_of(plan))}
+    pre.rows.sort(key=lambda r: order.get(r.host, len(order)))
+    pre.warnings, errors = judge(plan, pre.rows)
+    if errors:
+        raise PreflightError(errors, pre.rows, pre.warnings)
+
+
+def _sessions(plan: Plan, run_id: str, local_root: Path | None, pre: Preflight, ask_gpus: bool = False) -> None:
+    """A HostSession per host; in parallel, as finding a host's home directory is a round trip.
+    ``ask_gpus``: every host's preflight reads its GPUs (else only where tasks are given some)."""
     root = str(local_root) if local_root is not None else None
 
     def session(name: str, host: Host) -> HostSession:
         config = plan.profile.hosts[name]
         base = remote_base_dir(host, config, run_id, root)
         outputs = remote_outputs_dir(host, config, plan.profile.outputs, plan.profile.directory)
-        return HostSession(config, host, run_id, base, _python_for(plan, name), outputs)
+        session = HostSession(config, host, run_id, base, _python_for(plan, name), outputs)
+        session.ask_gpus = ask_gpus or any(t.gpus for t in plan.tasks if t.host == name)
+        return session
 
     with ThreadPoolExecutor(max_workers=min(32, max(1, len(pre.hosts)))) as pool:
         futures = {name: pool.submit(session, name, host) for name, host in pre.hosts.items()}
@@ -241,6 +319,7 @@ def _fast_preflight(plan: Plan, run_id: str, local_root: Path | None, pre: Prefl
     _sessions(plan, run_id, local_root, pre)
     path_checks = host_checks(plan)
     chosen: dict[str, dict[str, int]] = {}
+    reach = needs_reach(plan)
     build_agent_zipapp()  # once, before the hosts' threads (each would build it on a cold cache)
 
     def check(host_name: str, session: HostSession) -> list[str]:
@@ -248,15 +327,20 @@ def _fast_preflight(plan: Plan, run_id: str, local_root: Path | None, pre: Prefl
         given = [t for t in tasks if t.port is not None]
         auto = [t for t in tasks if t.port is None]
         # where the host agent can be forked from a command (not a Slurm step), that command is
-        # this one, and its channel stays open as the host's follow channel
-        prepare = session.open_channel if session.host.detach_by_setsid else session.prepare_and_preflight
+        # this one, and its channel stays open as the host's follow channel; a Slurm step's channel
+        # stays open only for the reach check
+        args = ("0.0.0.0", [t.port for t in given if t.port], len(auto), path_checks.get(host_name, []), need_tf)
+        listen = host_name if reach else None
         try:
-            answer = prepare("0.0.0.0", [t.port for t in given if t.port], len(auto),
-                             path_checks.get(host_name, []), need_tf)
+            if session.host.detach_by_setsid or reach:
+                answer = session.open_channel(*args, listen=listen, follow=session.host.detach_by_setsid)
+            else:
+                answer = session.prepare_and_preflight(*args)
         except HostError as exc:
             if getattr(exc, "python_missing", False):
                 return [str(exc)]
             return [f"host {host_name}: cannot upload the agent to {session.base_dir}: {exc}"]
+        pre.answers[host_name] = (answer, time.time())
         if need_tf:
             tf = answer.get("tensorflow") or {}
             if tf.get("error"):
@@ -266,13 +350,10 @@ def _fast_preflight(plan: Plan, run_id: str, local_root: Path | None, pre: Prefl
                                                               f"({tf.get('how')})")
         else:
             pre.versions[f"{host_name} {session.python}"] = str(answer.get("python"))
-        found = answer.get("ports") or {}
-        busy, picked = [int(p) for p in found.get("busy", [])], [int(p) for p in found.get("picked", [])]
-        problems, chosen[host_name] = _judge_host(host_name, given, auto, busy, picked,
-                                                  list(answer.get("failed") or []))
+        problems, chosen[host_name] = _judge_host(host_name, given, auto, answer)
         return problems
 
-    problems = _parallel(pre.sessions, check)
+    problems = _parallel(pre.sessions, check, "uploading the agent, checking")
     agent_pythons = frozenset((name, s.python) for name, s in pre.sessions.items())
     more, versions = check_pythons(plan, pre.hosts, import_tf=False, skip=agent_pythons)
     pre.versions.update(versions)
@@ -280,6 +361,19 @@ def _fast_preflight(plan: Plan, run_id: str, local_root: Path | None, pre: Prefl
         raise PreflightError(problems + more)
     for found in chosen.values():
         pre.ports.update(found)
+    if reach:
+        progress("checking that every host reaches the other hosts' task ports")
+        channels = {name: s.channel for name, s in pre.sessions.items() if s.channel is not None}
+        problems = check_reach(plan, pre.ports, channels)
+        for session in pre.sessions.values():
+            if not session.host.detach_by_setsid:  # a Slurm step's channel: its host agent is a step apart
+                channel = session.take_channel()
+                if channel is not None:
+                    channel.close()
+        if problems:
+            raise PreflightError(problems)
+        pre.pairs = pair_count(plan, pre.ports)
+    judge_parity(plan, pre)
 
 
 def _upload(name: str, session: HostSession) -> list[str]:
@@ -290,23 +384,36 @@ def _upload(name: str, session: HostSession) -> list[str]:
     return []
 
 
-def preflight_plan(plan: Plan) -> list[str]:
-    """For `check`: every problem on the hosts as one line each (empty when all is well)."""
+def preflight_plan(plan: Plan, as_json: bool = False) -> list[str]:
+    """For `check`: every problem on the hosts as one line each (empty when all is well); prints
+    the hosts side by side (``as_json``: as one JSON object on stdout, launcher/remote/parity.py)."""
 
     def progress(msg: str) -> None:
         print(f"... {msg}", file=sys.stderr)
 
     def notice(msg: str) -> None:
-        print(f"distlaunch: {msg}", file=sys.stderr)
+        with paused():
+            print(f"distlaunch: {msg}", file=sys.stderr, flush=True)
 
     try:
         pre = prepare_hosts(plan, "preflight", state_home() / "preflight", notice, progress, import_tf=True)
     except PreflightError as exc:
+        if as_json:
+            print(json.dumps(as_json_table(exc.rows, exc.warnings, exc.problems)))
+        elif exc.rows:
+            print(parity_table(exc.rows), end="")
         return exc.problems
     try:
+        if as_json:
+            print(json.dumps(dict(as_json_table(pre.rows, pre.warnings, []), reach_pairs=pre.pairs)))
+            return []
         for where, version in sorted(pre.versions.items()):
             print(f"  {where}: {version}")
+        print("\n" + parity_table(pre.rows), end="")
         print("preflight: all hosts reachable, interpreters work, workdirs and scripts found, ports free")
+        if pre.pairs:
+            print(f"preflight: every host reaches the other hosts' task ports ({pre.pairs} pairs, at the "
+                  "addresses TF_CONFIG uses)")
     finally:
         pre.close()
     return []

@@ -54,6 +54,8 @@ class HostSession:
         self.outputs_dir = outputs_dir
         #: the channel ``open_channel`` left open, until the supervisor takes it as its follow channel
         self.channel: AgentChannel | None = None
+        #: whether the preflight reads the host's GPUs too (`check`, or tasks here are given GPUs)
+        self.ask_gpus = True
 
     @property
     def name(self) -> str:
@@ -108,10 +110,17 @@ class HostSession:
         pyz, tmp = shlex.quote(self.pyz), shlex.quote(self.pyz + ".tmp")
         return f"{self._dirs_script()} && (umask 077 && cat > {tmp}) && mv -f {tmp} {pyz}"
 
-    def _preflight_args(self, bind: str, check: Iterable[int], pick: int,
-                        path_checks: list[dict[str, Any]]) -> list[str]:
-        """The agent `preflight` arguments; relative paths are judged from the host run dir."""
-        args = ["--cwd", self.base_dir, "--bind", bind, "--checks", json.dumps(path_checks)]
+    def _preflight_args(self, bind: str, check: Iterable[int], pick: int, path_checks: list[dict[str, Any]],
+                        listen: str | None = None) -> list[str]:
+        """The agent `preflight` arguments; relative paths are judged from the host run dir. The
+        host's facts (launcher/remote/parity.py) always come along, its GPUs where ``ask_gpus`` is set;
+        with ``listen`` the verb holds the ports for the reach check (launcher/remote/reach.py),
+        greeting with that token."""
+        paths = [p for p in (self.outputs_dir, self.base_dir) if p]
+        args = ["--cwd", self.base_dir, "--bind", bind, "--checks", json.dumps(path_checks),
+                "--facts", json.dumps({"paths": paths, "gpus": self.ask_gpus})]
+        if listen is not None:
+            args += ["--listen", listen]
         ports = ",".join(str(p) for p in check)
         if ports:
             args += ["--check", ports]
@@ -136,22 +145,39 @@ class HostSession:
         return self._preflight_answer(lines[-1])
 
     def open_channel(self, bind: str, check: Iterable[int], pick: int, path_checks: list[dict[str, Any]],
-                     tensorflow: bool, timeout: float = 180.0) -> dict[str, Any]:
+                     tensorflow: bool, timeout: float = 180.0, listen: str | None = None,
+                     follow: bool = True) -> dict[str, Any]:
         """What ``prepare_and_preflight`` does, in one exec that then stays open as this host's
         follow channel (launcher/remote/channel.py): returns the preflight answer and leaves the
         channel in ``self.channel``; the host agent starts on the launcher's first line there.
+        ``listen``: the ports stay held for the reach check first. Without ``follow`` the verb ends
+        after the reach check (a host whose agent must be started apart: a Slurm step).
         Raises HostError as ``prepare_and_preflight`` does (the channel is closed then)."""
-        args = self._preflight_args(bind, check, pick, path_checks)
+        args = self._preflight_args(bind, check, pick, path_checks, listen)
         if tensorflow:
             args.append("--tensorflow")
-        args += ["--then-follow", "--run-dir", self.base_dir]
+        if follow:
+            args += ["--then-follow", "--run-dir", self.base_dir]
         pyz = build_agent_zipapp()
         verb = " ".join(shlex.quote(p) for p in (self.python, "-c", BOOTSTRAP, str(len(pyz)), self.pyz,
                                                   "preflight", *args))
         script = f"{self._dirs_script()} || exit 98\nDISTLAUNCH_RUN_ID={shlex.quote(self.run_id)} exec {verb}"
+        answer, self.channel = self._open(script, pyz, timeout)
+        return answer
+
+    def open_preflight(self, bind: str, check: Iterable[int], pick: int, path_checks: list[dict[str, Any]],
+                       listen: str, timeout: float = 180.0) -> tuple[dict[str, Any], AgentChannel]:
+        """The agent's ``preflight`` (uploaded already) holding its ports for the reach check on
+        the returned channel, which the caller closes when the check is done (the step-by-step path)."""
+        args = self._preflight_args(bind, check, pick, path_checks, listen)
+        return self._open(self._agent_cmd("preflight", *args), b"", timeout)
+
+    def _open(self, script: str, upload: bytes, timeout: float) -> tuple[dict[str, Any], AgentChannel]:
+        """Run ``script`` as a channel, send it ``upload`` (the agent, where the script writes it),
+        and read the preflight answer."""
         channel = AgentChannel()
         channel.stream = self.host.stream_lines(script, channel.feed, channel.ended)
-        uploaded = channel.send(pyz, timeout)  # if the command is gone already, its exit status tells why
+        uploaded = channel.send(upload, timeout) if upload else True  # a command gone already: its exit tells
         try:
             try:
                 line = channel.first_line(timeout)
@@ -160,7 +186,7 @@ class HostSession:
             if line is None:
                 code = channel.wait(10.0)
                 if code is None and not uploaded:
-                    raise HostError(f"host {self.name}: uploading the agent ({len(pyz)} bytes) stalled for "
+                    raise HostError(f"host {self.name}: uploading the agent ({len(upload)} bytes) stalled for "
                                     f"{timeout:g} s; check the host and the link")
                 detail = (channel.stderr_tail().strip().splitlines() or channel.noise or ["no output"])[-1]
                 raise self._preflight_failure(-1 if code is None else code, detail, answered=False)
@@ -170,8 +196,7 @@ class HostSession:
         except BaseException:
             channel.close()
             raise
-        self.channel = channel
-        return answer
+        return answer, channel
 
     def _preflight_failure(self, code: int, detail: str, answered: bool) -> HostError:
         if code == 98:
@@ -232,14 +257,11 @@ class HostSession:
             raise HostError(f"host {self.name}: cannot write task specs under {self.base_dir}: {detail}")
 
     def preflight(self, bind: str, check: Iterable[int], pick: int,
-                  path_checks: list[dict[str, Any]]) -> tuple[list[int], list[int], list[dict[str, Any]]]:
-        """Ports and path checks in one round trip: (busy, picked, failed path checks).
+                  path_checks: list[dict[str, Any]]) -> dict[str, Any]:
+        """Ports, path checks and the host's facts in one round trip: the agent's answer.
 
         Relative paths are judged from the host run dir, where the agents start tasks from."""
-        answer = self.agent("preflight", *self._preflight_args(bind, check, pick, path_checks))
-        found = answer.get("ports") or {}
-        return ([int(p) for p in found.get("busy", [])], [int(p) for p in found.get("picked", [])],
-                list(answer.get("failed") or []))
+        return self.agent("preflight", *self._preflight_args(bind, check, pick, path_checks))
 
     def set_detached(self, detached: bool) -> None:
         marker = shlex.quote(f"{self.base_dir}/detached")

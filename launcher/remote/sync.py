@@ -21,6 +21,7 @@ from pathlib import Path
 from launcher.errors import HostError
 from launcher.model import Plan
 from launcher.remote.session import HostSession
+from launcher.telemetry.progressline import Progress
 
 ALWAYS_EXCLUDED = (".git/",)
 #: above this many bytes to one host, a warning says to exclude data folders
@@ -31,7 +32,7 @@ BATCH_BYTES = 64 * 1024 * 1024
 # Runs on the host with its own python: which of the listed files differ from the launcher's copy.
 _DIFF_SCRIPT = """
 import json, os, sys
-root = sys.argv[1]
+root = os.path.expanduser(sys.argv[1])
 need = []
 for rel, size, mtime in json.load(sys.stdin):
     try:
@@ -144,12 +145,19 @@ def _send_batch(session: HostSession, workdir: str, source: Path, files: list[So
             info.uname = info.gname = ""
             with open(source / f.rel, "rb") as fh:
                 archive.addfile(info, fh)
-    target = shlex.quote(workdir)
+    target = host_path(workdir)
     result = session.host.run(f"mkdir -p {target} && tar --no-same-owner -xf - -C {target}", timeout=600,
                               stdin=buffer.getvalue())
     if not result.ok:
         detail = (result.stderr.strip().splitlines() or ["no output"])[-1]
         raise HostError(f"host {session.name}: cannot write the synced files into {workdir}: {detail}")
+
+
+def host_path(workdir: str) -> str:
+    """``workdir`` quoted for the host's shell, a leading ``~`` being the home there (as the agent has it)."""
+    if workdir == "~" or workdir.startswith("~/"):
+        return '"$HOME"' + (shlex.quote(workdir[1:]) if len(workdir) > 2 else "")
+    return shlex.quote(workdir)
 
 
 def human(n: float) -> str:
@@ -176,14 +184,18 @@ def sync_hosts(plan: Plan, sessions: dict[str, HostSession], progress: Callable[
     total = sum(f.size for f in files)
     progress(f"syncing {source} ({len(files)} files, {human(total)}) to {len(where)} host(s)")
     by_rel = {f.rel: f for f in files}
-    for name, workdirs in where.items():
-        session = sessions[name]
-        for workdir in workdirs:
-            need = [by_rel[rel] for rel in changed(session, workdir, files) if rel in by_rel]
-            size = sum(f.size for f in need)
-            if size > WARN_BYTES:
-                warn(f"sync sends {human(size)} to {name}:{workdir}; leave data out with [sync] exclude")
-            if need:
-                send(session, workdir, source, need)
-            progress(f"synced {name}:{workdir}: {len(need)} changed file(s), {human(size)}"
-                     + ("" if need else " (up to date)"))
+    with Progress("syncing code", total=sum(len(w) for w in where.values()), unit="workdirs") as line:
+        for name, workdirs in where.items():
+            session = sessions[name]
+            for workdir in workdirs:
+                need = [by_rel[rel] for rel in changed(session, workdir, files) if rel in by_rel]
+                size = sum(f.size for f in need)
+                if size > WARN_BYTES:
+                    with line.hold():
+                        warn(f"sync sends {human(size)} to {name}:{workdir}; leave data out with [sync] exclude")
+                if need:
+                    send(session, workdir, source, need)
+                line.advance(nbytes=size)
+                with line.hold():
+                    progress(f"synced {name}:{workdir}: {len(need)} changed file(s), {human(size)}"
+                             + ("" if need else " (up to date)"))

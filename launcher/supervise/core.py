@@ -22,7 +22,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +32,10 @@ from launcher.model import Plan, TaskSpec
 from launcher.remote.session import HostSession
 from launcher.rundir import RunDir, host_to_json
 from launcher.supervise.hostclock import HostClock
+from launcher.supervise.hostworker import HostWorker
+from launcher.supervise.outputpolicy import OutputPolicy
+from launcher.supervise.stackcapture import StallCapture
+from launcher.telemetry.causes import OutputTails, PeerIndex
 from launcher.telemetry.watchdog import Watchdog
 from launcher.transport import LineStream
 
@@ -111,7 +115,7 @@ class SupervisorCore:
         self.leftovers: dict[str, list[dict[str, Any]]] = {}
         self.outcome: str | None = None  # Succeeded / Failed / detached, once wait() returns
         self._inbox: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
-        self._executors = {h: ThreadPoolExecutor(1, thread_name_prefix=f"host-{h}") for h in sessions}
+        self._executors = {h: HostWorker(f"host-{h}") for h in sessions}
         self._streams: dict[str, LineStream] = {}
         #: hosts attach could not reach: their `detached` marker is removed once they answer
         self._undetach: set[str] = set()
@@ -122,12 +126,17 @@ class SupervisorCore:
         self._requests: dict[int, tuple[str, Future[dict[str, Any] | None]]] = {}
         self._request_ids = itertools.count(1)
         self._last_seq: dict[str, int] = {}  # per task, the last agent event recorded
+        self._tails = OutputTails()  # each task's last output lines: the cause of a failure
+        self._peers = PeerIndex((t.task_id, t.address, ports[t.task_id]) for t in plan.tasks)
         self.lost_events: dict[str, int] = {}
         self._last_heard: dict[str, float] = {}  # monotonic time of each host's last stream line
         self._feeds: list[Feed] = []
         self._timers: list[tuple[float, Callable[[], None]]] = []
         #: scheduled group restarts (tasks, due time): kept in state.json so `attach` carries them out
         self._pending_restarts: list[tuple[list[str], float]] = []
+        #: set (on the loop) while `launch` still starts tasks: a restart due meanwhile waits for its end
+        self._launching = False
+        self._after_launch: list[list[str]] = []
         self._finishing = False
         self._end: tuple[str, str] | None = None  # the job's end, decided; published once no start is in flight
         self._ended = False
@@ -140,6 +149,8 @@ class SupervisorCore:
                                  [t.task_id for t in plan.tasks if t.role == "worker"],
                                  self.profile.straggler_ratio)
         self._next_watch = 0.0
+        self.outputs = OutputPolicy(self.run_id, self.profile.log_policies, {t.task_id: t.on_nan for t in plan.tasks})
+        self._stall_stacks = StallCapture(self)  # every task's stacks once per stall episode
 
     def subscribe(self) -> Feed:
         feed = Feed()
@@ -239,4 +250,8 @@ class SupervisorCore:
 
     def _finish(self, state: str, reason: str) -> None:
         """Decide the job's end (teardown.py)."""
+        raise NotImplementedError
+
+    def _ask_agent(self, host: str, request: dict[str, Any], timeout: float = 60.0) -> dict[str, Any] | None:
+        """A request on the host's follow channel and its answer (links.py); the stall capture uses it."""
         raise NotImplementedError

@@ -24,6 +24,7 @@ from launcher.events import Event, EventDecodeError
 from launcher.plan import render_command, split_secrets, tf_config
 from launcher.remote.session import HostSession
 from launcher.supervise.core import SupervisorCore, TaskRuntime
+from launcher.telemetry.causes import with_cause
 from launcher.transport import LineStream
 
 RECONNECT_MAX_DELAY = 10.0
@@ -74,7 +75,8 @@ class HostLinks(SupervisorCore):
         else:
             session.started(answer, list(specs))
 
-    def _ask_agent(self, host: str, request: dict[str, Any]) -> dict[str, Any] | None:
+    def _ask_agent(self, host: str, request: dict[str, Any],
+                   timeout: float = AGENT_REQUEST_SECONDS) -> dict[str, Any] | None:
         """Send ``request`` as a JSON line on the host's follow channel and wait for its ``#re``
         answer; None when there is no live channel to send it on, or it ended before the answer
         came (the caller uses the verb then; a live agent refuses to start a task twice)."""
@@ -86,14 +88,14 @@ class HostLinks(SupervisorCore):
         self._requests[request_id] = (host, answer)
         line = (json.dumps({**request, "id": request_id}, separators=(",", ":")) + "\n").encode()
         with self._send_locks[host]:
-            sent = stream.send(line, AGENT_REQUEST_SECONDS)
+            sent = stream.send(line, timeout)
         if not sent:
             self._requests.pop(request_id, None)
             return None
         try:
-            return answer.result(AGENT_REQUEST_SECONDS)  # None: the channel ended; the caller uses the verb
+            return answer.result(timeout)  # None: the channel ended; the caller uses the verb
         except TimeoutError:
-            raise HostError(f"host {host}: its agent did not answer within {AGENT_REQUEST_SECONDS:g} s") from None
+            raise HostError(f"host {host}: its agent did not answer within {timeout:g} s") from None
         finally:
             self._requests.pop(request_id, None)
 
@@ -157,7 +159,10 @@ class HostLinks(SupervisorCore):
             decoded = self._decode(host, line, received)
             if decoded is None:
                 continue
-            event = decoded[0]
+            event = with_cause(decoded[0], self._tails, self._peers)
+            if event is not decoded[0]:
+                decoded = (event, None)
+            raised = self.outputs.on_event(event) if event.task in self.tasks else []
             if event.kind == ev.STATE and event.task in self.tasks:
                 self._publish_many(held)
                 held = []
@@ -165,11 +170,23 @@ class HostLinks(SupervisorCore):
                 self._on_task_state(self.tasks[event.task], event)
                 continue
             held.append(decoded)
+            if raised:  # log policies and NaN loss: conditions, maybe the job's end (on_nan = stop)
+                held = self._on_output_conditions(held, raised)
             if event.kind == ev.METRIC and event.task in self.tasks:
                 step = event.get("step")
                 if isinstance(step, int) and self.tasks[event.task].state == ev.RUNNING:
                     self.watchdog.on_step(event.task, step, time.monotonic())
         self._publish_many(held)
+
+    def _on_output_conditions(self, held: list[tuple[Event, str | None]],
+                              raised: list[Event]) -> list[tuple[Event, str | None]]:
+        held.extend((condition, None) for condition in raised)
+        stop = self.outputs.stop_reason()
+        if stop is None or self._finishing:
+            return held
+        self._publish_many(held)
+        self._finish(ev.JOB_FAILED, stop)
+        return []
 
     def _decode(self, host: str, line: str, received: float) -> tuple[Event, str | None] | None:
         """The event a stream line carries and the text to store for it (None: encode it again),

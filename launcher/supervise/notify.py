@@ -3,7 +3,8 @@
 The command gets what happened in its environment (``DISTLAUNCH_EVENT`` = ``job_ended`` or
 ``task_failed``, ``DISTLAUNCH_JOB_STATE``, ``DISTLAUNCH_REASON``, ``DISTLAUNCH_RUN_ID``,
 ``DISTLAUNCH_RUN_DIR``, ``DISTLAUNCH_PROFILE``, ``DISTLAUNCH_TASK``, ``DISTLAUNCH_HOST``,
-``DISTLAUNCH_EXIT_CODE``) on top of the launcher's own environment; the profile's task ``env``
+``DISTLAUNCH_EXIT_CODE``, ``DISTLAUNCH_CAUSE``: the failed task's cause, or at the job's end its root
+cause) on top of the launcher's own environment; the profile's task ``env``
 (where secrets live) is never passed. It cannot hurt the job: it runs in its own session with
 its output in ``<run dir>/notify.log``, is killed after ``timeout_seconds``, and its first
 failure gives one warning (later ones are only logged).
@@ -24,6 +25,7 @@ from launcher import events as ev
 from launcher.events import Event
 from launcher.model import NotifyConfig
 from launcher.rundir import private_opener
+from launcher.telemetry.jobview import root_cause_text
 
 #: set to 1 in a notify command's environment: the teardown sweep leaves such processes alone
 NOTIFY_MARKER = "DISTLAUNCH_NOTIFY"
@@ -52,6 +54,8 @@ class Notifier:
         self.job_state = ev.JOB_CREATED
         self.job_reason = ""
         self.ended = False
+        #: the job's first task failure: (when it ended, its root-cause line): DISTLAUNCH_CAUSE at the end
+        self.first_failure: tuple[float, str] | None = None
         self.fired: list[dict[str, str]] = []
 
     # -- following the job ------------------------------------------------------------------------
@@ -69,17 +73,29 @@ class Notifier:
                 self.job_reason = str(event.get("reason") or "")
                 self.ended = self.job_state in (ev.JOB_SUCCEEDED, ev.JOB_FAILED)
             elif event.kind == ev.STATE and event.get("state") == ev.FAILED and event.task:
+                self._note_failure(event)
                 if self._history_until is not None and event.ts <= self._history_until:
                     continue
                 exit_code = event.get("exit_code")
                 self.fire_async(TASK_FAILED, task=event.task, host=str(event.get("host") or ""),
                                 reason=str(event.get("reason") or ""),
-                                exit_code="" if exit_code is None else str(exit_code))
+                                exit_code="" if exit_code is None else str(exit_code),
+                                cause=str(event.get("cause") or ""))
+
+    def _note_failure(self, event: Event) -> None:
+        exited_at = event.get("exited_at")
+        at = float(exited_at) if isinstance(exited_at, int | float) else event.ts
+        if self.first_failure is None or at < self.first_failure[0]:
+            why = str(event.get("reason") or f"exit code {event.get('exit_code')}")
+            culprit = event.get("culprit")
+            self.first_failure = (at, root_cause_text(str(event.task), why, str(event.get("cause") or ""),
+                                                      str(culprit) if culprit else None))
 
     def job_ended(self) -> None:
         """After the job was torn down (so the teardown sweep never meets the command): notify its end."""
         if self.ended:
-            self.fire(JOB_ENDED, reason=self.job_reason)
+            root = self.first_failure[1] if self.first_failure and self.job_state == ev.JOB_FAILED else ""
+            self.fire(JOB_ENDED, reason=self.job_reason, cause=root)
 
     # -- running the command ----------------------------------------------------------------------
 
@@ -90,7 +106,8 @@ class Notifier:
             self._pending.append(thread)
         thread.start()
 
-    def fire(self, what: str, *, task: str = "", host: str = "", reason: str = "", exit_code: str = "") -> None:
+    def fire(self, what: str, *, task: str = "", host: str = "", reason: str = "", exit_code: str = "",
+             cause: str = "") -> None:
         env = dict(os.environ)
         info = {
             "DISTLAUNCH_EVENT": what,
@@ -102,6 +119,7 @@ class Notifier:
             "DISTLAUNCH_TASK": task,
             "DISTLAUNCH_HOST": host,
             "DISTLAUNCH_EXIT_CODE": exit_code,
+            "DISTLAUNCH_CAUSE": cause,
         }
         env.update(info)
         env[NOTIFY_MARKER] = "1"

@@ -98,6 +98,9 @@ class Restarts(Teardown):
             self._finish(ev.JOB_FAILED, f"{spec.task_id} failed ({reason}); not restarted: no restart can fix "
                          "this")
             return
+        if (no_retry := self.outputs.no_retry(spec.task_id)) is not None:  # a [[log_policies]] no_retry line
+            self._finish(ev.JOB_FAILED, f"{spec.task_id} failed ({reason}); not restarted: {no_retry}")
+            return
         crash_loop = crash_loop_reason(spec, rt.quick_failures, rt.restarts)
         if crash_loop is not None:
             self._finish(ev.JOB_FAILED, crash_loop)
@@ -118,6 +121,8 @@ class Restarts(Teardown):
         for change in self.watchdog.check(now):
             self._publish(ev.condition_event(self.run_id, change.task, change.condition, change.active,
                                              change.reason))
+            if change.condition == ev.STALLED:
+                self._stall_stacks.on_condition(change.task, change.active)
             if change.active and change.condition == ev.STALLED:
                 self._on_stall(self.tasks[change.task], change)
 
@@ -174,6 +179,13 @@ class Restarts(Teardown):
     def _restart_now(self, group: list[str]) -> None:
         if self._finishing:
             return  # a detach keeps it in state.json for `attach`; a teardown makes it moot
+        if self._launching:
+            # a task failed while `launch` still starts the others (a ps dying at once): starting its
+            # group now would race the launch's own start of a member that has not started yet (the
+            # agent refuses a second start, and the launch failed), and the member it then starts
+            # would not be stopped. After the launch, the group is stopped and started as usual.
+            self._after_launch.append(group)
+            return
         self._pending_restarts = [(g, due) for g, due in self._pending_restarts if g != group]
         members = [self.tasks[t] for t in group]
         for rt in members:

@@ -14,9 +14,11 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from launcher import events as ev
+from launcher.agent.stackmodel import TaskStacks
 from launcher.events import Event
 from launcher.supervise.core import Feed, TaskRuntime
 from launcher.supervise.restarts import Restarts
+from launcher.supervise.stackcapture import capture_stacks
 
 __all__ = ["Feed", "Supervisor", "TaskRuntime"]
 
@@ -26,6 +28,7 @@ class Supervisor(Restarts):
 
     def launch(self) -> None:
         """Start every task (ps first, chief last). On any failure, stop what started and raise."""
+        self._launching = True
         self._loop_thread = threading.Thread(target=self._loop, name="supervisor", daemon=True)
         self._loop_thread.start()
         self._call(self._announce)
@@ -38,9 +41,18 @@ class Supervisor(Restarts):
         except BaseException as exc:
             reason = f"launch failed: {exc}"
             self._call(lambda: self._finish(ev.JOB_FAILED, reason))
+            self._call(self._launched)
             self.wait()
             raise
+        self._call(self._launched)
         self._call(self.write_state)  # on the loop: the streams' offsets change there, never mid-dump
+
+    def _launched(self) -> None:
+        """The launch has started every task: the restarts that fell due meanwhile go now."""
+        self._launching = False
+        groups, self._after_launch = self._after_launch, []
+        for group in groups:
+            self._restart_now(group)
 
     def resume(self, state: dict[str, Any], history: list[Event],
                unreachable: Mapping[str, str] | None = None) -> None:
@@ -74,6 +86,7 @@ class Supervisor(Restarts):
                 feed.put(event)
         self.lost_events = dict(state.get("lost_events") or {})
         self._arm_watchdog(history)
+        self.outputs.replay(history)
         self._loop_thread = threading.Thread(target=self._loop, name="supervisor", daemon=True)
         self._loop_thread.start()
         reachable = [h for h in self.sessions if h not in unreachable]
@@ -138,17 +151,23 @@ class Supervisor(Restarts):
     def stop_task(self, task_id: str) -> None:
         self._call(lambda: self._acted("stop", task_id, lambda: self._manual_stop(task_id)))
 
-    def teardown(self, reason: str = "torn down by the user") -> None:
-        self._call(lambda: self._acted("teardown", None, lambda: self._finish(ev.JOB_FAILED, reason)))
+    def teardown(self, reason: str = "torn down by the user", origin: str = "") -> None:
+        """``origin``: where the request came from when not the user's own keys (e.g. "SIGTERM")."""
+        self._call(lambda: self._acted("teardown", None, lambda: self._finish(ev.JOB_FAILED, reason), origin))
 
-    def detach(self) -> None:
-        self._call(lambda: self._acted("detach", None, self._detach))
+    def detach(self, origin: str = "") -> None:
+        self._call(lambda: self._acted("detach", None, self._detach, origin))
 
-    def _acted(self, action: str, target: str | None, do: Callable[[], None]) -> None:
+    def _acted(self, action: str, target: str | None, do: Callable[[], None], origin: str = "") -> None:
         """Record an operator's action in the event stream (the timeline shows it), then do it."""
-        if not self._done.is_set():
-            self._publish(ev.action_event(self.run_id, action, target))
+        if not self._done.is_set() and not (action in ("teardown", "detach") and self._finishing):
+            self._publish(ev.action_event(self.run_id, action, target, origin))
         do()
+
+    def capture_stacks(self, tasks: list[str] | None = None, native: bool = False,
+                       timeout: float = 10.0) -> list[TaskStacks]:
+        """Every (or these) task's stacks, asked over the open follow channels (any thread but the loop)."""
+        return capture_stacks(self, tasks, native, timeout)
 
     def _loop_begins(self) -> None:
         threading.Thread(target=self._ping_streams, name="ping", daemon=True).start()

@@ -15,6 +15,7 @@ from typing import Any
 
 from launcher import events as ev
 from launcher.events import Event
+from launcher.telemetry.steprate import StepRate
 from launcher.telemetry.timeline import Timeline
 
 HISTORY_POINTS = 120
@@ -29,9 +30,6 @@ LOSS_POINTS = 400
 LOG_LINES = 2000
 """Log lines kept per task."""
 
-RATE_WINDOW_S = 10.0
-"""Steps/s is measured over the metric events of this many recent seconds."""
-
 STALE_AFTER_S = 10.0
 """A running task with no event for this long is shown as stale."""
 
@@ -41,8 +39,9 @@ IMBALANCE_RATIO = 1.5
 FAILURE_TAIL_LINES = 8
 """Lines of a failed incarnation's output the failure report shows (each once)."""
 
-FAILURE_TAIL_KEPT = 5 * FAILURE_TAIL_LINES
-"""Lines kept per failed incarnation, so that repeated lines still leave enough distinct ones."""
+FAILURE_TAIL_KEPT = 20 * FAILURE_TAIL_LINES
+"""Lines kept per failed incarnation: enough for repeated lines to leave enough distinct ones, and
+for a long traceback (which the report shows whole) after TensorFlow's start-up lines."""
 
 UNREACHABLE_REASON = "host unreachable"
 ROLE_ORDER = {"chief": 0, "ps": 1, "worker": 2, "evaluator": 3}
@@ -52,6 +51,15 @@ def task_sort_key(task_id: str) -> tuple[int, str, int]:
     """Chief first, then ps, workers, evaluator; indices numerically (worker:10 after worker:9)."""
     role, _, index = task_id.partition(":")
     return (ROLE_ORDER.get(role, 9), role, int(index) if index.isdigit() else 0)
+
+
+def root_cause_text(task: str, why: str, cause: str = "", culprit: str | None = None) -> str:
+    """The report's root-cause line for the first failure: the culprit its cause names, where one
+    is named ("ps:0 (chief:0 failed first: lost contact with ps:0)"), else the task itself."""
+    told = why if not cause else (cause if cause.startswith("killed by") or cause == why else f"{why}: {cause}")
+    if culprit and culprit != task:
+        return f"{culprit} ({task} failed first: {told})"
+    return f"{task} failed first ({told})"
 
 
 @dataclass
@@ -91,8 +99,9 @@ class TaskView:
     exit_code: int | None = None
     reason: str = ""
     step: int | None = None
-    loss: float | None = None
-    steps_per_s: float | None = None
+    loss: float | None = None  # the latest finite loss
+    #: "nan" / "inf" / "-inf" while the latest loss is no finite number (shown in its place)
+    nonfinite_loss: str | None = None
     cpu_percent: float | None = None
     rss_bytes: int | None = None
     gpu_util: float | None = None
@@ -108,6 +117,9 @@ class TaskView:
     incarnation_log_start: int = 0
     #: the last lines of the latest incarnation that failed, kept when it failed (failure report)
     failed_tail: list[str] = field(default_factory=list)
+    #: why its latest failed incarnation failed (the state event's ``cause``), and the task it names
+    cause: str = ""
+    culprit: str | None = None
     #: the last ``seq`` seen from this task's agent, and how many numbers never arrived
     last_seq: int = -1
     lost_events: int = 0
@@ -120,7 +132,8 @@ class TaskView:
     #: per `rate_spacing` seconds; when `RATE_POINTS` are kept, every other one goes and the spacing doubles
     rate_points: list[tuple[float, float]] = field(default_factory=list)
     rate_spacing: float = 1.0
-    _step_points: deque[tuple[float, int]] = field(default_factory=deque)
+    #: this incarnation's steps by event time: `steps_per_s` over a window ending at the caller's now
+    step_rate: StepRate = field(default_factory=StepRate)
 
     @property
     def role(self) -> str:
@@ -133,21 +146,20 @@ class TaskView:
         age = self.age(now)
         return self.state == ev.RUNNING and age is not None and age > STALE_AFTER_S
 
+    def steps_per_s(self, now: float) -> float | None:
+        """Steps/s over the window ending at `now` (0.0 once the step stopped moving); None until this
+        incarnation reported two steps (leaving `running` forgets the steps of the one before)."""
+        return self.step_rate.rate(now)
+
     def record_step(self, ts: float, step: int) -> None:
-        """Steps/s from the step delta over the last `RATE_WINDOW_S` seconds of metrics."""
-        points = self._step_points
-        if points and step < points[-1][1]:
-            points.clear()  # restarted from an older checkpoint: the old slope means nothing
-        points.append((ts, step))
-        while len(points) > 2 and ts - points[0][0] > RATE_WINDOW_S:
-            points.popleft()
-        first_ts, first_step = points[0]
-        if ts > first_ts:
-            self.steps_per_s = (step - first_step) / (ts - first_ts)
-            self.rate_history.append(self.steps_per_s)
+        """Adds a step to the rate window and, at this event's time, to the rate's histories."""
+        self.step_rate.add(ts, step)
+        rate = self.step_rate.rate(ts)
+        if rate is not None:
+            self.rate_history.append(rate)
             rates = self.rate_points
             if not rates or ts - rates[-1][0] >= self.rate_spacing:
-                rates.append((ts, self.steps_per_s))
+                rates.append((ts, rate))
                 if len(rates) > RATE_POINTS:
                     self.rate_points = rates[::2]
                     self.rate_spacing *= 2
@@ -224,14 +236,16 @@ class JobView:
     hosts_down: set[str] = field(default_factory=set)
     #: per host, its latest whole-machine reading: cpu_percent (of all cores), cpus, mem_used/total_bytes
     machines: dict[str, dict[str, Any]] = field(default_factory=dict)
-    global_step_points: deque[tuple[float, int]] = field(default_factory=deque)
-    global_steps_per_s: float | None = None
+    #: the global step by event time (`global_steps_per_s`)
+    global_step_rate: StepRate = field(default_factory=StepRate)
     notices: list[Notice] = field(default_factory=list)
     dirty_tasks: set[str] = field(default_factory=set)
     placement_dirty: bool = False
     events_applied: int = 0
     #: the first task failure of the job: (task id, why); in TF jobs the cause of the others
     first_failure: tuple[str, str] | None = None
+    #: that failure's ``cause`` and the culprit it names (the root cause points at the culprit)
+    first_failure_cause: tuple[str, str | None] = ("", None)
     #: when that task ended (its agent's `exited_at`, else the event's time): events of different
     #: tasks may arrive out of order, so an earlier failure that arrives later still wins
     first_failure_at: float | None = None
@@ -257,13 +271,22 @@ class JobView:
         steps = [t.step for t in self.tasks.values() if t.role == "worker" and t.step is not None]
         return max(steps) if steps else None
 
+    def global_steps_per_s(self, now: float) -> float | None:
+        """Steps/s of the global step over the window ending at `now`."""
+        return self.global_step_rate.rate(now)
+
+    def rate_clock(self, now: float) -> float:
+        """Where a rate's window ends: `now` while the job runs, its end once it ended."""
+        return self.end_ts if self.ended and self.end_ts is not None else now
+
     @property
     def root_cause(self) -> str:
-        """The task that failed first and why ("ps:0 failed first (exit code 1)"), once one failed."""
+        """The task that failed first and why ("ps:0 failed first (exit code 1)"), once one failed; the
+        culprit its cause names, where it names one ("ps:0 (chief:0 failed first: lost contact with ps:0)")."""
         if self.first_failure is None:
             return ""
         task_id, why = self.first_failure
-        return f"{task_id} failed first ({why})"
+        return root_cause_text(task_id, why, *self.first_failure_cause)
 
     @property
     def failure_cause(self) -> str:
@@ -390,8 +413,7 @@ class JobView:
             elif task.state == ev.RUNNING:
                 self.hosts_down.discard(task.host)
         if task.state != ev.RUNNING:
-            task.steps_per_s = None
-            task._step_points.clear()
+            task.step_rate.clear()
             task.conditions.clear()  # a stall or a slow pace belongs to the incarnation that had it
         if task.state == ev.STARTING:
             task.incarnation_log_start = self.log(task.task_id).total
@@ -411,8 +433,12 @@ class JobView:
         why = task.reason or (f"exit code {task.exit_code}" if task.exit_code is not None else "failed")
         exited_at = event.get("exited_at")
         at = float(exited_at) if isinstance(exited_at, int | float) else event.ts
+        task.cause = str(event.get("cause") or "")
+        culprit = event.get("culprit")
+        task.culprit = str(culprit) if culprit else None
         if self.first_failure_at is None or at < self.first_failure_at:
             self.first_failure, self.first_failure_at = (task.task_id, why), at
+            self.first_failure_cause = (task.cause, task.culprit)
         log = self.log(task.task_id)
         own = log.since(task.incarnation_log_start)
         task.failed_tail = [line.line for line in own[-FAILURE_TAIL_KEPT:]]
@@ -420,6 +446,9 @@ class JobView:
     def _apply_metric(self, task: TaskView, event: Event) -> None:
         step = event.get("step")
         loss = ev.finite(event.get("loss"))
+        nonfinite = ev.nonfinite_label(event.get("nonfinite_loss"))
+        if loss is not None or nonfinite is not None:
+            task.nonfinite_loss = nonfinite
         if isinstance(step, int):
             task.step = step
             task.record_step(event.ts, step)
@@ -437,19 +466,9 @@ class JobView:
                 times.append(event.ts)
 
     def _record_global_step(self, ts: float) -> None:
-        step = self.global_step
-        if step is None:
-            return
-        points = self.global_step_points
-        if points and step < points[-1][1]:
-            points.clear()
-        if points and points[-1][1] == step:
-            return
-        points.append((ts, step))
-        while len(points) > 2 and ts - points[0][0] > RATE_WINDOW_S:
-            points.popleft()
-        if ts > points[0][0]:
-            self.global_steps_per_s = (step - points[0][1]) / (ts - points[0][0])
+        step, points = self.global_step, self.global_step_rate.points
+        if step is not None and not (points and points[-1][1] == step):  # another task's metric: no news
+            self.global_step_rate.add(ts, step)
 
     def _apply_sample(self, task: TaskView, event: Event) -> None:
         machine = event.get("host")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable
 from typing import TextIO
@@ -11,6 +12,8 @@ from typing import TextIO
 from launcher import events as ev
 from launcher.events import Event
 from launcher.telemetry.jobview import FAILURE_TAIL_LINES, JobView
+from launcher.telemetry.tfnoise import hidden_note, split_startup
+from launcher.telemetry.timeline import stacks_text
 
 PROGRESS_EVERY = 5.0
 #: SGR colours of task and job states on a terminal
@@ -45,14 +48,20 @@ def human_bytes(n: float | None, missing: str = "-") -> str:
 class ProgressPrinter:
     """Human progress lines: every state change, and every few seconds step, loss and rates.
 
-    It reads the same JobView the dashboard draws from, so both show the same numbers."""
+    It reads the same JobView the dashboard draws from, so both show the same numbers. While it
+    consumes a stream, a ticker prints the progress line every `every` seconds even when no event
+    comes (a hung job), with the rates over the window ending at `clock()` (the events' clock), or
+    at the job's end once it ended."""
 
-    def __init__(self, out: TextIO | None = None, every: float = PROGRESS_EVERY, color: bool | None = None) -> None:
+    def __init__(self, out: TextIO | None = None, every: float = PROGRESS_EVERY, color: bool | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
         self.out = out or sys.stdout
         self.color = wants_color(self.out) if color is None else color
         self.every = every
+        self.clock = clock
         self.view = JobView()
         self._last_progress = time.monotonic()
+        self._lock = threading.Lock()  # the ticker and the stream's thread both print from the view
         self.final_state: str | None = None
 
     def paint(self, state: object) -> str:
@@ -64,9 +73,23 @@ class ProgressPrinter:
         print(f"{stamp} {text}", file=self.out, flush=True)
 
     def consume(self, stream: Iterable[Event]) -> None:
-        for event in stream:
-            self.on_event(event)
+        done = threading.Event()
+        ticker = threading.Thread(target=self._tick, args=(done,), name="progress", daemon=True)
+        ticker.start()
+        try:
+            for event in stream:
+                with self._lock:
+                    self.on_event(event)
+        finally:
+            done.set()
+            ticker.join()
         self.progress()
+
+    def _tick(self, done: threading.Event) -> None:
+        while not done.wait(max(0.05, self._last_progress + self.every - time.monotonic())):
+            with self._lock:
+                if time.monotonic() - self._last_progress >= self.every:
+                    self.progress()
 
     def on_event(self, event: Event) -> None:
         view = self.view
@@ -89,6 +112,8 @@ class ProgressPrinter:
             name = event.get("condition")
             self._print(f"{event.task:<12} {name if event.get('active') else 'no longer ' + str(name)}"
                         + (f": {event.get('reason')}" if event.get("reason") else ""))
+        elif event.kind == ev.STACKS:
+            self._print(f"{event.task or 'job':<12} {stacks_text(event)}")
         elif event.kind == ev.PLACEMENT:
             spread = ", ".join(f"{t} {human_bytes(b)}" for t, b in sorted(view.placement.bytes_per_task().items()))
             self._print(f"{event.task} placed {len(event.get('variables') or [])} variables: {spread}")
@@ -102,28 +127,34 @@ class ProgressPrinter:
         if view.root_cause:
             self._print(f"root cause: {view.root_cause}")
         for task_id in view.failed_tasks():
-            lines = view.tasks[task_id].failed_tail
-            if not lines:
+            lines, hidden = split_startup(view.tasks[task_id].failed_tail)
+            if not lines and not hidden:
                 continue
             self._print(f"last output of {task_id}:")
-            for line in _once(lines)[-FAILURE_TAIL_LINES:]:
+            if hidden:
+                shows = f"`distlaunch logs {view.run or 'RUN'} {task_id}` shows every line"
+                self._print(f"  {task_id} | ({hidden_note(hidden, shows)})")
+            for line in failure_excerpt(lines):
                 self._print(f"  {task_id} | {line}")
 
     def progress(self) -> None:
         self._last_progress = time.monotonic()
+        now = self.view.rate_clock(self.clock())
         tasks = self.view.tasks
         lead = next((tasks[t] for t in ("chief:0", "worker:0") if t in tasks and tasks[t].step is not None),
                     next((t for t in tasks.values() if t.step is not None), None))
         parts = []
         if lead is not None:
-            loss = f"{lead.loss:.4f}" if lead.loss is not None else "-"
-            rate = f"{lead.steps_per_s:.1f}" if lead.steps_per_s is not None else "-"
+            loss = lead.nonfinite_loss or (f"{lead.loss:.4f}" if lead.loss is not None else "-")
+            lead_rate = lead.steps_per_s(now)
+            rate = f"{lead_rate:.1f}" if lead_rate is not None else "-"
             parts.append(f"step {lead.step}  loss {loss}  {rate} steps/s")
         per_task = []
         for task_id, task in sorted(tasks.items()):
             bits = []
-            if task.steps_per_s is not None:
-                bits.append(f"{task.steps_per_s:.1f}/s")
+            task_rate = task.steps_per_s(now)
+            if task_rate is not None:
+                bits.append(f"{task_rate:.1f}/s")
             if task.cpu_percent is not None:
                 bits.append(f"cpu {task.cpu_percent:.0f}%")
             if task.rss_bytes is not None:
@@ -144,6 +175,24 @@ def _once(lines: list[str]) -> list[str]:
     return list(dict.fromkeys(lines))
 
 
+TRACEBACK_START = "Traceback (most recent call last):"
+CHAINED = ("During handling of the above exception, another exception occurred:",
+           "The above exception was the direct cause of the following exception:")
+
+
+def failure_excerpt(lines: list[str]) -> list[str]:
+    """What the report shows of a failed incarnation's last lines: its last Python traceback whole
+    (with the ones chained to it, and whatever followed), every line as printed; without a
+    traceback, the last `FAILURE_TAIL_LINES` distinct lines."""
+    starts = [i for i, line in enumerate(lines) if line.rstrip() == TRACEBACK_START]
+    if not starts:
+        return _once(lines)[-FAILURE_TAIL_LINES:]
+    start = starts.pop()
+    while starts and any(line.strip() in CHAINED for line in lines[max(0, start - 3):start]):
+        start = starts.pop()
+    return lines[start:]
+
+
 def _state_text(event: Event, paint: Callable[[object], str] = str) -> str:
     state = event.get("state")
     text = f"{event.task:<12} {paint(state)}"
@@ -158,7 +207,8 @@ def _state_text(event: Event, paint: Callable[[object], str] = str) -> str:
         extras.append(f"exit {event.get('exit_code')}")
     if event.get("reason"):
         extras.append(str(event.get("reason")))
-    return text + (f" ({', '.join(extras)})" if extras else "")
+    cause = f": {event.get('cause')}" if event.get("cause") else ""
+    return text + (f" ({', '.join(extras)})" if extras else "") + cause
 
 
 class JsonPrinter:

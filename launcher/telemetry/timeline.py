@@ -20,7 +20,7 @@ from launcher.events import Event
 TIMELINE_ENTRIES = 5000
 """Entries kept by a live view; the oldest go first (events.jsonl keeps them all)."""
 
-TIMELINE_KINDS = (ev.JOB, ev.STATE, ev.HOST, ev.CONDITION, ev.ACTION)
+TIMELINE_KINDS = (ev.JOB, ev.STATE, ev.HOST, ev.CONDITION, ev.STACKS, ev.ACTION)
 """The event kinds that make timeline entries (what `--kind` accepts)."""
 
 
@@ -60,6 +60,8 @@ class Timeline:
             entry = _host(event)
         elif kind == ev.CONDITION:
             entry = _condition(event)
+        elif kind == ev.STACKS:
+            entry = TimelineEntry(event.ts, ev.STACKS, event.task, stacks_text(event), "warning")
         else:
             entry = _action(event)
         if entry is not None:
@@ -121,6 +123,18 @@ def _host(event: Event) -> TimelineEntry:
     reason = str(event.get("reason") or "")
     return TimelineEntry(event.ts, ev.HOST, None, f"host {host} {state}" + (f": {reason}" if reason else ""),
                          "info" if state == "up" else "error")
+
+
+def stacks_text(event: Event) -> str:
+    """``stacks taken: suspect worker:1 in wait_for_peer (hang.py:4) (it is stopped); stacks/<time>.json``."""
+    text = "stacks taken"
+    if event.get("suspect"):
+        text += f": suspect {event.get('suspect')}"
+        if event.get("frame"):
+            text += f" in {event.get('frame')}"
+        if event.get("reason"):
+            text += f" ({event.get('reason')})"
+    return text + f"; {event.get('path')}"
 
 
 def _condition(event: Event) -> TimelineEntry:

@@ -3,7 +3,8 @@
 - stalled: a task's step has not advanced for its ``stall_seconds`` while it runs. Armed by
   the first step an incarnation reports (a task that reports no step cannot be judged: a
   parameter server, a script with autolog off and no ``[metrics]``); cleared when it advances.
-- straggler: a worker whose steps/s stays below ``straggler_ratio`` of the workers' median for
+- straggler: a worker whose steps/s (`launcher.telemetry.steprate`, over a window ending now: a hung
+  worker is at 0) stays below ``straggler_ratio`` of the workers' median for
   ``STRAGGLER_WINDOW_S``; cleared once it is back at or above that line. Judged only while at
   least two workers report steps (under a ClusterCoordinator only the chief does).
 
@@ -14,16 +15,12 @@ as ``condition`` events.
 from __future__ import annotations
 
 import statistics
-from collections import deque
 from dataclasses import dataclass, field
 
 from launcher import events as ev
+from launcher.telemetry.steprate import StepRate
 
 STRAGGLER_WINDOW_S = 30.0
-#: steps/s of a worker is the slope over this much recent time
-RATE_WINDOW_S = 10.0
-#: steps closer together than this share one point of the rate window
-POINT_SPACING_S = 0.25
 
 
 @dataclass(frozen=True)
@@ -38,9 +35,10 @@ class ConditionChange:
 class _Progress:
     step: int | None = None
     advanced_at: float = 0.0
-    points: deque[tuple[float, int]] = field(default_factory=deque)
+    step_rate: StepRate = field(default_factory=StepRate)
     below_since: float | None = None
     active: set[str] = field(default_factory=set)
+    reasons: dict[str, str] = field(default_factory=dict)  # why each active condition was raised
 
 
 class Watchdog:
@@ -57,15 +55,7 @@ class Watchdog:
         if progress.step is None or step != progress.step:
             progress.step = step
             progress.advanced_at = now
-        points = progress.points
-        if points and step < points[-1][1]:
-            points.clear()
-        if len(points) > 1 and now - points[-2][0] < POINT_SPACING_S:
-            points[-1] = (now, step)  # the rate needs the ends of the window, not every step in it
-        else:
-            points.append((now, step))
-        while len(points) > 2 and now - points[0][0] > RATE_WINDOW_S:
-            points.popleft()
+        progress.step_rate.add(now, step)
 
     def forget(self, task: str) -> None:
         """The task's incarnation ended (restart, stop, exit): what it had goes with it."""
@@ -73,12 +63,14 @@ class Watchdog:
 
     def rate(self, task: str, now: float) -> float | None:
         progress = self._tasks.get(task)
-        if progress is None or len(progress.points) < 2:
+        return None if progress is None else progress.step_rate.rate(now)
+
+    def active_reason(self, task: str, condition: str) -> str | None:
+        """Why ``condition`` was raised for ``task``, while it still is; else None."""
+        progress = self._tasks.get(task)
+        if progress is None or condition not in progress.active:
             return None
-        first_ts, first_step = progress.points[0]
-        last_ts, last_step = progress.points[-1]
-        span = max(now, last_ts) - first_ts
-        return (last_step - first_step) / span if span > 0 else None
+        return progress.reasons.get(condition, "")
 
     def check(self, now: float) -> list[ConditionChange]:
         changes = self._check_stalls(now)
@@ -95,9 +87,9 @@ class Watchdog:
             stalled = idle >= limit
             if stalled and ev.STALLED not in progress.active:
                 progress.active.add(ev.STALLED)
-                changes.append(ConditionChange(task, ev.STALLED, True,
-                                               f"step {progress.step} has not advanced for {idle:.0f}s "
-                                               f"(stall_seconds = {limit:g})"))
+                reason = progress.reasons[ev.STALLED] = (f"step {progress.step} has not advanced for {idle:.0f}s "
+                                                         f"(stall_seconds = {limit:g})")
+                changes.append(ConditionChange(task, ev.STALLED, True, reason))
             elif not stalled and ev.STALLED in progress.active:
                 progress.active.discard(ev.STALLED)
                 changes.append(ConditionChange(task, ev.STALLED, False, f"step advanced to {progress.step}"))

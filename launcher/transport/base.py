@@ -71,6 +71,10 @@ class Host(ABC):
     @abstractmethod
     def close(self) -> None: ...
 
+    def end_run(self) -> None:
+        """The run is over (``down``): close, and let go of what outlives a close (a shared master)."""
+        self.close()
+
     @property
     @abstractmethod
     def connected(self) -> bool: ...

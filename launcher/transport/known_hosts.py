@@ -10,10 +10,11 @@ any policy.
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import paramiko
 
@@ -65,22 +66,36 @@ class _RejectUnknown(paramiko.MissingHostKeyPolicy):
 
 
 class _AcceptNew(paramiko.MissingHostKeyPolicy):
-    def __init__(self, known_hosts_path: str, notify: Callable[[str, paramiko.PKey], None]) -> None:
+    def __init__(self, known_hosts_path: str, notify: Callable[[str, paramiko.PKey], None],
+                 alias: str | None) -> None:
         self._path = known_hosts_path
         self._notify = notify
+        self._alias = alias
 
     def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
-        append_known_host(self._path, hostname, key)
+        name = self._alias or hostname  # as ssh: a HostKeyAlias is what the file records
+        append_known_host(self._path, name, key)
         client.get_host_keys().add(hostname, key.get_name(), key)
-        self._notify(hostname, key)
+        self._notify(name, key)
 
 
 def install_policy(client: paramiko.SSHClient, known_hosts_path: str, policy: HostKeyPolicy,
-                   notify: Callable[[str, paramiko.PKey], None]) -> None:
-    """Load ``known_hosts_path`` (a missing file counts as empty) and set the matching policy."""
+                   notify: Callable[[str, paramiko.PKey], None], extra: Sequence[str] = (),
+                   alias: str | None = None, name: str = "") -> None:
+    """Load ``known_hosts_path`` (a missing file counts as empty) and set the matching policy.
+    ``extra``: more files whose keys are trusted (never written); ``alias``: HostKeyAlias, the
+    name keys are looked up and recorded under instead of ``name`` (the host as paramiko names it)."""
     if os.path.exists(known_hosts_path):
         client.load_host_keys(known_hosts_path)
+    for path in extra:
+        if os.path.exists(path):
+            with contextlib.suppress(OSError):
+                client.load_system_host_keys(path)
+    if alias:
+        for keys in (client.get_host_keys(), client._system_host_keys):
+            for key in (keys.lookup(alias) or {}).values():
+                keys.add(name, key.get_name(), key)
     if policy == "accept-new":
-        client.set_missing_host_key_policy(_AcceptNew(known_hosts_path, notify))
+        client.set_missing_host_key_policy(_AcceptNew(known_hosts_path, notify, alias))
     else:
         client.set_missing_host_key_policy(_RejectUnknown())

@@ -15,14 +15,15 @@ from launcher.model import HostConfig
 from launcher.transport.base import CommandResult, CommandTimeout, Host, LineStream, ReaderLineStream, head
 
 
-class _LocalLineStream(ReaderLineStream):
-    """A local child in its own session (terminal Ctrl-C does not reach it) with piped std streams."""
+class LocalLineStream(ReaderLineStream):
+    """A local child in its own session (terminal Ctrl-C does not reach it) with piped std streams:
+    ``/bin/sh -c command``, or ``argv`` (the openssh transport's ``ssh ... HOST command``)."""
 
     def __init__(self, command: str, on_line: Callable[[str], None],
-                 on_close: Callable[[int | None], None] | None) -> None:
+                 on_close: Callable[[int | None], None] | None, argv: list[str] | None = None) -> None:
         super().__init__(on_line, on_close, "local-stream")
         self._proc = subprocess.Popen(
-            ["/bin/sh", "-c", command], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            argv or ["/bin/sh", "-c", command], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=subprocess.PIPE, start_new_session=True, close_fds=True)
         self._stderr_thread = threading.Thread(target=self._drain_stderr, daemon=True,
                                                name="local-stream-stderr")
@@ -58,6 +59,9 @@ class _LocalLineStream(ReaderLineStream):
                 self._exit_code = code if code >= 0 else 128 - code
                 break
         finally:
+            # the end is reported with the command's stderr whole (why an ssh or a preflight ended),
+            # unless a child it left behind keeps the pipe open
+            self._stderr_thread.join(1.0)
             self._ended()
 
     def send(self, data: bytes, timeout: float | None = None) -> bool:
@@ -95,6 +99,26 @@ class _LocalLineStream(ReaderLineStream):
                 pipe.close()
 
 
+def run_process(argv: list[str], timeout: float, stdin: bytes | None, timeout_message: str) -> CommandResult:
+    """Run ``argv`` in a process group of its own, killed whole on timeout (CommandTimeout).
+
+    Not invoke.run: its timeout kills only the shell, and its readers then wait for EOF from
+    any child still holding the pipes (``sleep 30`` with timeout 0.5 took 30 s). It would
+    also forward the launcher's own stdin (the dashboard's keys) unless told not to.
+    """
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True, close_fds=True)
+    try:
+        out, err = proc.communicate(stdin or b"", timeout=timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise CommandTimeout(timeout_message) from None
+    code = proc.returncode if proc.returncode >= 0 else 128 - proc.returncode
+    return CommandResult(code, out.decode("utf-8", errors="replace"), err.decode("utf-8", errors="replace"))
+
+
 class LocalHost(Host):
     """This machine, without SSH: every command is a ``/bin/sh -c`` child process."""
 
@@ -115,26 +139,8 @@ class LocalHost(Host):
         return self._open
 
     def run(self, command: str, timeout: float = 60.0, stdin: bytes | None = None) -> CommandResult:
-        """Run in a process group of its own, killed whole on timeout.
-
-        Not invoke.run: its timeout kills only the shell, and its readers then wait for EOF from
-        any child still holding the pipes (``sleep 30`` with timeout 0.5 took 30 s). It would
-        also forward the launcher's own stdin (the dashboard's keys) unless told not to.
-        """
-        proc = subprocess.Popen(["/bin/sh", "-c", command], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                start_new_session=True, close_fds=True)
-        try:
-            out, err = proc.communicate(stdin or b"", timeout=timeout)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
-            raise CommandTimeout(
-                f"host {self.name}: `{head(command)}` did not finish within {timeout:g}s") from None
-        code = proc.returncode if proc.returncode >= 0 else 128 - proc.returncode
-        return CommandResult(code, out.decode("utf-8", errors="replace"),
-                             err.decode("utf-8", errors="replace"))
+        return run_process(["/bin/sh", "-c", command], timeout, stdin,
+                           f"host {self.name}: `{head(command)}` did not finish within {timeout:g}s")
 
     def put_file(self, data: bytes, remote_path: str, mode: int = 0o644) -> None:
         path = os.path.expanduser(remote_path)
@@ -168,7 +174,7 @@ class LocalHost(Host):
 
     def stream_lines(self, command: str, on_line: Callable[[str], None],
                      on_close: Callable[[int | None], None] | None = None) -> LineStream:
-        return _LocalLineStream(command, on_line, on_close)
+        return LocalLineStream(command, on_line, on_close)
 
     def kill_group(self, pgid: int, sig: int = signal.SIGTERM) -> None:
         with contextlib.suppress(ProcessLookupError):

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import getpass
 import logging
 import os
 import posixpath
 import shlex
-import signal
 import socket
 import threading
 import time
@@ -21,15 +19,13 @@ import paramiko
 
 from launcher.errors import HostError
 from launcher.model import HostConfig
-from launcher.transport import known_hosts, sshconfig
+from launcher.transport import known_hosts, shellcmds, sshauth, sshconfig
 from launcher.transport.base import (
     CommandResult,
     CommandTimeout,
-    Host,
     LineStream,
     ReaderLineStream,
     head,
-    signal_name,
 )
 
 # paramiko logs connection trouble itself; without a handler Python would print it to stderr,
@@ -39,11 +35,6 @@ logging.getLogger("paramiko").addHandler(logging.NullHandler())
 #: How often paramiko sends a keepalive, so idle links through NAT stay open and dead ones are noticed.
 KEEPALIVE_SECONDS = 5
 _CHUNK = 65536
-
-
-def _sh(command: str) -> str:
-    """Run ``command`` by /bin/sh whatever the user's login shell is (fish, csh, ...)."""
-    return "/bin/sh -c " + shlex.quote(command)
 
 
 def _tcp_connect(hostname: str, port: int, timeout: float) -> socket.socket:
@@ -143,7 +134,7 @@ class _SshLineStream(ReaderLineStream):
             self._reader.join(5.0)
 
 
-class SshHost(Host):
+class SshHost(shellcmds.ShellHost):
     """A host reached over one SSH connection (Fabric ``Connection`` on paramiko).
 
     Short commands, SFTP and at most one long stream share the connection, each on its own
@@ -152,36 +143,19 @@ class SshHost(Host):
     """
 
     def __init__(self, config: HostConfig, on_notice: Callable[[str], None] | None = None) -> None:
-        self.name = config.name
-        self.address = config.address
-        self.config = config
-        self.settings = config.ssh
-        self.user = self.settings.user or getpass.getuser()
-        self.port = self.settings.ssh_port
-        #: where the address led once ~/.ssh/config was applied (set by connect)
-        self.route: sshconfig.Route | None = None
-        #: one-line notices for the user (a host key added under accept-new); also sent to on_notice
-        self.notices: list[str] = []
-        self._on_notice = on_notice
+        super().__init__(config, on_notice)
         self._connection: fabric.Connection | None = None
         self._jumps: list[fabric.Connection] = []
+        self._watches: list[sshauth.KeepaliveWatch] = []
         self._channel_lock = threading.Lock()
         self._sftp: paramiko.SFTPClient | None = None
         self._no_sftp = False  # set once the server refused the sftp subsystem
-        self._home: str | None = None
 
     @property
     def label(self) -> str:
         return f"host {self.name} ({self.address}:{self.port})"
 
     # ---- connection
-
-    def resolve(self) -> sshconfig.Route:
-        """The route ``connect`` takes (``ssh -G`` over the profile); also what ``check`` prints."""
-        route = sshconfig.resolve(self.config)
-        self.route = route
-        self.user, self.port = route.target.user, route.target.port
-        return route
 
     def connect(self) -> None:
         if self.connected:
@@ -202,28 +176,41 @@ class SshHost(Host):
     def _open(self, endpoint: sshconfig.Endpoint, route: sshconfig.Route,
               gateway: fabric.Connection | None, label: str) -> fabric.Connection:
         """Authenticate to one server (through ``gateway``'s direct-tcpip channel when given)."""
-        from_profile = endpoint is route.target and "identity_file" not in self.settings.unset
+        if endpoint is route.target:
+            self.check_identity_file()
         keys = [os.path.expanduser(path) for path in endpoint.identity_files]
-        if from_profile and keys and not os.path.isfile(keys[0]):
-            raise HostError(f"{label}: identity_file {self.settings.identity_file} does not exist; "
-                            f"fix identity_file in [ssh] or [hosts.{self.name}]")
         keys = [path for path in keys if os.path.isfile(path)]  # as ssh, skip config keys not there
         timeout = route.connect_timeout
+        agent = endpoint.identity_agent
+        use_agent = not endpoint.identities_only and agent != "none" and bool(
+            agent or os.environ.get("SSH_AUTH_SOCK"))
         connect_kwargs: dict[str, object] = {
-            "timeout": timeout, "banner_timeout": timeout, "auth_timeout": timeout}
-        if keys:
+            "timeout": timeout, "banner_timeout": timeout, "auth_timeout": timeout,
+            "compress": route.compression}
+        if keys or endpoint.identities_only:
             # the configured keys first; the agent after them, since it may hold the decrypted key
-            connect_kwargs.update(key_filename=keys, look_for_keys=False,
-                                  allow_agent=bool(os.environ.get("SSH_AUTH_SOCK")))
+            connect_kwargs.update(key_filename=keys, look_for_keys=False, allow_agent=use_agent)
+        elif agent == "none":
+            connect_kwargs.update(allow_agent=False)
         # an empty SSHConfig: sshconfig.resolve already applied ~/.ssh/config as OpenSSH does
         config = fabric.Config(ssh_config=paramiko.SSHConfig())
         connection = fabric.Connection(endpoint.hostname, user=endpoint.user, port=endpoint.port,
                                        config=config, connect_kwargs=connect_kwargs, gateway=gateway)
         known_hosts.install_policy(connection.client, os.path.expanduser(route.known_hosts),
-                                   self.settings.host_key_policy, self._key_added)
-        sock: socket.socket | None = None
+                                   route.host_key_policy, self._key_added,
+                                   extra=[os.path.expanduser(path) for path in route.extra_known_hosts],
+                                   alias=route.host_key_alias if endpoint is route.target else None,
+                                   name=known_hosts.host_key_name(endpoint.hostname, endpoint.port))
+        if agent and agent != "none" and use_agent:
+            connection.client._agent = sshauth.SocketAgent(agent)
+        sock: socket.socket | paramiko.ProxyCommand | None = None
         try:
-            if gateway is None:
+            if (certified := sshauth.certified_key(endpoint)) is not None:
+                connection.connect_kwargs["pkey"] = certified
+            if gateway is None and endpoint is route.target and route.proxy_command:
+                sock = sshauth.proxy_command(route.proxy_command)
+                connection.connect_kwargs["sock"] = sock
+            elif gateway is None:
                 sock = _tcp_connect(endpoint.hostname, endpoint.port, timeout)
                 connection.connect_kwargs["sock"] = sock
             connection.open()
@@ -235,15 +222,18 @@ class SshHost(Host):
                 raise HostError(self._explain(exc, endpoint, route, label)) from exc
             raise
         assert connection.transport is not None
-        connection.transport.set_keepalive(endpoint.keepalive_seconds or KEEPALIVE_SECONDS)
+        if endpoint.keepalive_seconds:  # ServerAliveInterval set: a link that stops answering is cut
+            self._watches.append(sshauth.KeepaliveWatch(connection.transport, endpoint.keepalive_seconds,
+                                                        endpoint.keepalive_count))
+        else:
+            connection.transport.set_keepalive(KEEPALIVE_SECONDS)
         return connection
 
     def _key_added(self, key_name: str, key: paramiko.PKey) -> None:
         notice = (f"{self.label}: added new host key {key.get_name()} {known_hosts.fingerprint(key)} "
-                  f"for {key_name} to {self.settings.known_hosts} (host_key_policy = \"accept-new\")")
-        self.notices.append(notice)
-        if self._on_notice is not None:
-            self._on_notice(notice)
+                  f"for {key_name} to {self.route.known_hosts if self.route else self.settings.known_hosts} "
+                  f"(host_key_policy = \"accept-new\")")
+        self.notice(notice)
 
     def _explain(self, exc: Exception, endpoint: sshconfig.Endpoint, route: sshconfig.Route,
                  label: str) -> str:
@@ -270,6 +260,9 @@ class SshHost(Host):
             return (f"{label}: key {identity} is passphrase-protected and {agent}; "
                     f"run `ssh-add {identity}` (start one with `eval $(ssh-agent)`), "
                     f"or use a key without passphrase")
+        if isinstance(exc, paramiko.BadAuthenticationType) and "publickey" not in exc.allowed_types:
+            return (f"{label}: the server accepts only {', '.join(exc.allowed_types)} authentication, "
+                    f"which the built-in SSH client does not do; set transport = \"openssh\" for this host")
         if isinstance(exc, paramiko.AuthenticationException):
             if identity:
                 return (f"{label}: refused key {identity} for user {user}; "
@@ -285,6 +278,9 @@ class SshHost(Host):
         if isinstance(exc, paramiko.ssh_exception.NoValidConnectionsError | ConnectionRefusedError):
             return (f"{label}: connection refused; is sshd running there and is "
                     f"ssh_port = {port} right?")
+        if isinstance(exc, paramiko.ProxyCommandFailure):
+            return (f"{label}: ProxyCommand `{route.proxy_command}` failed ({exc.error}); "
+                    f"fix it in {self.settings.ssh_config}")
         if isinstance(exc, paramiko.ChannelException):
             return (f"{label}: the jump host could not connect on to {host}:{port} ({exc.text}); "
                     f"check HostName/Port in {self.settings.ssh_config} and that the jump host reaches it")
@@ -310,6 +306,9 @@ class SshHost(Host):
         sftp, self._sftp = self._sftp, None
         connection, self._connection = self._connection, None
         jumps, self._jumps = self._jumps, []
+        for watch in self._watches:
+            watch.stop()
+        self._watches.clear()
         if sftp is not None:
             with contextlib.suppress(Exception):
                 sftp.close()
@@ -344,7 +343,7 @@ class SshHost(Host):
         out, err = bytearray(), bytearray()
         try:
             channel.settimeout(timeout)
-            channel.exec_command(_sh(command))
+            channel.exec_command(shellcmds.sh(command))
             if stdin:
                 channel.sendall(stdin)
             channel.shutdown_write()
@@ -378,26 +377,6 @@ class SshHost(Host):
     def _timed_out(self, command: str, timeout: float) -> CommandTimeout:
         return CommandTimeout(f"{self.label}: `{head(command)}` did not finish within {timeout:g}s")
 
-    def _check(self, command: str, what: str, timeout: float = 60.0) -> CommandResult:
-        result = self.run(command, timeout=timeout)
-        if not result.ok:
-            detail = (result.stderr.strip().splitlines() or [f"exit code {result.exit_code}"])[-1]
-            raise HostError(f"{self.label}: cannot {what}: {detail}")
-        return result
-
-    def home(self) -> str:
-        if self._home is None:
-            home = self._check('printf %s "$HOME"', "find the home directory").stdout.strip()
-            if not home.startswith("/"):
-                raise HostError(f"{self.label}: $HOME is not set for user {self.user}")
-            self._home = home
-        return self._home
-
-    def _absolute(self, path: str) -> str:
-        if path == "~" or path.startswith("~/"):
-            return self.home() + path[1:]
-        return path
-
     def put_file(self, data: bytes, remote_path: str, mode: int = 0o644) -> None:
         """SFTP where the server offers it; else ``cat`` on an exec channel (hosts whose sshd has
         no ``Subsystem sftp`` line), so a missing subsystem costs speed, not the upload."""
@@ -428,10 +407,7 @@ class SshHost(Host):
             raise HostError(f"{self.label}: cannot write {path}: {exc}") from exc
 
     def _put_by_exec(self, data: bytes, tmp: str, path: str, mode: int) -> None:
-        q_tmp, q_path = shlex.quote(tmp), shlex.quote(path)
-        command = (f"umask 077; cat > {q_tmp} && chmod {mode:o} {q_tmp} && mv -f {q_tmp} {q_path} "
-                   f"|| {{ rm -f {q_tmp}; exit 1; }}")
-        result = self.run(command, timeout=max(60.0, len(data) / 1e6), stdin=data)
+        result = self.run(shellcmds.put_from_stdin(tmp, path, mode), timeout=max(60.0, len(data) / 1e6), stdin=data)
         if not result.ok:
             detail = (result.stderr.strip().splitlines() or [f"exit code {result.exit_code}"])[-1]
             raise HostError(f"{self.label}: cannot write {path} (no SFTP subsystem there, "
@@ -446,40 +422,12 @@ class SshHost(Host):
                 self._sftp = self._connection.client.open_sftp()
         return self._sftp
 
-    def start_detached(self, command: str, log_path: str, cwd: str | None = None) -> int:
-        log = self._absolute(log_path)
-        lines = []
-        if cwd is not None:
-            lines.append(f"cd {shlex.quote(self._absolute(cwd))} || exit 97")
-        if posixpath.dirname(log):
-            lines.append(f"mkdir -p {shlex.quote(posixpath.dirname(log))} || exit 98")
-        lines.append(f": >>{shlex.quote(log)} || exit 98")
-        # setsid -f forks a child that is leader of a new session and process group; that child
-        # prints its own pid and then execs the command in place, so pid == pgid. Not a shell
-        # background job: those start with SIGINT/SIGQUIT ignored, which tasks would inherit.
-        lines.append(
-            "exec setsid -f /bin/sh -c "
-            + shlex.quote('echo $$; exec /bin/sh -c "$1" </dev/null >>"$2" 2>&1')
-            + f" distlaunch-task {shlex.quote(command)} {shlex.quote(log)}")
-        result = self._check("\n".join(lines), f"start `{head(command)}`")
-        try:
-            return int(result.stdout.split()[0])
-        except (IndexError, ValueError):
-            raise HostError(f"{self.label}: cannot start `{head(command)}`: no pid reported "
-                            f"({result.stderr.strip() or result.stdout.strip()!r})") from None
-
     def stream_lines(self, command: str, on_line: Callable[[str], None],
                      on_close: Callable[[int | None], None] | None = None) -> LineStream:
         channel = self._open_channel()
         try:
-            channel.exec_command(_sh(command))
+            channel.exec_command(shellcmds.sh(command))
         except (paramiko.SSHException, OSError, EOFError) as exc:
             channel.close()
             raise HostError(f"{self.label}: cannot start `{head(command)}` ({exc})") from exc
         return _SshLineStream(channel, on_line, on_close)
-
-    def kill_group(self, pgid: int, sig: int = signal.SIGTERM) -> None:
-        result = self.run(f"kill -s {signal_name(sig)} -- -{int(pgid)}", timeout=30.0)
-        if not result.ok and "no such process" not in result.stderr.lower():
-            detail = (result.stderr.strip().splitlines() or [f"exit code {result.exit_code}"])[-1]
-            raise HostError(f"{self.label}: cannot signal process group {pgid}: {detail}")

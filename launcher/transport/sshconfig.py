@@ -4,7 +4,9 @@
 SSHConfig ignores Include and most Match forms, so it is only the fallback where no ``ssh``
 client is installed. What the config sets is told apart from OpenSSH's built-in defaults by
 resolving the same name once more against an empty config (``-F /dev/null``): only values
-that differ came from the file. Values the profile sets always win.
+that differ came from the file. Values the profile sets always win. A setting the built-in
+client cannot honour is refused by name (sshoptions.py); hosts with ``transport = "openssh"``
+are reached by the ``ssh`` binary itself, which honours everything.
 """
 
 from __future__ import annotations
@@ -14,14 +16,21 @@ import os
 import shutil
 import subprocess
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from launcher.errors import HostError
-from launcher.model import HostConfig
+from launcher.model import HostConfig, HostKeyPolicy
+from launcher.transport import sshoptions
 
-#: keys of ``ssh -G`` output used here
-_KEYS = ("hostname", "user", "port", "identityfile", "proxyjump", "serveraliveinterval",
-         "serveralivecountmax", "connecttimeout", "userknownhostsfile")
+#: settings of ``ssh -G`` whose value is a list of words, not one value
+_LISTS = ("userknownhostsfile", "globalknownhostsfile")
+#: settings that may be given several times, each adding a value
+_REPEATED = ("identityfile", "certificatefile", "localforward", "remoteforward", "dynamicforward",
+             "sendenv", "setenv", "canonicaldomains", "permitremoteopen")
+#: where OpenSSH looks for known host keys when nothing says otherwise
+GLOBAL_KNOWN_HOSTS = ("/etc/ssh/ssh_known_hosts", "/etc/ssh/ssh_known_hosts2")
 
 
 #: the config OpenSSH reads by default; its absence is no error
@@ -38,6 +47,10 @@ class Endpoint:
     user: str
     identity_files: tuple[str, ...]  # explicit keys only; empty: ssh-agent, then ~/.ssh defaults
     keepalive_seconds: int | None = None  # ServerAliveInterval; None: the launcher's default
+    keepalive_count: int = 3  # ServerAliveCountMax: unanswered keepalives before the link is dead
+    certificate_files: tuple[str, ...] = ()  # CertificateFile: user certificates for those keys
+    identities_only: bool = False  # IdentitiesOnly: no agent keys, only identity_files
+    identity_agent: str | None = None  # IdentityAgent: a socket path, "none", or None ($SSH_AUTH_SOCK)
 
     def __str__(self) -> str:
         return f"{self.user}@{self.hostname}:{self.port}"
@@ -52,26 +65,38 @@ class Route:
     known_hosts: str
     connect_timeout: float
     source: str  # "ssh -G <path>", "paramiko <path>" or "profile only"
+    #: host keys are also trusted from these (UserKnownHostsFile after the first, GlobalKnownHostsFile)
+    extra_known_hosts: tuple[str, ...] = ()
+    host_key_policy: HostKeyPolicy = "reject"
+    host_key_alias: str | None = None  # HostKeyAlias: the name host keys are looked up under
+    proxy_command: str | None = None  # ProxyCommand, its tokens expanded; run by /bin/sh
+    compression: bool = False
 
     def describe(self) -> str:
         text = str(self.target)
         if self.jumps:
             text += " via " + " -> ".join(str(hop) for hop in self.jumps)
+        if self.proxy_command:
+            text += f" via ProxyCommand `{self.proxy_command}`"
         return text
 
 
-_cache: dict[tuple[str, str], dict[str, list[str]]] = {}
+_cache: dict[tuple[str, str], tuple[dict[str, list[str]], dict[str, list[str]]]] = {}
 _cache_lock = threading.Lock()
 
 
 def resolve(config: HostConfig) -> Route:
-    """The route to ``config``'s host; raise HostError (one line) for an unusable ssh_config."""
+    """The route to ``config``'s host; raise HostError (one line) for an unusable ssh_config, or
+    one that sets what the built-in client cannot honour (unless the host uses the openssh transport)."""
     settings = config.ssh
     path = _config_path(config)
     found: dict[str, list[str]] = {}
+    full: dict[str, list[str]] = {}
     source = "profile only"
     if path is not None:
-        found, source = _lookup(path, config.address)
+        found, full, source = _lookup(path, config.address)
+    if config.transport == "ssh":
+        _refuse(config, found)
     unset = settings.unset
 
     def pick(profile_key: str, config_key: str) -> list[str] | None:
@@ -86,23 +111,72 @@ def resolve(config: HostConfig) -> Route:
     port = settings.ssh_port
     if (value := pick("ssh_port", "port")) is not None:
         port = int(value[0])
+    alias = found.get("hostkeyalias", [None])[0]
+
+    def expand(text: str) -> str:
+        return sshoptions.expand(text, host=hostname, port=port, user=user, alias=config.address,
+                                 key_alias=alias)
+
     identities: tuple[str, ...] = (settings.identity_file,) if settings.identity_file else ()
     if (value := pick("identity_file", "identityfile")) is not None:
-        identities = tuple(value)
+        identities = tuple(expand(v) for v in value)
     timeout = settings.connect_timeout
     if (value := pick("connect_timeout", "connecttimeout")) is not None and value[0] != "none":
         timeout = float(value[0])
-    known = settings.known_hosts
-    if (value := pick("known_hosts", "userknownhostsfile")) is not None:
-        known = value[0]
-    keepalive = int(found["serveraliveinterval"][0]) if "serveraliveinterval" in found else None
+    known, extra = settings.known_hosts, ()
+    if "known_hosts" in unset and path is not None:  # the profile sets none: ssh_config's, as ssh
+        users = [expand(v) for v in full.get("userknownhostsfile", [known])]
+        known, extra = users[0], (*users[1:], *full.get("globalknownhostsfile", GLOBAL_KNOWN_HOSTS))
+    policy = settings.host_key_policy
+    if "host_key_policy" in unset and "stricthostkeychecking" in found and config.transport == "ssh":
+        policy = _policy(config, found["stricthostkeychecking"][0])
     target = Endpoint(alias=config.address, hostname=hostname, port=port, user=user,
-                      identity_files=identities, keepalive_seconds=keepalive or None)
+                      identity_files=identities, **_auth_settings(found, expand))
     jumps: tuple[Endpoint, ...] = ()
     proxy = found.get("proxyjump", ["none"])[0]
     if proxy != "none":
         jumps = tuple(_jump(spec, path, config) for spec in proxy.split(","))
-    return Route(target=target, jumps=jumps, known_hosts=known, connect_timeout=timeout, source=source)
+    command = found.get("proxycommand", ["none"])[0]
+    return Route(target=target, jumps=jumps, known_hosts=known, connect_timeout=timeout, source=source,
+                 extra_known_hosts=tuple(extra), host_key_policy=policy, host_key_alias=alias,
+                 proxy_command=None if command == "none" or jumps else expand(command),
+                 compression=found.get("compression", ["no"])[0] in ("yes", "true"))
+
+
+def _auth_settings(found: dict[str, list[str]], expand: Callable[[str], str]) -> dict[str, Any]:
+    """Endpoint fields from what ssh_config set for one server (the target or a jump host)."""
+    settings: dict[str, Any] = {
+        "certificate_files": tuple(expand(v) for v in found.get("certificatefile", ())),
+        "identities_only": found.get("identitiesonly", ["no"])[0] in ("yes", "true"),
+    }
+    if "identityagent" in found:
+        agent = found["identityagent"][0]
+        if agent == "SSH_AUTH_SOCK":
+            agent = os.environ.get("SSH_AUTH_SOCK", "none")
+        elif agent.startswith("$"):
+            agent = os.environ.get(agent[1:].strip("{}"), "none")
+        settings["identity_agent"] = agent if agent == "none" else os.path.expanduser(expand(agent))
+    if "serveraliveinterval" in found:
+        settings["keepalive_seconds"] = int(found["serveraliveinterval"][0]) or None
+    if "serveralivecountmax" in found:
+        settings["keepalive_count"] = max(1, int(found["serveralivecountmax"][0]))
+    return settings
+
+
+def _refuse(config: HostConfig, found: dict[str, list[str]]) -> None:
+    for setting, value in sshoptions.refused(found):
+        raise HostError(f"host {config.name}: {config.ssh.ssh_config} sets {setting} {value} for "
+                        f"{config.address}, which the built-in SSH client cannot honour; "
+                        f"set transport = \"openssh\" for this host")
+
+
+def _policy(config: HostConfig, value: str) -> HostKeyPolicy:
+    """StrictHostKeyChecking as host_key_policy; ``no`` (any key, even a changed one) is refused."""
+    if value in ("false", "no", "off"):
+        raise HostError(f"host {config.name}: {config.ssh.ssh_config} sets StrictHostKeyChecking no for "
+                        f"{config.address}, which would accept any host key, a changed one too (an attacker's); "
+                        f"use StrictHostKeyChecking accept-new or host_key_policy = \"accept-new\"")
+    return "accept-new" if value == "accept-new" else "reject"  # yes, ask (no one to ask): reject
 
 
 def _config_path(config: HostConfig) -> str | None:
@@ -129,36 +203,49 @@ def _jump(spec: str, path: str | None, config: HostConfig) -> Endpoint:
         host, _, port_text = rest.partition(":")
     found: dict[str, list[str]] = {}
     if path is not None:
-        found, _ = _lookup(path, host)
+        found, _, _ = _lookup(path, host)
+        if config.transport == "ssh":
+            _refuse(config, found)
+            for key in ("proxyjump", "proxycommand", "hostkeyalias"):  # honoured for the target only
+                if found.get(key, ["none"])[0] != "none":
+                    raise HostError(f"host {config.name}: {config.ssh.ssh_config} sets {sshoptions.display(key)} "
+                                    f"for the jump host {host}, which the built-in SSH client cannot honour; "
+                                    f"set transport = \"openssh\" for this host")
     try:
         port = int(port_text) if port_text else int(found.get("port", ["22"])[0])
     except ValueError:
         raise HostError(f"host {config.name}: ProxyJump {spec!r} has a bad port; fix it in "
                         f"{config.ssh.ssh_config}") from None
-    return Endpoint(alias=host, hostname=found.get("hostname", [host])[0], port=port,
-                    user=user or found.get("user", [getpass.getuser()])[0],
-                    identity_files=tuple(found.get("identityfile", ())))
+    hostname = found.get("hostname", [host])[0]
+    user = user or found.get("user", [getpass.getuser()])[0]
+
+    def expand(text: str) -> str:
+        return sshoptions.expand(text, host=hostname, port=port, user=user, alias=host)
+
+    return Endpoint(alias=host, hostname=hostname, port=port, user=user,
+                    identity_files=tuple(expand(v) for v in found.get("identityfile", ())),
+                    **_auth_settings(found, expand))
 
 
-def _lookup(path: str, name: str) -> tuple[dict[str, list[str]], str]:
+def _lookup(path: str, name: str) -> tuple[dict[str, list[str]], dict[str, list[str]], str]:
+    """(what the config sets, every setting with OpenSSH's defaults, the source) for ``name``."""
     key = (path, name)
     with _cache_lock:
         if key in _cache:
-            return _cache[key], _source(path)
-    found = _ssh_g(path, name) if shutil.which("ssh") is not None else _paramiko_lookup(path, name)
+            return (*_cache[key], _source(path))
+    if shutil.which("ssh") is not None:
+        full = _run_ssh_g(["-F", path], name, path)
+        defaults = _run_ssh_g(["-F", "/dev/null"], name, path)
+        found = {k: v for k, v in full.items() if defaults.get(k) != v}
+    else:
+        found = full = _paramiko_lookup(path, name)
     with _cache_lock:
-        _cache[key] = found
-    return found, _source(path)
+        _cache[key] = (found, full)
+    return found, full, _source(path)
 
 
 def _source(path: str) -> str:
     return f"{'ssh -G' if shutil.which('ssh') else 'paramiko'} {path}"
-
-
-def _ssh_g(path: str, name: str) -> dict[str, list[str]]:
-    configured = _run_ssh_g(["-F", path], name, path)
-    defaults = _run_ssh_g(["-F", "/dev/null"], name, path)
-    return {k: v for k, v in configured.items() if defaults.get(k) != v}
 
 
 def _run_ssh_g(options: list[str], name: str, path: str) -> dict[str, list[str]]:
@@ -174,9 +261,17 @@ def _run_ssh_g(options: list[str], name: str, path: str) -> dict[str, list[str]]
     values: dict[str, list[str]] = {}
     for line in result.stdout.splitlines():
         key, _, value = line.partition(" ")
-        if key in _KEYS:
-            values.setdefault(key, []).extend(value.split() if key == "userknownhostsfile" else [value])
+        _add(values, key.lower(), value)
     return values
+
+
+def _add(values: dict[str, list[str]], key: str, value: str) -> None:
+    if key in _LISTS:
+        values[key] = value.split()
+    elif key in _REPEATED:
+        values.setdefault(key, []).append(value)
+    else:
+        values[key] = [value]
 
 
 def _paramiko_lookup(path: str, name: str) -> dict[str, list[str]]:
@@ -188,10 +283,10 @@ def _paramiko_lookup(path: str, name: str) -> dict[str, list[str]]:
     except (OSError, paramiko.SSHException) as exc:
         raise HostError(f"{path}: cannot read it ({exc}); fix it or set ssh_config = false") from None
     values: dict[str, list[str]] = {}
-    for key in _KEYS:
-        if key in parsed and not (key == "hostname" and parsed[key] == name):
-            raw = parsed[key]
-            values[key] = list(raw) if isinstance(raw, list) else str(raw).split() \
-                if key == "userknownhostsfile" else [str(raw)]
+    for key, raw in parsed.items():
+        if key == "hostname" and raw == name:
+            continue
+        for value in raw if isinstance(raw, list) else [raw]:
+            _add(values, key, str(value))
     return values
 

@@ -3,13 +3,17 @@ run under `distlaunch up` with no [metrics]; step, loss and placement must come 
 
 Each test is a small real cluster on localhost. The scripts' steps take a few milliseconds, so
 the profiles lower autolog's read interval and the report rate limit (both documented knobs) to
-see every few steps; the defaults (sampling interval, 0.1 s) suit real steps."""
+see every few steps; the defaults (sampling interval, 0.1 s) suit real steps. The TF1 global
+step forms run as plain subprocesses with autolog's import hook installed, one per behaviour."""
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import signal
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -215,3 +219,40 @@ def test_legacy_keras_optimizer_custom_loop_reports_step_and_loss(tmp_path: Path
     # its steps take well under a millisecond: read every 10 ms, they show every few dozen
     assert steps == sorted(steps) and len(set(steps)) >= 5 and steps[-1] >= 200, steps  # the last read before exit
     assert_loss_present(events, "worker:0")
+
+
+#: the kind of step variable each form makes (tests/data/autolog/tf1_global_step_forms.py)
+_STEP_KINDS = {"v2": ["resource"] * 7, "v1": ["ref"] * 6 + ["resource"], "v2-ref": ["ref"] * 6 + ["resource"]}
+
+
+@pytest.mark.parametrize("behaviour", list(_STEP_KINDS))
+def test_tf1_global_step_of_every_form_is_read_and_a_failed_way_falls_back_once(behaviour: str) -> None:
+    """Issue 26 §3: a step by get_global_step(), the GLOBAL_STEP collection or the name, int32 and
+    int64, ref or resource variable; get_global_step() rejecting a resource ``global_step`` is
+    said once and the name is read instead, autolog staying on."""
+    hooked = ("import runpy, sys\nfrom launcher.autolog import hook as autolog_hook\nautolog_hook.install()\n"
+              f"sys.argv = ['{SCRIPTS}/tf1_global_step_forms.py', '{behaviour}']\n"
+              "runpy.run_path(sys.argv[0], run_name='__main__')\n")
+    env = {**os.environ, "PYTHONPATH": str(REPO), "DISTLAUNCH_AUTOLOG_INTERVAL": "0.001",
+           "DISTLAUNCH_REPORT_INTERVAL": "0"}
+    done = subprocess.run([sys.executable, "-c", hooked], env=env, capture_output=True, text=True,
+                          timeout=300, cwd=REPO)
+    assert done.returncode == 0, done.stderr[-3000:]
+    forms = [line.split() for line in done.stdout.splitlines() if line.startswith("FORM ")]
+    assert [form[4] for form in forms] == _STEP_KINDS[behaviour]
+    steps = {json.loads(line[len("@distlaunch "):]).get("step") for line in done.stdout.splitlines()
+             if line.startswith("@distlaunch ") and '"kind":"metric"' in line}
+    missing = [" ".join(form[1:]) for form in forms if int(form[5]) not in steps]
+    assert not missing, f"no step read for: {missing}; stderr: {done.stderr[-2000:]}"
+    said = [line for line in done.stderr.splitlines() if line.startswith("distlaunch autolog:")]
+    assert said == [said[0]] and "could not read the global step by get_global_step() (TypeError" in said[0], said
+
+
+def test_a_nan_loss_read_by_autolog_raises_nan_loss(tmp_path: Path) -> None:
+    events = run_job(tmp_path, profile(tmp_path, "nan_fit.py", "[roles.worker]\n", "custom"), "it-al-nan")
+    raised = [e for e in events if e["kind"] == "condition" and e["condition"] == "nan_loss"]
+    assert raised and raised[0]["task"] == "worker:0" and raised[0]["active"], raised
+    step = int(raised[0]["reason"].removeprefix("loss is NaN since step "))
+    assert 11 <= step <= 20, raised[0]["reason"]  # the first NaN batch is the 11th; reads may lag a few
+    losses = [e for e in events if e["kind"] == "metric" and e["task"] == "worker:0"]
+    assert any(e["loss"] is not None for e in losses) and any(e.get("nonfinite_loss") == "nan" for e in losses)

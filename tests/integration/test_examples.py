@@ -171,6 +171,7 @@ def test_ps_chief_trains_resumes_after_restart_and_reshards_over_two_ps(
     code, first = processes.run_to_end("ps_mnist.py", chief, ["--steps", "60", *common], "chief-first")
     assert code == 0, first.text
     assert_training_progress(first, first_step_at_least=1, last_step=60)
+    assert "starting at step 0; training to step 60" in first.text.splitlines()
     assert first.placement, first.text
     assert {entry["task"] for entry in first.placement} == {"ps:0"}
     assert {"hidden/kernel", "output/bias", "global_step"} <= {entry["name"] for entry in first.placement}
@@ -180,6 +181,7 @@ def test_ps_chief_trains_resumes_after_restart_and_reshards_over_two_ps(
     code, second = processes.run_to_end("ps_mnist.py", chief, ["--steps", "80", *common], "chief-second")
     assert code == 0, second.text
     assert "restored" in second.text
+    assert "resumed from step 60; training to step 80" in second.text.splitlines()
     assert_training_progress(second, first_step_at_least=60, last_step=80)
 
     # A new cluster with two ps tasks: the big kernel is now split over both, and training goes
@@ -198,6 +200,14 @@ def test_ps_chief_trains_resumes_after_restart_and_reshards_over_two_ps(
     assert set(kernel_shards.values()) == {"ps:0", "ps:1"}, third.placement
     assert {entry["task"] for entry in third.placement} == {"ps:0", "ps:1"}
     assert evaluator.wait(timeout=60) == 0
+
+    # --train-seconds (make demo): a run trains that long more from the checkpoint, and says so first
+    code, timed = processes.run_to_end("ps_mnist.py", tf_config(wider, "chief", 0),
+                                       ["--steps", "1000000", "--train-seconds", "2", *common], "chief-timed")
+    assert code == 0, timed.text
+    assert "resumed from step 100; training for 2 s (at most to step 1000000)" in timed.text.splitlines()
+    timed_steps = [step for step, _ in timed.metrics]
+    assert timed_steps and 100 < timed_steps[-1] < 1_000_000, timed.text
 
 
 @pytest.mark.slow

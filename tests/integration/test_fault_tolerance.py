@@ -185,10 +185,14 @@ def test_a_task_that_dies_while_its_group_restart_is_pending_is_not_judged_by_it
     """A chief that crashes because its ps died (TF raises UnavailableError, exit 1) is already being
     restarted with the ps: its own exit-code policy must not turn that into a permanent failure."""
     run_dir, run_id = tmp_path / "run", "it-ft-pending"
-    ps = "test -e {run_dir}/ps-died && exec sleep 600; touch {run_dir}/ps-died; kill -9 $$"
+    # the ps dies once the chief runs: dying at once, its group restart fell due while the launch was
+    # still to start the chief on a loaded machine, and the chief it then started was stopped by the
+    # restart before it could crash (test_restart_during_launch.py covers a restart due mid-launch)
+    ps = ("test -e {run_dir}/ps-died && exec sleep 600; until test -e {run_dir}/chief-up; do sleep 0.05; done; "
+          "touch {run_dir}/ps-died; kill -9 $$")
     # the first chief waits until the launcher announced the group restart, then crashes with 3
     launcher_events = "{run_dir}/../../events.jsonl"
-    chief = (f"test -e {{run_dir}}/chief-once && exit 0; touch {{run_dir}}/chief-once; "
+    chief = (f"test -e {{run_dir}}/chief-once && exit 0; touch {{run_dir}}/chief-once {{run_dir}}/chief-up; "
              f"until grep -q restarting {launcher_events}; do sleep 0.05; done; exit 3")
     roles = (f'[roles.ps]\nhosts = ["local"]\ncommand = "{ps}"\n'
              f'[roles.worker]\nhosts = ["local"]\n'

@@ -142,8 +142,11 @@ def test_a_killed_local_host_agent_is_replaced_and_its_tasks_adopted(tmp_path: P
 
 
 @pytest.mark.sshd
-def test_a_killed_host_agent_over_ssh_is_replaced_and_its_tasks_adopted(tmp_path: Path, sshd: PrivateSshd) -> None:
+@pytest.mark.parametrize("client", ["builtin", "openssh"])
+def test_a_killed_host_agent_over_ssh_is_replaced_and_its_tasks_adopted(tmp_path: Path, sshd: PrivateSshd,
+                                                                        client: str) -> None:
     block = f"""[ssh]
+client = "{client}"
 user = "{sshd.user}"
 identity_file = "{sshd.identity_file}"
 known_hosts = "{sshd.known_hosts}"
@@ -151,4 +154,4 @@ known_hosts = "{sshd.known_hosts}"
 address = "127.0.0.1"
 ssh_port = {sshd.port}
 """
-    run_adoption(tmp_path, block, "it-adopt-ssh")
+    run_adoption(tmp_path, block, f"it-adopt-{client}")

@@ -30,18 +30,21 @@ from tests.integration.jobtools import (
 from tests.netns import NetnsLab, require_netns
 
 pytestmark = [pytest.mark.slow, pytest.mark.netns, pytest.mark.sshd]
+#: the partition tests run over both SSH transports: the built-in client and the system ssh client
+TRANSPORTS = pytest.mark.parametrize("transport", ["ssh", "openssh"])
 
 #: a task that prints a numbered line every 0.1 s, so a lost event would leave a gap
 TICKER = "{python} -u -c 'import time\nfor i in range(%d):\n    print(\"tick\", i, flush=True); time.sleep(0.1)'"
 
 
-def host_tables(lab: NetnsLab, connect_timeout: float = 5) -> str:
+def host_tables(lab: NetnsLab, connect_timeout: float = 5, transport: str = "ssh") -> str:
     tables = []
     for name, host in lab.hosts.items():
         assert host.sshd is not None
         tables.append(f"""
 [hosts.{name}]
 address = "{host.address}"
+transport = "{transport}"
 ssh_port = 22
 user = "{host.sshd.user}"
 identity_file = "{host.sshd.identity_file}"
@@ -71,7 +74,7 @@ hosts = ["c"]
 """)
 
 
-def ticker_profile(tmp: Path, lab: NetnsLab, *, ticks: int, orphan_grace: int) -> Path:
+def ticker_profile(tmp: Path, lab: NetnsLab, *, ticks: int, orphan_grace: int, transport: str = "ssh") -> Path:
     """custom strategy: worker:0 on b ticks and decides success; ps:0 on a just waits."""
     command = TICKER % ticks
     return write_profile(tmp / "ticker.toml", f"""
@@ -84,7 +87,7 @@ workdir = "{REPO}"
 grace_seconds = 2
 restart = "on-failure"
 max_restarts = 3
-{host_tables(lab)}
+{host_tables(lab, transport=transport)}
 [roles.ps]
 hosts = ["a"]
 command = "sleep 600"
@@ -171,9 +174,11 @@ def test_ps_job_across_three_namespaces(tmp_path: Path, lab: NetnsLab, run_id: s
     assert pids_with_run_id(run_id) == []
 
 
+@TRANSPORTS
 def test_short_partition_loses_no_event_and_restarts_nothing(tmp_path: Path, lab: NetnsLab,
-                                                             run_id: str) -> None:
-    proc, run_dir = launch(tmp_path, ticker_profile(tmp_path, lab, ticks=600, orphan_grace=60), run_id)
+                                                             run_id: str, transport: str) -> None:
+    proc, run_dir = launch(tmp_path, ticker_profile(tmp_path, lab, ticks=600, orphan_grace=60,
+                                                    transport=transport), run_id)
     try:
         wait_for_event(run_dir, lambda e: e["kind"] == "metric" and e["task"] == "worker:0"
                        and (e.get("step") or 0) >= 20, 90, "worker:0 ticking")
@@ -211,9 +216,11 @@ def test_short_partition_loses_no_event_and_restarts_nothing(tmp_path: Path, lab
     assert pids_with_run_id(run_id) == []
 
 
-def test_partition_longer_than_grace_stops_then_restarts_the_task(tmp_path: Path,
-                                                                   lab: NetnsLab, run_id: str) -> None:
-    proc, run_dir = launch(tmp_path, ticker_profile(tmp_path, lab, ticks=300, orphan_grace=5), run_id)
+@TRANSPORTS
+def test_partition_longer_than_grace_stops_then_restarts_the_task(tmp_path: Path, lab: NetnsLab,
+                                                                   run_id: str, transport: str) -> None:
+    proc, run_dir = launch(tmp_path, ticker_profile(tmp_path, lab, ticks=300, orphan_grace=5,
+                                                    transport=transport), run_id)
     agent_file = lab.run_dir("b", run_id) / "tasks" / "worker-0" / "events.jsonl"
     try:
         wait_for_event(run_dir, lambda e: e["kind"] == "metric" and e["task"] == "worker:0"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.jobtools import cli, kill_run_processes, wait_for, write_profile
+from tests.integration.jobtools import cli, kill_run_processes, pids_with_run_id, wait_for, write_profile
 from tests.sshd import PrivateSshd
 
 pytestmark = pytest.mark.sshd
@@ -16,7 +16,21 @@ pytestmark = pytest.mark.sshd
 TASK = "import os, sys; open(os.path.join(sys.argv[1], os.environ['DISTLAUNCH_RUN_ID']), 'w').close()"
 
 
-def _profile(tmp_path: Path, server: PrivateSshd, name: str, command: str) -> Path:
+def _profile(tmp_path: Path, server: PrivateSshd | None, name: str, command: str) -> Path:
+    """A one-task profile on an SSH host ``box`` of ``server``, or (None) on a local host ``here``."""
+    host = f"""[ssh]
+user = "{server.user}"
+identity_file = "{server.identity_file}"
+known_hosts = "{server.known_hosts}"
+[hosts.box]
+address = "127.0.0.1"
+ssh_port = {server.port}
+[roles.worker]
+hosts = ["box"]""" if server else """[hosts.here]
+address = "localhost"
+transport = "local"
+[roles.worker]
+hosts = ["here"]"""
     return write_profile(tmp_path / f"{name}.toml", f"""
 name = "{name}"
 strategy = "custom"
@@ -26,20 +40,12 @@ command = "{command}"
 python = "{sys.executable}"
 workdir = "{tmp_path}"
 restart = "never"
-[ssh]
-user = "{server.user}"
-identity_file = "{server.identity_file}"
-known_hosts = "{server.known_hosts}"
-[hosts.box]
-address = "127.0.0.1"
-ssh_port = {server.port}
-[roles.worker]
-hosts = ["box"]
+{host}
 """)
 
 
-def _host_dir(run_dir: Path) -> Path:
-    return Path(json.loads((run_dir / "state.json").read_text())["hosts"]["box"]["base_dir"])
+def _host_dir(run_dir: Path, host: str = "box") -> Path:
+    return Path(json.loads((run_dir / "state.json").read_text())["hosts"][host]["base_dir"])
 
 
 def test_prune_removes_finished_runs_everywhere_but_keeps_live_ones_and_outputs(
@@ -94,3 +100,67 @@ def test_down_removes_the_host_run_dir_once_nothing_runs_there(tmp_path: Path, p
         assert not host_dir.exists() and (tmp_path / "outputs" / "slow").is_dir()
     finally:
         kill_run_processes("it-down-clean")
+
+
+def test_prune_keeps_a_run_dir_chosen_outside_the_state_dir_until_it_is_named(
+        tmp_path: Path, distlaunch_home: Path) -> None:
+    """Issue 26 §7: `up --run-dir ~/experiments/run1` then `prune --keep 0` deleted the user's dir."""
+    (tmp_path / "touch.py").write_text(TASK)
+    quick = _profile(tmp_path, None, "quick", "{python} touch.py {outputs}")
+    runs = distlaunch_home / "runs"
+    by_id, by_path = tmp_path / "experiments" / "run1", tmp_path / "experiments" / "run2"
+    ids = ["it-prune-in", "it-prune-out1", "it-prune-out2"]
+    try:
+        for run_id, run_dir in zip(ids, (None, by_id, by_path), strict=True):
+            where = ["--run-dir", str(run_dir)] if run_dir else []
+            done = cli("up", str(quick), "--no-tui", "--run-id", run_id, *where)
+            assert done.returncode == 0, done.stderr[-2000:]
+        assert (by_id / "state.json").is_file() and (by_id / "hosts" / "here").is_dir()
+
+        pruned = cli("prune", "--keep", "0")
+        assert pruned.returncode == 0, pruned.stderr
+        assert not (runs / "it-prune-in").exists()
+        for run_id, run_dir in ((ids[1], by_id), (ids[2], by_path)):
+            assert (run_dir / "state.json").is_file() and (run_dir / "hosts" / "here").is_dir()
+            assert f"kept {run_id} ({run_dir}): outside the state dir; remove it yourself or name it" \
+                in pruned.stdout, pruned.stdout
+        listed = json.loads(cli("runs", "--json").stdout)
+        assert sorted(r["run"] for r in listed) == ids[1:]
+
+        named = cli("prune", ids[1])  # by id: the link in the state dir finds it
+        assert named.returncode == 0 and f"removed {ids[1]}" in named.stdout, named.stderr
+        assert not by_id.exists() and not (runs / ids[1]).is_symlink()
+        named = cli("prune", str(by_path))  # by path
+        assert named.returncode == 0 and f"removed {ids[2]}" in named.stdout, named.stderr
+        assert not by_path.exists() and not (runs / ids[2]).is_symlink()
+        assert (tmp_path / "experiments").is_dir()  # only the run dirs named, not their parent
+        assert sorted(p.name for p in (tmp_path / "outputs" / "quick").iterdir()) == sorted(ids)
+    finally:
+        for run_id in ids:
+            kill_run_processes(run_id)
+
+
+def test_down_stops_a_run_kept_outside_the_state_dir_but_leaves_its_dir(
+        tmp_path: Path, distlaunch_home: Path) -> None:
+    slow = _profile(tmp_path, None, "slow", "sleep 600")
+    run_dir = tmp_path / "experiments" / "slow1"
+    try:
+        started = cli("up", str(slow), "--detach", "--run-id", "it-down-out", "--run-dir", str(run_dir))
+        assert started.returncode == 0, started.stderr[-2000:]
+        host_dir = _host_dir(run_dir, "here")
+        wait_for(lambda: list(host_dir.glob("tasks/*/task.pgid")), 30, "the task to start")
+        early = cli("prune", "it-down-out")  # never a run that is not finished, named or not
+        assert early.returncode == 2 and "is detached; stop it first with `distlaunch down it-down-out`" \
+            in early.stderr and run_dir.is_dir(), early.stderr
+        down = cli("down", "it-down-out")
+        assert down.returncode == 0 and "no process of the run is left" in down.stdout, down.stderr
+        assert f"{run_dir} kept: outside the state dir" in down.stdout, down.stdout
+        assert host_dir.is_dir() and (run_dir / "events.jsonl").is_file()
+        assert not pids_with_run_id("it-down-out")
+        ended = next(r for r in json.loads(cli("runs", "--json").stdout) if r["run"] == "it-down-out")
+        assert (ended["job_state"], ended["live"]) == ("Failed", None)  # no launcher: down recorded the end
+        named = cli("prune", "it-down-out")
+        assert named.returncode == 0 and not run_dir.exists(), named.stdout + named.stderr
+    finally:
+        kill_run_processes("it-down-out")
+

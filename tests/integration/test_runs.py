@@ -85,7 +85,8 @@ def test_a_run_is_live_while_its_launcher_follows_it_then_ended(tmp_path: Path) 
         listed = runs_json(env)
         assert listed[0]["run"] == "r-live" and listed[0]["live"] is None
         told = (tmp_path / "up.log").read_text()
-        assert "distlaunch: interrupted: tearing the job down (Ctrl-C again to abandon the wait)" in told
+        assert ("distlaunch: stopped by SIGINT (Ctrl-C): tearing the job down "
+                "(Ctrl-C again after 2 s abandons the wait)") in told
     finally:
         if launcher.poll() is None:
             launcher.kill()

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import json
 import signal
+import time
 from pathlib import Path
 
+from launcher.telemetry.steprate import RATE_WINDOW_S
 from tests.integration.jobtools import cli, kill_run_processes, read_events, start_cli, wait_for, wait_for_event
 
 STALLING = """
@@ -27,8 +29,8 @@ print("done", flush=True)
 """
 
 
-def profile(tmp_path: Path, on_stall: str, env: str = "") -> Path:
-    (tmp_path / "stall.py").write_text(STALLING)
+def profile(tmp_path: Path, on_stall: str, env: str = "", script: str = STALLING) -> Path:
+    (tmp_path / "stall.py").write_text(script)
     path = tmp_path / "job.toml"
     path.write_text(f"""
 name = "stall"
@@ -103,4 +105,52 @@ def test_a_task_that_keeps_stalling_fails_the_job_after_max_restarts(tmp_path: P
         job = [e for e in read_events(run_dir) if e["kind"] == "job"][-1]
         assert job["state"] == "Failed" and "stalled" in job["reason"] and "max_restarts = 1" in job["reason"], job
     finally:
+        kill_run_processes(run_id)
+
+
+STEPPING = """
+import os, sys, time
+step = 0
+while not os.path.exists("hang"):
+    step += 1
+    print(f"step {step} loss {1.0 / step:.4f}", flush=True)
+    time.sleep(0.1)
+print("hanging now", flush=True)
+time.sleep(600)
+"""
+
+
+def test_status_json_rate_drops_to_zero_once_the_step_stops(tmp_path: Path) -> None:
+    """`status --json` reads a live run's steps/s over a window ending now: > 0 while `step N loss X`
+    lines come, 0 within the window after they stopped (the task still runs, hung)."""
+    metrics = "[metrics]\nstep = 'step (\\d+)'\nloss = 'loss ([-+0-9.eE]+)'"  # after every other table
+    job = profile(tmp_path, "warn", script=STEPPING)
+    job.write_text(job.read_text() + metrics)
+    run_dir, run_id = tmp_path / "run", "it-rate-hang"
+    launcher = start_cli("up", str(job), "--no-tui", "--run-dir", str(run_dir), "--run-id", run_id,
+                         log=tmp_path / "up.log")
+
+    def rate() -> float | None:
+        status = cli("status", str(run_dir), "--json", timeout=60)
+        assert status.returncode == 0, status.stderr
+        value: float | None = json.loads(status.stdout)["tasks"]["worker:0"]["steps_per_s"]
+        return value
+
+    try:
+        wait_for_event(run_dir, lambda e: e["kind"] == "metric" and (e.get("step") or 0) >= 10, 60, "step 10")
+        before = rate()
+        assert before is not None and before > 0, before
+        (tmp_path / "hang").touch()
+        wait_for_event(run_dir, lambda e: e["kind"] == "log" and e.get("line") == "hanging now", 30, "the hang")
+        last_metric = max(e["ts"] for e in read_events(run_dir) if e["kind"] == "metric")
+        wait_for(lambda: rate() in (0.0, None), RATE_WINDOW_S + 20, "steps/s 0 after the hang")
+        assert time.time() - last_metric <= RATE_WINDOW_S + 10  # within the window (and a slow status)
+        assert rate() == 0.0  # the task still runs: its rate is known, and nil
+        states = [e["state"] for e in read_events(run_dir) if e["kind"] == "state"]
+        assert states[-1] == "running"
+    finally:
+        cli("down", str(run_dir), timeout=120)
+        if launcher.poll() is None:
+            launcher.send_signal(signal.SIGINT)
+        launcher.wait(60)
         kill_run_processes(run_id)

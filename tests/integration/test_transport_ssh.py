@@ -1,6 +1,7 @@
 """SshHost against a real private sshd: host key trust, authentication and connection errors.
 
-Each failure must be one line naming the host and saying what to do.
+Each failure must be one line naming the host and saying what to do. The tests of behaviour
+(commands, streams, reconnects) run for both SSH transports: the built-in client and openssh.
 """
 
 from __future__ import annotations
@@ -14,10 +15,13 @@ from pathlib import Path
 import pytest
 
 from launcher.errors import HostError
-from launcher.transport import SshHost, make_host
+from launcher.transport import Host, SshHost, make_host
 from tests.sshd import PrivateSshd, free_port
 
 pytestmark = pytest.mark.sshd
+
+#: the SSH transports every behaviour test runs over
+TRANSPORTS = pytest.mark.parametrize("transport", ["ssh", "openssh"])
 
 
 @pytest.fixture
@@ -33,7 +37,7 @@ def other_key(tmp_path: Path, name: str) -> Path:
     return path
 
 
-def connect_error(host: SshHost) -> str:
+def connect_error(host: Host) -> str:
     with pytest.raises(HostError) as caught:
         host.connect()
     message = str(caught.value)
@@ -42,15 +46,17 @@ def connect_error(host: SshHost) -> str:
     return message
 
 
-def test_connects_with_a_verified_host_key(server: PrivateSshd) -> None:
-    host = make_host(server.host_config("ssh1"))
-    assert isinstance(host, SshHost)
+@TRANSPORTS
+def test_connects_with_a_verified_host_key(server: PrivateSshd, transport: str) -> None:
+    host = make_host(server.host_config("ssh1", transport=transport))
+    assert type(host).__name__ == {"ssh": "SshHost", "openssh": "OpenSshHost"}[transport]
     host.connect()
     assert host.connected
     assert host.run("echo $USER-ok").stdout.strip() == f"{server.user}-ok"
-    # Nagle off: each request is several small SSH packets, which otherwise wait for a delayed ACK
-    sock = host._connection.transport.sock  # type: ignore[union-attr]
-    assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
+    if isinstance(host, SshHost):
+        # Nagle off: each request is several small SSH packets, which otherwise wait for a delayed ACK
+        sock = host._connection.transport.sock  # type: ignore[union-attr]
+        assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
     host.close()
     host.close()  # idempotent
     assert not host.connected
@@ -107,8 +113,10 @@ def test_refused_identity_names_key_and_user(server: PrivateSshd, tmp_path: Path
     assert "authorized_keys" in message
 
 
-def test_missing_identity_file_is_named(server: PrivateSshd, tmp_path: Path) -> None:
-    message = connect_error(SshHost(server.host_config("gpu1", identity_file=str(tmp_path / "id_nope"))))
+@TRANSPORTS
+def test_missing_identity_file_is_named(server: PrivateSshd, tmp_path: Path, transport: str) -> None:
+    config = server.host_config("gpu1", identity_file=str(tmp_path / "id_nope"), transport=transport)
+    message = connect_error(make_host(config))
     assert f"identity_file {tmp_path / 'id_nope'} does not exist" in message
     assert "[hosts.gpu1]" in message
 
@@ -135,8 +143,9 @@ def test_silent_server_times_out_after_connect_timeout(server: PrivateSshd) -> N
     assert "1s (connect_timeout)" in message
 
 
-def test_connection_loss_is_a_host_error_and_reconnect_works(server: PrivateSshd) -> None:
-    host = SshHost(server.host_config("gpu1"))
+@TRANSPORTS
+def test_connection_loss_is_a_host_error_and_reconnect_works(server: PrivateSshd, transport: str) -> None:
+    host = make_host(server.host_config("gpu1", transport=transport))
     host.connect()
     server.stop()  # the listener goes; the existing session is kept by its own sshd child
     server.start()
@@ -146,8 +155,10 @@ def test_connection_loss_is_a_host_error_and_reconnect_works(server: PrivateSshd
     host.close()
 
 
-def test_commands_from_many_threads_share_the_connection_beside_a_stream(server: PrivateSshd) -> None:
-    host = SshHost(server.host_config("gpu1"))
+@TRANSPORTS
+def test_commands_from_many_threads_share_the_connection_beside_a_stream(server: PrivateSshd,
+                                                                         transport: str) -> None:
+    host = make_host(server.host_config("gpu1", transport=transport))
     host.connect()
     lines: list[str] = []
     stream = host.stream_lines("echo started; echo warn >&2; cat", lines.append)
@@ -164,12 +175,13 @@ def test_commands_from_many_threads_share_the_connection_beside_a_stream(server:
     host.close()
 
 
-def test_a_large_send_waits_for_a_command_that_reads_late(server: PrivateSshd) -> None:
+@TRANSPORTS
+def test_a_large_send_waits_for_a_command_that_reads_late(server: PrivateSshd, transport: str) -> None:
     """The agent upload rides a stream's stdin: more than the server's window (OpenSSH: 2 MiB)
     to a command that reads only after a while must still arrive whole."""
     import queue as queue_module
 
-    host = SshHost(server.host_config("gpu1"))
+    host = make_host(server.host_config("gpu1", transport=transport))
     host.connect()
     lines: queue_module.Queue[str] = queue_module.Queue()
     stream = host.stream_lines("sleep 1.5; head -c 4194304 | wc -c", lines.put)

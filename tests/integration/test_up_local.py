@@ -31,7 +31,9 @@ def test_shipped_local_profile_trains_and_leaves_nothing(tmp_path: Path) -> None
     try:
         result = cli("up", str(REPO / "cluster_profiles/local.toml"), "--no-tui",
                      "--run-dir", str(run_dir), "--run-id", run_id,
-                     "--set", f"outputs={json.dumps(str(tmp_path / 'outputs'))}", timeout=300)
+                     "--set", f"outputs={json.dumps(str(tmp_path / 'outputs'))}",
+                     "--", "--steps", "300",  # the demo trains 45 s; 300 steps are enough here
+                     timeout=300)
         assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
         events = read_events(run_dir)
         running = {e["task"] for e in events if e["kind"] == "state" and e["state"] == "running"}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from textual.widgets import DataTable, Input, Static
 
@@ -23,6 +25,7 @@ from tui.placement import TOTAL_ROW
 from tui.screens import ConfirmScreen, HelpScreen, QuitScreen
 
 SIZES = [(100, 30), (200, 50)]
+DATA = Path(__file__).resolve().parents[1] / "data" / "tf_startup"
 
 
 def cell(app, task_id: str, column: str):
@@ -270,3 +273,33 @@ async def test_ctrl_q_asks_like_q_while_the_job_runs() -> None:
         assert isinstance(app.screen, QuitScreen)
         await pilot.press("escape")
         assert app.is_running and not isinstance(app.screen, QuitScreen)
+
+
+async def test_tensorflow_start_up_lines_fold_into_one_line_and_v_shows_them() -> None:
+    """Two starts of chief:0, each printing real TensorFlow start-up output (tests/data/tf_startup/),
+    fold into one note line; `v` shows them (dimmed) and hides them again; the view keeps them all."""
+    noise = (DATA / "tf-2.21-cpu-default.txt").read_text(encoding="utf-8").splitlines()
+    events = recorded_job(steps=2, fail_worker=False)
+    events += [ev.log_event(RUN, "chief:0", "stderr", line, ts=T0 + 20) for line in noise]
+    events.append(ev.log_event(RUN, "chief:0", "stdout", "resumed from step 20", ts=T0 + 21))
+    app = make_app(events)
+    async with app.run_test(size=(100, 40)) as pilot:
+        await load(pilot, app, len(events))
+        assert app.selected_task == "chief:0"
+        note = f"{len(noise)} TensorFlow start-up lines hidden; press v to show"
+        assert log_lines(app) == ["chief step 10 loss 2.000", "chief step 20 loss 1.000", note,
+                                  "resumed from step 20"]
+        # a line that arrives later is counted in the same note
+        assert isinstance(app.source, MemorySource)
+        app.source.push(ev.log_event(RUN, "chief:0", "stderr", noise[0], ts=T0 + 22))
+        app.source.push(ev.log_event(RUN, "chief:0", "stdout", "step 40", ts=T0 + 22))
+        await wait_until(pilot, lambda: log_lines(app)[-1] == "step 40")
+        assert log_lines(app)[2] == note.replace(str(len(noise)), str(len(noise) + 1))
+        await pilot.press("v")
+        assert log_lines(app) == ["chief step 10 loss 2.000", "chief step 20 loss 1.000", *noise,
+                                  "resumed from step 20", noise[0], "step 40"]
+        assert "dim" in str(app.log_pane.lines.texts[2].style)
+        assert "start-up lines shown" in str(app.log_pane.query_one("#log-title").render())
+        await pilot.press("v")
+        assert sum("start-up lines hidden" in line for line in log_lines(app)) == 1
+        assert len(app.view.log("chief:0").lines) == 2 + len(noise) + 3

@@ -52,7 +52,8 @@ def test_dashboard_in_tmux_shows_rising_steps_and_leaves_nothing(tmp_path: Path)
     command = (f"cd {shlex.quote(str(REPO))} && DISTLAUNCH_HOME={shlex.quote(str(tmp_path))} "
                f"{shlex.quote(sys.executable)} -m launcher.cli up cluster_profiles/local.toml --run-id {run_id} "
                # a fresh outputs folder: the job's own would resume at step 300 from an earlier run
-               f"--set outputs={shlex.quote(json.dumps(str(tmp_path / 'outputs')))}; "
+               f"--set outputs={shlex.quote(json.dumps(str(tmp_path / 'outputs')))} "
+               "-- --steps 300; "  # 300 steps, not the demo's 45 s
                "echo EXIT=$?; sleep 300")
     _tmux(socket, "new-session", "-d", "-s", "e2e", "-x", "120", "-y", "36", command)
     def screen() -> str:

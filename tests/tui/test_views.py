@@ -56,6 +56,28 @@ async def test_condition_flags_appear_and_clear_in_the_row() -> None:
         assert app.table.get_cell("ps:0", "cpu").plain.endswith(" 12")
 
 
+async def test_a_nan_loss_shows_like_a_stall_in_the_row_and_the_hosts_view() -> None:
+    events = recorded_job(steps=2, fail_worker=False)
+    app = make_app(events)
+    async with app.run_test(size=(200, 50)) as pilot:
+        await load(pilot, app, len(events))
+        _push(app, ev.condition_event(RUN, "worker:1", ev.STALLED, True, "no step for 60s", ts=T0 + 20))
+        _push(app, ev.metric_event(RUN, "worker:0", step=6, loss=float("nan"), ts=T0 + 20))
+        _push(app, ev.condition_event(RUN, "worker:0", ev.NAN_LOSS, True, "loss is NaN since step 6", ts=T0 + 20))
+        await wait_until(pilot, lambda: app.table.get_cell("worker:0", "flags").plain == "NAN")
+        assert app.table.get_cell("worker:0", "loss").plain == "nan"  # not the last finite loss
+        stall, nan = app.table.get_cell("worker:1", "flags"), app.table.get_cell("worker:0", "flags")
+        assert nan.style == stall.style != ""  # the same mark as a stall
+        await pilot.press("h")
+        worker0 = next(line for line in app.hosts_panel.plain.splitlines() if line.strip().startswith("worker:0"))
+        assert worker0.rstrip().endswith("NAN_LOSS")
+        await pilot.press("h")
+        _push(app, ev.condition_event(RUN, "worker:0", ev.NAN_LOSS, False, "recovered at step 9", ts=T0 + 21))
+        _push(app, ev.metric_event(RUN, "worker:0", step=9, loss=0.25, ts=T0 + 21))
+        await wait_until(pilot, lambda: app.table.get_cell("worker:0", "flags").plain == "")
+        await wait_until(pilot, lambda: app.table.get_cell("worker:0", "loss").plain == "0.25")
+
+
 async def test_slash_filters_as_you_type_and_escape_clears() -> None:
     events = recorded_job(steps=2)
     app = make_app(events)

@@ -16,7 +16,16 @@ import yaml
 from launcher.cli import main
 from launcher.errors import UserError
 from launcher.export.tfjob import job_name, tfjob_manifest, tfjob_yaml
-from launcher.model import HostConfig, MetricsConfig, NotifyConfig, Profile, RoleConfig, SshSettings, TaskDefaults
+from launcher.model import (
+    HostConfig,
+    LogPolicy,
+    MetricsConfig,
+    NotifyConfig,
+    Profile,
+    RoleConfig,
+    SshSettings,
+    TaskDefaults,
+)
 from launcher.plan import is_secret
 from launcher.profile.reader import load_profile
 
@@ -223,6 +232,19 @@ def test_a_notify_command_is_listed_without_its_text() -> None:
                       namespace=None)
     assert "# " in text and "[notify] command: run by the launcher" in text
     assert "s3cret-token" not in text
+
+
+def test_log_policies_and_on_nan_stop_are_listed() -> None:
+    profile = ps_profile()
+    worker = profile.roles["worker"]
+    roles = dict(profile.roles, worker=dataclasses.replace(
+        worker, settings=dataclasses.replace(worker.settings, on_nan="stop")))
+    profile = dataclasses.replace(profile, roles=roles,
+                                  log_policies=(LogPolicy("CUDA_ERROR_OUT_OF_MEMORY", "no_retry"),))
+    text = tfjob_yaml(profile, image=IMAGE, namespace=None)
+    assert "#   - [[log_policies]] (1): matched by the launcher" in text
+    assert '#   - on_nan = "stop": the launcher stops the job' in text
+    assert "log_policies" not in tfjob_yaml(ps_profile(), image=IMAGE, namespace=None)
 
 
 # --- command placeholders ----------------------------------------------------------------------

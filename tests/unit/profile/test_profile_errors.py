@@ -166,7 +166,7 @@ def test_bad_host_key_policy_per_host(tmp_path: Path, capsys: pytest.CaptureFixt
 
 def test_bad_transport(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     _, line = check_error(tmp_path, capsys, GOOD_HEAD.replace('"local"\n', '"sshh"\n') + "[roles.worker]\n")
-    assert 'hosts.local.transport: "sshh" is not one of ssh, local; did you mean "ssh"?' in line
+    assert 'hosts.local.transport: "sshh" is not one of ssh, openssh, local; did you mean "ssh"?' in line
 
 
 def test_metrics_regex_that_does_not_compile(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -17,10 +17,12 @@ from launcher.cli import main
 from launcher.errors import ProfileError
 from launcher.profile.keys import (
     HOST_KEYS,
+    LOG_POLICY_KEYS,
     NOTIFY_KEYS,
     ROLE_KEYS,
     SLURM_KEYS,
     SSH_KEYS,
+    SSH_TABLE,
     SYNC_KEYS,
     TASK_KEYS,
     TOP_KEYS,
@@ -59,6 +61,8 @@ def _toml_value(value: object) -> str:
         return "true" if value else "false"
     if isinstance(value, list):
         return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):  # an inline table, e.g. an item of an array of tables
+        return "{" + ", ".join(f"{json.dumps(k)} = {_toml_value(v)}" for k, v in value.items()) + "}"
     return json.dumps(value)
 
 
@@ -165,13 +169,14 @@ MODEL_TABLES: list[tuple[type, tuple[Table, ...], set[str]]] = [
     (model.Profile, (TOP_KEYS,), {"path", "text", "overrides", "secrets"}),
     (model.TaskDefaults, (TASK_KEYS,), set()),
     # unset: which keys the profile left open (for ~/.ssh/config), not a key itself
-    (model.SshSettings, (SSH_KEYS,), {"unset"}),
+    (model.SshSettings, (SSH_TABLE,), {"unset"}),
     # group and slurm_job_id: set by host ranges and the Slurm allocation, not written in a profile
     (model.HostConfig, (HOST_KEYS,), {"name", "ssh", "group", "slurm_job_id"}),
     (model.RoleConfig, (ROLE_KEYS,), {"name", "settings"}),
     (model.NotifyConfig, (NOTIFY_KEYS,), set()),
     (model.SyncConfig, (SYNC_KEYS,), set()),
     (model.SlurmConfig, (SLURM_KEYS,), set()),
+    (model.LogPolicy, (LOG_POLICY_KEYS,), set()),
 ]
 #: declared keys with no field of their own: [ssh] is folded into each host's SshSettings, a host's ssh
 #: keys into its HostConfig.ssh, a role's task keys into its RoleConfig.settings
@@ -190,7 +195,7 @@ def test_every_model_field_is_declared_and_every_declared_key_is_in_the_model(
     assert not declared - fields, f"keys {sorted(declared - fields)} are declared but {cls.__name__} has no field"
 
 
-@pytest.mark.parametrize(("table", "cls"), [(TASK_KEYS, model.TaskDefaults), (SSH_KEYS, model.SshSettings),
+@pytest.mark.parametrize(("table", "cls"), [(TASK_KEYS, model.TaskDefaults), (SSH_TABLE, model.SshSettings),
                                             (NOTIFY_KEYS, model.NotifyConfig)])
 def test_declared_defaults_are_the_model_defaults(table: Table, cls: type) -> None:
     for f in dataclasses.fields(cls):
@@ -237,6 +242,10 @@ def good_value(key: Key) -> object:
         return {"SEED": "7"}
     if key.kind == "regex_map":
         return {"step": r"step (\d+)"}
+    if key.kind == "size":
+        return 2 * 1024**3  # the model keeps bytes
+    if key.kind == "table_list":
+        return [{"pattern": "CUDA_ERROR_OUT_OF_MEMORY", "action": "no_retry"}]
     return "x"
 
 
@@ -260,8 +269,13 @@ def bad_values(key: Key) -> list[object]:
         bad += [{"SEED": 7}, {"1X": "a"}]
     if key.kind == "regex_map":
         bad.append({"step": 7})
+    if key.kind == "table_list":  # not tables, a key missing, a wrong choice, an unknown key
+        bad += [["x"], [{"action": "warn"}], [{"pattern": "x", "action": "retry"}],
+                [{"pattern": "x", "action": "warn", "when": 1}]]
     if key.kind == "path_or_false":
         bad += [True, "", " "]
+    if key.kind == "size":
+        bad += [-1, True, 1.5, "12 parsecs", ""]
     return bad
 
 
@@ -313,6 +327,8 @@ def test_schema_and_parser_agree_on_key(path: tuple[str, ...], key: Key, tmp_pat
             assert isinstance(value, dict) and value["SEED"] == "7"
         elif key.kind == "regex_map":
             assert value == model.MetricsConfig(step=r"step (\d+)")
+        elif key.kind == "table_list":
+            assert value == (model.LogPolicy("CUDA_ERROR_OUT_OF_MEMORY", "no_retry"),)
         else:
             assert value == (tuple(expected) if isinstance(expected, list) else expected), path
     for bad in bad_values(key):

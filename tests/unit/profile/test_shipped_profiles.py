@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -60,8 +61,6 @@ def test_gpu_profile_gives_each_worker_its_own_gpu() -> None:
 
 
 def test_legacy_regex_profile_metrics_match_its_output() -> None:
-    import re
-
     metrics = load_profile(PROFILES / "legacy-regex.toml").metrics
     assert metrics.step is not None and metrics.loss is not None
     step = re.search(metrics.step, "global step: 42, loss = 0.125")
@@ -99,3 +98,19 @@ def test_slurm_profile_inside_an_allocation_spreads_roles_over_its_nodes(
         "ps:0": "gpu07", "worker:0": "gpu07", "worker:1": "gpu08", "chief:0": "gpu07"}
     assert plan.profile.hosts["gpu08"].gpus == (0, 1)
     assert plan.profile.hosts["gpu08"].slurm_job_id == "42"
+
+
+#: a command argument or path that keeps what must outlive the run (checkpoints, models, outputs)
+_KEPT_IN_RUN_DIR = re.compile(
+    r"(?i)(checkpoint|ckpt|model|output|save|export|log_?dir)[\w-]*[ =:\"']*\{run_dir\}"
+    r"|\{run_dir\}/[\w./-]*(checkpoint|ckpt|model|output|save|export)")
+_SHIPPED_TEXT = sorted([*PROFILES.glob("*.toml"), *(PROFILES.parent / "examples").iterdir(),
+                        PROFILES.parent / "README.md", *(PROFILES.parent / "docs").glob("*.md")])
+
+
+@pytest.mark.parametrize("path", _SHIPPED_TEXT, ids=lambda p: str(p.relative_to(PROFILES.parent)))
+def test_nothing_shipped_keeps_checkpoints_models_or_outputs_in_the_run_dir(path: Path) -> None:
+    """``down`` and ``prune`` delete run dirs: what must outlive a run goes under ``{outputs}``."""
+    found = [f"{path.name}:{number}: {line.strip()}"
+             for number, line in enumerate(path.read_text().splitlines(), 1) if _KEPT_IN_RUN_DIR.search(line)]
+    assert not found, "use {outputs} instead of {run_dir}:\n" + "\n".join(found)

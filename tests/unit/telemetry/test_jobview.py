@@ -21,12 +21,13 @@ def test_tasks_states_hosts_and_metrics_follow_the_events() -> None:
     chief = view.tasks["chief:0"]
     assert (chief.state, chief.host, chief.pid, chief.step) == (ev.RUNNING, "gpu1", 101, 100)
     assert chief.loss == 0.2
-    assert chief.steps_per_s == 10.0  # 10 steps per second of event time
+    now = T0 + 11  # the last metric's time
+    assert chief.steps_per_s(now) == 10.0  # 10 steps per second of event time
     assert view.global_step == 100
-    assert view.global_steps_per_s == 10.0
+    assert view.global_steps_per_s(now) == 10.0
     failed = view.tasks["worker:1"]
     assert failed.state == ev.FAILED and failed.exit_code == 1 and failed.pid is None
-    assert failed.steps_per_s is None
+    assert failed.steps_per_s(now) is None
     assert view.hosts_up() == {"gpu1", "cpu1"}
 
 
@@ -36,10 +37,10 @@ def test_steps_per_second_uses_a_recent_window_and_survives_a_restart() -> None:
         view.apply(ev.metric_event(RUN, "worker:0", step=i * 5, ts=T0 + i))
     for i in range(1, 20):
         view.apply(ev.metric_event(RUN, "worker:0", step=145 + i * 20, ts=T0 + 29 + i))
-    assert view.tasks["worker:0"].steps_per_s == 20.0
+    assert view.tasks["worker:0"].steps_per_s(T0 + 48) == 20.0
     view.apply(ev.metric_event(RUN, "worker:0", step=10, ts=T0 + 60))  # back from a checkpoint
     view.apply(ev.metric_event(RUN, "worker:0", step=40, ts=T0 + 62))
-    assert view.tasks["worker:0"].steps_per_s == 15.0
+    assert view.tasks["worker:0"].steps_per_s(T0 + 62) == 15.0
 
 
 def test_global_step_is_the_chiefs_else_the_highest_worker() -> None:

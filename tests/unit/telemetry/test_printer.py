@@ -1,9 +1,11 @@
 from __future__ import annotations
 
 import io
+from pathlib import Path
 
 from launcher import events as ev
-from launcher.telemetry.printer import JsonPrinter, ProgressPrinter, human_bytes
+from launcher.telemetry.jobview import FAILURE_TAIL_LINES
+from launcher.telemetry.printer import JsonPrinter, ProgressPrinter, failure_excerpt, human_bytes
 
 
 def _stream() -> list[ev.Event]:
@@ -22,7 +24,7 @@ def _stream() -> list[ev.Event]:
 
 def test_progress_lines_show_states_step_loss_rate_and_resources() -> None:
     out = io.StringIO()
-    printer = ProgressPrinter(out, every=3600)
+    printer = ProgressPrinter(out, every=3600, clock=lambda: 1e9)
     printer.consume(_stream())
     text = out.getvalue()
     assert "worker:0     running (on h, pid 42)" in text
@@ -100,3 +102,66 @@ def test_no_failure_report_when_the_job_succeeds() -> None:
     out = io.StringIO()
     ProgressPrinter(out, every=3600).consume(events)
     assert "root cause" not in out.getvalue() and " | " not in out.getvalue()
+
+
+def test_failure_report_shows_the_traceback_whole_and_folds_tensorflow_start_up_lines() -> None:
+    """Real output of a TensorFlow script that dies (tests/data/tf_startup/): its 12-line traceback
+    is longer than the report's usual tail, and its start-up lines say nothing about the failure."""
+    captured = (Path(__file__).resolve().parents[2] / "data" / "tf_startup" / "tf-2.21-cpu-failing.txt")
+    output = captured.read_text(encoding="utf-8").splitlines()
+    events = [ev.job_event("r", ev.JOB_RUNNING, ts=1.0),
+              ev.state_event("r", "chief:0", ev.RUNNING, host="h", pid=7, ts=1.0)]
+    events += [ev.log_event("r", "chief:0", "stderr", line, ts=2.0) for line in output]
+    events += [ev.state_event("r", "chief:0", ev.FAILED, host="h", exit_code=1, ts=3.0),
+               ev.job_event("r", ev.JOB_FAILED, "chief:0 failed", ts=3.0)]
+    out = io.StringIO()
+    ProgressPrinter(out, every=3600).consume(events)
+    lines = [line.split(" ", 1)[1] for line in out.getvalue().splitlines()]
+    report = lines[lines.index("last output of chief:0:") + 1:]
+    traceback = output[output.index("Traceback (most recent call last):"):]
+    assert len(traceback) > FAILURE_TAIL_LINES
+    assert report == [
+        "  chief:0 | (7 TensorFlow start-up lines hidden; `distlaunch logs r chief:0` shows every line)",
+        *(f"  chief:0 | {line}" for line in traceback),
+    ]
+
+
+def test_failure_report_shows_a_chained_traceback_from_its_first_part() -> None:
+    lines = ["starting", "Traceback (most recent call last):", '  File "a.py", line 1', "KeyError: 'x'", "",
+             "During handling of the above exception, another exception occurred:", "",
+             "Traceback (most recent call last):", '  File "a.py", line 3', "ValueError: y"]
+    assert failure_excerpt(lines) == lines[1:]
+    assert failure_excerpt(["a", "b", "a", "c"]) == ["a", "b", "c"]  # no traceback: each line once
+
+
+def test_the_progress_line_comes_on_its_interval_without_events_and_a_hung_task_reads_zero() -> None:
+    import threading
+    import time
+
+    now = [120.0]
+    out = io.StringIO()
+    hold = threading.Event()
+
+    def stream():
+        yield ev.state_event("r", "worker:0", ev.RUNNING, host="h", pid=42, ts=100.0)
+        for s in range(21):  # 2 steps/s from 100 to 120, then the step stops moving
+            yield ev.metric_event("r", "worker:0", step=2 * s, loss=1.0, ts=100.0 + s)
+        hold.wait(30)  # a live job that sends nothing more
+
+    def printed(text: str) -> None:
+        deadline = time.monotonic() + 10
+        while text not in out.getvalue():
+            assert time.monotonic() < deadline, f"no {text!r} in {out.getvalue()!r}"
+            time.sleep(0.01)
+
+    printer = ProgressPrinter(out, every=0.05, clock=lambda: now[0])
+    reader = threading.Thread(target=printer.consume, args=(stream(),))
+    reader.start()
+    try:
+        printed("step 40  loss 1.0000  2.0 steps/s  || worker:0 2.0/s")
+        now[0] = 170.0  # 50 s after the last step: the ticker prints without any event
+        printed("step 40  loss 1.0000  0.0 steps/s  || worker:0 0.0/s")
+    finally:
+        hold.set()
+        reader.join(10)
+    assert not reader.is_alive()

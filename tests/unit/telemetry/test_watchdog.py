@@ -67,3 +67,24 @@ def test_straggler_needs_two_workers_with_steps_and_ratio_zero_turns_it_off() ->
     assert _run(alone, {"worker:0": 1.0}, 0.0, 60.0) == []
     off = Watchdog({}, ["worker:0", "worker:1"], 0.0)
     assert _run(off, {"worker:0": 10.0, "worker:1": 1.0}, 0.0, 60.0) == []
+
+
+def test_a_hung_worker_has_no_pace_after_the_window_and_becomes_a_straggler() -> None:
+    """The straggler check reads the same window-ending-now rate as the dashboard: 0 once hung."""
+    from launcher.telemetry.steprate import RATE_WINDOW_S
+
+    workers = ["worker:0", "worker:1", "worker:2"]
+    dog = Watchdog({}, workers, 0.7)
+    _run(dog, {"worker:0": 2.0, "worker:1": 2.0, "worker:2": 2.0}, 0.0, 20.0)
+    hung_at = 20.0
+    changes = []
+    t = hung_at + 1
+    while t <= hung_at + RATE_WINDOW_S + STRAGGLER_WINDOW_S + 1:
+        for task in ("worker:0", "worker:1"):  # worker:2 reports nothing any more
+            dog.on_step(task, int(2.0 * t), t)
+        changes += dog.check(t)
+        t += 1.0
+    assert dog.rate("worker:2", hung_at + RATE_WINDOW_S) == 0.0
+    assert dog.rate("worker:0", t - 1) == 2.0
+    assert [(c.task, c.condition, c.active) for c in changes] == [("worker:2", ev.STRAGGLER, True)]
+    assert "0.00 steps/s" in changes[0].reason

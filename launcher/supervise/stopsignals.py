@@ -1,0 +1,156 @@
+"""What signals do to a launcher that follows its job (`up`, whatever shows the job).
+
+SIGINT and SIGTERM stop the job: the same teardown as the dashboard's `D` (tasks stopped with
+their grace, the sweep, the report), with a reason that names the signal, and exit code 130 /
+143. `timeout`, systemd and a terminal's Ctrl-C signal the whole process group, so one stop
+often arrives twice within milliseconds: a second stop signal within ``SAME_STOP_SECONDS`` of
+the first is the same stop. A later second Ctrl-C abandons the wait (the hosts' agents then stop
+what is left after the orphan grace); a later SIGTERM is still the same stop.
+
+SIGHUP (the terminal or the SSH session to the login node went away) leaves the job running
+detached, as `--detach` would have: the launcher records it, lets go of the terminal and exits 0.
+
+A handler runs on the main thread between two bytecodes, wherever that thread was: it only puts
+requests on the supervisor's queue, writes with ``os.write`` and swaps file descriptors.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable
+from types import FrameType, TracebackType
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from launcher.supervise.supervisor import Supervisor
+
+#: a second stop signal this soon after the first is the same stop (a process group signalled)
+SAME_STOP_SECONDS = 2.0
+
+STOP_REASONS: dict[int, str] = {signal.SIGINT: "stopped by SIGINT (Ctrl-C)", signal.SIGTERM: "stopped by SIGTERM"}
+
+
+def say(text: str) -> None:
+    """A raw write to stderr: a handler may have interrupted a print there, whose buffer it must
+    not enter again."""
+    with contextlib.suppress(OSError, ValueError):  # no real stderr (a test's capture), or gone
+        os.write(sys.stderr.fileno(), f"distlaunch: {text}\n".encode())
+
+
+def terminal_fds() -> list[int]:
+    """The standard streams that are terminals (asked before a hang-up: after it, isatty says no)."""
+    return [fd for fd in (0, 1, 2) if os.isatty(fd)]
+
+
+def release_terminal(fds: list[int]) -> None:
+    """Point ``fds`` (the streams that were terminals) at /dev/null: after a hang-up, writing to
+    the terminal fails (EIO) and a dashboard must not draw on it."""
+    null = os.open(os.devnull, os.O_RDWR)
+    try:
+        for fd in fds:
+            with contextlib.suppress(OSError):
+                os.dup2(null, fd)
+    finally:
+        os.close(null)
+
+
+class StopSignals:
+    """Installs the handlers for as long as it is entered (main thread only).
+
+    ``on_stop(reason, origin)`` tears the job down; ``on_hangup()`` detaches it. ``leave``, set by
+    a dashboard while it runs, asks it to quit (signal-safe)."""
+
+    def __init__(self, on_stop: Callable[[str, str], None], on_hangup: Callable[[], None],
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.on_stop = on_stop
+        self.on_hangup = on_hangup
+        self.leave: Callable[[], None] | None = None
+        self.clock = clock
+        self.signum: int | None = None  # the stop signal, once one came
+        self.hung_up = False
+        self._first_at = 0.0
+        self._old: dict[int, Any] = {}
+        self._terminal_fds: list[int] = []
+
+    @property
+    def exit_code(self) -> int | None:
+        """128 + the stop signal's number (130 for SIGINT, 143 for SIGTERM); None: no stop signal."""
+        return 128 + self.signum if self.signum is not None else None
+
+    def __enter__(self) -> StopSignals:
+        self._terminal_fds = terminal_fds()
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            self._old[signum] = signal.signal(signum, self._on_signal)
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        for signum, old in self._old.items():
+            signal.signal(signum, old)
+        self._old.clear()
+
+    def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
+        if signum == signal.SIGHUP:
+            self._on_hangup()
+            return
+        now = self.clock()
+        if self.signum is None and not self.hung_up:
+            self.signum, self._first_at = signum, now
+            name = signal.Signals(signum).name
+            later = " (Ctrl-C again after 2 s abandons the wait)" if signum == signal.SIGINT else ""
+            say(f"{STOP_REASONS[signum]}: tearing the job down{later}")
+            self.on_stop(STOP_REASONS[signum], name)
+            self._leave()
+            return
+        if signum == signal.SIGINT and self.signum is not None and now - self._first_at >= SAME_STOP_SECONDS:
+            say("abandoned the wait: the hosts' agents finish the stop they were asked for, or stop what is "
+                "left after the orphan grace")
+            raise KeyboardInterrupt  # the user does not want to wait for the teardown any more
+        # otherwise: the same stop, signalled again (the process group, or impatience)
+
+    def _on_hangup(self) -> None:
+        if self.hung_up:
+            return
+        self.hung_up = True
+        release_terminal(self._terminal_fds)
+        if self.signum is not None:
+            return  # a stop is under way: it goes on, only the terminal is gone
+        self.on_hangup()
+        self._leave()
+
+    def _leave(self) -> None:
+        if self.leave is not None:
+            self.leave()
+
+
+class StoppedBeforeStart(Exception):
+    """A stop signal came while the hosts were prepared, before any task started."""
+
+
+class JobSignals(StopSignals):
+    """The signals of `up`, from before the preflight on. Until ``bind`` gives the job's
+    supervisor, a stop signal raises ``StoppedBeforeStart`` in the main thread (the preflight
+    closes every host's channel on its way out: no host agent was started) and a hang-up is only
+    remembered: the caller then starts the job detached (``hung_up``)."""
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(self._stop, self._detach)
+        self.run_id = run_id
+        self.sup: Supervisor | None = None
+
+    def bind(self, sup: Supervisor) -> None:
+        self.sup = sup
+
+    def _stop(self, reason: str, origin: str) -> None:
+        if self.sup is None:
+            raise StoppedBeforeStart(reason)
+        self.sup.teardown(reason, origin)
+
+    def _detach(self) -> None:
+        say(f"hang-up: {self.run_id} goes on detached; `distlaunch attach {self.run_id}` takes it back")
+        if self.sup is not None:
+            self.sup.detach(origin="SIGHUP")

@@ -1,0 +1,83 @@
+"""What the built-in client needs to honour ssh_config beyond HostName/User/Port: CertificateFile,
+IdentityAgent, ProxyCommand and ServerAliveCountMax (see sshoptions.py for what is refused)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shlex
+import socket
+import threading
+
+import paramiko
+
+from launcher.transport.sshconfig import Endpoint
+
+
+class SocketAgent(paramiko.agent.AgentSSH):
+    """The ssh-agent at an IdentityAgent path (paramiko's Agent reads only $SSH_AUTH_SOCK)."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__()
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.connect(path)
+        except OSError:
+            sock.close()
+            return  # as ssh: an agent that is not there offers no keys
+        self._connect(sock)
+
+    def close(self) -> None:
+        self._close()
+
+
+def certified_key(endpoint: Endpoint) -> paramiko.PKey | None:
+    """The first identity key that one of ``endpoint``'s CertificateFiles certifies, the
+    certificate loaded into it; None where no pair matches (the plain keys are tried then)."""
+    certs = [os.path.expanduser(path) for path in endpoint.certificate_files]
+    certs = [path for path in certs if os.path.isfile(path)]
+    if not certs:
+        return None
+    for key_path in (os.path.expanduser(path) for path in endpoint.identity_files):
+        if not os.path.isfile(key_path):
+            continue
+        key = paramiko.PKey.from_path(key_path)  # a passphrase-protected key raises, explained by the caller
+        for cert in certs:
+            with contextlib.suppress(ValueError):  # this certificate is for another key
+                key.load_certificate(cert)
+                return key
+    return None
+
+
+def proxy_command(command: str) -> paramiko.ProxyCommand:
+    """ProxyCommand as ssh runs it: by a shell, which execs it (paramiko alone would split it)."""
+    return paramiko.ProxyCommand("/bin/sh -c " + shlex.quote("exec " + command))
+
+
+class KeepaliveWatch:
+    """ServerAliveInterval/ServerAliveCountMax as ssh applies them: a keepalive every ``interval``
+    seconds; after ``count`` in a row without an answer from the server, the link is closed."""
+
+    def __init__(self, transport: paramiko.Transport, interval: int, count: int) -> None:
+        self._transport = transport
+        self._interval = interval
+        self._count = count
+        self._stop = threading.Event()
+        threading.Thread(target=self._run, daemon=True, name="ssh-keepalive").start()
+
+    def _run(self) -> None:
+        missed = 0
+        transport = self._transport
+        while transport.is_active():
+            transport.global_response = None  # set by the server's answer (success or failure)
+            with contextlib.suppress(Exception):
+                transport.global_request("keepalive@openssh.com", wait=False)
+            if self._stop.wait(self._interval):
+                return
+            missed = missed + 1 if transport.global_response is None else 0
+            if missed >= self._count:
+                transport.close()  # as ssh: "Timeout, server not responding"
+                return
+
+    def stop(self) -> None:
+        self._stop.set()

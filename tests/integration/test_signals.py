@@ -1,0 +1,273 @@
+"""Signals to `distlaunch up` and a launcher killed outright, with real processes on this machine and
+over a real sshd: what stops, what is recorded, and that no process carrying the run id is left."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.jobtools import (
+    cli,
+    kill_run_processes,
+    pids_with_run_id,
+    read_events,
+    start_cli,
+    wait_for,
+    wait_for_event,
+    write_profile,
+)
+from tests.sshd import PrivateSshd
+
+pytestmark = pytest.mark.slow
+
+SLEEPER = """
+name = "{name}"
+orphan_grace_seconds = {orphan_grace}
+[defaults]
+command = '{{python}} -c "import time; time.sleep(600)"'
+python = "{python}"
+workdir = "/tmp"
+grace_seconds = 2
+{hosts}
+[roles.worker]
+count = 2
+{role_hosts}
+"""
+
+
+def sleeper_profile(tmp: Path, name: str, orphan_grace: int = 60, sshd: PrivateSshd | None = None) -> Path:
+    hosts, role_hosts = "", ""
+    if sshd is not None:
+        hosts = f"""
+[ssh]
+user = "{sshd.user}"
+identity_file = "{sshd.identity_file}"
+known_hosts = "{sshd.known_hosts}"
+[hosts.box]
+address = "127.0.0.1"
+ssh_port = {sshd.port}
+"""
+        role_hosts = 'hosts = ["box"]'
+    return write_profile(tmp / f"{name}.toml", SLEEPER.format(name=name, orphan_grace=orphan_grace,
+                                                              python=sys.executable, hosts=hosts,
+                                                              role_hosts=role_hosts))
+
+
+def start_running(tmp: Path, run_id: str, *extra: str, profile: Path | None = None
+                  ) -> tuple[subprocess.Popen[bytes], Path]:
+    """`up` in the background, returned once the job is Running (both tasks started)."""
+    run_dir = tmp / "run"
+    launcher = start_cli("up", str(profile or sleeper_profile(tmp, "sig")), *extra, "--run-dir", str(run_dir),
+                         "--run-id", run_id, log=tmp / "up.log")
+    wait_for_event(run_dir, lambda e: e["kind"] == "job" and e["state"] == "Running", 120, "the job to run")
+    return launcher, run_dir
+
+
+def job_end(run_dir: Path) -> dict[str, Any]:
+    return [e for e in read_events(run_dir) if e["kind"] == "job"][-1]
+
+
+def actions(run_dir: Path) -> list[tuple[str, str]]:
+    return [(e["action"], e.get("origin", "")) for e in read_events(run_dir) if e["kind"] == "action"]
+
+
+def assert_no_noise(log: Path) -> None:
+    told = log.read_text()
+    for bad in ("Traceback", "cannot schedule", "internal error", "distlaunch: interrupted\n"):
+        assert bad not in told, told[-3000:]
+
+
+@pytest.mark.parametrize(("signum", "code", "reason"), [
+    (signal.SIGTERM, 143, "stopped by SIGTERM"),
+    (signal.SIGINT, 130, "stopped by SIGINT (Ctrl-C)"),
+])
+def test_a_stop_signal_tears_the_job_down_and_names_itself(tmp_path: Path, signum: int, code: int,
+                                                           reason: str) -> None:
+    run_id = f"sig-{signal.Signals(signum).name.lower()}"
+    launcher, run_dir = start_running(tmp_path, run_id, "--no-tui")
+    try:
+        launcher.send_signal(signum)
+        assert launcher.wait(timeout=60) == code
+        end = job_end(run_dir)
+        assert (end["state"], end["reason"]) == ("Failed", reason)
+        assert actions(run_dir) == [("teardown", signal.Signals(signum).name)]
+        final = {e["task"]: e["state"] for e in read_events(run_dir) if e["kind"] == "state"}
+        assert final == {"worker:0": "stopped", "worker:1": "stopped"}
+        assert pids_with_run_id(run_id) == []
+        assert f"distlaunch: {reason}: tearing the job down" in (tmp_path / "up.log").read_text()
+        assert_no_noise(tmp_path / "up.log")
+        status = cli("status", str(run_dir), timeout=60)
+        assert f"job Failed: {reason}" in status.stdout, status.stdout
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+        kill_run_processes(run_id)
+
+
+@pytest.mark.parametrize("mode", ["--no-tui", "--json"])
+def test_sigterm_twice_within_50ms_is_one_stop(tmp_path: Path, mode: str) -> None:
+    """`timeout` and systemd signal the process and its group: two SIGTERMs in a few ms."""
+    run_id = f"sig-twice{mode.replace('-', '_')}"
+    launcher, run_dir = start_running(tmp_path, run_id, mode)
+    try:
+        launcher.send_signal(signal.SIGTERM)
+        time.sleep(0.02)  # the second signal must come while the first one's teardown runs
+        os.killpg(launcher.pid, signal.SIGTERM)
+        assert launcher.wait(timeout=60) == 143
+        end = job_end(run_dir)
+        assert (end["state"], end["reason"]) == ("Failed", "stopped by SIGTERM")
+        assert actions(run_dir) == [("teardown", "SIGTERM")]
+        final = {e["task"]: e for e in read_events(run_dir) if e["kind"] == "state"}
+        assert {t: e["state"] for t, e in final.items()} == {"worker:0": "stopped", "worker:1": "stopped"}
+        assert not any("launcher lost" in str(e.get("reason")) for e in final.values())
+        assert pids_with_run_id(run_id) == []
+        assert_no_noise(tmp_path / "up.log")
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+        kill_run_processes(run_id)
+
+
+def test_sighup_leaves_the_job_detached_and_attach_takes_it_back(tmp_path: Path) -> None:
+    run_id = "sig-hup"
+    launcher, run_dir = start_running(tmp_path, run_id, "--no-tui")
+    attacher: subprocess.Popen[bytes] | None = None
+    try:
+        task_pids = {e["task"]: e["pid"] for e in read_events(run_dir)
+                     if e["kind"] == "state" and e["state"] == "running"}
+        launcher.send_signal(signal.SIGHUP)
+        assert launcher.wait(timeout=60) == 0
+        assert actions(run_dir) == [("detach", "SIGHUP")]
+        assert all(os.path.exists(f"/proc/{pid}") for pid in task_pids.values())  # the job goes on
+        state = json.loads((run_dir / "state.json").read_text())
+        assert (state["detached"], state["outcome"]) == (True, "detached")
+        status = cli("status", str(run_dir), timeout=60)
+        assert "detached" in status.stdout.splitlines()[0], status.stdout
+        assert "goes on detached" in (tmp_path / "up.log").read_text()
+        assert_no_noise(tmp_path / "up.log")
+
+        attacher = start_cli("attach", str(run_dir), "--no-tui", log=tmp_path / "attach.log")
+        wait_for(lambda: json.loads((run_dir / "state.json").read_text()).get("launcher_pid") == attacher.pid
+                 and not json.loads((run_dir / "state.json").read_text()).get("detached"), 60,
+                 "attach to take the run back")
+        assert not (run_dir / "hosts" / "local" / "detached").exists()
+        assert all(os.path.exists(f"/proc/{pid}") for pid in task_pids.values())  # the same tasks
+        down = cli("down", str(run_dir), timeout=120)
+        assert down.returncode == 0, down.stdout + down.stderr
+        attacher.wait(timeout=60)
+        wait_for(lambda: not pids_with_run_id(run_id), 30, "no process of the run to be left")
+    finally:
+        for proc in (launcher, attacher):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+        kill_run_processes(run_id)
+
+
+# -- the launcher killed outright: the follow channel must not outlive it ----------------------------
+
+
+def follow_pids(run_id: str) -> list[int]:
+    """The per-host follow channels of a run (the bootstrap's `preflight --then-follow` process);
+    the host agent forked from it shows the same command line, but its own name."""
+    found = []
+    for pid in pids_with_run_id(run_id):
+        try:
+            comm = Path(f"/proc/{pid}/comm").read_text().strip()
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"--then-follow" in cmdline and comm != "distlaunch-host":
+            found.append(pid)
+    return found
+
+
+def kill_launcher_and_watch(tmp: Path, run_id: str, profile: Path) -> None:
+    orphan_grace, task_grace = 3, 2
+    launcher, _run_dir = start_running(tmp, run_id, "--no-tui", profile=profile)
+    try:
+        followers = follow_pids(run_id)
+        assert len(followers) == 1, pids_with_run_id(run_id)
+        os.kill(launcher.pid, signal.SIGKILL)
+        killed = time.monotonic()
+        launcher.wait(timeout=10)
+        wait_for(lambda: not any(os.path.exists(f"/proc/{p}") for p in followers), 30, "the follow channel to end")
+        assert time.monotonic() - killed < 5.0, "the follow channel outlived its launcher by 5 s or more"
+        # the tasks wait out the orphan grace and their stop grace; then nothing of the run is left
+        wait_for(lambda: not pids_with_run_id(run_id), 60, "no process of the run to be left")
+        gone_after = time.monotonic() - killed
+        assert gone_after < orphan_grace + task_grace + 5.0, f"processes of the run lingered {gone_after:.1f} s"
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+        kill_run_processes(run_id)
+
+
+def test_a_killed_launchers_follow_channel_and_agent_end_promptly(tmp_path: Path) -> None:
+    kill_launcher_and_watch(tmp_path, "sig-kill9-local", sleeper_profile(tmp_path, "k9", orphan_grace=3))
+
+
+@pytest.mark.sshd
+def test_a_killed_launchers_follow_channel_over_ssh_ends_promptly(tmp_path: Path, sshd: PrivateSshd) -> None:
+    kill_launcher_and_watch(tmp_path, "sig-kill9-ssh", sleeper_profile(tmp_path, "k9s", orphan_grace=3, sshd=sshd))
+
+
+def test_ctrl_c_again_after_2s_abandons_the_wait_without_noise_and_the_stop_still_ends(tmp_path: Path) -> None:
+    """Tasks that ignore SIGTERM keep the teardown in its grace; a second Ctrl-C then leaves at
+    once, and the host agent still finishes the stop it was asked for (SIGKILL after the grace)."""
+    run_id = "sig-abandon"
+    profile = write_profile(tmp_path / "stubborn.toml", SLEEPER.format(
+        name="stubborn", orphan_grace=60, python=sys.executable, hosts="", role_hosts="").replace(
+        """'{python} -c "import time; time.sleep(600)"'""",
+        """'exec {python} -c "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"'"""
+    ).replace(
+        "grace_seconds = 2", "grace_seconds = 6"))
+    launcher, run_dir = start_running(tmp_path, run_id, "--no-tui", profile=profile)
+    try:
+        launcher.send_signal(signal.SIGINT)
+        wait_for(lambda: [a for a in actions(run_dir) if a[0] == "teardown"], 30, "the teardown to start")
+        time.sleep(2.5)  # past the 2 s in which a second Ctrl-C is the same stop
+        assert launcher.poll() is None, "the teardown ended before the second Ctrl-C"
+        launcher.send_signal(signal.SIGINT)
+        assert launcher.wait(timeout=10) == 130
+        assert "abandoned the wait" in (tmp_path / "up.log").read_text()
+        for bad in ("Traceback", "cannot schedule", "internal error"):
+            assert bad not in (tmp_path / "up.log").read_text()
+        wait_for(lambda: not pids_with_run_id(run_id), 30, "the agent to finish the stop")
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+        kill_run_processes(run_id)
+
+
+def test_sigterm_during_the_preflight_starts_nothing_and_says_so(tmp_path: Path) -> None:
+    run_id = "sig-preflight"
+    slow_python = tmp_path / "slowpython"  # the hosts' python answers after 3 s: the preflight is under way
+    slow_python.write_text(f"#!/bin/sh\nsleep 3\nexec {sys.executable} \"$@\"\n")
+    slow_python.chmod(0o755)
+    profile = write_profile(tmp_path / "slow.toml", SLEEPER.format(
+        name="slow", orphan_grace=60, python=slow_python, hosts="", role_hosts=""))
+    run_dir = tmp_path / "run"
+    launcher = start_cli("up", str(profile), "--no-tui", "--run-dir", str(run_dir), "--run-id", run_id,
+                         log=tmp_path / "up.log")
+    try:
+        wait_for(lambda: "checking python" in (tmp_path / "up.log").read_text(), 60, "the preflight to start")
+        launcher.send_signal(signal.SIGTERM)
+        assert launcher.wait(timeout=60) == 143
+        end = job_end(run_dir)
+        assert (end["state"], end["reason"]) == ("Failed", "stopped by SIGTERM before any task started")
+        assert not (run_dir / "hosts" / "local" / "agent.pid").exists()  # no host agent was ever started
+        wait_for(lambda: not pids_with_run_id(run_id), 10, "no process of the run to be left")
+        assert "nothing runs on any host" in (tmp_path / "up.log").read_text()
+        assert_no_noise(tmp_path / "up.log")
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+        kill_run_processes(run_id)
