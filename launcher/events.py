@@ -41,7 +41,10 @@ CONDITION = "condition"
 # extension: an operator acted on the job (`action`: restart / stop / teardown / detach / attach,
 # `target`: a task id or null, `origin`: dashboard / cli); the timeline shows who did what
 ACTION = "action"
-KINDS = (JOB, STATE, METRIC, SAMPLE, PLACEMENT, LOG, HOST, CONDITION, ACTION)
+# extension: stacks were captured (at a stall or on request): `path` of the capture in the run dir,
+# `suspect` (a task id or null), `frame` (the innermost frame of the user's code in it)
+STACKS = "stacks"
+KINDS = (JOB, STATE, METRIC, SAMPLE, PLACEMENT, LOG, HOST, CONDITION, ACTION, STACKS)
 
 # task conditions
 STALLED = "stalled"

@@ -102,6 +102,8 @@ class TaskView:
     last_event_ts: float | None = None
     #: active conditions (``stalled``, ``straggler``, ...) and why each was raised
     conditions: dict[str, str] = field(default_factory=dict)
+    #: the `stacks` event of the capture taken when this incarnation stalled (where it hangs)
+    stall_stacks: Event | None = None
     #: the log's ``total`` when this incarnation started: its own lines are the ones after it
     incarnation_log_start: int = 0
     #: the last lines of the latest incarnation that failed, kept when it failed (failure report)
@@ -235,6 +237,8 @@ class JobView:
     first_failure_at: float | None = None
     #: state changes, exits, restarts, conditions and operator actions (the `e` view)
     timeline: Timeline = field(default_factory=Timeline)
+    #: the latest `stacks` event: where the stacks view finds the last capture in the run dir
+    last_stacks: Event | None = None
 
     # -- reading -------------------------------------------------------------------------
 
@@ -323,6 +327,8 @@ class JobView:
         if event.kind == ev.JOB:
             self._apply_job(event)
             return
+        if event.kind == ev.STACKS:
+            self.last_stacks = event
         if event.task is None:
             return
         task = self.task(event.task)
@@ -349,6 +355,9 @@ class JobView:
                 task.conditions[name] = str(event.get("reason") or "")
             else:
                 task.conditions.pop(name, None)
+                task.stall_stacks = None if name == ev.STALLED else task.stall_stacks
+        elif event.kind == ev.STACKS and ev.STALLED in task.conditions:
+            task.stall_stacks = event
 
     def _check_seq(self, task: TaskView, seq: int) -> None:
         if seq > task.last_seq + 1:
@@ -398,6 +407,7 @@ class JobView:
         if task.state != ev.RUNNING:
             task.step_rate.clear()
             task.conditions.clear()  # a stall or a slow pace belongs to the incarnation that had it
+            task.stall_stacks = None
         if task.state == ev.STARTING:
             task.incarnation_log_start = self.log(task.task_id).total
         elif task.state == ev.FAILED:

@@ -42,6 +42,7 @@ from tui.log_pane import SHOW_STARTUP_KEY, LogPane
 from tui.placement import PlacementPanel
 from tui.replay import SPEEDS, ReplaySource
 from tui.screens import QUIT_DETACH, QUIT_TEARDOWN, ConfirmScreen, HelpScreen, QuitScreen
+from tui.stacks_view import stacks_screen
 from tui.task_table import TABLE_WIDTH, TaskTable
 from tui.timeline_view import TimelinePanel
 
@@ -111,6 +112,9 @@ class DashboardApp(App[DashboardResult]):
         Binding("ctrl+s", "save_screenshot", "Save screenshot (SVG)", id="app.screenshot", show=False),
         Binding("r", "restart_task", "Restart task", id="task.restart"),
         Binding("x", "stop_task", "Stop task", id="task.stop"),
+        Binding("k", "stacks(False)", "Stacks of the selected task", id="task.stacks", show=False),
+        Binding("K", "stacks(True)", "Stacks of the whole job (grouped, suspect first)", id="job.stacks",
+                show=False),
         Binding("D", "teardown", "Tear down job", id="job.teardown"),
         Binding("question_mark", "help", "Help", id="app.help", key_display="?"),
         Binding("q", "leave", "Quit", id="app.quit"),
@@ -512,6 +516,10 @@ class DashboardApp(App[DashboardResult]):
 
     def action_stop_task(self) -> None:
         self._task_action("stop", lambda control, task_id: control.stop_task(task_id))
+
+    def action_stacks(self, whole_job: bool) -> None:
+        """`k` / `K`: the stacks view (tui/stacks_view.py), live or from the run dir's last capture."""
+        self.push_screen(stacks_screen(self, whole_job))
 
     def action_teardown(self) -> None:
         control = self._control_or_say()

@@ -16,6 +16,7 @@ from textual.widgets import Input, Static
 
 from launcher.jobview import LOG_LINES, JobView, LogLine
 from launcher.tfnoise import StartupFilter, hidden_note
+from tui.stacks_data import stall_line
 
 SHOWN_ON_SWITCH = 500
 """Lines written when the selection or the search changes: enough scroll-back, cheap to draw."""
@@ -222,6 +223,9 @@ class LogPane(Vertical):
             title += f"  [PAUSED, {missed} new — space/f to follow]"
         elif self.task_id is not None:
             title += "  [following]"
+        task = view.tasks.get(self.task_id) if self.task_id is not None else None
+        if task is not None and (stall := stall_line(task)):
+            title += f"  {stall.upper()[:7]}{stall[7:]}"
         if self.search_query:
             title += f"  filter: {self.search_query!r}"
         if self.show_startup:

@@ -1,0 +1,149 @@
+"""What the stacks view shows and where it comes from: a live capture through `JobControl`, or the
+last capture the supervisor stored in the run dir at a stall (the only one a replay has).
+
+Also the dashboard's stall line: "stalled at step 5 in wait_for_peer (hang.py:4)", from the
+`stacks` event of the capture taken when the task stalled.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from launcher import events as ev
+from launcher.control import JobControl
+from launcher.events import Event
+from launcher.jobview import TaskView
+from launcher.stackmodel import Frame, TaskStacks
+
+STACKS_DIR = "stacks"
+"""The run dir's folder of automatic captures (one file per capture, named by time)."""
+NO_CAPTURE = "no live job and no capture in the run dir (captures are taken when a task stalls)"
+
+
+@dataclass(frozen=True)
+class Capture:
+    """One set of stacks: the tasks' captures, when they were taken and whether live."""
+
+    stacks: list[TaskStacks]
+    taken: float
+    live: bool
+    path: Path | None = None
+
+    def only(self, task_id: str | None) -> Capture:
+        """This capture narrowed to one task (None: all of it)."""
+        if task_id is None:
+            return self
+        return Capture([s for s in self.stacks if s.task == task_id], self.taken, self.live, self.path)
+
+    @property
+    def source_line(self) -> str:
+        """Where the stacks come from, for the view's header."""
+        if self.live:
+            return "live"
+        return f"no live job: showing the capture of {clock_time(self.taken)}"
+
+
+class NoCapture(Exception):
+    """There is nothing to show: no live job and no capture stored."""
+
+
+def clock_time(ts: float) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(ts))
+
+
+def _stacks_of(obj: Any) -> list[TaskStacks]:
+    """The task captures in a decoded capture file: a list of tasks, or an object holding one."""
+    items = obj.get("tasks", obj.get("stacks", [])) if isinstance(obj, dict) else obj
+    if not isinstance(items, list):
+        raise ValueError("no list of tasks in it")
+    return [TaskStacks.from_json(item) for item in items]
+
+
+def read_capture(path: Path) -> Capture:
+    """A capture file the supervisor wrote; its time is the one recorded in it, else the file's."""
+    obj = json.loads(path.read_text(encoding="utf-8"))
+    taken = obj.get("ts", obj.get("taken")) if isinstance(obj, dict) else None
+    if not isinstance(taken, (int, float)):
+        taken = path.stat().st_mtime
+    return Capture(_stacks_of(obj), float(taken), live=False, path=path)
+
+
+def stored_capture(run_dir: Path | None, event: Event | None) -> Capture:
+    """The capture a `stacks` event names (the latest one the dashboard has seen), else the newest
+    file in the run dir's stacks folder. Raises `NoCapture` when there is none."""
+    candidates: list[Path] = []
+    if event is not None and event.get("path"):
+        named = Path(str(event.get("path")))
+        candidates.append(named if named.is_absolute() or run_dir is None else run_dir / named)
+    if run_dir is not None and (run_dir / STACKS_DIR).is_dir():
+        candidates += sorted((p for p in (run_dir / STACKS_DIR).iterdir() if p.is_file()),
+                             key=lambda p: (p.stat().st_mtime, p.name), reverse=True)
+    for path in candidates:
+        try:
+            return read_capture(path)
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # cut off mid-write or not a capture: try the next one
+    raise NoCapture(NO_CAPTURE)
+
+
+Fetch = Callable[[list[str] | None, bool], Capture]
+"""Takes (tasks or None for all, native frames?) and returns a capture; may block for seconds."""
+
+
+def live_fetch(control: JobControl, clock: Callable[[], float] = time.time) -> Fetch:
+    def fetch(tasks: list[str] | None, native: bool) -> Capture:
+        return Capture(control.capture_stacks(tasks, native=native), clock(), live=True)
+
+    return fetch
+
+
+def stored_fetch(run_dir: Path | None, event: Callable[[], Event | None]) -> Fetch:
+    """Replay: no job to ask, the last stored capture narrowed to the tasks asked for."""
+
+    def fetch(tasks: list[str] | None, native: bool) -> Capture:
+        capture = stored_capture(run_dir, event())
+        return capture.only(tasks[0]) if tasks and len(tasks) == 1 else capture
+
+    return fetch
+
+
+def frame_text(frame: Any) -> str:
+    """``wait_for_peer (hang.py:4)`` from a `stacks` event's frame (a text, or function/file/line)."""
+    if isinstance(frame, dict):
+        line = frame.get("line")
+        return Frame(str(frame.get("function", "?")), str(frame.get("file", "?")),
+                     line if isinstance(line, int) else None).label
+    if isinstance(frame, list) and len(frame) >= 3:  # a frame as capture files store it
+        return Frame(str(frame[0]), str(frame[1]), frame[2] if isinstance(frame[2], int) else None).label
+    return str(frame) if frame else ""
+
+
+def stall_line(task: TaskView) -> str:
+    """"stalled at step 5 in wait_for_peer (hang.py:4)"; the condition's reason while no capture says
+    where; empty when the task is not stalled. A suspect other than the task is named as such."""
+    if ev.STALLED not in task.conditions:
+        return ""
+    stacks = task.stall_stacks
+    step = f" at step {task.step}" if task.step is not None else ""
+    if stacks is None:
+        return f"stalled: {task.conditions[ev.STALLED]}"
+    where = frame_text(stacks.get("frame"))
+    suspect = stacks.get("suspect")
+    if suspect and suspect != task.task_id:
+        return f"stalled{step}; suspect {suspect}" + (f" in {where}" if where else "")
+    return f"stalled{step}" + (f" in {where}" if where else "")
+
+
+def job_stall_line(tasks: list[TaskView]) -> str:
+    """The header's line: the first stalled task's stall line, and how many more stalled."""
+    stalled = [(t.task_id, line) for t in tasks if (line := stall_line(t))]
+    if not stalled:
+        return ""
+    task_id, line = stalled[0]
+    more = f" (+{len(stalled) - 1} more)" if len(stalled) > 1 else ""
+    return f"{task_id} {line}{more}"

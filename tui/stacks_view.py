@@ -1,0 +1,238 @@
+"""The stacks view (`k`: the selected task, `K`: the whole job): every task's Python stacks, identical
+ones grouped, the suspect's group first.
+
+The capture blocks for seconds (it asks every host): it runs in a thread worker while the view
+says "capturing..." and stays usable; `r` takes a new one. In a replay, or for a job whose
+launcher has no live control, the view shows the last capture stored in the run dir.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import TYPE_CHECKING
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical, VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Static
+
+from launcher.events import Event
+from launcher.stackmodel import (
+    DISK_WAIT,
+    FROZEN_STATES,
+    ZOMBIE,
+    Frame,
+    TaskStacks,
+    ThreadStack,
+    group,
+    suspect,
+    user_frame,
+)
+from tui.stacks_data import Capture, Fetch, NoCapture, clock_time, live_fetch, stored_fetch
+
+if TYPE_CHECKING:
+    from tui.app import DashboardApp
+
+SUSPECT_STYLE = "bold white on red"
+USER_FRAME_STYLE = "bold black on yellow"
+ODD_STATES = (*FROZEN_STATES, DISK_WAIT, ZOMBIE)
+"""Process states named in red in a task's line (stopped T, disk wait D, zombie Z)."""
+
+
+def frame_line(frame: Frame) -> str:
+    """A frame as Python prints it in a traceback; native frames with their library."""
+    if frame.native:
+        where = frame.file if frame.line is None else f"{frame.file}:{frame.line}"
+        return f"    [native] {frame.function} ({where})"
+    return f'    File "{frame.file}", line {frame.line if frame.line is not None else "?"}, in {frame.function}'
+
+
+def task_line(stacks: TaskStacks) -> Text:
+    """``worker:1  on cpu1, pid 202: stopped, wchan do_signal_stop (py-spy)``, and its note."""
+    text = Text("  ")
+    text.append(stacks.task, style="bold")
+    pid = f", pid {stacks.pid}" if stacks.pid is not None else ""
+    text.append(f"  on {stacks.host}{pid}: ")
+    text.append(stacks.state, style="bold red" if stacks.state in ODD_STATES else "")
+    if stacks.wchan:
+        text.append(f", wchan {stacks.wchan}", style="dim")
+    if stacks.method:
+        text.append(f" ({stacks.method})", style="dim")
+    if stacks.note:
+        text.append(f"\n    {stacks.note}", style="italic yellow")
+    return text
+
+
+def thread_text(thread: ThreadStack) -> Text:
+    """One thread, frames newest last; the innermost frame of the user's own code highlighted."""
+    text = Text(f"  Thread {thread.name} ({thread.ident}), most recent call last:\n", style="cyan")
+    mine = user_frame(thread)
+    for frame in thread.frames:
+        line = frame_line(frame)
+        if frame is mine:
+            text.append(line, style=USER_FRAME_STYLE)
+            text.append("  <- innermost frame of your code", style="bold yellow")
+        else:
+            text.append(line, style="dim" if frame.native else "")
+        text.append("\n")
+    return text
+
+
+def summary(capture: Capture, groups: int, named: tuple[str, str] | None) -> Text:
+    """``stacks of 8 tasks, taken 14:03:07 (3 groups); suspect: worker:1 — stopped``."""
+    count = len(capture.stacks)
+    text = Text(f"stacks of {count} task{'s' if count != 1 else ''}, taken {clock_time(capture.taken)} "
+                f"({groups} group{'s' if groups != 1 else ''})", style="bold")
+    if named is not None:
+        text.append("; suspect: ", style="bold")
+        text.append(f"{named[0]} — {named[1]}", style=SUSPECT_STYLE)
+    if not capture.live:
+        text.append(f"\n{capture.source_line}", style="italic")
+    return text
+
+
+def capture_text(capture: Capture) -> tuple[Text, Text]:
+    """(the header, the body) of the view for one capture."""
+    named = suspect(capture.stacks)
+    groups = group(capture.stacks)  # the suspect's first, then the largest
+    by_task = {s.task: s for s in capture.stacks}
+    body = Text()
+    for found in groups:
+        body.append(f" {found.label} ", style=SUSPECT_STYLE if found.suspect else "bold reverse")
+        if found.suspect and named is not None:
+            body.append(f" SUSPECT: {named[1]}", style="bold red")
+        body.append("\n")
+        for task_id in found.tasks:
+            body.append_text(task_line(by_task[task_id]))
+            body.append("\n")
+        main = found.sample.main_thread()  # the members share its stack; other threads may differ
+        for thread in sorted(found.sample.threads, key=lambda t: t is not main):
+            body.append_text(thread_text(thread))
+        body.append("\n")
+    if not groups:
+        body.append("no task answered (none is running?)", style="italic")
+    return summary(capture, len(groups), named), body
+
+
+class StacksScreen(ModalScreen[None]):
+    """The stacks of one task or of the whole job; `a` switches between the two, `r` recaptures."""
+
+    DEFAULT_CSS = """
+    .dialog.stacks { width: 96%; height: 92%; max-width: 100%; border: thick $primary; padding: 0 1; }
+    #stacks-title { height: auto; margin-bottom: 1; }
+    #stacks-scroll { height: 1fr; }
+    """
+    BINDINGS = [
+        Binding("r", "refresh_stacks", "Capture again", id="stacks.refresh"),
+        Binding("a", "toggle_scope", "Selected task / whole job", id="stacks.scope"),
+        Binding("n", "toggle_native", "Native frames on/off", id="stacks.native"),
+        Binding("escape,q,k,K", "dismiss", "Close", id="stacks.close"),
+    ]
+
+    def __init__(self, fetch: Fetch, selected: str | None, whole_job: bool, live: bool) -> None:
+        super().__init__(classes="dialog-screen")
+        self.fetch = fetch
+        self.selected = selected
+        self.whole_job = whole_job or selected is None
+        self.live = live
+        self.native = False
+        self.capturing = False
+        self.captures = 0
+        """Captures shown so far (tests wait on it)."""
+        self.capture: Capture | None = None
+        self.title_text = ""
+        self.body_text = ""
+        """What the header and the body show, as plain text."""
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog stacks"):
+            yield Static("", id="stacks-title")
+            with VerticalScroll(id="stacks-scroll"):
+                yield Static("", id="stacks-body")
+            yield Static("", id="stacks-hint", classes="hint")
+
+    def on_mount(self) -> None:
+        self.query_one("#stacks-scroll").focus()
+        self.action_refresh_stacks()
+
+    @property
+    def scope(self) -> str:
+        return "the whole job" if self.whole_job else f"task {self.selected}"
+
+    def _hint(self) -> None:
+        other = f"only {self.selected}" if self.whole_job and self.selected else "whole job"
+        switch = f" · a: {other}" if self.selected else ""
+        native = " · n: no native frames" if self.native else " · n: native frames" if self.live else ""
+        self.query_one("#stacks-hint", Static).update(
+            f"showing {self.scope} · r: {'capture' if self.live else 'read'} again{switch}{native} · esc: close")
+
+    def action_refresh_stacks(self) -> None:
+        self._hint()
+        if self.capturing:
+            self.notify("a capture is already under way", timeout=2)
+            return
+        self.capturing = True
+        verb = "capturing" if self.live else "reading"
+        self._put(Text(f"{verb} the stacks of {self.scope}...", style="bold italic"), None)
+        tasks = None if self.whole_job else [str(self.selected)]
+        native = self.native
+        self.run_worker(lambda: self._take(tasks, native), thread=True, group="stacks", name="stacks")
+
+    def _take(self, tasks: list[str] | None, native: bool) -> None:
+        """Worker thread: take the capture, then hand it (or the failure) to the UI thread."""
+        result: Capture | str
+        try:
+            result = self.fetch(tasks, native)
+        except NoCapture as exc:
+            result = str(exc)
+        except Exception as exc:  # a host that does not answer must not break the view
+            result = f"capture failed: {exc}"
+        with contextlib.suppress(RuntimeError):  # the app has already gone
+            self.app.call_from_thread(self._show, result)
+
+    def _show(self, result: Capture | str) -> None:
+        self.capturing = False
+        if not self.is_attached:
+            return
+        if isinstance(result, str):
+            self._put(Text(result, style="bold red" if self.live else "bold"), Text())
+        else:
+            self.capture = result
+            self._put(*capture_text(result))
+        self.captures += 1
+
+    def _put(self, title: Text, body: Text | None) -> None:
+        self.title_text = title.plain
+        self.query_one("#stacks-title", Static).update(title)
+        if body is not None:
+            self.body_text = body.plain
+            self.query_one("#stacks-body", Static).update(body)
+
+    def action_toggle_scope(self) -> None:
+        if self.selected is None:
+            self.notify("no task selected: showing the whole job", timeout=2)
+            return
+        self.whole_job = not self.whole_job
+        self.action_refresh_stacks()
+
+    def action_toggle_native(self) -> None:
+        if not self.live:
+            self.notify("native frames need a live job: a stored capture is shown as taken", timeout=3)
+            return
+        self.native = not self.native
+        self.action_refresh_stacks()
+
+
+def stacks_screen(app: DashboardApp, whole_job: bool) -> StacksScreen:
+    """The view for the app's job: a live capture where the app has a control, else the run dir's."""
+    selected = app.table.selected_task
+    if app.live and app.control is not None:
+        return StacksScreen(live_fetch(app.control, app.clock), selected, whole_job, live=True)
+
+    def last_event() -> Event | None:
+        with app.lock:
+            return app.view.last_stacks
+
+    return StacksScreen(stored_fetch(app.run_dir, last_event), selected, whole_job, live=False)
