@@ -226,9 +226,9 @@ class StacksScreen(ModalScreen[None]):
 
 
 def stacks_screen(app: DashboardApp, whole_job: bool) -> StacksScreen:
-    """The view for the app's job: a live capture where the app has a control, else the run dir's."""
+    """The view for the app's job: a live capture while the job runs, else the run dir's last one."""
     selected = app.table.selected_task
-    if app.live and app.control is not None:
+    if app.live and app.control is not None and not app.view.ended and not app.stream_ended:
         return StacksScreen(live_fetch(app.control, app.clock), selected, whole_job, live=True)
 
     def last_event() -> Event | None:

@@ -12,8 +12,8 @@ import pytest
 
 from tests.tui.stacks_fixtures import (
     HOSTS,
-    one_stopped,
     odd_one_out,
+    one_stopped,
     stall_events,
     write_capture,
 )
@@ -216,3 +216,38 @@ def test_frame_text_reads_the_forms_of_a_stacks_event() -> None:
     assert frame_text(["wait_for_peer", "/a/hang.py", 4, False]) == "wait_for_peer (hang.py:4)"
     assert frame_text("wait_for_peer (hang.py:4)") == "wait_for_peer (hang.py:4)"
     assert frame_text(None) == ""
+
+
+def test_the_stall_line_goes_with_the_stall() -> None:
+    from launcher import events as ev
+    from launcher.jobview import JobView
+    from tests.tui.tui_support import RUN
+    from tui.stacks_data import stall_line
+
+    view = JobView()
+    for event in stall_events():
+        view.apply(event)
+    assert stall_line(view.tasks["worker:1"]) == "stalled at step 5 in wait_for_peer (hang.py:4)"
+    assert view.last_stacks is not None and view.last_stacks.get("suspect") == "worker:1"
+    view.apply(ev.metric_event(RUN, "worker:1", step=6, loss=0.1, ts=T0 + 20))
+    view.apply(ev.condition_event(RUN, "worker:1", ev.STALLED, False, "step advanced to 6", ts=T0 + 20))
+    assert stall_line(view.tasks["worker:1"]) == "" and view.tasks["worker:1"].stall_stacks is None
+    # a capture that arrives while the task is not stalled says nothing about a stall
+    view.apply(stall_events()[-1])
+    assert view.tasks["worker:1"].stall_stacks is None
+
+
+async def test_an_ended_job_shows_the_stored_capture(tmp_path: Path) -> None:
+    from launcher import events as ev
+    from tests.tui.tui_support import RUN
+
+    events = [*stall_events(), ev.job_event(RUN, ev.JOB_FAILED, ts=T0 + 30)]
+    write_capture(tmp_path, one_stopped(), ts=T0 + 11)
+    control = RecordingControl(odd_one_out())
+    app = make_app(events, control=control, hosts_total=2, run_dir=tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await load(pilot, app, len(events))
+        screen = await open_stacks(pilot, "K")
+        assert captured(control) == []
+        assert "no live job: showing the capture of 22:13:31" in screen.title_text
+        assert "suspect: worker:3" in screen.title_text
