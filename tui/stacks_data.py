@@ -18,7 +18,8 @@ from launcher import events as ev
 from launcher.control import JobControl
 from launcher.events import Event
 from launcher.jobview import TaskView
-from launcher.stackmodel import Frame, TaskStacks
+from launcher.stackmodel import TaskStacks
+from launcher.timeline import frame_text
 
 STACKS_DIR = "stacks"
 """The run dir's folder of automatic captures (one file per capture, named by time)."""
@@ -110,17 +111,6 @@ def stored_fetch(run_dir: Path | None, event: Callable[[], Event | None]) -> Fet
         return capture.only(tasks[0]) if tasks and len(tasks) == 1 else capture
 
     return fetch
-
-
-def frame_text(frame: Any) -> str:
-    """``wait_for_peer (hang.py:4)`` from a `stacks` event's frame (a text, or function/file/line)."""
-    if isinstance(frame, dict):
-        line = frame.get("line")
-        return Frame(str(frame.get("function", "?")), str(frame.get("file", "?")),
-                     line if isinstance(line, int) else None).label
-    if isinstance(frame, list) and len(frame) >= 3:  # a frame as capture files store it
-        return Frame(str(frame[0]), str(frame[1]), frame[2] if isinstance(frame[2], int) else None).label
-    return str(frame) if frame else ""
 
 
 def stall_line(task: TaskView) -> str:
