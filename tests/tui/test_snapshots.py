@@ -6,24 +6,12 @@ Update after an intended change with: pytest tests/tui/test_snapshots.py --snaps
 
 from __future__ import annotations
 
-import time
-from collections.abc import Iterator
-
 import pytest
 
 from tests.tui.tui_support import RecordingControl, load, make_app, recorded_job, wait_until
 
 SIZES = [(80, 24), (200, 50)]
-
-
-@pytest.fixture(autouse=True)
-def utc_clock(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """The timeline shows wall times of day: the same picture in every time zone."""
-    monkeypatch.setenv("TZ", "UTC")
-    time.tzset()
-    yield
-    monkeypatch.undo()
-    time.tzset()
+pytestmark = pytest.mark.usefixtures("utc_clock")  # the timeline shows wall times of day
 
 
 def loaded(*keys: str):

@@ -4,12 +4,14 @@ with captures as the host agents return them (tests/tui/stacks_fixtures.py)."""
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from launcher.events import Event
 from tests.tui.stacks_fixtures import (
     HOSTS,
     odd_one_out,
@@ -18,20 +20,23 @@ from tests.tui.stacks_fixtures import (
     write_capture,
 )
 from tests.tui.tui_support import T0, RecordingControl, load, make_app, wait_until
+from tui.app import DashboardApp
 from tui.stacks_data import NO_CAPTURE, frame_text
 from tui.stacks_view import StacksScreen
 
 SIZE = (120, 40)
+pytestmark = pytest.mark.usefixtures("utc_clock")  # the view says when the stacks were taken
 
 
-@pytest.fixture(autouse=True)
-def utc_clock(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """The view says when the stacks were taken: the same time of day in every time zone."""
-    monkeypatch.setenv("TZ", "UTC")
-    time.tzset()
-    yield
-    monkeypatch.undo()
-    time.tzset()
+@asynccontextmanager
+async def dashboard(control: RecordingControl | None, events: list[Event] | None = None,
+                    **kwargs: Any) -> AsyncIterator[tuple[DashboardApp, Any]]:
+    """The dashboard of the stalled eight-worker job (or of `events`), every event shown."""
+    events = stall_events() if events is None else events
+    app = make_app(events, control=control, hosts_total=2, **kwargs)
+    async with app.run_test(size=SIZE) as pilot:
+        await load(pilot, app, len(events))
+        yield app, pilot
 
 
 async def open_stacks(pilot, key: str, shown: int = 1) -> StacksScreen:
@@ -47,11 +52,8 @@ def captured(control: RecordingControl) -> list[tuple[str, ...]]:
 
 
 async def test_whole_job_groups_identical_stacks_with_the_odd_one_first() -> None:
-    events = stall_events()
     control = RecordingControl(odd_one_out())
-    app = make_app(events, control=control, hosts_total=2)
-    async with app.run_test(size=SIZE) as pilot:
-        await load(pilot, app, len(events))
+    async with dashboard(control) as (_app, pilot):
         screen = await open_stacks(pilot, "K")
         assert captured(control) == [("capture_stacks", "*", "")]
         assert screen.title_text.startswith("stacks of 8 tasks, taken ")
@@ -75,10 +77,7 @@ async def test_whole_job_groups_identical_stacks_with_the_odd_one_first() -> Non
 
 
 async def test_a_stopped_task_is_the_suspect_and_says_why_it_has_no_stacks() -> None:
-    events = stall_events()
-    app = make_app(events, control=RecordingControl(one_stopped()), hosts_total=2)
-    async with app.run_test(size=SIZE) as pilot:
-        await load(pilot, app, len(events))
+    async with dashboard(RecordingControl(one_stopped())) as (_app, pilot):
         screen = await open_stacks(pilot, "K")
         assert "suspect: worker:3 — it is stopped (wchan do_signal_stop)" in screen.title_text
         body = screen.body_text.splitlines()
@@ -89,11 +88,8 @@ async def test_a_stopped_task_is_the_suspect_and_says_why_it_has_no_stacks() -> 
 
 
 async def test_k_captures_the_selected_task_and_a_widens_to_the_whole_job() -> None:
-    events = stall_events()
     control = RecordingControl(odd_one_out())
-    app = make_app(events, control=control, hosts_total=2)
-    async with app.run_test(size=SIZE) as pilot:
-        await load(pilot, app, len(events))
+    async with dashboard(control) as (app, pilot):
         await pilot.press("down")  # worker:1
         await wait_until(pilot, lambda: app.selected_task == "worker:1")
         screen = await open_stacks(pilot, "k")
@@ -110,11 +106,8 @@ async def test_k_captures_the_selected_task_and_a_widens_to_the_whole_job() -> N
 
 
 async def test_r_captures_again_without_blocking_the_screen() -> None:
-    events = stall_events()
     control = RecordingControl(odd_one_out())
-    app = make_app(events, control=control, hosts_total=2)
-    async with app.run_test(size=SIZE) as pilot:
-        await load(pilot, app, len(events))
+    async with dashboard(control) as (_app, pilot):
         screen = await open_stacks(pilot, "K")
         control.gate = threading.Event()  # the next capture hangs until the test lets it finish
         control.stacks = one_stopped()
@@ -133,10 +126,7 @@ async def test_a_failed_capture_is_said_in_the_view() -> None:
         def capture_stacks(self, tasks=None, native=False, timeout=10.0):
             raise TimeoutError("node2 did not answer in 10 s")
 
-    events = stall_events()
-    app = make_app(events, control=Unreachable(), hosts_total=2)
-    async with app.run_test(size=SIZE) as pilot:
-        await load(pilot, app, len(events))
+    async with dashboard(Unreachable()) as (_app, pilot):
         screen = await open_stacks(pilot, "K")
         assert screen.title_text == "capture failed: node2 did not answer in 10 s"
 
@@ -144,11 +134,8 @@ async def test_a_failed_capture_is_said_in_the_view() -> None:
 async def test_the_palette_and_the_help_offer_the_stacks_view() -> None:
     from tui.commands import DashboardCommands
 
-    events = stall_events()
     control = RecordingControl(odd_one_out())
-    app = make_app(events, control=control, hosts_total=2)
-    async with app.run_test(size=SIZE) as pilot:
-        await load(pilot, app, len(events))
+    async with dashboard(control) as (app, pilot):
         provider = DashboardCommands(app.screen)
         hits = [hit async for hit in provider.search("stacks of the whole job")]
         assert hits and hits[0].help == "key: K"
@@ -163,11 +150,8 @@ async def test_the_palette_and_the_help_offer_the_stacks_view() -> None:
 
 
 async def test_replay_shows_the_capture_stored_at_the_stall(tmp_path: Path) -> None:
-    events = stall_events()
     write_capture(tmp_path, odd_one_out(), ts=T0 + 11)
-    app = make_app(events, control=None, live=False, hold_open=False, run_dir=tmp_path)
-    async with app.run_test(size=SIZE) as pilot:
-        await load(pilot, app, len(events))
+    async with dashboard(None, live=False, hold_open=False, run_dir=tmp_path) as (app, pilot):
         await pilot.press("down")
         await wait_until(pilot, lambda: app.selected_task == "worker:1")
         screen = await open_stacks(pilot, "k")
@@ -181,20 +165,15 @@ async def test_replay_shows_the_capture_stored_at_the_stall(tmp_path: Path) -> N
 
 
 async def test_replay_without_a_capture_says_so(tmp_path: Path) -> None:
-    events = stall_events(with_stacks=False)
-    app = make_app(events, control=None, live=False, hold_open=False, run_dir=tmp_path)
-    async with app.run_test(size=SIZE) as pilot:
-        await load(pilot, app, len(events))
+    replay = {"live": False, "hold_open": False, "run_dir": tmp_path}
+    async with dashboard(None, stall_events(with_stacks=False), **replay) as (_app, pilot):
         screen = await open_stacks(pilot, "K")
         assert screen.title_text == NO_CAPTURE
         assert screen.body_text == ""
 
 
 async def test_the_stall_line_says_where_the_task_hangs() -> None:
-    events = stall_events()
-    app = make_app(events, control=RecordingControl(), hosts_total=2)
-    async with app.run_test(size=SIZE) as pilot:
-        await load(pilot, app, len(events))
+    async with dashboard(RecordingControl()) as (app, pilot):
         header = app.header.render()
         assert "worker:1 stalled at step 5 in wait_for_peer (hang.py:4)" in str(header)
         await pilot.press("down")
@@ -204,10 +183,7 @@ async def test_the_stall_line_says_where_the_task_hangs() -> None:
 
 
 async def test_before_the_capture_the_stall_line_gives_the_reason() -> None:
-    events = stall_events(with_stacks=False)
-    app = make_app(events, control=RecordingControl(), hosts_total=2)
-    async with app.run_test(size=SIZE) as pilot:
-        await load(pilot, app, len(events))
+    async with dashboard(RecordingControl(), stall_events(with_stacks=False)) as (app, _pilot):
         assert "worker:1 stalled: step 5 has not advanced for 5s" in str(app.header.render())
 
 
@@ -241,12 +217,10 @@ async def test_an_ended_job_shows_the_stored_capture(tmp_path: Path) -> None:
     from launcher import events as ev
     from tests.tui.tui_support import RUN
 
-    events = [*stall_events(), ev.job_event(RUN, ev.JOB_FAILED, ts=T0 + 30)]
     write_capture(tmp_path, one_stopped(), ts=T0 + 11)
     control = RecordingControl(odd_one_out())
-    app = make_app(events, control=control, hosts_total=2, run_dir=tmp_path)
-    async with app.run_test(size=SIZE) as pilot:
-        await load(pilot, app, len(events))
+    events = [*stall_events(), ev.job_event(RUN, ev.JOB_FAILED, ts=T0 + 30)]
+    async with dashboard(control, events, run_dir=tmp_path) as (_app, pilot):
         screen = await open_stacks(pilot, "K")
         assert captured(control) == []
         assert "no live job: showing the capture of 22:13:31" in screen.title_text
