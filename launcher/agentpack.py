@@ -23,7 +23,8 @@ from pathlib import Path
 AGENT_MODULES = ("__init__", "events", "report", "sampling", "nvml", "hostcheck",
                  "metricregex", "stackmodel", "autolog", "autolog_hook", "autolog_patches", "autolog_global_step",
                  "agent/__init__", "agent/procs", "agent/spec", "agent/output", "agent/runner",
-                 "agent/stream", "agent/hostagent", "agent/clients", "agent/netcheck", "agent/verbs")
+                 "agent/stream", "agent/hostagent", "agent/clients", "agent/netcheck", "agent/verbs",
+                 "agent/stacks")
 #: autolog's start-up hook: a directory of its own in the archive, put on a task's path only
 #: when autolog is on (``agent.pyz/distlaunch_site``; zipimport reads subdirectories)
 SITE_DIR = "distlaunch_site"

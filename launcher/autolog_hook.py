@@ -23,6 +23,12 @@ if TYPE_CHECKING:
 WATCHED = ("tensorflow", "keras", "tf_keras")
 #: "0" / "false" turns autolog off for a process (the agent sets it from the profile's ``autolog``)
 ENABLE_ENV = "DISTLAUNCH_AUTOLOG"
+#: the file faulthandler dumps every thread's stack into on STACKS_SIGNAL (launcher/agent/stacks.py)
+STACKS_ENV = "DISTLAUNCH_STACKS_FILE"
+#: SIGUSR2 (12 on Linux): TensorFlow, Keras and absl handle only SIGTERM, SIGINT and fault signals,
+#: and SIGUSR1 is what Slurm's --signal and preemption helpers commonly send
+STACKS_SIGNAL_NAME = "SIGUSR2"
+_stacks_file = None  # kept open for faulthandler for the life of the process
 
 
 def _patch(name: str) -> None:
@@ -81,7 +87,30 @@ def install() -> None:
     """Add the hook (once); patch right away what is already imported."""
     if not enabled() or any(isinstance(f, WatchFinder) for f in sys.meta_path):
         return
+    register_stacks_dump()
     sys.meta_path.insert(0, WatchFinder())
     for name in WATCHED:
         if name in sys.modules:
             _patch(name)
+
+
+def register_stacks_dump() -> None:
+    """Let the host agent ask this process for its stacks: on SIGUSR2 faulthandler appends every
+    thread's stack to ``$DISTLAUNCH_STACKS_FILE``; a marker line with the pid says the handler is
+    there (the agent never sends a signal whose default action would end the process)."""
+    global _stacks_file
+    path = os.environ.get(STACKS_ENV)
+    if not path or _stacks_file is not None:
+        return
+    try:
+        import _signal  # builtin: `signal` would import enum at every start of every Python of the task
+        import faulthandler
+
+        sig = getattr(_signal, STACKS_SIGNAL_NAME)
+        f = open(path, "a", encoding="utf-8")  # noqa: SIM115 (faulthandler writes to it until the end)
+        f.write("# distlaunch faulthandler pid %d\n" % os.getpid())
+        f.flush()
+        faulthandler.register(sig, file=f, all_threads=True, chain=False)
+        _stacks_file = f
+    except (OSError, AttributeError, RuntimeError, ValueError) as exc:
+        sys.stderr.write("distlaunch autolog: no stacks on request (%s)\n" % exc)

@@ -74,6 +74,12 @@ def _logs(args: argparse.Namespace) -> int:
     return run_logs(args)
 
 
+def _stacks(args: argparse.Namespace) -> int:
+    from launcher.stackscmd import run_stacks
+
+    return run_stacks(args)
+
+
 def _restart(args: argparse.Namespace) -> int:
     from launcher.jobs import run_restart
 
@@ -215,6 +221,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kind", choices=TIMELINE_KINDS, help="only entries of this kind")
     p.add_argument("--task", help="only entries about this task, e.g. worker:1")
     p.set_defaults(handler=_events)
+
+    p = sub.add_parser("stacks", help="every live task's Python stacks and process state")
+    p.add_argument("targets", nargs="*", metavar="[RUN] [TASK...]",
+                   help="run id or run directory (default: the most recent run), then task ids (default: all)")
+    p.add_argument("--native", action="store_true", help="with py-spy: native frames too (C/C++, gRPC, collectives)")
+    p.add_argument("--json", action="store_true", help="a JSON list of every task's capture")
+    p.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS", help="how long hosts may take (10)")
+    p.set_defaults(handler=_stacks)
 
     p = sub.add_parser("replay", help="re-play a finished run's events in the dashboard")
     p.add_argument("run", nargs="?", help="run id or run directory (default: the most recent run)")

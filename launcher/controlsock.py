@@ -20,7 +20,7 @@ from typing import Any
 
 from launcher.supervisor import Supervisor
 
-ACTIONS = ("restart", "stop", "teardown", "detach")
+ACTIONS = ("restart", "stop", "teardown", "detach", "stacks")
 #: a request is one short JSON line; anything longer is not read
 MAX_REQUEST = 64 * 1024
 
@@ -52,19 +52,35 @@ class ControlServer:
                 conn, _ = self._sock.accept()
             except OSError:
                 return
-            with conn:
-                conn.settimeout(5)
-                try:
-                    uid = peer_uid(conn)
-                    line = conn.makefile("r").readline(MAX_REQUEST)  # read first: closing early resets the peer
-                    if uid != os.getuid():
-                        answer = {"ok": False, "error": f"refused: uid {uid} does not own this run"}
-                    else:
-                        answer = self._handle(json.loads(line))
-                except (OSError, ValueError) as exc:
-                    answer = {"ok": False, "error": str(exc)}
-                with contextlib.suppress(OSError):
-                    conn.sendall((json.dumps(answer) + "\n").encode())
+            conn.settimeout(5)
+            request: dict[str, Any] = {}
+            try:
+                uid = peer_uid(conn)
+                line = conn.makefile("r").readline(MAX_REQUEST)  # read first: closing early resets the peer
+                if uid != os.getuid():
+                    answer = {"ok": False, "error": f"refused: uid {uid} does not own this run"}
+                else:
+                    request = json.loads(line)
+                    if request.get("action") == "stacks":  # seconds long: on a thread, the next request goes on
+                        threading.Thread(target=self._stacks, args=(conn, request), name="control-stacks",
+                                         daemon=True).start()
+                        continue
+                    answer = self._handle(request)
+            except (OSError, ValueError, AttributeError) as exc:
+                answer = {"ok": False, "error": str(exc)}
+            _reply(conn, answer)
+
+    def _stacks(self, conn: socket.socket, request: dict[str, Any]) -> None:
+        tasks, timeout = request.get("tasks"), request.get("timeout_s")
+        try:
+            captures = self.control.capture_stacks([str(t) for t in tasks] if isinstance(tasks, list) and tasks
+                                                   else None, bool(request.get("native")),
+                                                   float(timeout) if isinstance(timeout, int | float) else 10.0)
+            answer = {"ok": True, "stacks": [c.to_json() for c in captures]}
+        except Exception as exc:  # the CLI says it; the launcher goes on
+            answer = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+        conn.settimeout(30)
+        _reply(conn, answer)
 
     def _handle(self, request: dict[str, Any]) -> dict[str, Any]:
         action, task = request.get("action"), request.get("task")
@@ -88,14 +104,21 @@ class ControlServer:
         self._sock.close()
 
 
+def _reply(conn: socket.socket, answer: dict[str, Any]) -> None:
+    with conn, contextlib.suppress(OSError):
+        conn.sendall((json.dumps(answer) + "\n").encode())
+
+
 def send(run_id: str, action: str, task: str | None = None, reason: str | None = None,
-         timeout: float = 5.0) -> dict[str, Any] | None:
-    """Ask the run's launcher to act; None when no launcher is listening."""
+         timeout: float = 5.0, **extra: Any) -> dict[str, Any] | None:
+    """Ask the run's launcher to act (``extra``: more fields of the request, e.g. a stacks
+    request's ``tasks``, ``native``, ``timeout``); None when no launcher is listening."""
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
             sock.settimeout(timeout)
             sock.connect(_address(run_id))
-            sock.sendall((json.dumps({"action": action, "task": task, "reason": reason}) + "\n").encode())
+            request = {"action": action, "task": task, "reason": reason, **extra}
+            sock.sendall((json.dumps(request) + "\n").encode())
             line = sock.makefile("r").readline()
     except (ConnectionRefusedError, FileNotFoundError):
         return None

@@ -41,8 +41,8 @@ CONDITION = "condition"
 # extension: an operator acted on the job (`action`: restart / stop / teardown / detach / attach,
 # `target`: a task id or null, `origin`: dashboard / cli); the timeline shows who did what
 ACTION = "action"
-# extension: stacks were captured (at a stall or on request): `path` of the capture in the run dir,
-# `suspect` (a task id or null), `frame` (the innermost frame of the user's code in it)
+# extension: every task's stacks were captured (at a stall or on request): `path` of the capture
+# in the run dir, `suspect` (a task id or null) and `frame` (its innermost frame of user code)
 STACKS = "stacks"
 KINDS = (JOB, STATE, METRIC, SAMPLE, PLACEMENT, LOG, HOST, CONDITION, ACTION, STACKS)
 
@@ -220,3 +220,10 @@ def action_event(run: str, action: str, target: str | None = None, origin: str =
                  ts: float | None = None) -> Event:
     return Event(ACTION, run, None, ts if ts is not None else time.time(),
                  {"action": action, "target": target, "origin": origin})
+
+
+def stacks_event(run: str, task: str | None, path: str, suspect: str | None = None, frame: str | None = None,
+                 reason: str = "", ts: float | None = None) -> Event:
+    """``task``: the task whose stall made the capture (None: taken on request)."""
+    return Event(STACKS, run, task, ts if ts is not None else time.time(),
+                 {"path": path, "suspect": suspect, "frame": frame, "reason": reason})

@@ -13,6 +13,7 @@ from launcher import events as ev
 from launcher.events import Event
 from launcher.jobview import FAILURE_TAIL_LINES, JobView
 from launcher.tfnoise import hidden_note, split_startup
+from launcher.timeline import stacks_text
 
 PROGRESS_EVERY = 5.0
 #: SGR colours of task and job states on a terminal
@@ -111,6 +112,8 @@ class ProgressPrinter:
             name = event.get("condition")
             self._print(f"{event.task:<12} {name if event.get('active') else 'no longer ' + str(name)}"
                         + (f": {event.get('reason')}" if event.get("reason") else ""))
+        elif event.kind == ev.STACKS:
+            self._print(f"{event.task or 'job':<12} {stacks_text(event)}")
         elif event.kind == ev.PLACEMENT:
             spread = ", ".join(f"{t} {human_bytes(b)}" for t, b in sorted(view.placement.bytes_per_task().items()))
             self._print(f"{event.task} placed {len(event.get('variables') or [])} variables: {spread}")

@@ -35,6 +35,8 @@ PRIVATE_FILE = 0o600
 EVENTS_FILE = "events.jsonl"
 STATE_FILE = "state.json"
 DOWN_MARKER = "down-requested"
+#: captures of every task's stacks (``distlaunch stacks``' JSON and text), one pair per capture
+STACKS_DIR = "stacks"
 LATEST_LINK = "latest"  # in the state root: the most recent run started there
 #: lines kept in memory while the run dir cannot be written (disk full), written once it can
 PENDING_LINES = 100_000
@@ -200,6 +202,17 @@ class RunDir:
                 with contextlib.suppress(OSError):
                     os.close(fd)
             self._fds.clear()
+
+    def write_stacks(self, captured_at: float, as_json: str, as_text: str) -> str:
+        """One capture of every task's stacks as ``stacks/<UTC time>.json`` and ``.txt`` (0600 files
+        in a 0700 dir); the JSON file's path relative to the run dir."""
+        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(captured_at)) + f".{int(captured_at * 1000) % 1000:03d}Z"
+        folder = self.path / STACKS_DIR
+        make_private_dir(folder)
+        for suffix, text in ((".json", as_json), (".txt", as_text)):
+            with open(folder / (stamp + suffix), "w", encoding="utf-8", opener=private_opener) as fh:
+                fh.write(text)
+        return f"{STACKS_DIR}/{stamp}.json"
 
     def host_dir(self, host: str) -> Path:
         return self.path / "hosts" / host

@@ -307,11 +307,13 @@ def suspect(captures: Sequence[TaskStacks]) -> Optional[Tuple[str, str]]:
 
 
 def group(captures: Sequence[TaskStacks]) -> List[Group]:
-    """Identical stacks together: the suspect's group first, then the largest groups."""
+    """Identical stacks together: the suspect alone and first (a stopped task may show the same
+    stack as the others), then the largest groups."""
+    found = suspect(captures)
     buckets: Dict[Tuple[Any, ...], List[TaskStacks]] = {}
     for capture in sorted(captures, key=lambda c: task_sort_key(c.task)):
-        buckets.setdefault(stack_key(capture), []).append(capture)
-    found = suspect(captures)
+        key = ("suspect",) if found is not None and capture.task == found[0] else stack_key(capture)
+        buckets.setdefault(key, []).append(capture)
     groups: List[Group] = []
     for members in buckets.values():
         tasks = [c.task for c in members]

@@ -39,6 +39,8 @@ from launcher.policy import (
 )
 from launcher.remote import HostSession
 from launcher.rundir import DOWN_MARKER, RunDir, host_to_json
+from launcher.stackcapture import StallCapture, capture_stacks
+from launcher.stackmodel import TaskStacks
 from launcher.transport import LineStream
 from launcher.watchdog import ConditionChange, Watchdog
 
@@ -162,6 +164,7 @@ class Supervisor:
                                  [t.task_id for t in plan.tasks if t.role == "worker"],
                                  self.profile.straggler_ratio)
         self._next_watch = 0.0
+        self._stall_stacks = StallCapture(self)  # every task's stacks once per stall episode
 
     # -- public: consumers and control ------------------------------------------------------------
 
@@ -409,7 +412,13 @@ class Supervisor:
         else:
             session.started(answer, list(specs))
 
-    def _ask_agent(self, host: str, request: dict[str, Any]) -> dict[str, Any] | None:
+    def capture_stacks(self, tasks: list[str] | None = None, native: bool = False,
+                       timeout: float = 10.0) -> list[TaskStacks]:
+        """Every (or these) task's stacks, asked over the open follow channels (any thread but the loop)."""
+        return capture_stacks(self, tasks, native, timeout)
+
+    def _ask_agent(self, host: str, request: dict[str, Any],
+                   timeout: float = AGENT_REQUEST_SECONDS) -> dict[str, Any] | None:
         """Send ``request`` as a JSON line on the host's follow channel and wait for its ``#re``
         answer; None when there is no live channel to send it on, or it ended before the answer
         came (the caller uses the verb then; a live agent refuses to start a task twice)."""
@@ -421,14 +430,14 @@ class Supervisor:
         self._requests[request_id] = (host, answer)
         line = (json.dumps({**request, "id": request_id}, separators=(",", ":")) + "\n").encode()
         with self._send_locks[host]:
-            sent = stream.send(line, AGENT_REQUEST_SECONDS)
+            sent = stream.send(line, timeout)
         if not sent:
             self._requests.pop(request_id, None)
             return None
         try:
-            return answer.result(AGENT_REQUEST_SECONDS)  # None: the channel ended; the caller uses the verb
+            return answer.result(timeout)  # None: the channel ended; the caller uses the verb
         except TimeoutError:
-            raise HostError(f"host {host}: its agent did not answer within {AGENT_REQUEST_SECONDS:g} s") from None
+            raise HostError(f"host {host}: its agent did not answer within {timeout:g} s") from None
         finally:
             self._requests.pop(request_id, None)
 
@@ -643,6 +652,8 @@ class Supervisor:
         for change in self.watchdog.check(now):
             self._publish(ev.condition_event(self.run_id, change.task, change.condition, change.active,
                                              change.reason))
+            if change.condition == ev.STALLED:
+                self._stall_stacks.on_condition(change.task, change.active)
             if change.active and change.condition == ev.STALLED:
                 self._on_stall(self.tasks[change.task], change)
 

@@ -4,8 +4,7 @@ One `Timeline` is folded from the same events as the `JobView` (the dashboard's 
 from a run dir's events.jsonl (`distlaunch events`), so both show the same entries worded the
 same way. Only events that change something are kept: job and task state changes (with exit
 code, restart count and reason), hosts lost or back, conditions raised or cleared, operator
-actions, stacks captured (with the suspect). Metrics, samples and log lines are not history: they
-are skipped at the first test.
+actions. Metrics, samples and log lines are not history: they are skipped at the first test.
 """
 
 from __future__ import annotations
@@ -17,12 +16,11 @@ from typing import Any
 
 from launcher import events as ev
 from launcher.events import Event
-from launcher.stackmodel import Frame
 
 TIMELINE_ENTRIES = 5000
 """Entries kept by a live view; the oldest go first (events.jsonl keeps them all)."""
 
-TIMELINE_KINDS = (ev.JOB, ev.STATE, ev.HOST, ev.CONDITION, ev.ACTION, ev.STACKS)
+TIMELINE_KINDS = (ev.JOB, ev.STATE, ev.HOST, ev.CONDITION, ev.STACKS, ev.ACTION)
 """The event kinds that make timeline entries (what `--kind` accepts)."""
 
 
@@ -63,7 +61,7 @@ class Timeline:
         elif kind == ev.CONDITION:
             entry = _condition(event)
         elif kind == ev.STACKS:
-            entry = _stacks(event)
+            entry = TimelineEntry(event.ts, ev.STACKS, event.task, stacks_text(event), "warning")
         else:
             entry = _action(event)
         if entry is not None:
@@ -127,29 +125,24 @@ def _host(event: Event) -> TimelineEntry:
                          "info" if state == "up" else "error")
 
 
+def stacks_text(event: Event) -> str:
+    """``stacks taken: suspect worker:1 in wait_for_peer (hang.py:4) (it is stopped); stacks/<time>.json``."""
+    text = "stacks taken"
+    if event.get("suspect"):
+        text += f": suspect {event.get('suspect')}"
+        if event.get("frame"):
+            text += f" in {event.get('frame')}"
+        if event.get("reason"):
+            text += f" ({event.get('reason')})"
+    return text + f"; {event.get('path')}"
+
+
 def _condition(event: Event) -> TimelineEntry:
     name = str(event.get("condition") or "condition")
     active = bool(event.get("active"))
     reason = str(event.get("reason") or "")
     text = f"{name} {'raised' if active else 'cleared'}" + (f": {reason}" if reason else "")
     return TimelineEntry(event.ts, ev.CONDITION, event.task, text, "warning" if active else "info")
-
-
-def frame_text(frame: Any) -> str:
-    """``wait_for_peer (hang.py:4)`` from a `stacks` event's frame: a text, a dict of function, file
-    and line, or a list as capture files store a frame."""
-    if isinstance(frame, dict):
-        frame = [frame.get("function", "?"), frame.get("file", "?"), frame.get("line")]
-    if isinstance(frame, list) and len(frame) >= 3:
-        return Frame(str(frame[0]), str(frame[1]), frame[2] if isinstance(frame[2], int) else None).label
-    return str(frame) if frame else ""
-
-
-def _stacks(event: Event) -> TimelineEntry:
-    suspect, where = event.get("suspect"), frame_text(event.get("frame"))
-    text = "stacks captured" + (f": suspect {suspect}" if suspect else ": no suspect") + \
-        (f" in {where}" if where else "") + (f" ({event.get('path')})" if event.get("path") else "")
-    return TimelineEntry(event.ts, ev.STACKS, event.task, text, "warning" if suspect else "info")
 
 
 def _action(event: Event) -> TimelineEntry:

@@ -38,6 +38,7 @@ class _Progress:
     step_rate: StepRate = field(default_factory=StepRate)
     below_since: float | None = None
     active: set[str] = field(default_factory=set)
+    reasons: dict[str, str] = field(default_factory=dict)  # why each active condition was raised
 
 
 class Watchdog:
@@ -64,6 +65,13 @@ class Watchdog:
         progress = self._tasks.get(task)
         return None if progress is None else progress.step_rate.rate(now)
 
+    def active_reason(self, task: str, condition: str) -> str | None:
+        """Why ``condition`` was raised for ``task``, while it still is; else None."""
+        progress = self._tasks.get(task)
+        if progress is None or condition not in progress.active:
+            return None
+        return progress.reasons.get(condition, "")
+
     def check(self, now: float) -> list[ConditionChange]:
         changes = self._check_stalls(now)
         changes += self._check_stragglers(now)
@@ -79,9 +87,9 @@ class Watchdog:
             stalled = idle >= limit
             if stalled and ev.STALLED not in progress.active:
                 progress.active.add(ev.STALLED)
-                changes.append(ConditionChange(task, ev.STALLED, True,
-                                               f"step {progress.step} has not advanced for {idle:.0f}s "
-                                               f"(stall_seconds = {limit:g})"))
+                reason = progress.reasons[ev.STALLED] = (f"step {progress.step} has not advanced for {idle:.0f}s "
+                                                         f"(stall_seconds = {limit:g})")
+                changes.append(ConditionChange(task, ev.STALLED, True, reason))
             elif not stalled and ev.STALLED in progress.active:
                 progress.active.discard(ev.STALLED)
                 changes.append(ConditionChange(task, ev.STALLED, False, f"step advanced to {progress.step}"))

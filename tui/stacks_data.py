@@ -7,6 +7,7 @@ Also the dashboard's stall line: "stalled at step 5 in wait_for_peer (hang.py:4)
 
 from __future__ import annotations
 
+import calendar
 import json
 import time
 from collections.abc import Callable
@@ -18,11 +19,9 @@ from launcher import events as ev
 from launcher.control import JobControl
 from launcher.events import Event
 from launcher.jobview import TaskView
+from launcher.rundir import STACKS_DIR
 from launcher.stackmodel import TaskStacks
-from launcher.timeline import frame_text
 
-STACKS_DIR = "stacks"
-"""The run dir's folder of automatic captures (one file per capture, named by time)."""
 NO_CAPTURE = "no live job and no capture in the run dir (captures are taken when a task stalls)"
 
 
@@ -57,21 +56,26 @@ def clock_time(ts: float) -> str:
     return time.strftime("%H:%M:%S", time.localtime(ts))
 
 
-def _stacks_of(obj: Any) -> list[TaskStacks]:
-    """The task captures in a decoded capture file: a list of tasks, or an object holding one."""
-    items = obj.get("tasks", obj.get("stacks", [])) if isinstance(obj, dict) else obj
+def _stacks_of(items: Any) -> list[TaskStacks]:
     if not isinstance(items, list):
-        raise ValueError("no list of tasks in it")
+        raise ValueError("not a list of task captures")
     return [TaskStacks.from_json(item) for item in items]
 
 
+def _time_of(path: Path) -> float:
+    """When a capture was taken: its file's name says (``20231114T221345.123Z.json``, UTC, as
+    `RunDir.write_stacks` names it), else the file's time."""
+    try:
+        stamp, _, millis = path.stem.removesuffix("Z").partition(".")
+        return calendar.timegm(time.strptime(stamp, "%Y%m%dT%H%M%S")) + int(millis or 0) / 1000
+    except ValueError:
+        return path.stat().st_mtime
+
+
 def read_capture(path: Path) -> Capture:
-    """A capture file the supervisor wrote; its time is the one recorded in it, else the file's."""
-    obj = json.loads(path.read_text(encoding="utf-8"))
-    taken = obj.get("ts", obj.get("taken")) if isinstance(obj, dict) else None
-    if not isinstance(taken, (int, float)):
-        taken = path.stat().st_mtime
-    return Capture(_stacks_of(obj), float(taken), live=False, path=path)
+    """A capture file of the run dir: a list of TaskStacks objects (`launcher/stacktext.to_json`)."""
+    return Capture(_stacks_of(json.loads(path.read_text(encoding="utf-8"))), _time_of(path), live=False,
+                   path=path)
 
 
 def stored_capture(run_dir: Path | None, event: Event | None) -> Capture:
@@ -82,8 +86,7 @@ def stored_capture(run_dir: Path | None, event: Event | None) -> Capture:
         named = Path(str(event.get("path")))
         candidates.append(named if named.is_absolute() or run_dir is None else run_dir / named)
     if run_dir is not None and (run_dir / STACKS_DIR).is_dir():
-        candidates += sorted((p for p in (run_dir / STACKS_DIR).iterdir() if p.is_file()),
-                             key=lambda p: (p.stat().st_mtime, p.name), reverse=True)
+        candidates += sorted((run_dir / STACKS_DIR).glob("*.json"), key=lambda p: p.name, reverse=True)
     for path in candidates:
         try:
             return read_capture(path)
@@ -122,7 +125,7 @@ def stall_line(task: TaskView) -> str:
     step = f" at step {task.step}" if task.step is not None else ""
     if stacks is None:
         return f"stalled: {task.conditions[ev.STALLED]}"
-    where = frame_text(stacks.get("frame"))
+    where = str(stacks.get("frame") or "")
     suspect = stacks.get("suspect")
     if suspect and suspect != task.task_id:
         return f"stalled{step}; suspect {suspect}" + (f" in {where}" if where else "")

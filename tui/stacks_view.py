@@ -19,17 +19,8 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from launcher.events import Event
-from launcher.stackmodel import (
-    DISK_WAIT,
-    FROZEN_STATES,
-    ZOMBIE,
-    Frame,
-    TaskStacks,
-    ThreadStack,
-    group,
-    suspect,
-    user_frame,
-)
+from launcher.stackmodel import DISK_WAIT, FROZEN_STATES, ZOMBIE, TaskStacks, group, suspect, user_frame
+from launcher.stacktext import frame_line, header, thread_lines
 from tui.stacks_data import Capture, Fetch, NoCapture, clock_time, live_fetch, stored_fetch
 
 if TYPE_CHECKING:
@@ -41,41 +32,23 @@ ODD_STATES = (*FROZEN_STATES, DISK_WAIT, ZOMBIE)
 """Process states named in red in a task's line (stopped T, disk wait D, zombie Z)."""
 
 
-def frame_line(frame: Frame) -> str:
-    """A frame as Python prints it in a traceback; native frames with their library."""
-    if frame.native:
-        where = frame.file if frame.line is None else f"{frame.file}:{frame.line}"
-        return f"    [native] {frame.function} ({where})"
-    return f'    File "{frame.file}", line {frame.line if frame.line is not None else "?"}, in {frame.function}'
-
-
 def task_line(stacks: TaskStacks) -> Text:
-    """``worker:1  on cpu1, pid 202: stopped, wchan do_signal_stop (py-spy)``, and its note."""
-    text = Text("  ")
-    text.append(stacks.task, style="bold")
-    pid = f", pid {stacks.pid}" if stacks.pid is not None else ""
-    text.append(f"  on {stacks.host}{pid}: ")
-    text.append(stacks.state, style="bold red" if stacks.state in ODD_STATES else "")
-    if stacks.wchan:
-        text.append(f", wchan {stacks.wchan}", style="dim")
-    if stacks.method:
-        text.append(f" ({stacks.method})", style="dim")
-    if stacks.note:
-        text.append(f"\n    {stacks.note}", style="italic yellow")
-    return text
+    """The task's line as `distlaunch stacks` prints it: host, pid, state, wchan, method, note."""
+    return Text(f"  {header(stacks)}", style="bold red" if stacks.state in ODD_STATES else "")
 
 
-def thread_text(thread: ThreadStack) -> Text:
-    """One thread, frames newest last; the innermost frame of the user's own code highlighted."""
-    text = Text(f"  Thread {thread.name} ({thread.ident}), most recent call last:\n", style="cyan")
-    mine = user_frame(thread)
-    for frame in thread.frames:
-        line = frame_line(frame)
-        if frame is mine:
+def threads_text(sample: TaskStacks) -> Text:
+    """Every thread of a group's sample, frames newest last as `distlaunch stacks` prints them; the
+    innermost frame of the user's own code of each thread highlighted."""
+    mine = {frame_line(f) for f in map(user_frame, sample.threads) if f is not None}
+    text = Text()
+    for line in thread_lines(sample):
+        if line in mine:
             text.append(line, style=USER_FRAME_STYLE)
             text.append("  <- innermost frame of your code", style="bold yellow")
         else:
-            text.append(line, style="dim" if frame.native else "")
+            text.append(line, style="cyan" if line.startswith("  Thread") else
+                        "dim" if line.lstrip().startswith("[native]") else "")
         text.append("\n")
     return text
 
@@ -107,9 +80,7 @@ def capture_text(capture: Capture) -> tuple[Text, Text]:
         for task_id in found.tasks:
             body.append_text(task_line(by_task[task_id]))
             body.append("\n")
-        main = found.sample.main_thread()  # the members share its stack; other threads may differ
-        for thread in sorted(found.sample.threads, key=lambda t: t is not main):
-            body.append_text(thread_text(thread))
+        body.append_text(threads_text(found.sample))  # the members share its main thread's stack
         body.append("\n")
     if not groups:
         body.append("no task answered (none is running?)", style="italic")

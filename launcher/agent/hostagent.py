@@ -9,7 +9,9 @@ one, and a lock that is free means it died. It listens on ``agent.sock`` in the 
 * ``start`` {tasks, secrets}: start these tasks from their spec.json; answers their pids;
 * ``stop`` {tasks, grace, exit}: stop them (SIGTERM group, grace, SIGKILL group) and answer once
   each wrote its final event; with ``exit`` the agent then stops everything left and exits;
-* ``status``: the tasks it supervises and their pids.
+* ``status``: the tasks it supervises and their pids;
+* ``stacks`` {tasks, native, timeout} (on a follow channel): every task's stacks and process
+  state (``launcher.agent.stacks``).
 
 On start it adopts the live tasks of a predecessor that was killed (``runner.TaskRunner.adopt``);
 a task that died meanwhile gets its final event from the exit status its wrapper left. Without a
@@ -334,6 +336,10 @@ class HostAgent:
     def follower_request(self, request: Dict[str, Any]) -> Dict[str, Any]:
         """A request that came as a JSON line on a follower's connection (the launcher's `start`
         rides the open follow channel: no SSH exec, no interpreter to boot)."""
+        if request.get("op") == "stacks":
+            from launcher.agent import stacks
+
+            return stacks.answer(self.run_dir, request)
         if request.get("op") != "start":
             return {"error": "unknown request %r" % (request.get("op"),)}
         specs = request.get("specs") or {}

@@ -97,7 +97,7 @@ class TaskRunner:
             with SPAWN_LOCK:
                 proc = subprocess.Popen(
                     wrapped_argv(spec, self.task_dir), cwd=os.path.expanduser(spec.workdir),
-                    env=task_environment(spec, self._secrets), stdin=subprocess.DEVNULL, stdout=out_w,
+                    env=task_environment(spec, self._secrets, self.task_dir), stdin=subprocess.DEVNULL, stdout=out_w,
                     stderr=err_w, pass_fds=(out_r, err_r), start_new_session=True)
                 self._leaders.add(proc.pid)
         except (OSError, ValueError) as exc:

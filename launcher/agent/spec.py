@@ -17,6 +17,9 @@ from typing import Any, Dict, List, Optional, Tuple
 
 #: autolog's sitecustomize directory inside the zipapp (launcher/agentpack.py SITE_DIR)
 AUTOLOG_SITE_DIR = "distlaunch_site"
+#: the file (in the task dir) autolog's faulthandler appends stacks to, and the variable naming it
+STACKS_FILE = "stacks.txt"
+STACKS_ENV = "DISTLAUNCH_STACKS_FILE"
 #: the file (in the task dir) where the task's wrapper shell leaves the exit status
 EXIT_STATUS_FILE = "exit_status"
 
@@ -159,9 +162,11 @@ def read_exit_status(task_dir: str) -> Optional[int]:
         return None
 
 
-def task_environment(spec: AgentSpec, secrets: Optional[Dict[str, str]] = None) -> Dict[str, str]:
+def task_environment(spec: AgentSpec, secrets: Optional[Dict[str, str]] = None,
+                     task_dir: Optional[str] = None) -> Dict[str, str]:
     """The task's environment: the agent's, the spec's env, its secrets (``secrets``, else the
-    ``DISTLAUNCH_SECRETS`` the agent was started with), the distlaunch variables."""
+    ``DISTLAUNCH_SECRETS`` the agent was started with), the distlaunch variables; with autolog
+    on, where its faulthandler writes stacks (``task_dir``/stacks.txt, ``launcher.agent.stacks``)."""
     env = dict(os.environ)
     env.pop(SECRETS_VAR, None)  # only this task's own secrets go on, by name
     env.update(spec.env)
@@ -174,6 +179,9 @@ def task_environment(spec: AgentSpec, secrets: Optional[Dict[str, str]] = None) 
     if spec.autolog and site is not None:
         entries.insert(0, site)  # its sitecustomize chains to any other one further down the path
     env["DISTLAUNCH_AUTOLOG"] = "1" if spec.autolog else "0"
+    env.pop(STACKS_ENV, None)
+    if spec.autolog and task_dir is not None:
+        env[STACKS_ENV] = os.path.join(os.path.abspath(task_dir), STACKS_FILE)
     env["DISTLAUNCH_SAMPLE_INTERVAL"] = repr(spec.sample_interval)
     if existing:
         entries.append(existing)

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from launcher.agent.runner import TaskRunner
 
 LEASE_CHECK_SECONDS = 0.5
-VERBS = ("serve", "run", "follow", "start", "stop", "ports", "sweep", "preflight")
+VERBS = ("serve", "run", "follow", "start", "stop", "ports", "sweep", "preflight", "stacks")
 
 
 # -- run: one task in the foreground, without a host agent ------------------------------------------
@@ -194,6 +194,12 @@ def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
         sweep.add_argument("--run-id", required=True)
         sweep.add_argument("--kill", action="store_true")
         sweep.add_argument("--grace", type=float, default=5.0)
+    if only in (None, "stacks"):
+        stacks = verbs.add_parser("stacks", help="every task's stacks and process state (JSON)")
+        stacks.add_argument("--run-dir", required=True)
+        stacks.add_argument("--tasks", type=_slug_list, default=[], help="task ids or slugs (default: all)")
+        stacks.add_argument("--native", action="store_true", help="with py-spy: native frames too")
+        stacks.add_argument("--timeout", type=float, default=None)
     if only in (None, "preflight"):
         preflight = verbs.add_parser("preflight", help="what this host's Python offers; path and port checks")
         preflight.add_argument("--checks", default=None, help="JSON list of path checks (launcher/hostcheck.py)")
@@ -280,4 +286,9 @@ def _one_answer(args: argparse.Namespace) -> int:
         _print_json(answer)
     elif args.verb == "sweep":
         _print_json(cmd_sweep(args.run_id, args.kill, args.grace))
+    elif args.verb == "stacks":
+        from launcher.agent import stacks
+
+        _print_json(stacks.answer(os.path.abspath(args.run_dir), {"tasks": args.tasks, "native": args.native,
+                                                           "timeout": args.timeout}))
     return 0

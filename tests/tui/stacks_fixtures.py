@@ -3,12 +3,12 @@ stacks view's fixtures (the capture itself is tested with real processes in test
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from launcher import events as ev
 from launcher.events import Event
 from launcher.stackmodel import FAULTHANDLER, PYSPY, SLEEPING, STOPPED, Frame, TaskStacks, ThreadStack
+from launcher.stacktext import to_json
 from tests.tui.tui_support import RUN, T0
 
 SCRIPT = "/home/ada/job/hang.py"
@@ -56,28 +56,32 @@ def one_stopped() -> list[TaskStacks]:
     return out
 
 
-def stall_events(*, with_stacks: bool = True, path: str = "stacks/20231114-221345.json") -> list[Event]:
-    """Eight workers reach step 5; worker:1 stalls there and the supervisor captures the stacks."""
+CAPTURE = "stacks/20231114T221331.000Z.json"
+"""Where the supervisor stores the capture it takes at T0 + 11 (`RunDir.write_stacks`)."""
+
+
+def stall_events(*, with_stacks: bool = True) -> list[Event]:
+    """Eight workers reach step 5; worker:1 stalls there and the supervisor captures the stacks, then
+    raises the stall again with the frame it hangs in (launcher/stackcapture.py)."""
     out = [ev.job_event(RUN, ev.JOB_CREATED, ts=T0), ev.job_event(RUN, ev.JOB_RUNNING, ts=T0)]
     for task, (host, pid) in HOSTS.items():
         out.append(ev.state_event(RUN, task, ev.STARTING, host=host, ts=T0 + 0.1))
         out.append(ev.state_event(RUN, task, ev.RUNNING, host=host, pid=pid, ts=T0 + 0.5))
     for step in range(1, 6):
         out += [ev.metric_event(RUN, task, step=step, loss=1.0 / step, ts=T0 + step) for task in WORKERS]
-    out.append(ev.condition_event(RUN, "worker:1", ev.STALLED, True,
-                                  "step 5 has not advanced for 5s (stall_seconds = 5)", ts=T0 + 10))
+    reason = "step 5 has not advanced for 5s (stall_seconds = 5)"
+    out.append(ev.condition_event(RUN, "worker:1", ev.STALLED, True, reason, ts=T0 + 10))
     if with_stacks:
-        out.append(Event(ev.STACKS, RUN, "worker:1", T0 + 11, {
-            "path": path, "suspect": "worker:1",
-            "frame": {"function": "wait_for_peer", "file": SCRIPT, "line": 4}}))
+        out.append(ev.stacks_event(RUN, "worker:1", CAPTURE, "worker:1", "wait_for_peer (hang.py:4)",
+                                   "its stack differs from the other 7 worker tasks", ts=T0 + 11))
+        out.append(ev.condition_event(RUN, "worker:1", ev.STALLED, True,
+                                      f"{reason} in wait_for_peer (hang.py:4); stacks in {CAPTURE}", ts=T0 + 11))
     return out
 
 
-def write_capture(run_dir: Path, stacks: list[TaskStacks], ts: float,
-                  name: str = "20231114-221345.json") -> Path:
-    """A capture file in the run dir, as the supervisor stores one at a stall."""
-    folder = run_dir / "stacks"
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / name
-    path.write_text(json.dumps({"ts": ts, "tasks": [s.to_json() for s in stacks]}), encoding="utf-8")
+def write_capture(run_dir: Path, stacks: list[TaskStacks]) -> Path:
+    """The capture file of `stall_events`, as the supervisor stores it at the stall."""
+    path = run_dir / CAPTURE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(to_json(stacks), encoding="utf-8")
     return path

@@ -90,15 +90,3 @@ def test_events_cli_names_an_unknown_task(tmp_path: Path, capsys: pytest.Capture
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no task 'worker:9'" in err and "ps:0, worker:0" in err
 
-
-def test_a_stacks_capture_is_an_entry_naming_the_suspect_and_where() -> None:
-    timeline = Timeline()
-    timeline.add(ev.Event(ev.STACKS, RUN, "worker:0", 110.0, {
-        "path": "stacks/20231114-221345.json", "suspect": "worker:1",
-        "frame": {"function": "wait_for_peer", "file": "/home/ada/hang.py", "line": 4}}))
-    timeline.add(ev.Event(ev.STACKS, RUN, None, 111.0, {"path": "stacks/20231114-221346.json", "suspect": None}))
-    assert [(e.task, e.text, e.severity) for e in timeline.newest_first(kind=ev.STACKS)] == [
-        (None, "stacks captured: no suspect (stacks/20231114-221346.json)", "info"),
-        ("worker:0", "stacks captured: suspect worker:1 in wait_for_peer (hang.py:4) "
-                     "(stacks/20231114-221345.json)", "warning"),
-    ]

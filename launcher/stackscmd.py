@@ -1,0 +1,87 @@
+"""``distlaunch stacks [RUN] [TASK...] [--native]``: every live task's stacks and process state.
+
+With a live launcher the CLI asks it over its control socket (the launcher asks the host agents
+over its open follow channels: no new SSH exec); without one (a detached run) it connects to the
+run's hosts itself and runs the agent's ``stacks`` verb, one exec per host, all in parallel.
+Exit 0 when every live task answered, 1 when some did not (named on stderr), 2 for a mistake.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from typing import Any
+
+from launcher import controlsock
+from launcher.errors import UserError
+from launcher.rundir import find_run, read_state
+from launcher.stackcapture import capture_by_verb
+from launcher.stackmodel import UNKNOWN, TaskStacks, task_sort_key
+from launcher.stacktext import render, to_json
+
+#: a task id (``worker:1``), never a run id or a run directory
+TASK_ID = re.compile(r"^[A-Za-z_][\w.-]*:\d+$")
+#: the launcher's own round trip on top of the hosts' time
+CONTROL_MARGIN_SECONDS = 10.0
+
+
+def split_targets(targets: list[str]) -> tuple[str | None, list[str]]:
+    """(RUN, TASKs) of ``stacks [RUN] [TASK...]``: the first word is the run unless it is a task id."""
+    if targets and not TASK_ID.match(targets[0]):
+        return targets[0], targets[1:]
+    return None, targets
+
+
+def run_stacks(args: argparse.Namespace) -> int:
+    run, tasks = split_targets(list(args.targets))
+    path = find_run(run)
+    state = read_state(path)
+    run_id = str(state["run_id"])
+    known: dict[str, Any] = state.get("tasks", {})
+    unknown = [t for t in tasks if t not in known]
+    if unknown:
+        raise UserError(f"run {run_id} has no task {unknown[0]!r}; its tasks: " + ", ".join(known))
+    timeout = float(args.timeout)
+    captures = _from_launcher(run_id, tasks or list(known), args.native, timeout)
+    if captures is None:
+        captures = _from_hosts(state, tasks, args.native, timeout)
+    captures.sort(key=lambda c: task_sort_key(c.task))
+    sys.stdout.write(to_json(captures) if args.json else render(captures))
+    missing = [c for c in captures if not c.answered]
+    if missing:
+        for capture in missing:
+            print(f"distlaunch: no stacks from {capture.task}: {capture.note or capture.state}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _from_launcher(run_id: str, tasks: list[str], native: bool, timeout: float) -> list[TaskStacks] | None:
+    """The live launcher's capture; None when no launcher listens (then the CLI asks the hosts)."""
+    answer = controlsock.send(run_id, "stacks", timeout=timeout + CONTROL_MARGIN_SECONDS,
+                              tasks=tasks, native=native, timeout_s=timeout)
+    if answer is None:
+        return None
+    if not answer.get("ok"):
+        why = f"the launcher could not take them: {answer.get('error')}"
+        return [TaskStacks(task, "", None, UNKNOWN, note=why) for task in tasks]
+    return [TaskStacks.from_json(item) for item in answer.get("stacks") or []]
+
+
+def _from_hosts(state: dict[str, Any], tasks: list[str], native: bool, timeout: float) -> list[TaskStacks]:
+    from launcher.jobs import open_sessions  # the transports' modules, only on this path
+
+    placement = {task: str(info["host"]) for task, info in state.get("tasks", {}).items()
+                 if not tasks or task in tasks}
+    sessions, problems = open_sessions(state)
+    try:
+        reachable = {host: s for host, s in sessions.items() if host not in problems}
+        wanted = [t for t, host in placement.items() if host in reachable]
+        captures = capture_by_verb(reachable, {t: placement[t] for t in wanted}, wanted, native, timeout)
+    finally:
+        for session in sessions.values():
+            session.host.close()
+    for task, host in placement.items():
+        if host in problems:
+            captures.append(TaskStacks(task, host, None, UNKNOWN, note=f"host unreachable: {problems[host]}"))
+    return captures
