@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import sys
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -13,13 +15,14 @@ from launcher.plan import build_plan
 from launcher.profile import load_profile
 from launcher.remote import HostSession
 from launcher.rundir import RunDir
-from launcher.supervisor import Supervisor
+from launcher.supervisor import Feed, Supervisor
 from launcher.transport import make_host
 from tests.integration.jobtools import kill_run_processes, wait_for
 from tests.integration.test_fault_tolerance import shell_profile
 from tests.sshd import free_port
 from tests.tui.tui_support import wait_until
 from tui.app import DashboardApp
+from tui.replay import ReplaySource
 from tui.stacks_view import StacksScreen
 
 RUN = "it-stacks-view"
@@ -38,15 +41,23 @@ def train_step():
 
 print("ready", flush=True)
 if os.environ["DISTLAUNCH_TASK"] == "worker:1":
+    for step in range(1, 6):
+        print('@distlaunch {"kind": "metric", "step": %d}' % step, flush=True)
     wait_for_peer()
 train_step()
 '''
+WHERE = "wait_for_peer (hang.py:6)"
 
 
-async def test_the_view_groups_a_real_jobs_stacks_and_names_the_hung_worker(tmp_path: Path) -> None:
+@contextmanager
+def hung_job(tmp_path: Path, stall_seconds: float = 0) -> Iterator[tuple[Supervisor, Feed, Path]]:
+    """Three workers of a real job on this machine, launched and in their functions; worker:1 reports
+    five steps first. Yields the supervisor, a feed of all its events for the dashboard, the run dir;
+    torn down after."""
     script = tmp_path / "hang.py"
     script.write_text(SCRIPT, encoding="utf-8")
-    roles = f'[roles.worker]\nhosts = ["local"]\ncount = 3\ncommand = "{sys.executable} {script}"'
+    roles = f'[roles.worker]\nhosts = ["local"]\ncount = 3\ncommand = "{sys.executable} {script}"\n' + \
+        (f"stall_seconds = {stall_seconds}\n" if stall_seconds else "")
     plan = build_plan(load_profile(shell_profile(tmp_path, roles)))
     config = plan.profile.hosts["local"]
     session = HostSession(config, make_host(config), RUN, str(tmp_path / "host"), sys.executable)
@@ -57,11 +68,20 @@ async def test_the_view_groups_a_real_jobs_stacks_and_names_the_hung_worker(tmp_
     seen: list[Any] = []
     watched = sup.subscribe()  # the test's own copy of the events, to know when the workers are in place
     threading.Thread(target=lambda: seen.extend(watched.events()), daemon=True).start()
-    app = DashboardApp(feed, sup, title="stacks", strategy="custom", hosts_total=1, run_dir=rundir.path)
     try:
         sup.launch()
         wait_for(lambda: sum(1 for e in list(seen) if e.kind == ev.LOG and e.get("line") == "ready") == 3, 60,
                  "three workers in their functions")
+        yield sup, feed, rundir.path
+    finally:
+        sup.teardown()
+        sup.wait(60)
+        kill_run_processes(RUN)
+
+
+async def test_the_view_groups_a_real_jobs_stacks_and_names_the_hung_worker(tmp_path: Path) -> None:
+    with hung_job(tmp_path) as (sup, feed, run_dir):
+        app = DashboardApp(feed, sup, title="stacks", strategy="custom", hosts_total=1, run_dir=run_dir)
         async with app.run_test(size=(140, 50)) as pilot:
             await pilot.press("K")
             await wait_until(pilot, lambda: isinstance(app.screen, StacksScreen))
@@ -72,10 +92,25 @@ async def test_the_view_groups_a_real_jobs_stacks_and_names_the_hung_worker(tmp_
             body = screen.body_text.splitlines()
             assert body[0].startswith(" worker:1  SUSPECT"), body[:3]
             assert " worker:0, worker:2 (2) " in body
-            assert any(f'File "{script}", line 6, in wait_for_peer  <- innermost frame of your code' in line
-                       for line in body), screen.body_text
-            await pilot.press("escape")
-    finally:
-        sup.teardown()
-        sup.wait(60)
-        kill_run_processes(RUN)
+            script = tmp_path / "hang.py"
+            assert f'    File "{script}", line 6, in wait_for_peer  <- innermost frame of your code' in body, body
+
+
+async def test_a_stall_says_where_and_its_capture_replays(tmp_path: Path) -> None:
+    """The supervisor captures the stacks at worker:1's stall: the dashboard's stall line names its
+    function, and a replay of the run shows that capture."""
+    with hung_job(tmp_path, stall_seconds=2) as (sup, feed, run_dir):
+        app = DashboardApp(feed, sup, title="stacks", strategy="custom", hosts_total=1, run_dir=run_dir)
+        async with app.run_test(size=(140, 50)) as pilot:
+            await wait_until(pilot, lambda: f"worker:1 stalled at step 5 in {WHERE}" in str(app.header.render()),
+                             timeout=60)
+    replay = DashboardApp(ReplaySource(run_dir / "events.jsonl", speed=0), None, title="stacks", strategy="custom",
+                          hosts_total=1, live=False, run_dir=run_dir)
+    async with replay.run_test(size=(140, 50)) as pilot:
+        await wait_until(pilot, lambda: replay.stream_ended)
+        await pilot.press("K")
+        await wait_until(pilot, lambda: isinstance(replay.screen, StacksScreen) and replay.screen.captures >= 1)
+        screen = replay.screen
+        assert "\nno live job: showing the capture of " in screen.title_text, screen.title_text
+        assert "suspect: worker:1" in screen.title_text, screen.title_text
+        assert "in wait_for_peer  <- innermost frame of your code" in screen.body_text, screen.body_text
