@@ -46,6 +46,22 @@ def task_ids(prefix: str = "", parsed_args: argparse.Namespace | None = None, **
     return [t for t in ids if t.startswith(prefix)]
 
 
+def stacks_targets(prefix: str = "", parsed_args: argparse.Namespace | None = None, **_: Any) -> list[str]:
+    """``stacks [RUN] [TASK...]``: run ids and the most recent run's task ids first, then the task
+    ids of the run named (or the most recent one) not given yet."""
+    from launcher.stackscmd import split_targets
+
+    given = list(getattr(parsed_args, "targets", None) or [])
+    run, tasks = split_targets(given)
+    ids: list[str] = []
+    with contextlib.suppress(Exception):
+        from launcher.rundir import find_run, read_state
+
+        ids = [t for t in read_state(find_run(run)).get("tasks", {}) if t not in tasks]
+    words = ids if given else run_ids(prefix) + ids
+    return [w for w in words if w.startswith(prefix)]
+
+
 def _actions(parser: argparse.ArgumentParser) -> Iterator[argparse.Action]:
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
@@ -66,6 +82,8 @@ def complete(parser: argparse.ArgumentParser) -> None:
             completer = run_ids
         elif action.dest == "task":
             completer = task_ids
+        elif action.dest == "targets":
+            completer = stacks_targets
         elif action.dest == "profile":
             completer = FilesCompleter(("toml",))
         elif action.dest == "script":

@@ -80,6 +80,10 @@ def test_bash_completes_verbs_run_ids_and_task_ids(tmp_path: Path) -> None:
         "distlaunch completion ",
         "distlaunch check cluster_profiles/lo",
         "distlaunch init examples/p",
+        "distlaunch stacks ",
+        "distlaunch stacks mnist-20260101-000000-aaaa w",
+        "distlaunch stacks mnist-20260101-000000-aaaa worker:0 ",
+        "distlaunch stacks --na",
     )
     verbs = answers["distlaunch "]
     assert {"up", "check", "init", "runs", "logs", "schema", "export", "completion"} <= set(verbs)
@@ -94,6 +98,13 @@ def test_bash_completes_verbs_run_ids_and_task_ids(tmp_path: Path) -> None:
     assert answers["distlaunch completion "] == ["bash", "fish", "zsh"]
     assert answers["distlaunch check cluster_profiles/lo"] == ["cluster_profiles/local.toml"]
     assert answers["distlaunch init examples/p"] == ["examples/print_steps.py", "examples/ps_mnist.py"]
+    assert "stacks" in verbs
+    # stacks [RUN] [TASK...]: run ids, and the task ids of the most recent run, then of the run named
+    assert answers["distlaunch stacks "] == ["mnist-20260101-000000-aaaa", "other-20260102-000000-bbbb",
+                                             "worker:0"]
+    assert answers["distlaunch stacks mnist-20260101-000000-aaaa w"] == ["worker:0", "worker:1"]
+    assert answers["distlaunch stacks mnist-20260101-000000-aaaa worker:0 "] == ["chief:0", "ps:0", "worker:1"]
+    assert answers["distlaunch stacks --na"] == ["--native"]
 
 
 @pytest.mark.parametrize("shell", ["zsh", "fish"])

@@ -124,3 +124,11 @@ def test_answered_and_state_words() -> None:
     assert sm.state_word("D") == sm.DISK_WAIT and sm.state_word("T") == sm.STOPPED
     assert sm.TaskStacks("w:0", "h", 1, sm.STOPPED).answered
     assert not sm.TaskStacks("w:0", "h", 1, sm.SLEEPING, note="install py-spy").answered
+
+
+def test_a_stopped_suspect_stands_alone_even_with_the_same_stack() -> None:
+    text = _read("pyspy_full.txt")
+    captures = [_capture(f"worker:{i}", text) for i in range(3)]
+    captures[1].state = sm.STOPPED
+    groups = sm.group(captures)
+    assert [(g.label, g.suspect) for g in groups] == [("worker:1", True), ("worker:0, worker:2 (2)", False)]

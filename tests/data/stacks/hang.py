@@ -5,7 +5,7 @@ import sys
 import threading
 import time
 
-faulthandler.register(signal.SIGUSR2, open(sys.argv[1], "a"), all_threads=True, chain=False)
+faulthandler.register(signal.SIGUSR2, open(sys.argv[1], "a"), all_threads=True, chain=False)  # noqa: SIM115
 
 
 def heartbeat():
