@@ -110,6 +110,8 @@ class StacksScreen(ModalScreen[None]):
         self.live = live
         self.native = False
         self.capturing = False
+        self.again = False
+        """Asked for another capture (`r`, `a`, `n`) while one was under way."""
         self.captures = 0
         """Captures shown so far (tests wait on it)."""
         self.capture: Capture | None = None
@@ -141,8 +143,9 @@ class StacksScreen(ModalScreen[None]):
 
     def action_refresh_stacks(self) -> None:
         self._hint()
-        if self.capturing:
-            self.notify("a capture is already under way", timeout=2)
+        if self.capturing:  # one capture at a time: the next starts when this one is shown
+            self.again = True
+            self.notify("a capture is under way: another follows it", timeout=2)
             return
         self.capturing = True
         verb = "capturing" if self.live else "reading"
@@ -173,6 +176,9 @@ class StacksScreen(ModalScreen[None]):
             self.capture = result
             self._put(*capture_text(result))
         self.captures += 1
+        if self.again:
+            self.again = False
+            self.action_refresh_stacks()
 
     def _put(self, title: Text, body: Text | None) -> None:
         self.title_text = title.plain

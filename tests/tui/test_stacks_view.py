@@ -116,9 +116,12 @@ async def test_r_captures_again_without_blocking_the_screen() -> None:
         assert screen.title_text == "capturing the stacks of the whole job..."
         await pilot.press("pagedown", "end", "home")  # the screen still answers keys
         assert screen.capturing and screen.captures == 1
+        await pilot.press("a")  # only the selected task: taken once the capture under way is done
+        assert len(captured(control)) == 2
         control.gate.set()
-        await wait_until(pilot, lambda: screen.captures == 2)
-        assert "suspect: worker:3 — it is stopped" in screen.title_text
+        await wait_until(pilot, lambda: screen.captures == 3)
+        assert captured(control)[1:] == [("capture_stacks", "*", ""), ("capture_stacks", "worker:0", "")]
+        assert screen.title_text.startswith("stacks of 1 task, ")
 
 
 async def test_a_failed_capture_is_said_in_the_view() -> None:
