@@ -40,11 +40,12 @@ class Capture:
             return self
         return Capture([s for s in self.stacks if s.task == task_id], self.taken, self.live, self.path)
 
-    @property
-    def source_line(self) -> str:
-        """Where the stacks come from, for the view's header."""
+    def source_line(self, job_live: bool) -> str:
+        """Where the stacks come from, for the view's header (empty: a live capture)."""
         if self.live:
-            return "live"
+            return ""
+        if job_live:
+            return f"the capture stored at the last stall, taken {clock_time(self.taken)}"
         return f"no live job: showing the capture of {clock_time(self.taken)}"
 
 

@@ -53,7 +53,7 @@ def threads_text(sample: TaskStacks) -> Text:
     return text
 
 
-def summary(capture: Capture, groups: int, named: tuple[str, str] | None) -> Text:
+def summary(capture: Capture, groups: int, named: tuple[str, str] | None, source: str) -> Text:
     """``stacks of 8 tasks, taken 14:03:07 (3 groups); suspect: worker:1 — stopped``."""
     count = len(capture.stacks)
     text = Text(f"stacks of {count} task{'s' if count != 1 else ''}, taken {clock_time(capture.taken)} "
@@ -61,13 +61,13 @@ def summary(capture: Capture, groups: int, named: tuple[str, str] | None) -> Tex
     if named is not None:
         text.append("; suspect: ", style="bold")
         text.append(f"{named[0]} — {named[1]}", style=SUSPECT_STYLE)
-    if not capture.live:
-        text.append(f"\n{capture.source_line}", style="italic")
+    if source:
+        text.append(f"\n{source}", style="italic")
     return text
 
 
-def capture_text(capture: Capture) -> tuple[Text, Text]:
-    """(the header, the body) of the view for one capture."""
+def capture_text(capture: Capture, source: str = "") -> tuple[Text, Text]:
+    """(the header, the body) of the view for one capture; `source` says where it comes from."""
     named = suspect(capture.stacks)
     groups = group(capture.stacks)  # the suspect's first, then the largest
     by_task = {s.task: s for s in capture.stacks}
@@ -84,30 +84,35 @@ def capture_text(capture: Capture) -> tuple[Text, Text]:
         body.append("\n")
     if not groups:
         body.append("no task answered (none is running?)", style="italic")
-    return summary(capture, len(groups), named), body
+    return summary(capture, len(groups), named, source), body
 
 
 class StacksScreen(ModalScreen[None]):
-    """The stacks of one task or of the whole job; `a` switches between the two, `r` recaptures."""
+    """The stacks of one task or of the whole job; `a` switches between the two, `r` recaptures, `s`
+    between a live capture and the one the supervisor stored at the last stall. ``live``: how to
+    capture now (None: no live job, only the stored capture)."""
 
     DEFAULT_CSS = """
     .dialog.stacks { width: 96%; height: 92%; max-width: 100%; border: thick $primary; padding: 0 1; }
     #stacks-title { height: auto; margin-bottom: 1; }
     #stacks-scroll { height: 1fr; }
+    #stacks-hint { height: auto; color: $text-muted; }
     """
     BINDINGS = [
         Binding("r", "refresh_stacks", "Capture again", id="stacks.refresh"),
         Binding("a", "toggle_scope", "Selected task / whole job", id="stacks.scope"),
         Binding("n", "toggle_native", "Native frames on/off", id="stacks.native"),
+        Binding("s", "toggle_stored", "Live / the capture stored at the last stall", id="stacks.stored"),
         Binding("escape,q,k,K", "dismiss", "Close", id="stacks.close"),
     ]
 
-    def __init__(self, fetch: Fetch, selected: str | None, whole_job: bool, live: bool) -> None:
+    def __init__(self, live: Fetch | None, stored: Fetch, selected: str | None, whole_job: bool) -> None:
         super().__init__(classes="dialog-screen")
-        self.fetch = fetch
+        self.live_fetch = live
+        self.stored_fetch = stored
+        self.show_stored = live is None
         self.selected = selected
         self.whole_job = whole_job or selected is None
-        self.live = live
         self.native = False
         self.capturing = False
         self.again = False
@@ -124,11 +129,16 @@ class StacksScreen(ModalScreen[None]):
             yield Static("", id="stacks-title")
             with VerticalScroll(id="stacks-scroll"):
                 yield Static("", id="stacks-body")
-            yield Static("", id="stacks-hint", classes="hint")
+            yield Static("", id="stacks-hint")
 
     def on_mount(self) -> None:
         self.query_one("#stacks-scroll").focus()
         self.action_refresh_stacks()
+
+    @property
+    def live(self) -> bool:
+        """Whether a capture is taken now (else the stored one is read)."""
+        return not self.show_stored
 
     @property
     def scope(self) -> str:
@@ -138,8 +148,9 @@ class StacksScreen(ModalScreen[None]):
         other = f"only {self.selected}" if self.whole_job and self.selected else "whole job"
         switch = f" · a: {other}" if self.selected else ""
         native = " · n: no native frames" if self.native else " · n: native frames" if self.live else ""
-        self.query_one("#stacks-hint", Static).update(
-            f"showing {self.scope} · r: {'capture' if self.live else 'read'} again{switch}{native} · esc: close")
+        stored = "" if self.live_fetch is None else " · s: live" if self.show_stored else " · s: stall capture"
+        self.query_one("#stacks-hint", Static).update(f"showing {self.scope} · r: {'capture' if self.live else 'read'} "
+                                                      f"again{switch}{native}{stored} · esc: close")
 
     def action_refresh_stacks(self) -> None:
         self._hint()
@@ -151,14 +162,16 @@ class StacksScreen(ModalScreen[None]):
         verb = "capturing" if self.live else "reading"
         self._put(Text(f"{verb} the stacks of {self.scope}...", style="bold italic"), None)
         tasks = None if self.whole_job else [str(self.selected)]
-        native = self.native
+        native = self.native and self.live
         self.run_worker(lambda: self._take(tasks, native), thread=True, group="stacks", name="stacks")
 
     def _take(self, tasks: list[str] | None, native: bool) -> None:
         """Worker thread: take the capture, then hand it (or the failure) to the UI thread."""
         result: Capture | str
         try:
-            result = self.fetch(tasks, native)
+            fetch = self.stored_fetch if self.show_stored else self.live_fetch
+            assert fetch is not None
+            result = fetch(tasks, native)
         except NoCapture as exc:
             result = str(exc)
         except Exception as exc:  # a host that does not answer must not break the view
@@ -174,7 +187,7 @@ class StacksScreen(ModalScreen[None]):
             self._put(Text(result, style="bold red" if self.live else "bold"), Text())
         else:
             self.capture = result
-            self._put(*capture_text(result))
+            self._put(*capture_text(result, result.source_line(job_live=self.live_fetch is not None)))
         self.captures += 1
         if self.again:
             self.again = False
@@ -201,15 +214,21 @@ class StacksScreen(ModalScreen[None]):
         self.native = not self.native
         self.action_refresh_stacks()
 
+    def action_toggle_stored(self) -> None:
+        if self.live_fetch is None:
+            self.notify("no live job: this is the capture stored at the last stall", timeout=3)
+            return
+        self.show_stored = not self.show_stored
+        self.action_refresh_stacks()
+
 
 def stacks_screen(app: DashboardApp, whole_job: bool) -> StacksScreen:
     """The view for the app's job: a live capture while the job runs, else the run dir's last one."""
-    selected = app.table.selected_task
-    if app.live and app.control is not None and not app.view.ended and not app.stream_ended:
-        return StacksScreen(live_fetch(app.control, app.clock), selected, whole_job, live=True)
+    running = app.live and app.control is not None and not app.view.ended and not app.stream_ended
 
     def last_event() -> Event | None:
         with app.lock:
             return app.view.last_stacks
 
-    return StacksScreen(stored_fetch(app.run_dir, last_event), selected, whole_job, live=False)
+    live = live_fetch(app.control, app.clock) if running and app.control is not None else None
+    return StacksScreen(live, stored_fetch(app.run_dir, last_event), app.table.selected_task, whole_job)

@@ -221,3 +221,20 @@ async def test_an_ended_job_shows_the_stored_capture(tmp_path: Path) -> None:
         assert captured(control) == []
         assert "no live job: showing the capture of 22:13:31" in screen.title_text
         assert "suspect: worker:3" in screen.title_text
+
+
+async def test_s_switches_a_live_job_to_the_capture_stored_at_its_stall(tmp_path: Path) -> None:
+    write_capture(tmp_path, one_stopped())
+    control = RecordingControl(odd_one_out())
+    async with dashboard(control, run_dir=tmp_path) as (_app, pilot):
+        screen = await open_stacks(pilot, "K")
+        assert "suspect: worker:1" in screen.title_text
+        await pilot.press("s")
+        await wait_until(pilot, lambda: screen.captures == 2)
+        assert len(captured(control)) == 1  # read from the run dir, not asked of the tasks
+        assert screen.title_text.splitlines()[1] == "the capture stored at the last stall, taken 22:13:31"
+        assert "suspect: worker:3" in screen.title_text
+        assert "s: live" in str(screen.query_one("#stacks-hint").render())
+        await pilot.press("s")
+        await wait_until(pilot, lambda: screen.captures == 3)
+        assert len(captured(control)) == 2 and "suspect: worker:1" in screen.title_text
