@@ -16,8 +16,10 @@ import os
 import socket
 import struct
 import threading
+import time
 from typing import Any
 
+from launcher.stackcapture import record
 from launcher.supervisor import Supervisor
 
 ACTIONS = ("restart", "stop", "teardown", "detach", "stacks")
@@ -73,10 +75,13 @@ class ControlServer:
     def _stacks(self, conn: socket.socket, request: dict[str, Any]) -> None:
         tasks, timeout = request.get("tasks"), request.get("timeout_s")
         try:
+            captured_at = time.time()
             captures = self.control.capture_stacks([str(t) for t in tasks] if isinstance(tasks, list) and tasks
                                                    else None, bool(request.get("native")),
                                                    float(timeout) if isinstance(timeout, int | float) else 10.0)
             answer = {"ok": True, "stacks": [c.to_json() for c in captures]}
+            with contextlib.suppress(OSError):
+                answer["path"] = record(self.control, captures, captured_at)
         except Exception as exc:  # the CLI says it; the launcher goes on
             answer = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
         conn.settimeout(30)

@@ -102,6 +102,18 @@ def save(sup: Supervisor, captures: list[TaskStacks], captured_at: float) -> str
     return sup.rundir.write_stacks(captured_at, to_json(captures), render(captures))
 
 
+def record(sup: Supervisor, captures: list[TaskStacks], captured_at: float) -> str:
+    """A capture taken on request (``distlaunch stacks``): kept in the run dir and told as a
+    ``stacks`` event with no task; the JSON file's path relative to the run dir."""
+    path = save(sup, captures, captured_at)
+    found = suspect(captures)
+    culprit, why = found if found is not None else (None, "")
+    event = ev.stacks_event(sup.run_id, None, path, culprit, _where(next(
+        (c for c in captures if c.task == culprit), None)), why)
+    sup._call(lambda: sup._publish(event))
+    return path
+
+
 class StallCapture:
     """Captures every task's stacks when the job's first stall of an episode is raised (again only
     after every stall cleared), on a thread of its own; then publishes a ``stacks`` event and, for

@@ -88,12 +88,13 @@ class TaskStacks:
         return bool(self.threads) or self.state in NO_STACK_STATES
 
     def main_thread(self) -> Optional[ThreadStack]:
-        """The thread named MainThread, else the one whose oldest frame is ``<module>``, else the first."""
+        """The thread named MainThread (py-spy), else the one that runs a ``<module>`` frame (the
+        script, also under ``python -m``: faulthandler names no thread), else the first."""
         for thread in self.threads:
             if thread.name == "MainThread":
                 return thread
         for thread in self.threads:
-            if thread.frames and thread.frames[0].function == "<module>":
+            if any(f.function == "<module>" for f in thread.frames):
                 return thread
         return self.threads[0] if self.threads else None
 

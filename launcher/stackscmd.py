@@ -9,13 +9,15 @@ Exit 0 when every live task answered, 1 when some did not (named on stderr), 2 f
 from __future__ import annotations
 
 import argparse
+import contextlib
 import re
 import sys
+import time
 from typing import Any
 
 from launcher import controlsock
 from launcher.errors import UserError
-from launcher.rundir import find_run, read_state
+from launcher.rundir import RunDir, find_run, read_state
 from launcher.stackcapture import capture_by_verb
 from launcher.stackmodel import UNKNOWN, TaskStacks, task_sort_key
 from launcher.stacktext import render, to_json
@@ -43,11 +45,16 @@ def run_stacks(args: argparse.Namespace) -> int:
     if unknown:
         raise UserError(f"run {run_id} has no task {unknown[0]!r}; its tasks: " + ", ".join(known))
     timeout = float(args.timeout)
-    captures = _from_launcher(run_id, tasks or list(known), args.native, timeout)
+    captured_at = time.time()
+    captures, saved = _from_launcher(run_id, tasks or list(known), args.native, timeout)
     if captures is None:
         captures = _from_hosts(state, tasks, args.native, timeout)
+        with contextlib.suppress(OSError):  # a run dir the user may not write: the output is what counts
+            saved = RunDir(path, run_id).write_stacks(captured_at, to_json(captures), render(captures))
     captures.sort(key=lambda c: task_sort_key(c.task))
     sys.stdout.write(to_json(captures) if args.json else render(captures))
+    if saved and not args.json:
+        print(f"(kept in {path / saved})")
     missing = [c for c in captures if not c.answered]
     if missing:
         for capture in missing:
@@ -56,16 +63,18 @@ def run_stacks(args: argparse.Namespace) -> int:
     return 0
 
 
-def _from_launcher(run_id: str, tasks: list[str], native: bool, timeout: float) -> list[TaskStacks] | None:
-    """The live launcher's capture; None when no launcher listens (then the CLI asks the hosts)."""
+def _from_launcher(run_id: str, tasks: list[str], native: bool,
+                   timeout: float) -> tuple[list[TaskStacks] | None, str | None]:
+    """The live launcher's capture and where it kept it; None when no launcher listens (then the
+    CLI asks the hosts)."""
     answer = controlsock.send(run_id, "stacks", timeout=timeout + CONTROL_MARGIN_SECONDS,
                               tasks=tasks, native=native, timeout_s=timeout)
     if answer is None:
-        return None
+        return None, None
     if not answer.get("ok"):
         why = f"the launcher could not take them: {answer.get('error')}"
-        return [TaskStacks(task, "", None, UNKNOWN, note=why) for task in tasks]
-    return [TaskStacks.from_json(item) for item in answer.get("stacks") or []]
+        return [TaskStacks(task, "", None, UNKNOWN, note=why) for task in tasks], None
+    return [TaskStacks.from_json(item) for item in answer.get("stacks") or []], answer.get("path")
 
 
 def _from_hosts(state: dict[str, Any], tasks: list[str], native: bool, timeout: float) -> list[TaskStacks]:

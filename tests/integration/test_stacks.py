@@ -116,6 +116,11 @@ def test_a_stall_captures_stacks_once_and_names_the_frame_then_stacks_shows_it(t
         assert "worker:0-2 (3): the same stack" in out
         assert f'File "{tmp_path / "hang.py"}", line {HANG_LINE}, in wait_for_peer' in out
         assert "via py-spy" in out and "(sleeping" in out
+        kept = out.strip().splitlines()[-1]
+        assert kept.startswith(f"(kept in {run_dir}/stacks/") and Path(kept[len("(kept in "):-1]).is_file()
+        code, out, err = stacks(str(run_dir), "worker:0", "--native")
+        assert code == 0 and "via py-spy --native" in out and "    [native] " in out, err
+        assert "worker:1" not in out
 
         # a task frozen with SIGSTOP: reported stopped, named the suspect, read by py-spy anyway
         pid = captures(str(run_dir))["worker:1"]["pid"]
@@ -128,8 +133,11 @@ def test_a_stall_captures_stacks_once_and_names_the_frame_then_stacks_shows_it(t
             assert captures(str(run_dir))["worker:1"]["state"] == "stopped"
         finally:
             os.kill(pid, signal.SIGCONT)
-        # one capture per stall episode: the requests above made none
-        assert len([e for e in read_events(run_dir) if e["kind"] == "stacks"]) == 1
+        # one capture per stall episode; each request's capture is kept too, as a stacks event of no task
+        taken_events = [e for e in read_events(run_dir) if e["kind"] == "stacks"]
+        assert [e["task"] for e in taken_events].count(None) >= 4 and len(taken_events) - 1 == sum(
+            e["task"] is None for e in taken_events), taken_events
+        assert any(e["suspect"] == "worker:1" and e["reason"].startswith("it is stopped") for e in taken_events)
         # user mistakes: one line, exit 2
         code, out, err = stacks(str(run_dir), "worker:9")
         assert code == 2 and "no task 'worker:9'" in err and len(err.strip().splitlines()) == 1
@@ -162,6 +170,7 @@ def test_without_py_spy_faulthandler_answers_and_without_autolog_one_line_says_w
                                "or keep autolog on")
         code, out, err = stacks(str(run_dir), "worker:0", env=NO_PYSPY)
         assert code == 0 and "ps:0" not in out, err
+        assert f"(kept in {run_dir}/stacks/" in out  # no launcher: the CLI keeps it in the run dir itself
         # a stopped process cannot run the handler: its state is the answer
         pid = captures(str(run_dir), env=NO_PYSPY)["worker:0"]["pid"]
         os.kill(pid, signal.SIGSTOP)

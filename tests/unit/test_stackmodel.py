@@ -132,3 +132,15 @@ def test_a_stopped_suspect_stands_alone_even_with_the_same_stack() -> None:
     captures[1].state = sm.STOPPED
     groups = sm.group(captures)
     assert [(g.label, g.suspect) for g in groups] == [("worker:1", True), ("worker:0, worker:2 (2)", False)]
+
+
+def test_the_main_thread_of_a_faulthandler_dump_under_python_m() -> None:
+    worker = sm.ThreadStack("", "0x2", [sm.Frame("_bootstrap", "/usr/lib/python3.11/threading.py", 1002),
+                                        sm.Frame("loop", "/home/u/pkg/io.py", 5)])
+    main = sm.ThreadStack("", "0x1", [sm.Frame("_run_module_as_main", "<frozen runpy>", 198),
+                                      sm.Frame("_run_code", "<frozen runpy>", 88),
+                                      sm.Frame("<module>", "/home/u/pkg/__main__.py", 3),
+                                      sm.Frame("wait_for_peer", "/home/u/pkg/__main__.py", 9)])
+    capture = sm.TaskStacks("worker:0", "h", 1, sm.SLEEPING, threads=[worker, main])
+    assert capture.main_thread() is main
+    assert sm.user_frame(capture) == sm.Frame("wait_for_peer", "/home/u/pkg/__main__.py", 9)
