@@ -22,7 +22,7 @@ from launcher.jobview import TaskView
 from launcher.rundir import STACKS_DIR
 from launcher.stackmodel import TaskStacks
 
-NO_CAPTURE = "no live job and no capture in the run dir (captures are taken when a task stalls)"
+NO_CAPTURE = "no capture in the run dir (one is kept when a task stalls, and by `distlaunch stacks`)"
 
 
 @dataclass(frozen=True)
@@ -45,12 +45,12 @@ class Capture:
         if self.live:
             return ""
         if job_live:
-            return f"the capture stored at the last stall, taken {clock_time(self.taken)}"
+            return f"the last capture kept in the run dir, taken {clock_time(self.taken)}"
         return f"no live job: showing the capture of {clock_time(self.taken)}"
 
 
 class NoCapture(Exception):
-    """There is nothing to show: no live job and no capture stored."""
+    """There is no capture stored to show."""
 
 
 def clock_time(ts: float) -> str:

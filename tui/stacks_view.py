@@ -2,8 +2,8 @@
 ones grouped, the suspect's group first.
 
 The capture blocks for seconds (it asks every host): it runs in a thread worker while the view
-says "capturing..." and stays usable; `r` takes a new one. In a replay, or for a job whose
-launcher has no live control, the view shows the last capture stored in the run dir.
+says "capturing..." and stays usable; `r` takes a new one. In a replay, or when the
+job has ended, the view shows the last capture kept in the run dir (`s` shows it in a live job).
 """
 
 from __future__ import annotations
@@ -89,7 +89,8 @@ def capture_text(capture: Capture, source: str = "") -> tuple[Text, Text]:
 
 class StacksScreen(ModalScreen[None]):
     """The stacks of one task or of the whole job; `a` switches between the two, `r` recaptures, `s`
-    between a live capture and the one the supervisor stored at the last stall. ``live``: how to
+    between a live capture and the last one kept in the run dir (at a stall, or by `distlaunch
+    stacks`). ``live``: how to
     capture now (None: no live job, only the stored capture)."""
 
     DEFAULT_CSS = """
@@ -102,7 +103,7 @@ class StacksScreen(ModalScreen[None]):
         Binding("r", "refresh_stacks", "Capture again", id="stacks.refresh"),
         Binding("a", "toggle_scope", "Selected task / whole job", id="stacks.scope"),
         Binding("n", "toggle_native", "Native frames on/off", id="stacks.native"),
-        Binding("s", "toggle_stored", "Live / the capture stored at the last stall", id="stacks.stored"),
+        Binding("s", "toggle_stored", "Live / the last capture kept in the run dir", id="stacks.stored"),
         Binding("escape,q,k,K", "dismiss", "Close", id="stacks.close"),
     ]
 
@@ -148,7 +149,7 @@ class StacksScreen(ModalScreen[None]):
         other = f"only {self.selected}" if self.whole_job and self.selected else "whole job"
         switch = f" · a: {other}" if self.selected else ""
         native = " · n: no native frames" if self.native else " · n: native frames" if self.live else ""
-        stored = "" if self.live_fetch is None else " · s: live" if self.show_stored else " · s: stall capture"
+        stored = "" if self.live_fetch is None else " · s: live" if self.show_stored else " · s: stored capture"
         self.query_one("#stacks-hint", Static).update(f"showing {self.scope} · r: {'capture' if self.live else 'read'} "
                                                       f"again{switch}{native}{stored} · esc: close")
 
@@ -173,7 +174,7 @@ class StacksScreen(ModalScreen[None]):
             assert fetch is not None
             result = fetch(tasks, native)
         except NoCapture as exc:
-            result = str(exc)
+            result = f"no live job; {exc}" if self.live_fetch is None else str(exc)
         except Exception as exc:  # a host that does not answer must not break the view
             result = f"capture failed: {exc}"
         with contextlib.suppress(RuntimeError):  # the app has already gone
@@ -216,7 +217,7 @@ class StacksScreen(ModalScreen[None]):
 
     def action_toggle_stored(self) -> None:
         if self.live_fetch is None:
-            self.notify("no live job: this is the capture stored at the last stall", timeout=3)
+            self.notify("no live job: this is the last capture kept in the run dir", timeout=3)
             return
         self.show_stored = not self.show_stored
         self.action_refresh_stacks()

@@ -171,7 +171,7 @@ async def test_replay_without_a_capture_says_so(tmp_path: Path) -> None:
     replay = {"live": False, "hold_open": False, "run_dir": tmp_path}
     async with dashboard(None, stall_events(with_stacks=False), **replay) as (_app, pilot):
         screen = await open_stacks(pilot, "K")
-        assert screen.title_text == NO_CAPTURE
+        assert screen.title_text == f"no live job; {NO_CAPTURE}"
         assert screen.body_text == ""
 
 
@@ -223,7 +223,7 @@ async def test_an_ended_job_shows_the_stored_capture(tmp_path: Path) -> None:
         assert "suspect: worker:3" in screen.title_text
 
 
-async def test_s_switches_a_live_job_to_the_capture_stored_at_its_stall(tmp_path: Path) -> None:
+async def test_s_switches_a_live_job_to_the_capture_kept_at_its_stall(tmp_path: Path) -> None:
     write_capture(tmp_path, one_stopped())
     control = RecordingControl(odd_one_out())
     async with dashboard(control, run_dir=tmp_path) as (_app, pilot):
@@ -232,7 +232,7 @@ async def test_s_switches_a_live_job_to_the_capture_stored_at_its_stall(tmp_path
         await pilot.press("s")
         await wait_until(pilot, lambda: screen.captures == 2)
         assert len(captured(control)) == 1  # read from the run dir, not asked of the tasks
-        assert screen.title_text.splitlines()[1] == "the capture stored at the last stall, taken 22:13:31"
+        assert screen.title_text.splitlines()[1] == "the last capture kept in the run dir, taken 22:13:31"
         assert "suspect: worker:3" in screen.title_text
         assert "s: live" in str(screen.query_one("#stacks-hint").render())
         await pilot.press("s")
