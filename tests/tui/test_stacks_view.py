@@ -205,8 +205,11 @@ def test_the_stall_line_goes_with_the_stall() -> None:
     view.apply(ev.condition_event(RUN, "worker:1", ev.STALLED, False, "step advanced to 6", ts=T0 + 20))
     assert stall_line(view.tasks["worker:1"]) == "" and view.tasks["worker:1"].stall_stacks is None
     # a capture that arrives while the task is not stalled says nothing about a stall
-    view.apply(stall_events()[-1])
+    view.apply(stall_events()[-2])
     assert view.tasks["worker:1"].stall_stacks is None
+    # one taken on request (`distlaunch stacks`) belongs to no task: the view's latest all the same
+    view.apply(ev.stacks_event(RUN, None, "stacks/20231114T221400.000Z.json", ts=T0 + 40))
+    assert view.last_stacks is not None and view.last_stacks.get("path") == "stacks/20231114T221400.000Z.json"
 
 
 async def test_an_ended_job_shows_the_stored_capture(tmp_path: Path) -> None:
