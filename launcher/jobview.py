@@ -355,7 +355,8 @@ class JobView:
                 task.conditions[name] = str(event.get("reason") or "")
             else:
                 task.conditions.pop(name, None)
-                task.stall_stacks = None if name == ev.STALLED else task.stall_stacks
+                if name == ev.STALLED:
+                    task.stall_stacks = None
         elif event.kind == ev.STACKS and ev.STALLED in task.conditions:
             task.stall_stacks = event
 

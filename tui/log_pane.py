@@ -225,7 +225,7 @@ class LogPane(Vertical):
             title += "  [following]"
         task = view.tasks.get(self.task_id) if self.task_id is not None else None
         if task is not None and (stall := stall_line(task)):
-            title += f"  {stall.upper()[:7]}{stall[7:]}"
+            title += "  STALLED" + stall.removeprefix("stalled")
         if self.search_query:
             title += f"  filter: {self.search_query!r}"
         if self.show_startup:

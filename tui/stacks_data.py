@@ -1,5 +1,5 @@
 """What the stacks view shows and where it comes from: a live capture through `JobControl`, or the
-last capture the supervisor stored in the run dir at a stall (the only one a replay has).
+last capture kept in the run dir (taken at a stall or by `distlaunch stacks`: all a replay has).
 
 Also the dashboard's stall line: "stalled at step 5 in wait_for_peer (hang.py:4)", from the
 `stacks` event of the capture taken when the task stalled.
