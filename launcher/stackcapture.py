@@ -102,14 +102,19 @@ def save(sup: Supervisor, captures: list[TaskStacks], captured_at: float) -> str
     return sup.rundir.write_stacks(captured_at, to_json(captures), render(captures))
 
 
+def _told(sup: Supervisor, task: str | None, path: str, captures: list[TaskStacks]) -> ev.Event:
+    """The ``stacks`` event of a capture; at a stall with no suspect, the stalled task is named."""
+    found = suspect(captures)
+    culprit, why = found if found is not None else (task, "it stalled first" if task else "")
+    where = _where(next((c for c in captures if c.task == culprit), None))
+    return ev.stacks_event(sup.run_id, task, path, culprit, where, why)
+
+
 def record(sup: Supervisor, captures: list[TaskStacks], captured_at: float) -> str:
     """A capture taken on request (``distlaunch stacks``): kept in the run dir and told as a
     ``stacks`` event with no task; the JSON file's path relative to the run dir."""
     path = save(sup, captures, captured_at)
-    found = suspect(captures)
-    culprit, why = found if found is not None else (None, "")
-    event = ev.stacks_event(sup.run_id, None, path, culprit, _where(next(
-        (c for c in captures if c.task == culprit), None)), why)
+    event = _told(sup, None, path, captures)
     sup._call(lambda: sup._publish(event))
     return path
 
@@ -117,26 +122,30 @@ def record(sup: Supervisor, captures: list[TaskStacks], captured_at: float) -> s
 class StallCapture:
     """Captures every task's stacks when the job's first stall of an episode is raised (again only
     after every stall cleared), on a thread of its own; then publishes a ``stacks`` event and, for
-    each task still stalled, its condition again with the frame it hangs in."""
+    each task stalled, its condition again with the frame it hangs in (a task that stalls later in
+    the episode gets its frame from the same capture)."""
 
     def __init__(self, sup: Supervisor) -> None:
         self.sup = sup
         self._stalled: set[str] = set()
         self._captured = False  # this episode's capture is taken (or under way)
+        self._last: tuple[str, list[TaskStacks]] | None = None  # this episode's capture, once published
 
     def on_condition(self, task: str, active: bool) -> None:
         """A stall was raised or cleared (on the supervisor's loop)."""
         if not active:
             self._stalled.discard(task)
             if not self._stalled:
-                self._captured = False  # the episode ended: the next stall captures again
+                self._captured, self._last = False, None  # the episode ended: the next stall captures again
             return
         watchdog = self.sup.watchdog
         self._stalled = {t for t in self._stalled if watchdog.active_reason(t, ev.STALLED) is not None}
         if not self._stalled:
-            self._captured = False  # the stalled tasks restarted or ended meanwhile: a new episode
+            self._captured, self._last = False, None  # the stalled tasks restarted or ended: a new episode
         self._stalled.add(task)
-        if not self._captured:
+        if self._last is not None:
+            self._name_frames([task], *self._last)
+        elif not self._captured:
             self._captured = True
             threading.Thread(target=self._capture, args=(task,), name="stall-stacks", daemon=True).start()
 
@@ -149,17 +158,21 @@ class StallCapture:
         except OSError as exc:
             sup._notice(f"cannot write the stacks of the stall of {task}: {exc}")
             return
-        found = suspect(captures)
-        culprit, why = found if found is not None else (task, "it stalled first")
-        by_task = {c.task: c for c in captures}
-        event = ev.stacks_event(sup.run_id, task, path, culprit, _where(by_task.get(culprit)), why)
-        sup._call(lambda: self._publish(event, by_task, found))
+        event = _told(sup, task, path, captures)
+        sup._call(lambda: self._publish(event, path, captures))
 
-    def _publish(self, event: ev.Event, by_task: dict[str, TaskStacks], found: tuple[str, str] | None) -> None:
-        """On the loop: the event, then the conditions of the tasks still stalled, with their frame."""
+    def _publish(self, event: ev.Event, path: str, captures: list[TaskStacks]) -> None:
+        """On the loop: the event, then the conditions of the tasks stalled, with their frame."""
+        self.sup._publish(event)
+        if self._captured:  # else the episode ended while the capture was taken
+            self._last = (path, captures)
+            self._name_frames(sorted(self._stalled), path, captures)
+
+    def _name_frames(self, tasks: list[str], path: str, captures: list[TaskStacks]) -> None:
         sup = self.sup
-        sup._publish(event)
-        for task in sorted(self._stalled):
+        found = suspect(captures)
+        by_task = {c.task: c for c in captures}
+        for task in tasks:
             reason = sup.watchdog.active_reason(task, ev.STALLED)
             frame = _where(by_task.get(task))
             if reason is None or frame is None:
@@ -167,8 +180,7 @@ class StallCapture:
             reason += f" in {frame}"
             if found is not None and found[0] != task:
                 reason += f"; suspect {found[0]}: {found[1]}"
-            sup._publish(ev.condition_event(sup.run_id, task, ev.STALLED, True,
-                                            f"{reason}; stacks in {event.get('path')}"))
+            sup._publish(ev.condition_event(sup.run_id, task, ev.STALLED, True, f"{reason}; stacks in {path}"))
 
 
 def _where(capture: TaskStacks | None) -> str | None:

@@ -42,14 +42,19 @@ def _read_int(path: str) -> Optional[int]:
         return None
 
 
-def _proc_stat(pid: int) -> Optional[Tuple[str, int]]:
-    """(state letter, pgid) of a process from /proc, or None when it is gone."""
+def stat_fields(pid: int) -> List[str]:
+    """The fields of /proc/PID/stat after the command name (state letter first), [] when it is gone."""
     try:
         with open("/proc/%d/stat" % pid, "rb") as f:
             raw = f.read().decode("ascii", "replace")
     except OSError:
-        return None
-    rest = raw[raw.rfind(")") + 2:].split()
+        return []
+    return raw[raw.rfind(")") + 2:].split()
+
+
+def _proc_stat(pid: int) -> Optional[Tuple[str, int]]:
+    """(state letter, pgid) of a process from /proc, or None when it is gone."""
+    rest = stat_fields(pid)
     try:
         return rest[0], int(rest[2])
     except (IndexError, ValueError):

@@ -33,7 +33,7 @@ from typing import List, Optional, Tuple
 
 from launcher import stackmodel as sm
 from launcher.agent.output import last_state
-from launcher.agent.procs import _cmdline, _group_members, _is_our_group, pause
+from launcher.agent.procs import _cmdline, _group_members, _is_our_group, pause, stat_fields
 from launcher.agent.spec import STACKS_FILE
 
 #: SIGUSR1 is what Slurm's --signal and preemption helpers commonly send; TensorFlow, Keras and
@@ -134,12 +134,7 @@ def capture_task(task_dir: str, spec: dict, native: bool, deadline: float) -> sm
 
 def _stat(pid: int) -> Optional[Tuple[str, int, int]]:
     """(state letter, ppid, start time) of a process from /proc/PID/stat."""
-    try:
-        with open("/proc/%d/stat" % pid, "rb") as f:
-            raw = f.read().decode("ascii", "replace")
-    except OSError:
-        return None
-    rest = raw[raw.rfind(")") + 2:].split()
+    rest = stat_fields(pid)
     try:
         return rest[0], int(rest[1]), int(rest[19])
     except (IndexError, ValueError):

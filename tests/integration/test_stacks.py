@@ -10,6 +10,7 @@ import json
 import os
 import signal
 import stat
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -73,6 +74,16 @@ def captures(run: str, env: dict[str, str] | None = None) -> dict[str, dict[str,
     code, out, err = stacks(run, "--json", env=env)
     assert code in (0, 1), err
     return {c["task"]: c for c in json.loads(out)}
+
+
+def end(run_dir: Path, run_id: str, launcher: subprocess.Popen[bytes] | None = None) -> None:
+    """`down`, then the launcher's own end; nothing of the run may be left."""
+    cli("down", str(run_dir), timeout=120)
+    if launcher is not None:
+        if launcher.poll() is None:
+            launcher.send_signal(signal.SIGINT)
+        launcher.wait(60)
+    kill_run_processes(run_id)
 
 
 def wait_until_hung(run_dir: Path, tasks: int) -> None:
@@ -144,11 +155,7 @@ def test_a_stall_captures_stacks_once_and_names_the_frame_then_stacks_shows_it(t
         code, out, err = stacks("no-such-run")
         assert code == 2 and "no run 'no-such-run'" in err
     finally:
-        cli("down", str(run_dir), timeout=120)
-        if launcher.poll() is None:
-            launcher.send_signal(signal.SIGINT)
-        launcher.wait(60)
-        kill_run_processes(run_id)
+        end(run_dir, run_id, launcher)
 
 
 def test_without_py_spy_faulthandler_answers_and_without_autolog_one_line_says_what_would(tmp_path: Path) -> None:
@@ -182,8 +189,7 @@ def test_without_py_spy_faulthandler_answers_and_without_autolog_one_line_says_w
         finally:
             os.kill(pid, signal.SIGCONT)
     finally:
-        cli("down", str(run_dir), timeout=120)
-        kill_run_processes(run_id)
+        end(run_dir, run_id)
 
 
 @pytest.mark.sshd
@@ -213,8 +219,4 @@ ssh_port = {sshd.port}"""
         assert f'line {HANG_LINE}, in wait_for_peer' in out
         assert execs() == before, "distlaunch stacks opened a new SSH exec"
     finally:
-        cli("down", str(run_dir), timeout=120)
-        if launcher.poll() is None:
-            launcher.send_signal(signal.SIGINT)
-        launcher.wait(60)
-        kill_run_processes(run_id)
+        end(run_dir, run_id, launcher)
