@@ -12,6 +12,7 @@ from functools import partial
 from launcher.supervise.control import JobControl
 from tui.frame import DashboardFrame, DashboardResult, LeaveAction
 from tui.screens import QUIT_DETACH, QUIT_TEARDOWN, ConfirmScreen, HelpScreen, QuitScreen
+from tui.stacks_view import stacks_screen
 
 NOT_IN_REPLAY = "not available in replay"
 
@@ -59,6 +60,10 @@ class JobActions(DashboardFrame):
 
     def action_stop_task(self) -> None:
         self._task_action("stop", lambda control, task_id: control.stop_task(task_id))
+
+    def action_stacks(self, whole_job: bool) -> None:
+        """`k` / `K`: the stacks view (tui/stacks_view.py), live or from the run dir's last capture."""
+        self.push_screen(stacks_screen(self, whole_job))
 
     def action_teardown(self) -> None:
         control = self._control_or_say()

@@ -7,6 +7,7 @@ from textual.widgets import Static
 
 from launcher.telemetry.jobview import JobView
 from tui import format as fmt
+from tui.stacks_data import job_stall_line
 
 
 def header_text(view: JobView, now: float, *, title: str, strategy: str, hosts_total: int,
@@ -38,6 +39,9 @@ def header_text(view: JobView, now: float, *, title: str, strategy: str, hosts_t
     text.append("  hosts ")
     text.append(f"{up}/{hosts_total}", style="bold" if up >= hosts_total else "bold yellow")
     text.append(" up")
+    stall = job_stall_line(list(view.tasks.values()))
+    if stall:
+        text.append(f"  {stall}", style="bold dark_orange")
     return text
 
 

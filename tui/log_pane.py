@@ -17,6 +17,7 @@ from textual.widgets import Input, Static
 from launcher import events as ev
 from launcher.telemetry.jobview import LOG_LINES, JobView, LogLine
 from launcher.telemetry.tfnoise import StartupFilter, hidden_note
+from tui.stacks_data import stall_line
 
 SHOWN_ON_SWITCH = 500
 """Lines written when the selection or the search changes: enough scroll-back, cheap to draw."""
@@ -223,11 +224,13 @@ class LogPane(Vertical):
             title += f"  [PAUSED, {missed} new — space/f to follow]"
         elif self.task_id is not None:
             title += "  [following]"
+        task = view.tasks.get(self.task_id) if self.task_id is not None else None
+        if task is not None and (stall := stall_line(task)):
+            title += "  STALLED" + stall.removeprefix("stalled")
         if self.search_query:
             title += f"  filter: {self.search_query!r}"
         if self.show_startup:
             title += f"  [TensorFlow start-up lines shown, {SHOW_STARTUP_KEY} hides]"
-        task = view.tasks.get(self.task_id) if self.task_id is not None else None
         if task is not None and task.cause:  # why its latest failed incarnation failed
             title += f"  {'failed' if task.state == ev.FAILED else 'last failed'}: {task.cause}"
         if title != self._title_shown:

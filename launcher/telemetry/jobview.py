@@ -113,6 +113,7 @@ class TaskView:
     last_event_ts: float | None = None
     #: active conditions (``stalled``, ``straggler``, ...) and why each was raised
     conditions: dict[str, str] = field(default_factory=dict)
+    stall_stacks: Event | None = None  # the `stacks` event of this incarnation's stall (where it hangs)
     #: the log's ``total`` when this incarnation started: its own lines are the ones after it
     incarnation_log_start: int = 0
     #: the last lines of the latest incarnation that failed, kept when it failed (failure report)
@@ -251,6 +252,7 @@ class JobView:
     first_failure_at: float | None = None
     #: state changes, exits, restarts, conditions and operator actions (the `e` view)
     timeline: Timeline = field(default_factory=Timeline)
+    last_stacks: Event | None = None  # the latest `stacks` event: the stacks view's stored capture
 
     # -- reading -------------------------------------------------------------------------
 
@@ -340,6 +342,8 @@ class JobView:
         if event.kind == ev.JOB:
             self._apply_job(event)
             return
+        if event.kind == ev.STACKS:
+            self.last_stacks = event
         if event.task is None:
             return
         task = self.task(event.task)
@@ -366,6 +370,10 @@ class JobView:
                 task.conditions[name] = str(event.get("reason") or "")
             else:
                 task.conditions.pop(name, None)
+                if name == ev.STALLED:
+                    task.stall_stacks = None
+        elif event.kind == ev.STACKS and ev.STALLED in task.conditions:
+            task.stall_stacks = event
 
     def _check_seq(self, task: TaskView, seq: int) -> None:
         if seq > task.last_seq + 1:
@@ -415,6 +423,7 @@ class JobView:
         if task.state != ev.RUNNING:
             task.step_rate.clear()
             task.conditions.clear()  # a stall or a slow pace belongs to the incarnation that had it
+            task.stall_stacks = None
         if task.state == ev.STARTING:
             task.incarnation_log_start = self.log(task.task_id).total
         elif task.state == ev.FAILED:

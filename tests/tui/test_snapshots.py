@@ -6,24 +6,12 @@ Update after an intended change with: pytest tests/tui/test_snapshots.py --snaps
 
 from __future__ import annotations
 
-import time
-from collections.abc import Iterator
-
 import pytest
 
-from tests.tui.tui_support import RecordingControl, load, make_app, recorded_job
+from tests.tui.tui_support import RecordingControl, load, make_app, recorded_job, wait_until
 
 SIZES = [(80, 24), (200, 50)]
-
-
-@pytest.fixture(autouse=True)
-def utc_clock(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """The timeline shows wall times of day: the same picture in every time zone."""
-    monkeypatch.setenv("TZ", "UTC")
-    time.tzset()
-    yield
-    monkeypatch.undo()
-    time.tzset()
+pytestmark = pytest.mark.usefixtures("utc_clock")  # the timeline shows wall times of day
 
 
 def loaded(*keys: str):
@@ -71,3 +59,22 @@ def test_quit_dialog(snap_compare) -> None:
     events, run_before = loaded("q")
     assert snap_compare(make_app(events, control=RecordingControl()), terminal_size=(100, 30),
                         run_before=run_before)
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_stacks_view(snap_compare, size) -> None:
+    """`K` on a job whose worker:1 hangs in a function of its own: the suspect's group first."""
+    from tests.tui.stacks_fixtures import odd_one_out, stall_events
+    from tui.stacks_view import StacksScreen
+
+    events = stall_events()
+
+    async def run_before(pilot) -> None:
+        await load(pilot, pilot.app, len(events))
+        pilot.app.clear_notifications()
+        await pilot.press("K")
+        await wait_until(pilot, lambda: isinstance(pilot.app.screen, StacksScreen) and pilot.app.screen.captures)
+        await pilot.pause()
+
+    app = make_app(events, control=RecordingControl(odd_one_out()), hosts_total=2)
+    assert snap_compare(app, terminal_size=size, run_before=run_before)

@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from launcher import events as ev
+from launcher.agent.stackmodel import TaskStacks
 from launcher.events import Event
 from tui.app import DashboardApp
 
@@ -83,10 +84,14 @@ class MemorySource:
 
 
 class RecordingControl:
-    """Stands in for the supervisor: remembers which actions the dashboard asked for."""
+    """Stands in for the supervisor: remembers which actions the dashboard asked for. Its
+    `capture_stacks` answers with `stacks` (all of them, or those of the tasks asked for); while
+    `gate` is set to an unset event it blocks until the event is set, as a slow host would."""
 
-    def __init__(self) -> None:
+    def __init__(self, stacks: list[TaskStacks] | None = None) -> None:
         self.calls: list[tuple[str, ...]] = []
+        self.stacks = list(stacks or [])
+        self.gate: threading.Event | None = None
 
     def restart_task(self, task_id: str) -> None:
         self.calls.append(("restart_task", task_id))
@@ -99,6 +104,14 @@ class RecordingControl:
 
     def detach(self) -> None:
         self.calls.append(("detach",))
+
+    def capture_stacks(self, tasks: list[str] | None = None, native: bool = False,
+                       timeout: float = 10.0) -> list[TaskStacks]:
+        self.calls.append(("capture_stacks", ",".join(tasks) if tasks is not None else "*",
+                           "native" if native else ""))
+        if self.gate is not None:
+            assert self.gate.wait(timeout), "the test never opened the gate"
+        return [s for s in self.stacks if tasks is None or s.task in tasks]
 
 
 def fixed_clock(ts: float = T0 + 15) -> Callable[[], float]:

@@ -89,3 +89,4 @@ def test_events_cli_names_an_unknown_task(tmp_path: Path, capsys: pytest.Capture
     assert main(["events", str(path), "--task", "worker:9"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no task 'worker:9'" in err and "ps:0, worker:0" in err
+
