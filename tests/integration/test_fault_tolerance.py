@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import subprocess
 from pathlib import Path
@@ -421,8 +422,17 @@ def test_killed_ps_restarts_with_the_chief_which_resumes_from_its_checkpoint(tmp
         assert after[0]["step"] >= checkpointed > 0
         steps = [e["step"] for e in after if e["step"] is not None]
         assert min(steps) >= checkpointed and steps == sorted(steps) and steps[-1] >= 200
-        restarting = [e for e in events if e["kind"] == "job" and e["state"] == "Restarting"]
-        assert len(restarting) == 1 and "ps:0" in restarting[0]["reason"] and "chief:0" in restarting[0]["reason"]
+        restarting = [e["reason"] for e in events if e["kind"] == "job" and e["state"] == "Restarting"]
+        assert restarting[0].startswith("ps:0 failed") and "restarting ps:0, chief:0 in" in restarting[0]
+        # The new chief may still lose ps:0 on its first steps: the worker (kept) reaches ps:0 over its
+        # own gRPC channel, which may still be in its reconnect back-off from while ps:0 was down, and then
+        # fails at once; TensorFlow's coordinator fails the chief on an UnavailableError that names /job:ps.
+        # Then the chief alone restarts, never ps:0 again, and each such failure is that lost contact.
+        assert all(re.fullmatch(r"chief:0 failed \(exit code 1\); restarting chief:0 in \d+s", r)
+                   for r in restarting[1:]), restarting
+        chief_failures = [e for e in states_of(events, "chief:0") if e["state"] == "failed" and e["restarts"] >= 1]
+        assert len(chief_failures) == len(restarting) - 1
+        assert all("lost contact with ps:0" in str(e.get("cause")) for e in chief_failures), chief_failures
         # the worker is not part of the ps group: it kept its one incarnation
         assert [e["pid"] for e in states_of(events, "worker:0") if e["state"] == "running"] == [worker_pid]
         assert job_states(events)[-1] == "Succeeded"
