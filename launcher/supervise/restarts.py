@@ -1,10 +1,10 @@
 """The task state machine: what a task's state change means for it and the job.
 
 A task that ends is judged by its restart policy (policy.py): restarted after a back-off, with its
-group where the strategy needs that (a parameter server's restart takes the workers with it), or
-the job fails: no restarts left (max_restarts, backoff_limit), a crash loop (min_uptime), a failure
-no restart can fix. Stalls (the watchdog) may restart a task too; the operator may restart or stop
-one. A restart stops the group, then starts it, unless the job ended meanwhile.
+group where the strategy needs that (a parameter server restarts with the chief, a mirrored worker
+with its whole group), or the job fails: no restarts left (max_restarts, backoff_limit), a crash
+loop (min_uptime), a failure no restart can fix. Stalls (the watchdog) may restart a task too; the
+operator may restart or stop one. A restart stops the group, then starts it, unless the job ended meanwhile.
 """
 
 from __future__ import annotations
