@@ -136,6 +136,11 @@ class AgentChannel(LineStream):
         if self.stream is not None:
             self.stream.close()
 
+    def end(self, timeout: float = 2.0) -> None:
+        """EOF to the verb, up to ``timeout`` s for it to exit, then close (transport LineStream.end)."""
+        if self.stream is not None:
+            self.stream.end(timeout)
+
     @property
     def alive(self) -> bool:
         return self.stream is not None and self.stream.alive

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import shlex
 import sys
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -85,10 +86,15 @@ class Preflight:
     pairs: int = 0
 
     def close(self) -> None:
-        for session in self.sessions.values():
-            channel = session.take_channel()  # not taken by a supervisor: the launch stopped before it
-            if channel is not None:
-                channel.close()
+        """The launch stopped before a supervisor took the channels: every host's verb gets EOF and
+        has ended (bounded, hosts in parallel) before the hosts are closed, so nothing carrying
+        the run id outlives a refused `up`."""
+        channels = [c for c in (s.take_channel() for s in self.sessions.values()) if c is not None]
+        enders = [threading.Thread(target=c.end, name="end-channel", daemon=True) for c in channels]
+        for ender in enders:
+            ender.start()
+        for ender in enders:
+            ender.join(5.0)
         for host in self.hosts.values():
             host.close()
 

@@ -49,6 +49,12 @@ class LineStream(ABC):
         """The last few KiB the command wrote to stderr (to explain why a stream ended)."""
         return ""
 
+    def end(self, timeout: float = 2.0) -> None:
+        """Close the command's stdin and give it up to ``timeout`` s to exit before ``close``: for
+        a command that ends on EOF and must be gone when the caller returns (a refused launch's
+        preflight verbs carry the run id). Where ``close`` already waits (local), the same."""
+        self.close()
+
     def send(self, data: bytes, timeout: float | None = None) -> bool:
         """Write to the command's stdin. Without ``timeout``: a few bytes (pings), False where they
         could not go now. With it: all of ``data`` (a request, an upload) while the command keeps

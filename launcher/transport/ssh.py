@@ -125,6 +125,14 @@ class _SshLineStream(ReaderLineStream):
                 self.close()
             return False
 
+    def end(self, timeout: float = 2.0) -> None:
+        # closing a channel does not wait for the remote command: EOF first, then its exit status
+        if not self._closing.is_set() and threading.current_thread() is not self._reader:
+            with contextlib.suppress(OSError, EOFError, paramiko.SSHException):
+                self._channel.shutdown_write()
+                self._channel.status_event.wait(timeout)
+        self.close()
+
     def close(self) -> None:
         if self._closing.is_set():
             return
