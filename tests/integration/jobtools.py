@@ -61,6 +61,20 @@ def wait_for_event(run_dir: Path, match: Callable[[dict[str, Any]], bool], timeo
     return result
 
 
+def describe_pids(pids: list[int]) -> str:
+    """pid, parent, state and command line of each process (what a failed "nothing left" shows)."""
+    lines = []
+    for pid in pids:
+        try:
+            cmdline = (Path("/proc") / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            stat = (Path("/proc") / str(pid) / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        lines.append(f"{pid} ppid={fields[1]} state={fields[0]} {cmdline.strip()[:200]}")
+    return "; ".join(lines) or "(none now)"
+
+
 def pids_with_run_id(run_id: str) -> list[int]:
     """Every process on this machine whose environment carries DISTLAUNCH_RUN_ID=run_id."""
     needle = f"DISTLAUNCH_RUN_ID={run_id}".encode()

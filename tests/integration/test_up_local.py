@@ -14,6 +14,7 @@ import pytest
 from tests.integration.jobtools import (
     REPO,
     cli,
+    describe_pids,
     kill_run_processes,
     local_ps_profile,
     pids_with_run_id,
@@ -68,7 +69,12 @@ def test_killed_launcher_leaves_no_task_after_orphan_grace(tmp_path: Path) -> No
         assert len(pids_with_run_id(run_id)) >= 6  # 3 agents + 3 tasks
         os.kill(launcher.pid, signal.SIGKILL)
         launcher.wait(timeout=10)
-        wait_for(lambda: not pids_with_run_id(run_id), 3 + 30, "every task to stop after the grace")
+        try:
+            wait_for(lambda: not pids_with_run_id(run_id), 3 + 30, "every task to stop after the grace")
+        except AssertionError as exc:
+            agent_log = run_dir / "hosts" / "local" / "agent.log"
+            tail = agent_log.read_text()[-3000:] if agent_log.exists() else "(no agent.log)"
+            raise AssertionError(f"{exc}; left: {describe_pids(pids_with_run_id(run_id))}; agent.log: {tail}") from None
         stops = [e for e in read_events(run_dir / "hosts" / "local" / "tasks" / "chief-0")
                  if e["kind"] == "state" and e["state"] == "stopped"]
         assert stops and "launcher lost" in stops[-1]["reason"]
