@@ -10,6 +10,7 @@ import argparse
 import contextlib
 import os
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -91,6 +92,10 @@ def _follow_job(args: argparse.Namespace, plan: Plan, rundir: RunDir, pre: Prefl
     server = start_control_server(run_id, sup)
     try:
         progress(f"starting {len(plan.tasks)} tasks on {len(pre.sessions)} host(s)")
+        # lines (and JSON) stream while the tasks start: on many hosts the launch takes seconds
+        printer = None
+        if not (tui or args.detach):
+            printer = _start_printer(JsonPrinter() if args.json else ProgressPrinter(), feed)
         try:
             sup.launch()
         except (HostError, OSError) as exc:
@@ -98,11 +103,14 @@ def _follow_job(args: argparse.Namespace, plan: Plan, rundir: RunDir, pre: Prefl
         if args.detach or signals.hung_up:  # a hang-up during the preflight: the job starts detached
             sup.detach(origin="SIGHUP" if signals.hung_up else "")
             feed.close()
+            if printer is not None:
+                printer.join(5.0)
             return sup.wait()
-        if tui:
-            run_dashboard_for(sup, feed, plan, live=True, signals=signals)
+        if printer is not None:
+            while printer.is_alive():  # joined in steps: signal handlers run on this thread
+                printer.join(0.5)
         else:
-            follow_lines(JsonPrinter() if args.json else ProgressPrinter(), feed)
+            run_dashboard_for(sup, feed, plan, live=True, signals=signals)
         return sup.wait()
     finally:
         if server is not None:
@@ -111,6 +119,12 @@ def _follow_job(args: argparse.Namespace, plan: Plan, rundir: RunDir, pre: Prefl
             notifying.finish()
         pre.close()
         rundir.close()
+
+
+def _start_printer(printer: ProgressPrinter | JsonPrinter, feed: Any) -> threading.Thread:
+    thread = threading.Thread(target=follow_lines, args=(printer, feed), name="printer", daemon=True)
+    thread.start()
+    return thread
 
 
 def follow_lines(printer: ProgressPrinter | JsonPrinter, feed: Any) -> None:
