@@ -39,6 +39,8 @@ from launcher.agent.procs import (
 from launcher.agent.spec import AgentSpec, autolog_site_dir
 
 CONNECT_SECONDS = 15.0
+#: `stop --exit`: how long the verb waits for the host agent to be gone after it answered
+AGENT_EXIT_WAIT_SECONDS = 10.0
 #: `follow --pinged`: with no ping for this long the launcher is gone without closing the link
 FOLLOW_PING_EXIT_SECONDS = 30.0
 
@@ -222,13 +224,36 @@ def cmd_start(run_dir: str, payload: Dict[str, Any], spawn: bool = True) -> Dict
 def cmd_stop(run_dir: str, slugs: List[str], grace: Optional[float], exit_after: bool = False) -> Dict[str, Any]:
     """Stop tasks through the host agent; where none serves, stop each task's group here."""
     try:
-        return request(run_dir, {"op": "stop", "tasks": slugs, "grace": grace, "exit": exit_after}, spawn=False,
-                       timeout=(grace or 10.0) + 60.0, wait=0.0)
+        answer = request(run_dir, {"op": "stop", "tasks": slugs, "grace": grace, "exit": exit_after}, spawn=False,
+                         timeout=(grace or 10.0) + 60.0, wait=0.0)
     except (OSError, ValueError):
         pass
+    else:
+        if exit_after:  # answered before it ends: a sweep right after would find it still exiting
+            answer["agent_exited"] = _wait_agent_gone(run_dir, AGENT_EXIT_WAIT_SECONDS)
+        return answer
     answers = {slug: stop_without_agent(os.path.join(run_dir, "tasks", slug), grace) for slug in slugs}
     left = [slug for slug, a in answers.items() if not a["stopped"]]
     return {"stopped": [s for s in slugs if s not in left], "left": left, "without_agent": answers}
+
+
+def _wait_agent_gone(run_dir: str, timeout: float) -> bool:
+    """Until the host agent's lock is free (it holds it for its whole life), at most ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            fd = os.open(os.path.join(run_dir, LOCK_NAME), os.O_RDWR)
+        except OSError:
+            return True
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except OSError:
+            if time.monotonic() >= deadline:
+                return False
+        finally:
+            os.close(fd)
+        pause(0.02)
 
 
 def stop_without_agent(task_dir: str, grace: Optional[float]) -> Dict[str, Any]:

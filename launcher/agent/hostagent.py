@@ -49,7 +49,7 @@ from launcher.agent.procs import (
 )
 from launcher.agent.runner import TaskRunner, read_task_file
 from launcher.agent.spec import AgentSpec
-from launcher.agent.stream import EventHub
+from launcher.agent.stream import THEN_KEY, EventHub
 
 SOCKET_NAME = "agent.sock"
 LOCK_NAME = "agent.lock"
@@ -207,16 +207,23 @@ class HostAgent:
         pids: Dict[str, Optional[int]] = {}
         errors: Dict[str, str] = {}
         started: List[TaskRunner] = []
+        # the batch gate: every task's wrapper waits on it (its stdin) until all are spawned; tasks
+        # booting at once (a Python importing TensorFlow: seconds of CPU) would otherwise starve
+        # this loop, and the last task of a host would start long after the first
+        gate = os.pipe() if len(slugs) > 1 else None
         try:
-            self._spawn_all(slugs, secrets, pids, errors, started)
-        finally:  # also after an error half-way: every task that started is read and waited for
+            self._spawn_all(slugs, secrets, pids, errors, started, gate[0] if gate else None)
+        finally:  # also after an error half-way: every task that started is released, read and waited for
+            if gate is not None:
+                os.close(gate[0])
+                os.close(gate[1])
             for runner in started:
                 runner.start_readers()
                 threading.Thread(target=runner.wait, name="wait", daemon=True).start()
         return {"pids": pids, "errors": errors}
 
     def _spawn_all(self, slugs: List[str], secrets: Dict[str, Dict[str, str]], pids: Dict[str, Optional[int]],
-                   errors: Dict[str, str], started: List[TaskRunner]) -> None:
+                   errors: Dict[str, str], started: List[TaskRunner], gate: Optional[int] = None) -> None:
         for slug in slugs:
             task_dir = os.path.join(self.tasks_dir, slug)
             current = self.runners.get(slug)
@@ -229,7 +236,7 @@ class HostAgent:
                 errors[slug] = "cannot read spec.json: %s" % exc
                 continue
             runner = TaskRunner(task_dir, spec, self._writer(slug), self.leaders, secrets.get(slug) or {})
-            pid = runner.start(defer_readers=True)
+            pid = runner.start(defer_readers=True, gate=gate)
             pids[slug] = pid
             if pid is not None:
                 self._register(runner)
@@ -342,6 +349,14 @@ class HostAgent:
             from launcher.agent import stacks
 
             return stacks.answer(self.run_dir, request)
+        if request.get("op") == "stop":  # the job's end: no exec, no interpreter to boot per host
+            grace = request.get("grace")
+            answer = self.stop([str(s) for s in request.get("tasks") or []],
+                               float(grace) if grace is not None else None)
+            if request.get("exit"):
+                self._stop_all("the job ended", wait=True)
+                answer[THEN_KEY] = self._exit.set  # the answer is queued first; the end flushes it
+            return answer
         if request.get("op") != "start":
             return {"error": "unknown request %r" % (request.get("op"),)}
         specs = request.get("specs") or {}

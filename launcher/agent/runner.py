@@ -85,11 +85,12 @@ class TaskRunner:
 
     # -- start ----------------------------------------------------------------------------------
 
-    def start(self, defer_readers: bool = False) -> Optional[int]:
+    def start(self, defer_readers: bool = False, gate: Optional[int] = None) -> Optional[int]:
         """Start the task; its pid, or None when it could not start (the final event is written).
 
         ``defer_readers``: the output readers start with ``start_readers()`` (a host agent starts
-        a whole batch of tasks first; the pipes hold 64 KiB each meanwhile)."""
+        a whole batch of tasks first; the pipes hold 64 KiB each meanwhile). ``gate``: the read end
+        of a pipe whose EOF lets the task's command run (the wrapper waits on it as stdin)."""
         spec = self.spec
         self._state(events.STARTING)
         with contextlib.suppress(OSError):
@@ -100,7 +101,8 @@ class TaskRunner:
             with SPAWN_LOCK:
                 proc = subprocess.Popen(
                     wrapped_argv(spec, self.task_dir), cwd=os.path.expanduser(spec.workdir),
-                    env=task_environment(spec, self._secrets, self.task_dir), stdin=subprocess.DEVNULL, stdout=out_w,
+                    env=task_environment(spec, self._secrets, self.task_dir),
+                    stdin=subprocess.DEVNULL if gate is None else gate, stdout=out_w,
                     stderr=err_w, pass_fds=(out_r, err_r), start_new_session=True)
                 self._leaders.add(proc.pid)
         except (OSError, ValueError) as exc:

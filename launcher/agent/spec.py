@@ -27,7 +27,11 @@ EXIT_STATUS_FILE = "exit_status"
 # ends: an agent that adopts a task after its predecessor was killed is not the task's parent and
 # could not learn how it ended otherwise. The wrapper defers TERM/INT/HUP until its child ended
 # (the whole group gets them anyway) and dies of the child's signal, so the parent sees it as before.
-_WRAPPER = ('f=$1; shift; trap : HUP INT TERM; "$@"; s=$?; echo $s >"$f"; '
+# Its stdin is the batch gate (``HostAgent.start``): it waits there until the agent has spawned the
+# whole batch, so tasks that boot at once do not starve the spawning of the rest (stdin /dev/null:
+# no wait); the command gets /dev/null.
+_WRAPPER = ('read _ 2>/dev/null; exec </dev/null; '
+            'f=$1; shift; trap : HUP INT TERM; "$@"; s=$?; echo $s >"$f"; '
             'if [ $s -gt 128 ] && [ $s -lt 160 ]; then trap - HUP INT TERM; kill -$((s - 128)) $$; fi; exit $s')
 
 

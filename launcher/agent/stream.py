@@ -27,6 +27,8 @@ PING_FRESH_SECONDS = 2.5
 CATCHUP_CHUNK = 1024 * 1024
 #: at most one send per follower in this time: lines that come meanwhile go out together
 COALESCE_SECONDS = 0.02
+#: an answer's key (removed before it is sent) for a callable run once the answer is queued
+THEN_KEY = "_then"
 #: how long an ending agent waits for each follower's last lines to be sent
 FLUSH_SECONDS = 2.0
 
@@ -137,8 +139,11 @@ class EventHub:
             answer = self.on_request(request)
         except Exception as exc:  # a bad request is answered, never fatal to the stream
             answer = {"error": "%s: %s" % (type(exc).__name__, exc)}
+        then = answer.pop(THEN_KEY, None)  # what to do once the answer is queued (the agent's end)
         answer["id"] = request.get("id") if isinstance(request, dict) else None
         follower.push(b"#re " + json.dumps(answer).encode() + b"\n")
+        if callable(then):
+            then()
 
     def _sizes(self) -> Dict[str, int]:
         sizes: Dict[str, int] = {}

@@ -523,3 +523,50 @@ def test_then_follow_without_a_run_dir_is_refused(pyz):
     out = subprocess.run([sys.executable, str(pyz), "preflight", "--then-follow"], capture_output=True, text=True,
                          timeout=30)
     assert out.returncode == 2 and "--then-follow needs --run-dir" in out.stderr
+
+
+def test_a_batch_runs_no_command_before_its_last_task_was_spawned(run_dir, pyz):
+    """The batch gate: every task of one start request waits until the agent has spawned the
+    whole batch (tasks booting at once would otherwise starve the spawning of the rest). Each
+    command writes the time it began; none begins before the batch's last `running` stamp."""
+    marks = run_dir / "began"
+    marks.mkdir()
+    commands = {f"worker-{i}": f'date +%s.%N > {marks}/{i}' for i in range(12)}
+    answer = start_tasks(pyz, run_dir, commands)
+    assert all(answer["pids"].values()) and answer["errors"] == {}
+
+    def began() -> dict[str, float]:
+        return {p.name: float(p.read_text()) for p in marks.iterdir() if p.read_text().strip()}
+
+    deadline = time.monotonic() + 20
+    while len(began()) < len(commands) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    running = []
+    for slug in commands:
+        for text in (run_dir / "tasks" / slug / "events.jsonl").read_text().splitlines():
+            event = json.loads(text)
+            if event["kind"] == "state" and event["state"] == "running":
+                running.append(event["ts"])
+    assert len(began()) == len(commands) and len(running) == len(commands)
+    assert min(began().values()) >= max(running) - 0.002  # the stamps and `date` share one clock
+
+
+def test_a_stop_request_with_exit_on_the_follow_channel_is_answered_then_the_agent_ends(run_dir, pyz):
+    """The job's end rides the open follow channel too (no exec per host): the tasks are stopped,
+    the `#re` answer comes on the stream, then the host agent exits (its lock is free)."""
+    start_tasks(pyz, run_dir, {"worker-0": "sleep 60", "worker-1": "sleep 60"})
+    follower = Follower(pyz, run_dir)
+    try:
+        assert follower.proc.stdin is not None
+        request = {"op": "stop", "id": 9, "tasks": ["worker-0", "worker-1"], "grace": 2, "exit": True}
+        follower.proc.stdin.write((json.dumps(request) + "\n").encode())
+        follower.proc.stdin.flush()
+        lines = follower.events(1, timeout=15)
+        while not lines[-1].startswith("#re ") and len(lines) < 40:
+            lines += follower.events(1, timeout=15)
+        answer = json.loads(lines[-1][4:])
+        assert answer["id"] == 9 and sorted(answer["stopped"]) == ["worker-0", "worker-1"] and answer["left"] == []
+        assert follower.proc.wait(10) == 0  # the agent ended: the follower's stream did too
+        assert clients._wait_agent_gone(str(run_dir), 10.0)
+    finally:
+        follower.close()
