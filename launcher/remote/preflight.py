@@ -129,6 +129,10 @@ def connect_hosts(plan: Plan, on_notice: Callable[[str], None], run_id: str | No
         except HostError as exc:
             return [str(exc)]
         hosts[name] = host
+        try:
+            host.home()  # the run dir's round trip, while other hosts still connect (it is cached)
+        except HostError as exc:
+            return [str(exc)]
         return []
 
     problems = _parallel(configs, connect, "connecting")
