@@ -48,6 +48,7 @@ def run_down(args: argparse.Namespace) -> int:
     state = read_state(path)
     run_id = str(state["run_id"])
     (path / DOWN_MARKER).touch()
+    torn_down = False  # the launcher's own teardown stopped every agent and swept every host
     if controlsock.send(run_id, "teardown", reason="stopped by `distlaunch down`") is not None:
         print(f"asked the launcher of {run_id} to tear down")
         # its own teardown stops and sweeps every host: wait for it, then check behind it (on Slurm
@@ -55,6 +56,7 @@ def run_down(args: argparse.Namespace) -> int:
         deadline = time.monotonic() + LAUNCHER_TEARDOWN_SECONDS
         while launcher_alive(read_state(path)) and time.monotonic() < deadline:
             time.sleep(0.2)
+        torn_down = not launcher_alive(read_state(path))
     gone: list[str] = []
     sessions = connect_sessions(state, gone)
     for why in gone:
@@ -72,7 +74,8 @@ def run_down(args: argparse.Namespace) -> int:
     def down(session: HostSession) -> None:
         slugs = [t["slug"] for t in state.get("tasks", {}).values() if t["host"] == session.name]
         try:
-            session.stop_agents(slugs, grace, exit_agent=True)
+            if not torn_down:  # else the check behind it is the sweep alone (it kills what it finds)
+                session.stop_agents(slugs, grace, exit_agent=True)
             left = session.sweep(kill=True)
         except HostGone as exc:  # it went away under us (an allocation ending): nothing is left there
             notice(str(exc))

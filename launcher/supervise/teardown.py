@@ -64,8 +64,15 @@ class Teardown(HostLinks):
     def _teardown_blocking(self, state: str) -> None:
         by_host = {h: [rt.spec.slug for rt in self.tasks.values() if rt.spec.host == h] for h in self.sessions}
         grace = max((rt.spec.grace_seconds for rt in self.tasks.values()), default=10.0)
+        def stop(session: HostSession) -> None:
+            # on the open follow channel where there is one; the verb (an exec) where not
+            request = {"op": "stop", "tasks": by_host[session.name], "grace": grace, "exit": True}
+            answer = self._ask_agent(session.name, request, timeout=grace + 60.0)
+            if answer is None or "error" in answer:
+                session.stop_agents(by_host[session.name], grace, exit_agent=True)
+
         try:
-            self._on_hosts(lambda s: s.stop_agents(by_host[s.name], grace, exit_agent=True))
+            self._on_hosts(stop)
         except Exception as exc:
             self._notice(f"stopping tasks: {exc}")
         if not self._all_final.wait(DRAIN_SECONDS):
