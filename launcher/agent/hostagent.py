@@ -102,6 +102,10 @@ class HostAgent:
         signal.signal(signal.SIGTERM, self._on_exit_signal)
         signal.signal(signal.SIGINT, self._on_exit_signal)
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        # a follower that vanishes under a send (the launcher killed) is an EPIPE, not the agent's
+        # death: dead, it would leave its tasks with no orphan rule (tasks get SIGPIPE back: Popen
+        # restores it)
+        signal.signal(signal.SIGPIPE, signal.SIG_IGN)
         signal.signal(signal.SIGCHLD, self._on_child_signal)
         self._adopt_all()
         with contextlib.suppress(OSError):
@@ -354,7 +358,8 @@ class HostAgent:
             answer = self.stop([str(s) for s in request.get("tasks") or []],
                                float(grace) if grace is not None else None)
             if request.get("exit"):
-                self._stop_all("the job ended", wait=True)
+                with self._start_lock:  # a batch being spawned ends first, and is stopped with the rest
+                    self._stop_all("the job ended", wait=True)
                 answer[THEN_KEY] = self._exit.set  # the answer is queued first; the end flushes it
             return answer
         if request.get("op") != "start":

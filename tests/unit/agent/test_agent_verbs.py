@@ -555,6 +555,7 @@ def test_a_stop_request_with_exit_on_the_follow_channel_is_answered_then_the_age
     """The job's end rides the open follow channel too (no exec per host): the tasks are stopped,
     the `#re` answer comes on the stream, then the host agent exits (its lock is free)."""
     start_tasks(pyz, run_dir, {"worker-0": "sleep 60", "worker-1": "sleep 60"})
+    agent_pid = int(wait_pid_file(run_dir / "agent.pid"))
     follower = Follower(pyz, run_dir)
     try:
         assert follower.proc.stdin is not None
@@ -567,6 +568,33 @@ def test_a_stop_request_with_exit_on_the_follow_channel_is_answered_then_the_age
         answer = json.loads(lines[-1][4:])
         assert answer["id"] == 9 and sorted(answer["stopped"]) == ["worker-0", "worker-1"] and answer["left"] == []
         assert follower.proc.wait(10) == 0  # the agent ended: the follower's stream did too
-        assert clients._wait_agent_gone(str(run_dir), 10.0)
+        assert clients._wait_gone(agent_pid, 10.0)
     finally:
         follower.close()
+
+
+def test_a_follower_that_vanishes_mid_stream_does_not_kill_the_host_agent(run_dir, pyz):
+    """A follower killed while the agent pushes it a burst (the launcher SIGKILLed: its relay's
+    socket closes under the agent's send) costs the agent an EPIPE, never its life; the agent
+    dying there would leave its tasks unsupervised with no orphan rule to stop them."""
+    start_tasks(pyz, run_dir, {"worker-0": "while :; do echo aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa; done"})
+    agent_pid = int(wait_pid_file(run_dir / "agent.pid"))
+    for _ in range(8):
+        follower = Follower(pyz, run_dir)
+        follower.events(50, timeout=15)  # the burst flows
+        follower.proc.kill()
+        follower.proc.wait(5)
+    time.sleep(0.5)  # a SIGPIPE would have ended it within this; there is no event to await for "still alive"
+    os.kill(agent_pid, 0)
+    assert Path(f"/proc/{agent_pid}/status").read_text().split("State:")[1].split()[0] != "Z"
+
+
+def wait_pid_file(path: Path, timeout: float = 10.0) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError):
+            text = path.read_text().strip()
+            if text:
+                return text
+        time.sleep(0.02)
+    raise AssertionError(f"no {path} after {timeout} s")
