@@ -21,7 +21,7 @@ import time
 from typing import Any, Dict, List, Optional
 
 from launcher import events
-from launcher.agent.hostagent import LOCK_NAME, SOCKET_NAME, HostAgent, write_specs
+from launcher.agent.hostagent import LOCK_NAME, PID_NAME, SOCKET_NAME, HostAgent, write_specs
 from launcher.agent.output import EventWriter, last_state
 from launcher.agent.procs import (
     KILL_CONFIRM_SECONDS,
@@ -223,37 +223,38 @@ def cmd_start(run_dir: str, payload: Dict[str, Any], spawn: bool = True) -> Dict
 
 def cmd_stop(run_dir: str, slugs: List[str], grace: Optional[float], exit_after: bool = False) -> Dict[str, Any]:
     """Stop tasks through the host agent; where none serves, stop each task's group here."""
+    agent_pid = _agent_pid(run_dir)
     try:
         answer = request(run_dir, {"op": "stop", "tasks": slugs, "grace": grace, "exit": exit_after}, spawn=False,
                          timeout=(grace or 10.0) + 60.0, wait=0.0)
     except (OSError, ValueError):
         pass
     else:
-        if exit_after:  # answered before it ends: a sweep right after would find it still exiting
-            answer["agent_exited"] = _wait_agent_gone(run_dir, AGENT_EXIT_WAIT_SECONDS)
+        if exit_after and agent_pid and "error" not in answer:
+            # answered before it ends: a sweep right after would find it still exiting
+            answer["agent_exited"] = _wait_gone(agent_pid, AGENT_EXIT_WAIT_SECONDS)
         return answer
     answers = {slug: stop_without_agent(os.path.join(run_dir, "tasks", slug), grace) for slug in slugs}
     left = [slug for slug, a in answers.items() if not a["stopped"]]
     return {"stopped": [s for s in slugs if s not in left], "left": left, "without_agent": answers}
 
 
-def _wait_agent_gone(run_dir: str, timeout: float) -> bool:
-    """Until the host agent's lock is free (it holds it for its whole life), at most ``timeout`` s."""
+def _agent_pid(run_dir: str) -> int:
+    try:
+        with open(os.path.join(run_dir, PID_NAME), encoding="ascii") as f:
+            return int(f.read().strip() or 0)
+    except (OSError, ValueError):
+        return 0
+
+
+def _wait_gone(pid: int, timeout: float) -> bool:
+    """Until process ``pid`` has ended, at most ``timeout`` s."""
     deadline = time.monotonic() + timeout
-    while True:
-        try:
-            fd = os.open(os.path.join(run_dir, LOCK_NAME), os.O_RDWR)
-        except OSError:
-            return True
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return True
-        except OSError:
-            if time.monotonic() >= deadline:
-                return False
-        finally:
-            os.close(fd)
+    while pid_alive(pid):
+        if time.monotonic() >= deadline:
+            return False
         pause(0.02)
+    return True
 
 
 def stop_without_agent(task_dir: str, grace: Optional[float]) -> Dict[str, Any]:

@@ -56,7 +56,8 @@ def run_down(args: argparse.Namespace) -> int:
         deadline = time.monotonic() + LAUNCHER_TEARDOWN_SECONDS
         while launcher_alive(read_state(path)) and time.monotonic() < deadline:
             time.sleep(0.2)
-        torn_down = not launcher_alive(read_state(path))
+        after = read_state(path)  # `outcome` is written once its teardown swept every host
+        torn_down = not launcher_alive(after) and after.get("outcome") is not None
     gone: list[str] = []
     sessions = connect_sessions(state, gone)
     for why in gone:

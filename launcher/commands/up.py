@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import resource
 import sys
 import threading
 from collections.abc import Callable
@@ -53,6 +54,7 @@ def run_up(args: argparse.Namespace) -> int:
     plan = build_plan(profile)
     for warning in exposure_warnings(plan):
         notice(f"warning: {warning}")
+    raise_open_files_limit(len({t.host for t in plan.tasks}))
     run_id = args.run_id or new_run_id(profile.name)
     target = Path(args.run_dir).expanduser() if args.run_dir else runs_root() / run_id
     if (target / "state.json").exists():
@@ -99,12 +101,11 @@ def _follow_job(args: argparse.Namespace, plan: Plan, rundir: RunDir, pre: Prefl
         try:
             sup.launch()
         except (HostError, OSError) as exc:
+            _finish_printer(printer, feed)  # the stopped tasks' lines first, then the one-line error
             raise UserError(f"could not start the job: {exc}; every started task was stopped") from None
         if args.detach or signals.hung_up:  # a hang-up during the preflight: the job starts detached
             sup.detach(origin="SIGHUP" if signals.hung_up else "")
-            feed.close()
-            if printer is not None:
-                printer.join(5.0)
+            _finish_printer(printer, feed)
             return sup.wait()
         if printer is not None:
             while printer.is_alive():  # joined in steps: signal handlers run on this thread
@@ -121,10 +122,36 @@ def _follow_job(args: argparse.Namespace, plan: Plan, rundir: RunDir, pre: Prefl
         rundir.close()
 
 
+#: open files the launcher holds besides its hosts' connections (run dir files, pipes, sockets)
+BASE_OPEN_FILES = 64
+
+
+def raise_open_files_limit(hosts: int) -> None:
+    """Each host holds one connection (a socket; with the openssh transport, pipes to an ssh
+    process too): the usual soft limit of 1,024 open files ends a launch at several hundred hosts.
+    The soft limit goes up to the hard one; where even that is short, one line says so."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and soft < hard:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+    need = BASE_OPEN_FILES + 4 * hosts
+    if soft != resource.RLIM_INFINITY and soft < need:
+        notice(f"warning: {hosts} hosts may need {need} open files and the limit is {soft}; "
+               "raise it (`ulimit -n`, or the hard limit in /etc/security/limits.conf)")
+
+
 def _start_printer(printer: ProgressPrinter | JsonPrinter, feed: Any) -> threading.Thread:
     thread = threading.Thread(target=follow_lines, args=(printer, feed), name="printer", daemon=True)
     thread.start()
     return thread
+
+
+def _finish_printer(printer: threading.Thread | None, feed: Any) -> None:
+    """Close the feed and let the printer write what it holds (bounded: the feed has ended)."""
+    feed.close()
+    if printer is not None:
+        printer.join(5.0)
 
 
 def follow_lines(printer: ProgressPrinter | JsonPrinter, feed: Any) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 
 from launcher import events as ev
+from launcher.errors import HostError
 from launcher.remote.session import HostSession
 from launcher.supervise.links import HostLinks
 
@@ -67,7 +68,10 @@ class Teardown(HostLinks):
         def stop(session: HostSession) -> None:
             # on the open follow channel where there is one; the verb (an exec) where not
             request = {"op": "stop", "tasks": by_host[session.name], "grace": grace, "exit": True}
-            answer = self._ask_agent(session.name, request, timeout=grace + 60.0)
+            try:
+                answer = self._ask_agent(session.name, request, timeout=grace + 60.0)
+            except HostError:  # no answer in time on the channel: the verb, which also waits
+                answer = None
             if answer is None or "error" in answer:
                 session.stop_agents(by_host[session.name], grace, exit_agent=True)
 
