@@ -32,6 +32,21 @@ from tests.sshd import PrivateSshd  # noqa: E402
 PYTHON = str(REPO / ".venv" / "bin" / "python")
 
 
+#: the start of an emitter task (argv: count, period, go file): it waits until the benchmark
+#: writes the common start time into the go file, once every task runs (event_pipeline, scale)
+EMITTER_START = '''\
+import json, sys, time
+count, period, go = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
+while True:
+    try:
+        start = float(open(go).read())
+        break
+    except (OSError, ValueError):
+        time.sleep(0.05)
+out = sys.stdout
+'''
+
+
 @dataclass
 class BenchHost:
     """One sshd standing in for one host, with its own home directory."""

@@ -36,7 +36,7 @@ import threading
 import time
 from pathlib import Path
 
-from common import PYTHON, REPO, machine, mean, percentile, ssh_profile, sshd_hosts
+from common import EMITTER_START, PYTHON, REPO, machine, mean, percentile, ssh_profile, sshd_hosts
 
 from launcher.plan import build_plan
 from launcher.profile.reader import load_profile
@@ -44,16 +44,7 @@ from launcher.remote.preflight import prepare_hosts
 from launcher.rundir import RunDir
 from launcher.supervise.supervisor import Supervisor
 
-EMITTER = '''\
-import json, sys, time
-count, period, go = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
-while True:  # the benchmark writes the common start time once every task runs
-    try:
-        start = float(open(go).read())
-        break
-    except (OSError, ValueError):
-        time.sleep(0.01)
-out = sys.stdout
+EMITTER = EMITTER_START + '''\
 for i in range(count):
     delay = start + i * period - time.time()
     if delay > 0:

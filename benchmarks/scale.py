@@ -46,19 +46,21 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import PYTHON, REPO, BenchHost, machine, percentile, ssh_config, ssh_profile, sshd_hosts, wait_for
+from common import (
+    EMITTER_START,
+    PYTHON,
+    REPO,
+    BenchHost,
+    machine,
+    percentile,
+    ssh_config,
+    ssh_profile,
+    sshd_hosts,
+    wait_for,
+)
 from launch_fanout import kill_pids, pdsh
 
-EMITTER = '''\
-import json, sys, time
-count, period, go = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
-while True:  # the benchmark writes the common start time once every task runs
-    try:
-        start = float(open(go).read())
-        break
-    except (OSError, ValueError):
-        time.sleep(0.05)
-out = sys.stdout
+EMITTER = EMITTER_START + '''\
 for i in range(1, count + 1):
     delay = start + i * period - time.time()
     if delay > 0:

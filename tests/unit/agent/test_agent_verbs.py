@@ -55,6 +55,16 @@ class Follower:
                 got.append(line)
         return got
 
+    def ask(self, request: dict, limit: int = 40) -> list[str]:
+        """Send a request line on the verb's stdin; the lines until its `#re` answer (the last)."""
+        assert self.proc.stdin is not None
+        self.proc.stdin.write((json.dumps(request) + "\n").encode())
+        self.proc.stdin.flush()
+        lines = self.events(1, timeout=15)
+        while not lines[-1].startswith("#re ") and len(lines) < limit:
+            lines += self.events(1, timeout=15)
+        return lines
+
     def no_events_for(self, seconds: float) -> list[str]:
         """Every line that arrives within ``seconds`` (expected: heartbeats only)."""
         got: list[str] = []
@@ -339,12 +349,7 @@ def test_a_start_request_on_the_follow_channel_is_answered_on_the_stream(run_dir
         spec = {"run": RUN_ID, "task": "worker:0", "command": "echo hello", "workdir": str(run_dir),
                 "grace_seconds": 2, "autolog": False}
         request = {"op": "start", "id": 7, "specs": {"worker-0": spec}, "tasks": ["worker-0"], "secrets": {}}
-        assert follower.proc.stdin is not None
-        follower.proc.stdin.write((json.dumps(request) + "\n").encode())
-        follower.proc.stdin.flush()
-        lines = follower.events(1, timeout=15)
-        while not lines[-1].startswith("#re ") and len(lines) < 20:
-            lines += follower.events(1, timeout=15)
+        lines = follower.ask(request)
         answer = json.loads(lines[-1][4:])
         assert answer["id"] == 7 and set(answer["pids"]) == {"worker-0"} and answer["errors"] == {}
         seen = [json.loads(x) for x in lines[:-1] if not x.startswith("#")]  # events may precede the answer
@@ -558,14 +563,8 @@ def test_a_stop_request_with_exit_on_the_follow_channel_is_answered_then_the_age
     agent_pid = int(wait_pid_file(run_dir / "agent.pid"))
     follower = Follower(pyz, run_dir)
     try:
-        assert follower.proc.stdin is not None
         request = {"op": "stop", "id": 9, "tasks": ["worker-0", "worker-1"], "grace": 2, "exit": True}
-        follower.proc.stdin.write((json.dumps(request) + "\n").encode())
-        follower.proc.stdin.flush()
-        lines = follower.events(1, timeout=15)
-        while not lines[-1].startswith("#re ") and len(lines) < 40:
-            lines += follower.events(1, timeout=15)
-        answer = json.loads(lines[-1][4:])
+        answer = json.loads(follower.ask(request)[-1][4:])
         assert answer["id"] == 9 and sorted(answer["stopped"]) == ["worker-0", "worker-1"] and answer["left"] == []
         assert follower.proc.wait(10) == 0  # the agent ended: the follower's stream did too
         assert clients._wait_gone(agent_pid, 10.0)
