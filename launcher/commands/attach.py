@@ -14,6 +14,7 @@ on every host while the user waits for one link.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
 
@@ -32,6 +33,7 @@ from launcher.rundir import (
     read_state,
 )
 from launcher.runrecord import load_recorded_profile
+from launcher.supervise.stopsignals import StopSignals
 from launcher.supervise.supervisor import Supervisor
 from launcher.telemetry.printer import ProgressPrinter
 
@@ -66,15 +68,20 @@ def attach_run(path: Path, tui: bool) -> int:
     notifying = follow_notify(sup, history_until=max((e.ts for e in history), default=None))
     sup.resume(state, history, unreachable=unreachable)
     server = start_control_server(run_id, sup)
+    # SIGTERM stops the job and SIGHUP detaches it, as for `up`; Ctrl-C detaches (below)
+    signals = StopSignals(lambda reason, origin: sup.teardown(reason, origin),
+                          lambda: sup.detach(origin="SIGHUP"), signums=(signal.SIGTERM, signal.SIGHUP))
     try:
-        if tui and sys.stdout.isatty():
-            run_dashboard_for(sup, feed, plan, live=True)
-        else:
-            ProgressPrinter().consume(feed.events())
-        outcome = sup.wait()
-    except KeyboardInterrupt:
-        sup.detach()
-        outcome = sup.wait()
+        with signals:
+            try:
+                if tui and sys.stdout.isatty():
+                    run_dashboard_for(sup, feed, plan, live=True, signals=signals)
+                else:
+                    ProgressPrinter().consume(feed.events())
+                outcome = sup.wait()
+            except KeyboardInterrupt:
+                sup.detach()
+                outcome = sup.wait()
     finally:
         if server is not None:
             server.close()
@@ -83,7 +90,7 @@ def attach_run(path: Path, tui: bool) -> int:
         for session in sessions.values():
             session.host.close()
         rundir.close()
-    return report_outcome(sup, outcome, stopped_code=None)
+    return report_outcome(sup, outcome, stopped_code=signals.exit_code)
 
 
 def run_attach(args: argparse.Namespace) -> int:

@@ -65,7 +65,10 @@ class StopSignals:
     a dashboard while it runs, asks it to quit (signal-safe)."""
 
     def __init__(self, on_stop: Callable[[str, str], None], on_hangup: Callable[[], None],
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 signums: tuple[int, ...] = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)) -> None:
+        """``signums``: the signals handled (`attach` leaves SIGINT to its own detach on Ctrl-C)."""
+        self.signums = signums
         self.on_stop = on_stop
         self.on_hangup = on_hangup
         self.leave: Callable[[], None] | None = None
@@ -83,7 +86,7 @@ class StopSignals:
 
     def __enter__(self) -> StopSignals:
         self._terminal_fds = terminal_fds()
-        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        for signum in self.signums:
             self._old[signum] = signal.signal(signum, self._on_signal)
         return self
 

@@ -210,6 +210,47 @@ def kill_launcher_and_watch(tmp: Path, run_id: str, profile: Path) -> None:
         kill_run_processes(run_id)
 
 
+def test_an_attached_launcher_stops_the_job_on_sigterm_and_detaches_it_on_sighup(tmp_path: Path) -> None:
+    """`attach` follows signals as `up` does: SIGHUP leaves the job detached again (exit 0), and
+    SIGTERM to a later attach tears it down with the signal named (exit 143), nothing left."""
+    run_id = "sig-attach"
+    launcher, run_dir = start_running(tmp_path, run_id, "--detach")
+    attachers: list[subprocess.Popen[bytes]] = []
+
+    def attach(n: int) -> subprocess.Popen[bytes]:
+        proc = start_cli("attach", str(run_dir), "--no-tui", log=tmp_path / f"attach{n}.log")
+        attachers.append(proc)
+        wait_for(lambda: json.loads((run_dir / "state.json").read_text()).get("launcher_pid") == proc.pid
+                 and not json.loads((run_dir / "state.json").read_text()).get("detached"), 60,
+                 "attach to take the run back")
+        return proc
+
+    try:
+        assert launcher.wait(timeout=60) == 0
+        task_pids = {e["task"]: e["pid"] for e in read_events(run_dir)
+                     if e["kind"] == "state" and e["state"] == "running"}
+        first = attach(1)
+        first.send_signal(signal.SIGHUP)
+        assert first.wait(timeout=60) == 0
+        assert actions(run_dir)[-1] == ("detach", "SIGHUP")
+        assert all(os.path.exists(f"/proc/{pid}") for pid in task_pids.values())  # the job goes on
+
+        second = attach(2)
+        second.send_signal(signal.SIGTERM)
+        assert second.wait(timeout=60) == 143
+        end = job_end(run_dir)
+        assert (end["state"], end["reason"]) == ("Failed", "stopped by SIGTERM")
+        assert actions(run_dir)[-1] == ("teardown", "SIGTERM")
+        assert pids_with_run_id(run_id) == []
+        for n in (1, 2):
+            assert_no_noise(tmp_path / f"attach{n}.log")
+    finally:
+        for proc in (launcher, *attachers):
+            if proc.poll() is None:
+                proc.kill()
+        kill_run_processes(run_id)
+
+
 def test_a_killed_launchers_follow_channel_and_agent_end_promptly(tmp_path: Path) -> None:
     kill_launcher_and_watch(tmp_path, "sig-kill9-local", sleeper_profile(tmp_path, "k9", orphan_grace=3))
 
