@@ -114,8 +114,11 @@ def start_tasks(pyz: Path, run_dir: Path, commands: dict[str, str]) -> dict:
 
 
 def end_agent(pyz: Path, run_dir: Path) -> None:
-    subprocess.run([sys.executable, str(pyz), "stop", "--run-dir", str(run_dir), "--exit"], capture_output=True,
-                   timeout=60, check=False)
+    """Every task of the run dir stopped (by the agent, or by the verb itself where the agent
+    died: a test that failed must not leave its tasks behind), then the agent ends."""
+    tasks = ",".join(p.name for p in (run_dir / "tasks").iterdir()) if (run_dir / "tasks").is_dir() else ""
+    subprocess.run([sys.executable, str(pyz), "stop", "--run-dir", str(run_dir), "--tasks", tasks, "--exit"],
+                   capture_output=True, timeout=60, check=False)
 
 
 @pytest.fixture
