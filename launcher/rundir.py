@@ -189,6 +189,14 @@ class RunDir:
         self.on_problem(f"cannot write {target}: {what}; the job goes on and events wait in memory "
                         f"(free space under {self.path.parent})")
 
+    def events_size(self) -> int:
+        """The bytes of events.jsonl written so far (a client's history ends there)."""
+        with self._lock:
+            try:
+                return self._events_file.stat().st_size
+            except OSError:
+                return 0
+
     def write_state(self, state: dict[str, Any]) -> None:
         tmp = self.path / (STATE_FILE + ".tmp")
         with self._lock:
@@ -311,7 +319,21 @@ def host_from_json(data: dict[str, Any]) -> HostConfig:
                       slurm_job_id=data.get("slurm_job_id"))
 
 
-def launcher_alive(state: dict[str, Any]) -> bool:
-    """Is the run's launcher still following it (its process exists and the run has not ended)?"""
-    pid = state.get("launcher_pid")
+def supervision(state: dict[str, Any]) -> str | None:
+    """How a run that has not ended is watched: "live" (its supervisor runs and a client follows
+    it), "supervised" (its supervisor runs, no client), "lost" (no supervisor: its agents stop
+    its tasks after the orphan grace, `attach` within it takes it over, `down` cleans up);
+    None once it ended."""
+    if state.get("outcome") is not None:
+        return None
+    if not supervisor_alive(state):
+        return "lost"
+    clients = state.get("clients")
+    return "live" if isinstance(clients, int) and clients > 0 else "supervised"
+
+
+def supervisor_alive(state: dict[str, Any]) -> bool:
+    """Does the run's supervisor still supervise it (its process exists and the run has not ended)?
+    ``launcher_pid``: the same pid, as runs of distlaunch before the supervisor process recorded it."""
+    pid = state.get("supervisor_pid", state.get("launcher_pid"))
     return isinstance(pid, int) and pid_alive(pid) and state.get("outcome") is None

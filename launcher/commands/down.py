@@ -2,10 +2,10 @@
 
 `distlaunch prune`: remove finished runs on this machine and their run dirs on every host they used.
 
-A run is removed only when it has ended (Succeeded or Failed) or its launcher died without
-detaching long enough ago that no task of it can still run; live and detached runs are never
-touched, and neither are the jobs' outputs, which live outside run dirs. A run whose host cannot
-be reached is kept, so nothing is left behind on that host unnoticed: prune again later.
+A run is removed only when it has ended (Succeeded or Failed) or its supervisor died long enough
+ago that no task of it can still run; live and supervised runs are never touched, and neither are
+the jobs' outputs, which live outside run dirs. A run whose host cannot be reached is kept, so
+nothing is left behind on that host unnoticed: prune again later.
 
 Only runs under the state dir are chosen by ``--keep``/``--older-than``: a run dir the user put
 elsewhere (``up --run-dir``) is listed as kept, and removed only when named (``prune RUN``, by
@@ -31,9 +31,9 @@ from launcher.rundir import (
     DOWN_MARKER,
     RunDir,
     find_run,
-    launcher_alive,
     outside_state_dir,
     read_state,
+    supervisor_alive,
     unlink_from_root,
 )
 from launcher.supervise import controlsock
@@ -54,10 +54,10 @@ def run_down(args: argparse.Namespace) -> int:
         # its own teardown stops and sweeps every host: wait for it, then check behind it (on Slurm
         # the allocation may end with the launcher, and a check's steps with it)
         deadline = time.monotonic() + LAUNCHER_TEARDOWN_SECONDS
-        while launcher_alive(read_state(path)) and time.monotonic() < deadline:
+        while supervisor_alive(read_state(path)) and time.monotonic() < deadline:
             time.sleep(0.2)
         after = read_state(path)  # `outcome` is written once its teardown swept every host
-        torn_down = not launcher_alive(after) and after.get("outcome") is not None
+        torn_down = not supervisor_alive(after) and after.get("outcome") is not None
     gone: list[str] = []
     sessions = connect_sessions(state, gone)
     for why in gone:
@@ -112,16 +112,16 @@ def run_down(args: argparse.Namespace) -> int:
 
 
 def _record_stopped_by_down(path: Path) -> None:
-    """A run no launcher follows (detached or lost) ends with its `down`: the job event and
+    """A run no supervisor follows (lost) ends with its `down`: the job event and
     state.json say why, so that `runs` shows it ended and `prune` may take it."""
     state = read_state(path)
-    if launcher_alive(state) or state.get("job_state") in (ev.JOB_SUCCEEDED, ev.JOB_FAILED):
+    if supervisor_alive(state) or state.get("job_state") in (ev.JOB_SUCCEEDED, ev.JOB_FAILED):
         return  # a launcher recorded its own end
     reason = "stopped by `distlaunch down`"
     rundir = RunDir.open(path)
     try:
         rundir.append(ev.job_event(str(state["run_id"]), ev.JOB_FAILED, reason))
-        rundir.write_state({**state, "job_state": ev.JOB_FAILED, "job_reason": reason, "detached": False})
+        rundir.write_state({**state, "job_state": ev.JOB_FAILED, "job_reason": reason})
     finally:
         rundir.close()
 
@@ -152,7 +152,7 @@ def last_activity(run: RunSummary) -> float:
 
 
 def finished(run: RunSummary, now: float) -> bool:
-    if run.live is not None:  # live or detached
+    if run.live is not None:  # live, supervised or lost
         return False
     return run.job_state in (ev.JOB_SUCCEEDED, ev.JOB_FAILED) or now - last_activity(run) > ABANDONED_AFTER_S
 
@@ -221,7 +221,7 @@ def run_prune(args: argparse.Namespace) -> int:
                   f"(`distlaunch prune {run.run}`)")
     untouchable = [r for r in runs if r.live is not None]
     if not chosen:
-        print(f"nothing to prune ({len(runs)} run(s), {len(untouchable)} live or detached)")
+        print(f"nothing to prune ({len(runs)} run(s), {len(untouchable)} live or supervised)")
         return 0
     failed = 0
     with Progress("pruning", total=len(chosen), unit="runs", enabled=False if args.dry_run else None) as line:
@@ -241,5 +241,5 @@ def run_prune(args: argparse.Namespace) -> int:
             line.echo(f"removed {run.run} ({run.job_state}) here and on {len(run.hosts)} host(s)")
     if not args.dry_run:
         print(f"pruned {len(chosen) - failed} run(s); kept {len(runs) - len(chosen) + failed} "
-              f"({len(untouchable)} live or detached); outputs are never removed")
+              f"({len(untouchable)} live or supervised); outputs are never removed")
     return 1 if failed else 0

@@ -26,9 +26,10 @@ from launcher.rundir import (
     LATEST_LINK,
     STATE_FILE,
     find_run,
-    launcher_alive,
     read_events,
     read_state,
+    supervision,
+    supervisor_alive,
 )
 from launcher.telemetry.jobview import JobView
 from launcher.telemetry.timeline import Timeline, TimelineEntry, clock_text
@@ -51,7 +52,7 @@ def summarize(path: Path) -> dict[str, Any]:
     view = JobView()
     for event in read_events(path):
         view.apply(event)
-    alive = launcher_alive(state)
+    alive = supervisor_alive(state)
     now = view.rate_clock(time.time())
     tasks: dict[str, dict[str, Any]] = {}
     for task_id, info in state.get("tasks", {}).items():
@@ -71,8 +72,10 @@ def summarize(path: Path) -> dict[str, Any]:
            else {"state": state.get("job_state"), "reason": state.get("job_reason", ""), "root_cause": ""})
     return {"run": state["run_id"], "dir": str(path), "profile": state.get("profile"),
             "name": state.get("name"), "strategy": state.get("strategy"), "job": job,
-            "detached": state.get("detached", False), "launcher_pid": state.get("launcher_pid"),
-            "launcher_alive": alive,
+            "supervision": supervision(state) if job["state"] not in (ev.JOB_SUCCEEDED, ev.JOB_FAILED) else None,
+            "supervisor_pid": state.get("supervisor_pid", state.get("launcher_pid")),
+            "launcher_pid": state.get("supervisor_pid", state.get("launcher_pid")),
+            "supervisor_alive": alive, "launcher_alive": alive,
             "tasks": tasks, "lost_events": view.lost_events}
 
 
@@ -82,13 +85,17 @@ def run_status(args: argparse.Namespace) -> int:
         print(json.dumps(summary, indent=2))
         return 0
     job = summary["job"]
-    who = "launcher attached" if summary["launcher_alive"] else ("detached" if summary["detached"] else "no launcher")
+    who = {"live": "supervised, a client follows", "supervised": "supervised, no client",
+           "lost": "lost: no supervisor"}.get(summary["supervision"] or "", "ended")
+    if summary["supervisor_alive"]:
+        who += f", supervisor pid {summary['supervisor_pid']}"
     print(f"run {summary['run']}  ({summary['name']}, {summary['strategy']}, {who})")
     print(f"job {job['state']}" + (f": {job['reason']}" if job.get("reason") else ""))
     if job.get("root_cause"):
         print(f"root cause: {job['root_cause']}")
-    if summary["detached"] and not summary["launcher_alive"]:
-        print(f"(detached: task states as last seen by a launcher; `distlaunch attach {summary['run']}` for live)")
+    if summary["supervision"] == "lost":
+        print(f"(lost: task states as last seen by its supervisor; `distlaunch attach {summary['run']}` within the "
+              "orphan grace takes the job over, `distlaunch down` cleans up)")
     rows = [("TASK", "HOST", "ADDRESS", "STATE", "PID", "RESTARTS", "STEP", "LOSS")]
     for task_id, t in summary["tasks"].items():
         loss = t.get("nonfinite_loss") or (f"{t['loss']:.4f}" if isinstance(t["loss"], float) else "-")
@@ -126,7 +133,7 @@ def run_logs(args: argparse.Namespace) -> int:
         if not args.follow:
             return 0
         current = read_state(path)
-        if not launcher_alive(current):
+        if not supervisor_alive(current):
             return 0
         time.sleep(0.25)
 
@@ -147,9 +154,9 @@ class RunSummary:
     hosts: list[str]
     tasks: int
     restarts: int
-    #: "live": a launcher follows it; "detached": left running on purpose; "lost": not ended, yet no
-    #: launcher follows it and it was not detached (killed launcher: its tasks stop after the orphan
-    #: grace; `down` cleans up); None: ended
+    #: "live": its supervisor runs and a client follows it; "supervised": its supervisor runs, no
+    #: client; "lost": not ended, yet no supervisor (killed: its tasks stop after the orphan grace;
+    #: `attach` within it takes the job over, `down` cleans up); None: ended
     live: str | None
 
 
@@ -196,14 +203,7 @@ def summarize_run(path: Path, now: float) -> RunSummary | None:
     ended = job_state in (ev.JOB_SUCCEEDED, ev.JOB_FAILED)
     end = _float(last.get("ts")) if (last and ended) else now
     tasks = state.get("tasks") or {}
-    live: str | None = None
-    if not ended:
-        if launcher_alive(state):
-            live = "live"
-        elif state.get("detached"):
-            live = "detached"
-        else:
-            live = "lost"
+    live = None if ended else (supervision(state) or "lost")
     return RunSummary(
         run=str(state["run_id"]),
         dir=str(path),

@@ -1,24 +1,26 @@
-"""`distlaunch up`: read the profile, prepare the hosts, launch the job and follow it to its end.
+"""`distlaunch up`: read the profile, start the job's supervisor, and follow it to its end.
 
-What follows a live job (the dashboard or progress lines, [notify], the control socket, the exit
-code) is shared with `attach`, which takes over a running job.
+The profile and plan are read here, so a mistake in them is one line and exit code 2 before
+anything starts. The supervisor (supervise/daemon.py) is a process of its own: it prepares the
+hosts, launches, runs [notify] and the control socket, and supervises the job to its end
+whether or not a terminal follows it; this process is one of its clients (commands/follow.py).
+`attach` shares the supervisor's side with `up` (the control socket, [notify], the outcome).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import resource
+import socket
 import sys
-import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from launcher import events as ev
 from launcher.commands import notice
 from launcher.commands.check import exposure_warnings
+from launcher.commands.follow import Shown, follow_supervisor
 from launcher.errors import HostError, UserError
 from launcher.model import Plan
 from launcher.paths import runs_root
@@ -31,11 +33,10 @@ from launcher.rundir import (
     new_run_id,
 )
 from launcher.runrecord import write_record
-from launcher.supervise import controlsock
+from launcher.supervise import controlsock, daemon
 from launcher.supervise.notify import Notifier, NotifyFollower
 from launcher.supervise.stopsignals import JobSignals, StoppedBeforeStart, StopSignals
 from launcher.supervise.supervisor import Supervisor
-from launcher.telemetry.printer import JsonPrinter, ProgressPrinter
 from launcher.telemetry.progressline import mute
 
 
@@ -64,15 +65,43 @@ def run_up(args: argparse.Namespace) -> int:
     if tui and not (sys.stdin.isatty() and sys.stdout.isatty()):
         notice("not a terminal: showing progress lines instead of the dashboard (--no-tui)")
         tui = False
+    hint = supervision_hint(plan)
+    if hint:
+        notice(hint)
+    _progress(quiet=False)(f"run {run_id} ({rundir.path})")
+    child = daemon.spawn(rundir.path, lambda: supervise_new_run(plan, rundir))
+    shown = Shown(tui=tui, json=args.json, title=profile.name, strategy=profile.strategy,
+                  hosts_total=len({t.host for t in plan.tasks}), bell=profile.notify.bell)
+    return follow_supervisor(run_id, rundir.path, child=child, shown=shown, detach=args.detach)
+
+
+def supervision_hint(plan: Plan) -> str | None:
+    """One line when this machine is none of the job's hosts: the supervisor runs here, so this
+    machine must stay up (and awake) for as long as the job runs."""
+    if any(h.transport == "local" or h.address in LOCAL_ADDRESSES for h in plan.profile.hosts.values()):
+        return None
+    if all(h.transport == "slurm" for h in plan.profile.hosts.values()):
+        return None  # `up` runs inside the allocation (its batch script or salloc shell)
+    return ("hint: this machine supervises the job (restarts, its end, [notify]); for a job of hours run `up` "
+            "on a login or head node that stays up, not on a laptop that sleeps")
+
+
+#: addresses that mean "this machine" in a profile
+LOCAL_ADDRESSES = frozenset({"localhost", "127.0.0.1", "::1", socket.gethostname(), socket.getfqdn()})
+
+
+def supervise_new_run(plan: Plan, rundir: RunDir) -> int:
+    """The supervisor process of a new run (supervise/daemon.py forked it): prepare the hosts,
+    launch, supervise to the end; the exit code is the job's outcome."""
+    run_id = rundir.run_id
     progress = _progress(quiet=False)
     signals = JobSignals(run_id)
     with signals:
         pre: Preflight | None = None
         try:
-            progress(f"run {run_id} ({rundir.path})")
             pre = prepare_hosts(plan, run_id, rundir.path / "hosts", notice, progress)
-            write_record(rundir.path, profile, pre.versions)
-            sup = Supervisor(plan, rundir, pre.sessions, pre.ports, detached=args.detach, on_notice=notice)
+            write_record(rundir.path, plan.profile, pre.versions)
+            sup = Supervisor(plan, rundir, pre.sessions, pre.ports, on_notice=notice)
             signals.bind(sup)
         except StoppedBeforeStart as stop:
             if pre is not None:
@@ -81,38 +110,22 @@ def run_up(args: argparse.Namespace) -> int:
             rundir.close()
             notice(f"{stop} before any task started; nothing runs on any host")
             return signals.exit_code or 1
-        outcome = _follow_job(args, plan, rundir, pre, sup, signals, tui, progress)
+        outcome = _supervise(plan, rundir, pre, sup, signals, progress)
     return report_outcome(sup, outcome, signals.exit_code)
 
 
-def _follow_job(args: argparse.Namespace, plan: Plan, rundir: RunDir, pre: Preflight, sup: Supervisor,
-                signals: JobSignals, tui: bool, progress: Callable[[str], None]) -> str | None:
-    """Launch the job and show it until it ends, or is detached (`--detach`, SIGHUP)."""
-    run_id = sup.run_id
-    feed = sup.subscribe()
+def _supervise(plan: Plan, rundir: RunDir, pre: Preflight, sup: Supervisor, signals: JobSignals,
+               progress: Callable[[str], None]) -> str | None:
+    """Launch the job and supervise it until it ends; its clients follow it on the control socket."""
     notifying = follow_notify(sup)
-    server = start_control_server(run_id, sup)
+    server = start_control_server(sup, signals)
     try:
         progress(f"starting {len(plan.tasks)} tasks on {len(pre.sessions)} host(s)")
-        # lines (and JSON) stream while the tasks start: on many hosts the launch takes seconds
-        printer = None
-        if not (tui or args.detach):
-            printer = _start_printer(JsonPrinter() if args.json else ProgressPrinter(), feed)
         try:
             sup.launch()
         except (HostError, OSError) as exc:
-            _finish_printer(printer, feed)  # the stopped tasks' lines first, then the one-line error
             raise UserError(f"could not start the job: {exc}; every started task was stopped") from None
-        if args.detach or signals.hung_up:  # a hang-up during the preflight: the job starts detached
-            sup.detach(origin="SIGHUP" if signals.hung_up else "")
-            _finish_printer(printer, feed)
-            return sup.wait()
-        if printer is not None:
-            while printer.is_alive():  # joined in steps: signal handlers run on this thread
-                printer.join(0.5)
-        else:
-            run_dashboard_for(sup, feed, plan, live=True, signals=signals)
-        return sup.wait()
+        return wait_for_end(sup)
     finally:
         if server is not None:
             server.close()
@@ -120,6 +133,13 @@ def _follow_job(args: argparse.Namespace, plan: Plan, rundir: RunDir, pre: Prefl
             notifying.finish()
         pre.close()
         rundir.close()
+
+
+def wait_for_end(sup: Supervisor) -> str | None:
+    """Wait in steps: the supervisor's signal handlers run on this (the main) thread."""
+    while sup.wait(0.5) is None:
+        pass
+    return sup.outcome
 
 
 #: open files the launcher holds besides its hosts' connections (run dir files, pipes, sockets)
@@ -141,35 +161,6 @@ def raise_open_files_limit(hosts: int) -> None:
                "raise it (`ulimit -n`, or the hard limit in /etc/security/limits.conf)")
 
 
-def _start_printer(printer: ProgressPrinter | JsonPrinter, feed: Any) -> threading.Thread:
-    thread = threading.Thread(target=follow_lines, args=(printer, feed), name="printer", daemon=True)
-    thread.start()
-    return thread
-
-
-def _finish_printer(printer: threading.Thread | None, feed: Any) -> None:
-    """Close the feed and let the printer write what it holds (bounded: the feed has ended)."""
-    feed.close()
-    if printer is not None:
-        printer.join(5.0)
-
-
-def follow_lines(printer: ProgressPrinter | JsonPrinter, feed: Any) -> None:
-    """Print the job's events until it ends. A reader of stdout that went away (`| head`, a
-    `timeout` that signalled the whole pipeline) does not end the job's supervision: the rest is
-    followed without printing."""
-    events = feed.events()
-    try:
-        printer.consume(events)
-    except OSError:  # EPIPE, or EIO from a terminal that hung up
-        with contextlib.suppress(OSError):
-            null = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(null, sys.stdout.fileno())
-            os.close(null)
-        for _ in events:
-            pass
-
-
 def follow_notify(sup: Supervisor, history_until: float | None = None) -> NotifyFollower | None:
     """Run the profile's [notify] command for this job's task failures and its end (None: no command)."""
     config = sup.profile.notify
@@ -180,11 +171,19 @@ def follow_notify(sup: Supervisor, history_until: float | None = None) -> Notify
     return NotifyFollower(notifier, sup.subscribe().events())
 
 
-def start_control_server(run_id: str, sup: Supervisor) -> controlsock.ControlServer | None:
+def start_control_server(sup: Supervisor, signals: StopSignals | None = None) -> controlsock.ControlServer | None:
+    """The socket the job's clients follow it on and act through. ``signals``: the supervisor's
+    own stop signals, whose code a follower of the whole job exits with."""
+
+    def exit_code(outcome: str | None) -> int:
+        if outcome == ev.JOB_SUCCEEDED:
+            return 0
+        return signals.exit_code if signals is not None and signals.exit_code is not None else 1
+
     try:
-        return controlsock.ControlServer(run_id, sup)
+        return controlsock.ControlServer(sup.run_id, sup, exit_code)
     except OSError as exc:
-        notice(f"control socket unavailable ({exc}); `restart` from another terminal will not work")
+        notice(f"control socket unavailable ({exc}); no dashboard, `attach` or `restart` can reach this job")
         return None
 
 
@@ -193,30 +192,8 @@ def report_outcome(sup: Supervisor, outcome: str | None, stopped_code: int | Non
     for host, left in sup.leftovers.items():
         notice(f"host {host}: {len(left)} process(es) of the run survived teardown: "
              + ", ".join(str(p.get("pid")) for p in left))
-    if outcome == "detached":
-        print(f"{sup.run_id} detached; follow it with `distlaunch attach {sup.run_id}`, "
-              f"stop it with `distlaunch down {sup.run_id}`")
-        return 0
     if outcome == ev.JOB_SUCCEEDED:
         return 0
     if stopped_code is not None:
         return stopped_code
     return 1
-
-
-def run_dashboard_for(sup: Supervisor, feed: Any, plan: Plan, live: bool, signals: StopSignals | None = None) -> None:
-    from tui.app import run_dashboard
-
-    try:
-        result = run_dashboard(feed, sup, title=plan.profile.name, strategy=plan.profile.strategy,
-                               hosts_total=len(sup.sessions), live=live, run_dir=sup.rundir.path,
-                               bell_on_end=plan.profile.notify.bell, signals=signals)
-    except Exception:
-        # nothing may be left running because the screen broke: stop the job, then report the crash
-        sup.teardown("the dashboard crashed")
-        sup.wait(120)
-        raise
-    if result.action == "teardown" and not result.teardown_requested:
-        sup.teardown("torn down from the dashboard")
-    elif result.action == "detach":
-        sup.detach()

@@ -1,6 +1,7 @@
-"""How `distlaunch restart` and `down` in another terminal reach a live launcher.
+"""How clients reach a run's supervisor: the dashboard, `--no-tui` and `attach` follow its
+events here, and `distlaunch restart`, `stop`, `down` and `stacks` ask it to act.
 
-The launcher listens on a Linux abstract unix socket named after the run id (no file to clean
+The supervisor listens on a Linux abstract unix socket named after the run id (no file to clean
 up, no path-length limit); a request is one JSON line, the answer one JSON line.
 
 Abstract sockets have no file permissions and every local user can see their names in
@@ -17,14 +18,23 @@ import socket
 import struct
 import threading
 import time
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+from launcher import events as ev
+from launcher.rundir import EVENTS_FILE
+from launcher.supervise.core import LineFeed
 from launcher.supervise.stackcapture import record
 from launcher.supervise.supervisor import Supervisor
 
-ACTIONS = ("restart", "stop", "teardown", "detach", "stacks")
+ACTIONS = ("restart", "stop", "teardown", "detach", "stacks", "follow")
 #: a request is one short JSON line; anything longer is not read
 MAX_REQUEST = 64 * 1024
+#: how long a connection may take to send its request: an idle one must not hold anything up
+REQUEST_DEADLINE_S = 5.0
+#: batches a follower may leave unread before it is dropped (it reattaches from the history)
+MAX_BACKLOG = 20_000
 
 
 def _address(run_id: str) -> str:
@@ -39,11 +49,17 @@ def peer_uid(conn: socket.socket) -> int:
 
 
 class ControlServer:
-    def __init__(self, run_id: str, control: Supervisor) -> None:
+    """Serves each connection on a thread of its own: a slow or idle client (another user's too)
+    never keeps the owner's requests waiting. ``exit_code(outcome)``: the code a follower of the
+    whole job would exit with (the supervisor's stop signal, if one came)."""
+
+    def __init__(self, run_id: str, control: Supervisor,
+                 exit_code: Callable[[str | None], int] | None = None) -> None:
         self.control = control
+        self._exit_code = exit_code or (lambda outcome: 0 if outcome == ev.JOB_SUCCEEDED else 1)
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._sock.bind(_address(run_id))
-        self._sock.listen(8)
+        self._sock.listen(64)
         self._closed = False
         self._thread = threading.Thread(target=self._serve, name="control", daemon=True)
         self._thread.start()
@@ -54,23 +70,63 @@ class ControlServer:
                 conn, _ = self._sock.accept()
             except OSError:
                 return
-            conn.settimeout(5)
-            request: dict[str, Any] = {}
+            threading.Thread(target=self._connection, args=(conn,), name="control-conn", daemon=True).start()
+
+    def _connection(self, conn: socket.socket) -> None:
+        conn.settimeout(REQUEST_DEADLINE_S)
+        try:
+            uid = peer_uid(conn)
+            line = conn.makefile("r").readline(MAX_REQUEST)  # read first: closing early resets the peer
+            if uid != os.getuid():
+                answer: dict[str, Any] = {"ok": False, "error": f"refused: uid {uid} does not own this run"}
+            else:
+                request = json.loads(line)
+                if request.get("action") == "stacks":
+                    self._stacks(conn, request)
+                    return
+                if request.get("action") == "follow":
+                    self._follow(conn, history=request.get("history") is not False)
+                    return
+                answer = self._handle(request)
+        except (OSError, ValueError, AttributeError) as exc:
+            answer = {"ok": False, "error": str(exc)}
+        _reply(conn, answer)
+
+    def _follow(self, conn: socket.socket, history: bool) -> None:
+        """A client (the dashboard, --no-tui, --json, attach): a hello line, the history (events.jsonl
+        up to the cut), ``#live``, then every event as it is published and ``#launched`` once the
+        launch is over, and last ``#end {outcome, exit_code}``. A client that stops reading is
+        dropped once MAX_BACKLOG batches wait for it; one that goes away is simply dropped."""
+        sup = self.control
+        cut = sup.follow_from_now()
+        hello = {"run_id": sup.run_id, "supervisor_pid": os.getpid(), "launched": bool(cut and cut[2])}
+        conn.settimeout(None)
+        with conn:
             try:
-                uid = peer_uid(conn)
-                line = conn.makefile("r").readline(MAX_REQUEST)  # read first: closing early resets the peer
-                if uid != os.getuid():
-                    answer = {"ok": False, "error": f"refused: uid {uid} does not own this run"}
-                else:
-                    request = json.loads(line)
-                    if request.get("action") == "stacks":  # seconds long: on a thread, the next request goes on
-                        threading.Thread(target=self._stacks, args=(conn, request), name="control-stacks",
-                                         daemon=True).start()
-                        continue
-                    answer = self._handle(request)
-            except (OSError, ValueError, AttributeError) as exc:
-                answer = {"ok": False, "error": str(exc)}
-            _reply(conn, answer)
+                conn.sendall(f"#hello {json.dumps(hello)}\n".encode())
+                if history:
+                    _send_history(conn, sup.rundir.path / EVENTS_FILE, cut[1] if cut else None)
+                conn.sendall(b"#live\n")
+                if cut is not None:
+                    feed = cut[0]
+                    gone = threading.Event()
+                    threading.Thread(target=_watch_client, args=(conn, feed, gone), name="control-client",
+                                     daemon=True).start()
+                    try:
+                        for batch in feed.batches():
+                            if feed.backlog() > MAX_BACKLOG:
+                                conn.sendall(b"#dropped this client fell behind\n")
+                                return
+                            conn.sendall(("\n".join(batch) + "\n").encode())
+                    finally:
+                        sup.unfollow(feed)
+                    if gone.is_set():
+                        return
+                    sup.wait()
+                end = {"outcome": sup.outcome, "exit_code": self._exit_code(sup.outcome)}
+                conn.sendall(f"#end {json.dumps(end)}\n".encode())
+            except OSError:
+                return  # the client went away: nothing of the job depends on it
 
     def _stacks(self, conn: socket.socket, request: dict[str, Any]) -> None:
         tasks, timeout = request.get("tasks"), request.get("timeout_s")
@@ -94,10 +150,11 @@ class ControlServer:
         elif action == "stop" and isinstance(task, str):
             self.control.stop_task(task)
         elif action == "teardown":
-            reason = request.get("reason")
-            self.control.teardown(reason if isinstance(reason, str) and reason else "torn down on request")
-        elif action == "detach":
-            self.control.detach()
+            reason, origin = request.get("reason"), request.get("origin")
+            self.control.teardown(reason if isinstance(reason, str) and reason else "torn down on request",
+                                  origin if isinstance(origin, str) else "")
+        elif action == "detach":  # a client leaving needs nothing of the supervisor: the job stays supervised
+            return {"ok": True, "note": "the supervisor goes on without clients"}
         else:
             return {"ok": False, "error": f"unknown request {request!r}"}
         return {"ok": True}
@@ -109,19 +166,68 @@ class ControlServer:
         self._sock.close()
 
 
+def _watch_client(conn: socket.socket, feed: LineFeed, gone: threading.Event) -> None:
+    """A follower sends nothing after its request: end its feed as soon as it hangs up, so
+    `status` stops counting it at once, not at the next event."""
+    with contextlib.suppress(OSError, ValueError):
+        while conn.recv(4096):
+            pass
+    gone.set()
+    feed.close()
+
+
+def _send_history(conn: socket.socket, path: Path, size: int | None) -> None:
+    """events.jsonl's first ``size`` bytes (all of it when None), whole lines only."""
+    try:
+        fh = path.open("rb")
+    except FileNotFoundError:
+        return
+    with fh:
+        left = size if size is not None else -1
+        pending = b""
+        while left != 0:
+            chunk = fh.read(1 << 20 if left < 0 else min(left, 1 << 20))
+            if not chunk:
+                break
+            if left > 0:
+                left -= len(chunk)
+            data = pending + chunk
+            cut = data.rfind(b"\n") + 1
+            if cut:
+                conn.sendall(data[:cut])
+            pending = data[cut:]
+
+
 def _reply(conn: socket.socket, answer: dict[str, Any]) -> None:
     with conn, contextlib.suppress(OSError):
         conn.sendall((json.dumps(answer) + "\n").encode())
 
 
+def connect(run_id: str, timeout: float = 5.0) -> socket.socket | None:
+    """A connection to the run's supervisor; None when none listens, or when the socket's name
+    is held by a process of another user (abstract names are anyone's to bind once freed)."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.settimeout(timeout)
+        sock.connect(_address(run_id))
+        if peer_uid(sock) != os.getuid():
+            sock.close()
+            return None
+    except OSError:
+        sock.close()
+        return None
+    return sock
+
+
 def send(run_id: str, action: str, task: str | None = None, reason: str | None = None,
          timeout: float = 5.0, **extra: Any) -> dict[str, Any] | None:
-    """Ask the run's launcher to act (``extra``: more fields of the request, e.g. a stacks
-    request's ``tasks``, ``native``, ``timeout``); None when no launcher is listening."""
+    """Ask the run's supervisor to act (``extra``: more fields of the request, e.g. a stacks
+    request's ``tasks``, ``native``, ``timeout``); None when no supervisor is listening."""
+    conn = connect(run_id, timeout)
+    if conn is None:
+        return None
     try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-            sock.settimeout(timeout)
-            sock.connect(_address(run_id))
+        with conn as sock:
             request = {"action": action, "task": task, "reason": reason, **extra}
             sock.sendall((json.dumps(request) + "\n").encode())
             line = sock.makefile("r").readline()

@@ -92,12 +92,44 @@ class Feed:
         self._queue.put(None)
 
 
+#: the marker a line feed carries once the launch has started every task (``up --detach`` waits for it)
+LAUNCHED = "#launched"
+
+
+class LineFeed:
+    """What a client of the supervisor reads (the follow socket, controlsock.py): every event
+    published after it subscribed as its JSON line, and markers (``#launched``), in batches."""
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue[list[str] | None] = queue.SimpleQueue()
+        self._closed = False
+
+    def put_lines(self, lines: list[str]) -> None:
+        if not self._closed and lines:
+            self._queue.put(lines)
+
+    def backlog(self) -> int:
+        """Batches not yet taken: a client that stopped reading makes this grow."""
+        return self._queue.qsize()
+
+    def batches(self) -> Iterator[list[str]]:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            yield item
+
+    def close(self) -> None:
+        self._closed = True
+        self._queue.put(None)
+
+
 
 class SupervisorCore:
     """The state of one job and the loop that owns it; the layers above add what it does."""
 
     def __init__(self, plan: Plan, rundir: RunDir, sessions: dict[str, HostSession],
-                 ports: dict[str, int], *, detached: bool = False,
+                 ports: dict[str, int], *,
                  on_notice: Callable[[str], None] | None = None) -> None:
         self.plan = plan
         self.profile = plan.profile
@@ -105,7 +137,6 @@ class SupervisorCore:
         self.run_id = rundir.run_id
         self.sessions = sessions
         self.ports = ports
-        self.detached = detached
         self._notice = on_notice or (lambda _msg: None)
         rundir.on_problem = self._notice  # a full disk on the launcher is told, never fatal
         self.tasks: dict[str, TaskRuntime] = {t.task_id: TaskRuntime(t, ports[t.task_id]) for t in plan.tasks}
@@ -113,7 +144,10 @@ class SupervisorCore:
         self.job_reason = ""
         self.job_restarts = 0
         self.leftovers: dict[str, list[dict[str, Any]]] = {}
-        self.outcome: str | None = None  # Succeeded / Failed / detached, once wait() returns
+        self.outcome: str | None = None  # Succeeded / Failed, once wait() returns
+        #: clients that follow the job over the control socket (the dashboard, --no-tui, attach)
+        self.clients = 0
+        self._line_feeds: list[LineFeed] = []
         self._inbox: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
         self._executors = {h: HostWorker(f"host-{h}") for h in sessions}
         self._streams: dict[str, LineStream] = {}
@@ -187,18 +221,28 @@ class SupervisorCore:
         self._timers.append((time.time() + delay, fn))
 
     def _publish(self, event: Event, line: str | None = None) -> None:
+        if self._line_feeds and line is None:
+            line = event.to_json()
         self.rundir.append(event, line)
         for feed in self._feeds:
             feed.put(event)
+        for line_feed in self._line_feeds:
+            line_feed.put_lines([line])  # type: ignore[list-item]  # set above whenever there are line feeds
 
     def _publish_many(self, batch: list[tuple[Event, str | None]]) -> None:
         """Publish a run of events with one write per file and one queue item per feed."""
         if not batch:
             return
+        if self._line_feeds:
+            batch = [(event, line if line is not None else event.to_json()) for event, line in batch]
         self.rundir.append_many(batch)
         events = [event for event, _ in batch]
         for feed in self._feeds:
             feed.put_many(events)
+        if self._line_feeds:
+            lines = [line for _, line in batch if line is not None]
+            for line_feed in self._line_feeds:
+                line_feed.put_lines(lines)
 
     def _on_hosts(self, fn: Callable[[HostSession], None], hosts: list[str] | None = None) -> None:
         """Run ``fn`` on each host's thread in parallel; re-raise the first error."""
@@ -220,8 +264,9 @@ class SupervisorCore:
             "job_reason": self.job_reason,
             "job_restarts": self.job_restarts,
             "outcome": self.outcome,
-            "detached": self.detached,
-            "launcher_pid": os.getpid(),
+            "supervisor_pid": os.getpid(),
+            "launcher_pid": os.getpid(),  # the name readers before the supervisor process knew
+            "clients": self.clients,
             "updated": time.time(),
             "hosts": {h: {"config": host_to_json(s.config), "base_dir": s.base_dir, "python": s.python,
                           "outputs_dir": s.outputs_dir}

@@ -1,4 +1,4 @@
-"""What signals do to a launcher that follows its job (`up`, whatever shows the job).
+"""What signals do to a job's supervisor and to the clients that follow it (`up`, `attach`).
 
 SIGINT and SIGTERM stop the job: the same teardown as the dashboard's `D` (tasks stopped with
 their grace, the sweep, the report), with a reason that names the signal, and exit code 130 /
@@ -7,8 +7,8 @@ often arrives twice within milliseconds: a second stop signal within ``SAME_STOP
 the first is the same stop. A later second Ctrl-C abandons the wait (the hosts' agents then stop
 what is left after the orphan grace); a later SIGTERM is still the same stop.
 
-SIGHUP (the terminal or the SSH session to the login node went away) leaves the job running
-detached, as `--detach` would have: the launcher records it, lets go of the terminal and exits 0.
+SIGHUP (the terminal or the SSH session to the login node went away) ends only the client that
+had the terminal: the job's supervisor is a process of its own, without a terminal, and goes on.
 
 A handler runs on the main thread between two bytecodes, wherever that thread was: it only puts
 requests on the supervisor's queue, writes with ``os.write`` and swaps file descriptors.
@@ -72,6 +72,11 @@ class StopSignals:
         self.on_stop = on_stop
         self.on_hangup = on_hangup
         self.leave: Callable[[], None] | None = None
+        #: say the stop on stderr (a client whose supervisor says it itself does not)
+        self.announce = True
+        #: what a later Ctrl-C that abandons the wait says
+        self.abandon_text = ("abandoned the wait: the hosts' agents finish the stop they were asked for, or stop "
+                             "what is left after the orphan grace")
         self.clock = clock
         self.signum: int | None = None  # the stop signal, once one came
         self.hung_up = False
@@ -105,13 +110,13 @@ class StopSignals:
             self.signum, self._first_at = signum, now
             name = signal.Signals(signum).name
             later = " (Ctrl-C again after 2 s abandons the wait)" if signum == signal.SIGINT else ""
-            say(f"{STOP_REASONS[signum]}: tearing the job down{later}")
+            if self.announce:
+                say(f"{STOP_REASONS[signum]}: tearing the job down{later}")
             self.on_stop(STOP_REASONS[signum], name)
             self._leave()
             return
         if signum == signal.SIGINT and self.signum is not None and now - self._first_at >= SAME_STOP_SECONDS:
-            say("abandoned the wait: the hosts' agents finish the stop they were asked for, or stop what is "
-                "left after the orphan grace")
+            say(self.abandon_text)
             raise KeyboardInterrupt  # the user does not want to wait for the teardown any more
         # otherwise: the same stop, signalled again (the process group, or impatience)
 
@@ -135,13 +140,13 @@ class StoppedBeforeStart(Exception):
 
 
 class JobSignals(StopSignals):
-    """The signals of `up`, from before the preflight on. Until ``bind`` gives the job's
-    supervisor, a stop signal raises ``StoppedBeforeStart`` in the main thread (the preflight
-    closes every host's channel on its way out: no host agent was started) and a hang-up is only
-    remembered: the caller then starts the job detached (``hung_up``)."""
+    """The stop signals of a job's supervisor, from before the preflight on. Until ``bind`` gives
+    the job's supervisor, a stop signal raises ``StoppedBeforeStart`` in the main thread (the
+    preflight closes every host's channel on its way out: no host agent was started). The
+    supervisor has no terminal: a SIGHUP someone sends it is ignored (supervise/daemon.py)."""
 
     def __init__(self, run_id: str) -> None:
-        super().__init__(self._stop, self._detach)
+        super().__init__(self._stop, lambda: None, signums=(signal.SIGINT, signal.SIGTERM))
         self.run_id = run_id
         self.sup: Supervisor | None = None
 
@@ -152,8 +157,3 @@ class JobSignals(StopSignals):
         if self.sup is None:
             raise StoppedBeforeStart(reason)
         self.sup.teardown(reason, origin)
-
-    def _detach(self) -> None:
-        say(f"hang-up: {self.run_id} goes on detached; `distlaunch attach {self.run_id}` takes it back")
-        if self.sup is not None:
-            self.sup.detach(origin="SIGHUP")

@@ -16,7 +16,7 @@ from typing import Any
 from launcher import events as ev
 from launcher.agent.stackmodel import TaskStacks
 from launcher.events import Event
-from launcher.supervise.core import Feed, TaskRuntime
+from launcher.supervise.core import LAUNCHED, Feed, LineFeed, TaskRuntime
 from launcher.supervise.restarts import Restarts
 from launcher.supervise.stackcapture import capture_stacks
 
@@ -24,7 +24,7 @@ __all__ = ["Feed", "Supervisor", "TaskRuntime"]
 
 
 class Supervisor(Restarts):
-    """Runs one job. ``launch()`` starts it; ``wait()`` blocks until it ended or was detached."""
+    """Runs one job. ``launch()`` starts it; ``wait()`` blocks until it ended."""
 
     def launch(self) -> None:
         """Start every task (ps first, chief last). On any failure, stop what started and raise."""
@@ -36,8 +36,6 @@ class Supervisor(Restarts):
             self.write_state()
             self._on_hosts(lambda s: self._start_follower(s.name))  # each starts its host's agent
             self._start_tasks(list(self.tasks.values()))
-            if self.detached:
-                self._on_hosts(lambda s: s.set_detached(True))
         except BaseException as exc:
             reason = f"launch failed: {exc}"
             self._call(lambda: self._finish(ev.JOB_FAILED, reason))
@@ -50,6 +48,8 @@ class Supervisor(Restarts):
     def _launched(self) -> None:
         """The launch has started every task: the restarts that fell due meanwhile go now."""
         self._launching = False
+        for line_feed in self._line_feeds:
+            line_feed.put_lines([LAUNCHED])
         groups, self._after_launch = self._after_launch, []
         for group in groups:
             self._restart_now(group)
@@ -74,7 +74,6 @@ class Supervisor(Restarts):
                 self._offsets[host] = {slug: int(n) for slug, n in offsets.items()}
         self.job_state = str(state.get("job_state") or ev.JOB_RUNNING)
         self.job_restarts = int(state.get("job_restarts") or 0)
-        self.detached = False
         for pending in state.get("pending_restarts") or []:
             self._resume_restart([str(t) for t in pending.get("tasks", []) if t in self.tasks],
                                  float(pending.get("due") or 0.0))
@@ -90,6 +89,8 @@ class Supervisor(Restarts):
         self._loop_thread = threading.Thread(target=self._loop, name="supervisor", daemon=True)
         self._loop_thread.start()
         reachable = [h for h in self.sessions if h not in unreachable]
+        # a run an older distlaunch left detached has a `detached` marker on its hosts (the orphan
+        # rule off): a supervisor follows it now, so the rule applies again
         self._on_hosts(lambda s: s.set_detached(False), reachable)
         for name in reachable:
             self._start_follower(name)
@@ -155,14 +156,51 @@ class Supervisor(Restarts):
         """``origin``: where the request came from when not the user's own keys (e.g. "SIGTERM")."""
         self._call(lambda: self._acted("teardown", None, lambda: self._finish(ev.JOB_FAILED, reason), origin))
 
-    def detach(self, origin: str = "") -> None:
-        self._call(lambda: self._acted("detach", None, self._detach, origin))
-
     def _acted(self, action: str, target: str | None, do: Callable[[], None], origin: str = "") -> None:
         """Record an operator's action in the event stream (the timeline shows it), then do it."""
-        if not self._done.is_set() and not (action in ("teardown", "detach") and self._finishing):
+        if not self._done.is_set() and not (action == "teardown" and self._finishing):
             self._publish(ev.action_event(self.run_id, action, target, origin))
         do()
+
+    def follow_from_now(self, timeout: float = 10.0) -> tuple[LineFeed, int, bool] | None:
+        """A client's cut of the job (the follow socket): a line feed of every event published
+        from now on, the size of events.jsonl now (the history before the cut) and whether the
+        launch is over, all taken on the loop, so nothing falls between history and feed. None
+        when the job has ended (or its loop did not answer within ``timeout``)."""
+        answer: list[tuple[LineFeed, int, bool]] = []
+        taken = threading.Event()
+        gave_up = threading.Event()
+
+        def cut() -> None:
+            if gave_up.is_set() or self._done.is_set():
+                return
+            feed = LineFeed()
+            self._line_feeds.append(feed)
+            self.clients += 1
+            answer.append((feed, self.rundir.events_size(), not self._launching))
+            taken.set()
+            self.write_state()
+
+        self._call(cut)
+        deadline = time.monotonic() + timeout
+        while not taken.wait(0.2):
+            if self._done.is_set() or time.monotonic() > deadline:
+                gave_up.set()
+                return None
+        return answer[0]
+
+    def unfollow(self, feed: LineFeed) -> None:
+        """A client left (or fell behind and was dropped)."""
+
+        def drop() -> None:
+            if feed in self._line_feeds:
+                self._line_feeds.remove(feed)
+                self.clients -= 1
+                if not self._done.is_set():
+                    self.write_state()
+            feed.close()
+
+        self._call(drop)
 
     def capture_stacks(self, tasks: list[str] | None = None, native: bool = False,
                        timeout: float = 10.0) -> list[TaskStacks]:

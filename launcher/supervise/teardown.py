@@ -3,7 +3,6 @@
 ``_finish`` decides the end (nothing restarts from then on); the end event waits for a restart
 whose agents are starting, so no task starts after it; then every host's agent stops its tasks,
 tasks that never reported an end are marked stopped, leftovers are swept and the feeds closed.
-``_detach`` leaves the tasks running and marks every host detached instead.
 """
 
 from __future__ import annotations
@@ -20,7 +19,7 @@ DRAIN_SECONDS = 5.0
 
 
 class Teardown(HostLinks):
-    """How a job ends: teardown, sweep, detach."""
+    """How a job ends: teardown, sweep."""
 
     def _finish(self, state: str, reason: str) -> None:
         """Decide the job's end: nothing restarts from here on. The end event and the teardown wait
@@ -109,20 +108,8 @@ class Teardown(HostLinks):
         self.write_state()
         for feed in self._feeds:
             feed.close()
+        for line_feed in self._line_feeds:
+            line_feed.close()
         for ex in self._executors.values():
             ex.shutdown(wait=False)
         self._done.set()
-
-    def _detach(self) -> None:
-        if self._finishing:
-            return
-        self._finishing = True
-        self.detached = True
-
-        def mark_and_close() -> None:
-            try:
-                self._on_hosts(lambda s: s.set_detached(True))
-            finally:
-                self._call(lambda: self._close("detached"))
-
-        threading.Thread(target=mark_and_close, name="detach", daemon=True).start()

@@ -1,0 +1,104 @@
+"""The job's supervisor as a process of its own, owned by no terminal.
+
+`up` (and `attach` of a run whose supervisor died) forks the supervisor before anything else
+starts a thread: the child leaves the session (``setsid``: no controlling terminal, so no SIGHUP
+when the terminal or the SSH session goes), points its standard streams at the run dir's
+``supervisor.log`` (stdin at /dev/null), closes every other inherited descriptor, names itself
+``distlaunch-sup`` (``ps -o comm``) and runs the job to its end. What it prints there (progress,
+warnings, the one-line errors) is what `up` relays to its own stderr, so a user's mistake found
+during the preflight still reads as one line and exit code 2.
+
+The parent only follows it (commands/follow.py); killing the parent, closing its terminal or
+quitting its dashboard leaves the job supervised.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+
+from launcher.errors import UserError
+from launcher.paths import internal_log_path
+
+SUPERVISOR_LOG = "supervisor.log"
+#: the supervisor's name in `ps -o comm` and /proc/PID/comm (15 characters at most)
+PROCESS_NAME = "distlaunch-sup"
+
+
+def spawn(run_dir: Path, body: Callable[[], int]) -> int:
+    """Fork the supervisor of the run in ``run_dir``; it runs ``body`` and exits with its code.
+    Returns the child's pid. Call it while this process has one thread: a fork keeps only the
+    calling thread, and a lock another thread held would stay held in the child."""
+    log = run_dir / SUPERVISOR_LOG
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    pid = os.fork()
+    if pid:
+        os.close(fd)
+        return pid
+    code = 1
+    try:
+        os.setsid()
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)  # no terminal: a hang-up is nobody's to send
+        for signum in (signal.SIGINT, signal.SIGTERM):  # the parent's client handlers are not ours
+            signal.signal(signum, signal.SIG_DFL if signum == signal.SIGTERM else signal.default_int_handler)
+        _own_streams(fd)
+        _name_process()
+        code = _guarded(body)
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(code)
+
+
+def _own_streams(log_fd: int) -> None:
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.dup2(log_fd, 1)
+    os.dup2(log_fd, 2)
+    keep = {0, 1, 2}
+    soft = os.sysconf("SC_OPEN_MAX") if hasattr(os, "sysconf") else 1024
+    for extra in (null, log_fd):
+        if extra not in keep:
+            os.close(extra)
+    # nothing of the parent's (its terminal, a pipe a test reads to its end) stays open here
+    os.closerange(3, max(4, min(int(soft), 1 << 20)))
+    sys.stdout = os.fdopen(1, "w", buffering=1, encoding="utf-8", errors="replace", closefd=False)
+    sys.stderr = os.fdopen(2, "w", buffering=1, encoding="utf-8", errors="replace", closefd=False)
+    sys.stdin = open(os.devnull, encoding="utf-8")  # noqa: SIM115 - for the process's life
+
+
+def _name_process() -> None:
+    with contextlib.suppress(OSError), open("/proc/self/comm", "w", encoding="ascii") as fh:
+        fh.write(PROCESS_NAME)
+
+
+def _guarded(body: Callable[[], int]) -> int:
+    """``body``'s exit code; a user's mistake as cli.main says it (one line, its code), anything
+    else as a short line with the details in the internal log."""
+    try:
+        return body()
+    except UserError as exc:
+        print(f"distlaunch: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("distlaunch: supervisor interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        log = internal_log_path()
+        with contextlib.suppress(OSError):
+            log.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            with log.open("a", encoding="utf-8") as fh:
+                fh.write(f"--- distlaunch supervisor {os.getpid()}\n")
+                traceback.print_exc(file=fh)
+        print(f"distlaunch: internal error in the supervisor: {type(exc).__name__}: {exc} (details in {log})",
+              file=sys.stderr)
+        return 1
