@@ -16,8 +16,10 @@ host (the agent zipapp's first upload, the page cache), measures with the real C
   arrival on ``up``'s stdout here (one clock, one machine); ``events_lost``: the (task, step)
   pairs (the step is each emitter's sequence number) that had not arrived 30 s after the last
   was due;
-* ``launcher_cpu_percent`` (the ``up`` process and its children, over the emission window, % of
-  one core), ``launcher_rss_mib`` (``up``'s peak RSS, VmHWM) and its open file descriptors;
+* ``launcher_cpu_percent`` (the ``up`` process and its children, the supervisor among them, over
+  the emission window, % of one core), ``launcher_rss_mib`` (the peak RSS, VmHWM, of ``up`` and of
+  the supervisor it forked, added; ``client_rss_mib`` ``up``'s alone) and their open file
+  descriptors and threads; the latency above includes the supervisor-to-client hop;
 * ``teardown_s``: from starting ``distlaunch down RUN_DIR`` until it returned (its own start,
   the launcher's teardown, then its check behind it: a sweep per host); within it
   ``nothing_left_s`` (no process of the run on any host) and ``up_exited_s``;
@@ -79,6 +81,19 @@ def proc_cpu_seconds(pid: int) -> float:
     raw = Path(f"/proc/{pid}/stat").read_text()
     fields = raw[raw.rfind(")") + 2:].split()
     return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
+def launcher_pids(up_pid: int, run_dir: Path) -> list[int]:
+    """`up` and, where it is another process, the run's supervisor (state.json's supervisor_pid)."""
+    pids = [up_pid]
+    try:
+        state = json.loads((run_dir / "state.json").read_text())
+    except (OSError, ValueError):
+        return pids
+    supervisor = state.get("supervisor_pid")
+    if isinstance(supervisor, int) and supervisor != up_pid and Path(f"/proc/{supervisor}").exists():
+        pids.append(supervisor)
+    return pids
 
 
 def children_cpu_seconds(pid: int) -> float:
@@ -276,9 +291,13 @@ def measure(hosts: list[BenchHost], per_host: int, rate: float, seconds: float, 
         expected = tasks * count
         wait_for(lambda: len(stream.metrics) >= expected, timeout=seconds + 30, interval=0.2)
         cpu1, wall1 = proc_cpu_seconds(proc.pid) + children_cpu_seconds(proc.pid), time.time()
-        figures["launcher_rss_mib"] = status_field(proc.pid, "VmHWM") / 1024
-        figures["launcher_fds"] = len(os.listdir(f"/proc/{proc.pid}/fd"))
-        figures["launcher_threads"] = status_field(proc.pid, "Threads")
+        # the launcher: `up` (a client of the supervisor it forked, since issue 35) and the supervisor
+        pids = launcher_pids(proc.pid, run_dir)
+        figures["launcher_processes"] = len(pids)
+        figures["launcher_rss_mib"] = sum(status_field(pid, "VmHWM") for pid in pids) / 1024
+        figures["launcher_fds"] = sum(len(os.listdir(f"/proc/{pid}/fd")) for pid in pids)
+        figures["launcher_threads"] = sum(status_field(pid, "Threads") for pid in pids)
+        figures["client_rss_mib"] = status_field(proc.pid, "VmHWM") / 1024
         figures["launcher_cpu_percent"] = 100 * (cpu1 - cpu0) / (wall1 - wall0)
     finally:
         t_down, busy0 = time.time(), busy_cpu_seconds()
@@ -339,7 +358,8 @@ def main() -> None:
     print(f"  events {f['events_received']}/{f['events_expected']} (lost {f['events_lost']}, "
           f"duplicated {f['events_duplicated']}); latency p50 {f['event_p50_ms']:.1f} ms, "
           f"p99 {f['event_p99_ms']:.1f} ms, max {f['event_max_ms']:.1f} ms; {f['event_bytes_mean']:.0f} bytes each")
-    print(f"  launcher {f['launcher_cpu_percent']:.1f}% of one core, peak RSS {f['launcher_rss_mib']:.0f} MiB, "
+    print(f"  launcher ({f['launcher_processes']} process(es)) {f['launcher_cpu_percent']:.1f}% of one core, "
+          f"peak RSS {f['launcher_rss_mib']:.0f} MiB (client {f['client_rss_mib']:.0f} MiB), "
           f"{f['launcher_fds']} fds, {f['launcher_threads']} threads")
     print(f"  teardown (`down` until it returned) {f['teardown_s']:.2f} s: the job's end event at "
           f"{f['job_end_event_s']:.2f} s, no process of the run left at {f['nothing_left_s']:.2f} s, `up` exited at "

@@ -213,9 +213,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("task", help="task id, e.g. worker:1")
     p.set_defaults(handler=_restart)
 
-    p = sub.add_parser("attach", help="reopen the dashboard of a running job")
+    p = sub.add_parser("attach", help="follow a running job again (its dashboard); take it over if its supervisor died")
     p.add_argument("run", nargs="?", help="run id or run directory (default: the most recent run)")
     p.add_argument("--no-tui", action="store_true", help="plain progress lines instead of the dashboard")
+    p.add_argument("--json", action="store_true", help="the events as JSON lines, history first (no dashboard)")
     p.set_defaults(handler=_attach)
 
     p = sub.add_parser("events", help="the job's timeline: state changes, exits, restarts, conditions, actions")

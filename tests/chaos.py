@@ -7,8 +7,9 @@ checkpointing to its host run dir so a restarted chief resumes) trains until a w
 * ``kill_task``: SIGKILL of a task's process (the python whose environment has
   ``DISTLAUNCH_TASK`` and this run's ``DISTLAUNCH_RUN_ID``);
 * ``kill_agent``: SIGKILL of a host agent (``agent.pyz serve`` of this run);
-* ``kill_launcher``: SIGKILL of the launcher (``up`` or the last ``attach``), then
-  ``distlaunch attach RUN --no-tui`` (retried while a host is cut: attach needs every host);
+* ``kill_launcher``: SIGKILL of the job's supervisor (the process ``up`` or the last ``attach``
+  forked), then ``distlaunch attach RUN --no-tui``, which forks a new one that adopts the run
+  (retried while a host is cut: attach needs every host);
 * ``cut``: a host's link down for 5-60 s (one cut at a time; other faults go on during it).
 
 Kinds come in shuffled rounds (each round holds every kind once), so even a short run meets
@@ -240,6 +241,15 @@ def host_agents(lab: NetnsLab, run_id: str) -> dict[str, int]:
     return out
 
 
+def _alive(pid: int) -> bool:
+    """The process exists and is no zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2:].split()[0] != "Z"
+
+
 def _kill(pid: int) -> bool:
     try:
         os.kill(pid, signal.SIGKILL)
@@ -284,15 +294,19 @@ class ChaosRun:
     def _job_ended(self) -> bool:
         return self._state().get("outcome") in (ev.JOB_SUCCEEDED, ev.JOB_FAILED)
 
-    def _attach(self, deadline: float) -> bool:
-        """``distlaunch attach`` until one follows the run (it refuses while a host is unreachable)."""
+    def _supervisor(self) -> int | None:
+        pid = self._state().get("supervisor_pid")
+        return pid if isinstance(pid, int) and _alive(pid) else None
+
+    def _attach(self, deadline: float, gone: int | None = None) -> bool:
+        """``distlaunch attach`` until a supervisor follows the run again: a live one, or the new
+        one attach started (it refuses while a host is unreachable). ``gone``: the killed one."""
         while time.time() < deadline:
             self.attach_attempts += 1
             self._start_launcher("attach", str(self.run_dir), "--no-tui")
             assert self.launcher is not None
-            pid = self.launcher.pid
             while time.time() < deadline and self.launcher.poll() is None:
-                if self._state().get("launcher_pid") == pid:
+                if self._supervisor() not in (None, gone):
                     return True
                 self._tick()
                 time.sleep(0.5)
@@ -324,12 +338,14 @@ class ChaosRun:
             return Fault(now, kind, host, f"pid {agents[host]}", skipped=not _kill(agents[host]))
         if kind == "kill_launcher":
             assert self.launcher is not None
-            pid = self.launcher.pid
+            pid = self._supervisor()
+            if pid is None:
+                return Fault(now, kind, "-", "no supervisor running", skipped=True)
             _kill(pid)
             with contextlib.suppress(subprocess.TimeoutExpired):
-                self.launcher.wait(timeout=10)
+                self.launcher.wait(timeout=10)  # its client ends with it
             fault = Fault(now, kind, str(pid), f"pid {pid}")
-            fault.recovered = self._attach(time.time() + ORPHAN_GRACE_SECONDS - 10)
+            fault.recovered = self._attach(time.time() + ORPHAN_GRACE_SECONDS - 10, gone=pid)
             if self.launcher is not None:
                 fault.detail += f", attached as pid {self.launcher.pid}"
             return fault
@@ -357,7 +373,8 @@ class ChaosRun:
             time.sleep(min(0.5, max(0.0, end - time.time())))
 
     def _launcher_ended(self) -> bool:
-        """The followed launcher exited on its own: the job ended (or attach must be redone)."""
+        """The followed client exited on its own: the job ended, or its supervisor died (then
+        attach must be redone)."""
         return self.launcher is not None and self.launcher.poll() is not None
 
     # -- the run ------------------------------------------------------------------------------------

@@ -39,15 +39,19 @@ from launcher.runrecord import load_recorded_profile
 from launcher.supervise import daemon
 from launcher.supervise.stopsignals import JobSignals
 from launcher.supervise.supervisor import Supervisor
+from launcher.telemetry.progressline import mute
 
 
-def attach_run(path: Path, tui: bool) -> int:
+def attach_run(path: Path, tui: bool, as_json: bool = False) -> int:
     state = read_state(path)
     run_id = str(state["run_id"])
     if state.get("outcome") in (ev.JOB_SUCCEEDED, ev.JOB_FAILED):
         raise UserError(f"run {run_id} already ended ({state['outcome']}); see it with `distlaunch replay {run_id}`")
-    shown = Shown(tui=tui and sys.stdin.isatty() and sys.stdout.isatty(), title=str(state.get("name") or run_id),
-                  strategy=str(state.get("strategy") or ""), hosts_total=len(state.get("hosts") or {}))
+    if as_json:
+        mute()
+    shown = Shown(tui=tui and not as_json and sys.stdin.isatty() and sys.stdout.isatty(), json=as_json,
+                  title=str(state.get("name") or run_id), strategy=str(state.get("strategy") or ""),
+                  hosts_total=len(state.get("hosts") or {}))
     if supervisor_alive(state):  # follow the live supervisor: history first, then live
         return follow_supervisor(run_id, path, child=None, shown=shown, attach=True)
     # its supervisor is gone (killed, the machine rebooted): a new one adopts the run
@@ -101,7 +105,7 @@ def adopt_run(path: Path, state: dict[str, Any], plan: Plan) -> int:
 
 
 def run_attach(args: argparse.Namespace) -> int:
-    return attach_run(find_run(args.run), tui=not args.no_tui)
+    return attach_run(find_run(args.run), tui=not args.no_tui, as_json=args.json)
 
 
 def run_replay(args: argparse.Namespace) -> int:

@@ -32,6 +32,7 @@ from launcher.rundir import (
     RunDir,
     find_run,
     outside_state_dir,
+    pid_alive,
     read_state,
     supervisor_alive,
     unlink_from_root,
@@ -39,7 +40,7 @@ from launcher.rundir import (
 from launcher.supervise import controlsock
 from launcher.telemetry.progressline import Progress
 
-#: how long `down` waits for a live launcher to finish the teardown it asked for
+#: how long `down` waits for a live supervisor to finish the teardown it asked for
 LAUNCHER_TEARDOWN_SECONDS = 120.0
 
 
@@ -48,16 +49,20 @@ def run_down(args: argparse.Namespace) -> int:
     state = read_state(path)
     run_id = str(state["run_id"])
     (path / DOWN_MARKER).touch()
-    torn_down = False  # the launcher's own teardown stopped every agent and swept every host
+    torn_down = False  # the supervisor's own teardown stopped every agent and swept every host
     if controlsock.send(run_id, "teardown", reason="stopped by `distlaunch down`") is not None:
-        print(f"asked the launcher of {run_id} to tear down")
+        pid = state.get("supervisor_pid", state.get("launcher_pid"))
+        print(f"asked the supervisor of {run_id} (pid {pid}) to tear down")
         # its own teardown stops and sweeps every host: wait for it, then check behind it (on Slurm
-        # the allocation may end with the launcher, and a check's steps with it)
+        # the allocation may end with the supervisor, and a check's steps with it)
         deadline = time.monotonic() + LAUNCHER_TEARDOWN_SECONDS
         while supervisor_alive(read_state(path)) and time.monotonic() < deadline:
             time.sleep(0.2)
         after = read_state(path)  # `outcome` is written once its teardown swept every host
         torn_down = not supervisor_alive(after) and after.get("outcome") is not None
+        # then the process itself ends ([notify] of the job's end runs first, bounded by its timeout)
+        while isinstance(pid, int) and pid_alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
     gone: list[str] = []
     sessions = connect_sessions(state, gone)
     for why in gone:

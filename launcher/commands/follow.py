@@ -162,7 +162,7 @@ def follow_supervisor(run_id: str, run_dir: Path, *, child: int | None, shown: S
                 if signals.signum is not None:  # Ctrl-C again, 2 s after the first: stop waiting
                     return signals.exit_code or 130
                 relay.stop()
-                return _left(run_id, "")
+                return _left(run_id, "", to_stderr=shown.json)
     finally:
         relay.stop()
 
@@ -170,6 +170,7 @@ def follow_supervisor(run_id: str, run_dir: Path, *, child: int | None, shown: S
 def _follow(run_id: str, child: int | None, shown: Shown, detach: bool, attach: bool,
             signals: ClientSignals, relay: LogRelay) -> int:
     job = _connect(run_id, child)
+    run_dir = relay.path.parent
     if job is None:  # the supervisor ended before it served (a mistake found by the preflight, say)
         relay.stop()
         return _reaped(child) if child is not None else 1
@@ -180,9 +181,9 @@ def _follow(run_id: str, child: int | None, shown: Shown, detach: bool, attach: 
             return _ended(job, child, signals, relay)
         relay.stop()
         job.close()
-        return _left(run_id, f" (pid {job.supervisor_pid})", detached=True)
+        return _left(run_id, f" (pid {job.supervisor_pid})", detached=True, to_stderr=shown.json)
     if shown.tui:
-        result = _dashboard(job, shown, signals, relay)
+        result = _dashboard(job, shown, signals, relay, run_dir)
         if result == "detach":
             relay.stop()
             return _left(run_id, f" (pid {job.supervisor_pid})")
@@ -211,6 +212,9 @@ def _connect(run_id: str, child: int | None) -> RemoteJob | None:
     raise UserError(f"the supervisor of {run_id} did not answer within {CONNECT_TIMEOUT_S:.0f} s; "
                     f"see {SUPERVISOR_LOG} in the run dir")
 
+
+#: exit codes of a supervisor that did not end by itself (130 and 143 are its own, after a stop)
+_KILLED = {128 + s: s.name for s in (signal.SIGKILL, signal.SIGSEGV, signal.SIGABRT, signal.SIGBUS, signal.SIGQUIT)}
 
 #: exit statuses of supervisors reaped while waiting for their socket
 _CHILD_STATUS: dict[int, int] = {}
@@ -243,13 +247,13 @@ def _until_launched(job: RemoteJob) -> None:
             return
 
 
-def _dashboard(job: RemoteJob, shown: Shown, signals: ClientSignals, relay: LogRelay) -> str:
+def _dashboard(job: RemoteJob, shown: Shown, signals: ClientSignals, relay: LogRelay, run_dir: Path) -> str:
     from tui.app import DashboardError, run_dashboard
 
     relay.pause()
     try:
         result = run_dashboard(job, job, title=shown.title, strategy=shown.strategy,
-                               hosts_total=shown.hosts_total, live=True, run_dir=None,
+                               hosts_total=shown.hosts_total, live=True, run_dir=run_dir,
                                bell_on_end=shown.bell, signals=signals)
     except DashboardError as exc:
         # a broken screen ends this client only: the job stays supervised
@@ -304,10 +308,9 @@ def _ended(job: RemoteJob, child: int | None, signals: ClientSignals, relay: Log
     if child is not None:
         code = _reaped(child)
         relay.stop()
-        if job.end is None and job.note is None:
-            notice(f"the supervisor of {job.run_id} went away (exit {code}); "
+        if job.end is None and job.note is None and code in _KILLED:
+            notice(f"the supervisor of {job.run_id} was killed ({_KILLED[code]}); "
                    f"`distlaunch attach {job.run_id}` within the orphan grace takes the job over")
-            return code if code > 0 else 1
         return code
     pid = job.supervisor_pid
     deadline = time.monotonic() + EXIT_WAIT_S
@@ -329,12 +332,13 @@ def _ended(job: RemoteJob, child: int | None, signals: ClientSignals, relay: Log
     return told if isinstance(told, int) else 1
 
 
-def _left(run_id: str, who: str, detached: bool = False) -> int:
-    """The client goes, the job stays supervised."""
+def _left(run_id: str, who: str, detached: bool = False, to_stderr: bool = False) -> int:
+    """The client goes, the job stays supervised (said on stderr where stdout is JSON)."""
     verb = "runs" if detached else "goes on"
     with contextlib.suppress(OSError):
         print(f"{run_id} {verb}, supervised in the background{who}; follow it with "
-              f"`distlaunch attach {run_id}`, stop it with `distlaunch down {run_id}`", flush=True)
+              f"`distlaunch attach {run_id}`, stop it with `distlaunch down {run_id}`",
+              file=sys.stderr if to_stderr else sys.stdout, flush=True)
     return 0
 
 

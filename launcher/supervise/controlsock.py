@@ -61,6 +61,7 @@ class ControlServer:
         self._sock.bind(_address(run_id))
         self._sock.listen(64)
         self._closed = False
+        self._followers: list[threading.Thread] = []
         self._thread = threading.Thread(target=self._serve, name="control", daemon=True)
         self._thread.start()
 
@@ -70,7 +71,9 @@ class ControlServer:
                 conn, _ = self._sock.accept()
             except OSError:
                 return
-            threading.Thread(target=self._connection, args=(conn,), name="control-conn", daemon=True).start()
+            thread = threading.Thread(target=self._connection, args=(conn,), name="control-conn", daemon=True)
+            self._followers = [t for t in self._followers if t.is_alive()] + [thread]
+            thread.start()
 
     def _connection(self, conn: socket.socket) -> None:
         conn.settimeout(REQUEST_DEADLINE_S)
@@ -159,11 +162,16 @@ class ControlServer:
             return {"ok": False, "error": f"unknown request {request!r}"}
         return {"ok": True}
 
-    def close(self) -> None:
+    def close(self, drain_s: float = 3.0) -> None:
+        """Stop listening, then give the connections under way (the followers' ``#end`` above
+        all) up to ``drain_s`` to finish: the process may exit right after."""
         self._closed = True
         with contextlib.suppress(OSError):
             self._sock.shutdown(socket.SHUT_RDWR)
         self._sock.close()
+        deadline = time.monotonic() + drain_s
+        for thread in list(self._followers):
+            thread.join(max(0.0, deadline - time.monotonic()))
 
 
 def _watch_client(conn: socket.socket, feed: LineFeed, gone: threading.Event) -> None:

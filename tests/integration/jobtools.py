@@ -76,7 +76,8 @@ def describe_pids(pids: list[int]) -> str:
 
 
 def pids_with_run_id(run_id: str) -> list[int]:
-    """Every process on this machine whose environment carries DISTLAUNCH_RUN_ID=run_id."""
+    """Every process on this machine whose environment carries DISTLAUNCH_RUN_ID=run_id (the host
+    agents and the tasks), and the run's supervisor (supervisor_pids)."""
     needle = f"DISTLAUNCH_RUN_ID={run_id}".encode()
     found = []
     for entry in Path("/proc").iterdir():
@@ -88,7 +89,43 @@ def pids_with_run_id(run_id: str) -> list[int]:
             continue
         if needle in env.split(b"\0"):
             found.append(int(entry.name))
+    return found + [pid for pid in supervisor_pids(run_id) if pid not in found]
+
+
+def supervisor_pids(run_id: str) -> list[int]:
+    """The run's supervisor: a process named distlaunch-sup (forked by `up` or `attach`, so its
+    environment is theirs) whose command line names the run, or that holds the run's control
+    socket (@distlaunch/<run id>). A zombie has neither."""
+    inodes = set()
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/net/unix").read_text().splitlines()[1:]:
+            parts = line.split()
+            if len(parts) >= 8 and parts[7] == f"@distlaunch/{run_id}":
+                inodes.add(f"socket:[{parts[6]}]")
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if (entry / "comm").read_text().strip() != "distlaunch-sup":
+                continue
+            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        named = run_id.encode() in cmdline or any(arg.endswith(run_id.encode()) for arg in cmdline)
+        holds = False
+        if inodes and not named:
+            with contextlib.suppress(OSError):
+                holds = any(os.readlink(fd) in inodes for fd in (entry / "fd").iterdir())
+        if named or holds:
+            found.append(int(entry.name))
     return found
+
+
+def supervisor_pid(run_dir: Path) -> int:
+    """The supervisor's pid as the run's state.json records it."""
+    state = json.loads((run_dir / "state.json").read_text())
+    return int(state["supervisor_pid"])
 
 
 def kill_run_processes(run_id: str) -> None:

@@ -1,13 +1,15 @@
-"""A restart that was scheduled when the run was detached is carried out after `attach`."""
+"""A restart that was scheduled when the run's supervisor died is carried out by the supervisor
+that `attach` starts to adopt the run."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import time
 from pathlib import Path
 from typing import Any
 
-from launcher.supervise import controlsock
 from tests.integration.jobtools import cli, kill_run_processes, read_events, start_cli, wait_for, write_profile
 
 
@@ -24,7 +26,7 @@ def _starts(run_dir: Path) -> int:
                if e["kind"] == "state" and e["task"] == "worker:0" and e["state"] == "starting")
 
 
-def test_a_pending_restart_survives_detach_and_attach(tmp_path: Path) -> None:
+def test_a_pending_restart_survives_a_killed_supervisor_and_attach(tmp_path: Path) -> None:
     profile = write_profile(tmp_path / "flaky.toml", f"""
 name = "flaky"
 strategy = "custom"
@@ -51,13 +53,14 @@ hosts = ["local"]
             return [p for p in pending if p["due"] - time.time() > 2.0]
 
         wait_for(long_pending, 60, "a restart scheduled seconds ahead")
-        assert controlsock.send(run_id, "detach") == {"ok": True}
-        assert up.wait(timeout=30) == 0
         state = _state(run_dir)
-        assert state["detached"] is True and state["pending_restarts"][0]["tasks"] == ["worker:0"]
+        os.kill(int(state["supervisor_pid"]), signal.SIGKILL)
+        assert up.wait(timeout=30) == 137  # its client says the supervisor went away
+        assert state["pending_restarts"][0]["tasks"] == ["worker:0"]
         before = _starts(run_dir)
 
         attached = cli("attach", str(run_dir), "--no-tui", timeout=120)
+        assert "a new one takes it over" in attached.stderr
         # the restart it had pending ran, the policy went on to its end: no hang in Restarting
         assert attached.returncode == 1, attached.stdout[-2000:] + attached.stderr[-2000:]
         assert _starts(run_dir) == 4 and before == 3

@@ -453,7 +453,7 @@ def test_detached_job_is_attached_again_then_downed_from_another_process(tmp_pat
         up = cli("up", str(profile), "--detach", "--run-dir", str(run_dir), "--run-id", run_id, timeout=90)
         assert up.returncode == 0, up.stdout + up.stderr
         assert f"distlaunch attach {run_id}" in up.stdout
-        # a detached launcher stops following at once: the tasks' own event files say they run
+        # `up --detach` returns once the tasks started: their own event files say they run
         pids = {t: running_pid(run_dir / "hosts" / "local" / "tasks" / t.replace(":", "-"), t, timeout=30)
                 for t in ("worker:0", "worker:1")}
         for pid in pids.values():
@@ -465,9 +465,9 @@ def test_detached_job_is_attached_again_then_downed_from_another_process(tmp_pat
                  "attach to print the run's history")
         assert attach.poll() is None
 
-        # then it follows and acts: a restart asked from a third process goes through the attached launcher
+        # then it follows: a restart asked from a third process goes through the supervisor, and shows here
         wait_for(lambda: cli("restart", str(run_dir), "worker:1", timeout=30).returncode == 0, 30,
-                 "the attached launcher to accept a restart")
+                 "the supervisor to accept a restart")
         new_pid = running_pid(run_dir, "worker:1", restarts=1, timeout=30)
         wait_for(lambda: f"pid {new_pid}" in log.read_text(), 20, "attach to print the restarted worker")
 

@@ -8,7 +8,9 @@ what a real partition looks like to TCP: nothing errors out, the stream just goe
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import sys
 import time
 from collections.abc import Iterator
@@ -264,19 +266,21 @@ def test_partition_longer_than_grace_stops_then_restarts_the_task(tmp_path: Path
 
 def test_attach_while_a_host_is_cut_off_follows_the_others_and_catches_up(tmp_path: Path, lab: NetnsLab,
                                                                           run_id: str) -> None:
-    """The launcher is SIGKILLed and its host b partitioned: `attach` must not wait for b (the
-    orphan grace would run out on every host), and b's events arrive once the link is back."""
+    """The supervisor is SIGKILLed and its host b partitioned: `attach` (whose new supervisor adopts
+    the run) must not wait for b (the orphan grace would run out on every host), and b's events
+    arrive once the link is back."""
     proc, run_dir = launch(tmp_path, ticker_profile(tmp_path, lab, ticks=400, orphan_grace=60), run_id)
     attach = None
     try:
         wait_for_event(run_dir, lambda e: e["kind"] == "metric" and e["task"] == "worker:0"
                        and (e.get("step") or 0) >= 20, 90, "worker:0 ticking")
-        proc.kill()
-        proc.wait(timeout=10)
+        gone = json.loads((run_dir / "state.json").read_text())["supervisor_pid"]
+        os.kill(gone, signal.SIGKILL)
+        proc.wait(timeout=10)  # its client ends with it
         lab.cut("b")
         cut_at = time.time()
         attach = start_cli("attach", str(run_dir), "--no-tui", log=tmp_path / "attach.log")
-        wait_for(lambda: json.loads((run_dir / "state.json").read_text()).get("launcher_pid") == attach.pid
+        wait_for(lambda: json.loads((run_dir / "state.json").read_text()).get("supervisor_pid") != gone
                  or attach.poll() is not None, 30, "attach to take the run over")
         assert attach.poll() is None, (tmp_path / "attach.log").read_text()[-2000:]
         lost = wait_for_event(run_dir, lambda e: e["kind"] == "host" and e["host"] == "b"

@@ -92,7 +92,8 @@ def test_a_failing_notify_command_warns_once_however_often_it_runs(tmp_path: Pat
     assert len(warnings) == 1 and "exited 5" in warnings[0] and "the job is not affected" in warnings[0]
 
 
-def test_attach_notifies_what_happens_after_it_once(tmp_path: Path) -> None:
+def test_a_detached_job_notifies_once_whoever_follows_it(tmp_path: Path) -> None:
+    """The supervisor notifies, with or without a client; an `attach` that follows it adds none."""
     out = tmp_path / "seen.log"
     profile = write_profile(tmp_path, code="import time, sys; time.sleep(4); sys.exit(3)",
                             notify=f'echo "$DISTLAUNCH_EVENT $DISTLAUNCH_TASK $DISTLAUNCH_JOB_STATE" >> {out}')
@@ -100,7 +101,7 @@ def test_attach_notifies_what_happens_after_it_once(tmp_path: Path) -> None:
     try:
         up = cli("up", str(profile), "--detach", "--run-dir", str(tmp_path / "run"), "--run-id", run_id)
         assert up.returncode == 0, up.stderr[-2000:]
-        assert not out.exists()  # a detached launcher has nothing to tell
+        assert not out.exists()  # nothing failed yet
         attach = cli("attach", run_id, "--no-tui")
         assert attach.returncode == 1, attach.stdout[-2000:] + attach.stderr[-2000:]
     finally:

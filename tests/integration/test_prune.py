@@ -75,7 +75,7 @@ def test_prune_removes_finished_runs_everywhere_but_keeps_live_ones_and_outputs(
         assert (runs / "it-prune-b").is_dir() and host_dirs["it-prune-b"].is_dir()
 
         rest = cli("prune")
-        assert rest.returncode == 0 and "1 live or detached" in rest.stdout
+        assert rest.returncode == 0 and "1 live or supervised" in rest.stdout
         assert not (runs / "it-prune-b").exists() and not host_dirs["it-prune-b"].exists()
         assert (runs / "it-prune-live").is_dir() and host_dirs["it-prune-live"].is_dir()  # never a live run
         # outputs belong to the job: untouched by prune
@@ -150,7 +150,7 @@ def test_down_stops_a_run_kept_outside_the_state_dir_but_leaves_its_dir(
         host_dir = _host_dir(run_dir, "here")
         wait_for(lambda: list(host_dir.glob("tasks/*/task.pgid")), 30, "the task to start")
         early = cli("prune", "it-down-out")  # never a run that is not finished, named or not
-        assert early.returncode == 2 and "is detached; stop it first with `distlaunch down it-down-out`" \
+        assert early.returncode == 2 and "is supervised; stop it first with `distlaunch down it-down-out`" \
             in early.stderr and run_dir.is_dir(), early.stderr
         down = cli("down", "it-down-out")
         assert down.returncode == 0 and "no process of the run is left" in down.stdout, down.stderr

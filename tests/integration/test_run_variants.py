@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import signal
 from pathlib import Path
 
 from tests.integration.jobtools import cli, kill_run_processes, wait_for, write_profile
@@ -86,13 +88,16 @@ def test_attach_and_restart_use_the_recorded_profile_not_the_edited_file(tmp_pat
         assert up.returncode == 0, up.stderr[-2000:]
         wait_for(lambda: _outputs(tmp_path, "worker-0"), 60, "the first incarnation")
         _profile(tmp_path, "v2-edited", hold=600)  # the next experiment, while this run goes on
+        # the supervisor dies (a reboot of the login node): attach plans the run again, from its record
+        gone = json.loads((run_dir / "state.json").read_text())["supervisor_pid"]
+        os.kill(gone, signal.SIGKILL)
         attached = cli_background_attach(run_dir, tmp_path, env)
         try:
-            def attached_now() -> bool:
+            def adopted() -> bool:
                 state = json.loads((run_dir / "state.json").read_text())
-                return bool(state["launcher_pid"] == attached.pid and not state["detached"])
+                return bool(state["supervisor_pid"] != gone and state.get("clients") == 1)
 
-            wait_for(attached_now, 60, "the attached launcher")
+            wait_for(adopted, 60, "a new supervisor, started by attach")
             assert cli("restart", str(run_dir), "worker:0", env=env).returncode == 0
             outs = wait_for(lambda: len(_outputs(tmp_path, "worker-0")) >= 2 and _outputs(tmp_path, "worker-0"),
                             60, "the restarted incarnation")

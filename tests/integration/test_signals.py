@@ -1,5 +1,6 @@
-"""Signals to `distlaunch up` and a launcher killed outright, with real processes on this machine and
-over a real sshd: what stops, what is recorded, and that no process carrying the run id is left."""
+"""Signals to `distlaunch up` and `attach` (clients of the job's supervisor, which they pass a stop
+on to) and a supervisor killed outright, with real processes on this machine and over a real
+sshd: what stops, what is recorded, and that no process carrying the run id is left."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from tests.integration.jobtools import (
     pids_with_run_id,
     read_events,
     start_cli,
+    supervisor_pid,
     wait_for,
     wait_for_event,
     write_profile,
@@ -80,9 +82,16 @@ def actions(run_dir: Path) -> list[tuple[str, str]]:
 
 
 def assert_no_noise(log: Path) -> None:
-    told = log.read_text()
-    for bad in ("Traceback", "cannot schedule", "internal error", "distlaunch: interrupted\n"):
-        assert bad not in told, told[-3000:]
+    """Nothing alarming in a client's output, nor in the supervisor's own log beside its run."""
+    logs = [log, *log.parent.glob("run*/supervisor.log")]
+    for path in logs:
+        told = path.read_text()
+        for bad in ("Traceback", "cannot schedule", "internal error", "distlaunch: interrupted\n"):
+            assert bad not in told, f"{path}: {told[-3000:]}"
+
+
+def clients(run_dir: Path) -> int:
+    return int(json.loads((run_dir / "state.json").read_text()).get("clients") or 0)
 
 
 @pytest.mark.parametrize(("signum", "code", "reason"), [
@@ -121,6 +130,7 @@ def test_sigterm_twice_within_50ms_is_one_stop(tmp_path: Path, mode: str) -> Non
         launcher.send_signal(signal.SIGTERM)
         time.sleep(0.02)  # the second signal must come while the first one's teardown runs
         os.killpg(launcher.pid, signal.SIGTERM)
+        os.kill(supervisor_pid(run_dir), signal.SIGTERM)  # systemd's control group: the supervisor too
         assert launcher.wait(timeout=60) == 143
         end = job_end(run_dir)
         assert (end["state"], end["reason"]) == ("Failed", "stopped by SIGTERM")
@@ -136,33 +146,37 @@ def test_sigterm_twice_within_50ms_is_one_stop(tmp_path: Path, mode: str) -> Non
         kill_run_processes(run_id)
 
 
-def test_sighup_leaves_the_job_detached_and_attach_takes_it_back(tmp_path: Path) -> None:
+def test_sighup_ends_the_client_only_and_attach_follows_the_supervised_job(tmp_path: Path) -> None:
     run_id = "sig-hup"
     launcher, run_dir = start_running(tmp_path, run_id, "--no-tui")
     attacher: subprocess.Popen[bytes] | None = None
     try:
         task_pids = {e["task"]: e["pid"] for e in read_events(run_dir)
                      if e["kind"] == "state" and e["state"] == "running"}
+        supervisor = supervisor_pid(run_dir)
         launcher.send_signal(signal.SIGHUP)
         assert launcher.wait(timeout=60) == 0
-        assert actions(run_dir) == [("detach", "SIGHUP")]
+        assert actions(run_dir) == []  # nothing was asked of the job
         assert all(os.path.exists(f"/proc/{pid}") for pid in task_pids.values())  # the job goes on
+        assert os.path.exists(f"/proc/{supervisor}")  # ... supervised
+        wait_for(lambda: clients(run_dir) == 0, 30, "the supervisor to see its client go")
         state = json.loads((run_dir / "state.json").read_text())
-        assert (state["detached"], state["outcome"]) == (True, "detached")
+        assert state["outcome"] is None and "detached" not in state
         status = cli("status", str(run_dir), timeout=60)
-        assert "detached" in status.stdout.splitlines()[0], status.stdout
-        assert "goes on detached" in (tmp_path / "up.log").read_text()
+        assert "supervised, no client" in status.stdout.splitlines()[0], status.stdout
+        assert not (run_dir / "hosts" / "local" / "detached").exists()  # the orphan rule stays on
         assert_no_noise(tmp_path / "up.log")
 
         attacher = start_cli("attach", str(run_dir), "--no-tui", log=tmp_path / "attach.log")
-        wait_for(lambda: json.loads((run_dir / "state.json").read_text()).get("launcher_pid") == attacher.pid
-                 and not json.loads((run_dir / "state.json").read_text()).get("detached"), 60,
-                 "attach to take the run back")
-        assert not (run_dir / "hosts" / "local" / "detached").exists()
+        wait_for(lambda: clients(run_dir) == 1, 60, "attach to follow the supervisor")
+        assert supervisor_pid(run_dir) == supervisor  # followed, not taken over
+        status = cli("status", str(run_dir), timeout=60)
+        assert "a client follows" in status.stdout.splitlines()[0], status.stdout
         assert all(os.path.exists(f"/proc/{pid}") for pid in task_pids.values())  # the same tasks
         down = cli("down", str(run_dir), timeout=120)
         assert down.returncode == 0, down.stdout + down.stderr
-        attacher.wait(timeout=60)
+        assert attacher.wait(timeout=60) == 1  # it followed the job to its end: Failed
+        assert "job Failed" in (tmp_path / "attach.log").read_text()
         wait_for(lambda: not pids_with_run_id(run_id), 30, "no process of the run to be left")
     finally:
         for proc in (launcher, attacher):
@@ -171,7 +185,7 @@ def test_sighup_leaves_the_job_detached_and_attach_takes_it_back(tmp_path: Path)
         kill_run_processes(run_id)
 
 
-# -- the launcher killed outright: the follow channel must not outlive it ----------------------------
+# -- the supervisor killed outright: the follow channel must not outlive it --------------------------
 
 
 def follow_pids(run_id: str) -> list[int]:
@@ -191,13 +205,14 @@ def follow_pids(run_id: str) -> list[int]:
 
 def kill_launcher_and_watch(tmp: Path, run_id: str, profile: Path) -> None:
     orphan_grace, task_grace = 3, 2
-    launcher, _run_dir = start_running(tmp, run_id, "--no-tui", profile=profile)
+    launcher, run_dir = start_running(tmp, run_id, "--no-tui", profile=profile)
     try:
         followers = follow_pids(run_id)
         assert len(followers) == 1, pids_with_run_id(run_id)
-        os.kill(launcher.pid, signal.SIGKILL)
+        os.kill(supervisor_pid(run_dir), signal.SIGKILL)
         killed = time.monotonic()
-        launcher.wait(timeout=10)
+        assert launcher.wait(timeout=10) == 137  # its client says the supervisor went away
+        assert "was killed (SIGKILL)" in (tmp / "up.log").read_text()
         wait_for(lambda: not any(os.path.exists(f"/proc/{p}") for p in followers), 30, "the follow channel to end")
         assert time.monotonic() - killed < 5.0, "the follow channel outlived its launcher by 5 s or more"
         # the tasks wait out the orphan grace and their stop grace; then nothing of the run is left
@@ -210,9 +225,10 @@ def kill_launcher_and_watch(tmp: Path, run_id: str, profile: Path) -> None:
         kill_run_processes(run_id)
 
 
-def test_an_attached_launcher_stops_the_job_on_sigterm_and_detaches_it_on_sighup(tmp_path: Path) -> None:
-    """`attach` follows signals as `up` does: SIGHUP leaves the job detached again (exit 0), and
-    SIGTERM to a later attach tears it down with the signal named (exit 143), nothing left."""
+def test_attach_leaves_on_sighup_and_stops_the_job_on_sigterm(tmp_path: Path) -> None:
+    """`attach` follows signals as `up` does: SIGHUP ends that client only (exit 0, the job stays
+    supervised), and SIGTERM to a later attach asks the supervisor to tear the job down with the
+    signal named (exit 143), nothing left."""
     run_id = "sig-attach"
     launcher, run_dir = start_running(tmp_path, run_id, "--detach")
     attachers: list[subprocess.Popen[bytes]] = []
@@ -220,20 +236,20 @@ def test_an_attached_launcher_stops_the_job_on_sigterm_and_detaches_it_on_sighup
     def attach(n: int) -> subprocess.Popen[bytes]:
         proc = start_cli("attach", str(run_dir), "--no-tui", log=tmp_path / f"attach{n}.log")
         attachers.append(proc)
-        wait_for(lambda: json.loads((run_dir / "state.json").read_text()).get("launcher_pid") == proc.pid
-                 and not json.loads((run_dir / "state.json").read_text()).get("detached"), 60,
-                 "attach to take the run back")
+        wait_for(lambda: clients(run_dir) == 1, 60, "attach to follow the supervisor")
         return proc
 
     try:
         assert launcher.wait(timeout=60) == 0
+        supervisor = supervisor_pid(run_dir)
         task_pids = {e["task"]: e["pid"] for e in read_events(run_dir)
                      if e["kind"] == "state" and e["state"] == "running"}
         first = attach(1)
         first.send_signal(signal.SIGHUP)
         assert first.wait(timeout=60) == 0
-        assert actions(run_dir)[-1] == ("detach", "SIGHUP")
-        assert all(os.path.exists(f"/proc/{pid}") for pid in task_pids.values())  # the job goes on
+        assert actions(run_dir) == []
+        assert all(os.path.exists(f"/proc/{pid}") for pid in (*task_pids.values(), supervisor))  # the job goes on
+        wait_for(lambda: clients(run_dir) == 0, 30, "the supervisor to see its client go")
 
         second = attach(2)
         second.send_signal(signal.SIGTERM)
@@ -251,18 +267,18 @@ def test_an_attached_launcher_stops_the_job_on_sigterm_and_detaches_it_on_sighup
         kill_run_processes(run_id)
 
 
-def test_a_killed_launchers_follow_channel_and_agent_end_promptly(tmp_path: Path) -> None:
+def test_a_killed_supervisors_follow_channel_and_agent_end_promptly(tmp_path: Path) -> None:
     kill_launcher_and_watch(tmp_path, "sig-kill9-local", sleeper_profile(tmp_path, "k9", orphan_grace=3))
 
 
 @pytest.mark.sshd
-def test_a_killed_launchers_follow_channel_over_ssh_ends_promptly(tmp_path: Path, sshd: PrivateSshd) -> None:
+def test_a_killed_supervisors_follow_channel_over_ssh_ends_promptly(tmp_path: Path, sshd: PrivateSshd) -> None:
     kill_launcher_and_watch(tmp_path, "sig-kill9-ssh", sleeper_profile(tmp_path, "k9s", orphan_grace=3, sshd=sshd))
 
 
 def test_ctrl_c_again_after_2s_abandons_the_wait_without_noise_and_the_stop_still_ends(tmp_path: Path) -> None:
     """Tasks that ignore SIGTERM keep the teardown in its grace; a second Ctrl-C then leaves at
-    once, and the host agent still finishes the stop it was asked for (SIGKILL after the grace)."""
+    once, and the supervisor still finishes the stop (SIGKILL after the grace)."""
     run_id = "sig-abandon"
     profile = write_profile(tmp_path / "stubborn.toml", SLEEPER.format(
         name="stubborn", orphan_grace=60, python=sys.executable, hosts="", role_hosts="").replace(
@@ -278,10 +294,11 @@ def test_ctrl_c_again_after_2s_abandons_the_wait_without_noise_and_the_stop_stil
         assert launcher.poll() is None, "the teardown ended before the second Ctrl-C"
         launcher.send_signal(signal.SIGINT)
         assert launcher.wait(timeout=10) == 130
-        assert "abandoned the wait" in (tmp_path / "up.log").read_text()
+        assert "stopped waiting: the supervisor finishes the teardown" in (tmp_path / "up.log").read_text()
         for bad in ("Traceback", "cannot schedule", "internal error"):
             assert bad not in (tmp_path / "up.log").read_text()
-        wait_for(lambda: not pids_with_run_id(run_id), 30, "the agent to finish the stop")
+        wait_for(lambda: not pids_with_run_id(run_id), 30, "the supervisor to finish the stop")
+        assert job_end(run_dir)["reason"] == "stopped by SIGINT (Ctrl-C)"
     finally:
         if launcher.poll() is None:
             launcher.kill()

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from launcher.agent.procs import pid_alive
 from tests.integration.jobtools import cli, kill_run_processes, read_events, start_cli, wait_for, wait_for_event
 from tests.sshd import PrivateSshd
 
@@ -165,7 +166,11 @@ def test_without_py_spy_faulthandler_answers_and_without_autolog_one_line_says_w
         up = cli("up", str(job), "--detach", "--run-dir", str(run_dir), "--run-id", run_id, env=NO_PYSPY)
         assert up.returncode == 0, up.stderr
         wait_until_hung(run_dir, 2)
-        # no launcher follows: the CLI runs the agent's `stacks` verb on the host
+        # its supervisor killed (the tasks run on for the orphan grace), no supervisor answers: the CLI
+        # runs the agent's `stacks` verb on the host
+        supervisor = json.loads((run_dir / "state.json").read_text())["supervisor_pid"]
+        os.kill(supervisor, signal.SIGKILL)
+        wait_for(lambda: not pid_alive(supervisor), 10, "the supervisor to die")
         code, out, err = stacks(str(run_dir), env=NO_PYSPY)
         assert code == 1, out
         assert "worker:0 on local pid" in out and "via faulthandler" in out
@@ -177,7 +182,7 @@ def test_without_py_spy_faulthandler_answers_and_without_autolog_one_line_says_w
                                "or keep autolog on")
         code, out, err = stacks(str(run_dir), "worker:0", env=NO_PYSPY)
         assert code == 0 and "ps:0" not in out, err
-        assert f"(kept in {run_dir}/stacks/" in out  # no launcher: the CLI keeps it in the run dir itself
+        assert f"(kept in {run_dir}/stacks/" in out  # no supervisor: the CLI keeps it in the run dir itself
         # a stopped process cannot run the handler: its state is the answer
         pid = captures(str(run_dir), env=NO_PYSPY)["worker:0"]["pid"]
         os.kill(pid, signal.SIGSTOP)

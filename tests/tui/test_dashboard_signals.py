@@ -1,5 +1,6 @@
 """Signals to `distlaunch up` while its dashboard runs in a real terminal (tmux): SIGTERM tears the
-job down and the app quits; the terminal going away (SIGHUP) leaves the job running detached."""
+job down and the app quits; the terminal going away (SIGHUP) ends the dashboard only, and the job
+stays supervised by its own process."""
 
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ def _tmux(socket: str, *args: str) -> str:
 
 def _dashboard_in_tmux(tmp: Path, run_id: str) -> tuple[str, Path, int]:
     """`up` with its dashboard in a fresh tmux server; returns its socket, the run dir and the
-    launcher's pid once the job is Running."""
+    pid of `up` (the supervisor's parent: it forked it) once the job is Running."""
     if shutil.which("tmux") is None:
         if os.environ.get("DISTLAUNCH_REQUIRE_SSHD") == "1":
             pytest.fail("tmux is required here (apt-get install tmux)")
@@ -49,7 +50,8 @@ def _dashboard_in_tmux(tmp: Path, run_id: str) -> tuple[str, Path, int]:
     wait_for_event(run_dir, lambda e: e["kind"] == "job" and e["state"] == "Running", 120, "the job to run")
     wait_for(lambda: "worker:1" in _tmux(socket, "capture-pane", "-p", "-t", "sig"), 60, "the dashboard")
     state = json.loads((run_dir / "state.json").read_text())
-    return socket, run_dir, int(state["launcher_pid"])
+    stat = Path(f"/proc/{state['supervisor_pid']}/stat").read_text()
+    return socket, run_dir, int(stat[stat.rindex(")") + 2:].split()[1])
 
 
 def test_sigterm_with_the_dashboard_tears_down_and_quits(tmp_path: Path) -> None:
@@ -69,23 +71,28 @@ def test_sigterm_with_the_dashboard_tears_down_and_quits(tmp_path: Path) -> None
         kill_run_processes(run_id)
 
 
-def test_the_terminal_going_away_leaves_the_job_detached(tmp_path: Path) -> None:
+def test_the_terminal_going_away_leaves_the_job_supervised(tmp_path: Path) -> None:
     run_id = f"tui-hup-{secrets.token_hex(2)}"
-    socket, run_dir, launcher = _dashboard_in_tmux(tmp_path, run_id)
+    socket, run_dir, client = _dashboard_in_tmux(tmp_path, run_id)
     try:
-        _tmux(socket, "kill-server")  # the terminal is gone: SIGHUP to the launcher
-        wait_for(lambda: not os.path.exists(f"/proc/{launcher}"), 60, "the launcher to exit")
-        assert actions(run_dir) == [("detach", "SIGHUP")]
+        supervisor = json.loads((run_dir / "state.json").read_text())["supervisor_pid"]
+        _tmux(socket, "kill-server")  # the terminal is gone: SIGHUP to `up`, whose dashboard it was
+        wait_for(lambda: not os.path.exists(f"/proc/{client}"), 60, "up to exit")
+        assert actions(run_dir) == []  # nothing was asked of the job
+        wait_for(lambda: json.loads((run_dir / "state.json").read_text()).get("clients") == 0, 30,
+                 "the supervisor to see its client go")
         state = json.loads((run_dir / "state.json").read_text())
-        assert (state["detached"], state["outcome"]) == (True, "detached")
+        assert state["outcome"] is None and os.path.exists(f"/proc/{supervisor}")
         last = {e["task"]: e["state"] for e in read_events(run_dir) if e["kind"] == "state"}
         assert last == {"worker:0": "running", "worker:1": "running"}
-        assert len(pids_with_run_id(run_id)) >= 3  # the host agent and both tasks go on
+        assert len(pids_with_run_id(run_id)) >= 4  # the supervisor, the host agent and both tasks go on
+        status = cli("status", str(run_dir), timeout=60)
+        assert "supervised, no client" in status.stdout.splitlines()[0], status.stdout
         log = tmp_path / "home" / "distlaunch.log"
         assert not log.exists() or "Traceback" not in log.read_text()
         down = cli("down", str(run_dir), timeout=120)
         assert down.returncode == 0, down.stdout + down.stderr
-        assert pids_with_run_id(run_id) == []
+        wait_for(lambda: not pids_with_run_id(run_id), 30, "no process of the run to be left")
     finally:
         _tmux(socket, "kill-server")
         kill_run_processes(run_id)
