@@ -7,7 +7,8 @@ The task type in ``TF_CONFIG`` picks what this process does:
 * ``chief``: the coordinator. It builds a small 784-64-10 network whose variables live on the
   ps tasks (big kernels sharded over all of them), schedules training steps on the workers with
   ``ClusterCoordinator``, reports global step and loss, and checkpoints so that a restarted chief
-  resumes where the last checkpoint left off instead of starting again at step 0.
+  resumes where the last checkpoint left off instead of starting again at step 0 (``Checkpoints``:
+  one save function traced once, as ``tf.train.CheckpointManager`` would retrace at every save).
 * ``evaluator``: nothing to do here; it says so and exits 0.
 
 The data is made inside each worker's input pipeline: random 28x28 images whose labels come
@@ -22,6 +23,7 @@ shard they belong to.
 from __future__ import annotations
 
 import argparse
+import glob
 import importlib
 import math
 import os
@@ -185,6 +187,65 @@ def build_optimizer(tf: Any, strategy: Any, shards: list[Any], learning_rate: fl
     return MomentumSgd()
 
 
+class Checkpoints:
+    """Numbered checkpoints (``ckpt-<step>``) in a directory, the newest ``max_to_keep`` kept, as
+    ``tf.train.CheckpointManager`` keeps them: the same names and ``checkpoint`` state file, so
+    ``tf.train.latest_checkpoint`` and checkpoints of earlier runs work alike.
+
+    Why not the manager: with variables on more than one task (the ps tasks, and the chief's own
+    ``save_counter``), TensorFlow's eager save wraps each save in a new ``tf.function``, which is
+    traced anew every time: from the fifth save on, TensorFlow warns of excessive retracing at every
+    save. Here one ``tf.function`` of ``Checkpoint.write``, with the path as a string tensor, is
+    traced at the first save and reused (``Checkpoint.read`` is its pair for restoring).
+    """
+
+    NAME = "ckpt"
+
+    def __init__(self, tf: Any, checkpoint: Any, directory: str, max_to_keep: int = 2) -> None:
+        self.directory = directory
+        self.max_to_keep = max_to_keep
+        state = tf.train.get_checkpoint_state(directory)
+        #: the kept checkpoints' prefixes, oldest first
+        saved = state.all_model_checkpoint_paths if state is not None else []
+        self.kept: list[str] = [os.path.normpath(path) for path in saved]
+        latest = state.model_checkpoint_path if state is not None else None
+        self.latest: str | None = latest if latest and tf.io.gfile.glob(latest + ".index") else None
+
+        @tf.function(input_signature=[tf.TensorSpec([], tf.string)])
+        def write(prefix: Any) -> Any:
+            return checkpoint.write(prefix)
+
+        self._write = write
+        self._tf = tf
+
+    def save(self, step: int) -> str:
+        """Write the checkpoint of ``step``, record it as the latest, drop those beyond max_to_keep."""
+        prefix = os.path.normpath(os.path.join(self.directory, f"{self.NAME}-{step}"))
+        self._write(self._tf.constant(prefix))
+        self.kept = [path for path in self.kept if path != prefix] + [prefix]
+        for old in self.kept[:-self.max_to_keep]:
+            for path in glob.glob(glob.escape(old) + ".*"):
+                os.remove(path)
+        self.kept = self.kept[-self.max_to_keep:]
+        self.latest = prefix
+        self._record_state()
+        return prefix
+
+    def _record_state(self) -> None:
+        """The ``checkpoint`` file (a text CheckpointState), replaced whole so a reader never sees half."""
+        def quoted(path: str) -> str:
+            name = os.path.relpath(path, self.directory)
+            return '"' + name.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+        assert self.latest is not None
+        lines = [f"model_checkpoint_path: {quoted(self.latest)}"]
+        lines += [f"all_model_checkpoint_paths: {quoted(path)}" for path in self.kept]
+        state = os.path.join(self.directory, "checkpoint")
+        with open(state + ".tmp", "w", encoding="utf-8") as f:
+            f.write("\n".join(lines) + "\n")
+        os.replace(state + ".tmp", state)
+
+
 def restore_checkpoint(tf: Any, checkpoint: Any, path: str) -> None:
     """Restore everything from ``path``; with another ps count, the weights and step only.
 
@@ -196,11 +257,11 @@ def restore_checkpoint(tf: Any, checkpoint: Any, path: str) -> None:
     saved_slots = [saved_shapes.get(f"optimizer/velocities/{i}/.ATTRIBUTES/VARIABLE_VALUE")
                    for i in range(len(velocities) + 1)]
     if saved_slots == [v.shape.as_list() for v in velocities] + [None]:
-        checkpoint.restore(path).assert_existing_objects_matched()
+        checkpoint.read(path).assert_existing_objects_matched()
         return
     print(f"optimizer state in {path} was saved for another ps count; restoring weights and global step only",
           flush=True)
-    tf.train.Checkpoint(model=checkpoint.model, global_step=checkpoint.global_step).restore(path).expect_partial()
+    tf.train.Checkpoint(model=checkpoint.model, global_step=checkpoint.global_step).read(path).expect_partial()
 
 
 def make_dataset_fn(tf: Any, batch_size: int) -> Any:
@@ -251,11 +312,12 @@ def train(tf: Any, resolver: Any, args: argparse.Namespace) -> NoReturn:
     checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, global_step=global_step)
     manager = None
     if args.checkpoint_dir:
-        manager = tf.train.CheckpointManager(checkpoint, args.checkpoint_dir, max_to_keep=2)
-        if manager.latest_checkpoint:
-            restore_checkpoint(tf, checkpoint, manager.latest_checkpoint)
+        os.makedirs(args.checkpoint_dir, exist_ok=True)
+        manager = Checkpoints(tf, checkpoint, args.checkpoint_dir, max_to_keep=2)
+        if manager.latest:
+            restore_checkpoint(tf, checkpoint, manager.latest)
             restored_step = int(global_step.numpy())
-            print(f"restored {manager.latest_checkpoint} at global step {restored_step}", flush=True)
+            print(f"restored {manager.latest} at global step {restored_step}", flush=True)
             if report is not None:
                 # a metric of its own, so the dashboard (and tests) see where a restarted chief resumed
                 report.report(step=restored_step, restored_step=restored_step)
@@ -300,11 +362,11 @@ def train(tf: Any, resolver: Any, args: argparse.Namespace) -> NoReturn:
         assert last_result is not None
         emit_progress(step, float(last_result.fetch()), rate)
         if manager is not None and step // args.checkpoint_every > last_saved // args.checkpoint_every:
-            manager.save(checkpoint_number=step)
+            manager.save(step)
             last_saved = step
 
     if manager is not None and last_saved != step:
-        manager.save(checkpoint_number=step)
+        manager.save(step)
     if report is not None:
         report.flush()
     print("done", flush=True)

@@ -99,8 +99,9 @@ def empty_gpu(index: int) -> Dict[str, Any]:
             "proc_mem_bytes": None, "proc_util_percent": None}
 
 
-def read_proc_stat(pid: int) -> Optional[Tuple[int, int, float]]:
-    """``(ppid, utime+stime ticks, start time ticks)`` from ``/proc/<pid>/stat``, or None if gone."""
+def read_proc_stat(pid: int, states: Optional[Dict[int, str]] = None) -> Optional[Tuple[int, int, float]]:
+    """``(ppid, utime+stime ticks, start time ticks)`` from ``/proc/<pid>/stat``, or None if gone;
+    ``states`` (if given) gets the process's state letter (R, S, D, T, t, Z ...)."""
     try:
         with open("/proc/%d/stat" % pid, "rb") as f:
             data = f.read().decode("ascii", "replace")
@@ -109,9 +110,12 @@ def read_proc_stat(pid: int) -> Optional[Tuple[int, int, float]]:
     # the command name (field 2) may contain spaces and parentheses: fields start after the last ')'
     fields = data[data.rfind(")") + 2:].split()
     try:
-        return int(fields[1]), int(fields[11]) + int(fields[12]), float(fields[19])
+        stat = int(fields[1]), int(fields[11]) + int(fields[12]), float(fields[19])
     except (IndexError, ValueError):
         return None
+    if states is not None:
+        states[pid] = fields[0]
+    return stat
 
 
 def proc_children(pid: int) -> List[int]:
@@ -142,8 +146,9 @@ def scan_parents() -> Dict[int, List[int]]:
     return parents
 
 
-def scan_stats() -> Dict[int, Tuple[int, int, float]]:
-    """``{pid: (ppid, cpu ticks, start time)}`` for every process, in one walk of /proc."""
+def scan_stats(states: Optional[Dict[int, str]] = None) -> Dict[int, Tuple[int, int, float]]:
+    """``{pid: (ppid, cpu ticks, start time)}`` for every process, in one walk of /proc; ``states``
+    (if given) gets each one's state letter, from the same read."""
     out: Dict[int, Tuple[int, int, float]] = {}
     try:
         names = os.listdir("/proc")
@@ -151,7 +156,7 @@ def scan_stats() -> Dict[int, Tuple[int, int, float]]:
         return out
     for name in names:
         if name.isdigit():
-            stat = read_proc_stat(int(name))
+            stat = read_proc_stat(int(name), states)
             if stat is not None:
                 out[int(name)] = stat
     return out

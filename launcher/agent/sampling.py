@@ -242,6 +242,20 @@ def _psutil_module(use_psutil: Optional[bool]) -> Any:
     return psutil
 
 
+def tree_state(pids: "set[int]", states: Dict[int, str]) -> Optional[str]:
+    """The state of a task's process tree as a peer's failure needs it: T when any member is
+    stopped (SIGSTOP, a debugger: t), else D when one waits on the disk, else S or R (None: no
+    process). It joins the cause of a peer that lost contact with this task."""
+    letters = {states.get(pid, "") for pid in pids}
+    if letters & {"T", "t"}:
+        return "T"
+    if "D" in letters:
+        return "D"
+    if "R" in letters:
+        return "R"
+    return "S" if letters - {""} else None
+
+
 class HostSampler:
     """Samples every task of a host in one pass: one /proc walk for all process trees, one GPU
     query per GPU in use, one machine reading. ``sample({key: (root pid, gpu indices)})``
@@ -262,7 +276,8 @@ class HostSampler:
 
     def sample(self, tasks: Dict[Any, Tuple[int, List[int]]]) -> Dict[Any, Dict[str, Any]]:
         now = time.monotonic()
-        stats = scan_stats()
+        states: Dict[int, str] = {}
+        stats = scan_stats(states)
         children: Dict[int, List[int]] = {}
         for pid, (ppid, _, _) in stats.items():
             children.setdefault(ppid, []).append(pid)
@@ -295,7 +310,7 @@ class HostSampler:
             source = ("psutil" if self._psutil is not None else "proc") + (
                 "+" + (self._gpu_mode or GPU_NONE) if gpu_indices else "")
             out[key] = {"cpu_percent": cpu_percent, "rss_bytes": rss_bytes, "gpus": gpus, "source": source,
-                        "host": host, "pids": sorted(pids)}
+                        "host": host, "pids": sorted(pids), "proc_state": tree_state(pids, states)}
         for key in [k for k in self._prev if k not in tasks]:
             del self._prev[key]
         return out

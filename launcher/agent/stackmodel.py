@@ -185,19 +185,26 @@ def parse_faulthandler(text: str) -> List[ThreadStack]:
 
 # -- the user's own frame ------------------------------------------------------------------------
 
-_LIBRARY_PARTS = ("/site-packages/", "/dist-packages/", "/tensorflow/", "/keras/", "/tf_keras/", "/absl/",
-                  "/launcher/autolog", "/launcher/agent/", "/distlaunch_site/", "agent.pyz/")
+_LIBRARY_PARTS = ("/site-packages/", "/dist-packages/", "/tensorflow/", "/keras/", "/tf_keras/", "/absl/")
+#: distlaunch's own code in a task (autolog, report, the agent): from the zipapp, whose compiled files
+#: name their sources relative to it ("launcher/autolog/patches.py"), or from an installed checkout
+_DISTLAUNCH_OWN = re.compile(r"(?:^|/)(?:launcher/(?:autolog/|agent/|report\.py$|events\.py$)|distlaunch_site/)"
+                             r"|agent\.pyz/")
 _STDLIB_DIR = re.compile(r"/lib(?:64)?/python\d+(?:\.\d+)?/")
 _STDLIB_NAMES = frozenset(getattr(sys, "stdlib_module_names", ()))
 
 
 def is_library(frame: Frame) -> bool:
     """True for a frame that is not the user's own code: native, stdlib, installed packages,
-    TensorFlow/Keras/absl, distlaunch's autolog and agent, ``<frozen ...>`` and ``<string>``."""
+    TensorFlow/Keras/absl, distlaunch's autolog, report and agent, ``<frozen ...>`` and ``<string>``.
+
+    Causes (launcher/telemetry/causes.py), stall lines and a capture's suspect frame all point at
+    the innermost frame this says is the user's: autolog wraps every ``tf.function`` call, so an
+    error raised in one passes through distlaunch's frame just inside the training loop's."""
     path = frame.file.replace("\\", "/")
     if frame.native or path.startswith("<"):
         return True
-    if any(part in path for part in _LIBRARY_PARTS) or _STDLIB_DIR.search(path):
+    if any(part in path for part in _LIBRARY_PARTS) or _DISTLAUNCH_OWN.search(path) or _STDLIB_DIR.search(path):
         return True
     # py-spy without --full-filenames shortens stdlib paths to the module's file name
     return "/" not in path and os.path.splitext(path)[0] in _STDLIB_NAMES

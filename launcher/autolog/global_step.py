@@ -5,8 +5,10 @@ nothing of TensorFlow itself (the caller passes ``tf``). The ways, in order: wha
 ``tf.compat.v1.train.get_global_step()`` returns (it rejects a resource variable that it finds
 by name: its ``global_step:0`` is the handle), the first integer scalar of the GLOBAL_STEP
 collection, and the ``global_step`` variable or a read of it the graph already holds. A ref or
-resource variable, int32 or int64. A way that raises is said once per process
-(``autolog.degraded``) and the next one is tried; autolog stays on.
+resource variable, int32 or int64. A way that raises is passed over for the next one; only when
+no way gives a step is the last failure said, once per process (``autolog.degraded``): a script
+whose global step a later way finds must not carry a line about ``get_global_step()`` in every
+task's log. Autolog stays on either way.
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ def _step_by_name(tf: Any, graph: Any) -> Any:
                  if c.type == "ReadVariableOp" and _is_integer_scalar(c.outputs[0])), None)
 
 
-#: the ways to the global step, in order; one that fails is said once and the next is tried
+#: the ways to the global step, in order; one that fails is passed over for the next
 _STEP_WAYS = (("get_global_step()", _step_by_get_global_step),
               ("the GLOBAL_STEP collection", _step_by_collection),
               ("the name global_step", _step_by_name))
@@ -55,6 +57,7 @@ _STEP_WAYS = (("get_global_step()", _step_by_get_global_step),
 
 def read_global_step(tf: Any, run: Callable[..., Any], session: Any) -> Optional[int]:
     """The graph's integer global step (ref or resource variable, int32 or int64), or None."""
+    failed: "Optional[tuple[str, Exception]]" = None  # the last way that raised
     for way, find in _STEP_WAYS:
         try:
             global_step = find(tf, session.graph)
@@ -66,5 +69,7 @@ def read_global_step(tf: Any, run: Callable[..., Any], session: Any) -> Optional
             # script's own run just worked, so try again next interval
             return None
         except Exception as exc:
-            autolog.degraded("read the global step by %s" % way, exc)
+            failed = (way, exc)
+    if failed is not None:
+        autolog.degraded("read the global step by %s" % failed[0], failed[1], once="read the global step")
     return None

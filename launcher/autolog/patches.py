@@ -17,10 +17,11 @@ What each patch gives:
   placement of the variables created under a ParameterServerStrategy scope;
 - Keras ``Model.fit``: a callback with per-batch loss and logs, and placement at train begin;
 - ``tf.summary.scalar`` (eager calls) and TF1 ``FileWriter.add_summary``: each scalar and step;
-- TF1 ``Session.run``: the graph's global step (found by ``get_global_step()``, else the
-  GLOBAL_STEP collection, else the name ``global_step``), placement of ``global_variables()``
-  once, and a fetched tensor named like a loss, all at most once per interval; each of these
-  that fails is said once and leaves the others (and autolog) on.
+- TF1 ``Optimizer`` and ``Session.run`` (``launcher.autolog.tf1session``): the graph's global
+  step, placement of ``global_variables()`` once, the loss of the train op run (fetched
+  alongside when the script does not fetch it), all at most once per interval, and a scalar
+  fetched alone after training as a value; each of these that fails is said once and leaves
+  the others (and autolog) on.
 """
 
 from __future__ import annotations
@@ -28,12 +29,11 @@ from __future__ import annotations
 import functools
 import importlib
 import sys
-import time
 import weakref
 from typing import Any, Callable, Dict, List, Optional
 
 from launcher.autolog import recorder as autolog
-from launcher.autolog.global_step import read_global_step
+from launcher.autolog import tf1session
 from launcher.autolog.recorder import guarded, note, reader
 
 #: bumped by every apply_gradients: a function call during which it moved trains
@@ -206,7 +206,7 @@ def _patch_tensorflow(tf: Any) -> None:
     _patch_function_calls()
     _patch_parameter_server()
     _patch_summary(tf)
-    _patch_session(tf)
+    tf1session.install(tf, _wrap_method, _module)
 
 
 def _scalar_loss(value: Any) -> Any:
@@ -385,101 +385,3 @@ def _note_summary_proto(summary: Any, global_step: Any) -> None:
     for value in summary.value:
         if value.WhichOneof("value") == "simple_value":
             _note_scalar(value.tag, float(value.simple_value), global_step)
-
-
-# -- TF1 sessions --------------------------------------------------------------------------------
-
-
-class _SessionWatch:
-    def __init__(self) -> None:
-        self.next_read = 0.0
-        self.placed = False
-
-
-_sessions: "weakref.WeakKeyDictionary[Any, _SessionWatch]" = weakref.WeakKeyDictionary()
-
-
-def _patch_session(tf: Any) -> None:
-    session_module = _module("tensorflow.python.client.session")
-    cls = getattr(session_module, "BaseSession", None)
-
-    def make_run(original: Callable[..., Any]) -> Callable[..., Any]:
-        def run(self: Any, fetches: Any, feed_dict: Any = None, options: Any = None,
-                run_metadata: Any = None) -> Any:
-            result = original(self, fetches, feed_dict, options, run_metadata)
-            if autolog._state.on:
-                watch = _sessions.get(self)
-                now = time.monotonic()
-                if watch is None or now >= watch.next_read:
-                    guarded("Session.run", _session_tick, tf, original, self, fetches, result, now)
-            return result
-        return run
-
-    _wrap_method(cls, "run", make_run)
-
-    def make_close(original: Callable[..., Any]) -> Callable[..., Any]:
-        def close(self: Any) -> Any:
-            # the steps since the last read would be lost with the session: read once more
-            if autolog._state.on and _sessions.get(self) is not None:
-                guarded("Session.close", _final_session_read, tf, run_original, self)
-            return original(self)
-        return close
-
-    run_original = cls.__dict__["run"].__wrapped__ if cls is not None and "run" in cls.__dict__ else None
-    _wrap_method(cls, "close", make_close)
-
-
-def _final_session_read(tf: Any, run: Any, session: Any) -> None:
-    if run is None or getattr(session, "_closed", False):
-        return
-    step = read_global_step(tf, run, session)
-    if step is not None:
-        note(step=step, now=True)
-
-
-def _session_tick(tf: Any, run: Callable[..., Any], session: Any, fetches: Any, result: Any,
-                  now: float) -> None:
-    watch = _sessions.get(session)
-    if watch is None:
-        watch = _SessionWatch()
-        _sessions[session] = watch
-    watch.next_read = now + reader.interval
-    if not watch.placed:
-        watch.placed = True
-        try:
-            variables = session.graph.get_collection(tf.compat.v1.GraphKeys.GLOBAL_VARIABLES)
-            if variables:
-                autolog.placement(list(variables))
-        except Exception as exc:
-            autolog.degraded("report the placement of a TF1 graph's variables", exc)
-    step = read_global_step(tf, run, session)
-    try:
-        loss = _fetched_loss(fetches, result, depth=0)
-    except Exception as exc:
-        autolog.degraded("read the loss from Session.run's fetches", exc)
-        loss = None
-    if step is not None or loss is not None:
-        note(step=step, loss=loss)
-
-
-def _fetched_loss(fetches: Any, result: Any, depth: int) -> Optional[float]:
-    """The value of a fetched scalar whose tensor name says loss (``.../loss:0``), if any."""
-    if depth > 3:
-        return None
-    if isinstance(fetches, dict) and isinstance(result, dict):
-        pairs = [(fetches[k], result.get(k)) for k in fetches]
-    elif isinstance(fetches, (list, tuple)) and isinstance(result, (list, tuple)):
-        pairs = [(fetches[i], result[i]) for i in range(min(len(fetches), len(result)))]
-    else:
-        name = str(getattr(fetches, "name", "") or "")
-        if "loss" in name.lower():
-            try:
-                return float(result)
-            except (TypeError, ValueError):
-                return None
-        return None
-    for fetch, value in pairs:
-        loss = _fetched_loss(fetch, value, depth + 1)
-        if loss is not None:
-            return loss
-    return None

@@ -14,8 +14,8 @@ limited), marked ``"source": "autolog"`` so that the agent lets an explicit ``re
 Any exception inside the instrumentation prints one warning line on stderr and turns autolog
 off for the rest of the task: it never breaks the script. A read that has other ways to go
 (the TF1 global step: ``get_global_step()``, the GLOBAL_STEP collection, the name
-``global_step``) is the exception: a way that fails is said once per process (``degraded``)
-and the next way is tried, autolog staying on.
+``global_step``; a TF1 train op's loss fetched alongside it) is the exception: what finally
+failed is said once per process (``degraded``), autolog staying on.
 
 Stdlib-only at import and Python >= 3.9.
 """
@@ -75,12 +75,14 @@ def fail(where: str, exc: BaseException) -> None:
         pass
 
 
-def degraded(what: str, exc: BaseException) -> None:
-    """Say once per process that one way of reading failed; autolog stays on (others go on)."""
+def degraded(what: str, exc: BaseException, once: Optional[str] = None) -> None:
+    """Say once per process (per ``once``, default ``what``) that one way of reading failed;
+    autolog stays on (others go on)."""
+    key = what if once is None else once
     with _state.lock:
-        if what in _state.degraded:
+        if key in _state.degraded:
             return
-        _state.degraded.add(what)
+        _state.degraded.add(key)
     try:
         sys.stderr.write("distlaunch autolog: could not %s (%s: %s); autolog goes on without it\n"
                          % (what, type(exc).__name__, exc))

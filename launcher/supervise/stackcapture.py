@@ -4,7 +4,9 @@ launcher follows (``capture_by_verb``), and once per stall episode (``StallCaptu
 
 Each host answers for all its tasks at once (``launcher/agent/stacks.py``, its tasks read in
 parallel), and all hosts are asked in parallel; a host that does not answer in time gets a
-capture per task that says so.
+capture per task that says so. What a live launcher's capture saw of each process's state is
+also kept for the causes of failures to come (``OutputTails.note_states``): a peer seen stopped
+shortly before another task lost contact with it is named so in that task's cause.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from launcher.telemetry.stacktext import render, to_json
 if TYPE_CHECKING:
     from launcher.remote.session import HostSession
     from launcher.rundir import RunDir
+    from launcher.telemetry.causes import OutputTails
     from launcher.telemetry.watchdog import Watchdog
 
 
@@ -38,6 +41,8 @@ class Supervisor(Protocol):
     def tasks(self) -> Mapping[str, Any]: ...
     @property
     def watchdog(self) -> Watchdog: ...
+    @property
+    def _tails(self) -> OutputTails: ...
     @property
     def _notice(self) -> Callable[[str], None]: ...
     def _ask_agent(self, host: str, request: dict[str, Any], timeout: float = ...) -> dict[str, Any] | None: ...
@@ -94,14 +99,18 @@ def _captures_of(host: str, tasks: list[str], answer: Any) -> list[TaskStacks]:
 
 def capture_stacks(sup: Supervisor, tasks: list[str] | None = None, native: bool = False,
                    timeout: float = DEFAULT_TIMEOUT) -> list[TaskStacks]:
-    """Every (or these) task's stacks through the supervisor's open follow channels."""
+    """Every (or these) task's stacks through the supervisor's open follow channels; the process
+    states they show are handed to the loop as evidence for causes."""
     placement = {task_id: rt.spec.host for task_id, rt in sup.tasks.items()}
 
     def ask(host: str, wanted: list[str]) -> Any:
         request = {"op": "stacks", "tasks": wanted, "native": native, "timeout": max(1.0, timeout - MARGIN_SECONDS)}
         return sup._ask_agent(host, request, timeout=timeout)
 
-    return _gather(_by_host(placement, tasks), ask, timeout)
+    asked_at = time.time()  # the states were read after this: told as of then
+    captures = _gather(_by_host(placement, tasks), ask, timeout)
+    sup._call(lambda: sup._tails.note_states(captures, asked_at))
+    return captures
 
 
 def capture_by_verb(sessions: Mapping[str, HostSession], placement: Mapping[str, str], tasks: list[str] | None,

@@ -6,6 +6,11 @@ before the rest), the cause it means (a template over the regex's named groups a
 text as an address:port or ``/job:J/task:N``, and the cause names it as the culprit), and real lines
 it must match: TensorFlow's own output where this machine could produce it, its source text where
 it needs a GPU. tests/unit/telemetry/test_signatures.py checks every row against every example.
+
+Two flags rank peer rows against each other (launcher/telemetry/causes.py): ``generic`` marks a row
+that says only that contact was lost (any UnavailableError matches it), so a specific peer row in
+the same failure's output wins over it; ``listed`` marks a row whose culprits are the list that
+follows the match (the text before it names who reported the error, not who failed).
 """
 
 from __future__ import annotations
@@ -25,11 +30,15 @@ class Signature:
     #: for peer rows: what the cause says when no peer can be named
     fallback: str = ""
     examples: tuple[str, ...] = ()
+    #: a peer row that says nothing but "contact lost": a specific peer row found beside it wins
+    generic: bool = False
+    #: the culprits are listed after the match (rest of its line, then one task name a line)
+    listed: bool = False
 
 
 def _sig(name: str, pattern: str, template: str, *examples: str, peer: bool = False,
-         fallback: str = "") -> Signature:
-    return Signature(name, re.compile(pattern), template, peer, fallback, examples)
+         fallback: str = "", generic: bool = False, listed: bool = False) -> Signature:
+    return Signature(name, re.compile(pattern), template, peer, fallback, examples, generic, listed)
 
 
 #: "/job:ps/replica:0/task:1" or "/job:worker/task:1": a task of the cluster as TensorFlow names it
@@ -43,7 +52,12 @@ SIGNATURES: tuple[Signature, ...] = (
          "The following tasks are unhealthy (stopped sending heartbeats):\n/job:worker/replica:0/task:1",
          "tensorflow.python.framework.errors_impl.UnavailableError: The following tasks are unhealthy "
          "(stopped sending heartbeats): /job:worker/task:1",
-         peer=True, fallback="lost contact with a peer: it stopped sending heartbeats"),
+         # TF 2.21, MultiWorkerMirroredStrategy, worker:1 frozen by SIGSTOP: worker:0's log line. The
+         # task named first reported the error; the unhealthy ones follow, one a line (a `listed` row)
+         "E0000 00:00:1795674610.057146    7613 base_collective_executor.cc:252] BaseCollectiveExecutor::"
+         "StartAbort UNAVAILABLE: Error reported from /job:worker/task:1: The following tasks are unhealthy "
+         "(stopped sending heartbeats):\n/job:worker/replica:0/task:1",
+         peer=True, listed=True, fallback="lost contact with a peer: it stopped sending heartbeats"),
     _sig("cpu_oom", r"OOM when allocating tensor .* on \S*device:CPU:\d+",
          "out of host memory (a tensor too large for the CPU allocator)",
          "tensorflow.python.framework.errors_impl.ResourceExhaustedError: {{function_node "
@@ -87,5 +101,5 @@ SIGNATURES: tuple[Signature, ...] = (
          "tensorflow.python.framework.errors_impl.UnavailableError: Graph execution error:",
          "  (0) UNAVAILABLE:  failed to connect to all addresses; last error: UNKNOWN: ipv4:127.0.0.1:60515: Failed "
          "to connect to remote host: Connection refused",
-         peer=True, fallback="lost contact with a peer"),
+         peer=True, generic=True, fallback="lost contact with a peer"),
 )

@@ -5,12 +5,19 @@ sshd is needed there, and whatever a step starts is tracked by slurmstepd and en
 allocation. Short commands run their step to completion; a detached process (a task's agent)
 keeps its step open for as long as it runs: the ``srun`` client then waits on this machine, in
 a session of its own, so the launcher's terminal signals do not reach it.
+
+A job that has ended cannot hold anything of a run: slurmd revokes its credential and slurmstepd
+ends every process of its steps. So when a step fails because srun or slurmstepd said so (not
+because the command exited non-zero), Slurm is asked for the job's state (``squeue``), and a
+job that ended is a ``HostGone``: whoever runs the step (``down``'s sweep) reads "nothing of the
+run can be left there", checked with Slurm rather than inferred from srun's words or retried.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 import select
 import shlex
 import shutil
@@ -29,8 +36,29 @@ from launcher.transport.local import LocalHost
 START_TIMEOUT = 120.0
 
 
-#: what srun says when the allocation it should run a step in has ended
+#: what srun says when the allocation it should run a step in has ended (slurmctld's words),
+#: believed only when squeue cannot answer
 _ALLOCATION_ENDED = ("has expired", "invalid job id", "already completing or completed")
+
+#: squeue's states (``%T``) of a job whose processes are gone or being ended by Slurm; "" is a
+#: job squeue no longer shows. A run's job PENDING again was requeued: its allocation ended too.
+#: Any other state (RUNNING, SUSPENDED, CONFIGURING, ...) may still hold processes of the run.
+ENDED_STATES = frozenset({"", "COMPLETING", "COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL",
+                          "PREEMPTED", "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY", "REVOKED", "SPECIAL_EXIT",
+                          "STAGE_OUT", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD", "PENDING"})
+
+#: srun's line for a command that ran and exited non-zero: the step itself was fine
+_TASK_EXITED = re.compile(r"srun: error: \S+: task \d+: Exited with exit code \d+")
+
+
+def step_trouble(stderr: str) -> str | None:
+    """The last line in which srun or slurmstepd, not the command, said why a step failed (it was
+    not launched, e.g. "Job credential revoked" with exit 168 = ESLURMD_CREDENTIAL_REVOKED 4008
+    mod 256, or its task was killed); None when the command merely exited non-zero."""
+    lines = [line.strip() for line in stderr.splitlines()]
+    said = [line for line in lines if line.startswith(("srun:", "slurmstepd"))
+            and not _TASK_EXITED.fullmatch(line)]
+    return said[-1] if said else None
 
 
 class SlurmHost(LocalHost):
@@ -58,16 +86,24 @@ class SlurmHost(LocalHost):
             raise HostError(f"{self.label}: srun not found on this machine; run distlaunch on a node "
                             "of the allocation (where Slurm's client commands are installed)")
         state = self._job_state()
-        if state not in ("RUNNING", "COMPLETING", None):
-            raise HostGone(f"{self.label}: the allocation ended (Slurm job {self.job_id} is "
-                           f"{state or 'gone'}); its tasks ended with it")
+        if state in ENDED_STATES:  # COMPLETING too: no step can start in it any more
+            raise HostGone(self.ended(state))
         super().connect()
 
+    def ended(self, state: str | None, srun_said: str | None = None) -> str:
+        """Why nothing of the run can be left on this host: Slurm says the job ended (``state``
+        from squeue; None where only srun's words, slurmctld's, said so)."""
+        seen = "squeue did not answer" if state is None else f"squeue: the job is {state or 'no longer listed'}"
+        said = f"; {srun_said}" if srun_said else ""
+        how = "Slurm is ending every process in it" if state == "COMPLETING" else "Slurm ended every process in it"
+        return f"{self.label}: the allocation ended ({seen}{said}), so nothing of the run can be left there: {how}"
+
     def _job_state(self) -> str | None:
-        """The job's state as squeue shows it; "" when squeue no longer knows the job; None when
-        squeue could not answer (slurmctld busy), which is no reason to give up on the host."""
+        """The job's state as squeue shows it (ended ones too, while slurmctld keeps them); ""
+        when squeue no longer knows the job; None when squeue could not answer (slurmctld busy),
+        which is no reason to give up on the host."""
         try:
-            result = subprocess.run(["squeue", "-h", "-j", str(self.job_id), "-o", "%T"],
+            result = subprocess.run(["squeue", "-h", "-j", str(self.job_id), "--states=all", "-o", "%T"],
                                     capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
         except (OSError, subprocess.TimeoutExpired):
             return None
@@ -87,11 +123,13 @@ class SlurmHost(LocalHost):
 
     def run(self, command: str, timeout: float = 60.0, stdin: bytes | None = None) -> CommandResult:
         result = super().run(self._step(command), timeout=timeout, stdin=stdin)
-        told = result.stderr.lower()
-        if not result.ok and "srun" in told and any(words in told for words in _ALLOCATION_ENDED):
-            # the allocation ended after connect() saw it running (a `down` racing salloc's end)
-            detail = result.stderr.strip().splitlines()[-1]
-            raise HostGone(f"{self.label}: the allocation ended ({detail}); its tasks ended with it")
+        said = None if result.ok else step_trouble(result.stderr)
+        if said is not None:
+            # the step did not run or was killed: the allocation may have ended after connect()
+            # saw it running (a `down` racing salloc's end); Slurm says whether it did
+            state = self._job_state()
+            if state in ENDED_STATES or (state is None and any(w in said.lower() for w in _ALLOCATION_ENDED)):
+                raise HostGone(self.ended(state, said))
         return result
 
     def home(self) -> str:

@@ -1,18 +1,22 @@
 """Jobs inside a real Slurm allocation (a private one-node cluster, tests/slurm.py): hosts from
 SLURM_JOB_NODELIST, tasks started as `srun --overlap` steps (no SSH), nothing left after the job,
-after `down`, or after the allocation ends."""
+after `down`, or after the allocation ends; `down` where the allocation ended under it."""
 
 from __future__ import annotations
 
 import contextlib
 import json
 import os
+import re
+import shutil
 import signal
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from launcher.transport.slurm import step_trouble
 from tests.integration.jobtools import (
     PYTHON,
     REPO,
@@ -55,6 +59,29 @@ def salloc_up(cluster: SlurmCluster, profile: Path, run_dir: Path, run_id: str,
                              "--run-dir", str(run_dir), "--run-id", run_id],
                             stdout=log.open("wb"), stderr=subprocess.STDOUT, cwd=REPO, env=cluster.env,
                             start_new_session=True)
+
+
+@contextlib.contextmanager
+def allocation(cluster: SlurmCluster) -> Iterator[str]:
+    """An allocation of its own (`salloc --no-shell`): it outlives the launcher, so a `down` after
+    the supervisor's exit always finds it running; cancelled at the end. Yields its job id."""
+    granted = subprocess.run(["salloc", "-N1", "--no-shell"], capture_output=True, text=True, timeout=60,
+                             env=cluster.env)
+    found = re.search(r"Granted job allocation (\d+)", granted.stderr)
+    assert granted.returncode == 0 and found, granted.stderr
+    try:
+        yield found.group(1)
+    finally:
+        subprocess.run(["scancel", found.group(1)], capture_output=True, timeout=60, env=cluster.env)
+
+
+def up_in(cluster: SlurmCluster, job: str, profile: Path, run_dir: Path, run_id: str,
+          log: Path) -> subprocess.Popen[bytes]:
+    """`distlaunch up` in the background inside allocation ``job``, as in an sbatch script."""
+    env = {**cluster.env, "SLURM_JOB_ID": job, "SLURM_JOB_NODELIST": cluster.node}
+    return subprocess.Popen([PYTHON, "-m", "launcher.cli", "up", str(profile), "--no-tui", "--run-dir",
+                             str(run_dir), "--run-id", run_id], stdout=log.open("wb"), stderr=subprocess.STDOUT,
+                            cwd=REPO, env=env, start_new_session=True)
 
 
 def stop_launcher(up: subprocess.Popen[bytes], run_dir: Path) -> None:
@@ -192,19 +219,67 @@ def test_export_sbatch_needs_a_slurm_table(tmp_path: Path) -> None:
 
 
 def test_a_killed_task_is_restarted_in_a_new_step(tmp_path: Path, slurm_cluster: SlurmCluster) -> None:
+    # an allocation that outlives the launcher, so `down` always sweeps inside it (one that `up`
+    # holds may end with the supervisor before or during that sweep: the next test makes it so)
     run_dir, run_id, log = tmp_path / "run", "it-slurm-restart", tmp_path / "up.log"
-    up = salloc_up(slurm_cluster, slurm_profile(tmp_path, steps=100000), run_dir, run_id, log)
-    try:
-        wait_running(run_dir, log)
-        victim = running_pids(run_dir)["worker:1"]
-        os.kill(victim, signal.SIGKILL)  # a crash: exit 137, restarted under on-failure
-        again = wait_for_event(run_dir, lambda e: e["kind"] == "state" and e["task"] == "worker:1"
-                               and e["state"] == "running" and e.get("restarts") == 1, 240,
-                               f"worker:1 to run again ({log})")
-        assert again["pid"] != victim and "slurmstepd" in ancestors(again["pid"])
-        down = cli("down", str(run_dir), timeout=180, env=slurm_cluster.env)
-        assert down.returncode == 0, down.stdout + down.stderr
-        assert pids_with_run_id(run_id) == []
-    finally:
-        stop_launcher(up, run_dir)
-        kill_run_processes(run_id)
+    with allocation(slurm_cluster) as job:
+        up = up_in(slurm_cluster, job, slurm_profile(tmp_path, steps=100000), run_dir, run_id, log)
+        try:
+            wait_running(run_dir, log)
+            victim = running_pids(run_dir)["worker:1"]
+            os.kill(victim, signal.SIGKILL)  # a crash: exit 137, restarted under on-failure
+            again = wait_for_event(run_dir, lambda e: e["kind"] == "state" and e["task"] == "worker:1"
+                                   and e["state"] == "running" and e.get("restarts") == 1, 240,
+                                   f"worker:1 to run again ({log})")
+            assert again["pid"] != victim and "slurmstepd" in ancestors(again["pid"])
+            down = cli("down", str(run_dir), timeout=180, env=slurm_cluster.env)
+            said = down.stdout + down.stderr
+            assert down.returncode == 0, said
+            assert "stopped on 1 host(s); no process of the run is left" in down.stdout, said
+            assert slurm_cluster.squeue() == [f"{job} RUNNING"]  # the sweep ran inside it
+            assert pids_with_run_id(run_id) == []
+        finally:
+            stop_launcher(up, run_dir)
+            kill_run_processes(run_id)
+
+
+@pytest.mark.parametrize("srun_says", ["real", "revoked"])
+def test_down_after_the_allocation_ended_says_nothing_can_be_left(tmp_path: Path, slurm_cluster: SlurmCluster,
+                                                                  srun_says: str) -> None:
+    """The allocation ends after `down` found it running and before its sweep's step: an `srun`
+    first on down's PATH cancels the job, then runs the real srun ("real": slurmctld refuses the
+    step) or answers as slurmd does to a step of a job it is ending ("revoked": CI's exit 168,
+    "Job credential revoked"). Slurm then says the job ended, so down exits 0 and says why."""
+    run_dir, run_id, log = tmp_path / "run", f"it-slurm-ended-{srun_says}", tmp_path / "up.log"
+    with allocation(slurm_cluster) as job:
+        up = up_in(slurm_cluster, job, slurm_profile(tmp_path, steps=100000), run_dir, run_id, log)
+        try:
+            wait_running(run_dir, log)
+            real = shutil.which("srun", path=slurm_cluster.env.get("PATH"))
+            then = (f'exec {real} "$@"' if srun_says == "real" else
+                    "echo 'srun: error: Application launch failed: Job credential revoked' >&2; exit 168")
+            wrapper = tmp_path / "bin" / "srun"
+            wrapper.parent.mkdir()
+            wrapper.write_text(f"#!/bin/sh\nscancel {job} >/dev/null 2>&1\n{then}\n")
+            wrapper.chmod(0o755)
+            env = {**slurm_cluster.env, "PATH": f"{wrapper.parent}:{slurm_cluster.env.get('PATH', '')}"}
+            down = cli("down", str(run_dir), timeout=180, env=env)
+            said = down.stdout + down.stderr
+            assert down.returncode == 0, said
+            assert f"host {slurm_cluster.node} (Slurm job {job}): the allocation ended (squeue: the job is " in said
+            assert "so nothing of the run can be left there: Slurm" in said
+            assert "stopped on 1 host(s) (1 of them in a Slurm allocation that ended" in down.stdout, said
+            assert pids_with_run_id(run_id) == []
+        finally:
+            stop_launcher(up, run_dir)
+            kill_run_processes(run_id)
+
+
+def test_only_srun_and_slurmstepd_lines_say_a_step_failed() -> None:
+    assert step_trouble("srun: error: vm: task 0: Exited with exit code 3\noops\n") is None
+    assert step_trouble("no such process\n") is None
+    revoked = "srun: error: Application launch failed: Job credential revoked"
+    assert step_trouble(revoked + "\n") == revoked
+    cancelled = ("slurmstepd-vm: error: *** STEP 1.0 ON vm CANCELLED AT 2026-11-26T06:44:56 ***\n"
+                 "srun: error: vm: task 0: Terminated\n")
+    assert step_trouble(cancelled) == "srun: error: vm: task 0: Terminated"

@@ -1,0 +1,82 @@
+"""A frozen MultiWorkerMirroredStrategy peer is named: TensorFlow's multi-worker custom-loop tutorial
+shape (tests/data/mwms_tutorial_loop.py, unmodified, autolog on), two workers, worker:1 stopped with
+SIGSTOP mid-training. worker:0 fails when worker:1's heartbeats stop; its cause names worker:1, says
+what worker:1's agent sampled of its process (stopped, state T), and points at the script's line,
+not autolog's wrapper."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from tests.integration.jobtools import (
+    REPO,
+    kill_run_processes,
+    pids_with_run_id,
+    read_events,
+    start_cli,
+    wait_for_event,
+    write_profile,
+)
+
+pytestmark = pytest.mark.slow
+
+SCRIPT = "tests/data/mwms_tutorial_loop.py"
+
+
+def task_python(run_id: str, group: int, script: str) -> int:
+    """The task's Python itself (not the wrapper or the role's shell, whose command lines name it too)."""
+    for pid in pids_with_run_id(run_id):
+        with contextlib.suppress(OSError):
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            if os.getpgid(pid) == group and "python" in Path(argv[0].decode()).name and \
+                    any(arg.endswith(script.encode()) for arg in argv[1:]):
+                return pid
+    raise AssertionError(f"no Python of {script} in process group {group}")
+
+
+@pytest.mark.timeout(300)
+def test_a_frozen_mwms_worker_is_named_in_its_peers_cause(tmp_path: Path) -> None:
+    # no stall capture (stall_seconds stays at its default, 300 s): the state comes from the samples
+    profile = write_profile(tmp_path / "p.toml", f"""
+name = "it-frozen-peer"
+strategy = "multi_worker_mirrored"
+[defaults]
+command = "{{python}} {SCRIPT}"
+workdir = "{REPO}"
+env = {{ TF_CPP_MIN_LOG_LEVEL = "2" }}
+restart = "never"
+grace_seconds = 2
+[hosts.local]
+address = "localhost"
+transport = "local"
+[roles.worker]
+count = 2
+hosts = ["local"]
+""")
+    run_dir, run_id = tmp_path / "run", "it-frozen-peer"
+    proc = start_cli("up", str(profile), "--no-tui", "--run-dir", str(run_dir), "--run-id", run_id,
+                     log=tmp_path / "up.log")
+    try:
+        wait_for_event(run_dir, lambda e: e["kind"] == "log" and e["task"] == "worker:1"
+                       and e.get("line", "").startswith("Epoch: 1,"), 180, "worker:1 training")
+        group = next(e for e in read_events(run_dir)
+                     if e["kind"] == "state" and e["task"] == "worker:1" and e.get("pid"))["pid"]
+        os.kill(task_python(run_id, group, SCRIPT), signal.SIGSTOP)
+        assert proc.wait(timeout=120) == 1
+    finally:
+        kill_run_processes(run_id)  # SIGKILL ends a stopped process too
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    events = read_events(run_dir)
+    failed = next(e for e in events if e["kind"] == "state" and e["task"] == "worker:0" and e["state"] == "failed")
+    assert not [e for e in events if e["kind"] == "stacks"]  # the evidence is the sampler's
+    assert failed["culprit"] == "worker:1", failed
+    assert failed["cause"] == ("lost contact with worker:1: it stopped sending heartbeats "
+                               "(worker:1 was stopped, state T) (UnavailableError at mwms_tutorial_loop.py:55)")
+    log = (tmp_path / "up.log").read_text()
+    assert f"root cause: worker:1 (worker:0 failed first: exit code 1: {failed['cause']})" in log, log[-3000:]
