@@ -20,6 +20,13 @@ host (the agent zipapp's first upload, the page cache), measures with the real C
   the emission window, % of one core), ``launcher_rss_mib`` (the peak RSS, VmHWM, of ``up`` and of
   the supervisor it forked, added; ``client_rss_mib`` ``up``'s alone) and their open file
   descriptors and threads; the latency above includes the supervisor-to-client hop;
+* what carries to real hosts, over the same window: ``launcher_cpu_ms_per_event`` (that CPU over
+  the events that arrived in it), ``agent_cpu_percent`` (one host agent, the processes named
+  ``distlaunch-host``, their mean, % of one core), ``agent_cpu_ms_per_event`` (all agents' CPU
+  over those events: each event passes one agent) and ``agent_cpu_percent_per_task``; both
+  per-event figures include the fixed costs of the window (1 Hz samples, heartbeats, pings);
+  ``event_bytes_mean`` is a metric event's JSON line. The latency is this machine's: at 32 hosts
+  its 2 cores also run every task, agent and sshd;
 * ``teardown_s``: from starting ``distlaunch down RUN_DIR`` until it returned (its own start,
   the launcher's teardown, then its check behind it: a sweep per host); within it
   ``nothing_left_s`` (no process of the run on any host) and ``up_exited_s``;
@@ -116,6 +123,29 @@ def busy_cpu_seconds() -> float:
     """CPU seconds this machine spent not idle, all cores (/proc/stat)."""
     fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
     return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def agent_pids(run_id: str) -> list[int]:
+    """The run's host agents: its processes named ``distlaunch-host`` (hostagent.AGENT_PROCESS_NAME)."""
+    found = []
+    for pid in pids_of_run(run_id):
+        try:
+            if Path(f"/proc/{pid}/comm").read_text().strip() == "distlaunch-host":
+                found.append(pid)
+        except OSError:
+            continue
+    return found
+
+
+def cpu_seconds_of(pids: list[int]) -> float:
+    """CPU of ``pids`` (each with its waited-for children), those still there."""
+    total = 0.0
+    for pid in pids:
+        try:
+            total += proc_cpu_seconds(pid)
+        except (OSError, IndexError):
+            continue
+    return total
 
 
 def status_field(pid: int, name: str) -> int:
@@ -286,11 +316,14 @@ def measure(hosts: list[BenchHost], per_host: int, rate: float, seconds: float, 
         start_at = time.time() + SETTLE_SECONDS
         (work / "go.tmp").write_text(f"{start_at:.6f}")
         (work / "go.tmp").rename(go)
+        agents = agent_pids(run_id)  # found before the window: a scan of every environment costs CPU
         time.sleep(max(0.0, start_at - time.time()))
         cpu0, wall0 = proc_cpu_seconds(proc.pid) + children_cpu_seconds(proc.pid), time.time()
+        agents_cpu0, events0 = cpu_seconds_of(agents), len(stream.metrics)
         expected = tasks * count
         wait_for(lambda: len(stream.metrics) >= expected, timeout=seconds + 30, interval=0.2)
         cpu1, wall1 = proc_cpu_seconds(proc.pid) + children_cpu_seconds(proc.pid), time.time()
+        agents_cpu, events = cpu_seconds_of(agents) - agents_cpu0, max(1, len(stream.metrics) - events0)
         # the launcher: `up` (a client of the supervisor it forked, since issue 35) and the supervisor
         pids = launcher_pids(proc.pid, run_dir)
         figures["launcher_processes"] = len(pids)
@@ -299,6 +332,11 @@ def measure(hosts: list[BenchHost], per_host: int, rate: float, seconds: float, 
         figures["launcher_threads"] = sum(status_field(pid, "Threads") for pid in pids)
         figures["client_rss_mib"] = status_field(proc.pid, "VmHWM") / 1024
         figures["launcher_cpu_percent"] = 100 * (cpu1 - cpu0) / (wall1 - wall0)
+        figures["launcher_cpu_ms_per_event"] = 1000 * (cpu1 - cpu0) / events
+        figures["agents"] = len(agents)
+        figures["agent_cpu_percent"] = 100 * agents_cpu / max(1, len(agents)) / (wall1 - wall0)
+        figures["agent_cpu_ms_per_event"] = 1000 * agents_cpu / events
+        figures["agent_cpu_percent_per_task"] = figures["agent_cpu_percent"] / per_host
     finally:
         t_down, busy0 = time.time(), busy_cpu_seconds()
         marks: dict[str, float] = {}
@@ -361,6 +399,10 @@ def main() -> None:
     print(f"  launcher ({f['launcher_processes']} process(es)) {f['launcher_cpu_percent']:.1f}% of one core, "
           f"peak RSS {f['launcher_rss_mib']:.0f} MiB (client {f['client_rss_mib']:.0f} MiB), "
           f"{f['launcher_fds']} fds, {f['launcher_threads']} threads")
+    print(f"  per event (what carries to real hosts): launcher {f['launcher_cpu_ms_per_event']:.3f} ms CPU, "
+          f"host agent {f['agent_cpu_ms_per_event']:.3f} ms CPU, {f['event_bytes_mean']:.0f} bytes; one host agent "
+          f"({f['agents']} found) {f['agent_cpu_percent']:.1f}% of one core, {f['agent_cpu_percent_per_task']:.2f}% "
+          f"per task at {f['rate_per_task']:g} lines/s")
     print(f"  teardown (`down` until it returned) {f['teardown_s']:.2f} s: the job's end event at "
           f"{f['job_end_event_s']:.2f} s, no process of the run left at {f['nothing_left_s']:.2f} s, `up` exited at "
           f"{f['up_exited_s']:.2f} s; {f['teardown_machine_cpu_s']:.1f} CPU s on this machine; "

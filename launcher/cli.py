@@ -16,7 +16,7 @@ from pathlib import Path
 from launcher import __version__
 from launcher.errors import UserError
 from launcher.paths import internal_log_path
-from launcher.profile.overrides import overrides_from
+from launcher.profile.overrides import is_secret, overrides_from
 from launcher.telemetry.timeline import TIMELINE_KINDS
 
 Handler = Callable[[argparse.Namespace], int]
@@ -286,6 +286,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def loggable_argv(argv: Sequence[str]) -> list[str]:
+    """``argv`` with the value of every ``--set`` of a secret-looking env name masked: the log
+    keeps how distlaunch was called, never a token."""
+    out: list[str] = []
+    after_set = False
+    for arg in argv:
+        item = arg.split("=", 1)[1] if arg.startswith("--set=") else arg if after_set else None
+        if item is not None:
+            key, sep, _value = item.partition("=")
+            if sep and is_secret(key.rsplit(".", 1)[-1]):
+                masked = f"{key}=****"
+                arg = f"--set={masked}" if arg.startswith("--set=") else masked
+        out.append(arg)
+        after_set = arg == "--set"
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     if "_ARGCOMPLETE" in os.environ:  # the shell asks for completions (launcher/commands/completion.py)
@@ -316,9 +333,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:
         log = internal_log_path()
         try:
-            log.parent.mkdir(parents=True, exist_ok=True)
-            with log.open("a", encoding="utf-8") as fh:
-                fh.write(f"--- distlaunch {' '.join(sys.argv[1:])}\n")
+            log.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            os.chmod(log.parent, 0o700)
+            with open(log, "a", encoding="utf-8", opener=lambda p, f: os.open(p, f, 0o600)) as fh:
+                os.fchmod(fh.fileno(), 0o600)
+                fh.write(f"--- distlaunch {' '.join(loggable_argv(argv))}\n")
                 traceback.print_exc(file=fh)
         except OSError:
             pass

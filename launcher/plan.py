@@ -19,11 +19,11 @@ from typing import TypedDict
 from launcher.errors import HostError, UserError
 from launcher.model import SSH_TRANSPORTS, START_ORDER, HostConfig, Plan, Profile, RoleConfig, TaskSpec
 from launcher.profile.checks import PLACEHOLDER_RE
+from launcher.profile.overrides import is_secret
 from launcher.transport import sshconfig
 
 #: roles in TF_CONFIG's cluster, in the order TensorFlow's docs list them
 CLUSTER_ROLES = ("chief", "worker", "ps")
-_SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "KEY")
 MASK = "****"
 
 
@@ -186,12 +186,6 @@ def tf_config(plan: Plan, task_id: str, ports: Mapping[str, int] | None = None) 
                     f"launch: give roles.{member.role}.port to fix it")
             cluster.setdefault(role, []).append(host_port(member.address, port))
     return {"cluster": cluster, "task": {"type": task.role, "index": task.index}}
-
-
-def is_secret(name: str) -> bool:
-    """Whether an env var name looks like it holds a secret (TOKEN, SECRET, PASSWORD, KEY)."""
-    upper = name.upper()
-    return any(word in upper for word in _SECRET_WORDS)
 
 
 def split_secrets(env: Mapping[str, str], secrets: Iterable[str] = ()) -> tuple[dict[str, str], dict[str, str]]:

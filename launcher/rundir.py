@@ -17,6 +17,7 @@ import errno
 import json
 import os
 import secrets
+import stat
 import threading
 import time
 from collections import deque
@@ -30,12 +31,17 @@ from launcher.errors import UserError
 from launcher.events import LOG, Event, EventDecodeError
 from launcher.model import HostConfig, SshSettings
 from launcher.paths import runs_root
+from launcher.privatedir import owner_name, read_trusted_text, trusted_dir
+from launcher.telemetry.eventcheck import decode_checked
 
 PRIVATE_DIR = 0o700
 PRIVATE_FILE = 0o600
 EVENTS_FILE = "events.jsonl"
 STATE_FILE = "state.json"
 DOWN_MARKER = "down-requested"
+#: written (0600, holding the run id) when distlaunch makes a run dir: cleanup removes only what
+#: distlaunch wrote, and a run dir outside the state root only when it carries this marker
+RUN_MARKER = ".distlaunch-run"
 #: captures of every task's stacks (``distlaunch stacks``' JSON and text), one pair per capture
 STACKS_DIR = "stacks"
 LATEST_LINK = "latest"  # in the state root: the most recent run started there
@@ -74,15 +80,17 @@ class RunDir:
         self._pending_lines = 0
         self._dropped = 0
         self._failing = False
+        self._state_pending: dict[str, Any] | None = None  # a state.json not yet written (disk full)
+        self._state_failing = False
         #: told once when writing starts failing and once when it works again
         self.on_problem: Callable[[str], None] = lambda _msg: None
 
     @classmethod
     def create(cls, run_id: str, path: Path | None = None) -> RunDir:
-        target = path if path is not None else runs_root() / run_id
-        target = target.expanduser().resolve()
+        target = Path(os.path.abspath((path if path is not None else runs_root() / run_id).expanduser()))
+        target = target.parent.resolve() / target.name  # a link at the last component is refused, not followed
         target.parent.mkdir(parents=True, exist_ok=True, mode=PRIVATE_DIR)  # a new root only: never chmod a user's dir
-        make_private_dir(target)
+        _make_run_dir(target, run_id)
         make_private_dir(target / "logs")
         rd = cls(target, run_id)
         latest = runs_root() / LATEST_LINK
@@ -198,15 +206,39 @@ class RunDir:
                 return 0
 
     def write_state(self, state: dict[str, Any]) -> None:
-        tmp = self.path / (STATE_FILE + ".tmp")
+        """Replace state.json. A write that fails (a full disk) never reaches the caller: the
+        last state is kept and written by the next call or by ``close``; the old file stays whole."""
         with self._lock:
+            self._state_pending = state
+            self._write_state_held()
+
+    def _write_state_held(self) -> None:
+        state = self._state_pending
+        if state is None:
+            return
+        tmp = self.path / (STATE_FILE + ".tmp")
+        try:
             with open(tmp, "w", encoding="utf-8", opener=private_opener) as fh:
                 fh.write(json.dumps(state, indent=2, sort_keys=True))
             os.replace(tmp, self.path / STATE_FILE)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            if not self._state_failing:
+                self._state_failing = True
+                what = "the disk is full" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else exc.strerror or str(exc)
+                self.on_problem(f"cannot write {self.path / STATE_FILE}: {what}; it keeps the last state written "
+                                "and is written again once it can")
+            return
+        self._state_pending = None
+        if self._state_failing:
+            self._state_failing = False
+            self.on_problem(f"{self.path / STATE_FILE} is written again")
 
     def close(self) -> None:
         with self._lock:
             self._flush_pending()
+            self._write_state_held()
             for fd in self._fds.values():
                 with contextlib.suppress(OSError):
                     os.close(fd)
@@ -232,6 +264,52 @@ class RunDir:
 
     def log_path(self, task_id: str) -> Path:
         return self.path / "logs" / f"{task_id.replace(':', '-')}.log"
+
+
+def _make_run_dir(target: Path, run_id: str) -> None:
+    """Make ``target`` (new, or an empty dir of the user's) the run dir: 0700, with RUN_MARKER."""
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(target, PRIVATE_DIR)
+    try:
+        fd = os.open(target, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        why = "a symbolic link" if exc.errno == errno.ELOOP else exc.strerror
+        raise UserError(f"{target}: cannot be a run dir ({why}); give a new or empty directory") from None
+    try:
+        st = os.fstat(fd)
+        if st.st_uid != os.geteuid():
+            raise UserError(f"{target}: owned by {owner_name(st.st_uid)}, not by you; give a new or empty "
+                            "directory of yours as the run dir")
+        os.fchmod(fd, PRIVATE_DIR)
+        marker = os.open(RUN_MARKER, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
+                         PRIVATE_FILE, dir_fd=fd)
+        with os.fdopen(marker, "w", encoding="utf-8") as fh:
+            fh.write(run_id + "\n")
+    finally:
+        os.close(fd)
+
+
+def check_new_run_dir(path: Path) -> None:
+    """``up --run-dir``: a new directory, or an empty one of the user's that is not a symlink.
+    distlaunch makes it private and, on `prune`, removes it: never a folder holding other files."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    fix = "give a new or empty directory (distlaunch makes it 0700 and `prune` removes it)"
+    if stat.S_ISLNK(st.st_mode):
+        raise UserError(f"--run-dir {path}: a symbolic link (to {os.readlink(path)}); {fix}, not a link")
+    if not stat.S_ISDIR(st.st_mode):
+        raise UserError(f"--run-dir {path}: not a directory; {fix}")
+    if st.st_uid != os.geteuid():
+        raise UserError(f"--run-dir {path}: owned by {owner_name(st.st_uid)}, not by you; {fix} of yours")
+    try:
+        entries = sorted(os.listdir(path))
+    except OSError as exc:
+        raise UserError(f"--run-dir {path}: cannot be read ({exc.strerror}); {fix}") from None
+    if entries:
+        raise UserError(f"--run-dir {path}: not empty ({len(entries)} entries, e.g. {entries[0]!r}); {fix}, "
+                        "e.g. a new folder under it")
 
 
 def _link_into_root(run_id: str, target: Path) -> None:
@@ -261,48 +339,104 @@ def outside_state_dir(path: Path) -> bool:
 
 
 def read_state(path: Path) -> dict[str, Any]:
+    """A run's state.json, read only from a file of the user's that no one else can write: it
+    names the ``python`` that `down`, `attach` and `stacks` run."""
     try:
-        data: dict[str, Any] = json.loads((path / STATE_FILE).read_text(encoding="utf-8"))
+        data: dict[str, Any] = json.loads(read_trusted_text(path / STATE_FILE, "the run state"))
     except FileNotFoundError:
         raise UserError(f"{path}: not a distlaunch run directory (no {STATE_FILE})") from None
     except ValueError as exc:
         raise UserError(f"{path / STATE_FILE}: unreadable run state ({exc})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("run_id"), str):
+        raise UserError(f"{path / STATE_FILE}: unreadable run state (no run_id): not a distlaunch run's, "
+                        "or damaged")
     return data
 
 
+class EventLines:
+    """The events of a run dir's events.jsonl, read defensively: a line that is not UTF-8, not JSON,
+    not an event, torn, or that has a field of a type its readers do not take (``events.FIELD_TYPES``)
+    is skipped and counted in ``skipped``; blank lines are no lines."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path / EVENTS_FILE
+        self.skipped = 0
+
+    def __iter__(self) -> Iterator[Event]:
+        try:
+            fh = self.path.open("rb")
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            raise UserError(f"{self.path}: cannot read the run's events: {exc.strerror or exc}") from None
+        with fh:
+            for raw in fh:
+                if not raw.strip():
+                    continue
+                try:
+                    yield decode_checked(raw.decode("utf-8"))
+                except (UnicodeDecodeError, EventDecodeError):
+                    self.skipped += 1
+
+    def note(self) -> str | None:
+        """The one line that says how many lines were skipped (None: none was)."""
+        return skipped_note(self.skipped, self.path)
+
+
+def skipped_note(count: int, path: Path) -> str | None:
+    """``distlaunch: warning: PATH: skipped N bad lines ...`` for stderr; None when ``count`` is 0."""
+    if not count:
+        return None
+    lines = "line" if count == 1 else "lines"
+    return (f"distlaunch: warning: {path}: skipped {count} bad {lines} (not UTF-8, not an event, "
+            "or a field of the wrong type)")
+
+
 def read_events(path: Path) -> Iterator[Event]:
-    """The events of a run dir, skipping a torn last line."""
-    try:
-        fh = (path / EVENTS_FILE).open(encoding="utf-8")
-    except FileNotFoundError:
-        return
-    with fh:
-        for line in fh:
-            if not line.endswith("\n"):
-                break
-            try:
-                yield Event.from_json(line)
-            except EventDecodeError:
-                continue
+    """The events of a run dir; bad lines skipped (``EventLines`` counts them)."""
+    yield from EventLines(path)
+
+
+def is_run_id(ref: str) -> bool:
+    """A RUN given as an id (looked up in the state root only), not as a path."""
+    return "/" not in ref and ref not in (".", "..")
 
 
 def find_run(ref: str | None) -> Path:
-    """A run dir from a run id, a path, or (None) the most recent run."""
+    """A run dir from a run id (under the user's own state root only, never the current
+    directory), a path (used only if it is the user's and no one else can write it), or (None)
+    the most recent run."""
     root = runs_root()
     if ref is None:
         latest = root / LATEST_LINK
         if latest.exists():
-            return latest.resolve()
+            return trusted_run_dir(latest)
         candidates = [p for p in root.glob("*") if (p / STATE_FILE).exists()] if root.is_dir() else []
         if not candidates:
             raise UserError(f"no runs yet under {root}; start one with `distlaunch up PROFILE`")
-        return max(candidates, key=lambda p: p.stat().st_mtime)
+        return trusted_run_dir(max(candidates, key=lambda p: p.stat().st_mtime))
+    if is_run_id(ref):
+        if (root / ref / STATE_FILE).exists():
+            return trusted_run_dir(root / ref)
+        here = f"; ./{ref} here is a run directory: give it as a path (./{ref}) to use it" \
+            if (Path(ref) / STATE_FILE).exists() else ""
+        raise UserError(f"no run {ref!r} under {root} (give a run id from `distlaunch status` or a run "
+                        f"directory){here}")
     as_path = Path(ref).expanduser()
-    if (as_path / STATE_FILE).exists():
-        return as_path.resolve()
-    if (root / ref / STATE_FILE).exists():
-        return (root / ref).resolve()
-    raise UserError(f"no run {ref!r} (give a run id from `distlaunch status` or a run directory)")
+    if not os.path.lexists(as_path / STATE_FILE):
+        raise UserError(f"no run at {ref} (no {STATE_FILE}; give a run id from `distlaunch status` or a run "
+                        "directory)")
+    return trusted_run_dir(as_path)
+
+
+def trusted_run_dir(path: Path) -> Path:
+    """``path`` resolved, if it and its state.json are the user's and no one else can write them."""
+    real = trusted_dir(path, "run directory")
+    try:
+        read_trusted_text(real / STATE_FILE, "the run state")
+    except FileNotFoundError:
+        raise UserError(f"{path}: not a distlaunch run directory (no {STATE_FILE})") from None
+    return real
 
 
 def host_to_json(host: HostConfig) -> dict[str, Any]:

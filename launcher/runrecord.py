@@ -19,6 +19,7 @@ from typing import Any
 
 from launcher.model import Profile
 from launcher.plan import MASK, is_secret
+from launcher.privatedir import read_trusted_text
 from launcher.profile.overrides import Overrides, mask_secrets
 from launcher.profile.reader import load_profile
 from launcher.rundir import private_opener
@@ -80,9 +81,10 @@ def git_state(folder: Path) -> dict[str, Any] | None:
 def load_recorded_profile(run_dir: Path, state: dict[str, Any]) -> Profile:
     """The profile a run started with; runs recorded before the record existed read the file."""
     path = Path(str(state["profile"]))
-    recorded = run_dir / PROFILE_FILE
-    if not recorded.exists():
+    try:  # its commands and python run again: only from a file of the user's no one else can write
+        text = read_trusted_text(run_dir / PROFILE_FILE, "the run's recorded profile")
+    except FileNotFoundError:
         return load_profile(path)
     overrides = state.get("overrides") or {}
     return load_profile(path, Overrides(tuple(overrides.get("set", ())), tuple(overrides.get("args", ()))),
-                        text=recorded.read_text(encoding="utf-8"))
+                        text=text)

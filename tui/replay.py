@@ -8,6 +8,7 @@ from collections.abc import Generator, Iterator
 from pathlib import Path
 
 from launcher.events import Event, EventDecodeError
+from launcher.telemetry.eventcheck import decode_checked
 
 MAX_GAP_S = 1.0
 """No single pause between two replayed events is longer than this, whatever the recording."""
@@ -20,8 +21,9 @@ class ReplaySource:
     """Yields the events of an events.jsonl file in order, paced like the recording.
 
     ``speed`` scales the time between events (2.0 = twice as fast); 0 replays as fast as
-    possible. Lines that are not valid events (a run cut off mid-write) are skipped, so a
-    crashed run can still be replayed. ``close()`` ends the iteration promptly, even mid-pause.
+    possible. Lines that are not valid events (a run cut off mid-write, bytes that are not UTF-8, a
+    field of the wrong type: ``events.decode_checked``) are skipped and counted in ``skipped_lines``,
+    so a crashed or damaged run can still be replayed. ``close()`` ends the iteration promptly, even mid-pause.
 
     Controls (any thread): ``set_paused``, ``speed``, ``seek(seconds)``. Seeking forwards yields the
     skipped events without pacing; seeking backwards starts the file over, bumps ``generation``
@@ -35,6 +37,7 @@ class ReplaySource:
         self.path = Path(path)
         self.speed = speed
         self.skipped_lines = 0
+        self._counted_to = 0  # the line number of the last bad line counted
         self.generation = 0
         self.position: float | None = None
         """The recording time of the last event yielded."""
@@ -77,16 +80,18 @@ class ReplaySource:
     def _one_pass(self, target: float | None) -> Generator[Event, None, float | None]:
         """One read of the file; returns the time to go back to when a seek backwards cut it short."""
         previous_ts: float | None = None
-        with self.path.open(encoding="utf-8") as lines:
-            for raw in lines:
+        with self.path.open("rb") as lines:
+            for number, raw in enumerate(lines, start=1):
                 if self._closed.is_set():
                     return None
                 if not raw.strip():
                     continue
                 try:
-                    event = Event.from_json(raw)
-                except EventDecodeError:
-                    self.skipped_lines += 1
+                    event = decode_checked(raw.decode("utf-8"))
+                except (UnicodeDecodeError, EventDecodeError):
+                    if number > self._counted_to:  # a rewind reads them again: counted once
+                        self.skipped_lines += 1
+                        self._counted_to = number
                     continue
                 if target is not None and event.ts >= target:
                     target, previous_ts = None, None  # arrived: pace from here

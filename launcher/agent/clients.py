@@ -21,6 +21,7 @@ import time
 from typing import Any, Dict, List, Optional
 
 from launcher import events
+from launcher.agent.agentlog import warn
 from launcher.agent.hostagent import LOCK_NAME, PID_NAME, SOCKET_NAME, HostAgent, write_specs
 from launcher.agent.output import EventWriter, last_state
 from launcher.agent.procs import (
@@ -100,7 +101,7 @@ def spawn_agent(run_dir: str) -> None:
         code = HostAgent(run_dir).serve()
     except BaseException as exc:  # the grandchild must never return into the client's code
         with contextlib.suppress(Exception):
-            sys.stderr.write("agent: the host agent failed: %r\n" % (exc,))
+            warn("agent: the host agent failed: %r" % (exc,))
         code = 1
     os._exit(code)
 
@@ -158,7 +159,7 @@ def cmd_follow(run_dir: str, offsets: Dict[str, int], pinged: bool = False, spaw
     try:
         sock = connect(run_dir, spawn)
     except OSError as exc:
-        sys.stderr.write("agent follow: %s\n" % exc)
+        warn("agent follow: %s" % exc)
         return 1
     sock.sendall((json.dumps({"op": "follow", "offsets": offsets, "pinged": pinged}) + "\n").encode() + first)
     done = threading.Event()

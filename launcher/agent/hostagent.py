@@ -32,12 +32,12 @@ import json
 import os
 import signal
 import socket
-import sys
 import threading
 import time
 from typing import Any, Dict, List, Optional, Set
 
 from launcher import events
+from launcher.agent.agentlog import warn
 from launcher.agent.output import EventWriter, last_state
 from launcher.agent.procs import (
     _become_subreaper,
@@ -328,7 +328,7 @@ class HostAgent:
                 found = sampler.sample({r: (r.pid, list(r.spec.gpus)) for r in runners})
             except Exception as exc:
                 if not complained:
-                    sys.stderr.write("agent: sample failed: %s\n" % exc)
+                    warn("agent: sample failed: %s" % exc)
                     complained = True
                 continue
             for runner, sample in found.items():  # the OOM killer's evidence: every pass, the first too
@@ -342,7 +342,8 @@ class HostAgent:
                 runner.writer.write(events.sample_event(
                     runner.spec.run, runner.spec.task, cpu_percent=sample.get("cpu_percent"),
                     rss_bytes=sample.get("rss_bytes"), gpus=sample.get("gpus"),
-                    source=str(sample.get("source", "")), host=sample.get("host")))
+                    source=str(sample.get("source", "")), host=sample.get("host"),
+                    proc_state=sample.get("proc_state")))
 
     # -- requests -------------------------------------------------------------------------------------
 
@@ -461,7 +462,7 @@ def make_sampler() -> Any:
     try:
         return sampling.HostSampler()
     except Exception as exc:  # a broken sampler must never take the tasks down
-        sys.stderr.write("agent: sampling unavailable: %s\n" % exc)
+        warn("agent: sampling unavailable: %s" % exc)
         return None
 
 

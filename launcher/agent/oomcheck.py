@@ -44,8 +44,10 @@ def memory_counter_files(cgroup_text: str, cgroup_root: str) -> List[str]:
         _, controllers, path = parts
         rel = path.lstrip("/")
         if controllers == "":  # cgroup v2 (unified; under unified/ on a hybrid host)
+            # a task's own cgroup (taskcgroup.py) may lack the memory controller: its parent counts it too
+            rels = [rel, os.path.dirname(rel)] if os.path.basename(rel).startswith("distlaunch-") else [rel]
             for base in (cgroup_root, os.path.join(cgroup_root, "unified")):
-                out.append(os.path.join(base, rel, "memory.events"))
+                out.extend(os.path.join(base, r, "memory.events") for r in rels)
         elif "memory" in controllers.split(","):
             out.append(os.path.join(cgroup_root, "memory", rel, "memory.oom_control"))
     return out

@@ -9,11 +9,11 @@ import contextlib
 import json
 import math
 import os
-import sys
 import threading
 from typing import Any, Callable, Dict, List, Optional, Set
 
 from launcher import events
+from launcher.agent.agentlog import warn
 from launcher.agent.metricregex import MetricRegexes
 from launcher.agent.spec import AgentSpec
 
@@ -56,6 +56,10 @@ class EventWriter:
                                         "the task ran on" % (self._failed, self._path, self._failure))
                 if self._append(told):
                     self._failed = 0
+                    if self._publish is not None:
+                        note = {"task": event.task, "condition": "events_unwritten", "active": False,
+                                "reason": "its host writes events again"}
+                        self._publish(self._slug, b"#note " + json.dumps(note).encode("utf-8") + b"\n")
             self._append(event)
 
     def _append(self, event: events.Event) -> bool:
@@ -72,13 +76,27 @@ class EventWriter:
                 with contextlib.suppress(OSError):
                     os.ftruncate(self._fd, os.fstat(self._fd).st_size - written)
             if not self._failed:
-                sys.stderr.write("agent: cannot write events to %s: %s\n" % (self._path, exc.strerror))
+                warn("agent: cannot write events to %s: %s" % (self._path, exc.strerror))
+                self._tell_followers(event, exc)
             self._failed += 1
             self._failure = exc.strerror or str(exc)
+            if self._publish is not None:  # live followers still get it, marked as in no file
+                self._publish(self._slug, b"#unwritten " + data)
             return False
         if self._publish is not None:
             self._publish(self._slug, data)
         return True
+
+    def _tell_followers(self, event: events.Event, exc: OSError) -> None:
+        """Once per failing spell: a ``#note`` line to the followers (it is in no file), so a
+        launcher says at once that this task's events are being dropped, not only when writing
+        works again and the gap in ``seq`` shows. Under the writers' lock, like a publish."""
+        if self._publish is None or event.task is None:
+            return
+        note = {"task": event.task, "condition": "events_unwritten", "active": True,
+                "reason": "its host cannot write events to %s (%s): they reach a live launcher but are "
+                          "not kept on the host; the task runs on" % (self._path, exc.strerror or exc)}
+        self._publish(self._slug, b"#note " + json.dumps(note).encode("utf-8") + b"\n")
 
     def close(self) -> None:
         with self._lock:
@@ -247,21 +265,37 @@ def read_lines(fd: int, stream: str, handle: Callable[[str, str], None]) -> None
                 if dropping:
                     dropping = False
                     continue
-                handle(stream, _decode_line(part))
+                _handled(handle, stream, _decode_line(part))
             if len(pending) > MAX_LINE_BYTES:
                 if not dropping:
-                    handle(stream, _decode_line(pending[:MAX_LINE_BYTES]) + " [line truncated]")
+                    _handled(handle, stream, _decode_line(pending[:MAX_LINE_BYTES]) + " [line truncated]")
                 dropping = True
                 pending = b""
         if pending and not dropping:
-            handle(stream, _decode_line(pending))
-    except OSError:
+            _handled(handle, stream, _decode_line(pending))
+    except OSError:  # the pipe itself failed: nothing more can be read from it
         pass
     finally:
         with contextlib.suppress(OSError):
             os.close(fd)
 
 
+
+
+def _handled(handle: Callable[[str, str], None], stream: str, line: str) -> None:
+    """Whatever handling a line meets (a full disk under the event file or agent.log, a bug),
+    the pipe is read on: a reader that stopped would leave the task blocked on a full pipe."""
+    global _unhandled
+    try:
+        handle(stream, line)
+    except Exception as exc:
+        _unhandled += 1
+        if _unhandled <= 10:  # a bug would say it on every line
+            warn("agent: a line of %s output could not be handled: %r" % (stream, exc))
+
+
+#: lines whose handling failed, in this agent (the first few are told in agent.log)
+_unhandled = 0
 
 
 def tail_lines(events_path: str) -> List[str]:

@@ -16,12 +16,13 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from typing import Any, Dict, List, Optional, Set, Tuple
 
 from launcher import events
+from launcher.agent import taskcgroup
+from launcher.agent.agentlog import warn
 from launcher.agent.oomcheck import OomWatch
 from launcher.agent.output import EventWriter, OutputInterpreter, read_lines
 from launcher.agent.procs import (
@@ -32,6 +33,7 @@ from launcher.agent.procs import (
     _write_atomic,
     pause,
     pid_alive,
+    stat_fields,
 )
 from launcher.agent.spec import (
     EXIT_STATUS_FILE,
@@ -70,6 +72,7 @@ class TaskRunner:
         self._last_stderr: List[str] = []
         self._stop_reason: Optional[str] = None
         self._stopped = False  # a stop request came while the task still ran
+        self._cgroup: Optional[str] = None  # the task's own cgroup (taskcgroup.py), where it has one
         #: the OOM killer's evidence and the peak RSS (the sampler feeds it), told at a SIGKILL
         self.oom = OomWatch()
         self.exited = threading.Event()
@@ -95,12 +98,13 @@ class TaskRunner:
         self._state(events.STARTING)
         with contextlib.suppress(OSError):
             os.unlink(os.path.join(self.task_dir, EXIT_STATUS_FILE))
+        cgroup = self._cgroup = taskcgroup.make(spec.run, os.path.basename(os.path.abspath(self.task_dir)))
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         try:
             with SPAWN_LOCK:
                 proc = subprocess.Popen(
-                    wrapped_argv(spec, self.task_dir), cwd=os.path.expanduser(spec.workdir),
+                    wrapped_argv(spec, self.task_dir, cgroup), cwd=os.path.expanduser(spec.workdir),
                     env=task_environment(spec, self._secrets, self.task_dir),
                     stdin=subprocess.DEVNULL if gate is None else gate, stdout=out_w,
                     stderr=err_w, pass_fds=(out_r, err_r), start_new_session=True)
@@ -122,8 +126,11 @@ class TaskRunner:
         self.pid = proc.pid
         self.oom.see([proc.pid])
         _write_atomic(os.path.join(self.task_dir, "task.pgid"), "%d\n" % proc.pid)
+        # sid: the task's session (its own: start_new_session); cgroup: its own, where one was made.
+        # `sweep` finds by them what the task started that left its group or dropped its environment
         _write_atomic(os.path.join(self.task_dir, TASK_FILE),
-                      json.dumps({"pid": proc.pid, "pgid": proc.pid, "fds": [out_r, err_r]}))
+                      json.dumps({"pid": proc.pid, "pgid": proc.pid, "fds": [out_r, err_r], "sid": proc.pid,
+                                  "started": _start_ticks(proc.pid), "cgroup": cgroup}))
         self._state(events.RUNNING, pid=proc.pid)
         self._deferred_fds = (out_r, err_r)
         if not defer_readers:
@@ -146,6 +153,7 @@ class TaskRunner:
             fds.append(_reopen_pipe(pid, int(number)))
         self.pid = pid
         self.adopted = True
+        self._cgroup = info.get("cgroup") if isinstance(info.get("cgroup"), str) else None
         self.writer.write(events.log_event(self.spec.run, self.spec.task, "stderr",
                                            "distlaunch agent: a new host agent adopted this task (pid %d); "
                                            "output written while no agent ran may be missing" % pid))
@@ -204,6 +212,8 @@ class TaskRunner:
         self.exited.set()
         if pid > 0:
             _kill_group_for_good(pid, LEFTOVER_TERM_SECONDS, self._reap)
+        if self._cgroup is not None:
+            taskcgroup.remove(self._cgroup)  # only once empty: what left the group is the sweep's
         self._leaders.discard(pid)
         self._reap()
         deadline = time.monotonic() + READER_DRAIN_SECONDS
@@ -251,6 +261,12 @@ class TaskRunner:
         return out
 
 
+def _start_ticks(pid: int) -> Optional[int]:
+    """When ``pid`` started (clock ticks since boot, /proc/PID/stat): a pid used again is told apart."""
+    fields = stat_fields(pid)
+    return int(fields[19]) if len(fields) > 19 and fields[19].isdigit() else None
+
+
 def _reopen_pipe(pid: int, fd: int) -> Optional[int]:
     """A new read end of the pipe that ``pid`` holds as ``fd`` (its own stdout/stderr pipe)."""
     try:
@@ -259,7 +275,7 @@ def _reopen_pipe(pid: int, fd: int) -> Optional[int]:
             return None
         return os.open("/proc/%d/fd/%d" % (pid, fd), os.O_RDONLY)
     except OSError as exc:
-        sys.stderr.write("agent: cannot reopen the output pipe %d of pid %d: %s\n" % (fd, pid, exc))
+        warn("agent: cannot reopen the output pipe %d of pid %d: %s" % (fd, pid, exc))
         return None
 
 

@@ -29,9 +29,10 @@ EXIT_STATUS_FILE = "exit_status"
 # (the whole group gets them anyway) and dies of the child's signal, so the parent sees it as before.
 # Its stdin is the batch gate (``HostAgent.start``): it waits there until the agent has spawned the
 # whole batch, so tasks that boot at once do not starve the spawning of the rest (stdin /dev/null:
-# no wait); the command gets /dev/null.
-_WRAPPER = ('read _ 2>/dev/null; exec </dev/null; '
-            'f=$1; shift; trap : HUP INT TERM; "$@"; s=$?; echo $s >"$f"; '
+# no wait); the command gets /dev/null. Before anything, it moves itself into the task's own cgroup
+# ($2, the cgroup.procs file; empty: none, launcher/agent/taskcgroup.py), which all it starts inherit.
+_WRAPPER = ('[ -z "$2" ] || { echo 0 >"$2"; } 2>/dev/null; read _ 2>/dev/null; exec </dev/null; '
+            'f=$1; shift 2; trap : HUP INT TERM; "$@"; s=$?; echo $s >"$f"; '
             'if [ $s -gt 128 ] && [ $s -lt 160 ]; then trap - HUP INT TERM; kill -$((s - 128)) $$; fi; exit $s')
 
 
@@ -55,6 +56,9 @@ class AgentSpec:
     setup: List[str] = field(default_factory=list)  # shell lines run before the command, in its shell
     shell: str = ""  # e.g. "bash -lc"; empty: /bin/sh -c
     autolog: bool = True
+    #: the script (setup lines and command) holds a secret: ``command``/``setup`` here are masked,
+    #: and the real script comes with the task's secrets as SCRIPT_VAR (memory, then its environment)
+    script_in_env: bool = False
 
     @classmethod
     def from_dict(cls, obj: Dict[str, Any]) -> "AgentSpec":
@@ -77,6 +81,7 @@ class AgentSpec:
             gpus=[int(g) for g in (obj.get("gpus") or [])],
             setup=[str(line) for line in (obj.get("setup") or [])],
             shell=str(obj.get("shell") or ""),
+            script_in_env=bool(obj.get("script_in_env")),
             autolog=bool(obj.get("autolog", True)),
         )
 
@@ -132,6 +137,8 @@ def agent_pythonpath_entry() -> str:
 #: secret env values reach the agent in its own environment, never in spec.json:
 #: a JSON object {task slug: {NAME: value}} that the launcher's start script read from stdin
 SECRETS_VAR = "DISTLAUNCH_SECRETS"
+#: the secret script of a task whose command or setup holds a secret (``AgentSpec.script_in_env``)
+SCRIPT_VAR = "DISTLAUNCH_SCRIPT"
 
 
 def task_secrets(task: str) -> Dict[str, str]:
@@ -147,14 +154,20 @@ def task_argv(spec: AgentSpec) -> List[str]:
     """The task's shell and its script: the setup lines, then the command, each only if the one
     before succeeded (a failed ``conda activate`` must not run training in the wrong env)."""
     script = " && ".join([*spec.setup, spec.command]) if spec.setup else spec.command
+    if spec.script_in_env:
+        # the shell evaluates the script it finds in its environment, dropped before it runs: no
+        # argv (`ps`, /proc/PID/cmdline, readable by every user) and no spec.json carries a secret
+        script = 's=$%s; unset %s; eval "$s"' % (SCRIPT_VAR, SCRIPT_VAR)
     shell = shlex.split(spec.shell) if spec.shell else ["/bin/sh", "-c"]
     return [*shell, script]
 
 
-def wrapped_argv(spec: AgentSpec, task_dir: str) -> List[str]:
-    """``task_argv`` under the wrapper shell that leaves the exit status in the task dir."""
+def wrapped_argv(spec: AgentSpec, task_dir: str, cgroup: Optional[str] = None) -> List[str]:
+    """``task_argv`` under the wrapper shell that leaves the exit status in the task dir and joins
+    ``cgroup`` (a directory) first."""
     status = os.path.join(os.path.abspath(task_dir), EXIT_STATUS_FILE)
-    return ["/bin/sh", "-c", _WRAPPER, "distlaunch-task", status, *task_argv(spec)]
+    procs = os.path.join(cgroup, "cgroup.procs") if cgroup else ""
+    return ["/bin/sh", "-c", _WRAPPER, "distlaunch-task", status, procs, *task_argv(spec)]
 
 
 def read_exit_status(task_dir: str) -> Optional[int]:

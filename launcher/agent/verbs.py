@@ -11,6 +11,8 @@ import json
 import os
 import sys
 
+from launcher.agent.agentlog import warn
+
 # Only what the command line needs is imported here; each verb imports its own modules. A
 # `preflight` (the first thing a launch runs on every host) then does not pay for the daemon's,
 # nor for `typing` (~10 ms of CPU there): annotations are strings here, never evaluated.
@@ -41,7 +43,7 @@ def cmd_run(task_dir: str) -> int:
     try:
         spec = AgentSpec.load(os.path.join(task_dir, "spec.json"))
     except (OSError, ValueError, TypeError) as exc:
-        sys.stderr.write("agent: cannot read %s/spec.json: %s\n" % (task_dir, exc))
+        warn("agent: cannot read %s/spec.json: %s" % (task_dir, exc))
         return 2
     run_dir = os.path.dirname(os.path.dirname(os.path.abspath(task_dir)))
     runner = TaskRunner(task_dir, spec, EventWriter(os.path.join(task_dir, "events.jsonl")), set())
@@ -97,7 +99,7 @@ def _sample_one(runner: TaskRunner) -> None:
     try:
         sampler.sample({0: (runner.pid, list(runner.spec.gpus))})  # the baseline of the first sample
     except Exception as exc:  # a broken sampler must never take the task down
-        sys.stderr.write("agent: sampling unavailable: %s\n" % exc)
+        warn("agent: sampling unavailable: %s" % exc)
         return
     interval = max(0.05, runner.spec.sample_interval)
     while not runner.exited.wait(interval):
@@ -116,22 +118,28 @@ def _sample_one(runner: TaskRunner) -> None:
 # -- sweep ------------------------------------------------------------------------------------------
 
 
-def _run_processes(run_id: str) -> List[int]:
-    """Processes of the run, except the launcher's [notify] commands (they run after the job, by design)."""
+def _run_processes(run_id: str, run_dir: Optional[str] = None) -> List[int]:
+    """Processes of the run, except the launcher's [notify] commands (they run after the job, by design);
+    with ``run_dir`` (the host run dir) also those in its tasks' sessions and cgroups (taskcgroup.py)."""
     from launcher.agent.procs import _all_pids, _environ_has, pid_alive
+    from launcher.agent.taskcgroup import escaped, other_run
 
     skip = {os.getpid(), os.getppid()}
-    return [pid for pid in _all_pids()
-            if pid not in skip and _environ_has(pid, "DISTLAUNCH_RUN_ID", run_id) and pid_alive(pid)
-            and not _environ_has(pid, "DISTLAUNCH_NOTIFY", "1")]
+    found = [pid for pid in _all_pids()
+             if pid not in skip and _environ_has(pid, "DISTLAUNCH_RUN_ID", run_id) and pid_alive(pid)
+             and not _environ_has(pid, "DISTLAUNCH_NOTIFY", "1")]
+    if run_dir is not None:
+        found += [pid for pid in escaped(run_dir) if pid not in found and pid not in skip and pid_alive(pid)
+                  and not other_run(pid, run_id) and not _environ_has(pid, "DISTLAUNCH_NOTIFY", "1")]
+    return found
 
 
-def cmd_sweep(run_id: str, kill: bool, grace: float) -> Dict[str, Any]:
+def cmd_sweep(run_id: str, kill: bool, grace: float, run_dir: Optional[str] = None) -> Dict[str, Any]:
     import signal
 
     from launcher.agent.procs import KILL_CONFIRM_SECONDS, _cmdline, _signal_pid, _wait_until, pid_alive
 
-    pids = _run_processes(run_id)
+    pids = _run_processes(run_id, run_dir)
     if kill and pids:
         for pid in pids:
             _signal_pid(pid, signal.SIGTERM)
@@ -140,7 +148,11 @@ def cmd_sweep(run_id: str, kill: bool, grace: float) -> Dict[str, Any]:
             if pid_alive(pid):
                 _signal_pid(pid, signal.SIGKILL)
         _wait_until(lambda: not any(pid_alive(p) for p in pids), KILL_CONFIRM_SECONDS)
-        pids = _run_processes(run_id)
+        pids = _run_processes(run_id, run_dir)
+    if kill and run_dir is not None:
+        from launcher.agent.taskcgroup import remove_all
+
+        remove_all(run_dir)
     return {"left": [{"pid": pid, "cmdline": " ".join(_cmdline(pid))} for pid in pids]}
 
 
@@ -192,6 +204,7 @@ def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
     if only in (None, "sweep"):
         sweep = verbs.add_parser("sweep", help="find (and kill) every process of a run")
         sweep.add_argument("--run-id", required=True)
+        sweep.add_argument("--run-dir", help="the host run dir: its tasks' sessions and cgroups count too")
         sweep.add_argument("--kill", action="store_true")
         sweep.add_argument("--grace", type=float, default=5.0)
     if only in (None, "stacks"):
@@ -245,14 +258,14 @@ def main(argv: Optional[List[str]] = None) -> int:
         try:
             offsets = parse_offsets(args.offset)
         except ValueError as exc:
-            sys.stderr.write("agent: %s\n" % exc)
+            warn("agent: %s" % exc)
             return 2
         return clients.cmd_follow(os.path.abspath(args.run_dir), offsets, pinged=args.pinged,
                                   spawn=not args.no_spawn)
     try:
         return _one_answer(args)
     except (OSError, ValueError) as exc:
-        sys.stderr.write("agent %s: %s\n" % (args.verb, exc))
+        warn("agent %s: %s" % (args.verb, exc))
         _print_json({"error": str(exc)})
         return 1
 
@@ -310,7 +323,8 @@ def _one_answer(args: argparse.Namespace) -> int:
             answer = answer["without_agent"][slugs[0]]
         _print_json(answer)
     elif args.verb == "sweep":
-        _print_json(cmd_sweep(args.run_id, args.kill, args.grace))
+        _print_json(cmd_sweep(args.run_id, args.kill, args.grace,
+                              os.path.abspath(args.run_dir) if args.run_dir else None))
     elif args.verb == "stacks":
         from launcher.agent import stacks
 

@@ -12,9 +12,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 
 
 def notice(msg: str) -> None:
-    """How every verb tells the user something beside its output: one line on stderr."""
-    print(f"distlaunch: {msg}", file=sys.stderr, flush=True)
+    """How every verb tells the user something beside its output: one line on stderr. A stderr
+    that cannot take it (the supervisor's log on a full disk, a closed pipe) loses the line, never
+    the caller: the supervisor's loop calls this."""
+    with contextlib.suppress(OSError, ValueError):
+        print(f"distlaunch: {msg}", file=sys.stderr, flush=True)

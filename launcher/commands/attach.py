@@ -29,10 +29,12 @@ from launcher.model import Plan
 from launcher.plan import build_plan
 from launcher.remote.preflight import PreflightError
 from launcher.rundir import (
+    EVENTS_FILE,
     RunDir,
     find_run,
     read_events,
     read_state,
+    skipped_note,
     supervisor_alive,
 )
 from launcher.runrecord import load_recorded_profile
@@ -55,6 +57,11 @@ def attach_run(path: Path, tui: bool, as_json: bool = False) -> int:
     if supervisor_alive(state):  # follow the live supervisor: history first, then live
         return follow_supervisor(run_id, path, child=None, shown=shown, attach=True)
     # its supervisor is gone (killed, the machine rebooted): a new one adopts the run
+    masked = [item.partition("=")[0] for item in (state.get("overrides") or {}).get("set", []) if "****" in str(item)]
+    if masked:
+        raise UserError(f"run {run_id} was started with a secret in --set {', '.join(masked)}, which is kept "
+                        "nowhere, so no new supervisor can restart its tasks; stop it with `distlaunch down "
+                        f"{run_id}` and give secrets as --set 'KEY=\"${{env:NAME}}\"' next time")
     profile = load_recorded_profile(path, state)  # as the run started: the file may have been edited since
     plan = build_plan(profile)
     known = set(state.get("tasks", {}))
@@ -63,7 +70,7 @@ def attach_run(path: Path, tui: bool, as_json: bool = False) -> int:
                         "profile as it was (restore it, or `distlaunch down` the run)")
     shown.bell = profile.notify.bell
     print(f"... no supervisor follows {run_id}: a new one takes it over", file=sys.stderr, flush=True)
-    child = daemon.spawn(path, lambda: adopt_run(path, state, plan))
+    child = daemon.spawn(path, run_id, lambda: adopt_run(path, state, plan))
     return follow_supervisor(run_id, path, child=child, shown=shown, attach=True)
 
 
@@ -114,7 +121,11 @@ def run_replay(args: argparse.Namespace) -> int:
 
     path = find_run(args.run)
     state = read_state(path)
-    source = ReplaySource(path / "events.jsonl", speed=args.speed)
+    source = ReplaySource(path / EVENTS_FILE, speed=args.speed)
+    hosts = state.get("hosts")
     run_dashboard(source, None, title=str(state.get("name")), strategy=str(state.get("strategy")),
-                  hosts_total=len(state.get("hosts", {})), live=False, run_dir=path)
+                  hosts_total=len(hosts) if isinstance(hosts, dict) else 0, live=False, run_dir=path)
+    note = skipped_note(source.skipped_lines, path / EVENTS_FILE)  # of the lines replayed before the end
+    if note is not None:
+        print(note, file=sys.stderr)
     return 0

@@ -15,7 +15,6 @@ run id or path), like any other run named there.
 from __future__ import annotations
 
 import argparse
-import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -27,6 +26,7 @@ from launcher.commands.runhosts import connect_sessions
 from launcher.commands.status import RunSummary, list_runs, require_task, summarize_run
 from launcher.errors import HostError, HostGone, UserError
 from launcher.remote.session import HostSession
+from launcher.runclean import remove_run_dir
 from launcher.rundir import (
     DOWN_MARKER,
     RunDir,
@@ -48,7 +48,10 @@ def run_down(args: argparse.Namespace) -> int:
     path = find_run(args.run)
     state = read_state(path)
     run_id = str(state["run_id"])
-    (path / DOWN_MARKER).touch()
+    try:
+        (path / DOWN_MARKER).touch()
+    except OSError as exc:  # a full disk: the stop goes on, only the marker is missing
+        notice(f"cannot mark {path} as being downed ({exc.strerror}); stopping it all the same")
     torn_down = False  # the supervisor's own teardown stopped every agent and swept every host
     if controlsock.send(run_id, "teardown", reason="stopped by `distlaunch down`") is not None:
         pid = state.get("supervisor_pid", state.get("launcher_pid"))
@@ -63,7 +66,7 @@ def run_down(args: argparse.Namespace) -> int:
         # then the process itself ends ([notify] of the job's end runs first, bounded by its timeout)
         while isinstance(pid, int) and pid_alive(pid) and time.monotonic() < deadline:
             time.sleep(0.1)
-    gone: list[str] = []
+    gone: list[str] = []  # hosts whose Slurm allocation ended: nothing of the run can be left there
     sessions = connect_sessions(state, gone)
     for why in gone:
         notice(why)
@@ -83,15 +86,20 @@ def run_down(args: argparse.Namespace) -> int:
             if not torn_down:  # else the check behind it is the sweep alone (it kills what it finds)
                 session.stop_agents(slugs, grace, exit_agent=True)
             left = session.sweep(kill=True)
-        except HostGone as exc:  # it went away under us (an allocation ending): nothing is left there
+        except HostGone as exc:  # its allocation ended under us (Slurm said so): nothing is left there
             notice(str(exc))
+            gone.append(str(exc))
             return
         if left:
             leftovers[session.name] = left
         elif not keep_files and not (outside and Path(session.base_dir).is_relative_to(path)):
             try:  # only once nothing of the run runs there; outputs are never touched
-                session.remove_run_dir()
-                removed.append(session.name)
+                left_there = session.remove_run_dir()
+                if not left_there:
+                    removed.append(session.name)
+                else:
+                    notice(f"host {session.name}: kept {session.base_dir}: it holds files distlaunch did not "
+                           f"write ({', '.join(left_there[:5])}); remove them yourself")
             except HostError as exc:
                 not_removed.append(str(exc))
 
@@ -112,7 +120,9 @@ def run_down(args: argparse.Namespace) -> int:
     kept = "; host run dirs kept" if keep_files else ("" if not_removed or not removed else "; host run dirs removed")
     if outside:
         kept += f"; {path} kept: outside the state dir (remove it yourself or `distlaunch prune {run_id}`)"
-    print(f"{run_id}: stopped on {len(sessions)} host(s); no process of the run is left{kept}")
+    ended = (f" ({len(gone)} of them in a Slurm allocation that ended, which Slurm ends every process of)"
+             if gone else "")
+    print(f"{run_id}: stopped on {len(state.get('hosts') or {})} host(s){ended}; no process of the run is left{kept}")
     return 0
 
 
@@ -124,6 +134,7 @@ def _record_stopped_by_down(path: Path) -> None:
         return  # a launcher recorded its own end
     reason = "stopped by `distlaunch down`"
     rundir = RunDir.open(path)
+    rundir.on_problem = notice  # a full disk: said, and the stop still counts
     try:
         rundir.append(ev.job_event(str(state["run_id"]), ev.JOB_FAILED, reason))
         rundir.write_state({**state, "job_state": ev.JOB_FAILED, "job_reason": reason})
@@ -172,23 +183,26 @@ def select(runs: list[RunSummary], keep: int, older_than_days: float | None, now
     return chosen
 
 
-def remove_run(run: RunSummary) -> None:
-    """Every host's run dir first, then the launcher's: a failure keeps the record for another try."""
+def remove_run(run: RunSummary) -> list[str]:
+    """Every host's run dir first, then the launcher's: a failure keeps the record for another try.
+    Only what distlaunch wrote goes (launcher/runclean.py); the paths left, each with its folder."""
     path = Path(run.dir)
     state = read_state(path)
     remote = {name: info for name, info in (state.get("hosts") or {}).items()
               if not str(info.get("base_dir", "")).startswith(str(path) + "/")}
+    left: list[str] = []
     if remote:
         sessions = connect_sessions({**state, "hosts": remote})
         try:
             for session in sessions.values():
-                session.remove_run_dir()
+                left += [f"{session.name}:{session.base_dir}/{name}" for name in session.remove_run_dir()]
         finally:
             for session in sessions.values():
                 session.host.close()
-    shutil.rmtree(path)
+    left += [str(path / name) for name in remove_run_dir(path, run.run)]
     if outside_state_dir(path):
         unlink_from_root(run.run, path)
+    return left
 
 
 def named_runs(refs: list[str], now: float) -> list[RunSummary]:
@@ -235,7 +249,7 @@ def run_prune(args: argparse.Namespace) -> int:
                 print(f"would remove {run.run} ({run.job_state}, hosts: {', '.join(run.hosts) or '-'})")
                 continue
             try:
-                remove_run(run)
+                left = remove_run(run)
             except (HostError, UserError, OSError) as exc:
                 failed += 1
                 with line.hold():
@@ -243,7 +257,9 @@ def run_prune(args: argparse.Namespace) -> int:
                 continue
             finally:
                 line.advance()
-            line.echo(f"removed {run.run} ({run.job_state}) here and on {len(run.hosts)} host(s)")
+            kept = (f"; kept what distlaunch did not write: {', '.join(left[:5])}{' ...' if len(left) > 5 else ''}"
+                    if left else "")
+            line.echo(f"removed {run.run} ({run.job_state}) here and on {len(run.hosts)} host(s){kept}")
     if not args.dry_run:
         print(f"pruned {len(chosen) - failed} run(s); kept {len(runs) - len(chosen) + failed} "
               f"({len(untouchable)} live or supervised); outputs are never removed")

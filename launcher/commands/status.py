@@ -25,12 +25,14 @@ from launcher.rundir import (
     EVENTS_FILE,
     LATEST_LINK,
     STATE_FILE,
+    EventLines,
     find_run,
-    read_events,
     read_state,
+    skipped_note,
     supervision,
     supervisor_alive,
 )
+from launcher.telemetry import eventcheck
 from launcher.telemetry.jobview import JobView
 from launcher.telemetry.timeline import Timeline, TimelineEntry, clock_text
 
@@ -50,15 +52,16 @@ def summarize(path: Path) -> dict[str, Any]:
     any more, and the rate is null, as for a task not running."""
     state = read_state(path)
     view = JobView()
-    for event in read_events(path):
+    lines = EventLines(path)
+    for event in lines:
         view.apply(event)
     alive = supervisor_alive(state)
     now = view.rate_clock(time.time())
     tasks: dict[str, dict[str, Any]] = {}
-    for task_id, info in state.get("tasks", {}).items():
+    for task_id, info in _tables(state.get("tasks")).items():
         seen = view.tasks.get(task_id)
         tasks[task_id] = {
-            "host": info["host"], "address": info.get("address"), "port": info.get("port"),
+            "host": info.get("host"), "address": info.get("address"), "port": info.get("port"),
             "state": seen.state if seen else info.get("state"),
             "pid": (seen.pid if seen else None) or info.get("pid"),
             "restarts": seen.restarts if seen else info.get("restarts", 0),
@@ -76,11 +79,23 @@ def summarize(path: Path) -> dict[str, Any]:
             "supervisor_pid": state.get("supervisor_pid", state.get("launcher_pid")),
             "launcher_pid": state.get("supervisor_pid", state.get("launcher_pid")),
             "supervisor_alive": alive, "launcher_alive": alive,
-            "tasks": tasks, "lost_events": view.lost_events}
+            "tasks": tasks, "lost_events": view.lost_events, "skipped_lines": lines.skipped}
+
+
+def _tables(value: object) -> dict[str, dict[str, Any]]:
+    """The entries of a state.json table (``tasks``, ``hosts``) that are objects; {} for no table."""
+    return {str(k): v for k, v in value.items() if isinstance(v, dict)} if isinstance(value, dict) else {}
+
+
+def _warn(note: str | None) -> None:
+    if note is not None:
+        print(note, file=sys.stderr)
 
 
 def run_status(args: argparse.Namespace) -> int:
-    summary = summarize(find_run(args.run))
+    path = find_run(args.run)
+    summary = summarize(path)
+    _warn(skipped_note(summary["skipped_lines"], path / EVENTS_FILE))
     if args.json:
         print(json.dumps(summary, indent=2))
         return 0
@@ -99,7 +114,7 @@ def run_status(args: argparse.Namespace) -> int:
     rows = [("TASK", "HOST", "ADDRESS", "STATE", "PID", "RESTARTS", "STEP", "LOSS")]
     for task_id, t in summary["tasks"].items():
         loss = t.get("nonfinite_loss") or (f"{t['loss']:.4f}" if isinstance(t["loss"], float) else "-")
-        rows.append((task_id, t["host"], f"{t['address']}:{t['port']}", str(t["state"]),
+        rows.append((task_id, str(t["host"] or "-"), f"{t['address']}:{t['port']}", str(t["state"]),
                      str(t["pid"] or "-"), str(t["restarts"]), str(t["step"] if t["step"] is not None else "-"),
                      loss))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
@@ -158,10 +173,12 @@ class RunSummary:
     #: client; "lost": not ended, yet no supervisor (killed: its tasks stop after the orphan grace;
     #: `attach` within it takes the job over, `down` cleans up); None: ended
     live: str | None
+    #: lines of events.jsonl read for this line (its first and last) that were no events
+    skipped_lines: int = 0
 
 
 def list_runs(root: Path | None = None, now: float | None = None) -> list[RunSummary]:
-    """Every readable run dir under ``root`` (default: the state root), newest first."""
+    """Every run dir under ``root`` (default: the state root), newest first."""
     root = runs_root() if root is None else root
     if not root.is_dir():
         return []
@@ -175,35 +192,43 @@ def list_runs(root: Path | None = None, now: float | None = None) -> list[RunSum
         if path in seen:
             continue
         seen.add(path)
-        summary = summarize_run(path, now)
-        if summary is not None:
-            found.append(summary)
+        found.append(summarize_run(path, now))
     found.sort(key=lambda r: r.started or 0.0, reverse=True)
     return found
 
 
-def summarize_run(path: Path, now: float) -> RunSummary | None:
-    """One run's line; None for a run dir whose state cannot be read (half-written, foreign)."""
+def summarize_run(path: Path, now: float) -> RunSummary:
+    """One run's line; a run dir whose state.json cannot be read (damaged, half-written, foreign)
+    is listed as ``unreadable``, with why in its reason."""
     try:
-        state: dict[str, Any] = json.loads((path / STATE_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    if not isinstance(state, dict) or "run_id" not in state:
-        return None
-    first, last, last_job = _ends_of_events(path / EVENTS_FILE)
-    started = _float(first.get("ts")) if first else None
+        state: Any = json.loads((path / STATE_FILE).read_bytes().decode("utf-8"))
+        problem = None if isinstance(state, dict) and isinstance(state.get("run_id"), str) else "no run_id"
+    except OSError as exc:
+        problem = exc.strerror or str(exc)
+    except ValueError as exc:  # not UTF-8, not JSON
+        problem = str(exc)
+    ends = _EventEnds(path / EVENTS_FILE)
+    if problem is not None:
+        mtime: float | None = None
+        with contextlib.suppress(OSError):
+            mtime = (path / STATE_FILE).stat().st_mtime
+        return RunSummary(run=path.name, dir=str(path), profile="", job_state="unreadable",
+                          job_reason=f"{STATE_FILE}: {problem}", started=ends.first.ts if ends.first else mtime,
+                          duration_s=None, hosts=[], tasks=0, restarts=0, live=None, skipped_lines=ends.skipped)
+    started = ends.first.ts if ends.first else None
     if started is None:
         with contextlib.suppress(OSError):
             started = (path / STATE_FILE).stat().st_mtime
     job_state = str(state.get("job_state") or "")
     job_reason = str(state.get("job_reason") or "")
-    if last_job is not None:  # newer than state.json, which is written less often than events
-        job_state = str(last_job.get("state") or job_state)
-        job_reason = str(last_job.get("reason") or job_reason)
+    if ends.last_job is not None:  # newer than state.json, which is written less often than events
+        job_state = str(ends.last_job.get("state") or job_state)
+        job_reason = str(ends.last_job.get("reason") or job_reason)
     ended = job_state in (ev.JOB_SUCCEEDED, ev.JOB_FAILED)
-    end = _float(last.get("ts")) if (last and ended) else now
-    tasks = state.get("tasks") or {}
+    end = ends.last.ts if (ends.last and ended) else now
+    tasks = _tables(state.get("tasks"))
     live = None if ended else (supervision(state) or "lost")
+    hosts = state.get("hosts")
     return RunSummary(
         run=str(state["run_id"]),
         dir=str(path),
@@ -212,48 +237,52 @@ def summarize_run(path: Path, now: float) -> RunSummary | None:
         job_reason=job_reason,
         started=started,
         duration_s=max(0.0, end - started) if (started is not None and end is not None) else None,
-        hosts=sorted(state.get("hosts") or {}),
+        hosts=sorted(str(h) for h in hosts) if isinstance(hosts, dict | list) else [],
         tasks=len(tasks),
-        restarts=sum(int(t.get("restarts") or 0) for t in tasks.values()),
+        restarts=sum(eventcheck.as_int(t.get("restarts"), 0) for t in tasks.values()),
         live=live,
+        skipped_lines=ends.skipped,
     )
 
 
-def _ends_of_events(path: Path) -> tuple[dict[str, Any] | None, dict[str, Any] | None, dict[str, Any] | None]:
-    """The first event, the last complete one, and the last job event within the file's tail."""
-    try:
-        with path.open("rb") as fh:
-            first = _decode(fh.readline())
-            fh.seek(0, 2)
-            size = fh.tell()
-            fh.seek(max(0, size - _TAIL_BYTES))
-            tail = fh.read().split(b"\n")
-    except OSError:
-        return None, None, None
-    last = last_job = None
-    for raw in reversed(tail[:-1]):  # the piece after the final newline is empty or torn
-        if last is not None and b'"job"' not in raw:
-            continue
-        event = _decode(raw)
-        if event is None:
-            continue
-        last = last or event
-        if event.get("kind") == ev.JOB:
-            last_job = event
-            break
-    return first, last, last_job
+class _EventEnds:
+    """The first event of an events.jsonl, its last complete one, and the last job event within the
+    file's tail; lines read on the way that are no events are counted in ``skipped``."""
 
+    def __init__(self, path: Path) -> None:
+        self.first: ev.Event | None = None
+        self.last: ev.Event | None = None
+        self.last_job: ev.Event | None = None
+        self.skipped = 0
+        try:
+            with path.open("rb") as fh:
+                head = fh.readline()
+                fh.seek(0, 2)
+                size = fh.tell()
+                fh.seek(max(0, size - _TAIL_BYTES))
+                tail = fh.read().split(b"\n")
+        except OSError:
+            return
+        self.first = self._decode(head) if head.strip() else None
+        # the tail's first piece is the first line (judged above) or a line the seek cut; the piece
+        # after the last newline is empty, or a torn line (judged: a bad line)
+        for raw in reversed(tail[1:]):
+            if not raw.strip() or (self.last is not None and b'"job"' not in raw):
+                continue
+            event = self._decode(raw)
+            if event is None:
+                continue
+            self.last = self.last or event
+            if event.kind == ev.JOB:
+                self.last_job = event
+                break
 
-def _decode(raw: bytes) -> dict[str, Any] | None:
-    try:
-        value = json.loads(raw)
-    except ValueError:
-        return None
-    return value if isinstance(value, dict) else None
-
-
-def _float(value: object) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+    def _decode(self, raw: bytes) -> ev.Event | None:
+        try:
+            return eventcheck.decode_checked(raw.decode("utf-8"))
+        except (UnicodeDecodeError, ev.EventDecodeError):
+            self.skipped += 1
+            return None
 
 
 def human_duration(seconds: float | None) -> str:
@@ -269,6 +298,12 @@ def human_duration(seconds: float | None) -> str:
 
 def run_runs(args: argparse.Namespace) -> int:
     runs = list_runs()
+    skipped = [r for r in runs if r.skipped_lines]
+    if skipped:
+        count = sum(r.skipped_lines for r in skipped)
+        print(f"distlaunch: warning: skipped {count} bad line{'s' if count > 1 else ''} in the events of "
+              f"{', '.join(r.run for r in skipped)} (not UTF-8, not an event, or a field of the wrong type)",
+              file=sys.stderr)
     if args.json:
         print(json.dumps([asdict(r) for r in runs], indent=2))
         return 0
@@ -295,10 +330,12 @@ def run_events(args: argparse.Namespace) -> int:
         raise UserError(f"run {path.name} has no task {args.task!r} (its tasks: {known})")
     timeline = Timeline(limit=None)
     start: float | None = None
-    for event in read_events(path):
+    lines = EventLines(path)
+    for event in lines:
         if start is None:
             start = event.ts
         timeline.add(event)
+    _warn(lines.note())
     entries = timeline.newest_first(kind=args.kind, task=args.task)
     if args.json:
         for entry in entries:

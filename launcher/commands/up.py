@@ -30,6 +30,7 @@ from launcher.profile.reader import load_profile
 from launcher.remote.preflight import Preflight, prepare_hosts
 from launcher.rundir import (
     RunDir,
+    check_new_run_dir,
     new_run_id,
 )
 from launcher.runrecord import write_record
@@ -58,6 +59,8 @@ def run_up(args: argparse.Namespace) -> int:
     raise_open_files_limit(len({t.host for t in plan.tasks}))
     run_id = args.run_id or new_run_id(profile.name)
     target = Path(args.run_dir).expanduser() if args.run_dir else runs_root() / run_id
+    if args.run_dir:
+        check_new_run_dir(target)  # a new or empty dir, not a link: prune removes what distlaunch writes there
     if (target / "state.json").exists():
         raise UserError(f"{target} already holds run {run_id}; give another --run-id or --run-dir")
     rundir = RunDir.create(run_id, Path(args.run_dir) if args.run_dir else None)
@@ -69,7 +72,7 @@ def run_up(args: argparse.Namespace) -> int:
     if hint:
         notice(hint)
     _progress(quiet=False)(f"run {run_id} ({rundir.path})")
-    child = daemon.spawn(rundir.path, lambda: supervise_new_run(plan, rundir))
+    child = daemon.spawn(rundir.path, run_id, lambda: supervise_new_run(plan, rundir))
     shown = Shown(tui=tui, json=args.json, title=profile.name, strategy=profile.strategy,
                   hosts_total=len({t.host for t in plan.tasks}), bell=profile.notify.bell)
     return follow_supervisor(run_id, rundir.path, child=child, shown=shown, detach=args.detach)

@@ -17,6 +17,7 @@ its first), so TensorBoard's "Wall" or "Relative" x-axis shows them over time.
 from __future__ import annotations
 
 import socket
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +25,8 @@ from typing import IO, Any
 
 from launcher import events as ev
 from launcher.errors import UserError
-from launcher.rundir import find_run, read_events, read_state
+from launcher.rundir import EventLines, find_run, read_state
+from launcher.telemetry import eventcheck
 from launcher.telemetry.progressline import Progress
 
 
@@ -41,6 +43,7 @@ class _TaskStream:
 class ExportResult:
     directory: Path
     scalars_per_task: dict[str, int] = field(default_factory=dict)
+    skipped_note: str | None = None  # how many bad lines of events.jsonl were skipped, if any
 
 
 class _EventFile:
@@ -92,8 +95,9 @@ def export_tensorboard(run_dir: Path, target: Path, progress: Progress | None = 
         file_for(task).scalar(tag, number, step, ts)
         streams[task].scalars += 1
 
+    lines = EventLines(run_dir)
     try:
-        for event in read_events(run_dir):
+        for event in lines:
             if progress is not None:
                 progress.advance()
             if event.task is None or event.kind not in (ev.METRIC, ev.SAMPLE):
@@ -110,20 +114,21 @@ def export_tensorboard(run_dir: Path, target: Path, progress: Progress | None = 
                     stream.last_metric = (event.ts, step)
                     stream.step = step
                 put(task, "loss", event.get("loss"), stream.step, event.ts)
-                for name, value in (event.get("values") or {}).items():
+                values = event.get("values")
+                for name, value in (values.items() if isinstance(values, dict) else ()):
                     put(task, f"values/{name}", value, stream.step, event.ts)
             else:
                 put(task, "system/cpu_percent", event.get("cpu_percent"), stream.step, event.ts)
                 put(task, "system/rss_bytes", event.get("rss_bytes"), stream.step, event.ts)
-                for gpu in event.get("gpus") or []:
-                    if isinstance(gpu, dict) and isinstance(gpu.get("index"), int):
+                for gpu in eventcheck.dicts(event.get("gpus")):
+                    if isinstance(gpu.get("index"), int):
                         for field_name in ("util_percent", "mem_used_bytes"):
                             put(task, f"gpu{gpu['index']}/{field_name}", gpu.get(field_name), stream.step,
                                 event.ts)
     finally:
         for f in files.values():
             f.close()
-    return ExportResult(out, {t: s.scalars for t, s in streams.items() if s.scalars})
+    return ExportResult(out, {t: s.scalars for t, s in streams.items() if s.scalars}, lines.note())
 
 
 def run_export_tensorboard(run: str | None, target: Path) -> int:
@@ -136,6 +141,8 @@ def run_export_tensorboard(run: str | None, target: Path) -> int:
         where = exc.filename or target
         raise UserError(f"{where}: cannot write event files: {exc.strerror or exc}; "
                         "give a writable directory") from None
+    if result.skipped_note is not None:
+        print(result.skipped_note, file=sys.stderr)
     if not result.scalars_per_task:
         raise UserError(f"{result.directory.name}: the run has no metric or sample events to export")
     for task, count in sorted(result.scalars_per_task.items()):

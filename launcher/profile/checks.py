@@ -22,11 +22,11 @@ from launcher.model import (
 )
 from launcher.profile.keys import (
     ENV_NAME_PATTERN,
-    HOST_NAME_PATTERN,
     SSH_KEYS,
     Key,
     Table,
 )
+from launcher.profile.names import PROBLEMS
 from launcher.profile.sizes import parse_size
 
 TRANSPORTS: tuple[Transport, ...] = ("ssh", "openssh", "local")  # "slurm" comes from [slurm], not per host
@@ -40,7 +40,6 @@ WORKDIR_PLACEHOLDERS = ("profile_dir",)
 #: ``{name}`` not preceded by ``$``, so shell's ``${VAR}`` is left alone
 PLACEHOLDER_RE = re.compile(r"(?<!\$)\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
-_HOST_NAME_RE = re.compile(HOST_NAME_PATTERN)
 #: [ssh] when the profile has none: ~/.ssh/config applies to whatever the profile leaves unset
 DEFAULT_SSH = SshSettings(unset=SSH_KEYS.names)
 _LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
@@ -158,6 +157,9 @@ class _Checker:
         if kind in ("string", "choice"):
             if not isinstance(value, str):
                 raise self.fail(key, f"expected a string, got {show_value(value)}; put it in quotes")
+            problem = PROBLEMS[spec.pattern](value) if spec.pattern else None
+            if problem is not None:
+                raise self.fail(key, problem)
             if kind == "choice" and value not in spec.choices:
                 raise self.fail(key, f"{show_value(value)} is not one of {', '.join(spec.choices)}; "
                                 f"{suggest(value, spec.choices)}")

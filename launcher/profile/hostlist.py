@@ -11,8 +11,7 @@ import re
 from dataclasses import dataclass
 from itertools import product
 
-#: more names than this from one expression is almost surely a typo (gpu[1-100000])
-MAX_HOSTS = 65536
+from launcher.profile.names import MAX_HOSTS  # more names from one expression: a typo (gpu[1-100000])
 
 _RANGE_RE = re.compile(r"^(\d+)(?:-(\d+))?$")
 
@@ -40,12 +39,34 @@ def expand(expression: str) -> list[str]:
 
 
 def expand_detailed(expression: str) -> list[ExpandedHost]:
-    hosts: list[ExpandedHost] = []
-    for item in _split_items(expression):
-        hosts.extend(_expand_item(item, expression))
-        if len(hosts) > MAX_HOSTS:
+    items = _split_items(expression)
+    total = 0
+    for item in items:  # counted before anything is expanded: r[1-5000]n[1-5000] costs nothing
+        count = 1
+        for inside in re.findall(r"\[([^\]]*)\]", item):
+            count *= _bracket_count(inside, expression)
+        total += count
+        if total > MAX_HOSTS:
             raise HostlistError(f"{expression!r} names more than {MAX_HOSTS} hosts; check the ranges")
+    hosts: list[ExpandedHost] = []
+    for item in items:
+        hosts.extend(_expand_item(item, expression))
     return hosts
+
+
+def _bracket_count(inside: str, expression: str) -> int:
+    """How many names one bracket's list makes (its syntax checked as ``_bracket_values`` does)."""
+    if not inside:
+        return 1  # _bracket_values words it
+    count = 0
+    for piece in inside.split(","):
+        match = _RANGE_RE.match(piece)
+        if not match:
+            raise HostlistError(f"{expression!r}: {piece!r} in [...] is not a number or a range "
+                                "like 01-16")
+        low, high = match.group(1), match.group(2)
+        count += 1 if high is None else max(0, int(high) - int(low) + 1)
+    return count
 
 
 def _split_items(expression: str) -> list[str]:
@@ -104,8 +125,6 @@ def _bracket_values(inside: str, expression: str) -> list[str]:
             continue
         if int(high) < int(low):
             raise HostlistError(f"{expression!r}: range {piece} runs backwards; write {high}-{low}")
-        if int(high) - int(low) >= MAX_HOSTS:
-            raise HostlistError(f"{expression!r} names more than {MAX_HOSTS} hosts; check the ranges")
         width = len(low)
         values.extend(str(n).zfill(width) for n in range(int(low), int(high) + 1))
     return values

@@ -15,7 +15,6 @@ from launcher.model import (
 )
 from launcher.profile import hostlist
 from launcher.profile.checks import (
-    _HOST_NAME_RE,
     SLURM_PLACEHOLDER,
     KeyPath,
     _Checker,
@@ -27,6 +26,7 @@ from launcher.profile.keys import (
     SLURM_KEYS,
     SSH_TABLE,
 )
+from launcher.profile.names import MAX_HOSTS, host_name_problem
 from launcher.profile.slurm_env import current_allocation
 
 
@@ -74,9 +74,9 @@ class HostsReader(_Checker):
         hosts: dict[str, HostConfig] = {}
         for name in table:
             key = ("hosts", name)
-            if not _HOST_NAME_RE.match(name):
-                raise self.fail(key, "host names may use only letters, digits, '-', '_' and '.'; "
-                                "rename the host")
+            problem = host_name_problem(name)
+            if problem is not None:
+                raise self.fail(key, problem)
             entry = self.table(table, name, ("hosts",))
             self.check_table(entry, key, HOST_KEYS)
             address: str | None = entry.get("address")
@@ -97,6 +97,9 @@ class HostsReader(_Checker):
                     raise self.fail(key, f'makes host "{host.name}", which is already defined; '
                                     "rename one of them")
                 hosts[host.name] = host
+            if len(hosts) > MAX_HOSTS:
+                raise self.fail(key, f"makes the job's hosts more than {MAX_HOSTS}; "
+                                "check the host ranges")
         return hosts
 
     def expand_range(self, template: HostConfig, key: KeyPath,

@@ -11,6 +11,15 @@ from dataclasses import dataclass
 from typing import Literal
 
 from launcher.model import ROLES
+from launcher.profile.names import (
+    ADDRESS_PATTERN,
+    JOB_NAME_PATTERN,
+    MAX_TASKS,
+    USER_PATTERN,
+)
+from launcher.profile.names import (  # re-exported: what a host's name in [hosts.NAME] may be
+    HOST_NAME_PATTERN as HOST_NAME_PATTERN,
+)
 
 #: what a value must be; each kind has one type message in the reader and one JSON Schema form
 Kind = Literal[
@@ -32,8 +41,6 @@ Kind = Literal[
 
 #: what an environment variable name may look like
 ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
-#: what a host's name in [hosts.NAME] may look like
-HOST_NAME_PATTERN = r"^[A-Za-z0-9_.-]+$"
 #: a size with a unit (launcher/profile/sizes.py reads it)
 SIZE_PATTERN = r"^\s*[0-9]+(\.[0-9]+)?\s*([KMGT]i?B|[KMGT]|B)?\s*$"
 #: roles of which a job has at most one task
@@ -57,6 +64,7 @@ class Key:
     expected: str = ""  # lists: what the type message says is expected
     table: Table | None = None  # "table" and "tables": the keys of the sub-table(s)
     names: tuple[str, ...] = ()  # "tables": the only sub-table names allowed (else any valid name)
+    pattern: str = ""  # strings: a rule of launcher/profile/names.py (the schema's pattern, the reader's words)
 
 
 @dataclass(frozen=True)
@@ -123,7 +131,7 @@ TASK_KEYS = Table(
 SSH_KEYS = Table(
     "SSH settings for every ssh host; any of them can be overridden per host.",
     (
-        Key("user", "string", "Login user; default: the local user."),
+        Key("user", "string", "Login user; default: the local user.", pattern=USER_PATTERN),
         Key("identity_file", "string", "Private key file to log in with."),
         Key("known_hosts", "string", "known_hosts file host keys are checked against.",
             default="~/.ssh/known_hosts"),
@@ -149,7 +157,7 @@ HOST_KEYS = Table(
     "One machine tasks run on.",
     (
         Key("address", "string", "Address or name of the host (\"localhost\" for this machine).",
-            required=True, nonblank=True),
+            required=True, nonblank=True, pattern=ADDRESS_PATTERN),
         Key("transport", "choice", "How tasks are started there: over SSH with the built-in client (ssh), "
             "with the system ssh binary, multiplexed (openssh: Kerberos, PKCS#11/FIDO keys, 2FA, all of "
             "ssh_config), or locally without SSH. Default: ssh, or openssh where [ssh] client = \"openssh\".",
@@ -157,7 +165,7 @@ HOST_KEYS = Table(
         Key("gpus", "index_list", "GPU indices this host offers.", default=[],
             expected="a list of GPU indices like [0, 1]"),
         Key("tf_address", "string", "Address TF_CONFIG and {host} use for this host (e.g. its fast network); "
-            "default: address."),
+            "default: address.", pattern=ADDRESS_PATTERN),
         Key("env", "env", "Environment variables for every task on this host (e.g. NCCL_SOCKET_IFNAME); "
             "[defaults] and role env win over them."),
         *SSH_KEYS.keys,
@@ -167,8 +175,8 @@ HOST_KEYS = Table(
 ROLE_KEYS = Table(
     "The tasks of one role; any [defaults] key can be overridden here.",
     (
-        Key("count", "integer", "Number of tasks of this role (chief and evaluator: at most 1).", default=1,
-            minimum=0),
+        Key("count", "integer", f"Number of tasks of this role (chief and evaluator: at most 1; all roles "
+            f"together: at most {MAX_TASKS}).", default=1, minimum=0, maximum=MAX_TASKS),
         Key("hosts", "string_list", "Host names the tasks are spread over, in order.",
             expected='a list of host names like ["gpu1"]'),
         _port("port", "Base port: the i-th task on a host gets port + i; omit to pick free ports at launch."),
@@ -230,7 +238,8 @@ LOG_POLICY_KEYS = Table(
 TOP_KEYS = Table(
     "A distlaunch cluster profile: which TensorFlow tasks run where, and how they are supervised.",
     (
-        Key("name", "string", "Name of the job; default: the profile's file name.", nonblank=True),
+        Key("name", "string", "Name of the job (it names the outputs folder: no '/', no '..', not starting "
+            "with '.' or '-'); default: the profile's file name.", nonblank=True, pattern=JOB_NAME_PATTERN),
         Key("strategy", "choice", "The tf.distribute strategy; default: parameter_server with ps tasks, "
             "else multi_worker_mirrored.", choices=("parameter_server", "multi_worker_mirrored", "custom")),
         Key("success_policy", "choice", "chief: the job succeeds when chief:0 (or worker:0) exits 0; "

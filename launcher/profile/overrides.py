@@ -20,6 +20,13 @@ KeyPath = tuple[str, ...]
 #: ``${env:NAME}`` in any string value of the profile
 ENV_REF_RE = re.compile(r"\$\{env:([A-Za-z_][A-Za-z0-9_]*)\}")
 _KEY_PART_RE = re.compile(r"[A-Za-z0-9_-]+")
+_SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "KEY")
+
+
+def is_secret(name: str) -> bool:
+    """Whether an env var name looks like it holds a secret (TOKEN, SECRET, PASSWORD, KEY)."""
+    upper = name.upper()
+    return any(word in upper for word in _SECRET_WORDS)
 
 
 class EnvVarUnset(ProfileError):
@@ -82,6 +89,10 @@ def apply_sets(data: dict[str, Any], sets: Sequence[str], resolution: Resolution
             table = child
         table[path[-1]] = value
         resolution.set_paths.add(path)
+        if len(path) >= 2 and path[-2] == "env" and is_secret(path[-1]) and isinstance(value, str) and value \
+                and "${env:" not in value:
+            # a secret given on the command line: masked wherever the run is recorded or shown
+            resolution.secrets.add(value)
 
 
 def interpolate_env(data: Any, environ: Mapping[str, str], resolution: Resolution,

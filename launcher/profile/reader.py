@@ -37,6 +37,7 @@ from launcher.profile.keys import (
     SYNC_KEYS,
     TOP_KEYS,
 )
+from launcher.profile.names import job_name_problem
 from launcher.profile.overrides import EnvVarUnset, Overrides, resolve
 from launcher.profile.roles import RolesReader
 from launcher.profile.sizes import parse_size
@@ -101,6 +102,9 @@ class _ProfileReader(RolesReader):
         name: str = data.get("name", self.path.stem)
         if not name.strip():
             raise self.fail(("name",), 'is empty; give the job a name, e.g. name = "mnist-ps"')
+        problem = job_name_problem(name)  # a written name was checked with its key; this is the file's
+        if problem is not None:
+            raise self.fail(("name",), f"(from the file name {self.path.name}) {problem}: set name = \"...\"")
         defaults = self.task_settings(self.table(data, "defaults", ()), ("defaults",), None)
         ssh = self.ssh_settings(self.table(data, "ssh", ()), ("ssh",), DEFAULT_SSH)
         slurm = self.slurm(data)

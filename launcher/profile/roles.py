@@ -32,6 +32,7 @@ from launcher.profile.keys import (
     SINGLE_TASK_ROLES,
     TASK_KEYS,
 )
+from launcher.profile.names import MAX_TASKS
 
 
 class RolesReader(HostsReader):
@@ -94,9 +95,14 @@ class RolesReader(HostsReader):
             if name not in ROLES:
                 raise self.fail(("roles", name), f"unknown role; {suggest(name, ROLES)}")
         roles: dict[str, RoleConfig] = {}
+        total = 0
         for name in ROLES:
             if name in table:
                 roles[name] = self.role(name, self.table(table, name, ("roles",)), defaults, hosts)
+                total += roles[name].count
+                if total > MAX_TASKS:  # before any task is placed: a typo must not cost minutes
+                    raise self.fail(("roles", name, "count"), f"makes {total} tasks in all, more than "
+                                    f"{MAX_TASKS}; lower the counts")
         self.check_ports(roles, hosts)
         self.check_gpus(roles, hosts)
         return roles

@@ -76,6 +76,8 @@ def _key_schema(key: Key) -> dict[str, Any]:
 def _kind_schema(key: Key) -> dict[str, Any]:
     kind = key.kind
     if kind == "string":
+        if key.pattern:  # launcher/profile/names.py: each such pattern also refuses a blank value
+            return {"type": "string", "pattern": key.pattern}
         return {"type": "string", "pattern": r"\S"} if key.nonblank else {"type": "string"}
     if kind == "choice":
         return {"type": "string", "enum": list(key.choices)}

@@ -21,7 +21,9 @@ from concurrent.futures import Future
 from launcher.transport import LineStream
 
 #: writes the agent zipapp from exactly N bytes of stdin (the rest of stdin is the follow
-#: channel's), then runs an agent verb from it in this same interpreter: one Python boot per host
+#: channel's), then runs an agent verb from it in this same interpreter: one Python boot per host.
+#: It writes through ``agent.pyz.tmp-<its pid>``, removed if the write fails; one that a killed
+#: writer left is removed by the next upload (session.py, ``stale_upload_cleanup``)
 BOOTSTRAP = """\
 import os, sys
 size, path = int(sys.argv[1]), sys.argv[2]
@@ -34,11 +36,16 @@ while len(data) < size:
 if len(data) < size:
     sys.stderr.write("agent upload cut short: %d of %d bytes\\n" % (len(data), size))
     sys.exit(98)
+tmp = "%s.tmp-%d" % (path, os.getpid())  # this writer's own: a stale one names a dead pid
 try:
-    with os.fdopen(os.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as f:
+    with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600), "wb") as f:
         f.write(data)
-    os.replace(path + ".tmp", path)
+    os.replace(tmp, path)
 except OSError as exc:
+    try:
+        os.unlink(tmp)
+    except OSError:
+        pass
     sys.stderr.write("cannot write %s: %s\\n" % (path, exc))
     sys.exit(98)
 if sys.path and sys.path[0] == "":

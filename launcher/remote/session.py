@@ -20,6 +20,7 @@ from launcher.errors import HostError
 from launcher.model import HostConfig
 from launcher.remote.agentpack import build_agent_zipapp
 from launcher.remote.channel import BOOTSTRAP, AgentChannel
+from launcher.runclean import HOST_FILES, HOST_PREFIXES, HOST_TREES
 from launcher.transport import Host, LineStream
 
 
@@ -40,6 +41,31 @@ def remote_outputs_dir(host: Host, config: HostConfig, outputs: str, profile_dir
     if config.transport == "local":
         return str((profile_dir / outputs).resolve())
     return posixpath.normpath(f"{host.home()}/{outputs}")
+
+
+def remove_host_dir_script(base: str) -> str:
+    """Shell that removes the names distlaunch writes in the host run dir ``base`` (a link among
+    them as a link: ``rm`` never follows one; a folder where it writes a file is left), then
+    ``base`` if it is empty, else lists what is left; ``base`` itself must be a directory of the
+    user's, not a symbolic link (exit 3)."""
+    q = shlex.quote(base)
+    files = " ".join(shlex.quote(n) for n in sorted(HOST_FILES))
+    files += "".join(f" {shlex.quote(p)}*" for p in HOST_PREFIXES)
+    trees = " ".join(shlex.quote(n) for n in sorted(HOST_TREES))
+    refuse = "{ printf '%s; left in place\\n' \"$1\" >&2; exit 3; }"
+    return (f"refuse() {refuse}; [ -L {q} ] && refuse 'a symbolic link'; [ -e {q} ] || exit 0; "
+            f"[ -d {q} ] && [ -O {q} ] || refuse 'not a directory of yours'; "
+            f"cd -P -- {q} && [ -O . ] || refuse 'not a directory of yours'; "
+            f"rm -f -- {files} 2>/dev/null; rm -rf -- {trees} && cd / && "
+            f"{{ rmdir -- {q} 2>/dev/null || ls -A -- {q}; }}")
+
+
+def stale_upload_cleanup(pyz: str) -> str:
+    """Shell that removes ``pyz``'s temporary upload files whose writer is gone (the pid in the
+    name is dead; an older name without one): an upload that was killed leaves one behind."""
+    return (f"for f in {shlex.quote(pyz + '.tmp')}*; do [ -e \"$f\" ] || continue; p=${{f##*.tmp-}}; "
+            "case $p in ''|*[!0-9]*) rm -f -- \"$f\";; *) kill -0 \"$p\" 2>/dev/null || rm -f -- \"$f\";; esac; "
+            "done; :")
 
 
 class HostSession:
@@ -99,16 +125,22 @@ class HostSession:
                             f"{self.outputs_dir}, or write the agent there: {detail}")
 
     def _dirs_script(self) -> str:
-        """Shell for a fresh private run dir and the outputs."""
+        """Shell for a fresh private run dir and the outputs (and no upload a killed writer left)."""
         base = shlex.quote(self.base_dir)
         outputs = f" && mkdir -p -- {shlex.quote(self.outputs_dir)}" if self.outputs_dir else ""
         return (f"rm -rf -- {base}/tasks {base}/lease {base}/detached && "
-                f"mkdir -p -m 700 {base} && chmod 700 {base}{outputs}")
+                f"mkdir -p -m 700 {base} && chmod 700 {base}{outputs} && {stale_upload_cleanup(self.pyz)}")
 
     def _prepare_script(self) -> str:
-        """Shell for a fresh private run dir, the outputs, and the agent zipapp from stdin."""
-        pyz, tmp = shlex.quote(self.pyz), shlex.quote(self.pyz + ".tmp")
-        return f"{self._dirs_script()} && (umask 077 && cat > {tmp}) && mv -f {tmp} {pyz}"
+        """Shell for a fresh private run dir, the outputs, and the agent zipapp from stdin: written
+        through a file of this shell's own (``agent.pyz.tmp-<pid>``), installed only whole, and
+        removed when the upload is cut short or the shell is stopped."""
+        pyz, tmp = shlex.quote(self.pyz), shlex.quote(self.pyz + ".tmp-") + "$$"
+        size = len(build_agent_zipapp())
+        return (f"{self._dirs_script()} && t={tmp} && trap 'rm -f -- \"$t\"' EXIT && "
+                "trap 'exit 129' HUP && trap 'exit 130' INT && trap 'exit 143' TERM && "
+                f'(umask 077 && cat > "$t") && [ $(wc -c < "$t") -eq {size} ] && mv -f -- "$t" {pyz} && '
+                "trap - EXIT HUP INT TERM")
 
     def _preflight_args(self, bind: str, check: Iterable[int], pick: int, path_checks: list[dict[str, Any]],
                         listen: str | None = None) -> list[str]:
@@ -221,10 +253,12 @@ class HostSession:
         channel, self.channel = self.channel, None
         return channel
 
-    def remove_run_dir(self) -> None:
-        """Remove this host's run dir (agent, specs, event files); the job's outputs are never touched.
+    def remove_run_dir(self) -> list[str]:
+        """Remove what distlaunch wrote in this host's run dir (agent, specs, event files), then the
+        dir itself if nothing else is left; the names left there. The job's outputs are never touched.
 
-        Refuses a path that does not look like a run dir of this run, or that holds the outputs."""
+        Refuses a path that does not look like a run dir of this run, that holds the outputs, that
+        is a symbolic link or is not the user's."""
         base = posixpath.normpath(self.base_dir)
         parts = base.split("/")
         looks_like_run_dir = len(parts) > 3 and (parts[-1] == self.run_id or parts[-2] == "hosts")
@@ -232,10 +266,11 @@ class HostSession:
         if not looks_like_run_dir or (outputs and (outputs == base or outputs.startswith(base + "/"))):
             raise HostError(f"host {self.name}: {self.base_dir} is not only this run's scratch space; "
                             "left in place")
-        result = self.host.run(f"rm -rf -- {shlex.quote(base)}", timeout=120)
+        result = self.host.run(remove_host_dir_script(base), timeout=120)
         if not result.ok:
             detail = (result.stderr.strip().splitlines() or ["no output"])[-1]
             raise HostError(f"host {self.name}: cannot remove {self.base_dir}: {detail}")
+        return [line for line in result.stdout.splitlines() if line]
 
     def write_specs(self, specs: Mapping[str, Mapping[str, Any]]) -> None:
         """Every spec.json of this host in one round trip: a tar archive unpacked from stdin
@@ -324,7 +359,7 @@ class HostSession:
         self.host.run(self._agent_cmd("stop", *args), timeout=grace + 60)
 
     def sweep(self, kill: bool, grace: float = 5.0) -> list[dict[str, Any]]:
-        args = ["--run-id", self.run_id, "--grace", f"{grace:g}"]
+        args = ["--run-id", self.run_id, "--run-dir", self.base_dir, "--grace", f"{grace:g}"]
         if kill:
             args.append("--kill")
         left: list[dict[str, Any]] = self.agent("sweep", *args, timeout=grace + 30).get("left", [])

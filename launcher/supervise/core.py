@@ -16,11 +16,13 @@ under it define (plus the two decisions below, which the layers above make):
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import queue
 import threading
 import time
+import traceback
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -29,6 +31,8 @@ from typing import Any
 from launcher import events as ev
 from launcher.events import Event
 from launcher.model import Plan, TaskSpec
+from launcher.paths import internal_log_path
+from launcher.profile.overrides import mask_secrets
 from launcher.remote.session import HostSession
 from launcher.rundir import RunDir, host_to_json
 from launcher.supervise.hostclock import HostClock
@@ -209,13 +213,29 @@ class SupervisorCore:
             except queue.Empty:
                 fn = None
             if fn is not None:
-                fn()
+                self._guarded(fn)
             now = time.time()
             due = [f for t, f in self._timers if t <= now]
             self._timers = [(t, f) for t, f in self._timers if t > now]
             for f in due:
-                f()
-            self._tick()
+                self._guarded(f)
+            self._guarded(self._tick)
+
+    def _guarded(self, fn: Callable[[], None]) -> None:
+        """One item of the loop. An error in it is told and logged, and the loop goes on: a loop
+        that died (an OSError of a full disk, once) left the job with nobody to end it, restart
+        its tasks or answer a stop signal."""
+        try:
+            fn()
+        except Exception as exc:
+            log = internal_log_path()
+            with contextlib.suppress(OSError):
+                log.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+                with log.open("a", encoding="utf-8") as fh:
+                    fh.write(f"--- supervisor {os.getpid()} of {self.run_id}: loop item failed\n")
+                    traceback.print_exc(file=fh)
+            self._notice(f"internal error in the supervisor ({type(exc).__name__}: {exc}); it goes on "
+                         f"(details in {log})")
 
     def _after(self, delay: float, fn: Callable[[], None]) -> None:
         self._timers.append((time.time() + delay, fn))
@@ -257,7 +277,10 @@ class SupervisorCore:
         state = {
             "run_id": self.run_id,
             "profile": str(self.profile.path),
-            "overrides": {"set": list(self.profile.overrides.sets), "args": list(self.profile.overrides.args)},
+            # a secret given by --set is not kept (a supervisor that takes the run over needs it again)
+            "overrides": {"set": [mask_secrets(item, set(self.profile.secrets))
+                                  for item in self.profile.overrides.sets],
+                          "args": list(self.profile.overrides.args)},
             "name": self.profile.name,
             "strategy": self.profile.strategy,
             "job_state": self.job_state,

@@ -4,9 +4,10 @@
 starts a thread: the child leaves the session (``setsid``: no controlling terminal, so no SIGHUP
 when the terminal or the SSH session goes), points its standard streams at the run dir's
 ``supervisor.log`` (stdin at /dev/null), closes every other inherited descriptor, names itself
-``distlaunch-sup`` (``ps -o comm``) and runs the job to its end. What it prints there (progress,
-warnings, the one-line errors) is what `up` relays to its own stderr, so a user's mistake found
-during the preflight still reads as one line and exit code 2.
+``distlaunch-sup`` (``ps -o comm``; its command line reads ``distlaunch supervisor RUN``) and runs
+the job to its end. What it prints there (progress, warnings, the one-line errors) is what `up`
+relays to its own stderr, so a user's mistake found during the preflight still reads as one line
+and exit code 2.
 
 The parent only follows it (commands/follow.py); killing the parent, closing its terminal or
 quitting its dashboard leaves the job supervised.
@@ -15,6 +16,7 @@ quitting its dashboard leaves the job supervised.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import signal
 import sys
@@ -30,7 +32,7 @@ SUPERVISOR_LOG = "supervisor.log"
 PROCESS_NAME = "distlaunch-sup"
 
 
-def spawn(run_dir: Path, body: Callable[[], int]) -> int:
+def spawn(run_dir: Path, run_id: str, body: Callable[[], int]) -> int:
     """Fork the supervisor of the run in ``run_dir``; it runs ``body`` and exits with its code.
     Returns the child's pid. Call it while this process has one thread: a fork keeps only the
     calling thread, and a lock another thread held would stay held in the child."""
@@ -50,7 +52,7 @@ def spawn(run_dir: Path, body: Callable[[], int]) -> int:
         for signum in (signal.SIGINT, signal.SIGTERM):  # the parent's client handlers are not ours
             signal.signal(signum, signal.SIG_DFL if signum == signal.SIGTERM else signal.default_int_handler)
         _own_streams(fd)
-        _name_process()
+        _name_process(f"distlaunch supervisor {run_id}")
         code = _guarded(body)
     finally:
         for stream in (sys.stdout, sys.stderr):
@@ -76,9 +78,20 @@ def _own_streams(log_fd: int) -> None:
     sys.stdin = open(os.devnull, encoding="utf-8")  # noqa: SIM115 - for the process's life
 
 
-def _name_process() -> None:
+def _name_process(title: str) -> None:
+    """``distlaunch-sup`` in /proc/PID/comm, and ``title`` in place of the command line the fork
+    inherited from `up`: that one can hold a `--set` secret, and every user can read a process's
+    command line for as long as it runs (hours, for a supervisor)."""
     with contextlib.suppress(OSError), open("/proc/self/comm", "w", encoding="ascii") as fh:
         fh.write(PROCESS_NAME)
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        raw = Path("/proc/self/stat").read_text()
+        fields = raw[raw.rindex(")") + 2:].split()
+        start, end = int(fields[45]), int(fields[46])  # arg_start, arg_end: proc(5) fields 48 and 49
+        room = end - start
+        if room > 1:
+            text = title.encode("utf-8", "replace")[:room - 1]
+            ctypes.memmove(start, text + b"\0" * (room - len(text)), room)
 
 
 def _guarded(body: Callable[[], int]) -> int:

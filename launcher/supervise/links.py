@@ -19,9 +19,11 @@ from concurrent.futures import Future
 from typing import Any
 
 from launcher import events as ev
+from launcher.agent.spec import SCRIPT_VAR
 from launcher.errors import HostError, HostGone
 from launcher.events import Event, EventDecodeError
 from launcher.plan import render_command, split_secrets, tf_config
+from launcher.profile.overrides import mask_secrets
 from launcher.remote.session import HostSession
 from launcher.supervise.core import SupervisorCore, TaskRuntime
 from launcher.telemetry.causes import with_cause
@@ -42,30 +44,49 @@ class HostLinks(SupervisorCore):
 
     def agent_spec(self, rt: TaskRuntime) -> dict[str, Any]:
         spec = rt.spec
-        session = self.sessions[spec.host]
         env, _secret = split_secrets(spec.env, self.profile.secrets)  # secrets go by stdin, not spec.json
         env["TF_CONFIG"] = json.dumps(tf_config(self.plan, spec.task_id, self.ports))
         metrics = self.profile.metrics
         patterns = {k: v for k, v in (("step", metrics.step), ("loss", metrics.loss)) if v}
         patterns.update(metrics.extra)
+        command = self._command(rt)
+        secret = self._secret_script(rt) is not None
         return {
             "run": self.run_id, "task": spec.task_id, "host": spec.host,
             "incarnation": rt.incarnation, "restarts": rt.restarts,
-            "command": render_command(spec.command, port=rt.port, run_dir=session.base_dir,
-                                      outputs=session.outputs_dir),
+            "command": mask_secrets(command, set(self.profile.secrets)) if secret else command,
             "workdir": spec.workdir, "env": env, "gpus": list(spec.gpus),
             "grace_seconds": spec.grace_seconds,
             "orphan_grace_seconds": self.profile.orphan_grace_seconds,
             "sample_interval": self.profile.sample_interval, "metrics": patterns,
-            "setup": list(spec.setup), "shell": spec.shell or "",
-            "autolog": spec.autolog,
+            "setup": [mask_secrets(line, set(self.profile.secrets)) for line in spec.setup] if secret
+            else list(spec.setup),
+            "shell": spec.shell or "", "autolog": spec.autolog, "script_in_env": secret,
         }
+
+    def _command(self, rt: TaskRuntime) -> str:
+        session = self.sessions[rt.spec.host]
+        return render_command(rt.spec.command, port=rt.port, run_dir=session.base_dir,
+                              outputs=session.outputs_dir)
+
+    def _secret_script(self, rt: TaskRuntime) -> str | None:
+        """The task's whole script (setup lines, then the command) when a value from the launcher's
+        environment is in it: it then goes to the agent with the secrets, never in spec.json."""
+        script = " && ".join([*rt.spec.setup, self._command(rt)])
+        return script if any(secret in script for secret in self.profile.secrets if secret) else None
+
+    def _task_secrets(self, rt: TaskRuntime) -> dict[str, str]:
+        secret = split_secrets(rt.spec.env, self.profile.secrets)[1]
+        script = self._secret_script(rt)
+        if script is not None:
+            secret[SCRIPT_VAR] = script
+        return secret
 
     def _start_on(self, session: HostSession, rts: list[TaskRuntime]) -> None:
         """Write the specs of ``rts`` and start them through the host's agent: as a request on the
         open follow channel where there is one (no SSH exec, no interpreter to boot), else with
         the `start` verb; one round trip either way."""
-        secrets = {rt.spec.slug: split_secrets(rt.spec.env, self.profile.secrets)[1] for rt in rts}
+        secrets = {rt.spec.slug: self._task_secrets(rt) for rt in rts}
         specs = {rt.spec.slug: self.agent_spec(rt) for rt in rts}
         secrets = {slug: env for slug, env in secrets.items() if env}
         answer = self._ask_agent(session.name, {"op": "start", "specs": specs, "tasks": list(specs),
@@ -195,16 +216,26 @@ class HostLinks(SupervisorCore):
             if line.startswith("#hb "):
                 with contextlib.suppress(ValueError):
                     self._observe_clock(host, float(line[4:]), received)
+            elif line.startswith("#note "):
+                return self._note(host, line[6:])
+            elif line.startswith("#unwritten "):  # an event its host could not write (a full disk)
+                return self._decode_event(host, line[len("#unwritten "):], received, in_file=False)
             return None
+        return self._decode_event(host, line, received, in_file=True)
+
+    def _decode_event(self, host: str, line: str, received: float, in_file: bool) -> tuple[Event, str | None] | None:
+        """``in_file``: the line is in the task's event file on the host, and moves the offset a
+        later follower resumes from."""
         try:
             event = Event.from_json(line)
         except EventDecodeError:
             return None
         if event.task is not None:
-            slug = event.task.replace(":", "-")
-            offsets = self._offsets[host]
-            size = len(line) if line.isascii() else len(line.encode())
-            offsets[slug] = offsets.get(slug, 0) + size + 1
+            if in_file:
+                slug = event.task.replace(":", "-")
+                offsets = self._offsets[host]
+                size = len(line) if line.isascii() else len(line.encode())
+                offsets[slug] = offsets.get(slug, 0) + size + 1
             if not self._in_sequence(event):
                 return None
         ts = self._clocks[host].correct(event.ts, received)
@@ -215,6 +246,19 @@ class HostLinks(SupervisorCore):
         if isinstance(data.get("exited_at"), int | float):  # the task's end, for the root cause
             data["exited_at"] = self._clocks[host].correct(float(data["exited_at"]), received)
         return dataclasses.replace(event, ts=ts, data=data), None
+
+    def _note(self, host: str, text: str) -> tuple[Event, str | None] | None:
+        """An agent's word that is in no event file (its disk is full): a task's condition."""
+        try:
+            note = json.loads(text)
+            task, condition = str(note["task"]), str(note["condition"])
+        except (ValueError, KeyError, TypeError):
+            return None
+        if task not in self.tasks:
+            return None
+        reason = str(note.get("reason") or "")
+        return ev.condition_event(self.run_id, task, condition, bool(note.get("active")),
+                                  f"{reason} (host {host})" if reason else ""), None
 
     def _in_sequence(self, event: Event) -> bool:
         """False for an event already recorded (a resend after attach from older offsets);

@@ -15,6 +15,7 @@ from typing import Any
 
 from launcher import events as ev
 from launcher.events import Event
+from launcher.telemetry import eventcheck
 from launcher.telemetry.steprate import StepRate
 from launcher.telemetry.timeline import Timeline
 
@@ -187,7 +188,7 @@ class PlacementView:
             task = str(var.get("task") or var.get("device") or "?")
             size = var.get("bytes")
             self.variables[name] = VariablePlacement(
-                name=name, task=task, bytes=int(size) if isinstance(size, int | float) else 0,
+                name=name, task=task, bytes=eventcheck.as_int(size, 0),
                 shape=str(var.get("shape", "")), dtype=str(var.get("dtype", "")))
 
     @property
@@ -362,7 +363,7 @@ class JobView:
             self.log(event.task).add(LogLine(str(event.get("stream", "stdout")),
                                              str(event.get("line", "")), event.ts))
         elif event.kind == ev.PLACEMENT:
-            self.placement.apply(list(event.get("variables") or []))
+            self.placement.apply(eventcheck.dicts(event.get("variables")))
             self.placement_dirty = True
         elif event.kind == ev.CONDITION:
             name = str(event.get("condition") or "")
@@ -409,11 +410,11 @@ class JobView:
     def _apply_state(self, task: TaskView, event: Event) -> None:
         old = task.state
         task.state = str(event.get("state", task.state))
-        task.host = event.get("host") or task.host
+        task.host = eventcheck.text(event.get("host")) or task.host
         pid = event.get("pid")
         task.pid = pid if isinstance(pid, int) else (None if task.state in ev.FINAL_TASK_STATES else task.pid)
-        task.restarts = int(event.get("restarts") or task.restarts)
-        task.exit_code = event.get("exit_code")
+        task.restarts = eventcheck.as_int(event.get("restarts"), task.restarts) or task.restarts
+        task.exit_code = eventcheck.as_int(event.get("exit_code"), None)
         task.reason = str(event.get("reason") or "")
         if task.host:
             if task.reason == UNREACHABLE_REASON:
@@ -484,16 +485,15 @@ class JobView:
         if isinstance(machine, dict) and task.host:
             self.machines[task.host] = machine
         task.cpu_percent = ev.finite(event.get("cpu_percent"))
-        rss = event.get("rss_bytes")
-        task.rss_bytes = int(rss) if isinstance(rss, int | float) else None
-        gpus = [g for g in (event.get("gpus") or []) if isinstance(g, dict)]
+        task.rss_bytes = eventcheck.as_int(event.get("rss_bytes"), None)
+        gpus = eventcheck.dicts(event.get("gpus"))
         task.has_gpu = bool(gpus)
         task.gpus = gpus
         if gpus:
             utils = [u for u in (ev.finite(g.get("util_percent")) for g in gpus) if u is not None]
             task.gpu_util = sum(utils) / len(utils) if utils else None
-            task.gpu_mem_used = sum(int(g.get("mem_used_bytes") or 0) for g in gpus)
-            task.gpu_mem_total = sum(int(g.get("mem_total_bytes") or 0) for g in gpus)
+            task.gpu_mem_used = sum(eventcheck.as_int(g.get("mem_used_bytes"), 0) for g in gpus)
+            task.gpu_mem_total = sum(eventcheck.as_int(g.get("mem_total_bytes"), 0) for g in gpus)
             if task.gpu_util is not None:
                 task.gpu_history.append(task.gpu_util)
         else:

@@ -16,6 +16,7 @@ from typing import Any
 
 from launcher import events as ev
 from launcher.events import Event
+from launcher.telemetry import eventcheck
 
 TIMELINE_ENTRIES = 5000
 """Entries kept by a live view; the oldest go first (events.jsonl keeps them all)."""
@@ -87,7 +88,7 @@ class Timeline:
     def _state(self, event: Event) -> TimelineEntry | None:
         task = event.task or "?"
         state = str(event.get("state") or "")
-        restarts = int(event.get("restarts") or 0)
+        restarts = eventcheck.as_int(event.get("restarts"), 0)
         if (state, restarts) == self._task_state.get(task):
             return None  # a repeat (attach replays the last state): nothing happened
         self._task_state[task] = (state, restarts)
@@ -105,7 +106,7 @@ def state_text(event: Event) -> str:
     if code is not None and state in (*ev.FINAL_TASK_STATES, ev.RESTARTING):
         parts.append(f"exit code {code}")
     if state == ev.RESTARTING:
-        parts.append(f"restart {int(event.get('restarts') or 0)}")
+        parts.append(f"restart {eventcheck.as_int(event.get('restarts'), 0)}")
     text = ", ".join(parts)
     return f"{text}: {reason}" if reason else text
 
@@ -154,10 +155,13 @@ def _action(event: Event) -> TimelineEntry:
 
 def clock_text(ts: float, start: float | None) -> str:
     """Wall time of day, then the offset from the job's start: ``10:41:07 +1m02s``."""
-    wall = time.strftime("%H:%M:%S", time.localtime(ts))
+    try:  # a time no calendar has (a damaged line of a live stream) is shown as none
+        wall = time.strftime("%H:%M:%S", time.localtime(ts))
+        offset = max(0, int(ts - start)) if start is not None else 0
+    except (OverflowError, OSError, ValueError):
+        return "--:--:--"
     if start is None:
         return wall
-    offset = max(0, int(ts - start))
     minutes, seconds = divmod(offset, 60)
     hours, minutes = divmod(minutes, 60)
     rel = f"+{hours}h{minutes:02d}m" if hours else f"+{minutes}m{seconds:02d}s"

@@ -27,6 +27,7 @@ from collections.abc import Callable
 from launcher.errors import HostError
 from launcher.model import HostConfig
 from launcher.paths import runs_root
+from launcher.privatedir import UnsafePath, ensure_private_dir
 from launcher.transport import shellcmds, sshconfig
 from launcher.transport.base import CommandResult, LineStream, head
 from launcher.transport.local import LocalLineStream, run_process
@@ -57,7 +58,23 @@ def control_dir(run_id: str | None) -> tuple[str, bool]:
     if len(preferred) + _SOCKET_EXTRA < _MAX_SOCKET_PATH:
         return preferred, False
     digest = hashlib.sha256(preferred.encode()).hexdigest()[:12]
-    return os.path.join(tempfile.gettempdir(), f"distlaunch-ssh-{os.getuid()}", digest), False
+    return os.path.join(shared_control_root(), digest), False
+
+
+def shared_control_root() -> str:
+    """The user's folder under /tmp (or $TMPDIR) for the control dirs of runs too deep for a socket."""
+    return os.path.join(tempfile.gettempdir(), f"distlaunch-ssh-{os.getuid()}")
+
+
+def make_control_dir(directory: str) -> None:
+    """Create or verify a run's control dir and, under /tmp, the user's folder above it: each
+    private (0700, the user's, not a symlink) every time, or one line saying what is wrong. A
+    folder another user made there would receive the master's connections."""
+    hint = ""
+    if os.path.dirname(directory) == shared_control_root():
+        hint = "; or set TMPDIR to a directory of yours (the run dir is too deep for a socket under it)"
+        ensure_private_dir(shared_control_root(), hint)
+    ensure_private_dir(directory, hint)
 
 
 class OpenSshHost(shellcmds.ShellHost):
@@ -141,8 +158,11 @@ class OpenSshHost(shellcmds.ShellHost):
         self.resolve()
         self.check_identity_file()
         directory = os.path.dirname(self.socket_path)
-        os.makedirs(directory, mode=0o700, exist_ok=True)
-        os.chmod(directory, 0o700)
+        if not self._temporary:  # a temporary one is mkdtemp's: new and private
+            try:
+                make_control_dir(directory)
+            except UnsafePath as exc:
+                raise HostError(f"{self.label}: {exc}") from None
         with contextlib.suppress(subprocess.TimeoutExpired):
             if self._control("check").returncode == 0:  # a master of this run serves already
                 self._open = True

@@ -22,6 +22,7 @@ from typing import Any
 
 from launcher.errors import HostError
 from launcher.model import HostConfig, HostKeyPolicy
+from launcher.profile.names import address_problem, user_problem
 from launcher.transport import sshoptions
 
 #: settings of ``ssh -G`` whose value is a list of words, not one value
@@ -89,6 +90,9 @@ def resolve(config: HostConfig) -> Route:
     """The route to ``config``'s host; raise HostError (one line) for an unusable ssh_config, or
     one that sets what the built-in client cannot honour (unless the host uses the openssh transport)."""
     settings = config.ssh
+    problem = address_problem(config.address)  # before ssh -G reads it as an option, or a shell sees it
+    if problem is not None:
+        raise HostError(f"host {config.name}: address {problem}")
     path = _config_path(config)
     found: dict[str, list[str]] = {}
     full: dict[str, list[str]] = {}
@@ -112,6 +116,9 @@ def resolve(config: HostConfig) -> Route:
     if (value := pick("ssh_port", "port")) is not None:
         port = int(value[0])
     alias = found.get("hostkeyalias", [None])[0]
+    command = found.get("proxycommand", ["none"])[0]
+    _refuse_unsafe_names(config, user, hostname, from_config="user" in unset and "user" in found,
+                         proxy_command=command != "none")
 
     def expand(text: str) -> str:
         return sshoptions.expand(text, host=hostname, port=port, user=user, alias=config.address,
@@ -136,11 +143,25 @@ def resolve(config: HostConfig) -> Route:
     proxy = found.get("proxyjump", ["none"])[0]
     if proxy != "none":
         jumps = tuple(_jump(spec, path, config) for spec in proxy.split(","))
-    command = found.get("proxycommand", ["none"])[0]
     return Route(target=target, jumps=jumps, known_hosts=known, connect_timeout=timeout, source=source,
                  extra_known_hosts=tuple(extra), host_key_policy=policy, host_key_alias=alias,
-                 proxy_command=None if command == "none" or jumps else expand(command),
+                 proxy_command=None if command == "none" or jumps else sshoptions.expand(
+                     command, host=hostname, port=port, user=user, alias=config.address, key_alias=alias,
+                     quote=True),
                  compression=found.get("compression", ["no"])[0] in ("yes", "true"))
+
+
+def _refuse_unsafe_names(config: HostConfig, user: str, hostname: str, *, from_config: bool,
+                         proxy_command: bool) -> None:
+    """Before any ``%`` token is expanded (CVE-2023-51385): a user or host name with characters a
+    shell acts on is refused where it came from the profile (as OpenSSH 9.6 refuses them from its
+    command line), and from ssh_config too where a ProxyCommand would put it into a shell."""
+    where = f"{config.ssh.ssh_config} sets User" if from_config else "user"
+    problem = user_problem(user) if proxy_command or not from_config else None
+    if problem is None and proxy_command:
+        problem, where = address_problem(hostname), f"{config.ssh.ssh_config} sets HostName"
+    if problem is not None:
+        raise HostError(f"host {config.name}: {where} {problem}")
 
 
 def _auth_settings(found: dict[str, list[str]], expand: Callable[[str], str]) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import getpass
 import hashlib
 import os
+import shlex
 import socket
 
 #: honoured by the built-in client (sshconfig.resolve and SshHost)
@@ -97,8 +98,11 @@ def _refused_value(key: str, value: str) -> bool:
     return bad is None or value.lower() in bad
 
 
-def expand(text: str, *, host: str, port: int, user: str, alias: str, key_alias: str | None = None) -> str:
-    """OpenSSH's ``%`` tokens in ``text`` (ProxyCommand, IdentityFile, ...); ``~`` is left to the caller."""
+def expand(text: str, *, host: str, port: int, user: str, alias: str, key_alias: str | None = None,
+           quote: bool = False) -> str:
+    """OpenSSH's ``%`` tokens in ``text`` (ProxyCommand, IdentityFile, ...); ``~`` is left to the caller.
+    ``quote``: each value shell-quoted (a command run by /bin/sh: ProxyCommand); a value of plain
+    name characters is left as it is."""
     local = socket.gethostname()
     conn = hashlib.sha1(f"{local}{host}{port}{user}".encode()).hexdigest()
     tokens = {"%": "%", "h": host, "p": str(port), "r": user, "n": alias, "u": getpass.getuser(),
@@ -109,7 +113,8 @@ def expand(text: str, *, host: str, port: int, user: str, alias: str, key_alias:
     while index < len(text):
         char = text[index]
         if char == "%" and index + 1 < len(text) and text[index + 1] in tokens:
-            out.append(tokens[text[index + 1]])
+            value = tokens[text[index + 1]]
+            out.append(shlex.quote(value) if quote and text[index + 1] != "%" else value)
             index += 2
             continue
         out.append(char)

@@ -112,7 +112,9 @@ def supervisor_pids(run_id: str) -> list[int]:
             cmdline = (entry / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        named = run_id.encode() in cmdline or any(arg.endswith(run_id.encode()) for arg in cmdline)
+        # its command line reads "distlaunch supervisor RUN" once it runs; `up`'s own just after the fork
+        named = run_id.encode() in cmdline or any(arg.endswith(b" " + run_id.encode()) or arg.endswith(
+            run_id.encode()) for arg in cmdline)
         holds = False
         if inodes and not named:
             with contextlib.suppress(OSError):

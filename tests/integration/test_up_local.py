@@ -20,6 +20,7 @@ from tests.integration.jobtools import (
     pids_with_run_id,
     read_events,
     start_cli,
+    supervisor_pid,
     wait_for,
     wait_for_event,
 )
@@ -58,7 +59,7 @@ def test_shipped_local_profile_trains_and_leaves_nothing(tmp_path: Path) -> None
         kill_run_processes(run_id)
 
 
-def test_killed_launcher_leaves_no_task_after_orphan_grace(tmp_path: Path) -> None:
+def test_killed_supervisor_leaves_no_task_after_orphan_grace(tmp_path: Path) -> None:
     run_dir, run_id = tmp_path / "run", "it-orphans"
     profile = local_ps_profile(tmp_path, steps=1_000_000, orphan_grace=3, ports=True)
     launcher = start_cli("up", str(profile), "--no-tui", "--run-dir", str(run_dir), "--run-id", run_id,
@@ -66,9 +67,9 @@ def test_killed_launcher_leaves_no_task_after_orphan_grace(tmp_path: Path) -> No
     try:
         wait_for_event(run_dir, lambda e: e["kind"] == "metric" and e["task"] == "chief:0", 180,
                        "the chief's first metric")
-        assert len(pids_with_run_id(run_id)) >= 6  # 3 agents + 3 tasks
-        os.kill(launcher.pid, signal.SIGKILL)
-        launcher.wait(timeout=10)
+        assert len(pids_with_run_id(run_id)) >= 7  # the supervisor, 3 wrappers + 3 tasks, the agent
+        os.kill(supervisor_pid(run_dir), signal.SIGKILL)  # the job's supervisor, not `up`, its client
+        assert launcher.wait(timeout=10) == 137
         try:
             wait_for(lambda: not pids_with_run_id(run_id), 3 + 30, "every task to stop after the grace")
         except AssertionError as exc:

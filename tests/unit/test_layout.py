@@ -177,8 +177,9 @@ def test_the_zipapp_ships_exactly_the_host_side_code():
     assert shipped == expected - set(agentpack.NOT_SHIPPED)
 
 
-#: the archive is uploaded on every host's one exec of a launch (bytecode included): 288 KiB today
-MAX_ZIPAPP_BYTES = 320 * 1024
+#: the archive is uploaded on every host's one exec of a launch (bytecode included): 327 KiB today
+#: (taskcgroup.py, the sweep's sessions and cgroups, took it past the 320 KiB this was before)
+MAX_ZIPAPP_BYTES = 336 * 1024
 
 
 def test_the_zipapp_stays_small():

@@ -42,9 +42,10 @@ def test_a_torn_last_line_and_unreadable_run_dirs_are_tolerated(tmp_path: Path) 
     (tmp_path / "garbage").mkdir()
     (tmp_path / "garbage" / "state.json").write_text("{not json")
     (tmp_path / "empty").mkdir()
-    runs = list_runs(tmp_path, now=5000.0)
-    assert [r.run for r in runs] == ["torn"]
-    assert (runs[0].job_state, runs[0].duration_s) == (ev.JOB_SUCCEEDED, 10.0)
+    runs = {r.run: r for r in list_runs(tmp_path, now=5000.0)}
+    assert sorted(runs) == ["garbage", "torn"]  # a dir without state.json is no run
+    assert (runs["torn"].job_state, runs["torn"].duration_s, runs["torn"].skipped_lines) == (ev.JOB_SUCCEEDED, 10.0, 1)
+    assert runs["garbage"].job_state == "unreadable" and runs["garbage"].job_reason.startswith("state.json: ")
 
 
 def test_no_state_root_means_no_runs(tmp_path: Path) -> None:

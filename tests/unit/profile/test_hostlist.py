@@ -58,7 +58,10 @@ def test_a_suffix_after_the_range_is_kept() -> None:
     ("n[]", "empty '[]'"),
     ("n[[1]]", "cannot nest"),
     ("n1]", "without '['"),
-    ("n[1-999999]", "more than 65536 hosts"),
+    ("n[1-999999]", "more than 10000 hosts"),
+    ("n[1-10001]", "more than 10000 hosts"),
+    ("r[1-5000]n[1-5000]", "more than 10000 hosts"),  # counted before the product is expanded
+    ("n[1-6000],m[1-6000]", "more than 10000 hosts"),
 ])
 def test_bad_ranges_are_refused_in_one_line(expression: str, complaint: str) -> None:
     with pytest.raises(hostlist.HostlistError) as caught:

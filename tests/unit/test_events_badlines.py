@@ -1,0 +1,99 @@
+"""The bad-line corpus (tests/data/badlines/) against the event readers: every bad line is refused by
+the checked decoder that reads a run's files, every good one read; the corpus has a wrong type for
+every field the readers use; and the job view and timeline fold whatever the plain decoder lets
+through (a live stream) without raising."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from launcher import events as ev
+from launcher.rundir import EventLines
+from launcher.telemetry import eventcheck
+from launcher.telemetry.jobview import JobView
+from launcher.telemetry.timeline import Timeline, clock_text
+
+CORPUS = Path(__file__).resolve().parents[1] / "data" / "badlines"
+BAD = [raw for raw in (CORPUS / "events.bad.jsonl").read_bytes().split(b"\n") if raw.strip()]
+GOOD = [raw for raw in (CORPUS / "events.good.jsonl").read_bytes().split(b"\n") if raw.strip()]
+
+
+@pytest.mark.parametrize("raw", BAD, ids=[str(n) for n in range(1, len(BAD) + 1)])
+def test_each_bad_line_is_refused_by_the_checked_decoder(raw: bytes) -> None:
+    with pytest.raises((UnicodeDecodeError, ev.EventDecodeError)):
+        eventcheck.decode_checked(raw.decode("utf-8"))
+
+
+def test_each_good_line_is_read() -> None:
+    assert [eventcheck.decode_checked(raw.decode("utf-8")).kind for raw in GOOD][:2] == [ev.JOB, ev.JOB]
+
+
+def _json_lines() -> list[dict[str, Any]]:
+    out = []
+    for raw in BAD:
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            out.append(value)
+    return out
+
+
+def _wrong(value: object, types: tuple[type, ...]) -> bool:
+    return type(value) not in types or (type(value) is int and abs(value) >= 2 ** 63)
+
+
+def test_the_corpus_has_a_wrong_type_for_every_field_the_readers_use() -> None:
+    lines = _json_lines()
+    missing = []
+    for kind, fields in eventcheck.FIELD_TYPES.items():
+        for name, types in fields.items():
+            if not any(line.get("kind") == kind and name in line and _wrong(line[name], types) for line in lines):
+                missing.append(f"{kind}.{name}")
+    for (kind, name), fields in eventcheck.ITEM_TYPES.items():
+        for key, types in fields.items():
+            def wrong_item(line: dict[str, Any], name: str = name, key: str = key,
+                           types: tuple[type, ...] = types) -> bool:
+                items = line.get(name)
+                items = items if isinstance(items, list) else [items]
+                return any(isinstance(i, dict) and key in i and _wrong(i[key], types) for i in items)
+            if not any(line.get("kind") == kind and wrong_item(line) for line in lines):
+                missing.append(f"{kind}.{name}[].{key}")
+    assert not missing, f"add a line with a wrong type for each to tests/data/badlines/events.bad.jsonl: {missing}"
+
+
+def test_a_run_dir_of_good_and_bad_lines_reads_the_good_ones_and_counts_the_bad(tmp_path: Path) -> None:
+    mixed = [line for pair in zip(GOOD, BAD, strict=False) for line in pair] + GOOD[len(BAD):] + BAD[len(GOOD):]
+    torn = (CORPUS / "torn-last-line").read_bytes()
+    (tmp_path / "events.jsonl").write_bytes(b"\n".join(mixed) + b"\n\n" + torn)
+    lines = EventLines(tmp_path)
+    assert [e.to_json() for e in lines] == [raw.decode() for raw in GOOD]
+    assert lines.skipped == len(BAD) + 1
+    note = lines.note()
+    assert note is not None and f"skipped {len(BAD) + 1} bad lines" in note and "\n" not in note
+
+
+def test_the_job_view_and_timeline_fold_what_the_plain_decoder_lets_through() -> None:
+    """A live stream decodes with ``Event.from_json`` only: wrong types reach the fold, which must
+    take each field as it can and go on."""
+    view, timeline = JobView(), Timeline(limit=None)
+    folded = 0
+    for raw in GOOD + BAD:
+        try:
+            event = ev.Event.from_json(raw.decode("utf-8"))
+        except (UnicodeDecodeError, ev.EventDecodeError):
+            continue
+        view.apply(event)
+        timeline.add(event)
+        folded += 1
+    assert folded > len(GOOD) + 40
+    assert view.tasks["worker:0"].restarts == 0 and view.tasks["chief:0"].host == "local"
+    assert view.placement.bytes_per_task()
+    entries = timeline.newest_first()
+    assert entries and all(clock_text(e.ts, view.start_ts) for e in entries)
+    assert clock_text(1e300, None) == clock_text(float("nan"), 0.0) == "--:--:--"
