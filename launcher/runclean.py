@@ -24,7 +24,7 @@ from launcher.errors import UserError
 from launcher.privatedir import owner_name
 from launcher.rundir import DOWN_MARKER, EVENTS_FILE, RUN_MARKER, STACKS_DIR, STATE_FILE, outside_state_dir
 from launcher.runrecord import PROFILE_FILE, RESOLVED_FILE
-from launcher.supervise.daemon import SUPERVISOR_LOG
+from launcher.supervise.daemon import SUPERVISOR_LOCK, SUPERVISOR_LOG
 from launcher.supervise.notify import LOG_FILE as NOTIFY_LOG
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -56,7 +56,7 @@ HOST_LAYOUT = Layout(files=HOST_FILES, prefixes=HOST_PREFIXES, trees=HOST_TREES)
 #: the launcher's run dir (launcher/rundir.py); "ssh": the openssh transport's control sockets
 RUN_LAYOUT = Layout(
     files=frozenset({EVENTS_FILE, STATE_FILE, STATE_FILE + ".tmp", PROFILE_FILE, RESOLVED_FILE, SUPERVISOR_LOG,
-                     NOTIFY_LOG, DOWN_MARKER}),
+                     SUPERVISOR_LOCK, NOTIFY_LOG, DOWN_MARKER}),
     trees=frozenset({"logs", STACKS_DIR, "ssh"}),
     dirs={"hosts": Layout(each=HOST_LAYOUT)},
 )

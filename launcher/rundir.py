@@ -197,6 +197,12 @@ class RunDir:
         self.on_problem(f"cannot write {target}: {what}; the job goes on and events wait in memory "
                         f"(free space under {self.path.parent})")
 
+    def held_event_lines(self) -> list[str]:
+        """The events.jsonl lines a failing disk holds in memory, oldest first (not in the file)."""
+        with self._lock:
+            return [line for path, text in self._pending if path == self._events_file
+                    for line in text.splitlines() if line]
+
     def events_size(self) -> int:
         """The bytes of events.jsonl written so far (a client's history ends there)."""
         with self._lock:

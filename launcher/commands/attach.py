@@ -15,6 +15,7 @@ its tasks' orphan grace would run out on every host while the user waits for one
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -70,8 +71,11 @@ def attach_run(path: Path, tui: bool, as_json: bool = False) -> int:
                         "profile as it was (restore it, or `distlaunch down` the run)")
     shown.bell = profile.notify.bell
     print(f"... no supervisor follows {run_id}: a new one takes it over", file=sys.stderr, flush=True)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # inherited as ignored, the supervisor could not be reaped
+    log = path / daemon.SUPERVISOR_LOG
+    log_from = log.stat().st_size if log.exists() else 0  # the new supervisor's lines, not the last one's
     child = daemon.spawn(path, run_id, lambda: adopt_run(path, state, plan))
-    return follow_supervisor(run_id, path, child=child, shown=shown, attach=True)
+    return follow_supervisor(run_id, path, child=child, shown=shown, attach=True, log_from=log_from)
 
 
 def adopt_run(path: Path, state: dict[str, Any], plan: Plan) -> int:

@@ -28,16 +28,16 @@ from typing import Any
 from launcher import events as ev
 from launcher.commands import notice
 from launcher.errors import UserError
-from launcher.rundir import pid_alive
-from launcher.supervise.daemon import SUPERVISOR_LOG
+from launcher.rundir import pid_alive, read_state
+from launcher.supervise.daemon import SUPERVISOR_LOG, unblock_signals
 from launcher.supervise.remotejob import RemoteJob
 from launcher.supervise.stopsignals import STOP_REASONS, StopSignals
 from launcher.telemetry.printer import JsonPrinter, ProgressPrinter
 
 #: how often the supervisor's log is read for new lines, and its socket tried while it starts
 POLL_S = 0.05
-#: how long a client waits for a supervisor that still runs to open its socket
-CONNECT_TIMEOUT_S = 600.0
+#: how long a client waits for the hello of a supervisor that accepted it (its loop takes the cut)
+HELLO_TIMEOUT_S = 15.0
 #: how long a client that followed the job to its end waits for the supervisor to exit
 EXIT_WAIT_S = 300.0
 
@@ -46,9 +46,9 @@ class LogRelay:
     """Copies what the supervisor writes to its log onto this process's stderr, as it comes.
     ``pause`` while a dashboard owns the terminal (the lines stay in the log)."""
 
-    def __init__(self, path: Path, from_start: bool) -> None:
+    def __init__(self, path: Path, start: int | None) -> None:
         self.path = path
-        self._offset = 0 if from_start else _size(path)
+        self._offset = _size(path) if start is None else start
         self._paused = False
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -148,14 +148,16 @@ def _quietly(call: object) -> None:
 
 
 def follow_supervisor(run_id: str, run_dir: Path, *, child: int | None, shown: Shown,
-                      detach: bool = False, attach: bool = False) -> int:
+                      detach: bool = False, attach: bool = False, log_from: int | None = None) -> int:
     """Follow the run's supervisor (``child``: its pid when this process started it) until the
-    job ends or the user leaves it; the exit code."""
-    relay = LogRelay(run_dir / SUPERVISOR_LOG, from_start=child is not None)
+    job ends or the user leaves it; the exit code. ``log_from``: where in supervisor.log this
+    client's relay starts (None: at its end, the lines from now on)."""
+    relay = LogRelay(run_dir / SUPERVISOR_LOG, start=log_from)
     signums = (signal.SIGTERM, signal.SIGHUP) if attach else (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
     signals = ClientSignals(run_id, child, signums)
     try:
         with signals:
+            unblock_signals()  # held since the fork (supervise/daemon.py): now they reach our handlers
             try:
                 return _follow(run_id, child, shown, detach, attach, signals, relay)
             except KeyboardInterrupt:
@@ -169,12 +171,18 @@ def follow_supervisor(run_id: str, run_dir: Path, *, child: int | None, shown: S
 
 def _follow(run_id: str, child: int | None, shown: Shown, detach: bool, attach: bool,
             signals: ClientSignals, relay: LogRelay) -> int:
-    job = _connect(run_id, child)
+    job = _connect(run_id, child, supervisor=_recorded_supervisor(relay.path.parent) if child is None else None)
     run_dir = relay.path.parent
     if job is None:  # the supervisor ended before it served (a mistake found by the preflight, say)
         relay.stop()
-        return _reaped(child) if child is not None else 1
+        if child is not None:
+            return _reaped(child)
+        notice(f"the supervisor of {run_id} does not answer any more; `distlaunch status {run_id}` says what is left")
+        return 1
     signals.job = job
+    if signals.signum is not None and child is None:  # a SIGTERM came while it connected: pass it on now
+        _quietly(lambda: job.teardown(STOP_REASONS[signals.signum or signal.SIGTERM],
+                                      signal.Signals(signals.signum or signal.SIGTERM).name))
     if detach or signals.hung_up:
         _until_launched(job)
         if job.end is not None or job.note is not None:
@@ -196,11 +204,11 @@ def _follow(run_id: str, child: int | None, shown: Shown, detach: bool, attach: 
     return _ended(job, child, signals, relay)
 
 
-def _connect(run_id: str, child: int | None) -> RemoteJob | None:
-    """The follow connection, once the supervisor serves it (it first prepares the hosts)."""
-    deadline = time.monotonic() + CONNECT_TIMEOUT_S
-    while time.monotonic() < deadline:
-        job = RemoteJob.follow(run_id, timeout=2.0)
+def _connect(run_id: str, child: int | None, supervisor: int | None = None) -> RemoteJob | None:
+    """The follow connection, once the supervisor serves it (it first prepares the hosts, for as
+    long as that takes); None once the supervisor ``child`` (or the recorded ``supervisor``) is gone."""
+    while True:
+        job = RemoteJob.follow(run_id, timeout=HELLO_TIMEOUT_S)
         if job is not None:
             return job
         if child is not None:
@@ -208,9 +216,17 @@ def _connect(run_id: str, child: int | None) -> RemoteJob | None:
             if pid:
                 _CHILD_STATUS[child] = status
                 return None
+        elif supervisor is None or not pid_alive(supervisor):
+            return None
         time.sleep(POLL_S)
-    raise UserError(f"the supervisor of {run_id} did not answer within {CONNECT_TIMEOUT_S:.0f} s; "
-                    f"see {SUPERVISOR_LOG} in the run dir")
+
+
+def _recorded_supervisor(run_dir: Path) -> int | None:
+    with contextlib.suppress(OSError, ValueError, UserError):
+        state = read_state(run_dir)
+        pid = state.get("supervisor_pid", state.get("launcher_pid"))
+        return pid if isinstance(pid, int) else None
+    return None
 
 
 #: exit codes of a supervisor that did not end by itself (130 and 143 are its own, after a stop)
@@ -298,28 +314,29 @@ def _print_lines(job: RemoteJob, shown: Shown, signals: ClientSignals) -> None:
 
 def _ended(job: RemoteJob, child: int | None, signals: ClientSignals, relay: LogRelay) -> int:
     """The job ended (or the supervisor went away): the exit code, once the supervisor is gone."""
-    if job.end is None and job.note is None and job.closed:  # the dashboard closed it: follow to the end
-        again = RemoteJob.follow(job.run_id, history=False)
-        if again is not None:
-            for _event in again.events():
-                pass
-            job = again
     job.close()
+    pid = child if child is not None else job.supervisor_pid
+    # the stream ended before the job did (a dashboard that closed it, a client let go for falling
+    # behind, a busy supervisor): follow it again, without the history, to its end
+    while job.end is None and pid is not None and pid_alive(pid):
+        again = RemoteJob.follow(job.run_id, timeout=HELLO_TIMEOUT_S, history=False)
+        if again is None:
+            break
+        for _event in again.events():
+            pass
+        again.close()
+        job.end, job.note = again.end, None
     if child is not None:
         code = _reaped(child)
         relay.stop()
-        if job.end is None and job.note is None and code in _KILLED:
+        if job.end is None and code in _KILLED:
             notice(f"the supervisor of {job.run_id} was killed ({_KILLED[code]}); "
                    f"`distlaunch attach {job.run_id}` within the orphan grace takes the job over")
         return code
-    pid = job.supervisor_pid
     deadline = time.monotonic() + EXIT_WAIT_S
     while pid is not None and pid_alive(pid) and time.monotonic() < deadline:
         time.sleep(POLL_S)
     relay.stop()
-    if job.note is not None:
-        notice(f"the supervisor let this client go: {job.note}; `distlaunch attach {job.run_id}` follows it again")
-        return 1
     if job.end is None:
         notice(f"the supervisor of {job.run_id} went away; `distlaunch status {job.run_id}` says what is left")
         return 1

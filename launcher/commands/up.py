@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import resource
+import signal
 import socket
 import sys
 from collections.abc import Callable
@@ -72,25 +73,23 @@ def run_up(args: argparse.Namespace) -> int:
     if hint:
         notice(hint)
     _progress(quiet=False)(f"run {run_id} ({rundir.path})")
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # inherited as ignored, the supervisor could not be reaped
     child = daemon.spawn(rundir.path, run_id, lambda: supervise_new_run(plan, rundir))
     shown = Shown(tui=tui, json=args.json, title=profile.name, strategy=profile.strategy,
                   hosts_total=len({t.host for t in plan.tasks}), bell=profile.notify.bell)
-    return follow_supervisor(run_id, rundir.path, child=child, shown=shown, detach=args.detach)
+    return follow_supervisor(run_id, rundir.path, child=child, shown=shown, detach=args.detach, log_from=0)
 
 
 def supervision_hint(plan: Plan) -> str | None:
     """One line when this machine is none of the job's hosts: the supervisor runs here, so this
     machine must stay up (and awake) for as long as the job runs."""
-    if any(h.transport == "local" or h.address in LOCAL_ADDRESSES for h in plan.profile.hosts.values()):
+    here = {"localhost", "127.0.0.1", "::1", socket.gethostname()}
+    if any(h.transport == "local" or h.address in here for h in plan.profile.hosts.values()):
         return None
     if all(h.transport == "slurm" for h in plan.profile.hosts.values()):
         return None  # `up` runs inside the allocation (its batch script or salloc shell)
     return ("hint: this machine supervises the job (restarts, its end, [notify]); for a job of hours run `up` "
             "on a login or head node that stays up, not on a laptop that sleeps")
-
-
-#: addresses that mean "this machine" in a profile
-LOCAL_ADDRESSES = frozenset({"localhost", "127.0.0.1", "::1", socket.gethostname(), socket.getfqdn()})
 
 
 def supervise_new_run(plan: Plan, rundir: RunDir) -> int:

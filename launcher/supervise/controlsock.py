@@ -33,8 +33,8 @@ ACTIONS = ("restart", "stop", "teardown", "detach", "stacks", "follow")
 MAX_REQUEST = 64 * 1024
 #: how long a connection may take to send its request: an idle one must not hold anything up
 REQUEST_DEADLINE_S = 5.0
-#: batches a follower may leave unread before it is dropped (it reattaches from the history)
-MAX_BACKLOG = 20_000
+#: how long one send to a follower may wait (a client that stopped reading is let go)
+SEND_TIMEOUT_S = 30.0
 
 
 def _address(run_id: str) -> str:
@@ -99,37 +99,55 @@ class ControlServer:
         """A client (the dashboard, --no-tui, --json, attach): a hello line, the history (events.jsonl
         up to the cut), ``#live``, then every event as it is published and ``#launched`` once the
         launch is over, and last ``#end {outcome, exit_code}``. A client that stops reading is
-        dropped once MAX_BACKLOG batches wait for it; one that goes away is simply dropped."""
+        dropped once its feed holds MAX_BACKLOG batches (core.LineFeed) or a send has waited
+        SEND_TIMEOUT_S; one that goes away is dropped at once. Nothing of the job waits for it."""
         sup = self.control
         cut = sup.follow_from_now()
-        hello = {"run_id": sup.run_id, "supervisor_pid": os.getpid(), "launched": bool(cut and cut[2])}
-        conn.settimeout(None)
+        conn.settimeout(SEND_TIMEOUT_S)
         with conn:
+            if cut is None:
+                with contextlib.suppress(OSError):
+                    if sup.loop_ended():  # the job is over: its whole history, then its end
+                        self._send_ended(conn, history)
+                    else:
+                        conn.sendall(b"#dropped the supervisor is busy; follow it again\n")
+                return
+            feed, size, launched = cut
+            gone = threading.Event()
             try:
+                threading.Thread(target=_watch_client, args=(conn, feed, gone), name="control-client",
+                                 daemon=True).start()
+                hello = {"run_id": sup.run_id, "supervisor_pid": os.getpid(), "launched": launched}
                 conn.sendall(f"#hello {json.dumps(hello)}\n".encode())
                 if history:
-                    _send_history(conn, sup.rundir.path / EVENTS_FILE, cut[1] if cut else None)
+                    _send_history(conn, sup.rundir.path / EVENTS_FILE, size)
                 conn.sendall(b"#live\n")
-                if cut is not None:
-                    feed = cut[0]
-                    gone = threading.Event()
-                    threading.Thread(target=_watch_client, args=(conn, feed, gone), name="control-client",
-                                     daemon=True).start()
-                    try:
-                        for batch in feed.batches():
-                            if feed.backlog() > MAX_BACKLOG:
-                                conn.sendall(b"#dropped this client fell behind\n")
-                                return
-                            conn.sendall(("\n".join(batch) + "\n").encode())
-                    finally:
-                        sup.unfollow(feed)
-                    if gone.is_set():
-                        return
-                    sup.wait()
-                end = {"outcome": sup.outcome, "exit_code": self._exit_code(sup.outcome)}
-                conn.sendall(f"#end {json.dumps(end)}\n".encode())
+                for batch in feed.batches():
+                    conn.sendall(("\n".join(batch) + "\n").encode())
             except OSError:
-                return  # the client went away: nothing of the job depends on it
+                return  # the client went away (or stopped reading): nothing of the job depends on it
+            finally:
+                sup.unfollow(feed)
+            with contextlib.suppress(OSError):
+                if feed.dropped:
+                    conn.sendall(b"#dropped this client fell behind; follow it again\n")
+                elif not gone.is_set():
+                    sup.wait()
+                    self._send_end(conn)
+
+    def _send_ended(self, conn: socket.socket, history: bool) -> None:
+        sup = self.control
+        hello = {"run_id": sup.run_id, "supervisor_pid": os.getpid(), "launched": False}
+        conn.sendall(f"#hello {json.dumps(hello)}\n".encode())
+        if history:
+            _send_history(conn, sup.rundir.path / EVENTS_FILE, None)
+        conn.sendall(b"#live\n")
+        sup.wait()
+        self._send_end(conn)
+
+    def _send_end(self, conn: socket.socket) -> None:
+        outcome = self.control.outcome
+        conn.sendall(f"#end {json.dumps({'outcome': outcome, 'exit_code': self._exit_code(outcome)})}\n".encode())
 
     def _stacks(self, conn: socket.socket, request: dict[str, Any]) -> None:
         tasks, timeout = request.get("tasks"), request.get("timeout_s")

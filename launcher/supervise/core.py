@@ -96,6 +96,9 @@ class Feed:
         self._queue.put(None)
 
 
+#: unread batches after which a client's line feed is dropped (it reattaches from the history)
+MAX_BACKLOG = 20_000
+
 #: the marker a line feed carries once the launch has started every task (``up --detach`` waits for it)
 LAUNCHED = "#launched"
 
@@ -107,10 +110,18 @@ class LineFeed:
     def __init__(self) -> None:
         self._queue: queue.SimpleQueue[list[str] | None] = queue.SimpleQueue()
         self._closed = False
+        self.dropped = False  # let go for falling behind
 
     def put_lines(self, lines: list[str]) -> None:
-        if not self._closed and lines:
-            self._queue.put(lines)
+        """Queue a batch; a client that has left this many unread (it stopped reading: Ctrl-Z,
+        a pager) is dropped here, so its backlog cannot grow the supervisor without bound."""
+        if self._closed or not lines:
+            return
+        if self._queue.qsize() >= MAX_BACKLOG:
+            self.dropped = True
+            self.close()
+            return
+        self._queue.put(lines)
 
     def backlog(self) -> int:
         """Batches not yet taken: a client that stopped reading makes this grow."""
@@ -152,6 +163,7 @@ class SupervisorCore:
         #: clients that follow the job over the control socket (the dashboard, --no-tui, attach)
         self.clients = 0
         self._line_feeds: list[LineFeed] = []
+        self._launch_failed = False
         self._inbox: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
         self._executors = {h: HostWorker(f"host-{h}") for h in sessions}
         self._streams: dict[str, LineStream] = {}

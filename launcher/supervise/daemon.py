@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import fcntl
 import os
 import signal
 import sys
@@ -28,6 +29,10 @@ from launcher.errors import UserError
 from launcher.paths import internal_log_path
 
 SUPERVISOR_LOG = "supervisor.log"
+#: held by the run's supervisor for its life (flock): never two supervisors of one run
+SUPERVISOR_LOCK = "supervisor.lock"
+#: the signals held back across the fork (see ``spawn``)
+HELD_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
 #: the supervisor's name in `ps -o comm` and /proc/PID/comm (15 characters at most)
 PROCESS_NAME = "distlaunch-sup"
 
@@ -41,6 +46,9 @@ def spawn(run_dir: Path, run_id: str, body: Callable[[], int]) -> int:
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):
             stream.flush()
+    # a stop signal between the fork and the handlers on either side waits, blocked, for them:
+    # the parent unblocks once its client handlers are in place (follow.py), the child below
+    signal.pthread_sigmask(signal.SIG_BLOCK, HELD_SIGNALS)
     pid = os.fork()
     if pid:
         os.close(fd)
@@ -49,11 +57,17 @@ def spawn(run_dir: Path, run_id: str, body: Callable[[], int]) -> int:
     try:
         os.setsid()
         signal.signal(signal.SIGHUP, signal.SIG_IGN)  # no terminal: a hang-up is nobody's to send
-        for signum in (signal.SIGINT, signal.SIGTERM):  # the parent's client handlers are not ours
-            signal.signal(signum, signal.SIG_DFL if signum == signal.SIGTERM else signal.default_int_handler)
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # the parent's client handlers are not ours
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
         _own_streams(fd)
         _name_process(f"distlaunch supervisor {run_id}")
-        code = _guarded(body)
+        if not _only_supervisor(run_dir):
+            code = 2
+        else:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, HELD_SIGNALS)
+            code = _guarded(body)
+    except BaseException:  # never back into the parent's code: a child only ever leaves by _exit
+        code = 1
     finally:
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(Exception):
@@ -76,6 +90,24 @@ def _own_streams(log_fd: int) -> None:
     sys.stdout = os.fdopen(1, "w", buffering=1, encoding="utf-8", errors="replace", closefd=False)
     sys.stderr = os.fdopen(2, "w", buffering=1, encoding="utf-8", errors="replace", closefd=False)
     sys.stdin = open(os.devnull, encoding="utf-8")  # noqa: SIM115 - for the process's life
+
+
+def unblock_signals() -> None:
+    """The parent's half of ``spawn``'s signal hold, once its own handlers are installed."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, HELD_SIGNALS)
+
+
+def _only_supervisor(run_dir: Path) -> bool:
+    """Take the run's supervisor lock for this process's life; False (said) when another
+    supervisor holds it: two `attach` of one lost run must not both adopt it."""
+    try:
+        fd = os.open(run_dir / SUPERVISOR_LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        print("distlaunch: error: another supervisor already supervises this run; "
+              "`distlaunch attach` follows it", file=sys.stderr, flush=True)
+        return False
+    return True  # the descriptor stays open, and the lock held, until the process exits
 
 
 def _name_process(title: str) -> None:

@@ -74,6 +74,8 @@ class StopSignals:
         self.leave: Callable[[], None] | None = None
         #: say the stop on stderr (a client whose supervisor says it itself does not)
         self.announce = True
+        #: a later Ctrl-C abandons the wait (a client; a supervisor, whose wait is the teardown, never)
+        self.may_abandon = True
         #: what a later Ctrl-C that abandons the wait says
         self.abandon_text = ("abandoned the wait: the hosts' agents finish the stop they were asked for, or stop "
                              "what is left after the orphan grace")
@@ -115,7 +117,8 @@ class StopSignals:
             self.on_stop(STOP_REASONS[signum], name)
             self._leave()
             return
-        if signum == signal.SIGINT and self.signum is not None and now - self._first_at >= SAME_STOP_SECONDS:
+        if signum == signal.SIGINT and self.signum is not None and now - self._first_at >= SAME_STOP_SECONDS \
+                and self.may_abandon:
             say(self.abandon_text)
             raise KeyboardInterrupt  # the user does not want to wait for the teardown any more
         # otherwise: the same stop, signalled again (the process group, or impatience)
@@ -147,6 +150,7 @@ class JobSignals(StopSignals):
 
     def __init__(self, run_id: str) -> None:
         super().__init__(self._stop, lambda: None, signums=(signal.SIGINT, signal.SIGTERM))
+        self.may_abandon = False  # nobody is waiting on a supervisor: its teardown always finishes
         self.run_id = run_id
         self.sup: Supervisor | None = None
 

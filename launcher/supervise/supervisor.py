@@ -39,17 +39,20 @@ class Supervisor(Restarts):
         except BaseException as exc:
             reason = f"launch failed: {exc}"
             self._call(lambda: self._finish(ev.JOB_FAILED, reason))
-            self._call(self._launched)
+            self._call(lambda: self._launched(ok=False))
             self.wait()
             raise
         self._call(self._launched)
         self._call(self.write_state)  # on the loop: the streams' offsets change there, never mid-dump
 
-    def _launched(self) -> None:
-        """The launch has started every task: the restarts that fell due meanwhile go now."""
+    def _launched(self, ok: bool = True) -> None:
+        """The launch has started every task: the restarts that fell due meanwhile go now. A
+        launch that failed tells clients nothing here: its job's end (``#end``) is their answer."""
         self._launching = False
-        for line_feed in self._line_feeds:
-            line_feed.put_lines([LAUNCHED])
+        self._launch_failed = not ok
+        if ok:
+            for line_feed in self._line_feeds:
+                line_feed.put_lines([LAUNCHED])
         groups, self._after_launch = self._after_launch, []
         for group in groups:
             self._restart_now(group)
@@ -164,30 +167,42 @@ class Supervisor(Restarts):
 
     def follow_from_now(self, timeout: float = 10.0) -> tuple[LineFeed, int, bool] | None:
         """A client's cut of the job (the follow socket): a line feed of every event published
-        from now on, the size of events.jsonl now (the history before the cut) and whether the
-        launch is over, all taken on the loop, so nothing falls between history and feed. None
-        when the job has ended (or its loop did not answer within ``timeout``)."""
+        from now on (starting with the event lines a full disk holds back, which are in no file
+        yet), the size of events.jsonl now (the history before the cut) and whether the launch
+        is over, all taken on the loop, so nothing falls between history and feed. None when the
+        job has ended or its loop did not answer within ``timeout`` (a cut that comes later is
+        undone, so no feed is left behind)."""
         answer: list[tuple[LineFeed, int, bool]] = []
         taken = threading.Event()
-        gave_up = threading.Event()
+        lock = threading.Lock()
+        gave_up = False
 
         def cut() -> None:
-            if gave_up.is_set() or self._done.is_set():
-                return
-            feed = LineFeed()
-            self._line_feeds.append(feed)
-            self.clients += 1
-            answer.append((feed, self.rundir.events_size(), not self._launching))
-            taken.set()
+            with lock:
+                if gave_up or self._done.is_set():
+                    return
+                feed = LineFeed()
+                feed.put_lines(self.rundir.held_event_lines())
+                self._line_feeds.append(feed)
+                self.clients += 1
+                launched = not self._launching and not self._launch_failed
+                answer.append((feed, self.rundir.events_size(), launched))
+                taken.set()
             self.write_state()
 
         self._call(cut)
         deadline = time.monotonic() + timeout
         while not taken.wait(0.2):
             if self._done.is_set() or time.monotonic() > deadline:
-                gave_up.set()
-                return None
+                with lock:
+                    gave_up = True
+                    if not answer:
+                        return None
+                break
         return answer[0]
+
+    def loop_ended(self) -> bool:
+        return self._done.is_set()
 
     def unfollow(self, feed: LineFeed) -> None:
         """A client left (or fell behind and was dropped)."""

@@ -28,6 +28,7 @@ from tests.integration.jobtools import (
     pids_with_run_id,
     read_events,
     start_cli,
+    supervisor_pids,
     wait_for,
     wait_for_event,
     write_profile,
@@ -311,4 +312,31 @@ def test_attach_within_the_grace_adopts_a_run_whose_supervisor_was_killed(tmp_pa
     finally:
         if attach is not None and attach.poll() is None:
             attach.kill()
+        kill_run_processes(run_id)
+
+
+def test_two_attaches_of_a_lost_run_start_one_supervisor(tmp_path: Path) -> None:
+    """Both would adopt the run (double restarts, two writers of its files): the supervisor's
+    lock lets one in; the other attach says so."""
+    run_dir, run_id = tmp_path / "run", f"sup-twice-{secrets.token_hex(2)}"
+    profile = ticker_profile(tmp_path, "twice", orphan_grace=30)
+    attaches: list[subprocess.Popen[bytes]] = []
+    try:
+        up = cli("up", str(profile), "--detach", "--run-dir", str(run_dir), "--run-id", run_id, timeout=120)
+        assert up.returncode == 0, up.stdout + up.stderr
+        gone = _state(run_dir)["supervisor_pid"]
+        os.kill(gone, signal.SIGKILL)
+        wait_for(lambda: not pid_alive(gone), 10, "the supervisor to die")
+        attaches = [start_cli("attach", str(run_dir), "--no-tui", log=tmp_path / f"attach{n}.log") for n in (1, 2)]
+        wait_for(lambda: _state(run_dir).get("supervisor_pid") not in (None, gone), 60, "a new supervisor")
+        ended = wait_for(lambda: [p for p in attaches if p.poll() is not None], 60, "one attach to give way")
+        assert len(ended) == 1 and ended[0].returncode == 2
+        told = (tmp_path / f"attach{attaches.index(ended[0]) + 1}.log").read_text()
+        assert "another supervisor already supervises this run" in told, told
+        assert len(supervisor_pids(run_id)) == 1
+    finally:
+        cli("down", str(run_dir), timeout=60)
+        for proc in attaches:
+            if proc.poll() is None:
+                proc.kill()
         kill_run_processes(run_id)
