@@ -16,6 +16,7 @@ import pytest
 from tests.integration.jobtools import (
     REPO,
     kill_run_processes,
+    local_ps_profile,
     pids_with_run_id,
     read_events,
     start_cli,
@@ -80,3 +81,30 @@ hosts = ["local"]
                                "(worker:1 was stopped, state T) (UnavailableError at mwms_tutorial_loop.py:55)")
     log = (tmp_path / "up.log").read_text()
     assert f"root cause: worker:1 (worker:0 failed first: exit code 1: {failed['cause']})" in log, log[-3000:]
+
+
+@pytest.mark.timeout(300)
+def test_a_frozen_parameter_server_is_named_as_the_suspect_of_the_stall(tmp_path: Path) -> None:
+    """ParameterServerStrategy prints nothing when a ps freezes: its workers and chief just wait.
+    What names it is the stall: the chief's step stops, the stacks capture finds ps:0 stopped,
+    and the stall line says so."""
+    text = local_ps_profile(tmp_path, steps=1_000_000, name="it-frozen-ps", ports=True).read_text()
+    text = text.replace("grace_seconds = 5", "grace_seconds = 2\nstall_seconds = 4")
+    path = write_profile(tmp_path / "ps.toml", text)
+    run_dir, run_id = tmp_path / "run", "it-frozen-ps"
+    proc = start_cli("up", str(path), "--no-tui", "--run-dir", str(run_dir), "--run-id", run_id,
+                     log=tmp_path / "up.log")
+    try:
+        wait_for_event(run_dir, lambda e: e["kind"] == "metric" and e["task"] == "chief:0"
+                       and (e.get("step") or 0) >= 40, 180, "the chief training")
+        group = next(e for e in read_events(run_dir)
+                     if e["kind"] == "state" and e["task"] == "ps:0" and e.get("pid"))["pid"]
+        os.kill(task_python(run_id, group, "examples/ps_mnist.py"), signal.SIGSTOP)
+        stalled = wait_for_event(run_dir, lambda e: e["kind"] == "condition" and e.get("condition") == "stalled"
+                                 and e.get("active") and "suspect ps:0: it is stopped" in str(e.get("reason")),
+                                 60, "a stall line naming the frozen ps")
+        assert stalled["task"] in ("chief:0", "worker:0"), stalled
+    finally:
+        kill_run_processes(run_id)
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
