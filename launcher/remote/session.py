@@ -63,9 +63,10 @@ def remove_host_dir_script(base: str) -> str:
 def stale_upload_cleanup(pyz: str) -> str:
     """Shell that removes ``pyz``'s temporary upload files whose writer is gone (the pid in the
     name is dead; an older name without one): an upload that was killed leaves one behind."""
-    return (f"for f in {shlex.quote(pyz + '.tmp')}*; do [ -e \"$f\" ] || continue; p=${{f##*.tmp-}}; "
+    # one group, true in the end: chained after `mkdir ... &&`, a failure before it must stay one
+    return (f"{{ for f in {shlex.quote(pyz + '.tmp')}*; do [ -e \"$f\" ] || continue; p=${{f##*.tmp-}}; "
             "case $p in ''|*[!0-9]*) rm -f -- \"$f\";; *) kill -0 \"$p\" 2>/dev/null || rm -f -- \"$f\";; esac; "
-            "done; :")
+            "done; :; }")
 
 
 class HostSession:
