@@ -213,7 +213,8 @@ def test_mwms_kill_9_of_a_worker_during_fit_recovers_to_succeeded(tmp_path: Path
 def test_legacy_keras_optimizer_custom_loop_reports_step_and_loss(tmp_path: Path) -> None:
     pytest.importorskip("tf_keras", reason="tf-keras (a test dependency) provides optimizers.legacy")
     roles = "[roles.worker]\ncount = 1\n"
-    path = profile(tmp_path, "legacy_optimizer_loop.py", roles, "custom", 'TF_USE_LEGACY_KERAS = "1"')
+    # 3000 steps: under a millisecond each, 300 could be over in the few reads a loaded machine allows
+    path = profile(tmp_path, "legacy_optimizer_loop.py", roles, "custom", 'TF_USE_LEGACY_KERAS = "1", STEPS = "3000"')
     events = run_job(tmp_path, path, "it-al-legacy")
     steps = steps_of(events, "worker:0")
     # its steps take well under a millisecond: read every 10 ms, they show every few dozen
