@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import select
 import socket
 import struct
 import threading
@@ -34,7 +35,7 @@ MAX_REQUEST = 64 * 1024
 #: how long a connection may take to send its request: an idle one must not hold anything up
 REQUEST_DEADLINE_S = 5.0
 #: how long one send to a follower may wait (a client that stopped reading is let go)
-SEND_TIMEOUT_S = 30.0
+SEND_TIMEOUT_S = float(os.environ.get("DISTLAUNCH_CLIENT_SEND_TIMEOUT") or 30.0)
 
 
 def _address(run_id: str) -> str:
@@ -195,9 +196,13 @@ class ControlServer:
 def _watch_client(conn: socket.socket, feed: LineFeed, gone: threading.Event) -> None:
     """A follower sends nothing after its request: end its feed as soon as it hangs up, so
     `status` stops counting it at once, not at the next event."""
+    # wait with select, not recv: the socket's timeout (SEND_TIMEOUT_S, for sends) would end a
+    # recv after that long of the client's normal silence, and with it the client's feed
     with contextlib.suppress(OSError, ValueError):
-        while conn.recv(4096):
-            pass
+        while True:
+            select.select([conn], [], [])
+            if not conn.recv(4096):
+                break
     gone.set()
     feed.close()
 

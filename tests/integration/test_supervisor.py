@@ -377,3 +377,33 @@ def _wait_for_file(path: Path) -> int:
     while not path.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
     return 0
+
+
+def test_a_quiet_client_keeps_its_stream_past_the_send_timeout(tmp_path: Path) -> None:
+    """Clients send nothing after their request: that silence must not end their stream. With
+    the send timeout at 1 s, `up --json` still gets every event of a 4 s job, and its end."""
+    (tmp_path / "tick.py").write_text("import time\nfrom launcher import report\nreport.configure(min_interval=0)\n"
+                                      "for step in range(1, 21):\n    report.report(step=step, loss=1.0)\n"
+                                      "    time.sleep(0.2)\n")
+    profile = write_profile(tmp_path / "quiet.toml", f"""
+name = "quiet"
+strategy = "custom"
+[defaults]
+command = "{{python}} tick.py"
+workdir = "{tmp_path}"
+[hosts.local]
+address = "localhost"
+transport = "local"
+[roles.worker]
+count = 1
+""")
+    run_dir, run_id = tmp_path / "run", f"sup-quiet-{secrets.token_hex(2)}"
+    try:
+        up = cli("up", str(profile), "--json", "--run-dir", str(run_dir), "--run-id", run_id, timeout=120,
+                 env={"DISTLAUNCH_CLIENT_SEND_TIMEOUT": "1"})
+        assert up.returncode == 0, up.stderr[-2000:]
+        shown = [json.loads(line) for line in up.stdout.splitlines() if line.startswith("{")]
+        assert [e["step"] for e in shown if e["kind"] == "metric"] == list(range(1, 21))
+        assert shown[-1]["kind"] == "job" and shown[-1]["state"] == "Succeeded", shown[-3:]
+    finally:
+        kill_run_processes(run_id)
