@@ -9,13 +9,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from launcher import __version__
 from launcher.errors import UserError
-from launcher.paths import internal_log_path
+from launcher.paths import log_internal_error
 from launcher.profile.overrides import is_secret, overrides_from
 from launcher.telemetry.timeline import TIMELINE_KINDS
 
@@ -331,16 +330,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         return 1
     except Exception as exc:
-        log = internal_log_path()
-        try:
-            log.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            os.chmod(log.parent, 0o700)
-            with open(log, "a", encoding="utf-8", opener=lambda p, f: os.open(p, f, 0o600)) as fh:
-                os.fchmod(fh.fileno(), 0o600)
-                fh.write(f"--- distlaunch {' '.join(loggable_argv(argv))}\n")
-                traceback.print_exc(file=fh)
-        except OSError:
-            pass
+        log = log_internal_error(f"--- distlaunch {' '.join(loggable_argv(argv))}")
         print(f"distlaunch: internal error: {type(exc).__name__}: {exc} (details in {log})", file=sys.stderr)
         return 1
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import traceback
 from pathlib import Path
 
 
@@ -22,3 +23,20 @@ def runs_root() -> Path:
 
 def internal_log_path() -> Path:
     return state_home() / "distlaunch.log"
+
+
+def log_internal_error(header: str) -> Path:
+    """Append ``header`` and the traceback being handled to the internal log (0600 in a 0700
+    directory: it may name paths and arguments); its path, for the one line that points at it.
+    A log that cannot be written loses the entry, never the caller."""
+    log = internal_log_path()
+    try:
+        log.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        os.chmod(log.parent, 0o700)
+        with open(log, "a", encoding="utf-8", opener=lambda p, f: os.open(p, f, 0o600)) as fh:
+            os.fchmod(fh.fileno(), 0o600)
+            fh.write(header.rstrip("\n") + "\n")
+            traceback.print_exc(file=fh)
+    except OSError:
+        pass
+    return log

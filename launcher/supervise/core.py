@@ -16,13 +16,11 @@ under it define (plus the two decisions below, which the layers above make):
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import os
 import queue
 import threading
 import time
-import traceback
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -31,7 +29,7 @@ from typing import Any
 from launcher import events as ev
 from launcher.events import Event
 from launcher.model import Plan, TaskSpec
-from launcher.paths import internal_log_path
+from launcher.paths import log_internal_error
 from launcher.profile.overrides import mask_secrets
 from launcher.remote.session import HostSession
 from launcher.rundir import RunDir, host_to_json
@@ -240,12 +238,7 @@ class SupervisorCore:
         try:
             fn()
         except Exception as exc:
-            log = internal_log_path()
-            with contextlib.suppress(OSError):
-                log.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-                with log.open("a", encoding="utf-8") as fh:
-                    fh.write(f"--- supervisor {os.getpid()} of {self.run_id}: loop item failed\n")
-                    traceback.print_exc(file=fh)
+            log = log_internal_error(f"--- supervisor {os.getpid()} of {self.run_id}: loop item failed")
             self._notice(f"internal error in the supervisor ({type(exc).__name__}: {exc}); it goes on "
                          f"(details in {log})")
 

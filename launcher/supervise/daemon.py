@@ -21,12 +21,11 @@ import fcntl
 import os
 import signal
 import sys
-import traceback
 from collections.abc import Callable
 from pathlib import Path
 
 from launcher.errors import UserError
-from launcher.paths import internal_log_path
+from launcher.paths import log_internal_error
 
 SUPERVISOR_LOG = "supervisor.log"
 #: held by the run's supervisor for its life (flock): never two supervisors of one run
@@ -138,12 +137,7 @@ def _guarded(body: Callable[[], int]) -> int:
         print("distlaunch: supervisor interrupted", file=sys.stderr)
         return 130
     except Exception as exc:
-        log = internal_log_path()
-        with contextlib.suppress(OSError):
-            log.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            with log.open("a", encoding="utf-8") as fh:
-                fh.write(f"--- distlaunch supervisor {os.getpid()}\n")
-                traceback.print_exc(file=fh)
+        log = log_internal_error(f"--- distlaunch supervisor {os.getpid()}")
         print(f"distlaunch: internal error in the supervisor: {type(exc).__name__}: {exc} (details in {log})",
               file=sys.stderr)
         return 1
