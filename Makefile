@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test screenshot lint typecheck unit integration bench clean
+.PHONY: demo test screenshot lint typecheck unit integration container-image bench clean
 
 $(STAMP): pyproject.toml
 	@test -n "$(PYTHON)" || { echo "make: need python3.11 (or python3 >= 3.11) on PATH"; exit 2; }
@@ -39,6 +39,10 @@ unit: $(STAMP)
 
 integration: $(STAMP)
 	$(BIN)/python -m pytest -q -ra tests/integration
+
+## the container tests' Docker image (tests/containerimage.py): seconds when present, ~1 min cold, as root
+container-image: $(STAMP)
+	$(BIN)/python -m tests.containerimage
 
 bench: $(STAMP)
 	@for b in benchmarks/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done

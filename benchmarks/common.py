@@ -83,12 +83,15 @@ def sshd_hosts(count: int, prefix: str = "h", nice: int = 0) -> Iterator[list[Be
 
 def ssh_profile(path: Path, name: str, hosts: list[BenchHost], roles: dict[str, dict[str, Any]], *,
                 strategy: str = "custom", command: str = "sleep 30", sample_interval: float = 1.0,
-                workdir: str = "/tmp", extra_top: str = "", client: str = "builtin") -> Path:
+                workdir: str = "/tmp", extra_top: str = "", client: str = "builtin",
+                container: str | None = None) -> Path:
     """Write a profile whose hosts are the given sshds; ``roles`` maps role -> {count, command?};
-    ``client``: [ssh] client, "openssh" for the system ssh client."""
+    ``client``: [ssh] client, "openssh" for the system ssh client; ``container``: an image every
+    task runs in (docker; {python} is then the image's)."""
+    runs_in = f"container = {{ image = {json.dumps(container)} }}" if container else f'python = "{PYTHON}"'
     lines = [f'name = "{name}"', f'strategy = "{strategy}"', 'success_policy = "chief"',
              "orphan_grace_seconds = 30", f"sample_interval = {sample_interval}", extra_top, "",
-             "[defaults]", f"command = {json.dumps(command)}", f'python = "{PYTHON}"',
+             "[defaults]", f"command = {json.dumps(command)}", runs_in,
              f'workdir = "{workdir}"', 'restart = "never"', "grace_seconds = 5", "",
              "[ssh]", 'host_key_policy = "reject"', "connect_timeout = 10", f'client = "{client}"', ""]
     for h in hosts:

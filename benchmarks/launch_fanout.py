@@ -14,13 +14,17 @@ ports picked at launch) are spread over them in order. For each size, alternatin
 * ``ssh serial``: the sum of one ``ssh host true`` per task, one after another;
 * with ``--transport openssh``: ``openssh total`` and ``openssh launch``, the same ``up`` with
   ``[ssh] client = "openssh"`` (the system ssh client over one master per host), beside the
-  built-in client's and pdsh's.
+  built-in client's and pdsh's;
+* with ``--container [IMAGE]``: ``container total`` and ``container launch``, the same ``up`` with
+  every task in a docker container of IMAGE (default the test image, ``distlaunch-test:tf2.21``,
+  tests/containerimage.py), beside the bare figures: what a container costs (the image check in
+  preflight, ``docker run`` per task until the agent reports it running).
 
 Targets (issue 11): 64 tasks ``up total`` <= 2x ``pdsh/host`` and the launch part <= 1.3x; 64 vs 4
 tasks <= 1.5x.
 
 Run: ``.venv/bin/python benchmarks/launch_fanout.py [--sizes 4,16,64] [--hosts 4] [--repeats 3]
-[--transport openssh]``
+[--transport openssh] [--container [IMAGE]]`` (``--container`` needs a docker daemon and the image)
 """
 
 from __future__ import annotations
@@ -48,11 +52,16 @@ from common import (
     wait_for,
 )
 
+#: the image ``--container`` runs the tasks in when none is named
+TEST_IMAGE = "distlaunch-test:tf2.21"
 
-def time_up(hosts: list[BenchHost], tasks: int, work: Path, tag: str, client: str = "builtin") -> tuple[float, float]:
-    """(total, launch part) seconds for one ``up`` of ``tasks`` tasks; tears it down after."""
+
+def time_up(hosts: list[BenchHost], tasks: int, work: Path, tag: str, client: str = "builtin",
+            image: str | None = None) -> tuple[float, float]:
+    """(total, launch part) seconds for one ``up`` of ``tasks`` tasks (in containers of ``image``
+    when given); tears it down after."""
     profile = ssh_profile(work / f"{tag}.toml", f"fanout-{tasks}", hosts, {"worker": {"count": tasks}},
-                          client=client)
+                          client=client, container=image)
     run_dir = work / tag
     t0 = time.time()
     proc = start_up(profile, run_dir, tag)
@@ -171,6 +180,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--transport", choices=("ssh", "openssh"), default="ssh",
                         help="openssh: also time `up` over the system ssh client, beside the built-in one")
+    parser.add_argument("--container", nargs="?", const=TEST_IMAGE, default=None, metavar="IMAGE",
+                        help=f"also time `up` with every task in a docker container of IMAGE (default {TEST_IMAGE})")
     args = parser.parse_args()
     openssh = args.transport == "openssh"
     sizes = [int(s) for s in args.sizes.split(",")]
@@ -181,11 +192,14 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="distlaunch-bench-fanout-"))
     results: dict[int, dict[str, list[float]]] = {
         n: {"up total": [], "up launch": [], "pdsh/host": [], "pdsh/task": [], "ssh serial": [],
-            "fabric floor": [], "openssh total": [], "openssh launch": []} for n in sizes}
+            "fabric floor": [], "openssh total": [], "openssh launch": [], "container total": [],
+            "container launch": []} for n in sizes}
     try:
         with sshd_hosts(args.hosts) as hosts:
             cfg = ssh_config(work / "ssh_config", hosts)
             time_up(hosts, 4, work, "warmup")  # first zipapp build, page cache
+            if args.container:
+                time_up(hosts, 4, work, "warmup-container", image=args.container)  # the image's pages
             for rep in range(args.repeats):
                 for n in sizes:
                     total, launch = time_up(hosts, n, work, f"up{n}-{rep}")
@@ -201,6 +215,10 @@ def main() -> None:
                         total, launch = time_up(hosts, n, work, f"openssh{n}-{rep}", client="openssh")
                         r["openssh total"].append(total)
                         r["openssh launch"].append(launch)
+                    if args.container:
+                        total, launch = time_up(hosts, n, work, f"container{n}-{rep}", image=args.container)
+                        r["container total"].append(total)
+                        r["container launch"].append(launch)
                     print(f"  rep {rep} n={n}: " + ", ".join(f"{k} {v[-1]:.2f}s" for k, v in r.items() if v),
                           flush=True)
     finally:
@@ -220,6 +238,15 @@ def main() -> None:
             b = best[n]
             print(f"{n:>5} {b['openssh total']:>13.2f} {b['openssh launch']:>14.2f}"
                   f" {b['openssh total'] / b['up total']:>8.2f}x {b['openssh total'] / b['pdsh/host']:>9.2f}x")
+    if args.container:
+        print(f"\nin containers of {args.container} (docker):")
+        print(f"{'tasks':>5} {'up total':>9} {'container total':>15} {'/up':>6} {'up launch':>9}"
+              f" {'container launch':>16} {'/up':>6}")
+        for n in sizes:
+            b = best[n]
+            print(f"{n:>5} {b['up total']:>9.2f} {b['container total']:>15.2f}"
+                  f" {b['container total'] / b['up total']:>5.2f}x {b['up launch']:>9.2f}"
+                  f" {b['container launch']:>16.2f} {b['container launch'] / b['up launch']:>5.2f}x")
     if 64 in best:
         b = best[64]
         print(f"64 tasks: up total {b['up total'] / b['pdsh/host']:.2f}x pdsh/host (target <= 2x), launch part "

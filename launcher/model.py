@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from launcher.agent.containerrt import ContainerSpec
 from launcher.profile.overrides import Overrides
 
 Strategy = Literal["parameter_server", "multi_worker_mirrored", "custom"]
@@ -90,6 +91,7 @@ class TaskDefaults:
     stall_seconds: float = 600.0  # step not advancing this long -> stalled; 0 = off (ps: off unless set)
     on_stall: OnStall = "warn"
     on_nan: OnNan = "warn"  # a NaN or Inf loss: a condition (warn), or the job fails (stop)
+    container: ContainerSpec | None = None  # the task runs in this image (None: on the host)
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TypedDict
 
+from launcher.agent.containerrt import ContainerSpec
 from launcher.errors import HostError, UserError
 from launcher.model import SSH_TRANSPORTS, START_ORDER, HostConfig, Plan, Profile, RoleConfig, TaskSpec
 from launcher.profile.checks import PLACEHOLDER_RE
@@ -83,7 +84,9 @@ def _task(profile: Profile, role: RoleConfig, index: int, host: HostConfig, nth_
     settings = role.settings
     task_id = f"{role.name}:{index}"
     address = tf_address(host)
-    python = settings.python or (sys.executable if host.transport not in SSH_TRANSPORTS else "python3")
+    # in a container, {python} is the image's; the launcher's own interpreter is a host path
+    bare_local = host.transport not in SSH_TRANSPORTS and settings.container is None
+    python = settings.python or (sys.executable if bare_local else "python3")
     env = {**host.env, **settings.env}  # the host's env under the role's and [defaults]'
     if gpus:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpus)
@@ -122,6 +125,26 @@ def _task(profile: Profile, role: RoleConfig, index: int, host: HostConfig, nth_
         on_stall=settings.on_stall,
         on_nan=settings.on_nan,
     )
+
+
+def role_container(profile: Profile, role: str) -> ContainerSpec | None:
+    """The container a role's tasks run in (its own, else [defaults]'); None: they run bare."""
+    return profile.roles[role].settings.container
+
+
+def task_container(plan: Plan, task: TaskSpec) -> ContainerSpec | None:
+    return role_container(plan.profile, task.role)
+
+
+def agent_python(plan: Plan, host: str) -> str:
+    """The interpreter the host agent runs with: a bare task's python there (the first one), else,
+    where every task of the host is containerised (their python is the image's), the launcher's own
+    on local and Slurm hosts and ``python3`` over SSH, as for a bare task without ``python``."""
+    tasks = [t for t in plan.tasks if t.host == host]
+    bare = [t for t in tasks if task_container(plan, t) is None]
+    if bare or not tasks:
+        return (bare or tasks)[0].python if tasks else "python3"
+    return sys.executable if plan.profile.hosts[host].transport not in SSH_TRANSPORTS else "python3"
 
 
 def _workdir(workdir: str, host: HostConfig, profile_dir: Path) -> str:

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.containers import docker_image  # noqa: F401
+
 pytest_plugins = ["tests.sshd"]
 
 REPO = Path(__file__).resolve().parent.parent

@@ -283,6 +283,11 @@ def stop_without_agent(task_dir: str, grace: Optional[float]) -> Dict[str, Any]:
     if pgid is not None and _is_our_group(pgid, run_id):
         group_killed = True
         _kill_group_for_good(pgid, 0.0, lambda: None)
+    if spec is not None and spec.container is not None:  # a daemon's container outlives its client
+        from launcher.agent.runner import read_task_file
+        from launcher.agent.taskcontainer import remove_task_container
+
+        remove_task_container(task_dir, spec, read_task_file(task_dir))
     left = _group_members(pgid) if pgid is not None else []
     events_path = os.path.join(task_dir, "events.jsonl")
     wrote_final = False

@@ -50,6 +50,7 @@ from launcher.agent.procs import (
 from launcher.agent.runner import TaskRunner, read_task_file
 from launcher.agent.spec import AgentSpec
 from launcher.agent.stream import THEN_KEY, EventHub
+from launcher.agent.taskcontainer import remove_task_container
 
 SOCKET_NAME = "agent.sock"
 LOCK_NAME = "agent.lock"
@@ -270,6 +271,7 @@ class HostAgent:
         pgid = int(info.get("pgid") or info["pid"]) if info is not None else 0
         if spec is not None and pgid > 0 and _is_our_group(pgid, spec.run):
             _kill_group_for_good(pgid, 0.0, lambda: _reap_adopted(self.leaders))
+        remove_task_container(task_dir, spec, info)
         path = os.path.join(task_dir, "events.jsonl")
         if spec is not None and os.path.exists(path):
             state = last_state(path)
@@ -325,7 +327,7 @@ class HostAgent:
                 if sampler is None:
                     return
             try:
-                found = sampler.sample({r: (r.pid, list(r.spec.gpus)) for r in runners})
+                found = sampler.sample({r: (r.sample_root, list(r.spec.gpus)) for r in runners})
             except Exception as exc:
                 if not complained:
                     warn("agent: sample failed: %s" % exc)
@@ -337,8 +339,8 @@ class HostAgent:
                 primed = True
                 continue
             for runner, sample in found.items():
-                if runner.exited.is_set():
-                    continue  # a task that just ended reads as empty: no sample after its end
+                if runner.exited.is_set() or not sample.get("pids", True):
+                    continue  # a task (or its container) that just ended reads as empty: no sample of its end
                 runner.writer.write(events.sample_event(
                     runner.spec.run, runner.spec.task, cpu_percent=sample.get("cpu_percent"),
                     rss_bytes=sample.get("rss_bytes"), gpus=sample.get("gpus"),

@@ -21,7 +21,7 @@ import time
 from typing import Any, Dict, List, Optional, Set, Tuple
 
 from launcher import events
-from launcher.agent import taskcgroup
+from launcher.agent import taskcgroup, taskcontainer
 from launcher.agent.agentlog import warn
 from launcher.agent.oomcheck import OomWatch
 from launcher.agent.output import EventWriter, OutputInterpreter, read_lines
@@ -43,6 +43,7 @@ from launcher.agent.spec import (
     shell_cannot_execute,
     start_error_text,
     task_environment,
+    task_variables,
     wrapped_argv,
 )
 
@@ -51,6 +52,10 @@ LEFTOVER_TERM_SECONDS = 2.0
 ADOPTED_POLL_SECONDS = 0.25
 #: the task's pid, process group and the fd numbers of its own pipe read ends (for adoption)
 TASK_FILE = "task.json"
+#: stderr lines kept to word a failure to start (a runtime's error comes before its "See --help" line)
+STDERR_KEPT = 5
+#: after the runtime's stop and kill, how long the container's client may take to end
+CONTAINER_END_SECONDS = 5.0
 
 
 class TaskRunner:
@@ -73,6 +78,12 @@ class TaskRunner:
         self._stop_reason: Optional[str] = None
         self._stopped = False  # a stop request came while the task still ran
         self._cgroup: Optional[str] = None  # the task's own cgroup (taskcgroup.py), where it has one
+        #: the task's container (docker, podman, ...), its name this incarnation and its main
+        #: process as the host sees it (learned after the start; sampling and stacks use it)
+        self.container = taskcontainer.container_of(spec)
+        self.container_name = taskcontainer.name_of(spec) if self.container is not None else None
+        self.host_pid: Optional[int] = None
+        self._task_info: Dict[str, Any] = {}
         #: the OOM killer's evidence and the peak RSS (the sampler feeds it), told at a SIGKILL
         self.oom = OomWatch()
         self.exited = threading.Event()
@@ -81,6 +92,12 @@ class TaskRunner:
     @property
     def active(self) -> bool:
         return self.pid is not None and not self.exited.is_set()
+
+    @property
+    def sample_root(self) -> Optional[int]:
+        """The root of the task's process tree: its container's main process where a daemon runs
+        the container (not a child of the task's client), else the task's own pid."""
+        return self.host_pid or self.pid
 
     def _state(self, state: str, **fields: Any) -> None:
         self.writer.write(events.state_event(self.spec.run, self.spec.task, state, host=self.spec.host,
@@ -99,13 +116,23 @@ class TaskRunner:
         with contextlib.suppress(OSError):
             os.unlink(os.path.join(self.task_dir, EXIT_STATUS_FILE))
         cgroup = self._cgroup = taskcgroup.make(spec.run, os.path.basename(os.path.abspath(self.task_dir)))
+        env = task_environment(spec, self._secrets, self.task_dir)
+        inner: Optional[List[str]] = None
+        if self.container is not None:  # the container gets the task's variables by name from its client's env
+            names = list(task_variables(spec, self._secrets, self.task_dir))
+            try:
+                inner = taskcontainer.run_command(spec, self.container, self.task_dir, names)
+            except ValueError as exc:
+                self._not_started(str(exc))
+                return None
+            env = taskcontainer.client_environment(spec, self.container, env, names)
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         try:
             with SPAWN_LOCK:
                 proc = subprocess.Popen(
-                    wrapped_argv(spec, self.task_dir, cgroup), cwd=os.path.expanduser(spec.workdir),
-                    env=task_environment(spec, self._secrets, self.task_dir),
+                    wrapped_argv(spec, self.task_dir, cgroup, inner), cwd=os.path.expanduser(spec.workdir),
+                    env=env,
                     stdin=subprocess.DEVNULL if gate is None else gate, stdout=out_w,
                     stderr=err_w, pass_fds=(out_r, err_r), start_new_session=True)
                 self._leaders.add(proc.pid)
@@ -115,10 +142,7 @@ class TaskRunner:
             # /bin/sh itself exists, so an OSError is the workdir (chdir) failing, a ValueError a NUL
             # byte in the command or the environment: no restart can fix either
             why = start_error_text(exc, spec.workdir) if isinstance(exc, OSError) else str(exc)
-            self._state(events.FAILED, reason="could not start: %s" % why, permanent=True)
-            self.writer.close()
-            self.exited.set()
-            self.done.set()
+            self._not_started(why)
             return None
         os.close(out_w)
         os.close(err_w)
@@ -128,20 +152,30 @@ class TaskRunner:
         _write_atomic(os.path.join(self.task_dir, "task.pgid"), "%d\n" % proc.pid)
         # sid: the task's session (its own: start_new_session); cgroup: its own, where one was made.
         # `sweep` finds by them what the task started that left its group or dropped its environment
-        _write_atomic(os.path.join(self.task_dir, TASK_FILE),
-                      json.dumps({"pid": proc.pid, "pgid": proc.pid, "fds": [out_r, err_r], "sid": proc.pid,
-                                  "started": _start_ticks(proc.pid), "cgroup": cgroup}))
+        self._task_info = {"pid": proc.pid, "pgid": proc.pid, "fds": [out_r, err_r], "sid": proc.pid,
+                           "started": _start_ticks(proc.pid), "cgroup": cgroup}
+        if self.container_name is not None:
+            self._task_info["container"] = self.container_name
+        _write_atomic(os.path.join(self.task_dir, TASK_FILE), json.dumps(self._task_info))
         self._state(events.RUNNING, pid=proc.pid)
         self._deferred_fds = (out_r, err_r)
         if not defer_readers:
             self.start_readers()
         return proc.pid
 
+    def _not_started(self, why: str) -> None:
+        """The final event of a task that could not start: no restart can fix that."""
+        self._state(events.FAILED, reason="could not start: %s" % why, permanent=True)
+        self.writer.close()
+        self.exited.set()
+        self.done.set()
+
     def start_readers(self) -> None:
         """Start reading the output of a task ``start(defer_readers=True)`` started."""
         fds, self._deferred_fds = self._deferred_fds, None
         if fds is not None:
             self._start_readers(*fds)
+            self._watch_container()
 
     def adopt(self, info: Dict[str, Any]) -> bool:
         """Take over a task a killed agent started; False if it is gone (then nothing was written)."""
@@ -154,11 +188,34 @@ class TaskRunner:
         self.pid = pid
         self.adopted = True
         self._cgroup = info.get("cgroup") if isinstance(info.get("cgroup"), str) else None
+        self._task_info = dict(info)
+        if self.container is not None and isinstance(info.get("container"), str):
+            self.container_name = str(info["container"])  # the incarnation the killed agent started
         self.writer.write(events.log_event(self.spec.run, self.spec.task, "stderr",
                                            "distlaunch agent: a new host agent adopted this task (pid %d); "
                                            "output written while no agent ran may be missing" % pid))
         self._start_readers(*[*fds, None, None][:2])
+        self._watch_container()
         return True
+
+    def _watch_container(self) -> None:
+        """Learn the host pid of a container a daemon runs (polled: it exists only once the runtime
+        created it), and keep it in task.json for tools."""
+        container, name = self.container, self.container_name
+        if container is None or name is None or not taskcontainer.daemon_owned(container):
+            return
+
+        def learn() -> None:
+            pid = taskcontainer.learn_host_pid(container, name, lambda: not self.exited.is_set())
+            if pid is None or self.exited.is_set():
+                return
+            self.host_pid = pid
+            self.oom.see([pid])
+            self._task_info["host_pid"] = pid
+            with contextlib.suppress(OSError):
+                _write_atomic(os.path.join(self.task_dir, TASK_FILE), json.dumps(self._task_info))
+
+        threading.Thread(target=learn, name="container-pid", daemon=True).start()
 
     def _start_readers(self, out_fd: Optional[int], err_fd: Optional[int]) -> None:
         self._interpreter = OutputInterpreter(self.spec, self.writer.write)
@@ -172,7 +229,8 @@ class TaskRunner:
 
     def _handle(self, stream: str, line: str) -> None:
         if stream == "stderr":
-            self._last_stderr[:] = [line]
+            self._last_stderr.append(line)
+            del self._last_stderr[:-STDERR_KEPT]
         assert self._interpreter is not None
         self._interpreter.handle(stream, line)
 
@@ -188,6 +246,18 @@ class TaskRunner:
 
     def _terminate(self) -> None:
         assert self.pid is not None
+        container, name = self.container, self.container_name
+        if container is not None and name is not None and taskcontainer.daemon_owned(container):
+            # the daemon owns the container: its runtime stops it (SIGTERM, the grace, SIGKILL), and its
+            # client then ends; the client's group gets signals only when the runtime could not stop it
+            # (not created yet: the client ends on SIGTERM before it starts one)
+            if not taskcontainer.stop(container, name, max(0.0, self.spec.grace_seconds)):
+                _signal_group(self.pid, signal.SIGTERM)
+            if not self.exited.wait(CONTAINER_END_SECONDS):
+                taskcontainer.kill(container, name)
+                if not self.exited.wait(CONTAINER_END_SECONDS):
+                    _kill_group_for_good(self.pid, 0.0, self._reap)
+            return
         _signal_group(self.pid, signal.SIGTERM)
         if not self.exited.wait(max(0.0, self.spec.grace_seconds)):
             _kill_group_for_good(self.pid, 0.0, self._reap)
@@ -222,6 +292,10 @@ class TaskRunner:
         if self._interpreter is not None:
             self._interpreter.finish()
         self._final(pid, returncode, exited_at)
+        if self.container is not None and self.container_name is not None and \
+                taskcontainer.daemon_owned(self.container):
+            # whatever ended the client (its container's end, a kill), this incarnation's container goes
+            taskcontainer.remove(self.container.runtime, [self.container_name])
         self.writer.close()
         self.done.set()
 
@@ -237,7 +311,12 @@ class TaskRunner:
         else:
             exit_code, reason = describe_exit(returncode)
             cannot = shell_cannot_execute(returncode, self._last_stderr[-1] if self._last_stderr else "")
-            if cannot is not None:
+            refused = (taskcontainer.start_failure(returncode, self._last_stderr, self.container.image)
+                       if self.container is not None else None)
+            if refused is not None:  # the image or the runtime: no restart can fix it
+                self._state(events.FAILED, pid=pid, exit_code=exit_code, reason=refused, permanent=True,
+                            exited_at=exited_at)
+            elif cannot is not None:
                 self._state(events.FAILED, pid=pid, exit_code=exit_code, reason="could not start: %s" % cannot,
                             permanent=True, exited_at=exited_at)
             else:

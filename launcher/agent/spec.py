@@ -59,6 +59,10 @@ class AgentSpec:
     #: the script (setup lines and command) holds a secret: ``command``/``setup`` here are masked,
     #: and the real script comes with the task's secrets as SCRIPT_VAR (memory, then its environment)
     script_in_env: bool = False
+    #: the role's container (``containerrt.ContainerSpec`` as JSON); None: the task runs bare
+    container: Optional[Dict[str, Any]] = None
+    #: the job's outputs on this host (mounted into a container at the same path); "" where unknown
+    outputs: str = ""
 
     @classmethod
     def from_dict(cls, obj: Dict[str, Any]) -> "AgentSpec":
@@ -83,6 +87,8 @@ class AgentSpec:
             shell=str(obj.get("shell") or ""),
             script_in_env=bool(obj.get("script_in_env")),
             autolog=bool(obj.get("autolog", True)),
+            container=dict(obj["container"]) if isinstance(obj.get("container"), dict) else None,
+            outputs=str(obj.get("outputs") or ""),
         )
 
     @classmethod
@@ -150,10 +156,45 @@ def task_secrets(task: str) -> Dict[str, str]:
     return {str(k): str(v) for k, v in mine.items()}
 
 
+#: words that make a command more than one program to ``exec`` (shell syntax, builtins)
+_NOT_EXECABLE = frozenset({"exec", "cd", "source", ".", "if", "for", "while", "until", "case", "{", "(", "!",
+                           "eval", "set", "export", "ulimit", "umask", "time", "function", "select"})
+
+
+def exec_last(command: str) -> str:
+    """``exec COMMAND`` where ``COMMAND`` is one simple command (the shell is then replaced by it, so a
+    container's stop signal reaches the program itself, not a shell that dies of it and leaves the
+    program to the container's end); the command as it is where ``exec`` would change its meaning
+    (``a && b``, ``VAR=1 prog``, a pipe, a builtin, unbalanced quotes)."""
+    text = command.strip()
+    if not text or "\n" in text:
+        return command
+    lexer = shlex.shlex(text, posix=True, punctuation_chars=True)
+    lexer.whitespace_split = True
+    try:
+        words = list(lexer)
+    except ValueError:
+        return command
+    if not words or words[0] in _NOT_EXECABLE or re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", words[0]):
+        return command
+    for word in words:
+        if word and all(ch in "();<>|&" for ch in word) and not word.startswith((">", "<")):
+            return command  # a control operator: ; && || | & ( )
+    return "exec " + text
+
+
+def task_script(setup: List[str], command: str, container: bool = False) -> str:
+    """The setup lines, then the command, each only if the one before succeeded (a failed
+    ``conda activate`` must not run training in the wrong env); in a container the command is
+    ``exec``'d where it can be (``exec_last``)."""
+    if container:
+        command = exec_last(command)
+    return " && ".join([*setup, command]) if setup else command
+
+
 def task_argv(spec: AgentSpec) -> List[str]:
-    """The task's shell and its script: the setup lines, then the command, each only if the one
-    before succeeded (a failed ``conda activate`` must not run training in the wrong env)."""
-    script = " && ".join([*spec.setup, spec.command]) if spec.setup else spec.command
+    """The task's shell and its script (``task_script``)."""
+    script = task_script(spec.setup, spec.command, spec.container is not None)
     if spec.script_in_env:
         # the shell evaluates the script it finds in its environment, dropped before it runs: no
         # argv (`ps`, /proc/PID/cmdline, readable by every user) and no spec.json carries a secret
@@ -162,12 +203,13 @@ def task_argv(spec: AgentSpec) -> List[str]:
     return [*shell, script]
 
 
-def wrapped_argv(spec: AgentSpec, task_dir: str, cgroup: Optional[str] = None) -> List[str]:
-    """``task_argv`` under the wrapper shell that leaves the exit status in the task dir and joins
-    ``cgroup`` (a directory) first."""
+def wrapped_argv(spec: AgentSpec, task_dir: str, cgroup: Optional[str] = None,
+                 inner: Optional[List[str]] = None) -> List[str]:
+    """``task_argv`` (or ``inner``: the container runtime's command line that runs it) under the
+    wrapper shell that leaves the exit status in the task dir and joins ``cgroup`` (a directory) first."""
     status = os.path.join(os.path.abspath(task_dir), EXIT_STATUS_FILE)
     procs = os.path.join(cgroup, "cgroup.procs") if cgroup else ""
-    return ["/bin/sh", "-c", _WRAPPER, "distlaunch-task", status, procs, *task_argv(spec)]
+    return ["/bin/sh", "-c", _WRAPPER, "distlaunch-task", status, procs, *(inner or task_argv(spec))]
 
 
 def read_exit_status(task_dir: str) -> Optional[int]:
@@ -181,22 +223,32 @@ def read_exit_status(task_dir: str) -> Optional[int]:
 
 def task_environment(spec: AgentSpec, secrets: Optional[Dict[str, str]] = None,
                      task_dir: Optional[str] = None) -> Dict[str, str]:
-    """The task's environment: the agent's, the spec's env, its secrets (``secrets``, else the
-    ``DISTLAUNCH_SECRETS`` the agent was started with), the distlaunch variables; with autolog
-    on, where its faulthandler writes stacks (``task_dir``/stacks.txt, ``launcher.agent.stacks``)."""
+    """The task's environment: the agent's, under ``task_variables``. A containerised task's
+    own PYTHONPATH does not inherit the agent's (host paths)."""
     env = dict(os.environ)
     env.pop(SECRETS_VAR, None)  # only this task's own secrets go on, by name
-    env.update(spec.env)
+    env.pop(STACKS_ENV, None)
+    inherited = "" if spec.container is not None else env.get("PYTHONPATH", "")
+    env.update(task_variables(spec, secrets, task_dir, inherited))
+    return env
+
+
+def task_variables(spec: AgentSpec, secrets: Optional[Dict[str, str]] = None, task_dir: Optional[str] = None,
+                   inherited_pythonpath: str = "") -> Dict[str, str]:
+    """What distlaunch itself gives a task: the spec's env, its secrets (``secrets``, else the
+    ``DISTLAUNCH_SECRETS`` the agent was started with), the distlaunch variables; with autolog on,
+    where its faulthandler writes stacks (``task_dir``/stacks.txt, ``launcher.agent.stacks``). A
+    container gets exactly these names (their values never on its command line)."""
+    env = dict(spec.env)
     env.update(secrets if secrets is not None else task_secrets(spec.task))
     env["DISTLAUNCH_RUN_ID"] = spec.run
     env["DISTLAUNCH_TASK"] = spec.task
-    existing = env.get("PYTHONPATH", "")
+    existing = env.get("PYTHONPATH", inherited_pythonpath)
     entries = [agent_pythonpath_entry()]
     site = autolog_site_dir()
     if spec.autolog and site is not None:
         entries.insert(0, site)  # its sitecustomize chains to any other one further down the path
     env["DISTLAUNCH_AUTOLOG"] = "1" if spec.autolog else "0"
-    env.pop(STACKS_ENV, None)
     if spec.autolog and task_dir is not None:
         env[STACKS_ENV] = os.path.join(os.path.abspath(task_dir), STACKS_FILE)
     env["DISTLAUNCH_SAMPLE_INTERVAL"] = repr(spec.sample_interval)

@@ -29,11 +29,11 @@ import subprocess
 import sys
 import threading
 import time
-from typing import List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from launcher.agent import stackmodel as sm
 from launcher.agent.output import last_state
-from launcher.agent.procs import _cmdline, _group_members, _is_our_group, pause, stat_fields
+from launcher.agent.procs import _all_pids, _cmdline, _group_members, _is_our_group, pause, stat_fields
 from launcher.agent.spec import STACKS_FILE
 
 #: SIGUSR1 is what Slurm's --signal and preemption helpers commonly send; TensorFlow, Keras and
@@ -93,7 +93,10 @@ def capture_task(task_dir: str, spec: dict, native: bool, deadline: float) -> sm
     state = last_state(os.path.join(task_dir, "events.jsonl"))
     if pgid <= 0 or state in ("succeeded", "failed", "stopped") or not _is_our_group(pgid, spec.get("run")):
         return sm.TaskStacks(task, host, None, sm.GONE, note="not running" + (" (%s)" % state if state else ""))
-    pid = main_python(pgid)
+    root = info.get("host_pid")  # a container a daemon runs: its processes are not in the task's group
+    pid = main_python_under(root) if type(root) is int and root > 0 else None
+    if pid is None:
+        pid = main_python(pgid)
     if pid is None:
         leader = _stat(pgid)
         letter = leader[0] if leader is not None else ""
@@ -162,13 +165,46 @@ def _is_python(pid: int) -> bool:
 def main_python(pgid: int) -> Optional[int]:
     """The task's main Python process: the earliest started of the group's Pythons whose parent is
     not a Python of the group (a multiprocessing child is not the task)."""
-    pythons = {}
-    for pid in _group_members(pgid):
+    return _top_python(_group_members(pgid))
+
+
+def main_python_under(root: int) -> Optional[int]:
+    """The main Python of the process tree under ``root`` (a container's main process, as the host
+    sees it: the Python itself, or a shell or init above it)."""
+    children: Dict[int, List[int]] = {}
+    for pid in _all_pids():
         stat = _stat(pid)
-        if stat is not None and _is_python(pid):
+        if stat is not None:
+            children.setdefault(stat[1], []).append(pid)
+    tree: List[int] = []
+    stack = [root]
+    while stack and len(tree) < 10000:
+        pid = stack.pop()
+        tree.append(pid)
+        stack.extend(children.get(pid, []))
+    return _top_python(tree)
+
+
+def _top_python(pids: List[int]) -> Optional[int]:
+    pythons = {}
+    for pid in pids:
+        stat = _stat(pid)
+        if stat is not None and stat[0] != "Z" and _is_python(pid):
             pythons[pid] = stat
     tops = [pid for pid, stat in pythons.items() if stat[1] not in pythons]
     return min(tops, key=lambda p: (pythons[p][2], p)) if tops else None
+
+
+def ns_pid(pid: int) -> int:
+    """``pid`` as its own (innermost) pid namespace numbers it (NSpid of /proc/PID/status)."""
+    try:
+        with open("/proc/%d/status" % pid, encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("NSpid:"):
+                    return int(line.split()[-1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return pid
 
 
 def _caught(pid: int, sig: int) -> bool:
@@ -243,7 +279,8 @@ def read_faulthandler(task_dir: str, pid: int, deadline: float) -> Tuple[List[sm
             before = f.read()
     except OSError:
         return [], "autolog's faulthandler is not set up in this task (no %s)" % STACKS_FILE
-    if (MARKER % pid).encode() not in before or not _caught(pid, STACKS_SIGNAL):
+    # in a container the handler wrote the pid its own namespace gives it
+    if not any((MARKER % p).encode() in before for p in {pid, ns_pid(pid)}) or not _caught(pid, STACKS_SIGNAL):
         return [], "autolog's faulthandler is not set up in pid %d" % pid
     offset = len(before)
     try:

@@ -97,14 +97,14 @@ def _sample_one(runner: TaskRunner) -> None:
     if sampler is None:
         return
     try:
-        sampler.sample({0: (runner.pid, list(runner.spec.gpus))})  # the baseline of the first sample
+        sampler.sample({0: (runner.sample_root, list(runner.spec.gpus))})  # the baseline of the first sample
     except Exception as exc:  # a broken sampler must never take the task down
         warn("agent: sampling unavailable: %s" % exc)
         return
     interval = max(0.05, runner.spec.sample_interval)
     while not runner.exited.wait(interval):
         try:
-            sample = sampler.sample({0: (runner.pid, list(runner.spec.gpus))})[0]
+            sample = sampler.sample({0: (runner.sample_root, list(runner.spec.gpus))})[0]
         except Exception:
             continue
         if runner.exited.is_set():
@@ -139,6 +139,12 @@ def cmd_sweep(run_id: str, kill: bool, grace: float, run_dir: Optional[str] = No
 
     from launcher.agent.procs import KILL_CONFIRM_SECONDS, _cmdline, _signal_pid, _wait_until, pid_alive
 
+    # the run's containers first (by label, even with no agent left): their clients then end by themselves
+    containers: List[Dict[str, Any]] = []
+    if run_dir is not None:
+        from launcher.agent.taskcontainer import sweep as sweep_containers
+
+        containers = sweep_containers(run_dir, run_id, kill)
     pids = _run_processes(run_id, run_dir)
     if kill and pids:
         for pid in pids:
@@ -153,7 +159,7 @@ def cmd_sweep(run_id: str, kill: bool, grace: float, run_dir: Optional[str] = No
         from launcher.agent.taskcgroup import remove_all
 
         remove_all(run_dir)
-    return {"left": [{"pid": pid, "cmdline": " ".join(_cmdline(pid))} for pid in pids]}
+    return {"left": [{"pid": pid, "cmdline": " ".join(_cmdline(pid))} for pid in pids] + containers}
 
 
 # -- entry point ------------------------------------------------------------------------------------
@@ -231,6 +237,10 @@ def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
         preflight.add_argument("--facts", default=None, metavar="JSON",
                                help='JSON {"paths": [...], "gpus": bool}: also free space at the paths, free memory, '
                                     "the clock and (if asked) the GPUs (launcher/agent/hostfacts.py)")
+        preflight.add_argument("--containers", default=None, metavar="JSON",
+                               help="JSON list of the tasks' images: the runtime answers, each image is present "
+                                    "(or pulled per its pull policy), its digest and TensorFlow version "
+                                    "(launcher/agent/containercheck.py)")
     return parser
 
 
@@ -278,6 +288,10 @@ def _one_answer(args: argparse.Namespace) -> int:
         picked: List[Any] = []
         answer = cmd_preflight(args.checks, args.cwd, ports, args.tensorflow,
                                keep=picked if args.listen is not None else None)
+        if args.containers is not None:  # before the facts: their clock is read as late as can be
+            from launcher.agent.containercheck import check_images
+
+            answer["containers"] = check_images(json.loads(args.containers))
         if args.facts is not None:
             from launcher.agent.hostfacts import host_facts
 

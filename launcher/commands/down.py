@@ -112,7 +112,7 @@ def run_down(args: argparse.Namespace) -> int:
     if leftovers:
         for host, left in leftovers.items():
             notice(f"host {host}: still running after down: "
-                 + ", ".join(f"{p.get('pid')} ({p.get('cmdline', '')[:60]})" for p in left))
+                 + ", ".join(f"{p.get('pid') or p.get('container')} ({p.get('cmdline', '')[:60]})" for p in left))
         return 1
     for problem in not_removed:
         notice(problem)

@@ -17,6 +17,7 @@ import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
+from launcher.agent.containerrt import image_problem
 from launcher.commands.initguess import Guess, guess_strategy
 from launcher.errors import UserError
 from launcher.profile import hostlist
@@ -36,6 +37,18 @@ SYNC_EXCLUDES = ("data/", "*.ckpt", "__pycache__/", ".venv/")
 _NAME_RE = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
+#: the runtimes ``init --runtime`` offers: pyxis belongs to Slurm profiles, which init does not write
+INIT_RUNTIMES = ("docker", "podman", "apptainer", "enroot")
+
+
+@dataclass(frozen=True)
+class Image:
+    """``--image`` and ``--runtime``: the container every task runs in."""
+
+    image: str
+    runtime: str = "docker"
+
+
 @dataclass(frozen=True)
 class Shape:
     """How many tasks of each role."""
@@ -46,8 +59,10 @@ class Shape:
 
 
 def run_init(script: str | None, *, hosts: str | None, ps: int | None, workers: int | None,
-             chief: bool | None, output: str | None, force: bool) -> int:
+             chief: bool | None, output: str | None, force: bool, image: str | None = None,
+             runtime: str | None = None) -> int:
     """The verb: write the profile, say where and what to run next."""
+    container = container_choice(image, runtime)
     if script is None:
         raise UserError("name your training script: distlaunch init train.py "
                         "(cluster_profiles/local.toml is a ready example to copy)")
@@ -66,16 +81,33 @@ def run_init(script: str | None, *, hosts: str | None, ps: int | None, workers: 
     if workers is None and hosts:  # one worker per host given
         workers = len(hostlist.expand(hosts))
     shape = role_shape(guess, ps=ps, workers=workers, chief=chief)
-    text = profile_text(path, target, guess, shape, host_tables)
+    text = profile_text(path, target, guess, shape, host_tables, container)
     try:
         target.write_text(text, encoding="utf-8")
     except OSError as exc:
         raise UserError(f"{target}: cannot write the profile: {exc.strerror or exc}; give -o a writable "
                         "path") from None
     where = f"SSH hosts {hosts}" if hosts else "this machine"
+    if container is not None:
+        where += f", in {container.runtime} image {container.image}"
     print(f"wrote {target}: {guess.strategy} ({guess.reason}); {describe(shape)} on {where}")
     print(f"next: distlaunch check {shlex.quote(str(target))}   then: distlaunch up {shlex.quote(str(target))}")
     return 0
+
+
+def container_choice(image: str | None, runtime: str | None) -> Image | None:
+    """``--image`` / ``--runtime`` checked as the profile reader will check them."""
+    if image is None:
+        if runtime is not None:
+            raise UserError(f"--runtime {runtime} needs --image: name the image the tasks run in")
+        return None
+    runtime = runtime or "docker"
+    if runtime not in INIT_RUNTIMES:
+        raise UserError(f"--runtime {runtime}: use one of {', '.join(INIT_RUNTIMES)} (pyxis is for Slurm profiles)")
+    problem = image_problem(image, runtime)
+    if problem is not None:
+        raise UserError(f"--image {problem}")
+    return Image(image=image, runtime=runtime)
 
 
 def role_shape(guess: Guess, *, ps: int | None, workers: int | None, chief: bool | None) -> Shape:
@@ -167,7 +199,8 @@ def command_for(script: Path, guess: Guess, profile_dir: Path, ssh: bool) -> tup
     return " ".join(words), workdir, rel_project
 
 
-def profile_text(script: Path, target: Path, guess: Guess, shape: Shape, hosts: list[tuple[str, str]]) -> str:
+def profile_text(script: Path, target: Path, guess: Guess, shape: Shape, hosts: list[tuple[str, str]],
+                 container: Image | None = None) -> str:
     """The whole profile, comments included."""
     ssh = bool(hosts)
     command, workdir, source = command_for(script, guess, target.parent, ssh)
@@ -197,22 +230,26 @@ def profile_text(script: Path, target: Path, guess: Guess, shape: Shape, hosts: 
     if not guess.output_flag:
         lines.append("# Tell the script where to checkpoint, e.g. append: --checkpoint-dir {outputs}/ckpt")
     lines.append(f"command = {_q(command)}")
+    where_python = "in the image" if container else "on the hosts"
     if ssh:
         lines += [
             f"workdir = {_q(workdir)}   # on each host; [sync] fills it",
-            'python = "python3"              # the interpreter on the hosts; it must import tensorflow',
+            f'python = "python3"              # the interpreter {where_python}; it must import tensorflow',
         ]
     else:
-        lines += [
-            f"workdir = {_q(workdir)}                   # relative to this file: where you ran distlaunch init",
-            "# python: left out, tasks use the interpreter distlaunch runs under; set it to use another.",
-        ]
+        lines.append(f"workdir = {_q(workdir)}                   # relative to this file: where you ran "
+                     "distlaunch init")
+        lines.append('python = "python3"              # the interpreter in the image; it must import tensorflow'
+                     if container else
+                     "# python: left out, tasks use the interpreter distlaunch runs under; set it to use another.")
     lines += [
         'env = { TF_CPP_MIN_LOG_LEVEL = "2" }',
         'restart = "on-failure"          # never | on-failure | always | exit-code',
         "max_restarts = 3                # per task",
         "",
     ]
+    if container is not None:
+        lines += _container_text(container)
     lines += _hosts_text(hosts, source)
     host_names = [name for name, _ in hosts] or ["local"]
     for role, count, note in (("chief", shape.chief, "the coordinator; it decides when the job has succeeded"),
@@ -228,6 +265,19 @@ def profile_text(script: Path, target: Path, guess: Guess, shape: Shape, hosts: 
                   f"# distlaunch check {quoted_target} --metrics-sample LOG):",
                   "# [metrics]", "# step = 'step[ :=]+(\\d+)'", "# loss = 'loss[ :=]+(\\S+)'"]
     return "\n".join(lines) + "\n"
+
+
+def _container_text(container: Image) -> list[str]:
+    return [
+        "[defaults.container]            # every task runs in this image, on the host's network; the workdir,",
+        "                                # {outputs} and the run dir are mounted at the same paths",
+        f"image = {_q(container.image)}",
+        f"runtime = {_q(container.runtime):<22}# docker | podman | apptainer | enroot (Slurm: pyxis)",
+        'pull = "missing"                # never | missing | always: when each host fetches the image',
+        '# mounts = ["/data:/data:ro"]   # more host folders inside, SRC:DST[:ro]',
+        '# options = ["--shm-size=8g"]   # extra flags for the runtime, one argument per item',
+        "",
+    ]
 
 
 def _hosts_text(hosts: list[tuple[str, str]], source: str) -> list[str]:

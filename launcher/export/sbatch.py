@@ -4,6 +4,10 @@ The script asks Slurm for the nodes and time of the profile's [slurm] table and 
 ``distlaunch up PROFILE --no-tui`` inside the allocation, where the hosts are its nodes and tasks
 start as ``srun --overlap`` steps. Paths are absolute: the batch node reads them from the
 shared filesystem, as it does the profile and the interpreter.
+
+Roles in a pyxis container: the script first imports each registry image on every node (one
+``srun --container-image=IMAGE true`` per image, unless ``pull = "never"``), so a bad image fails
+the job before any task starts, and its comments show the pyxis flags each task's step gets.
 """
 
 from __future__ import annotations
@@ -12,8 +16,10 @@ import shlex
 import sys
 from pathlib import Path
 
+from launcher.agent import containerrt
 from launcher.errors import UserError
 from launcher.model import Profile
+from launcher.plan import build_plan
 from launcher.profile.reader import load_profile
 
 
@@ -39,11 +45,43 @@ def sbatch_script(profile: Profile) -> str:
         f"# written by `distlaunch export sbatch {profile.path}`; submit with `sbatch THIS_FILE`",
         *(f"#SBATCH {option}" for option in options),
         "",
+        *container_lines(profile),
         "# distlaunch runs on the first node; every task starts as an `srun --overlap` step",
         f"exec {shlex.join(up)}",
         "",
     ]
     return "\n".join(lines)
+
+
+def container_lines(profile: Profile) -> list[str]:
+    """The pre-import of each pyxis image and, per containerised role, its step's container flags."""
+    plan = build_plan(profile)
+    lines: list[str] = []
+    imports: list[str] = []
+    for role in profile.roles.values():
+        spec = role.settings.container
+        task = next((t for t in plan.tasks if t.role == role.name), None)
+        if spec is None or task is None:
+            continue
+        if spec.runtime != "pyxis":
+            lines.append(f"# {role.name} tasks run in {spec.runtime} image {spec.image}")
+            continue
+        argv = containerrt.run_argv(spec, name=f"dl-RUN-{role.name}-INDEX-N", labels={}, env_names=[],
+                                    mounts=[task.workdir], workdir=task.workdir, gpus=None, user=None, command=[])
+        flags = [a for a in argv if a.startswith(("--container-image", "--container-mounts", "--container-workdir"))]
+        lines += [f"# {role.name} tasks: srun --overlap {shlex.join(flags)} ...",
+                  "#   (the run dir and {outputs} are mounted too; TF_CONFIG and DISTLAUNCH_* pass by name)"]
+        image = containerrt.pyxis_image(spec.image)
+        if spec.pull != "never" and not containerrt.is_image_file(spec.image) and image not in imports:
+            imports.append(image)
+    if imports:
+        lines.append("# each container image is imported on every node before any task starts (enroot caches "
+                     "its layers)")
+        for image in imports:
+            quoted = shlex.quote(f"--container-image={image}")
+            lines.append(f"srun --ntasks-per-node=1 {quoted} true || "
+                         f"{{ echo {shlex.quote(f'distlaunch: cannot start {image} on every node')} >&2; exit 1; }}")
+    return [*lines, ""] if lines else []
 
 
 def run_export_sbatch(profile_path: Path, output: Path | None) -> int:

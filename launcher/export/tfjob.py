@@ -32,6 +32,7 @@ from typing import Any
 
 import yaml
 
+from launcher.agent.containerrt import ContainerSpec, is_image_file
 from launcher.errors import ProfileError, UserError
 from launcher.model import ROLES, Profile, RoleConfig
 from launcher.plan import is_secret
@@ -48,6 +49,10 @@ CONTAINER_NAME = "tensorflow"  # the operator looks for its container by this na
 PORT_NAME = "tfjob-port"  # ...and for the TensorFlow server port by this one
 DEFAULT_PORT = 2222  # the operator's own default when no tfjob-port is given
 DEFAULT_PYTHON = "python3"
+#: the image of a role with neither --image nor a container in the profile
+DEFAULT_IMAGE = "tensorflow/tensorflow:latest"
+#: the profile's container pull policy -> the pod's imagePullPolicy
+PULL_POLICIES = {"never": "Never", "missing": "IfNotPresent", "always": "Always"}
 REPLICA_INDEX_LABEL = "training.kubeflow.org/replica-index"
 INDEX_ENV = "DISTLAUNCH_TASK_INDEX"
 HOST_ENV = "DISTLAUNCH_HOST"
@@ -93,20 +98,22 @@ def secret_name(job: str) -> str:
     return f"{job}-secrets"
 
 
-def tfjob_manifest(profile: Profile, *, image: str, namespace: str | None) -> dict[str, Any]:
+def tfjob_manifest(profile: Profile, *, image: str | None, namespace: str | None) -> dict[str, Any]:
     """The TFJob as a plain dict, exactly what ``tfjob_yaml`` serialises."""
     return build_tfjob(profile, image=image, namespace=namespace).manifest
 
 
-def tfjob_yaml(profile: Profile, *, image: str, namespace: str | None) -> str:
+def tfjob_yaml(profile: Profile, *, image: str | None, namespace: str | None) -> str:
     """The manifest as YAML, preceded by its comment header."""
     export = build_tfjob(profile, image=image, namespace=namespace)
     body = yaml.safe_dump(export.manifest, sort_keys=False, default_flow_style=False, width=1_000_000)
     return "".join(f"# {line}".rstrip() + "\n" for line in export.header) + body
 
 
-def build_tfjob(profile: Profile, *, image: str, namespace: str | None) -> TfJobExport:
-    _check_image(image)
+def build_tfjob(profile: Profile, *, image: str | None, namespace: str | None) -> TfJobExport:
+    """``image``: every pod's (``--image``); None: each role's container image, else DEFAULT_IMAGE."""
+    if image is not None:
+        _check_image(image)
     if namespace is not None:
         _check_namespace(namespace)
     unknown = sorted(set(profile.roles) - set(ROLES))
@@ -121,11 +128,14 @@ def build_tfjob(profile: Profile, *, image: str, namespace: str | None) -> TfJob
     placeholders: set[str] = set()
     secrets: list[str] = []
     relative_workdirs: list[str] = []
+    images: dict[str, str] = {}
     for role_name in ROLES:
         role = profile.roles.get(role_name)
         if role is None:
             continue
-        replica, used = _replica_spec(role, image=image, secret=secret_name(job), claim=outputs_claim(job))
+        images[role_name] = role_image(profile, role, image)
+        replica, used = _replica_spec(role, image=images[role_name], secret=secret_name(job),
+                                      claim=outputs_claim(job))
         replicas[REPLICA_TYPES[role_name]] = replica
         placeholders |= used
         secrets.extend(k for k in role.settings.env if is_secret(k) and k not in secrets)
@@ -144,12 +154,12 @@ def build_tfjob(profile: Profile, *, image: str, namespace: str | None) -> TfJob
     spec["tfReplicaSpecs"] = replicas
     manifest = {"apiVersion": API_VERSION, "kind": KIND, "metadata": metadata, "spec": spec}
 
-    header = _header(profile, job=job, image=image, namespace=namespace, placeholders=placeholders,
+    header = _header(profile, job=job, images=images, namespace=namespace, placeholders=placeholders,
                      secrets=secrets, relative_workdirs=relative_workdirs)
     return TfJobExport(manifest=manifest, header=header, secret_env=tuple(secrets))
 
 
-def run_export_tfjob(profile_path: Path, *, image: str, namespace: str | None, output: Path | None) -> int:
+def run_export_tfjob(profile_path: Path, *, image: str | None, namespace: str | None, output: Path | None) -> int:
     """``distlaunch export tfjob``: write the manifest to ``output``, or to stdout."""
     from launcher.profile.reader import load_profile
 
@@ -181,6 +191,8 @@ def _replica_spec(role: RoleConfig, *, image: str, secret: str, claim: str) -> t
         "image": image,
         "command": ["/bin/sh", "-c", command],
     }
+    if settings.container is not None:
+        container["imagePullPolicy"] = PULL_POLICIES[settings.container.pull]
     env = _env(settings.env, secret=secret, used=used)
     if env:
         container["env"] = env
@@ -262,7 +274,7 @@ def _env(values: dict[str, str], *, secret: str, used: set[str]) -> list[dict[st
     return env
 
 
-def _header(profile: Profile, *, job: str, image: str, namespace: str | None, placeholders: set[str],
+def _header(profile: Profile, *, job: str, images: dict[str, str], namespace: str | None, placeholders: set[str],
             secrets: list[str], relative_workdirs: list[str]) -> tuple[str, ...]:
     ns = namespace or "<namespace>"
     lines = [
@@ -273,7 +285,7 @@ def _header(profile: Profile, *, job: str, image: str, namespace: str | None, pl
         "TF_CONFIG is not set here: the training operator generates it for every pod, with the",
         f"addresses {job}-<role>-<index>.{ns}.svc:<port> (the evaluator is left out of the",
         "cluster, as distlaunch does).",
-        f"The image ({_one_line(image)}) must hold the training code and its Python packages;",
+        f"{_images_text(images)} must hold the training code and its Python packages;",
         "scripts that use `from launcher import report` need distlaunch installed in it.",
     ]
     if job != profile.name:
@@ -336,10 +348,39 @@ def _dropped(profile: Profile) -> list[str]:
                      "restarts by exit code only")
     if any(r.settings.on_nan == "stop" for r in profile.roles.values()):
         items.append('on_nan = "stop": the launcher stops the job at a NaN loss; nothing does in the TFJob')
+    containers = [c for r in profile.roles.values() if (c := r.settings.container) is not None]
+    if containers:
+        runtimes = "/".join(sorted({c.runtime for c in containers}))
+        extras = "".join(f", {name}" for name in ("mounts", "options") if any(getattr(c, name) for c in containers))
+        users = ", ".join(r.name for r in profile.roles.values() if r.settings.container)
+        items.append(f"container runtime {runtimes}{extras} ({users}): the kubelet runs the pods; add volumes")
+        items.append("  (mounts) or a securityContext (options) to the pod templates where they matter")
     if profile.notify.command:
         # not its text: a webhook URL in it is a secret
         items.append("[notify] command: run by the launcher; watch the TFJob's conditions instead")
     return items
+
+
+def role_image(profile: Profile, role: RoleConfig, image: str | None) -> str:
+    """The image of a role's pods: ``--image``, else the role's container image as a registry
+    reference (enroot's ``REGISTRY#IMAGE`` and ``docker://`` written as Kubernetes reads them),
+    else DEFAULT_IMAGE; an image *file* cannot be pulled by a kubelet."""
+    if image is not None:
+        return image
+    container: ContainerSpec | None = role.settings.container
+    if container is None:
+        return DEFAULT_IMAGE
+    if is_image_file(container.image) or "://" in container.image.removeprefix("docker://"):
+        raise ProfileError(f"{profile.path}: roles.{role.name} runs in {container.image!r}, which Kubernetes "
+                           "cannot pull; give a registry image with --image")
+    return container.image.removeprefix("docker://").replace("#", "/", 1)
+
+
+def _images_text(images: dict[str, str]) -> str:
+    distinct = set(images.values())
+    if len(distinct) == 1:
+        return f"The image ({_one_line(distinct.pop())})"
+    return "The images (" + "; ".join(f"{role}: {_one_line(image)}" for role, image in images.items()) + ")"
 
 
 def _check_image(image: str) -> None:

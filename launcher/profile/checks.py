@@ -193,6 +193,9 @@ class _Checker:
                 isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in value
             ):
                 raise self.fail(key, f"expected {spec.expected}, got {show_value(value)}")
+        elif kind == "table_or_false":
+            if value is not False and not isinstance(value, dict):
+                raise self.fail(key, f'expected a table like {{ image = "..." }} or false, got {show_value(value)}')
         elif kind == "table_list":
             if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
                 raise self.fail(key, f"expected [[{key[-1]}]] tables, got {show_value(value)}")

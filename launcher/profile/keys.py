@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from launcher.agent.containerrt import PULL_POLICIES, RUNTIMES
 from launcher.model import ROLES
 from launcher.profile.names import (
     ADDRESS_PATTERN,
@@ -35,6 +36,7 @@ Kind = Literal[
     "regex_map",  # a table of name -> regex string
     "size",  # bytes: an integer >= 0, or a string with a unit ("1GiB", "500 MB")
     "table",  # a sub-table with the keys of ``table``
+    "table_or_false",  # a sub-table with the keys of ``table``, or false (turned off)
     "tables",  # a table of named sub-tables, each with the keys of ``table``
     "table_list",  # an array of tables ([[name]]), each with the keys of ``table``
 ]
@@ -43,6 +45,8 @@ Kind = Literal[
 ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 #: a size with a unit (launcher/profile/sizes.py reads it)
 SIZE_PATTERN = r"^\s*[0-9]+(\.[0-9]+)?\s*([KMGT]i?B|[KMGT]|B)?\s*$"
+#: a container mount: "SRC:DST[:ro|rw]", SRC absolute or ~, DST absolute, no ',' (containerrt.mount_problem)
+MOUNT_PATTERN = r"^(/|~(?=[/:]))[^:,]*:/[^:,]*(:(ro|rw))?$"
 #: roles of which a job has at most one task
 SINGLE_TASK_ROLES = ("chief", "evaluator")
 
@@ -65,6 +69,7 @@ class Key:
     table: Table | None = None  # "table" and "tables": the keys of the sub-table(s)
     names: tuple[str, ...] = ()  # "tables": the only sub-table names allowed (else any valid name)
     pattern: str = ""  # strings: a rule of launcher/profile/names.py (the schema's pattern, the reader's words)
+    item_pattern: str = ""  # string lists: what each item must match (the schema's; the reader words it)
 
 
 @dataclass(frozen=True)
@@ -91,6 +96,28 @@ class Table:
 def _port(name: str, doc: str, default: int | None = None) -> Key:
     return Key(name, "integer", doc, default=default, minimum=1, maximum=65535)
 
+
+CONTAINER_KEYS = Table(
+    "Run each task in a container image: host networking, the task's environment, workdir, outputs and "
+    "run dir mounted at the same paths. A role's table overrides [defaults]' key by key; container = false "
+    "in a role runs it without one.",
+    (
+        Key("image", "string", "The image: a registry reference (\"tensorflow/tensorflow:2.16.1-gpu\"), or for "
+            "apptainer, enroot and pyxis a .sif / .sqsh file on the hosts. Required here or in [defaults].",
+            nonblank=True),
+        Key("runtime", "choice", "What runs it: docker (the default), podman, apptainer, enroot; on Slurm "
+            "(with [slurm]) pyxis, srun --container-image, is the default and docker and podman are refused.",
+            choices=RUNTIMES),
+        Key("mounts", "string_list", "More host folders inside, \"SRC:DST\" or \"SRC:DST:ro\" (SRC absolute or "
+            "~ on the host, DST absolute).", default=[], expected='a list like ["/data:/data:ro"]',
+            item_pattern=MOUNT_PATTERN),
+        Key("options", "string_list", "Extra flags for the runtime, one argument per item, as given "
+            "(docker run / podman run / apptainer exec / enroot start / srun).", default=[],
+            expected='a list of flags like ["--shm-size=8g"]'),
+        Key("pull", "choice", "When the image is fetched before start: never, missing (not on the host), or "
+            "always. pyxis fetches at every start.", default="missing", choices=PULL_POLICIES),
+    ),
+)
 
 TASK_KEYS = Table(
     "Settings every task gets unless its role overrides them.",
@@ -125,6 +152,7 @@ TASK_KEYS = Table(
         Key("on_nan", "choice", "What a NaN or Inf loss does: warn (a nan_loss condition, cleared when the "
             "loss is finite again) or stop (the job is torn down and fails).", default="warn",
             choices=("warn", "stop")),
+        Key("container", "table_or_false", CONTAINER_KEYS.doc, table=CONTAINER_KEYS),
     ),
 )
 

@@ -105,6 +105,7 @@ class _ProfileReader(RolesReader):
         problem = job_name_problem(name)  # a written name was checked with its key; this is the file's
         if problem is not None:
             raise self.fail(("name",), f"(from the file name {self.path.name}) {problem}: set name = \"...\"")
+        self.on_slurm = "slurm" in data
         defaults = self.task_settings(self.table(data, "defaults", ()), ("defaults",), None)
         ssh = self.ssh_settings(self.table(data, "ssh", ()), ("ssh",), DEFAULT_SSH)
         slurm = self.slurm(data)

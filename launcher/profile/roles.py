@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any, cast
 
+from launcher.agent.containerrt import DAEMON_RUNTIMES, ContainerSpec, image_problem, mount_problem
 from launcher.model import (
     ROLES,
     START_ORDER,
@@ -28,6 +29,7 @@ from launcher.profile.checks import (
 )
 from launcher.profile.hosts import HostsReader
 from launcher.profile.keys import (
+    CONTAINER_KEYS,
     ROLE_KEYS,
     SINGLE_TASK_ROLES,
     TASK_KEYS,
@@ -37,6 +39,9 @@ from launcher.profile.names import MAX_TASKS
 
 class RolesReader(HostsReader):
     """Task settings, roles and the checks across them (ports, GPUs, the job's roles)."""
+
+    #: the profile has [slurm]: containers run through pyxis unless a runtime without a daemon is named
+    on_slurm: bool = False
 
     def task_settings(self, table: Mapping[str, Any], key: KeyPath,
                       base: TaskDefaults | None) -> TaskDefaults:
@@ -84,7 +89,42 @@ class RolesReader(HostsReader):
             stall_seconds=base.stall_seconds if stall is None else float(stall),
             on_stall=base.on_stall if on_stall is None else on_stall,
             on_nan=base.on_nan if on_nan is None else on_nan,
+            container=self.container(table, key, base.container),
         )
+
+    def container(self, table: Mapping[str, Any], key: KeyPath, base: ContainerSpec | None) -> ContainerSpec | None:
+        """``container = { ... }`` over ``base`` (key by key: the keys written win), ``false``: none,
+        absent: ``base``. Runtime: pyxis on Slurm, else docker, where neither table names one."""
+        if "container" not in table:
+            return base
+        ckey = (*key, "container")
+        value = table["container"]
+        if value is False:
+            return None
+        self.check_table(value, ckey, CONTAINER_KEYS)
+        image = value.get("image", base.image if base else None)
+        if image is None:
+            where = "" if key == ("defaults",) else " (or under [defaults.container])"
+            raise self.fail(ckey, f'has no image; add image = "tensorflow/tensorflow:2.16.1-gpu"{where}')
+        runtime = value.get("runtime", base.runtime if base else ("pyxis" if self.on_slurm else "docker"))
+        if self.on_slurm and runtime in DAEMON_RUNTIMES:
+            raise self.fail((*ckey, "runtime"), f'"{runtime}" cannot run Slurm tasks (its daemon, not the job '
+                            'step, would own the container); use "pyxis" (srun --container-image, the default '
+                            'on Slurm), "apptainer" or "enroot"')
+        if not self.on_slurm and runtime == "pyxis":
+            raise self.fail((*ckey, "runtime"), '"pyxis" runs containers through srun and needs [slurm]; on '
+                            'ssh and local hosts use "docker", "podman", "apptainer" or "enroot"')
+        problem = image_problem(image, runtime)
+        if problem is not None:
+            raise self.fail((*ckey, "image"), problem)
+        mounts: list[str] = value.get("mounts", list(base.mounts) if base else [])
+        for mount in mounts:
+            problem = mount_problem(mount)
+            if problem is not None:
+                raise self.fail((*ckey, "mounts"), problem)
+        options: list[str] = value.get("options", list(base.options) if base else [])
+        pull: str = value.get("pull", base.pull if base else "missing")
+        return ContainerSpec(image=image, runtime=runtime, mounts=tuple(mounts), options=tuple(options), pull=pull)
 
     def roles(self, table: Mapping[str, Any], defaults: TaskDefaults,
               hosts: Mapping[str, HostConfig]) -> dict[str, RoleConfig]:

@@ -97,6 +97,8 @@ def _kind_schema(key: Key) -> dict[str, Any]:
     if kind == "size":
         return {"anyOf": [{"type": "integer", "minimum": 0}, {"type": "string", "pattern": SIZE_PATTERN}]}
     if kind == "string_list":
+        if key.item_pattern:
+            return {"type": "array", "items": {"type": "string", "pattern": key.item_pattern}}
         return {"type": "array", "items": {"type": "string"}}
     if kind == "index_list":
         return {"type": "array", "items": {"type": "integer", "minimum": 0}, "uniqueItems": True}
@@ -110,6 +112,8 @@ def _kind_schema(key: Key) -> dict[str, Any]:
         return {"type": "array", "items": _table_schema(key.table)}
     if kind == "table":
         return _table_schema(key.table)
+    if kind == "table_or_false":
+        return {"anyOf": [_table_schema(key.table), {"const": False}]}
     if not key.names:  # any sub-table name that is valid
         return {"type": "object", "propertyNames": {"pattern": HOST_NAME_PATTERN},
                 "additionalProperties": _table_schema(key.table)}

@@ -38,6 +38,16 @@ class HostRow:
     mem_available_bytes: int | None = None
     #: host clock minus launcher clock, seconds (the answer's travel time makes it a little low)
     clock_offset: float | None = None
+    #: the container images the host's tasks run in: reference -> short digest (launcher/remote/imagecheck.py)
+    images: dict[str, str | None] = field(default_factory=dict)
+    #: the TensorFlow version inside those images
+    image_tensorflow: str | None = None
+
+    def image_summary(self) -> str:
+        if not self.images:
+            return "-"
+        digests = ", ".join(d or ref for ref, d in self.images.items())
+        return digests + (f" (TF {self.image_tensorflow})" if self.image_tensorflow else "")
 
     def gpu_summary(self) -> str:
         if not self.gpus_read:
@@ -91,7 +101,8 @@ def _spread(rows: Sequence[HostRow], value: Any) -> str:
 #: the columns compared across hosts: what differs there is flagged
 COMPARED = {"PYTHON": lambda r: r.python, "TENSORFLOW": lambda r: r.tensorflow, "CUDA/CUDNN": lambda r: r.cuda,
             "GPUS": lambda r: None if r.gpus is None or not r.gpus_read
-            else sorted({(g.get("name"), g.get("driver")) for g in r.gpus})}
+            else sorted({(g.get("name"), g.get("driver")) for g in r.gpus}),
+            "IMAGE": lambda r: r.image_summary() if r.images else None}
 
 
 def differing(rows: Sequence[HostRow]) -> list[str]:
@@ -106,7 +117,10 @@ def judge(plan: Plan, rows: Sequence[HostRow]) -> tuple[list[str], list[str]]:
     profile = plan.profile
     warnings: list[str] = []
     errors: list[str] = []
-    with_tf = [r for r in rows if r.tensorflow]
+    # a TensorFlow in a container image counts as one more place the job's tasks run
+    with_tf = [r for r in rows if r.tensorflow] + [
+        HostRow(f"{r.host} (its image)", tensorflow=v) for r in rows if r.image_tensorflow
+        for v in r.image_tensorflow.split(", ") if v != r.tensorflow]
     if len({_major_minor(r.tensorflow or "") for r in with_tf}) > 1:
         line = f"TensorFlow differs across hosts ({_spread(with_tf, lambda r: r.tensorflow)})"
         if profile.strategy != "custom" and not profile.allow_version_skew:
@@ -116,6 +130,12 @@ def judge(plan: Plan, rows: Sequence[HostRow]) -> tuple[list[str], list[str]]:
             warnings.append(line)
     elif len({r.tensorflow for r in with_tf}) > 1:
         warnings.append(f"TensorFlow patch levels differ across hosts ({_spread(with_tf, lambda r: r.tensorflow)})")
+    for ref in sorted({ref for r in rows for ref in r.images}):
+        holders = [r for r in rows if r.images.get(ref)]
+        if len({r.images[ref] for r in holders}) > 1:
+            spread = _spread(holders, lambda r, ref=ref: r.images[ref])
+            warnings.append(f"container image {ref} differs across hosts ({spread}): the same reference holds "
+                            "other contents there; pull or load one image everywhere")
     with_py = [r for r in rows if r.python]
     if len({r.python for r in with_py}) > 1:
         warnings.append(f"Python differs across hosts ({_spread(with_py, lambda r: r.python)})")
@@ -180,11 +200,13 @@ def _clock(offset: float | None) -> str:
 def table(rows: Sequence[HostRow]) -> str:
     """One row per host; a compared column whose values differ says "differs" in its header."""
     flagged = set(differing(rows))
-    headers = ["HOST", "PYTHON", "TENSORFLOW", "CUDA/CUDNN", "GPUS", "FREE OUTPUTS", "FREE RUN DIR", "FREE MEM",
-               "CLOCK"]
+    images = any(r.images for r in rows)  # the column only where a task runs in a container
+    headers = ["HOST", "PYTHON", "TENSORFLOW", "CUDA/CUDNN", "GPUS", *(["IMAGE"] if images else []), "FREE OUTPUTS",
+               "FREE RUN DIR", "FREE MEM", "CLOCK"]
     lines = [[h + (" differs" if h in flagged else "") for h in headers]]
     for r in rows:
         lines.append([r.host, r.python or "?", r.tensorflow or "-", r.cuda or "-", r.gpu_summary(),
+                      *([r.image_summary()] if images else []),
                       show_size(r.disk.get("outputs", ("", None))[1]), show_size(r.disk.get("run dir", ("", None))[1]),
                       show_size(r.mem_available_bytes), _clock(r.clock_offset)])
     widths = [max(len(line[i]) for line in lines) for i in range(len(headers))]

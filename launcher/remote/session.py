@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from launcher.agent.containercheck import PULL_SECONDS, TF_SECONDS
 from launcher.errors import HostError
 from launcher.model import HostConfig
 from launcher.remote.agentpack import build_agent_zipapp
@@ -83,6 +84,12 @@ class HostSession:
         self.channel: AgentChannel | None = None
         #: whether the preflight reads the host's GPUs too (`check`, or tasks here are given GPUs)
         self.ask_gpus = True
+        #: the images of the tasks here, checked (and pulled) by the preflight (launcher/remote/imagecheck.py)
+        self.containers: list[dict[str, Any]] = []
+
+    def _preflight_timeout(self, seconds: float) -> float:
+        """A preflight that may pull images and start them for TensorFlow's version waits for that too."""
+        return seconds + (PULL_SECONDS + TF_SECONDS) * len(self.containers)
 
     @property
     def name(self) -> str:
@@ -154,6 +161,8 @@ class HostSession:
                 "--facts", json.dumps({"paths": paths, "gpus": self.ask_gpus})]
         if listen is not None:
             args += ["--listen", listen]
+        if self.containers:
+            args += ["--containers", json.dumps(self.containers)]
         ports = ",".join(str(p) for p in check)
         if ports:
             args += ["--check", ports]
@@ -170,7 +179,7 @@ class HostSession:
         if tensorflow:
             args.append("--tensorflow")
         script = f"{self._prepare_script()} || exit 98\n" + self._agent_cmd("preflight", *args)
-        result = self.host.run(script, timeout=180, stdin=build_agent_zipapp())
+        result = self.host.run(script, timeout=self._preflight_timeout(180), stdin=build_agent_zipapp())
         lines = [ln for ln in result.stdout.splitlines() if ln.strip()]
         detail = (result.stderr.strip().splitlines() or ["no output"])[-1]
         if result.exit_code != 0 or not lines:
@@ -195,7 +204,7 @@ class HostSession:
         verb = " ".join(shlex.quote(p) for p in (self.python, "-c", BOOTSTRAP, str(len(pyz)), self.pyz,
                                                   "preflight", *args))
         script = f"{self._dirs_script()} || exit 98\nDISTLAUNCH_RUN_ID={shlex.quote(self.run_id)} exec {verb}"
-        answer, self.channel = self._open(script, pyz, timeout)
+        answer, self.channel = self._open(script, pyz, self._preflight_timeout(timeout))
         return answer
 
     def open_preflight(self, bind: str, check: Iterable[int], pick: int, path_checks: list[dict[str, Any]],
@@ -203,7 +212,7 @@ class HostSession:
         """The agent's ``preflight`` (uploaded already) holding its ports for the reach check on
         the returned channel, which the caller closes when the check is done (the step-by-step path)."""
         args = self._preflight_args(bind, check, pick, path_checks, listen)
-        return self._open(self._agent_cmd("preflight", *args), b"", timeout)
+        return self._open(self._agent_cmd("preflight", *args), b"", self._preflight_timeout(timeout))
 
     def _open(self, script: str, upload: bytes, timeout: float) -> tuple[dict[str, Any], AgentChannel]:
         """Run ``script`` as a channel, send it ``upload`` (the agent, where the script writes it),
@@ -297,7 +306,8 @@ class HostSession:
         """Ports, path checks and the host's facts in one round trip: the agent's answer.
 
         Relative paths are judged from the host run dir, where the agents start tasks from."""
-        return self.agent("preflight", *self._preflight_args(bind, check, pick, path_checks))
+        return self.agent("preflight", *self._preflight_args(bind, check, pick, path_checks),
+                          timeout=self._preflight_timeout(60.0))
 
     def set_detached(self, detached: bool) -> None:
         marker = shlex.quote(f"{self.base_dir}/detached")

@@ -7,6 +7,8 @@ failed check into the one line the user reads: host, role, path, and the profile
 What a command needs is read from its template: after ``{python}`` the first argument that is
 not an option is the script (checked when it ends in ``.py``), ``-m module`` names a module the
 interpreter must import; a command without ``{python}`` needs its first word as an executable.
+A containerised task's workdir and script are checked on the host (they are mounted at the same
+path); its modules and programs are the image's, not checked here.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import shlex
 from typing import Any
 
 from launcher.model import Plan, Profile, TaskSpec
+from launcher.plan import task_container
 
 #: python options that take a value as the next argument
 _PY_OPTIONS_WITH_VALUE = ("-W", "-X", "-Q")
@@ -76,6 +79,8 @@ def host_checks(plan: Plan) -> dict[str, list[dict[str, Any]]]:
         if needs is None:
             continue
         kind, what = needs
+        if kind != "file" and task_container(plan, task) is not None:
+            continue  # its python and programs are the image's: the start says if one is missing
         check: dict[str, Any] = {"kind": kind, "path": what, "workdir": task.workdir, "role": task.role,
                                  "key": _key(profile, task.role, "command")}
         if kind == "module":

@@ -149,6 +149,10 @@ class OutputTails:
         return self._states
 
 
+#: the agent's own reasons for a task that never ran its command: the cause as they say it
+AGENT_REASONS = ("could not start", "container did not start")
+
+
 def exit_cause(data: Mapping[str, Any]) -> str:
     """The exit as the host saw it: a SIGKILL by the OOM killer or by someone else, another signal,
     or the exit code (or the agent's own reason, e.g. "could not start: ...")."""
@@ -293,7 +297,7 @@ def cause_of(data: Mapping[str, Any], lines: list[str], peers: PeerIndex, task: 
              states: Mapping[str, ProcState] | None = None, at: float | None = None) -> Cause:
     """The cause of a failed incarnation from its state event's fields and its last output lines
     (and the process states stacks captures saw, ``states``, as of the failure's time ``at``)."""
-    if data.get("signal") == "SIGKILL" or str(data.get("reason") or "").startswith("could not start"):
+    if data.get("signal") == "SIGKILL" or str(data.get("reason") or "").startswith(AGENT_REASONS):
         return Cause(exit_cause(data))
     tb = last_traceback(lines)
     since = max(0, (tb.start if tb is not None else len(lines)) - FAILURE_CONTEXT_LINES)

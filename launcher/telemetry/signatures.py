@@ -76,6 +76,12 @@ SIGNATURES: tuple[Signature, ...] = (
          "tensorflow.python.framework.errors_impl.InvalidArgumentError: {{function_node "
          "__wrapped__CheckNumerics_device_/job:localhost/replica:0/task:0/device:CPU:0}} loss : Tensor had NaN "
          "values [Op:CheckNumerics] name: "),
+    _sig("container_start", r"^(?:docker|podman): Error response from daemon: (?P<why>.+?)\.?$",
+         "container did not start: {why}",
+         # docker 20.10, `docker run --pull never` of an image the host lacks, and of one it cannot pull
+         "docker: Error response from daemon: No such image: nosuch/image:1",
+         'docker: Error response from daemon: Get "https://registry-1.docker.io/v2/": dial tcp: lookup '
+         "registry-1.docker.io on 10.255.255.53:53: no such host"),
     _sig("module", r"ModuleNotFoundError: No module named '(?P<module>[\w.]+)'",
          "package {module} missing on host {host}",
          "ModuleNotFoundError: No module named 'tensorflow_datasets'"),

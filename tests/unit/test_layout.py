@@ -177,9 +177,11 @@ def test_the_zipapp_ships_exactly_the_host_side_code():
     assert shipped == expected - set(agentpack.NOT_SHIPPED)
 
 
-#: the archive is uploaded on every host's one exec of a launch (bytecode included): 327 KiB today
-#: (taskcgroup.py, the sweep's sessions and cgroups, took it past the 320 KiB this was before)
-MAX_ZIPAPP_BYTES = 336 * 1024
+#: the archive is uploaded on every host's one exec of a launch (bytecode included): 400 KiB today
+#: (taskcgroup.py, the sweep's sessions and cgroups, took it past 320 KiB; tasks in containers,
+#: issue 38: containerrt, taskcontainer and containercheck, ~44 KiB, and autolog's step time,
+#: ~20 KiB, past the 336 KiB this was before)
+MAX_ZIPAPP_BYTES = 416 * 1024
 
 
 def test_the_zipapp_stays_small():

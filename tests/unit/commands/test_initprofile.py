@@ -144,6 +144,10 @@ def test_a_script_in_a_subfolder_runs_from_where_init_ran(tmp_path: Path, monkey
     (["train.py", "--hosts", "alice@gpu1"], "--hosts alice@gpu1: give host names only"),
     (["train.py", "--ps", "1"], "--ps: MultiWorkerMirroredStrategy has no parameter servers"),
     (["train.py", "--workers", "-1"], "--workers -1: give a count of 0 or more"),
+    (["train.py", "--runtime", "podman"], "--runtime podman needs --image"),
+    (["train.py", "--image", "tf", "--runtime", "pyxis"], "--runtime pyxis: use one of docker, podman, apptainer"),
+    (["train.py", "--image=-v/:/x"], "--image '-v/:/x' starts with '-'"),
+    (["train.py", "--image", "/images/tf.sif"], "--image '/images/tf.sif' is a file; docker runs registry images"),
 ])
 def test_mistakes_are_one_line_and_exit_2(flags: list[str], message: str, tmp_path: Path,
                                           monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
@@ -178,3 +182,27 @@ def test_ps_refuses_no_chief_and_zero_ps(tmp_path: Path, monkeypatch: pytest.Mon
     assert main(["init", "train.py", "--ps", "3", "--workers", "5"]) == 0
     data = tomllib.loads((tmp_path / "train.toml").read_text())
     assert {role: table["count"] for role, table in data["roles"].items()} == {"chief": 1, "ps": 3, "worker": 5}
+
+
+def test_image_writes_a_container_table_every_task_runs_in(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    target, data = written(tmp_path, monkeypatch, PS_SOURCE, "--image", "tensorflow/tensorflow:2.16.1-gpu")
+    assert "in docker image tensorflow/tensorflow:2.16.1-gpu" in capsys.readouterr().out
+    assert data["defaults"]["container"] == {"image": "tensorflow/tensorflow:2.16.1-gpu", "runtime": "docker",
+                                             "pull": "missing"}
+    assert data["defaults"]["python"] == "python3"  # the image's interpreter, not the launcher's
+    text = target.read_text()
+    assert '# mounts = ["/data:/data:ro"]' in text and '# options = ["--shm-size=8g"]' in text
+    profile = load_profile(target)
+    assert {r.settings.container.image for r in profile.roles.values() if r.settings.container} == \
+        {"tensorflow/tensorflow:2.16.1-gpu"}
+    assert all(t.python == "python3" for t in build_plan(profile).tasks)
+
+
+def test_runtime_and_ssh_hosts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    source = "import tensorflow as tf\ntf.distribute.MultiWorkerMirroredStrategy()\n"
+    target, data = written(tmp_path, monkeypatch, source, "--hosts", "gpu1,gpu2", "--image", "/images/tf.sif",
+                           "--runtime", "apptainer")
+    assert data["defaults"]["container"]["runtime"] == "apptainer"
+    container = load_profile(target).roles["worker"].settings.container
+    assert container is not None and (container.image, container.runtime) == ("/images/tf.sif", "apptainer")

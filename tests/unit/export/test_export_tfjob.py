@@ -13,8 +13,9 @@ import jsonschema
 import pytest
 import yaml
 
+from launcher.agent.containerrt import ContainerSpec
 from launcher.cli import main
-from launcher.errors import UserError
+from launcher.errors import ProfileError, UserError
 from launcher.export.tfjob import job_name, tfjob_manifest, tfjob_yaml
 from launcher.model import (
     HostConfig,
@@ -440,3 +441,52 @@ def test_cli_reports_an_unwritable_output_in_one_line(tmp_path: Path,
     assert main(["export", "tfjob", str(src), "-o", str(out)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "missing-dir" in err
+
+
+# --- the profile's container --------------------------------------------------------------------
+
+def container_profile() -> Profile:
+    tf = ContainerSpec(image="team/tf:2.16", mounts=("/data:/data:ro",), pull="always")
+    return profile([
+        role("chief", task=settings(container=tf)),
+        role("ps", task=settings(container=ContainerSpec(image="docker://nvcr.io#nvidia/tf:24.01", runtime="podman"))),
+        role("worker", 2),
+    ])
+
+
+def test_each_role_runs_its_container_image_with_its_pull_policy(validator: Any) -> None:
+    manifest = tfjob_manifest(container_profile(), image=None, namespace=None)
+    assert container(manifest, "Chief")["image"] == "team/tf:2.16"
+    assert container(manifest, "Chief")["imagePullPolicy"] == "Always"
+    assert container(manifest, "PS")["image"] == "nvcr.io/nvidia/tf:24.01"
+    assert container(manifest, "PS")["imagePullPolicy"] == "IfNotPresent"
+    assert container(manifest, "Worker")["image"] == "tensorflow/tensorflow:latest"
+    assert "imagePullPolicy" not in container(manifest, "Worker")
+    assert schema_errors(validator, manifest) == []
+    text = tfjob_yaml(container_profile(), image=None, namespace=None)
+    assert "The images (chief: team/tf:2.16; ps: nvcr.io/nvidia/tf:24.01; worker: tensorflow/tensorflow:latest)" \
+        in text
+    assert "container runtime docker/podman, mounts (chief, ps): the kubelet runs the pods" in text
+
+
+def test_an_explicit_image_wins_over_the_profile() -> None:
+    manifest = tfjob_manifest(container_profile(), image=IMAGE, namespace=None)
+    assert {container(manifest, t)["image"] for t in ("Chief", "PS", "Worker")} == {IMAGE}
+
+
+def test_an_image_file_cannot_go_to_kubernetes() -> None:
+    sif = ContainerSpec(image="/images/tf.sif", runtime="apptainer")
+    with pytest.raises(ProfileError, match=r"roles.worker runs in '/images/tf.sif', which Kubernetes cannot pull; "
+                                           "give a registry image with --image"):
+        tfjob_manifest(profile([role("worker", task=settings(container=sif))]), image=None, namespace=None)
+    assert tfjob_manifest(profile([role("worker", task=settings(container=sif))]), image=IMAGE, namespace=None)
+
+
+def test_cli_uses_the_profiles_image_unless_image_is_given(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    src = tmp_path / "p.toml"
+    src.write_text('[defaults]\ncommand = "{python} t.py"\ncontainer = { image = "team/tf:2.16" }\n'
+                   '[roles.worker]\ncount = 2\n', encoding="utf-8")
+    assert main(["export", "tfjob", str(src)]) == 0
+    assert container(yaml.safe_load(capsys.readouterr().out), "Worker")["image"] == "team/tf:2.16"
+    assert main(["export", "tfjob", str(src), "--image", IMAGE]) == 0
+    assert container(yaml.safe_load(capsys.readouterr().out), "Worker")["image"] == IMAGE

@@ -16,6 +16,7 @@ from launcher import model
 from launcher.cli import main
 from launcher.errors import ProfileError
 from launcher.profile.keys import (
+    CONTAINER_KEYS,
     HOST_KEYS,
     LOG_POLICY_KEYS,
     NOTIFY_KEYS,
@@ -214,6 +215,10 @@ def leaf_keys(table: Table = TOP_KEYS, path: tuple[str, ...] = ()) -> list[tuple
         if key.kind == "table":
             assert key.table is not None
             found += leaf_keys(key.table, (*path, key.name))
+        elif key.kind == "table_or_false":  # false itself, then each key of the table
+            assert key.table is not None
+            found.append(((*path, key.name), key))
+            found += leaf_keys(key.table, (*path, key.name))
         elif key.kind == "tables":
             assert key.table is not None
             name = next(iter(BASE.get(key.name, {})), key.names[0] if key.names else "h")
@@ -224,8 +229,16 @@ def leaf_keys(table: Table = TOP_KEYS, path: tuple[str, ...] = ()) -> list[tuple
     return found
 
 
+#: keys whose valid values the generic rules below would not make (a rule spans the key's words)
+GOOD_VALUES: dict[str, object] = {"runtime": "podman", "mounts": ["/data:/data:ro"]}
+
+
 def good_value(key: Key) -> object:
     """A valid value for the key that differs from its default, so reading it back proves it was read."""
+    if key in CONTAINER_KEYS.keys and key.name in GOOD_VALUES:
+        return GOOD_VALUES[key.name]
+    if key.kind == "table_or_false":
+        return False
     if key.kind == "choice":
         return next(c for c in reversed(key.choices) if c != key.default)
     if key.kind == "integer":
@@ -276,6 +289,10 @@ def bad_values(key: Key) -> list[object]:
         bad += [True, "", " "]
     if key.kind == "size":
         bad += [-1, True, 1.5, "12 parsecs", ""]
+    if key.kind == "table_or_false":
+        bad.append(True)
+    if key.item_pattern:
+        bad.append(["data:/data"])
     return bad
 
 
@@ -285,6 +302,8 @@ def with_value(path: tuple[str, ...], value: object) -> dict[str, Any]:
     for part in path[:-1]:
         node = node.setdefault(part, {})
     node[path[-1]] = value
+    if len(path) > 1 and path[-2] == "container" and path[-1] != "image":  # a container needs its image
+        node.setdefault("image", "tensorflow/tensorflow:2.16.1")
     if path[0] == "slurm":  # [slurm] takes the hosts from the allocation: no [hosts] beside it
         data.pop("hosts", None)
         for role in data.get("roles", {}).values():
@@ -329,6 +348,8 @@ def test_schema_and_parser_agree_on_key(path: tuple[str, ...], key: Key, tmp_pat
             assert value == model.MetricsConfig(step=r"step (\d+)")
         elif key.kind == "table_list":
             assert value == (model.LogPolicy("CUDA_ERROR_OUT_OF_MEMORY", "no_retry"),)
+        elif key.kind == "table_or_false":
+            assert value is None
         else:
             assert value == (tuple(expected) if isinstance(expected, list) else expected), path
     for bad in bad_values(key):

@@ -1,0 +1,227 @@
+"""A task in a container, as the agent runs it: the runtime's command line, the host pid, the stop
+through the runtime, and the sweep of a run's containers by label.
+
+The task still runs under the wrapper shell in its own process group (launcher/agent/spec.py); only
+its command is the runtime's ``run`` (``containerrt.run_argv``) instead of the task's shell. Where a
+daemon owns the container (docker, podman), killing that client leaves the container running:
+stops go through the runtime (``stop`` with the task's grace, then ``kill``), every incarnation's
+container is force-removed when it ends, and ``sweep`` removes whatever carries the run's label.
+The agent learns the container's main process as the host sees it (``host_pid_argv``) and samples,
+reads stacks of and judges OOM kills by that process tree.
+
+Stdlib-only, Python >= 3.9 (runs on hosts from the agent zipapp).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import subprocess
+import time
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+from launcher.agent import containerrt as rt
+from launcher.agent.procs import pause
+from launcher.agent.spec import AgentSpec, agent_pythonpath_entry, task_argv
+
+#: how long one call of the runtime's client may take (a stop waits the grace on top)
+RUNTIME_SECONDS = 30.0
+#: how long the agent looks for a started container's host pid (the container may be created late:
+#: the task's wrapper waits for its batch first)
+HOST_PID_SECONDS = 120.0
+#: what ``docker run`` (and podman's) exit with when the runtime itself failed, before the command ran
+RUNTIME_FAILED = 125
+#: what the clients start their own errors with
+_CLIENT_PREFIXES = ("docker: ", "Error: ", "Error response from daemon: ", "podman: ")
+
+
+def container_of(spec: AgentSpec) -> Optional[rt.ContainerSpec]:
+    return rt.ContainerSpec.from_json(spec.container) if spec.container else None
+
+
+def daemon_owned(container: rt.ContainerSpec) -> bool:
+    """A daemon (or conmon) owns the container: signals to the client do not stop it."""
+    return container.runtime in rt.DAEMON_RUNTIMES
+
+
+def name_of(spec: AgentSpec) -> str:
+    return rt.container_name(spec.run, spec.task, spec.incarnation)
+
+
+def mounts(spec: AgentSpec, task_dir: str) -> List[str]:
+    """Host paths the task sees at the same path: the host run dir (the zipapp with autolog and
+    report.py, the task dir and its stacks file, ``{run_dir}``), the agent's code where it lies
+    elsewhere, the workdir and the outputs; a path inside another one is not mounted twice."""
+    run_dir = os.path.dirname(os.path.dirname(os.path.abspath(task_dir)))
+    wanted = [run_dir, agent_pythonpath_entry(), os.path.expanduser(spec.workdir)]
+    if spec.outputs:
+        wanted.append(os.path.expanduser(spec.outputs))
+    found: List[str] = []
+    for path in sorted({os.path.normpath(os.path.abspath(p)) for p in wanted if p}, key=len):
+        if not any(path == m or path.startswith(m.rstrip("/") + "/") for m in found):
+            found.append(path)
+    return found
+
+
+def client_environment(spec: AgentSpec, container: rt.ContainerSpec, env: Dict[str, str],
+                       names: Sequence[str]) -> Dict[str, str]:
+    """The environment of the runtime's client: the task's, from which the container takes the
+    variables ``names`` by name, as the runtime needs them (GPUs numbered from 0 inside docker)."""
+    return rt.runtime_environ(container, env, env_names=list(names), gpus=list(spec.gpus) or None)
+
+
+def run_command(spec: AgentSpec, container: rt.ContainerSpec, task_dir: str, names: Sequence[str]) -> List[str]:
+    """The runtime's command line that runs the task's shell and script in its container, passing
+    the variables ``names`` by name only (values never on a command line: ps shows those).
+    ValueError for a path the runtime cannot mount (':' or ',' in it)."""
+    if container.pull == "always":  # the preflight pulled it for the job: a restart must not run a newer image
+        container = dataclasses.replace(container, pull="missing")
+    return rt.run_argv(container, name=name_of(spec), labels=rt.task_labels(spec.run, spec.task),
+                       env_names=sorted(set(names)), mounts=mounts(spec, task_dir),
+                       workdir=os.path.abspath(os.path.expanduser(spec.workdir)),
+                       gpus=list(spec.gpus) or None, user="%d:%d" % (os.getuid(), os.getgid()),
+                       command=task_argv(spec), node=os.environ.get("SLURMD_NODENAME"))
+
+
+def _call(argv: Sequence[str], timeout: float = RUNTIME_SECONDS) -> Tuple[int, str, str]:
+    """(exit code, stdout, stderr) of a runtime command; 127 when the runtime is not installed, 124
+    when it did not answer in time."""
+    try:
+        done = subprocess.run(list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              timeout=timeout, check=False)
+    except subprocess.TimeoutExpired:
+        return 124, "", "%s did not answer within %g s" % (argv[0], timeout)
+    except OSError as exc:
+        return 127, "", "%s: %s" % (argv[0], exc.strerror or exc)
+    return done.returncode, done.stdout.decode("utf-8", "replace"), done.stderr.decode("utf-8", "replace")
+
+
+def host_pid(container: rt.ContainerSpec, name: str) -> Optional[int]:
+    """The container's main process as the host sees it; None while it has none (not started yet,
+    or ended) or where the runtime does not say (then the task's own child is it)."""
+    argv = rt.host_pid_argv(container, name)
+    if argv is None:
+        return None
+    code, out, _ = _call(argv, 10.0)
+    words = out.split()
+    if code != 0 or not words or not words[0].isdigit():
+        return None
+    pid = int(words[0])
+    return pid if pid > 0 else None
+
+
+def learn_host_pid(container: rt.ContainerSpec, name: str, running: Callable[[], bool],
+                   timeout: float = HOST_PID_SECONDS) -> Optional[int]:
+    """Poll for the host pid while the task runs (briefly at first: the container starts in ~0.5 s)."""
+    deadline = time.monotonic() + timeout
+    wait = 0.05
+    while running() and time.monotonic() < deadline:
+        pid = host_pid(container, name)
+        if pid is not None:
+            return pid
+        pause(wait)
+        wait = min(0.5, wait * 1.5)
+    return None
+
+
+def stop(container: rt.ContainerSpec, name: str, grace: float) -> bool:
+    """Stop the container through its runtime: SIGTERM, ``grace`` seconds, SIGKILL (``docker stop -t``);
+    False where the runtime has no stop (the task's own signals do it) or it failed."""
+    argv = rt.stop_argv(container, name, grace)
+    if argv is None:
+        return False
+    return _call(argv, grace + RUNTIME_SECONDS)[0] == 0
+
+
+def kill(container: rt.ContainerSpec, name: str) -> bool:
+    argv = rt.kill_argv(container, name)
+    return argv is not None and _call(argv)[0] == 0
+
+
+def remove(runtime: str, names: Sequence[str]) -> None:
+    """Force-remove these containers (killed if running); one that is gone already is no error."""
+    argv = rt.remove_argv(runtime, list(names)) if names else None
+    if argv is not None:
+        _call(argv)
+
+
+def listed(runtime: str, run_id: str) -> Tuple[List[str], str]:
+    """(names, "") of every container, running or not, labelled with the run; ([], why) where the
+    runtime did not answer."""
+    argv = rt.list_argv(runtime, {rt.RUN_LABEL: run_id})
+    if argv is None:
+        return [], ""
+    code, out, err = _call(argv)
+    if code != 0:
+        return [], (err.strip().splitlines() or ["exit code %d" % code])[-1]
+    return [line.strip() for line in out.splitlines() if line.strip()], ""
+
+
+def run_runtimes(run_dir: str) -> List[str]:
+    """The daemon runtimes the run's tasks on this host use (from their spec.json files)."""
+    found: List[str] = []
+    tasks = os.path.join(run_dir, "tasks")
+    try:
+        slugs = sorted(os.listdir(tasks))
+    except OSError:
+        return []
+    for slug in slugs:
+        try:
+            with open(os.path.join(tasks, slug, "spec.json"), encoding="utf-8") as f:
+                container = json.load(f).get("container")
+        except (OSError, ValueError, AttributeError):
+            continue
+        runtime = container.get("runtime", "docker") if isinstance(container, dict) else None
+        if runtime in rt.DAEMON_RUNTIMES and runtime not in found:
+            found.append(runtime)
+    return found
+
+
+def sweep(run_dir: Optional[str], run_id: str, kill_them: bool) -> List[Dict[str, Any]]:
+    """The run's containers on this host (by its label, whatever their state), removed first with
+    ``kill_them``: what is left, as ``sweep`` answers it."""
+    left: List[Dict[str, Any]] = []
+    for runtime in run_runtimes(run_dir) if run_dir else []:
+        names, why = listed(runtime, run_id)
+        if kill_them and names:
+            remove(runtime, names)
+            names, why = listed(runtime, run_id)
+        left += [{"container": n, "cmdline": "%s container %s" % (runtime, n)} for n in names]
+        if why:
+            left.append({"container": "?", "cmdline": "%s did not list the run's containers: %s" % (runtime, why)})
+    return left
+
+
+def remove_task_container(task_dir: str, spec: Optional[AgentSpec], info: Optional[Dict[str, Any]]) -> None:
+    """A task stopped with no agent: its last container too (``task.json`` names it)."""
+    container = container_of(spec) if spec is not None else None
+    name = info.get("container") if info else None
+    if container is not None and daemon_owned(container) and isinstance(name, str) and name:
+        remove(container.runtime, [name])
+
+
+def start_failure(returncode: int, last_stderr: Sequence[str], image: str = "") -> Optional[str]:
+    """The runtime's own words when the container never started: "container did not start: ...".
+    ``docker run`` exits 125 when the daemon refused ("docker: Error response from daemon: ...",
+    then "See 'docker run --help'."), 126/127 when the image has no such program to run; None
+    for any other exit, and for a 126/127 that the command in the container gave."""
+    if returncode not in (RUNTIME_FAILED, 126, 127):
+        return None
+    lines = [ln.strip() for ln in last_stderr if ln.strip() and not ln.strip().startswith(("See '", "Run '"))]
+    said = [ln for ln in lines if ln.startswith(_CLIENT_PREFIXES)]
+    if returncode != RUNTIME_FAILED:
+        said = [ln for ln in said if "OCI runtime" in ln or "Error response from daemon" in ln]
+        if not said:
+            return None
+    line = (said or lines or [""])[-1]
+    changed = True
+    while changed:
+        changed = False
+        for prefix in _CLIENT_PREFIXES:
+            if line.startswith(prefix):
+                line, changed = line[len(prefix):], True
+    why = line.rstrip(".") or "the runtime exited with %d" % returncode
+    named = image and re.search(r"(?<![\w./:-])%s(?![\w./:-])" % re.escape(image), why)
+    return "container did not start: %s" % (why if named or not image else "%s (image %s)" % (why, image))

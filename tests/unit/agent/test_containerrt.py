@@ -1,0 +1,260 @@
+"""Container runtimes' command lines (launcher/agent/containerrt.py): every runtime, built, not run."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+
+from launcher.agent import containerrt as crt
+from launcher.agent.containerrt import ContainerSpec
+
+RUN = "mnist-20240501-101010-ab12"
+LABELS = crt.task_labels(RUN, "worker:1")
+IMAGE = "nvcr.io/nvidia/tensorflow:24.01-tf2-py3"
+
+
+def spec(runtime: str = "docker", **kw: Any) -> ContainerSpec:
+    return ContainerSpec(image=kw.pop("image", IMAGE), runtime=runtime, **kw)
+
+
+def run(s: ContainerSpec, **kw: Any) -> list[str]:
+    args: dict[str, Any] = dict(name="dl-x-worker-1-0", labels=LABELS, env_names=["TF_CONFIG", "DISTLAUNCH_RUN_ID"],
+                                mounts=["/home/u/code", "/home/u/out"], workdir="/home/u/code", gpus=None,
+                                user="1000:1000", command=["/bin/sh", "-c", "python3 train.py"], home="/home/u")
+    args.update(kw)
+    return crt.run_argv(s, **args)
+
+
+def pairs(argv: list[str], flag: str) -> list[str]:
+    return [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == flag]
+
+
+# ---- the spec's JSON -------------------------------------------------------------------------
+
+def test_spec_round_trips_through_json() -> None:
+    s = spec("podman", mounts=("/data:/data:ro",), options=("--shm-size=8g",), pull="always")
+    data = s.to_json()
+    assert data == {"image": IMAGE, "runtime": "podman", "mounts": ["/data:/data:ro"],
+                    "options": ["--shm-size=8g"], "pull": "always"}
+    assert ContainerSpec.from_json(data) == s
+    assert ContainerSpec.from_json({"image": "tf"}) == ContainerSpec(image="tf")
+    sif = ContainerSpec.from_json({"image": "/images/tf.sif", "runtime": "apptainer"})  # a file: not docker's
+    assert sif.image == "/images/tf.sif"
+
+
+@pytest.mark.parametrize(("data", "message"), [
+    ({"image": "tf", "runtime": "lxc"}, "unknown container runtime 'lxc'; valid: docker, podman"),
+    ({"image": "tf", "pull": "sometimes"}, "unknown container pull policy 'sometimes'"),
+    ({"runtime": "docker"}, "container image is empty"),
+    ({"image": "  "}, "container image is empty"),
+    ({"image": "-v/:/host"}, "starts with '-'"),
+    ({"image": "my image"}, "has spaces"),
+    ({"image": "/images/tf.sif"}, "is a file; docker runs registry images"),
+    ({"image": "tf", "mounts": ["data:/data"]}, "must be absolute or start with ~"),
+    ({"image": "tf", "mounts": ["/data:data"]}, "the path inside, 'data', must be absolute"),
+    ({"image": "tf", "mounts": ["/data:/data:rx"]}, "'rx' is not ro or rw"),
+    ({"image": "tf", "mounts": ["/a,b:/a"]}, "has a ','"),
+    ({"image": "tf", "mounts": "/data:/data"}, "mounts must be a list of strings"),
+    ({"image": "tf", "options": [1]}, "options must be a list of strings"),
+    ({"image": "tf", "volumes": []}, "unknown key 'volumes'"),
+    (["tf"], "expected a JSON object"),
+])
+def test_from_json_refuses_what_a_launcher_would_not_write(data: Any, message: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        ContainerSpec.from_json(data)
+
+
+# ---- names -----------------------------------------------------------------------------------
+
+def test_container_name_is_per_incarnation_and_docker_valid() -> None:
+    names = {crt.container_name(RUN, task, inc) for task in ("worker:1", "worker:2", "ps:0") for inc in (0, 1)}
+    assert len(names) == 6
+    assert crt.container_name(RUN, "worker:1", 3) == f"dl-{RUN}-worker-1-3"
+    for name in names:
+        assert re.fullmatch(r"[a-zA-Z0-9][a-zA-Z0-9_.-]*", name)
+
+
+def test_a_long_run_id_keeps_the_task_and_stays_unique() -> None:
+    a = crt.container_name("r" * 200 + "a", "worker:12", 4)
+    b = crt.container_name("r" * 200 + "b", "worker:12", 4)
+    assert len(a) <= crt.MAX_NAME and a != b and a.endswith("-worker-12-4")
+    assert re.fullmatch(r"[a-zA-Z0-9][a-zA-Z0-9_.-]*", crt.container_name("a b/c", "x" * 300, 0))
+    with pytest.raises(ValueError):
+        crt.container_name(RUN, "worker:1", -1)
+
+
+# ---- docker and podman -----------------------------------------------------------------------
+
+def test_docker_run_argv_exactly() -> None:
+    s = spec(mounts=("~/data:/data:ro",), options=("--shm-size=8g",))
+    assert run(s, gpus=[0, 1]) == [
+        "docker", "run", "--rm", "--init", "--name", "dl-x-worker-1-0",
+        "--label", f"distlaunch.run={RUN}", "--label", "distlaunch.task=worker:1",
+        "--network", "host", "--ipc", "host", "--user", "1000:1000",
+        "-e", "TF_CONFIG", "-e", "DISTLAUNCH_RUN_ID", "-e", "CUDA_VISIBLE_DEVICES",
+        "-v", "/home/u/code:/home/u/code", "-v", "/home/u/out:/home/u/out", "-v", "/home/u/data:/data:ro",
+        "-w", "/home/u/code", "--gpus", '"device=0,1"', "--pull", "missing", "--shm-size=8g",
+        IMAGE, "/bin/sh", "-c", "python3 train.py"]
+
+
+def test_env_goes_by_name_only() -> None:
+    argv = run(spec(), env_names=["TF_CONFIG", "WANDB_API_KEY", "TF_CONFIG"])
+    assert pairs(argv, "-e") == ["TF_CONFIG", "WANDB_API_KEY"]
+    with pytest.raises(ValueError, match="not a plain name"):
+        run(spec(), env_names=["WANDB_API_KEY=s3cret"])
+
+
+def test_podman_uses_cdi_devices_and_no_user_or_gpus_when_not_given() -> None:
+    argv = run(spec("podman", pull="never"), gpus=[2, 3])
+    assert argv[:2] == ["podman", "run"] and "--gpus" not in argv
+    assert pairs(argv, "--device") == ["nvidia.com/gpu=2", "nvidia.com/gpu=3"]
+    assert pairs(argv, "--pull") == ["never"]
+    bare = run(spec(), gpus=None, user=None)
+    assert "--user" not in bare and "--gpus" not in bare and "--device" not in bare
+
+
+def test_a_spec_mount_replaces_a_default_one_at_the_same_place() -> None:
+    argv = run(spec(mounts=("/scratch/out:/home/u/out:rw",)))
+    assert pairs(argv, "-v") == ["/home/u/code:/home/u/code", "/scratch/out:/home/u/out:rw"]
+
+
+@pytest.mark.parametrize("kw", [{"mounts": ["relative/path"]}, {"mounts": ["/a:b"]}, {"workdir": "code"}])
+def test_a_path_the_runtime_would_misread_is_refused(kw: dict[str, Any]) -> None:
+    with pytest.raises(ValueError, match="absolute path without"):
+        run(spec(), **kw)
+
+
+def test_docker_stop_kill_pid_list_remove() -> None:
+    s = spec()
+    assert crt.stop_argv(s, "n", 10) == ["docker", "stop", "-t", "10", "n"]
+    assert crt.stop_argv(s, "n", 2.5) == ["docker", "stop", "-t", "3", "n"]
+    assert crt.kill_argv(s, "n") == ["docker", "kill", "-s", "KILL", "n"]
+    assert crt.kill_argv(spec("podman"), "n", "TERM") == ["podman", "kill", "-s", "TERM", "n"]
+    assert crt.host_pid_argv(s, "n") == ["docker", "inspect", "--format", "{{.State.Pid}}", "n"]
+    assert crt.list_argv("docker", {crt.RUN_LABEL: RUN}) == [
+        "docker", "ps", "-a", "--filter", f"label=distlaunch.run={RUN}", "--format", "{{.Names}}"]
+    assert crt.list_argv("podman", LABELS) == [
+        "podman", "ps", "-a", "--filter", f"label=distlaunch.run={RUN}", "--filter", "label=distlaunch.task=worker:1",
+        "--format", "{{.Names}}"]
+    assert crt.remove_argv("docker", ["a", "b"]) == ["docker", "rm", "-f", "a", "b"]
+    assert crt.remove_argv("docker", []) is None
+
+
+def test_docker_image_checks_and_tf_version() -> None:
+    s = spec(options=("--entrypoint=",))
+    assert crt.image_present_argv(s) == ["docker", "image", "inspect", "--format", "{{.Id}}", IMAGE]
+    assert crt.pull_argv(s) == ["docker", "pull", IMAGE]
+    assert crt.image_digest_argv(s) == ["docker", "image", "inspect", "--format", "{{.Id}}", IMAGE]
+    argv = crt.tf_version_argv(s, "python3")
+    assert argv[:8] == ["docker", "run", "--rm", "--network", "host", "--pull", "never", "--entrypoint="]
+    assert argv[8:11] == [IMAGE, "python3", "-c"] and "tf.__version__" in argv[11]
+    assert crt.parse_tf_version(f"== banner ==\n{crt.TF_VERSION_MARKER}2.15.1\n") == "2.15.1"
+    assert crt.parse_tf_version("ModuleNotFoundError: No module named 'tensorflow'\n") is None
+
+
+def test_docker_environ_numbers_the_gpus_from_zero_inside() -> None:
+    environ = {"TF_CONFIG": "{}", "CUDA_VISIBLE_DEVICES": "2,3"}
+    env = crt.runtime_environ(spec(), environ, env_names=["TF_CONFIG", "CUDA_VISIBLE_DEVICES"], gpus=[2, 3])
+    assert env == {"TF_CONFIG": "{}", "CUDA_VISIBLE_DEVICES": "0,1"}
+    assert crt.runtime_environ(spec(), environ, env_names=["TF_CONFIG"], gpus=None) == environ
+
+
+# ---- apptainer -------------------------------------------------------------------------------
+
+def test_apptainer_exec_with_nv_binds_and_pwd_on_a_sif_file() -> None:
+    s = spec("apptainer", image="/images/tf.sif", mounts=("/data:/data:ro",), options=("--writable-tmpfs",))
+    assert run(s, gpus=[1]) == [
+        "apptainer", "exec", "--nv", "--bind", "/home/u/code:/home/u/code", "--bind", "/home/u/out:/home/u/out",
+        "--bind", "/data:/data:ro", "--pwd", "/home/u/code", "--writable-tmpfs", "/images/tf.sif",
+        "/bin/sh", "-c", "python3 train.py"]
+    assert "--nv" not in run(s, gpus=[])
+    assert "--cleanenv" not in run(s)  # the task's environment must pass
+
+
+def test_apptainer_environ_wins_over_the_image_and_keeps_physical_gpus() -> None:
+    environ = {"TF_CONFIG": "{}", "CUDA_VISIBLE_DEVICES": "1", "OTHER": "x"}
+    env = crt.runtime_environ(spec("apptainer"), environ, env_names=["TF_CONFIG", "CUDA_VISIBLE_DEVICES"], gpus=[1])
+    assert env["APPTAINERENV_TF_CONFIG"] == "{}" and env["APPTAINERENV_CUDA_VISIBLE_DEVICES"] == "1"
+    assert env["CUDA_VISIBLE_DEVICES"] == "1" and "APPTAINERENV_OTHER" not in env
+
+
+def test_apptainer_has_no_daemon_and_pulls_a_registry_image_into_a_file(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HOME", "/home/u")
+    s = spec("apptainer", image="tensorflow/tensorflow:2.15.0-gpu")
+    for argv in (crt.stop_argv(s, "n", 5), crt.kill_argv(s, "n"), crt.host_pid_argv(s, "n"),
+                 crt.list_argv("apptainer", LABELS), crt.remove_argv("apptainer", ["n"]), crt.image_digest_argv(s)):
+        assert argv is None
+    path = crt.image_file(s)
+    assert path.startswith("/home/u/.cache/distlaunch/images/tensorflow_tensorflow_2.15.0-gpu-")
+    assert path.endswith(".sif")
+    assert crt.image_present_argv(s) == ["test", "-e", path]
+    pull = crt.pull_argv(s)
+    assert pull is not None and pull[:2] == ["/bin/sh", "-c"] and "apptainer pull --force" in pull[2]
+    assert pull[-2:] == [path, "docker://tensorflow/tensorflow:2.15.0-gpu"]
+    assert run(s)[-4] == path
+    assert crt.pull_argv(spec("apptainer", image="/images/tf.sif")) is None
+    probe = crt.tf_version_argv(s, "python3")
+    assert probe[:3] == ["apptainer", "exec", "--cleanenv"] and probe[3] == path
+
+
+# ---- enroot ----------------------------------------------------------------------------------
+
+def test_enroot_start_mounts_env_by_name_gpus_and_workdir() -> None:
+    s = spec("enroot", image="/images/tf.sqsh", mounts=("/data:/data:ro",), options=("--rw",))
+    assert run(s, gpus=[0, 1]) == [
+        "enroot", "start",
+        "--mount", "/home/u/code:/home/u/code:none:x-create=auto,rbind",
+        "--mount", "/home/u/out:/home/u/out:none:x-create=auto,rbind",
+        "--mount", "/data:/data:none:x-create=auto,rbind,ro",
+        "--env", "TF_CONFIG", "--env", "DISTLAUNCH_RUN_ID", "--env", "NVIDIA_VISIBLE_DEVICES",
+        "--env", "CUDA_VISIBLE_DEVICES", "--rw", "/images/tf.sqsh",
+        "/bin/sh", "-c", 'cd "$1" && shift && exec "$@"', "distlaunch-workdir", "/home/u/code",
+        "/bin/sh", "-c", "python3 train.py"]
+
+
+def test_enroot_environ_names_the_gpus_it_exposes_or_none() -> None:
+    s = spec("enroot")
+    assert crt.runtime_environ(s, {}, env_names=[], gpus=[2, 3]) == {
+        "NVIDIA_VISIBLE_DEVICES": "2,3", "CUDA_VISIBLE_DEVICES": "0,1"}
+    assert crt.runtime_environ(s, {}, env_names=[], gpus=None) == {"NVIDIA_VISIBLE_DEVICES": "void"}
+
+
+def test_enroot_imports_a_registry_image_in_its_uri_form(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HOME", "/home/u")
+    s = spec("enroot")
+    pull = crt.pull_argv(s)
+    assert pull is not None and 'enroot import -o "$tmp" "$2"' in pull[2]
+    assert pull[-1] == "docker://nvcr.io#nvidia/tensorflow:24.01-tf2-py3"
+    assert pull[-2].endswith(".sqsh") and crt.image_present_argv(s) == ["test", "-e", pull[-2]]
+    assert crt.enroot_uri("ubuntu:22.04") == "docker://ubuntu:22.04"
+    assert crt.enroot_uri("localhost:5000/tf:1") == "docker://localhost:5000#tf:1"
+    assert crt.enroot_uri("dockerd://tf:1") == "dockerd://tf:1"
+    assert crt.stop_argv(s, "n", 3) is None and crt.list_argv("enroot", LABELS) is None
+
+
+# ---- pyxis -----------------------------------------------------------------------------------
+
+def test_pyxis_srun_flags() -> None:
+    s = spec("pyxis", mounts=("/lustre/data:/data:ro",), options=("--container-writable",))
+    assert run(s, gpus=[0], node="node07") == [
+        "srun", "--overlap", "--nodes=1", "--ntasks=1", "--quiet", "--kill-on-bad-exit=0", "--export=ALL",
+        "--nodelist=node07", "--job-name=dl-x-worker-1-0",
+        "--container-image=nvcr.io#nvidia/tensorflow:24.01-tf2-py3",
+        "--container-mounts=/home/u/code:/home/u/code,/home/u/out:/home/u/out,/lustre/data:/data:ro",
+        "--container-workdir=/home/u/code",
+        "--container-env=TF_CONFIG,DISTLAUNCH_RUN_ID,NVIDIA_VISIBLE_DEVICES,CUDA_VISIBLE_DEVICES",
+        "--container-writable", "/bin/sh", "-c", "python3 train.py"]
+
+
+def test_pyxis_checks_by_starting_the_image_and_has_nothing_to_pull_or_stop() -> None:
+    s = spec("pyxis", image="docker://tensorflow/tensorflow:2.15.0")
+    assert crt.image_present_argv(s, node="n1")[-2:] == ["--container-image=tensorflow/tensorflow:2.15.0", "true"]
+    assert "--nodelist=n1" in crt.image_present_argv(s, node="n1")
+    assert crt.pull_argv(s) is None and crt.image_digest_argv(s) is None
+    assert crt.stop_argv(s, "n", 5) is None and crt.kill_argv(s, "n") is None and crt.host_pid_argv(s, "n") is None
+    assert crt.image_present_argv(spec("pyxis", image="/sq/tf.sqsh")) == ["test", "-e", "/sq/tf.sqsh"]
+    probe = crt.tf_version_argv(s, "python")
+    assert probe[0] == "srun" and "--container-image=tensorflow/tensorflow:2.15.0" in probe
+    assert probe[-3:-1] == ["python", "-c"]
