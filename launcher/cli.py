@@ -80,6 +80,13 @@ def _stacks(args: argparse.Namespace) -> int:
     return run_stacks(args)
 
 
+def _profile(args: argparse.Namespace) -> int:
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    from launcher.commands.profile import run_profile
+
+    return run_profile(args)
+
+
 def _restart(args: argparse.Namespace) -> int:
     from launcher.commands.down import run_restart
 
@@ -131,7 +138,7 @@ def _init(args: argparse.Namespace) -> int:
     from launcher.commands.init import run_init
 
     return run_init(args.script, hosts=args.hosts, ps=args.ps, workers=args.workers, chief=args.chief,
-                    output=args.output, force=args.force)
+                    output=args.output, force=args.force, image=args.image, runtime=args.runtime)
 
 
 def _completion(args: argparse.Namespace) -> int:
@@ -233,6 +240,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS", help="how long hosts may take (10)")
     p.set_defaults(handler=_stacks)
 
+    p = sub.add_parser("profile", help="a TensorFlow profiler capture of the tasks at once, with its analysis")
+    p.add_argument("targets", nargs="*", metavar="[RUN] [TASK...]",
+                   help="run id or run directory (default: the most recent run), then task ids (default: "
+                        "every running task)")
+    p.add_argument("--seconds", default="2", metavar="S", help="how long to capture (default 2)")
+    p.add_argument("--json", action="store_true", help="the analysis as one JSON object")
+    p.set_defaults(handler=_profile)
+
     p = sub.add_parser("replay", help="re-play a finished run's events in the dashboard")
     p.add_argument("run", nargs="?", help="run id or run directory (default: the most recent run)")
     p.add_argument("--speed", type=float, default=1.0, help="playback speed factor (default 1.0)")
@@ -256,6 +271,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", default=None, metavar="FILE",
                    help="where to write the profile (default: SCRIPT's name with .toml, here)")
     p.add_argument("--force", action="store_true", help="overwrite FILE if it exists")
+    p.add_argument("--image", default=None, metavar="IMAGE",
+                   help="run every task in this container image (a [defaults.container] table)")
+    p.add_argument("--runtime", default=None, metavar="RUNTIME",
+                   help="the container runtime for --image: docker (default), podman, apptainer, enroot")
     p.set_defaults(handler=_init)
 
     p = sub.add_parser("schema", help="print the profile's JSON Schema (for editors: taplo, VS Code)")
@@ -270,7 +289,9 @@ def build_parser() -> argparse.ArgumentParser:
     exp = p.add_subparsers(dest="target", metavar="TARGET", required=True)
     t = exp.add_parser("tfjob", help="a Kubeflow TFJob manifest (YAML)")
     t.add_argument("profile", help="cluster profile (TOML)")
-    t.add_argument("--image", default="tensorflow/tensorflow:latest", help="container image")
+    t.add_argument("--image", default=None,
+                   help="container image of every pod (default: each role's container image in the profile, "
+                        "else tensorflow/tensorflow:latest)")
     t.add_argument("--namespace", default=None, help="Kubernetes namespace")
     t.add_argument("-o", "--output", default=None, help="write to FILE instead of stdout")
     t.set_defaults(handler=_export)

@@ -6,6 +6,9 @@ thread; leaving returns a `DashboardResult` the caller acts on.
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from collections.abc import Callable
 from functools import partial
 
@@ -15,6 +18,32 @@ from tui.screens import QUIT_DETACH, QUIT_TEARDOWN, ConfirmScreen, HelpScreen, Q
 from tui.stacks_view import stacks_screen
 
 NOT_IN_REPLAY = "not available in replay"
+PROFILE_SECONDS = 2.0
+
+
+def profile_summary(run_id: str, task_id: str) -> str:
+    """Run `distlaunch profile RUN TASK --json` and say what it found, in a few lines."""
+    argv = [sys.executable, "-c", "import sys; from launcher.cli import main; sys.exit(main())",
+            "profile", run_id, task_id, "--seconds", f"{PROFILE_SECONDS:g}", "--json"]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"profile of {task_id} failed: {exc}"
+    try:
+        answer = json.loads(done.stdout)
+    except ValueError:
+        last = (done.stderr.strip().splitlines() or ["no answer"])[-1]
+        return f"profile of {task_id} failed: {last}"
+    lines = []
+    for task in answer.get("tasks", []):
+        lines.append(f"{task['task']}: {task['steps']} steps" + (
+            f", {task['step_ms']:.1f} ms/step" if task.get("step_ms") else ""))
+        if task.get("input") is not None:
+            lines.append(f"input {task['input']:.0f}% compute {task['compute']:.0f}% "
+                         f"communication {task['communication']:.0f}% other {task['other']:.0f}%")
+        lines.append(task.get("statement") or task.get("note") or "")
+    lines.append(f"kept in {answer.get('logdir')}")
+    return "\n".join(line for line in lines if line)
 
 
 class JobActions(DashboardFrame):
@@ -64,6 +93,23 @@ class JobActions(DashboardFrame):
     def action_stacks(self, whole_job: bool) -> None:
         """`k` / `K`: the stacks view (tui/stacks_view.py), live or from the run dir's last capture."""
         self.push_screen(stacks_screen(self, whole_job))
+
+    def action_profile(self) -> None:
+        """`P`: a profiler capture of the selected task (`distlaunch profile`, in a process of its own:
+        TensorFlow stays out of the dashboard), its analysis in a notification."""
+        task_id = self.table.selected_task
+        if self._control_or_say() is None:
+            return
+        if task_id is None:
+            self.notify("No task selected", severity="warning")
+            return
+        run_id = self.view.run
+        self.notify(f"Capturing a {PROFILE_SECONDS:g} s profile of {task_id} ...")
+
+        def run() -> None:
+            self.call_from_thread(self.notify, profile_summary(run_id, task_id), timeout=20)
+
+        self.run_worker(run, thread=True, group="profile", name=f"profile {task_id}")
 
     def action_teardown(self) -> None:
         control = self._control_or_say()

@@ -74,6 +74,8 @@ class DashboardApp(JobActions, LiveFeed):
         Binding("K", "stacks(True)", "Stacks of the whole job (grouped, suspect first)", id="job.stacks",
                 show=False),
         Binding("D", "teardown", "Tear down job", id="job.teardown"),
+        Binding("P", "profile", "Profile the selected task (TensorFlow profiler, 2 s)", id="task.profile",
+                show=False),
         Binding("question_mark", "help", "Help", id="app.help", key_display="?"),
         Binding("q", "leave", "Quit", id="app.quit"),
     ]

@@ -15,7 +15,9 @@ from textual.widgets import Sparkline, Static
 from textual_plotext.plot import Plot
 
 from launcher.telemetry.jobview import JobView, TaskView, task_sort_key
+from launcher.telemetry.steptime import PARTS, StepTimes
 from tui import format as fmt
+from tui.format import SPARK_LEVELS
 
 MAX_SERIES = 8
 """Lines drawn at once (the chief and the first workers, one colour each); the title counts the rest."""
@@ -175,8 +177,38 @@ class RateChart(PlotChart):
         return signature, _title("steps/s vs seconds", len(shown), len(tasks)), series
 
 
+SPLIT_COLORS = {"input": "yellow", "compute": "green", "peers": "magenta", "other": "grey62"}
+SPLIT_CELLS = 30
+
+
+def split_detail(task_id: str, times: StepTimes, now: float) -> Text:
+    """The selected task's step time over time: one line per part, a cell per reading (newest
+    right, the height of a cell its share), then the verdict; a PSS worker's closures."""
+    history = list(times.history.get(task_id, ()))[-SPLIT_CELLS:]
+    text = Text()
+    closures = times.closures.get(task_id)
+    if not history:
+        if closures is not None:
+            latency = f", {closures.latency_s * 1000:.0f} ms each" if closures.latency_s is not None else ""
+            text.append(f"{task_id} closures {closures.per_s:.1f}/s{latency} (as the coordinator sees them)")
+        else:
+            text.append(f"{task_id} step time: no split yet (a task that trains, with autolog on)", style="dim")
+        return text
+    last = history[-1]
+    verdict = times.verdict(task_id, now=now) or ""
+    spt = f", {last.seconds_per_step * 1000:.1f} ms/step" if last.seconds_per_step else ""
+    text.append(f"{task_id} step time{spt}: {verdict}\n", style="bold")
+    for part in PARTS:
+        cells = "".join(SPARK_LEVELS[min(len(SPARK_LEVELS) - 1, round(s.share(part) * (len(SPARK_LEVELS) - 1)))]
+                        for s in history)
+        text.append(f"{part:<8}", style=SPLIT_COLORS[part])
+        text.append(cells.ljust(SPLIT_CELLS), style=SPLIT_COLORS[part])
+        text.append(f" {last.share(part) * 100:3.0f}%" + ("\n" if part != PARTS[-1] else ""))
+    return text
+
+
 class TaskSparklines(Vertical):
-    """steps/s and GPU utilisation history of the selected task."""
+    """steps/s and GPU utilisation history of the selected task, and its step time split."""
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
@@ -185,11 +217,14 @@ class TaskSparklines(Vertical):
         self.rate_spark = Sparkline([], id="rate-spark")
         self.gpu_label = Static("", id="gpu-label")
         self.gpu_spark = Sparkline([], id="gpu-spark")
+        self.split = Static("", id="split-detail")
 
     def compose(self) -> ComposeResult:
-        yield from (self.rate_label, self.rate_spark, self.gpu_label, self.gpu_spark)
+        yield from (self.rate_label, self.rate_spark, self.gpu_label, self.gpu_spark, self.split)
 
-    def show(self, task: TaskView | None, now: float) -> None:
+    def show(self, task: TaskView | None, now: float, times: StepTimes | None = None) -> None:
+        if task is not None and times is not None:
+            self.split.update(split_detail(task.task_id, times, now), layout=False)
         name = task.task_id if task else "—"
         rate = task.steps_per_s(now) if task else None
         self.rate_label.update(f"{name} steps/s {fmt.number(rate)}", layout=False)

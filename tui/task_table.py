@@ -24,6 +24,7 @@ from textual.strip import Strip
 
 from launcher import events as ev
 from launcher.telemetry.jobview import JobView, TaskView, task_sort_key
+from launcher.telemetry.steptime import StepTimes, bar
 from tui import format as fmt
 
 # (key, label, width including a one-cell gap, right-aligned)
@@ -43,6 +44,7 @@ COLUMNS: tuple[tuple[str, str, int, bool], ...] = (
     ("rss", "rss", 7, True),
     ("pid", "pid", 8, True),
     ("age", "age", 5, True),
+    ("split", "step time", 24, False),
 )
 BAR_CELLS = 4
 TREND_CELLS = 8
@@ -68,7 +70,33 @@ def flags_text(task: TaskView) -> str:
     return " ".join(FLAG_NAMES.get(name, name.upper()) for name in sorted(task.conditions))
 
 
-def task_cells(task: TaskView, now: float) -> tuple[Cell, ...]:
+SPLIT_CELLS = 8
+#: the stacked bar's letters (one a cell) and how each is drawn
+SPLIT_LETTERS = {"input": "i", "compute": "c", "peers": "p", "other": "o"}
+SPLIT_DRAW = {"i": Style(color="yellow"), "c": Style(color="green"), "p": Style(color="magenta"),
+              "o": Style(color="grey62")}
+SHORT_VERDICT = {"input-bound": "input", "compute-bound": "compute", "other-bound": "other", "balanced": "balanced",
+                 "slowest worker": "slowest"}
+
+
+def split_cell(task: TaskView, times: StepTimes | None, now: float) -> Cell:
+    """The step time's stacked bar (letters a cell each, drawn as coloured blocks) and the verdict
+    in a word; a ParameterServerStrategy worker's closures per second as the coordinator sees them."""
+    if times is None:
+        return fmt.MISSING, ""
+    split = times.fresh(task.task_id, now)
+    verdict = times.verdict(task.task_id, now=now) or ""
+    short = SHORT_VERDICT.get(verdict, verdict.replace("waiting for ", "wait "))
+    if split is None:
+        closures = times.closures.get(task.task_id)
+        if closures is not None:
+            return f"{closures.per_s:.1f} closures/s" + (f" {short}" if short else ""), "split-text"
+        return fmt.MISSING, ""
+    cells = "".join(SPLIT_LETTERS[part] * n for part, n in bar(split, SPLIT_CELLS))
+    return f"{cells} {short}", "split"
+
+
+def task_cells(task: TaskView, now: float, times: StepTimes | None = None) -> tuple[Cell, ...]:
     """The row for one task, as (text, style) pairs in `COLUMNS` order."""
     stale = task.is_stale(now)
     gpu_mem = fmt.MISSING
@@ -93,6 +121,7 @@ def task_cells(task: TaskView, now: float) -> tuple[Cell, ...]:
         (fmt.human_bytes(task.rss_bytes), ""),
         (str(task.pid) if task.pid is not None else fmt.MISSING, "dim"),
         (fmt.duration(age) if age is not None else fmt.MISSING, STALE_STYLE if stale else "dim"),
+        split_cell(task, times, now),
     )
 
 
@@ -292,7 +321,7 @@ class TaskTable(ScrollView, can_focus=True):
         added = False
         for task_id in view.tasks:
             if task_id not in self._shown:
-                self._shown[task_id] = task_cells(view.tasks[task_id], now)
+                self._shown[task_id] = task_cells(view.tasks[task_id], now, view.step_times)
                 self._known.append(task_id)
                 added = True
         if added:
@@ -305,7 +334,7 @@ class TaskTable(ScrollView, can_focus=True):
                 continue
             self._pending.discard(task_id)
             shown = self._shown[task_id]
-            cells = task_cells(task, now)
+            cells = task_cells(task, now, view.step_times)
             if cells != shown:
                 changed += sum(1 for new, old in zip(cells, shown, strict=True) if new != old)
                 self._set_row(task_id, cells)
@@ -382,7 +411,12 @@ class TaskTable(ScrollView, can_focus=True):
             line = Text(no_wrap=True)
             for (text, style), (_key, _label, col_width, right) in zip(self._shown[task_id], COLUMNS,
                                                                         strict=True):
-                line.append(fit(text, col_width, right), style=style)
+                if style == "split":  # the letters of the stacked bar become coloured blocks
+                    for letter in text[:SPLIT_CELLS]:
+                        line.append("█", style=SPLIT_DRAW.get(letter, Style()))
+                    line.append(fit(text[SPLIT_CELLS:], col_width - SPLIT_CELLS, right))
+                else:
+                    line.append(fit(text, col_width, right), style="" if style == "split-text" else style)
             if cursor:
                 line.stylize(CURSOR_FOCUSED if self.has_focus else CURSOR_BLURRED)
             strip = Strip(list(line.render(self.app.console))).crop_extend(0, width, base).apply_style(base)

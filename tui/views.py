@@ -51,9 +51,9 @@ class DashboardViews(DashboardFrame):
                 self._select(selected)
             elif selected is not None and selected in dirty:
                 self.log_pane.sync(view)
-                self.sparklines.show(view.tasks.get(selected), now)
+                self.sparklines.show(view.tasks.get(selected), now, view.step_times)
             elif selected is not None and slow_tick:  # its steps/s moves with the clock, events or not
-                self.sparklines.show(view.tasks.get(selected), now)
+                self.sparklines.show(view.tasks.get(selected), now, view.step_times)
             current = self.views.current
             if slow_tick and current == "dashboard":
                 self.loss_chart.sync(view)
@@ -89,7 +89,8 @@ class DashboardViews(DashboardFrame):
     def _select(self, task_id: str | None) -> None:
         self.selected_task = task_id
         self.log_pane.show_task(self.view, task_id)
-        self.sparklines.show(self.view.tasks.get(task_id) if task_id else None, self.now())
+        self.sparklines.show(self.view.tasks.get(task_id) if task_id else None, self.now(),
+                            self.view.step_times)
 
     def on_task_table_row_highlighted(self, message: TaskTable.RowHighlighted) -> None:
         task_id = message.task_id

@@ -33,7 +33,7 @@ import weakref
 from typing import Any, Callable, Dict, List, Optional
 
 from launcher.autolog import recorder as autolog
-from launcher.autolog import tf1session
+from launcher.autolog import stepwatch, tf1session
 from launcher.autolog.recorder import guarded, note, reader
 
 #: bumped by every apply_gradients: a function call during which it moved trains
@@ -207,6 +207,7 @@ def _patch_tensorflow(tf: Any) -> None:
     _patch_parameter_server()
     _patch_summary(tf)
     tf1session.install(tf, _wrap_method, _module)
+    guarded("step time", stepwatch.install, _module, _wrap_method)
 
 
 def _scalar_loss(value: Any) -> Any:
@@ -239,16 +240,20 @@ def function_call_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
 
     def __call__(self: Any, *args: Any, **kwds: Any) -> Any:
         before = _applied[0]
-        result = original(self, *args, **kwds)
+        mark = self.__dict__.get(_TRAIN_MARK)
+        if mark is None:
+            result = original(self, *args, **kwds)
+        else:  # a train step: timed (launcher/autolog/steptime.py), two clock reads
+            result = stepwatch.train_call(lambda: original(self, *args, **kwds), True)
         # every call of every tf.function passes here: two reads, and for a train step a
         # deque append, against a step of ~100 us or more
-        mark = self.__dict__.get(_TRAIN_MARK)
         if mark is None and _applied[0] == before:
             return result
         if autolog._state.on:
             try:
                 if mark is None:
                     mark = self.__dict__[_TRAIN_MARK] = _loss_kind(result)
+                    stepwatch.clock.first_call(stepwatch._now())
                     reader.start()
                 if mark == "scalar":
                     reader.loss_slots.append((result, _read_tensor))
@@ -293,7 +298,10 @@ def _patch_parameter_server() -> None:
     def make_schedule(original: Callable[..., Any]) -> Callable[..., Any]:
         def schedule(self: Any, fn: Any, args: Any = None, kwargs: Any = None) -> Any:
             before = _applied[0]
-            remote = original(self, fn, args=args, kwargs=kwargs)
+            if getattr(fn, "__dict__", {}).get(_TRAIN_MARK) is not None:  # blocked = waiting for workers
+                remote = stepwatch.schedule_call(lambda: original(self, fn, args=args, kwargs=kwargs))
+            else:
+                remote = original(self, fn, args=args, kwargs=kwargs)
             if autolog._state.on:
                 guarded("ClusterCoordinator.schedule", _after_schedule, fn, remote, _applied[0] != before)
             return remote

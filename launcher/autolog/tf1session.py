@@ -37,6 +37,9 @@ from launcher.autolog import recorder as autolog
 from launcher.autolog import trainloss
 from launcher.autolog.global_step import read_global_step
 from launcher.autolog.recorder import guarded, note, reader
+from launcher.autolog.steptime import clock
+
+stepwatch_now = time.perf_counter
 
 #: lone scalars reported as values: this many tensor names per process, the first ones
 MAX_VALUE_NAMES = 8
@@ -248,11 +251,17 @@ def install(tf: Any, wrap: Callable[[Any, str, Callable[..., Any]], None], modul
             if not autolog._state.on:
                 return original(self, fetches, feed_dict, options, run_metadata)
             now = time.monotonic()
+            watch = _sessions.get(self)
+            trained = watch.trained if watch is not None else 0
             look = guarded("Session.run", _look, self, fetches, now)
+            watch = _sessions.get(self)
+            started = stepwatch_now()
             if look is not None and look.added:
                 result = _run_adding_loss(original, self, fetches, feed_dict, options, run_metadata, look)
             else:
                 result = original(self, fetches, feed_dict, options, run_metadata)
+            if watch is not None and watch.trained != trained:  # a train op's run: a step, timed
+                clock.call_done(started, stepwatch_now())
             if look is not None and autolog._state.on:
                 guarded("Session.run", _after, tf, original, self, fetches, result, look, now)
             return result

@@ -94,6 +94,8 @@ def adopt_run(path: Path, state: dict[str, Any], plan: Plan) -> int:
         notice(f"{why}; attached without it, reconnecting in the background")
     rundir = RunDir.open(path)
     sup = Supervisor(plan, rundir, sessions, ports, on_notice=notice)
+    sup.profiler_ports = {t: int(info["profiler_port"]) for t, info in state["tasks"].items()
+                          if isinstance(info.get("profiler_port"), int)}
     history = list(read_events(path))
     notifying = follow_notify(sup, history_until=max((e.ts for e in history), default=None))
     signals = JobSignals(run_id)

@@ -34,6 +34,7 @@ from launcher.rundir import (
 )
 from launcher.telemetry import eventcheck
 from launcher.telemetry.jobview import JobView
+from launcher.telemetry.steptime import PARTS
 from launcher.telemetry.timeline import Timeline, TimelineEntry, clock_text
 
 
@@ -58,8 +59,10 @@ def summarize(path: Path) -> dict[str, Any]:
     alive = supervisor_alive(state)
     now = view.rate_clock(time.time())
     tasks: dict[str, dict[str, Any]] = {}
+    cpu = {t: v.cpu_percent for t, v in view.tasks.items()}
     for task_id, info in _tables(state.get("tasks")).items():
         seen = view.tasks.get(task_id)
+        closures = view.step_times.closures.get(task_id)
         tasks[task_id] = {
             "host": info.get("host"), "address": info.get("address"), "port": info.get("port"),
             "state": seen.state if seen else info.get("state"),
@@ -70,7 +73,11 @@ def summarize(path: Path) -> dict[str, Any]:
             "steps_per_s": seen.steps_per_s(now) if seen and alive else None,
             "exit_code": seen.exit_code if seen else None, "reason": seen.reason if seen else "",
             "cause": seen.cause if seen else "",
-            "conditions": dict(seen.conditions) if seen else {}}
+            "conditions": dict(seen.conditions) if seen else {},
+            # issue 37: where the step time goes, and a coordinator's view of each PSS worker
+            "step_time": view.step_times.as_json(task_id, now=now if alive else None, cpu=cpu),
+            "closures_per_s": closures.per_s if closures else None,
+            "closure_latency_s": closures.latency_s if closures else None}
     job = ({"state": view.state, "reason": view.reason, "root_cause": view.failure_cause} if view.events_applied
            else {"state": state.get("job_state"), "reason": state.get("job_reason", ""), "root_cause": ""})
     return {"run": state["run_id"], "dir": str(path), "profile": state.get("profile"),
@@ -80,6 +87,19 @@ def summarize(path: Path) -> dict[str, Any]:
             "launcher_pid": state.get("supervisor_pid", state.get("launcher_pid")),
             "supervisor_alive": alive, "launcher_alive": alive,
             "tasks": tasks, "lost_events": view.lost_events, "skipped_lines": lines.skipped}
+
+
+def step_time_text(task: dict[str, Any]) -> str:
+    """``input 71% compute 20% peers 0% other 9% (input-bound)``, or a PSS worker's closures."""
+    split = task.get("step_time")
+    if isinstance(split, dict):
+        text = " ".join(f"{p} {float(split.get(p) or 0) * 100:.0f}%" for p in PARTS)
+        return text + (f" ({split['verdict']})" if split.get("verdict") else "")
+    if isinstance(task.get("closures_per_s"), (int, float)):
+        latency = task.get("closure_latency_s")
+        return f"{task['closures_per_s']:.1f} closures/s" + (
+            f", {latency * 1000:.0f} ms each" if isinstance(latency, (int, float)) else "")
+    return "-"
 
 
 def _tables(value: object) -> dict[str, dict[str, Any]]:
@@ -111,12 +131,12 @@ def run_status(args: argparse.Namespace) -> int:
     if summary["supervision"] == "lost":
         print(f"(lost: task states as last seen by its supervisor; `distlaunch attach {summary['run']}` within the "
               "orphan grace takes the job over, `distlaunch down` cleans up)")
-    rows = [("TASK", "HOST", "ADDRESS", "STATE", "PID", "RESTARTS", "STEP", "LOSS")]
+    rows = [("TASK", "HOST", "ADDRESS", "STATE", "PID", "RESTARTS", "STEP", "LOSS", "STEP TIME")]
     for task_id, t in summary["tasks"].items():
         loss = t.get("nonfinite_loss") or (f"{t['loss']:.4f}" if isinstance(t["loss"], float) else "-")
         rows.append((task_id, str(t["host"] or "-"), f"{t['address']}:{t['port']}", str(t["state"]),
                      str(t["pid"] or "-"), str(t["restarts"]), str(t["step"] if t["step"] is not None else "-"),
-                     loss))
+                     loss, step_time_text(t)))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for r in rows:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())

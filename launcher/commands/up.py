@@ -104,6 +104,7 @@ def supervise_new_run(plan: Plan, rundir: RunDir) -> int:
             pre = prepare_hosts(plan, run_id, rundir.path / "hosts", notice, progress)
             write_record(rundir.path, plan.profile, pre.versions)
             sup = Supervisor(plan, rundir, pre.sessions, pre.ports, on_notice=notice)
+            sup.profiler_ports = dict(pre.profiler_ports)
             signals.bind(sup)
         except StoppedBeforeStart as stop:
             if pre is not None:
@@ -192,8 +193,8 @@ def start_control_server(sup: Supervisor, signals: StopSignals | None = None) ->
 def report_outcome(sup: Supervisor, outcome: str | None, stopped_code: int | None) -> int:
     """The launcher's exit code; ``stopped_code``: the stop signal's code (130, 143) if one came."""
     for host, left in sup.leftovers.items():
-        notice(f"host {host}: {len(left)} process(es) of the run survived teardown: "
-             + ", ".join(str(p.get("pid")) for p in left))
+        notice(f"host {host}: {len(left)} process(es) or container(s) of the run survived teardown: "
+             + ", ".join(str(p.get("pid") or p.get("container")) for p in left))
     if outcome == ev.JOB_SUCCEEDED:
         return 0
     if stopped_code is not None:

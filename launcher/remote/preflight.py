@@ -21,8 +21,10 @@ from launcher.agent.netcheck import TF_DISTRIBUTIONS
 from launcher.errors import HostError, UserError
 from launcher.model import Plan, TaskSpec
 from launcher.paths import state_home
+from launcher.plan import agent_python, task_container
 from launcher.remote.agentpack import build_agent_zipapp
 from launcher.remote.channel import AgentChannel
+from launcher.remote.imagecheck import add_images, container_checks, containerised_only, image_problems
 from launcher.remote.parity import HostRow, judge, row_from_answer
 from launcher.remote.parity import as_json as as_json_table
 from launcher.remote.parity import table as parity_table
@@ -59,6 +61,10 @@ except ImportError:
 PY_CHECK = "import platform; print(platform.python_version())"
 
 
+#: how _judge_host marks a task's profiler port among its task ports
+PROFILER_KEY = "profiler:"
+
+
 class PreflightError(UserError):
     """One or more problems on the hosts; the message has one line per problem."""
 
@@ -84,6 +90,16 @@ class Preflight:
     warnings: list[str] = field(default_factory=list)
     #: how many pairs of (host, other host's task port) were proven reachable
     pairs: int = 0
+    #: each task's profiler server port (autolog starts it; `distlaunch profile` captures from it)
+    profiler_ports: dict[str, int] = field(default_factory=dict)
+
+    def take_ports(self, found: dict[str, int]) -> None:
+        """A host's ports: its tasks' (``ports``) and their profiler servers' (``profiler_ports``)."""
+        for key, port in found.items():
+            if key.startswith(PROFILER_KEY):
+                self.profiler_ports[key[len(PROFILER_KEY):]] = port
+            else:
+                self.ports[key] = port
 
     def close(self) -> None:
         """The launch stopped before a supervisor took the channels: every host's verb gets EOF and
@@ -149,14 +165,18 @@ def check_pythons(plan: Plan, hosts: dict[str, Host], import_tf: bool = True,
     imported (``import_tf``, for `check`), else read from its package metadata where it has some."""
     need_tf = plan.profile.strategy != "custom"
     tf_check = TF_CHECK if import_tf else TF_METADATA_CHECK
-    pairs = sorted({(t.host, t.python) for t in plan.tasks} - skip)
+    # a containerised task's python is the image's (launcher/remote/imagecheck.py checks it there); a
+    # host whose every task runs in a container needs only the host agent's, without TensorFlow
+    bare = {(t.host, t.python) for t in plan.tasks if task_container(plan, t) is None}
+    agents = {(h, agent_python(plan, h)) for h in {t.host for t in plan.tasks} if containerised_only(plan, h)}
+    pairs = sorted((bare | agents) - skip)
     versions: dict[str, str] = {}
 
     def check(host_name: str, pythons: list[str]) -> list[str]:
         host = hosts[host_name]
         problems = []
         for python in pythons:
-            code = tf_check if need_tf else PY_CHECK
+            code = tf_check if need_tf and (host_name, python) in bare else PY_CHECK
             result = host.run(f"{shlex.quote(python)} -c {shlex.quote(code)}", timeout=180)
             if result.exit_code == 127 or ("not found" in result.stderr and not result.stdout):
                 problems.append(f"host {host_name}: python {python!r} not found; set `python` in "
@@ -189,7 +209,7 @@ def check_tasks(plan: Plan, pre: Preflight) -> list[str]:
         tasks = [t for t in plan.tasks if t.host == host_name]
         given = [t for t in tasks if t.port is not None]
         auto = [t for t in tasks if t.port is None]
-        args = ("0.0.0.0", [t.port for t in given if t.port], len(auto), path_checks.get(host_name, []))
+        args = ("0.0.0.0", [t.port for t in given if t.port], len(auto) + len(tasks), path_checks.get(host_name, []))
         if reach:
             answer, channels[host_name] = session.open_preflight(*args, listen=host_name)
         else:
@@ -201,7 +221,7 @@ def check_tasks(plan: Plan, pre: Preflight) -> list[str]:
     try:
         problems = _parallel(pre.sessions, check, "checking workdirs and ports")
         for found in chosen.values():
-            pre.ports.update(found)
+            pre.take_ports(found)
         if reach and not problems:
             problems = check_reach(plan, pre.ports, channels)
             pre.pairs = pair_count(plan, pre.ports)
@@ -223,13 +243,17 @@ def _judge_host(host_name: str, given: list[TaskSpec], auto: list[TaskSpec],
     problems = describe_all(host_name, failed)
     problems += [f"host {host_name}: port {t.port} for {t.task_id} is already in use; stop what "
                  f"listens there or give roles.{t.role}.port another value" for t in given if t.port in busy]
+    problems += image_problems(host_name, answer)
     ports = {t.task_id: int(t.port) for t in given if t.port is not None}
     ports.update({t.task_id: p for t, p in zip(auto, picked, strict=False)})
+    # the picks after the auto ports: each task's profiler port (Preflight.take_ports sorts them out)
+    tasks = sorted([*given, *auto], key=lambda t: t.task_id)
+    ports.update({PROFILER_KEY + t.task_id: p for t, p in zip(tasks, picked[len(auto):], strict=False)})
     return problems, ports
 
 
 def _python_for(plan: Plan, host_name: str) -> str:
-    return next(t.python for t in plan.tasks if t.host == host_name)
+    return agent_python(plan, host_name)
 
 
 def prepare_hosts(plan: Plan, run_id: str, local_root: Path | None,
@@ -293,6 +317,8 @@ def judge_parity(plan: Plan, pre: Preflight) -> None:
     pre.rows = [row_from_answer(name, answer, received, pre.sessions[name].outputs_dir, pre.sessions[name].base_dir,
                                 pre.versions.get(f"{name} {pre.sessions[name].python}"))
                 for name, (answer, received) in pre.answers.items()]
+    for row in pre.rows:
+        add_images(row, pre.answers[row.host][0], containerised_only(plan, row.host))
     order = {name: i for i, name in enumerate(hosts_of(plan))}
     pre.rows.sort(key=lambda r: order.get(r.host, len(order)))
     pre.warnings, errors = judge(plan, pre.rows)
@@ -302,8 +328,10 @@ def judge_parity(plan: Plan, pre: Preflight) -> None:
 
 def _sessions(plan: Plan, run_id: str, local_root: Path | None, pre: Preflight, ask_gpus: bool = False) -> None:
     """A HostSession per host; in parallel, as finding a host's home directory is a round trip.
-    ``ask_gpus``: every host's preflight reads its GPUs (else only where tasks are given some)."""
+    ``ask_gpus``: every host's preflight reads its GPUs (else only where tasks are given some) and
+    imports TensorFlow in the tasks' images (else reads its package metadata there)."""
     root = str(local_root) if local_root is not None else None
+    images = container_checks(plan, "import" if ask_gpus else "metadata")
 
     def session(name: str, host: Host) -> HostSession:
         config = plan.profile.hosts[name]
@@ -311,6 +339,7 @@ def _sessions(plan: Plan, run_id: str, local_root: Path | None, pre: Preflight, 
         outputs = remote_outputs_dir(host, config, plan.profile.outputs, plan.profile.directory)
         session = HostSession(config, host, run_id, base, _python_for(plan, name), outputs)
         session.ask_gpus = ask_gpus or any(t.gpus for t in plan.tasks if t.host == name)
+        session.containers = images.get(name, [])
         return session
 
     with ThreadPoolExecutor(max_workers=min(32, max(1, len(pre.hosts)))) as pool:
@@ -339,7 +368,10 @@ def _fast_preflight(plan: Plan, run_id: str, local_root: Path | None, pre: Prefl
         # where the host agent can be forked from a command (not a Slurm step), that command is
         # this one, and its channel stays open as the host's follow channel; a Slurm step's channel
         # stays open only for the reach check
-        args = ("0.0.0.0", [t.port for t in given if t.port], len(auto), path_checks.get(host_name, []), need_tf)
+        host_tf = need_tf and not containerised_only(plan, host_name)  # else TensorFlow is the image's
+        # one more port per task: its profiler server (`distlaunch profile`), never one of TF_CONFIG's
+        args = ("0.0.0.0", [t.port for t in given if t.port], len(auto) + len(tasks), path_checks.get(host_name, []),
+                host_tf)
         listen = host_name if reach else None
         try:
             if session.host.detach_by_setsid or reach:
@@ -351,7 +383,7 @@ def _fast_preflight(plan: Plan, run_id: str, local_root: Path | None, pre: Prefl
                 return [str(exc)]
             return [f"host {host_name}: cannot upload the agent to {session.base_dir}: {exc}"]
         pre.answers[host_name] = (answer, time.time())
-        if need_tf:
+        if host_tf:
             tf = answer.get("tensorflow") or {}
             if tf.get("error"):
                 return [f"host {host_name}: `import tensorflow` fails with {session.python} ({tf['error']}); "
@@ -370,7 +402,7 @@ def _fast_preflight(plan: Plan, run_id: str, local_root: Path | None, pre: Prefl
     if problems or more:
         raise PreflightError(problems + more)
     for found in chosen.values():
-        pre.ports.update(found)
+        pre.take_ports(found)
     if reach:
         progress("checking that every host reaches the other hosts' task ports")
         channels = {name: s.channel for name, s in pre.sessions.items() if s.channel is not None}

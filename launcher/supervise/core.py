@@ -150,6 +150,8 @@ class SupervisorCore:
         self.run_id = rundir.run_id
         self.sessions = sessions
         self.ports = ports
+        #: each task's profiler server port (set by `up` from the preflight; kept in state.json)
+        self.profiler_ports: dict[str, int] = {}
         self._notice = on_notice or (lambda _msg: None)
         rundir.on_problem = self._notice  # a full disk on the launcher is told, never fatal
         self.tasks: dict[str, TaskRuntime] = {t.task_id: TaskRuntime(t, ports[t.task_id]) for t in plan.tasks}
@@ -301,7 +303,8 @@ class SupervisorCore:
                       for h, s in self.sessions.items()},
             "tasks": {t: {"host": rt.spec.host, "slug": rt.spec.slug, "address": rt.spec.address,
                           "port": rt.port, "pid": rt.pid, "state": rt.state, "restarts": rt.restarts,
-                          "incarnation": rt.incarnation, "python": rt.spec.python}
+                          "incarnation": rt.incarnation, "python": rt.spec.python,
+                          "profiler_port": self.profiler_ports.get(t)}
                       for t, rt in self.tasks.items()},
             "offsets": self._offsets,
             "pending_restarts": [{"tasks": g, "due": due} for g, due in self._pending_restarts],

@@ -19,10 +19,11 @@ from concurrent.futures import Future
 from typing import Any
 
 from launcher import events as ev
-from launcher.agent.spec import SCRIPT_VAR
+from launcher.agent.spec import SCRIPT_VAR, task_script
+from launcher.autolog.steptime import PROFILER_PORT_ENV
 from launcher.errors import HostError, HostGone
 from launcher.events import Event, EventDecodeError
-from launcher.plan import render_command, split_secrets, tf_config
+from launcher.plan import render_command, split_secrets, task_container, tf_config
 from launcher.profile.overrides import mask_secrets
 from launcher.remote.session import HostSession
 from launcher.supervise.core import SupervisorCore, TaskRuntime
@@ -46,6 +47,9 @@ class HostLinks(SupervisorCore):
         spec = rt.spec
         env, _secret = split_secrets(spec.env, self.profile.secrets)  # secrets go by stdin, not spec.json
         env["TF_CONFIG"] = json.dumps(tf_config(self.plan, spec.task_id, self.ports))
+        profiler_port = self.profiler_ports.get(spec.task_id)
+        if profiler_port is not None and spec.autolog:  # autolog starts the task's profiler server
+            env[PROFILER_PORT_ENV] = str(profiler_port)
         metrics = self.profile.metrics
         patterns = {k: v for k, v in (("step", metrics.step), ("loss", metrics.loss)) if v}
         patterns.update(metrics.extra)
@@ -62,7 +66,12 @@ class HostLinks(SupervisorCore):
             "setup": [mask_secrets(line, set(self.profile.secrets)) for line in spec.setup] if secret
             else list(spec.setup),
             "shell": spec.shell or "", "autolog": spec.autolog, "script_in_env": secret,
+            "container": self._container_json(rt), "outputs": self.sessions[spec.host].outputs_dir,
         }
+
+    def _container_json(self, rt: TaskRuntime) -> dict[str, Any] | None:
+        container = task_container(self.plan, rt.spec)
+        return container.to_json() if container is not None else None
 
     def _command(self, rt: TaskRuntime) -> str:
         session = self.sessions[rt.spec.host]
@@ -72,7 +81,7 @@ class HostLinks(SupervisorCore):
     def _secret_script(self, rt: TaskRuntime) -> str | None:
         """The task's whole script (setup lines, then the command) when a value from the launcher's
         environment is in it: it then goes to the agent with the secrets, never in spec.json."""
-        script = " && ".join([*rt.spec.setup, self._command(rt)])
+        script = task_script(list(rt.spec.setup), self._command(rt), task_container(self.plan, rt.spec) is not None)
         return script if any(secret in script for secret in self.profile.secrets if secret) else None
 
     def _task_secrets(self, rt: TaskRuntime) -> dict[str, str]:

@@ -17,25 +17,15 @@ from launcher import events as ev
 from launcher.events import Event
 from launcher.telemetry import eventcheck
 from launcher.telemetry.steprate import StepRate
+from launcher.telemetry.steptime import StepTimes
 from launcher.telemetry.timeline import Timeline
 
-HISTORY_POINTS = 120
-"""Points kept per sparkline series (steps/s, GPU util) per task."""
-
-RATE_POINTS = 200
-"""(time, steps/s) points kept per task, spread over the task's whole life."""
-
-LOSS_POINTS = 400
-"""(step, loss) points kept per task for the loss chart."""
-
-LOG_LINES = 2000
-"""Log lines kept per task."""
-
-STALE_AFTER_S = 10.0
-"""A running task with no event for this long is shown as stale."""
-
-IMBALANCE_RATIO = 1.5
-"""A ps holding more than this times the mean bytes per ps is flagged."""
+HISTORY_POINTS = 120  # points kept per sparkline series (steps/s, GPU util) per task
+RATE_POINTS = 200  # (time, steps/s) points kept per task, spread over the task's whole life
+LOSS_POINTS = 400  # (step, loss) points kept per task for the loss chart
+LOG_LINES = 2000  # log lines kept per task
+STALE_AFTER_S = 10.0  # a running task with no event for this long is shown as stale
+IMBALANCE_RATIO = 1.5  # a ps holding more than this times the mean bytes per ps is flagged
 
 FAILURE_TAIL_LINES = 8
 """Lines of a failed incarnation's output the failure report shows (each once)."""
@@ -254,6 +244,7 @@ class JobView:
     #: state changes, exits, restarts, conditions and operator actions (the `e` view)
     timeline: Timeline = field(default_factory=Timeline)
     last_stacks: Event | None = None  # the latest `stacks` event: the stacks view's stored capture
+    step_times: StepTimes = field(default_factory=StepTimes)  # each task's split, closures per worker
 
     # -- reading -------------------------------------------------------------------------
 
@@ -454,6 +445,9 @@ class JobView:
         task.failed_tail = [line.line for line in own[-FAILURE_TAIL_KEPT:]]
 
     def _apply_metric(self, task: TaskView, event: Event) -> None:
+        values = event.get("values")
+        if isinstance(values, dict) and values and self.step_times.apply(task.task_id, event.ts, values):
+            self.dirty_tasks.update(self.tasks)  # one task's split changes the others' verdicts
         step = event.get("step")
         loss = ev.finite(event.get("loss"))
         nonfinite = ev.nonfinite_label(event.get("nonfinite_loss"))

@@ -52,7 +52,7 @@ def test_status_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
     out = capsys.readouterr().out
     assert "job Succeeded: chief:0 exited 0" in out
     row = next(line for line in out.splitlines() if line.startswith("chief:0"))
-    assert row.split() == ["chief:0", "local", "localhost:2223", "succeeded", "12", "0", "40", "0.5000"]
+    assert row.split() == ["chief:0", "local", "localhost:2223", "succeeded", "12", "0", "40", "0.5000", "-"]
 
 
 def test_status_of_an_unknown_run_is_a_user_error(capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,0 +1,177 @@
+"""Where a task's step time goes: input, compute, waiting for peers, other (issue 37).
+
+The clock the patches of ``launcher.autolog.stepwatch`` feed. What is measured, and where:
+
+- a **train call** (a ``tf.function`` call that applies gradients, found by ``patches``; a TF1
+  ``Session.run`` of a train op; a ``ClusterCoordinator.schedule`` of a train step): two clock
+  reads on the training thread around the call;
+- **input**, outside a call: the eager ``IteratorGetNext`` of a Python loop (``for x in dataset``),
+  timed around the op; inside a call (Keras ``fit``, ``train_step(iterator)``): the graph's own
+  ``IteratorGetNext``, between two ``Timestamp`` ops added beside it when the function is traced,
+  summed into a float64 resource on this task's CPU that the reader thread reads once a tick;
+- **peers**, inside a call: the graph's collective all-reduce / all-gather (MultiWorkerMirrored),
+  timed the same way (from its input being ready to its output being ready: mostly waiting for
+  the slowest peer); on a ParameterServerStrategy coordinator, the time ``schedule`` blocks on a
+  full closure queue and ``join`` waits;
+- **compute** = the calls' time less the input and peers inside them; **other** = the wall time
+  between the ends of consecutive calls less the calls and the eager input (Python, callbacks,
+  logging, checkpoints).
+
+Shares are over the steps that ended in the last ``WINDOW_S`` seconds and sum to 1. The reader
+thread turns them into metric values (``step_time/input`` ... ``step_time/seconds_per_step``) and,
+on a coordinator, each worker's ``closures_per_s/worker:N`` and ``closure_latency_s/worker:N``.
+
+Stdlib-only at import (Python >= 3.9); ``stepwatch`` does the TensorFlow parts.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from typing import Callable, Deque, Dict, List, NamedTuple, Optional, Tuple
+
+#: the window the shares are over (seconds of steps that ended, newest last)
+WINDOW_S = 10.0
+#: value names in the metric events (the launcher reads them back: launcher/telemetry/steptime.py)
+PREFIX = "step_time/"
+PARTS = ("input", "compute", "peers", "other")
+#: agent -> task: the port autolog starts TensorFlow's profiler server on (`distlaunch profile`)
+PROFILER_PORT_ENV = "DISTLAUNCH_PROFILER_PORT"
+CLOSURES = "closures_per_s/"
+LATENCY = "closure_latency_s/"
+
+_now = time.perf_counter
+
+
+class Snapshot(NamedTuple):
+    at: float
+    last_end: Optional[float]
+    calls: int
+    call_s: float
+    eager_input_s: float
+    wait_s: float
+    outside_wait_s: float
+    graph_input_s: float
+    graph_peers_s: float
+    step: Optional[int]
+
+
+class StepClock:
+    """Counters the training thread bumps (plain float adds: the GIL makes each one whole) and the
+    reader thread snapshots once a tick."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.call_s = 0.0
+        self.last_end: Optional[float] = None
+        self.eager_input_s = 0.0
+        self.wait_s = 0.0  # coordinator: schedule blocked (peers, inside a call)
+        self.outside_wait_s = 0.0  # coordinator: join waiting (peers, between calls)
+        #: readers of the in-graph accumulators (seconds so far): input, peers
+        self.graph_reads: Dict[str, Callable[[], float]] = {}
+        self.history: Deque[Snapshot] = deque()
+        #: coordinator: worker index -> [closures finished, their seconds]; and the window's history
+        self.closures: Dict[int, List[float]] = {}
+        self.closure_history: Deque[Tuple[float, Dict[int, Tuple[float, float]]]] = deque()
+        self.on = True
+
+    # -- the training thread -------------------------------------------------------------------
+
+    def call_done(self, started: float, ended: float, waited: float = 0.0) -> None:
+        self.calls += 1
+        self.call_s += ended - started
+        self.wait_s += waited
+        self.last_end = ended
+
+    def first_call(self, ended: float) -> None:
+        """A call that traced: its time is not a step's, but the next step starts at its end."""
+        self.last_end = ended
+
+    def closure_done(self, worker: int, seconds: float) -> None:
+        counts = self.closures.get(worker)
+        if counts is None:
+            counts = self.closures[worker] = [0.0, 0.0]
+        counts[0] += 1
+        counts[1] += seconds
+
+    # -- the reader thread ---------------------------------------------------------------------
+
+    def snapshot(self, step: Optional[int]) -> Snapshot:
+        graph = {name: read() for name, read in list(self.graph_reads.items())}
+        return Snapshot(at=_now(), last_end=self.last_end, calls=self.calls, call_s=self.call_s,
+                        eager_input_s=self.eager_input_s, wait_s=self.wait_s,
+                        outside_wait_s=self.outside_wait_s,
+                        graph_input_s=graph.get("input", 0.0), graph_peers_s=graph.get("peers", 0.0),
+                        step=step)
+
+    def tick(self, step: Optional[int]) -> Dict[str, float]:
+        """The values to report now: the split over the window, and closures per worker."""
+        values: Dict[str, float] = {}
+        now = self.snapshot(step)
+        self.history.append(now)
+        while len(self.history) > 2 and now.at - self.history[1].at >= WINDOW_S:
+            self.history.popleft()
+        base = next((s for s in self.history if s.last_end is not None), None)  # since a step ended
+        split = shares(base, now) if base is not None else None
+        if split is not None:
+            values.update({PREFIX + name: round(value, 4) for name, value in split.items()})
+        values.update(self._closure_values(now.at))
+        return values
+
+    def _closure_values(self, at: float) -> Dict[str, float]:
+        if not self.closures:
+            return {}
+        current = {w: (c[0], c[1]) for w, c in list(self.closures.items())}
+        self.closure_history.append((at, current))
+        while len(self.closure_history) > 2 and at - self.closure_history[1][0] >= WINDOW_S:
+            self.closure_history.popleft()
+        then, before = self.closure_history[0]
+        span = at - then
+        values: Dict[str, float] = {}
+        if span <= 0:
+            return values
+        for worker, (count, seconds) in current.items():
+            done = count - before.get(worker, (0.0, 0.0))[0]
+            spent = seconds - before.get(worker, (0.0, 0.0))[1]
+            values[CLOSURES + "worker:%d" % worker] = round(done / span, 3)
+            if done > 0:
+                values[LATENCY + "worker:%d" % worker] = round(spent / done, 5)
+        return values
+
+
+def shares(old: Snapshot, new: Snapshot) -> Optional[Dict[str, float]]:
+    """input / compute / peers / other as shares of the wall time of the steps that ended
+    between two snapshots, and ``seconds_per_step``; None when no step ended."""
+    calls = new.calls - old.calls
+    if calls <= 0 or new.last_end is None or old.last_end is None:
+        return None
+    wall = new.last_end - old.last_end
+    if wall <= 0:
+        return None
+    in_calls = new.call_s - old.call_s
+    graph_input = max(0.0, new.graph_input_s - old.graph_input_s)
+    graph_peers = max(0.0, new.graph_peers_s - old.graph_peers_s)
+    eager_input = max(0.0, new.eager_input_s - old.eager_input_s)
+    waited = max(0.0, new.wait_s - old.wait_s)
+    between = max(0.0, new.outside_wait_s - old.outside_wait_s)
+    # what is inside the calls cannot exceed them (overlapping collectives are summed)
+    inside = graph_input + graph_peers + waited
+    if inside > in_calls > 0:
+        scale = in_calls / inside
+        graph_input, graph_peers, waited = graph_input * scale, graph_peers * scale, waited * scale
+    parts = {
+        "input": graph_input + eager_input,
+        "compute": max(0.0, in_calls - graph_input - graph_peers - waited),
+        "peers": graph_peers + waited + between,
+        "other": max(0.0, wall - in_calls - eager_input - between),
+    }
+    total = sum(parts.values())
+    if total <= 0:
+        return None
+    result = {name: value / total for name, value in parts.items()}
+    steps = (new.step - old.step) if new.step is not None and old.step is not None else 0
+    result["seconds_per_step"] = wall / (steps if steps > 0 else calls)
+    return result
+
+
+clock = StepClock()

@@ -1,0 +1,91 @@
+"""``distlaunch profile [RUN] [TASK...] [--seconds S] [--json]``: a TensorFlow profiler capture of
+the chosen tasks (default: every running task) at the same moment, kept for TensorBoard, and what
+TensorFlow's own analysis says of each: step time, input / compute / communication, the
+bottleneck in its words, the top operations.
+
+The capture is kept under ``{outputs}/profile/<run id>/<UTC time>/`` on this machine (the outputs
+of the run's local host, else ``~/distlaunch/outputs/<name>``): ``tensorboard --logdir`` that
+folder opens it in the Profile tab. The profiler servers are reached at the tasks' TF_CONFIG
+addresses, on the ports the plan gave them (``profiler_port`` in ``status --json``).
+Exit 0 when every chosen task was captured, 2 for a mistake (a task that does not exist, a run
+with no profiler ports), 1 when a server did not answer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from launcher.commands.stacks import split_targets
+from launcher.errors import UserError
+from launcher.profiling.analysis import TaskProfile, analyze, summary_lines
+from launcher.profiling.capture import Target, trace
+from launcher.rundir import find_run, read_state
+
+DEFAULT_SECONDS = 2.0
+MAX_SECONDS = 60.0
+
+
+def capture_folder(state: dict[str, Any], when: float) -> Path:
+    """``{outputs}/profile/<run id>/<UTC>`` with the outputs of the run's local host, if any."""
+    hosts = state.get("hosts") or {}
+    local = [h for h in hosts.values() if isinstance(h, dict)
+             and (h.get("config") or {}).get("transport") == "local" and h.get("outputs_dir")]
+    outputs = Path(str(local[0]["outputs_dir"])) if local else \
+        Path.home() / "distlaunch" / "outputs" / str(state.get("name") or "job")
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(when))
+    return outputs / "profile" / str(state["run_id"]) / stamp
+
+
+def targets_of(state: dict[str, Any], tasks: list[str]) -> list[Target]:
+    run_id = state["run_id"]
+    known: dict[str, Any] = state.get("tasks") or {}
+    unknown = [t for t in tasks if t not in known]
+    if unknown:
+        raise UserError(f"run {run_id} has no task {unknown[0]!r}; its tasks: " + ", ".join(known))
+    chosen = tasks or [t for t, info in known.items() if info.get("state") in ("running", "starting")]
+    if not chosen:
+        raise UserError(f"run {run_id} has no running task to profile; `distlaunch status {run_id}` shows its tasks")
+    out = []
+    for task in chosen:
+        info = known[task]
+        port = info.get("profiler_port")
+        if not isinstance(port, int):
+            raise UserError(f"{task} of run {run_id} has no profiler port (a run started before `profile` "
+                            "existed, or with autolog = false): start the job again to profile it")
+        out.append(Target(task, str(info.get("address") or "localhost"), port))
+    return out
+
+
+def run_profile(args: argparse.Namespace) -> int:
+    run, tasks = split_targets(list(args.targets))
+    seconds = float(args.seconds)
+    if not 0 < seconds <= MAX_SECONDS:
+        raise UserError(f"--seconds {args.seconds}: give a capture length between 0 and {MAX_SECONDS:.0f} seconds")
+    path = find_run(run)
+    state = read_state(path)
+    targets = targets_of(state, tasks)
+    when = time.time()
+    folder = capture_folder(state, when)
+    names = ", ".join(t.task for t in targets)
+    print(f"... capturing {names} for {seconds:g} s", file=sys.stderr, flush=True)
+    files = trace(targets, folder, seconds)
+    profiles: list[TaskProfile] = []
+    missing = [t.task for t in targets if t.task not in files]
+    for target in targets:
+        if target.task in files:
+            profiles.append(analyze(target.task, files[target.task]))
+    if args.json:
+        print(json.dumps({"run": state["run_id"], "logdir": str(folder), "seconds": seconds, "started": when,
+                          "tasks": [p.as_json() for p in profiles], "missing": missing}, indent=2))
+    else:
+        for profile in profiles:
+            print("\n".join(summary_lines(profile)))
+        print(f"(kept in {folder}: `tensorboard --logdir {folder}`, Profile tab)")
+    for task in missing:
+        print(f"distlaunch: no capture from {task}: its profiler server wrote nothing", file=sys.stderr)
+    return 1 if missing else 0

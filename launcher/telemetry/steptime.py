@@ -1,0 +1,173 @@
+"""Each task's step-time split and the verdict that names why it is slow (issue 37).
+
+Autolog measures the split in each task (``launcher/autolog/steptime.py``: what each part is and
+where it comes from) and sends it as metric values ``step_time/input`` ... ``step_time/other``
+(shares of the step over the last ten seconds) and ``step_time/seconds_per_step``; a
+ParameterServerStrategy coordinator also sends ``closures_per_s/worker:N`` and
+``closure_latency_s/worker:N``. This module keeps them per task and judges each task against the
+others, which only the launcher sees together:
+
+- ``input-bound``: input is the largest part and at least 40 % of the step;
+- ``waiting for worker:1``: peers is the largest part (>= 30 %) and one peer is why: under
+  MultiWorkerMirrored, the worker that itself waits least for the others (its own input and
+  compute hold every all-reduce); under ParameterServerStrategy, the worker the coordinator sees
+  finish the fewest closures (below 75 % of the others' median), else a parameter server whose
+  CPU is saturated (``waiting for ps:0``); with no culprit, ``waiting for peers``;
+- ``compute-bound``: compute is at least half of the step;
+- ``other-bound``: time between steps (Python, callbacks, checkpoints, logging) is the largest
+  part and at least 40 %;
+- ``balanced``: none of these.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from statistics import median
+from typing import Any
+
+PREFIX = "step_time/"
+PARTS = ("input", "compute", "peers", "other")
+CLOSURES = "closures_per_s/"
+LATENCY = "closure_latency_s/"
+HISTORY_POINTS = 300
+#: a split or closure rate older than this (seconds, event time) is no longer "now"
+FRESH_S = 30.0
+INPUT_BOUND = 0.4
+PEERS_BOUND = 0.3
+COMPUTE_BOUND = 0.5
+OTHER_BOUND = 0.4
+#: a worker below this fraction of the others' median closures/s is the slow one
+SLOW_WORKER = 0.75
+#: a ps at or above this CPU percent (of one core) is saturated
+BUSY_PS_CPU = 90.0
+#: MultiWorkerMirrored: a peer waits this much less (share of its step) than the waiting task
+MWMS_GAP = 0.2
+
+
+@dataclass(frozen=True)
+class Split:
+    input: float
+    compute: float
+    peers: float
+    other: float
+    seconds_per_step: float | None
+    ts: float
+
+    def share(self, part: str) -> float:
+        return float(getattr(self, part))
+
+    def largest(self) -> str:
+        return max(PARTS, key=self.share)
+
+
+@dataclass
+class Closures:
+    per_s: float
+    latency_s: float | None
+    ts: float
+
+
+@dataclass
+class StepTimes:
+    splits: dict[str, Split] = field(default_factory=dict)
+    history: dict[str, deque[Split]] = field(default_factory=dict)
+    #: worker task id -> its closures as the coordinator sees them
+    closures: dict[str, Closures] = field(default_factory=dict)
+
+    def apply(self, task_id: str, ts: float, values: Mapping[str, Any]) -> bool:
+        """Take a metric event's values; True when they held a split or closures."""
+        changed = False
+        parts = {p: values.get(PREFIX + p) for p in PARTS}
+        if all(isinstance(v, (int, float)) for v in parts.values()):
+            sps = values.get(PREFIX + "seconds_per_step")
+            split = Split(**{p: float(v) for p, v in parts.items() if v is not None},
+                          seconds_per_step=float(sps) if isinstance(sps, (int, float)) else None, ts=ts)
+            self.splits[task_id] = split
+            self.history.setdefault(task_id, deque(maxlen=HISTORY_POINTS)).append(split)
+            changed = True
+        for name, value in values.items():
+            if name.startswith(CLOSURES) and isinstance(value, (int, float)):
+                worker = name[len(CLOSURES):]
+                latency = values.get(LATENCY + worker)
+                self.closures[worker] = Closures(float(value), float(latency) if isinstance(
+                    latency, (int, float)) else None, ts)
+                changed = True
+        return changed
+
+    def fresh(self, task_id: str, now: float | None) -> Split | None:
+        split = self.splits.get(task_id)
+        if split is None or (now is not None and now - split.ts > FRESH_S):
+            return None
+        return split
+
+    def slow_worker(self, now: float | None = None) -> str | None:
+        """The worker the coordinator sees finish the fewest closures, when it is clearly slowest."""
+        rates = {w: c.per_s for w, c in self.closures.items() if now is None or now - c.ts <= FRESH_S}
+        if len(rates) < 2:
+            return None
+        slowest = min(rates, key=lambda w: rates[w])
+        others = [r for w, r in rates.items() if w != slowest]
+        typical = median(others)
+        return slowest if typical > 0 and rates[slowest] < SLOW_WORKER * typical else None
+
+    def verdict(self, task_id: str, *, now: float | None = None,
+                cpu: Mapping[str, float | None] | None = None) -> str | None:
+        split = self.fresh(task_id, now)
+        if split is None:
+            if task_id in self.closures and task_id == self.slow_worker(now):
+                return "slowest worker"
+            return None
+        largest = split.largest()
+        if largest == "input" and split.input >= INPUT_BOUND:
+            return "input-bound"
+        if largest == "peers" and split.peers >= PEERS_BOUND:
+            return "waiting for " + (self._culprit(task_id, now, cpu or {}) or "peers")
+        if split.compute >= COMPUTE_BOUND:
+            return "compute-bound"
+        if largest == "other" and split.other >= OTHER_BOUND:
+            return "other-bound"
+        return "balanced"
+
+    def _culprit(self, task_id: str, now: float | None, cpu: Mapping[str, float | None]) -> str | None:
+        slow = self.slow_worker(now)
+        if slow is not None and slow != task_id:
+            return slow
+        mine = self.splits[task_id]
+        peers = {t: s for t, s in self.splits.items()
+                 if t != task_id and t.split(":")[0] in ("worker", "chief") and (now is None or now - s.ts <= FRESH_S)}
+        if peers:
+            least = min(peers, key=lambda t: peers[t].peers)
+            if peers[least].peers <= mine.peers - MWMS_GAP:
+                return least
+        busy = {t: c for t, c in cpu.items() if t.startswith("ps:") and c is not None and c >= BUSY_PS_CPU}
+        if busy:
+            return max(busy, key=lambda t: busy[t] or 0.0)
+        return None
+
+    def as_json(self, task_id: str, *, now: float | None = None,
+                cpu: Mapping[str, float | None] | None = None) -> dict[str, Any] | None:
+        """``status --json``'s ``step_time`` of a task (shares rounded to 0.001), or None."""
+        split = self.splits.get(task_id)
+        if split is None:
+            return None
+        return {"input": round(split.input, 3), "compute": round(split.compute, 3),
+                "peers": round(split.peers, 3), "other": round(split.other, 3),
+                "seconds_per_step": split.seconds_per_step, "verdict": self.verdict(task_id, now=now, cpu=cpu),
+                "age_s": round(now - split.ts, 1) if now is not None else None}
+
+
+def bar(split: Split, width: int = 10) -> list[tuple[str, int]]:
+    """The parts as cells of a stacked bar of ``width`` cells (largest remainders, so they sum up)."""
+    raw = {p: split.share(p) * width for p in PARTS}
+    cells = {p: int(v) for p, v in raw.items()}
+    spare = width - sum(cells.values())
+    for p in sorted(PARTS, key=lambda p: raw[p] - cells[p], reverse=True)[:max(0, spare)]:
+        cells[p] += 1
+    return [(p, cells[p]) for p in PARTS if cells[p]]
+
+
+def percent_text(split: Split) -> str:
+    """``input 62% compute 30% peers 5% other 3%``: the split in words for a line of text."""
+    return " ".join(f"{p} {split.share(p) * 100:.0f}%" for p in PARTS)

@@ -1,0 +1,87 @@
+"""The launcher's side of the step-time split: values in metric events -> splits, verdicts that
+name the peer, status --json's step_time, the --no-tui line."""
+
+from __future__ import annotations
+
+import io
+
+from launcher import events as ev
+from launcher.telemetry.jobview import JobView
+from launcher.telemetry.printer import ProgressPrinter
+from launcher.telemetry.steptime import StepTimes, bar
+
+
+def split(input: float = 0.0, compute: float = 0.0, peers: float = 0.0, other: float = 0.0,
+          sps: float = 0.03) -> dict[str, float]:
+    return {"step_time/input": input, "step_time/compute": compute, "step_time/peers": peers,
+            "step_time/other": other, "step_time/seconds_per_step": sps}
+
+
+def test_input_and_compute_bound() -> None:
+    times = StepTimes()
+    times.apply("worker:0", 100.0, split(input=0.7, compute=0.25, other=0.05))
+    times.apply("worker:1", 100.0, split(input=0.05, compute=0.9, other=0.05))
+    assert times.verdict("worker:0", now=101.0) == "input-bound"
+    assert times.verdict("worker:1", now=101.0) == "compute-bound"
+    assert times.as_json("worker:0", now=101.0)["input"] == 0.7  # type: ignore[index]
+
+
+def test_mwms_waiting_worker_names_the_slow_peer() -> None:
+    times = StepTimes()
+    times.apply("worker:0", 100.0, split(input=0.02, compute=0.04, peers=0.94))
+    times.apply("worker:1", 100.0, split(input=0.71, compute=0.07, peers=0.21, other=0.01))
+    times.apply("worker:2", 100.0, split(input=0.02, compute=0.05, peers=0.93))
+    assert times.verdict("worker:0", now=100.5) == "waiting for worker:1"
+    assert times.verdict("worker:2", now=100.5) == "waiting for worker:1"
+    assert times.verdict("worker:1", now=100.5) == "input-bound"
+
+
+def test_peers_without_a_culprit_and_a_busy_ps() -> None:
+    times = StepTimes()
+    times.apply("chief:0", 100.0, split(peers=0.9, other=0.1))
+    assert times.verdict("chief:0", now=100.0) == "waiting for peers"
+    assert times.verdict("chief:0", now=100.0, cpu={"ps:0": 30.0, "ps:1": 99.0}) == "waiting for ps:1"
+
+
+def test_pss_slow_worker_is_named_from_closures() -> None:
+    times = StepTimes()
+    times.apply("chief:0", 100.0, {**split(peers=0.97, other=0.03), "closures_per_s/worker:0": 47.5,
+                                   "closure_latency_s/worker:0": 0.021, "closures_per_s/worker:1": 30.7,
+                                   "closure_latency_s/worker:1": 0.033, "closures_per_s/worker:2": 46.0})
+    assert times.slow_worker(100.0) == "worker:1"
+    assert times.verdict("chief:0", now=100.0) == "waiting for worker:1"
+    assert times.verdict("worker:1", now=100.0) == "slowest worker"
+    assert times.verdict("worker:0", now=100.0) is None
+    assert times.closures["worker:1"].latency_s == 0.033
+
+
+def test_stale_split_has_no_verdict() -> None:
+    times = StepTimes()
+    times.apply("worker:0", 100.0, split(input=0.9, compute=0.1))
+    assert times.verdict("worker:0", now=200.0) is None
+    assert times.verdict("worker:0", now=None) == "input-bound"  # a finished run: as last seen
+
+
+def test_bar_cells_sum_to_width() -> None:
+    times = StepTimes()
+    times.apply("w", 1.0, split(input=0.33, compute=0.33, peers=0.33, other=0.01))
+    cells = bar(times.splits["w"], 8)
+    assert sum(n for _, n in cells) == 8
+
+
+def metric(task: str, ts: float, values: dict[str, float]) -> ev.Event:
+    return ev.Event.from_dict({"v": 1, "ts": ts, "run": "r", "task": task, "kind": "metric", "step": 10,
+                               "loss": 0.5, "values": values})
+
+
+def test_jobview_and_progress_line_carry_the_verdict() -> None:
+    view = JobView()
+    view.apply(ev.Event.from_dict({"v": 1, "ts": 99.0, "run": "r", "task": "worker:0", "kind": "state",
+                                   "state": "running", "host": "h", "pid": 1}))
+    view.apply(metric("worker:0", 100.0, split(input=0.8, compute=0.2)))
+    assert view.step_times.verdict("worker:0", now=100.0) == "input-bound"
+    out = io.StringIO()
+    printer = ProgressPrinter(out=out, color=False, clock=lambda: 100.5)
+    printer.view = view
+    printer.progress()
+    assert "[input-bound: input 80% compute 20% peers 0% other 0%]" in out.getvalue()
