@@ -42,6 +42,7 @@ import os
 import platform
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -84,6 +85,15 @@ DOCKERD_ARGV = ("dockerd", "--iptables=false", "--bridge=none")
 DOCKERD_LOG = Path("/tmp/distlaunch-dockerd.log")
 DOCKERD_WAIT = 60.0
 LABEL = "distlaunch.test-image.recipe"
+# the longest each build step may take (a slow mirror or index: the cold build is 1-2 minutes here)
+DEBOOTSTRAP_SECONDS = 900.0
+PIP_SECONDS = 900.0
+IMPORT_CHECK_SECONDS = 300.0
+TAR_SECONDS = 600.0
+IMPORT_SECONDS = 600.0
+DOCKER_SECONDS = 30.0
+# how long to wait for another session's build or import (the cache lock) before giving up
+LOCK_WAIT_SECONDS = 1200.0
 
 
 class DockerUnavailable(RuntimeError):
@@ -238,7 +248,7 @@ def import_changes() -> list[str]:
 # Docker
 
 
-def _docker(args: Sequence[str], timeout: float = 30) -> subprocess.CompletedProcess[str]:
+def _docker(args: Sequence[str], timeout: float = DOCKER_SECONDS) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout,
                           stdin=subprocess.DEVNULL)
 
@@ -289,7 +299,7 @@ def image_recipe(tag: str = IMAGE) -> str | None:
     return "" if value == "<no value>" else value
 
 
-def import_tarball(tarball: Path, tag: str = IMAGE) -> None:
+def import_tarball(tarball: Path, tag: str = IMAGE, timeout: float = IMPORT_SECONDS) -> None:
     if shutil.which("zstd") is None:
         raise ImageBuildError(f"zstd not found, to read {tarball} (apt-get install zstd)")
     with _step(f"docker import {tarball.name} as {tag}"):
@@ -297,9 +307,15 @@ def import_tarball(tarball: Path, tag: str = IMAGE) -> None:
         for change in import_changes():
             argv += ["--change", change]
         with subprocess.Popen(["zstd", "-dcq", str(tarball)], stdout=subprocess.PIPE) as unzstd:
-            res = subprocess.run([*argv, "-", tag], stdin=unzstd.stdout, capture_output=True, text=True)
-            assert unzstd.stdout is not None
-            unzstd.stdout.close()
+            try:
+                res = subprocess.run([*argv, "-", tag], stdin=unzstd.stdout, capture_output=True, text=True,
+                                     timeout=timeout)
+            except subprocess.TimeoutExpired:
+                unzstd.kill()
+                raise ImageBuildError(f"docker import of {tarball} did not finish within {timeout:.0f}s") from None
+            finally:
+                assert unzstd.stdout is not None
+                unzstd.stdout.close()
         if unzstd.returncode != 0 or res.returncode != 0:
             raise ImageBuildError(f"docker import of {tarball} failed: {res.stderr.strip()[-2000:]}")
 
@@ -327,14 +343,26 @@ def _tail(path: Path, lines: int = 15) -> str:
         return ""
 
 
-def _run_logged(argv: Sequence[str], log: Path, what: str, env: dict[str, str] | None = None) -> None:
+def _run_logged(argv: Sequence[str], log: Path, what: str, env: dict[str, str] | None = None,
+                timeout: float = PIP_SECONDS) -> None:
     with log.open("ab") as out:
         out.write(f"\n$ {' '.join(argv)}\n".encode())
         out.flush()
-        res = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                             umask=0o022, env=env)
-    if res.returncode != 0:
-        raise ImageBuildError(f"{what} exited with {res.returncode} (log: {log}): {_tail(log)}")
+        # its own group: a step cut short takes its children along (debootstrap's dpkg, chroot's pip)
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                umask=0o022, env=env, start_new_session=True)
+        try:
+            code = proc.wait(timeout)
+        except BaseException as exc:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            if isinstance(exc, subprocess.TimeoutExpired):
+                raise ImageBuildError(f"{what} did not finish within {timeout:.0f}s (log: {log}): {_tail(log)}") \
+                    from None
+            raise
+    if code != 0:
+        raise ImageBuildError(f"{what} exited with {code} (log: {log}): {_tail(log)}")
 
 
 def _prune(root: Path) -> None:
@@ -369,7 +397,7 @@ def build_tarball(dest: Path) -> None:
         if mirror.signed_by and Path(mirror.signed_by).is_file():
             argv.append(f"--keyring={mirror.signed_by}")
         with _step(f"debootstrap {SUITE} (minbase + {' '.join(DEB_PACKAGES)}) from {mirror.uri}"):
-            _run_logged([*argv, SUITE, str(root), mirror.uri], log, "debootstrap")
+            _run_logged([*argv, SUITE, str(root), mirror.uri], log, "debootstrap", timeout=DEBOOTSTRAP_SECONDS)
         wheels = root / "tmp" / "wheels"
         with _step(f"pip download {' '.join(PIP_REQUIREMENTS)} (cp{IMAGE_PYTHON[0]}{IMAGE_PYTHON[1]}, {arch})"):
             _run_logged(pip_download_argv(sys.executable, wheels, arch=arch), log, "pip download")
@@ -387,15 +415,23 @@ def build_tarball(dest: Path) -> None:
         with _step("check: python3 and python import tensorflow in the root"):
             _run_logged(["chroot", str(root), "python", "-c",
                          "import tensorflow as tf, psutil, numpy; print(tf.__version__, psutil.__version__)"],
-                        log, "import check", env={**chroot_env, "TF_CPP_MIN_LOG_LEVEL": "2"})
+                        log, "import check", env={**chroot_env, "TF_CPP_MIN_LOG_LEVEL": "2"},
+                        timeout=IMPORT_CHECK_SECONDS)
         _prune(root)
         with _step(f"tar | zstd > {dest}"):
             with partial.open("wb") as out:
                 tar = subprocess.Popen(["tar", "-C", str(root), "--numeric-owner", "-cf", "-", "."],
                                        stdout=subprocess.PIPE)
-                zstd = subprocess.run(["zstd", "-q", "-T0", "-3"], stdin=tar.stdout, stdout=out)
-                assert tar.stdout is not None
-                tar.stdout.close()
+                try:
+                    zstd = subprocess.run(["zstd", "-q", "-T0", "-3"], stdin=tar.stdout, stdout=out,
+                                          timeout=TAR_SECONDS)
+                except subprocess.TimeoutExpired:
+                    tar.kill()
+                    tar.wait()
+                    raise ImageBuildError(f"tar | zstd of {root} did not finish within {TAR_SECONDS:.0f}s") from None
+                finally:
+                    assert tar.stdout is not None
+                    tar.stdout.close()
                 if tar.wait() != 0 or zstd.returncode != 0:
                     raise ImageBuildError(f"tar ({tar.returncode}) | zstd ({zstd.returncode}) of {root} failed")
             partial.replace(dest)
@@ -436,18 +472,38 @@ def _remove_build_dir(tmp: Path) -> None:
 
 
 @contextlib.contextmanager
-def _cache_lock() -> Iterator[None]:
-    """One build or import at a time per cache dir (two pytest sessions, a make step beside one)."""
+def _cache_lock(timeout: float = LOCK_WAIT_SECONDS) -> Iterator[None]:
+    """One build or import at a time per cache dir (two pytest sessions, a make step beside one);
+    ImageBuildError when another holds it longer than ``timeout`` (a build that hangs)."""
     directory = cache_dir()
     directory.mkdir(parents=True, exist_ok=True)
-    with (directory / ".lock").open("w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
+    path = directory / ".lock"
+    deadline = time.monotonic() + timeout
+    with path.open("w") as f:
+        while True:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise ImageBuildError(f"another build or import held {path} for more than {timeout:.0f}s; "
+                                          "wait for it, or end it") from None
+                time.sleep(0.5)
         yield
 
 
 def ensure_image(rebuild: bool = False) -> str:
     """The test image's tag, once the image is present: imported from the cached tarball, or built
-    (minutes) where there is none or ``rebuild``. Needs a daemon (``ensure_dockerd``)."""
+    (minutes) where there is none or ``rebuild``. Needs a daemon (``ensure_dockerd``). Every step is
+    bounded: one that does not end in time is an ImageBuildError naming it."""
+    try:
+        return _ensure_image(rebuild)
+    except subprocess.TimeoutExpired as exc:  # a docker query that did not answer
+        argv = exc.cmd if isinstance(exc.cmd, list) else [str(exc.cmd)]
+        raise ImageBuildError(f"{' '.join(map(str, argv))} did not answer within {exc.timeout:.0f}s") from None
+
+
+def _ensure_image(rebuild: bool) -> str:
     want = recipe_hash()
     if not rebuild and image_recipe() == want:
         return IMAGE

@@ -235,7 +235,11 @@ def cmd_stop(run_dir: str, slugs: List[str], grace: Optional[float], exit_after:
             # answered before it ends: a sweep right after would find it still exiting
             answer["agent_exited"] = _wait_gone(agent_pid, AGENT_EXIT_WAIT_SECONDS)
         return answer
-    answers = {slug: stop_without_agent(os.path.join(run_dir, "tasks", slug), grace) for slug in slugs}
+    from launcher.agent.taskcontainer import stop_task_containers
+
+    dirs = {slug: os.path.join(run_dir, "tasks", slug) for slug in slugs}
+    stop_task_containers(list(dirs.values()), grace)  # all at once: the graces run side by side
+    answers = {slug: stop_without_agent(task_dir, grace, containers=False) for slug, task_dir in dirs.items()}
     left = [slug for slug, a in answers.items() if not a["stopped"]]
     return {"stopped": [s for s in slugs if s not in left], "left": left, "without_agent": answers}
 
@@ -258,8 +262,10 @@ def _wait_gone(pid: int, timeout: float) -> bool:
     return True
 
 
-def stop_without_agent(task_dir: str, grace: Optional[float]) -> Dict[str, Any]:
-    """Stop one task with no host agent: its single-task ``run`` agent if one runs, then its group."""
+def stop_without_agent(task_dir: str, grace: Optional[float], containers: bool = True) -> Dict[str, Any]:
+    """Stop one task with no host agent: its single-task ``run`` agent if one runs, its container
+    through the runtime (SIGTERM, the grace, SIGKILL; unless ``containers`` is False: the caller
+    did), then its group."""
     spec: Optional[AgentSpec]
     try:
         spec = AgentSpec.load(os.path.join(task_dir, "spec.json"))
@@ -279,15 +285,14 @@ def stop_without_agent(task_dir: str, grace: Optional[float]) -> Dict[str, Any]:
             _signal_pid(pid, signal.SIGKILL)
             agent_killed = True
             _wait_until(lambda: not pid_alive(pid), KILL_CONFIRM_SECONDS)
+    if containers and spec is not None and spec.container is not None:  # a daemon's outlives its client
+        from launcher.agent.taskcontainer import stop_task_containers
+
+        stop_task_containers([task_dir], grace)
     group_killed = False
     if pgid is not None and _is_our_group(pgid, run_id):
         group_killed = True
         _kill_group_for_good(pgid, 0.0, lambda: None)
-    if spec is not None and spec.container is not None:  # a daemon's container outlives its client
-        from launcher.agent.runner import read_task_file
-        from launcher.agent.taskcontainer import remove_task_container
-
-        remove_task_container(task_dir, spec, read_task_file(task_dir))
     left = _group_members(pgid) if pgid is not None else []
     events_path = os.path.join(task_dir, "events.jsonl")
     wrote_final = False

@@ -8,6 +8,7 @@ launcher words the problems and puts digest and version in the hosts' parity tab
 
 from __future__ import annotations
 
+import itertools
 import os
 import subprocess
 
@@ -23,6 +24,9 @@ PULL_SECONDS = 900.0
 QUERY_SECONDS = 30.0
 #: starting the image and importing TensorFlow in it (a cold disk may take a while)
 TF_SECONDS = 170.0
+#: the TensorFlow probe's task label (its run label is the run's, where the launcher names it)
+PROBE_TASK = "preflight"
+_PROBES = itertools.count(1)
 #: `up`'s version check inside the image: package metadata (milliseconds), an import only without it
 METADATA_PROBE = (
     "import sys\n"
@@ -37,6 +41,11 @@ METADATA_PROBE = (
     "    pass\n"
     "import tensorflow as tf\n"
     "print(%r + tf.__version__)\n" % (rt.TF_VERSION_MARKER, rt.TF_VERSION_MARKER))
+
+
+def probe_name(run_id: str) -> str:
+    """The TensorFlow probe's container: unique per run, host agent and image checked."""
+    return rt.container_name(run_id or "preflight", "%s-%d" % (PROBE_TASK, os.getpid()), next(_PROBES))
 
 
 def _call(argv: Sequence[str], timeout: float) -> Tuple[int, str, str]:
@@ -79,8 +88,10 @@ def short_digest(text: str) -> Optional[str]:
 
 def check_image(item: Dict[str, Any]) -> Dict[str, Any]:
     """One image: ``{"container": ContainerSpec JSON, "python": ..., "tensorflow": "import" |
-    "metadata" | None}`` -> what the launcher judges: ``present``, ``pulled``, ``digest``,
-    ``tensorflow`` (or ``tf_error``), ``error`` (the image cannot be used here)."""
+    "metadata" | None, "run": run id}`` -> what the launcher judges: ``present``, ``pulled``,
+    ``digest``, ``tensorflow`` (or ``tf_error``), ``error`` (the image cannot be used here).
+    The TensorFlow probe's container (docker/podman) is named and labelled with the run, and
+    removed when it does not answer in time (killing its client leaves it running)."""
     spec = rt.ContainerSpec.from_json(item.get("container") or {})
     answer: Dict[str, Any] = {"image": spec.image, "runtime": spec.runtime, "pull": spec.pull}
     node = os.environ.get("SLURMD_NODENAME")
@@ -108,10 +119,16 @@ def check_image(item: Dict[str, Any]) -> Dict[str, Any]:
         answer["digest"] = short_digest(out) if code == 0 else None
     how = item.get("tensorflow")
     if how in ("import", "metadata"):
-        argv = rt.tf_version_argv(spec, str(item.get("python") or "python3"), node)
+        name = probe_name(str(item.get("run") or ""))
+        labels = {rt.TASK_LABEL: PROBE_TASK}
+        if item.get("run"):
+            labels = {rt.RUN_LABEL: str(item["run"]), **labels}
+        argv = rt.tf_version_argv(spec, str(item.get("python") or "python3"), node, name=name, labels=labels)
         if how == "metadata":
             argv[-1] = METADATA_PROBE  # the probe's code is its last word
         code, out, err = _call(argv, TF_SECONDS)
+        if code == 124 and spec.runtime in rt.DAEMON_RUNTIMES:  # its client is killed, the container is not
+            _call(rt.remove_argv(spec.runtime, [name]) or ["true"], QUERY_SECONDS)
         version = rt.parse_tf_version(out)
         if version is not None:
             answer["tensorflow"] = version

@@ -13,11 +13,10 @@ What every runtime keeps the same: the host's network (TF_CONFIG's addresses wor
 task's environment passed by *name* (values stay in the client's environment, never on a command
 line: start every argv with ``runtime_environ``), and host paths mounted at the same path.
 
-apptainer and enroot run image *files*: a ``.sif`` / ``.sqsh`` path is used as it is, a registry
-image is pulled once per host into ``IMAGES_DIR`` (``pull_argv``) and run from there. enroot starts
-the image file directly (``enroot start IMAGE.sqsh``: Linux >= 4.18 with fuse-overlayfs and
-squashfuse), so no named enroot container is created or left behind. pyxis imports the image itself
-at every start (enroot's layer cache makes repeats cheap): ``pull`` does not apply to it.
+apptainer and enroot run image *files*: a ``.sif`` / ``.sqsh`` path as it is, a registry image pulled
+once per host into ``IMAGES_DIR`` (``pull_argv``); enroot starts the file directly (``enroot start
+IMAGE.sqsh``), so no named enroot container is left behind. pyxis imports the image at every start
+(enroot's layer cache makes repeats cheap): ``pull`` does not apply to it.
 """
 
 from __future__ import annotations
@@ -48,6 +47,11 @@ TF_VERSION_MARKER = "distlaunch-tf-version:"
 CUDA_ENV = "CUDA_VISIBLE_DEVICES"
 #: what enroot's (and so pyxis') GPU hook reads to expose GPUs; "void": none
 NVIDIA_ENV = "NVIDIA_VISIBLE_DEVICES"
+#: docker's --init is tini: this makes it signal the command's process group, so a stop reaches a
+#: program the shell did not exec (``a && b``, a pipe), not only the shell
+TINI_GROUP_ENV = "TINI_KILL_PROCESS_GROUP=1"
+#: podman's --init (catatonit, or tini) reads no such variable: a second one with -g runs the command
+PODMAN_INIT = ("/run/podman-init", "-g", "--")
 
 _JSON_KEYS = ("image", "runtime", "mounts", "options", "pull", "extra")
 _MODES = ("ro", "rw")
@@ -177,7 +181,8 @@ def task_labels(run_id: str, task_id: str) -> Dict[str, str]:
 
 def run_argv(spec: ContainerSpec, *, name: str, labels: Mapping[str, str], env_names: Sequence[str],
              mounts: Sequence[str], workdir: str, gpus: Optional[Sequence[int]], user: Optional[str],
-             command: Sequence[str], home: Optional[str] = None, node: Optional[str] = None) -> List[str]:
+             command: Sequence[str], home: Optional[str] = None, node: Optional[str] = None,
+             container_home: Optional[str] = None) -> List[str]:
     """The argv that runs ``command`` in the container, in the foreground (its exit code is the
     task's). Host networking; ``env_names`` are passed by name only (values come from the
     calling process's environment, never on the command line); ``mounts`` are host paths mounted
@@ -186,7 +191,9 @@ def run_argv(spec: ContainerSpec, *, name: str, labels: Mapping[str, str], env_n
     Start it with ``runtime_environ(...)`` as its environment. ``home``: the host's home for ~ in
     the spec's mounts (default: this process's); ``node``: pyxis only, the Slurm node the step
     must run on (the agent's own, ``$SLURMD_NODENAME``), else Slurm picks one of the allocation's.
-    ValueError for a mount or workdir that is not an absolute path without ':' and ','."""
+    ``container_home``: docker/podman, HOME inside (a uid with no passwd entry there gets "/") unless
+    ``env_names`` has HOME; by value, as the client's own HOME must stay (docker's config, podman's
+    storage). ValueError for a mount or workdir that is not an absolute path without ':' and ','."""
     binds = _binds(spec, mounts, home)
     if workdir:
         _check_path(workdir, "workdir")
@@ -194,21 +201,25 @@ def run_argv(spec: ContainerSpec, *, name: str, labels: Mapping[str, str], env_n
     names = _names(env_names)
     runtime = spec.runtime
     if runtime in DAEMON_RUNTIMES:
-        argv = [runtime, "run", "--rm", "--init", "--name", name]
-        for key, value in labels.items():
-            argv += ["--label", f"{key}={value}"]
-        argv += ["--network", "host", "--ipc", "host"]
+        argv = [runtime, "run", "--rm", "--init", "--name", name, *_label_flags(labels), "--network", "host",
+                "--ipc", "host"]
         if user:
             argv += ["--user", user]
         for env in _with_gpu_names(spec, names, gpu_list):
             argv += ["-e", env]
+        if container_home and "HOME" not in names:
+            _check_path(container_home, "home")
+            argv += ["-e", "HOME=" + container_home]
+        if runtime == "docker":
+            argv += ["-e", TINI_GROUP_ENV]
         for src, dst, mode in binds:
             argv += ["-v", _bind_text(src, dst, mode, ":")]
         if workdir:
             argv += ["-w", workdir]
         argv += _gpu_flags(runtime, gpu_list)
         argv += ["--pull", spec.pull]
-        return [*argv, *spec.options, spec.image, *command]
+        init = PODMAN_INIT if runtime == "podman" else ()
+        return [*argv, *spec.options, spec.image, *init, *command]
     if runtime == "apptainer":
         argv = ["apptainer", "exec"]
         if gpu_list:
@@ -266,18 +277,17 @@ def runtime_environ(spec: ContainerSpec, environ: Mapping[str, str], *, env_name
     return env
 
 
-def stop_argv(spec: ContainerSpec, name: str, grace_s: float) -> Optional[List[str]]:
-    """``docker stop -t N name`` and the like; None where signals to the child process do it."""
-    if spec.runtime not in DAEMON_RUNTIMES:
+def stop_argv(runtime: str, names: Sequence[str], grace_s: float) -> Optional[List[str]]:
+    """``docker stop -t N NAME...``: SIGTERM to each, SIGKILL after N s (in parallel); None where
+    signals to the child process do it, or no names."""
+    if runtime not in DAEMON_RUNTIMES or not names:
         return None
-    return [spec.runtime, "stop", "-t", str(max(0, math.ceil(grace_s))), name]
+    return [runtime, "stop", "-t", str(max(0, math.ceil(grace_s))), *names]
 
 
 def kill_argv(spec: ContainerSpec, name: str, signal: str = "KILL") -> Optional[List[str]]:
     """``docker kill -s SIGNAL name``; None where signals to the child process do it."""
-    if spec.runtime not in DAEMON_RUNTIMES:
-        return None
-    return [spec.runtime, "kill", "-s", signal, name]
+    return [spec.runtime, "kill", "-s", signal, name] if spec.runtime in DAEMON_RUNTIMES else None
 
 
 def host_pid_argv(spec: ContainerSpec, name: str) -> Optional[List[str]]:
@@ -285,19 +295,20 @@ def host_pid_argv(spec: ContainerSpec, name: str) -> Optional[List[str]]:
 
     With ``--init`` that process is the runtime's init (docker-init, catatonit); the task's
     command is its child, so the agent samples (and takes stacks of) that pid's process tree."""
-    if spec.runtime not in DAEMON_RUNTIMES:
-        return None
-    return [spec.runtime, "inspect", "--format", "{{.State.Pid}}", name]
+    return [spec.runtime, "inspect", "--format", "{{.State.Pid}}", name] if spec.runtime in DAEMON_RUNTIMES else None
+
+
+def exists_argv(runtime: str, name: str) -> Optional[List[str]]:
+    """Exit 0 while a container of that name exists (in any state)."""
+    return [runtime, "container", "inspect", "--format", "{{.Id}}", name] if runtime in DAEMON_RUNTIMES else None
 
 
 def list_argv(runtime: str, labels: Mapping[str, str]) -> Optional[List[str]]:
     """Prints the names (one a line) of every container, running or not, with these labels."""
     if runtime not in DAEMON_RUNTIMES:
         return None
-    argv = [runtime, "ps", "-a"]
-    for key, value in labels.items():
-        argv += ["--filter", f"label={key}={value}"]
-    return [*argv, "--format", "{{.Names}}"]
+    filters = [w for key, value in labels.items() for w in ("--filter", f"label={key}={value}")]
+    return [runtime, "ps", "-a", *filters, "--format", "{{.Names}}"]
 
 
 def remove_argv(runtime: str, names: Sequence[str]) -> Optional[List[str]]:
@@ -350,16 +361,19 @@ def image_digest_argv(spec: ContainerSpec) -> Optional[List[str]]:
     return [spec.runtime, "image", "inspect", "--format", "{{.Id}}", spec.image]
 
 
-def tf_version_argv(spec: ContainerSpec, python: str, node: Optional[str] = None) -> List[str]:
+def tf_version_argv(spec: ContainerSpec, python: str, node: Optional[str] = None, name: str = "",
+                    labels: Optional[Mapping[str, str]] = None) -> List[str]:
     """Runs ``python -c 'import tensorflow; print(version)'`` in the image (host network, no mounts).
 
     The image runs as a task's would (its entrypoint and the spec's options), without pulling;
-    the version is on the line that starts with TF_VERSION_MARKER (``parse_tf_version``)."""
+    the version is on the line that starts with TF_VERSION_MARKER (``parse_tf_version``). docker
+    and podman: named ``name`` and labelled, so one that outlives its client can be removed."""
     probe = [python, "-c", f"import tensorflow as tf; print({TF_VERSION_MARKER!r} + tf.__version__)"]
     runtime = spec.runtime
     if runtime in DAEMON_RUNTIMES:
-        return [runtime, "run", "--rm", "--network", "host", "--pull", "never", *spec.options, spec.image,
-                *probe]
+        named = ["--name", name] if name else []
+        return [runtime, "run", "--rm", "--init", *named, *_label_flags(labels or {}), "--network", "host",
+                "--pull", "never", *spec.options, spec.image, *probe]
     if runtime == "apptainer":  # the host's PYTHONPATH must not answer for the image
         return ["apptainer", "exec", "--cleanenv", *spec.options, image_file(spec), *probe]
     if runtime == "enroot":
@@ -419,12 +433,8 @@ def _registry_hash(reference: str) -> str:
 
 
 def _srun(name: Optional[str], node: Optional[str]) -> List[str]:
-    argv = ["srun", "--overlap", "--nodes=1", "--ntasks=1", "--quiet", "--kill-on-bad-exit=0", "--export=ALL"]
-    if node:
-        argv.append(f"--nodelist={node}")
-    if name:
-        argv.append(f"--job-name={name}")
-    return argv
+    return ["srun", "--overlap", "--nodes=1", "--ntasks=1", "--quiet", "--kill-on-bad-exit=0", "--export=ALL",
+            *([f"--nodelist={node}"] if node else []), *([f"--job-name={name}"] if name else [])]
 
 
 def _gpu_flags(runtime: str, gpus: Sequence[int]) -> List[str]:
@@ -432,10 +442,11 @@ def _gpu_flags(runtime: str, gpus: Sequence[int]) -> List[str]:
         return []
     if runtime == "docker":  # the quotes are docker's: its --gpus value is CSV, and the list has commas
         return ["--gpus", '"device=' + ",".join(str(i) for i in gpus) + '"']
-    flags: List[str] = []
-    for index in gpus:  # podman: the CDI names nvidia-ctk generates
-        flags += ["--device", f"nvidia.com/gpu={index}"]
-    return flags
+    return [w for i in gpus for w in ("--device", f"nvidia.com/gpu={i}")]  # podman: nvidia-ctk's CDI names
+
+
+def _label_flags(labels: Mapping[str, str]) -> List[str]:
+    return [w for key, value in labels.items() for w in ("--label", f"{key}={value}")]
 
 
 def _names(env_names: Sequence[str]) -> List[str]:

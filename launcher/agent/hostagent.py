@@ -50,7 +50,7 @@ from launcher.agent.procs import (
 from launcher.agent.runner import TaskRunner, read_task_file
 from launcher.agent.spec import AgentSpec
 from launcher.agent.stream import THEN_KEY, EventHub
-from launcher.agent.taskcontainer import remove_task_container
+from launcher.agent.taskcontainer import stop_task_containers
 
 SOCKET_NAME = "agent.sock"
 LOCK_NAME = "agent.lock"
@@ -249,6 +249,8 @@ class HostAgent:
 
     def stop(self, slugs: List[str], grace: Optional[float]) -> Dict[str, Any]:
         waiting: List[TaskRunner] = []
+        # containers of tasks this agent does not run: through their runtime with the grace, all at once
+        stop_task_containers([os.path.join(self.tasks_dir, s) for s in slugs if s not in self.runners], grace)
         for slug in slugs:
             runner = self.runners.get(slug)
             if runner is None or runner.done.is_set():
@@ -271,7 +273,6 @@ class HostAgent:
         pgid = int(info.get("pgid") or info["pid"]) if info is not None else 0
         if spec is not None and pgid > 0 and _is_our_group(pgid, spec.run):
             _kill_group_for_good(pgid, 0.0, lambda: _reap_adopted(self.leaders))
-        remove_task_container(task_dir, spec, info)
         path = os.path.join(task_dir, "events.jsonl")
         if spec is not None and os.path.exists(path):
             state = last_state(path)

@@ -291,13 +291,20 @@ class TaskRunner:
             reader.join(max(0.0, deadline - time.monotonic()))
         if self._interpreter is not None:
             self._interpreter.finish()
+        self._remove_container()
         self._final(pid, returncode, exited_at)
-        if self.container is not None and self.container_name is not None and \
-                taskcontainer.daemon_owned(self.container):
-            # whatever ended the client (its container's end, a kill), this incarnation's container goes
-            taskcontainer.remove(self.container.runtime, [self.container_name])
         self.writer.close()
         self.done.set()
+
+    def _remove_container(self) -> None:
+        """Whatever ended the client (its container's end, a kill), this incarnation's container goes,
+        and is gone before the final event: that event may restart the task, whose next container
+        must not meet this one still holding its ports on the host's network."""
+        container, name = self.container, self.container_name
+        if container is None or name is None or not taskcontainer.daemon_owned(container):
+            return
+        if not taskcontainer.remove_until_gone(container.runtime, name):
+            warn("agent: container %s of %s is still there after its removal" % (name, self.spec.task))
 
     def _final(self, pid: int, returncode: Optional[int], exited_at: float) -> None:
         if self._stopped:
@@ -311,8 +318,8 @@ class TaskRunner:
         else:
             exit_code, reason = describe_exit(returncode)
             cannot = shell_cannot_execute(returncode, self._last_stderr[-1] if self._last_stderr else "")
-            refused = (taskcontainer.start_failure(returncode, self._last_stderr, self.container.image)
-                       if self.container is not None else None)
+            refused = (taskcontainer.start_failure(returncode, self._last_stderr, self.container.image,
+                                                   self.container.runtime) if self.container is not None else None)
             if refused is not None:  # the image or the runtime: no restart can fix it
                 self._state(events.FAILED, pid=pid, exit_code=exit_code, reason=refused, permanent=True,
                             exited_at=exited_at)

@@ -18,6 +18,7 @@ import dataclasses
 import json
 import os
 import re
+import shutil
 import subprocess
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
@@ -28,13 +29,26 @@ from launcher.agent.spec import AgentSpec, agent_pythonpath_entry, task_argv
 
 #: how long one call of the runtime's client may take (a stop waits the grace on top)
 RUNTIME_SECONDS = 30.0
-#: how long the agent looks for a started container's host pid (the container may be created late:
-#: the task's wrapper waits for its batch first)
-HOST_PID_SECONDS = 120.0
+#: the first and the longest wait between two looks for a started container's host pid: it is looked
+#: for as long as the task runs (the container may be created late: the wrapper waits for its batch)
+HOST_PID_FIRST_WAIT = 0.2
+HOST_PID_MAX_WAIT = 5.0
+#: how long a task's end waits for its removed container to be gone (the next incarnation may
+#: need its host-network ports)
+GONE_SECONDS = 10.0
+#: a runtime found only on the PATH (no task of the run named it) answers the sweep within this
+#: (a docker client without a daemon must not hold up every bare run's teardown)
+PATH_RUNTIME_SECONDS = 10.0
+#: the longest a ``sweep`` of the containers may take: list, remove, list again, per daemon runtime
+SWEEP_SECONDS = 3 * RUNTIME_SECONDS * len(rt.DAEMON_RUNTIMES)
 #: what ``docker run`` (and podman's) exit with when the runtime itself failed, before the command ran
 RUNTIME_FAILED = 125
-#: what the clients start their own errors with
-_CLIENT_PREFIXES = ("docker: ", "Error: ", "Error response from daemon: ", "podman: ")
+#: what each client starts its own errors with ("Error response from daemon" follows "docker: ")
+_CLIENT_PREFIXES = {"docker": ("docker: ", "Error response from daemon: "),
+                    "podman": ("Error: ", "podman: ", "Error response from daemon: ")}
+_ANY_PREFIX = ("docker: ", "Error: ", "Error response from daemon: ", "podman: ")
+#: HOME inside a docker/podman container: a directory of the task dir (mounted with the run dir)
+HOME_DIR = "home"
 
 
 def container_of(spec: AgentSpec) -> Optional[rt.ContainerSpec]:
@@ -75,14 +89,23 @@ def client_environment(spec: AgentSpec, container: rt.ContainerSpec, env: Dict[s
 def run_command(spec: AgentSpec, container: rt.ContainerSpec, task_dir: str, names: Sequence[str]) -> List[str]:
     """The runtime's command line that runs the task's shell and script in its container, passing
     the variables ``names`` by name only (values never on a command line: ps shows those).
+    docker/podman: HOME inside is ``<task dir>/home`` (made here, private), as the agent's uid has
+    no passwd entry in the image (HOME=/ there: ~/.keras and the like would fail).
     ValueError for a path the runtime cannot mount (':' or ',' in it)."""
     if container.pull == "always":  # the preflight pulled it for the job: a restart must not run a newer image
         container = dataclasses.replace(container, pull="missing")
+    home = None
+    if daemon_owned(container):
+        home = os.path.join(os.path.abspath(task_dir), HOME_DIR)
+        try:
+            os.makedirs(home, mode=0o700, exist_ok=True)
+        except OSError as exc:
+            raise ValueError("cannot make the container's home %s: %s" % (home, exc.strerror or exc)) from None
     return rt.run_argv(container, name=name_of(spec), labels=rt.task_labels(spec.run, spec.task),
                        env_names=sorted(set(names)), mounts=mounts(spec, task_dir),
                        workdir=os.path.abspath(os.path.expanduser(spec.workdir)),
                        gpus=list(spec.gpus) or None, user="%d:%d" % (os.getuid(), os.getgid()),
-                       command=task_argv(spec), node=os.environ.get("SLURMD_NODENAME"))
+                       command=task_argv(spec), node=os.environ.get("SLURMD_NODENAME"), container_home=home)
 
 
 def _call(argv: Sequence[str], timeout: float = RUNTIME_SECONDS) -> Tuple[int, str, str]:
@@ -112,24 +135,23 @@ def host_pid(container: rt.ContainerSpec, name: str) -> Optional[int]:
     return pid if pid > 0 else None
 
 
-def learn_host_pid(container: rt.ContainerSpec, name: str, running: Callable[[], bool],
-                   timeout: float = HOST_PID_SECONDS) -> Optional[int]:
-    """Poll for the host pid while the task runs (briefly at first: the container starts in ~0.5 s)."""
-    deadline = time.monotonic() + timeout
-    wait = 0.05
-    while running() and time.monotonic() < deadline:
+def learn_host_pid(container: rt.ContainerSpec, name: str, running: Callable[[], bool]) -> Optional[int]:
+    """Poll for the host pid for as long as the task runs: soon at first (the container starts in
+    ~0.5 s), then less and less often (a task whose wrapper waits for its batch may start late)."""
+    wait = HOST_PID_FIRST_WAIT
+    while running():
         pid = host_pid(container, name)
         if pid is not None:
             return pid
         pause(wait)
-        wait = min(0.5, wait * 1.5)
+        wait = min(HOST_PID_MAX_WAIT, wait * 2)
     return None
 
 
 def stop(container: rt.ContainerSpec, name: str, grace: float) -> bool:
     """Stop the container through its runtime: SIGTERM, ``grace`` seconds, SIGKILL (``docker stop -t``);
     False where the runtime has no stop (the task's own signals do it) or it failed."""
-    argv = rt.stop_argv(container, name, grace)
+    argv = rt.stop_argv(container.runtime, [name], grace)
     if argv is None:
         return False
     return _call(argv, grace + RUNTIME_SECONDS)[0] == 0
@@ -147,13 +169,68 @@ def remove(runtime: str, names: Sequence[str]) -> None:
         _call(argv)
 
 
-def listed(runtime: str, run_id: str) -> Tuple[List[str], str]:
+def exists(runtime: str, name: str) -> bool:
+    """Whether the runtime still has a container of that name (False where it cannot say)."""
+    argv = rt.exists_argv(runtime, name)
+    return argv is not None and _call(argv, 10.0)[0] == 0
+
+
+def remove_until_gone(runtime: str, name: str, timeout: float = GONE_SECONDS) -> bool:
+    """Force-remove the container and confirm it is gone, trying again (a removal the daemon's own
+    ``--rm`` has in progress refuses a second one) for at most ``timeout`` s; whether it is gone."""
+    deadline = time.monotonic() + timeout
+    while True:
+        remove(runtime, [name])
+        if not exists(runtime, name):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        pause(0.2)
+
+
+def stop_task_containers(task_dirs: Sequence[str], grace: Optional[float]) -> None:
+    """Tasks stopped with no agent to run them: their last containers (``task.json`` names them)
+    through the runtime, as a supervised stop would: SIGTERM, the grace (``grace``, else each
+    spec's), SIGKILL (``docker stop``, all of a runtime at once), then removed."""
+    by_runtime: Dict[str, List[str]] = {}
+    longest = 0.0
+    for task_dir in task_dirs:
+        try:
+            spec: Optional[AgentSpec] = AgentSpec.load(os.path.join(task_dir, "spec.json"))
+        except (OSError, ValueError, TypeError, KeyError):
+            spec = None
+        try:
+            container = container_of(spec) if spec is not None else None
+        except ValueError:
+            container = None
+        name = _recorded_name(task_dir)
+        if spec is None or container is None or not daemon_owned(container) or name is None:
+            continue
+        by_runtime.setdefault(container.runtime, []).append(name)
+        longest = max(longest, spec.grace_seconds if grace is None else grace)
+    for runtime, names in by_runtime.items():
+        argv = rt.stop_argv(runtime, names, longest)
+        if argv is not None:
+            _call(argv, longest + RUNTIME_SECONDS)
+        remove(runtime, names)
+
+
+def _recorded_name(task_dir: str) -> Optional[str]:
+    try:
+        with open(os.path.join(task_dir, "task.json"), encoding="utf-8") as f:
+            name = json.load(f).get("container")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return name if isinstance(name, str) and name else None
+
+
+def listed(runtime: str, run_id: str, timeout: float = RUNTIME_SECONDS) -> Tuple[List[str], str]:
     """(names, "") of every container, running or not, labelled with the run; ([], why) where the
     runtime did not answer."""
     argv = rt.list_argv(runtime, {rt.RUN_LABEL: run_id})
     if argv is None:
         return [], ""
-    code, out, err = _call(argv)
+    code, out, err = _call(argv, timeout)
     if code != 0:
         return [], (err.strip().splitlines() or ["exit code %d" % code])[-1]
     return [line.strip() for line in out.splitlines() if line.strip()], ""
@@ -181,45 +258,45 @@ def run_runtimes(run_dir: str) -> List[str]:
 
 def sweep(run_dir: Optional[str], run_id: str, kill_them: bool) -> List[Dict[str, Any]]:
     """The run's containers on this host (by its label, whatever their state), removed first with
-    ``kill_them``: what is left, as ``sweep`` answers it."""
+    ``kill_them``: what is left, as ``sweep`` answers it. Asked: the daemon runtimes the run's
+    specs name, and any other on the PATH (the task dirs may be gone); one of those that does not
+    answer (a client without a daemon) is no leftover."""
+    named = run_runtimes(run_dir) if run_dir else []
     left: List[Dict[str, Any]] = []
-    for runtime in run_runtimes(run_dir) if run_dir else []:
-        names, why = listed(runtime, run_id)
+    for runtime in [*named, *(r for r in rt.DAEMON_RUNTIMES if r not in named and shutil.which(r))]:
+        timeout = RUNTIME_SECONDS if runtime in named else PATH_RUNTIME_SECONDS
+        names, why = listed(runtime, run_id, timeout)
         if kill_them and names:
             remove(runtime, names)
-            names, why = listed(runtime, run_id)
+            names, why = listed(runtime, run_id, timeout)
         left += [{"container": n, "cmdline": "%s container %s" % (runtime, n)} for n in names]
-        if why:
+        if why and runtime in named:
             left.append({"container": "?", "cmdline": "%s did not list the run's containers: %s" % (runtime, why)})
     return left
 
 
-def remove_task_container(task_dir: str, spec: Optional[AgentSpec], info: Optional[Dict[str, Any]]) -> None:
-    """A task stopped with no agent: its last container too (``task.json`` names it)."""
-    container = container_of(spec) if spec is not None else None
-    name = info.get("container") if info else None
-    if container is not None and daemon_owned(container) and isinstance(name, str) and name:
-        remove(container.runtime, [name])
-
-
-def start_failure(returncode: int, last_stderr: Sequence[str], image: str = "") -> Optional[str]:
+def start_failure(returncode: int, last_stderr: Sequence[str], image: str = "",
+                  runtime: Optional[str] = None) -> Optional[str]:
     """The runtime's own words when the container never started: "container did not start: ...".
     ``docker run`` exits 125 when the daemon refused ("docker: Error response from daemon: ...",
-    then "See 'docker run --help'."), 126/127 when the image has no such program to run; None
-    for any other exit, and for a 126/127 that the command in the container gave."""
-    if returncode not in (RUNTIME_FAILED, 126, 127):
+    then "See 'docker run --help'."), 126/127 when the image has no such program to run. None for
+    any other exit, for an exit without the client's own error line (the program in the container
+    may exit 125 itself), for a 126/127 that the command in the container gave, and for runtimes
+    other than docker and podman (``runtime``; None: either's words)."""
+    if returncode not in (RUNTIME_FAILED, 126, 127) or (runtime is not None and runtime not in rt.DAEMON_RUNTIMES):
         return None
+    prefixes = _CLIENT_PREFIXES[runtime] if runtime is not None else _ANY_PREFIX
     lines = [ln.strip() for ln in last_stderr if ln.strip() and not ln.strip().startswith(("See '", "Run '"))]
-    said = [ln for ln in lines if ln.startswith(_CLIENT_PREFIXES)]
+    said = [ln for ln in lines if ln.startswith(prefixes)]
     if returncode != RUNTIME_FAILED:
         said = [ln for ln in said if "OCI runtime" in ln or "Error response from daemon" in ln]
-        if not said:
-            return None
-    line = (said or lines or [""])[-1]
+    if not said:
+        return None
+    line = said[-1]
     changed = True
     while changed:
         changed = False
-        for prefix in _CLIENT_PREFIXES:
+        for prefix in _ANY_PREFIX:
             if line.startswith(prefix):
                 line, changed = line[len(prefix):], True
     why = line.rstrip(".") or "the runtime exited with %d" % returncode

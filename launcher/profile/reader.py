@@ -76,7 +76,9 @@ def _read_text(path: Path, text: str, overrides: Overrides) -> Profile:
         data, resolution = resolve(data, overrides)
     except EnvVarUnset as exc:
         raise _ProfileReader(path, text).fail(exc.key, exc.message) from None
-    profile = _ProfileReader(path, text, frozenset(resolution.set_paths)).read(data)
+    reader = _ProfileReader(path, text, frozenset(resolution.set_paths))
+    reader.secrets = frozenset(resolution.secrets)  # refused where they would show (container options, mounts)
+    profile = reader.read(data)
     return replace(profile, text=text, overrides=overrides, secrets=frozenset(resolution.secrets))
 
 

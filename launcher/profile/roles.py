@@ -35,6 +35,10 @@ from launcher.profile.keys import (
     TASK_KEYS,
 )
 from launcher.profile.names import MAX_TASKS
+from launcher.profile.overrides import is_secret
+
+#: the flags an option names an environment variable with (its value then on the command line)
+_ENV_FLAGS = ("-e", "--env")
 
 
 class RolesReader(HostsReader):
@@ -42,6 +46,8 @@ class RolesReader(HostsReader):
 
     #: the profile has [slurm]: containers run through pyxis unless a runtime without a daemon is named
     on_slurm: bool = False
+    #: the values taken from the launcher's environment (``${env:...}``): no container key may hold one
+    secrets: frozenset[str] = frozenset()
 
     def task_settings(self, table: Mapping[str, Any], key: KeyPath,
                       base: TaskDefaults | None) -> TaskDefaults:
@@ -123,8 +129,34 @@ class RolesReader(HostsReader):
             if problem is not None:
                 raise self.fail((*ckey, "mounts"), problem)
         options: list[str] = value.get("options", list(base.options) if base else [])
+        self.check_no_secret(value, ckey)
         pull: str = value.get("pull", base.pull if base else "missing")
         return ContainerSpec(image=image, runtime=runtime, mounts=tuple(mounts), options=tuple(options), pull=pull)
+
+    def check_no_secret(self, table: Mapping[str, Any], ckey: KeyPath) -> None:
+        """``options`` and ``mounts`` go into spec.json and onto the runtime's command line (``ps``
+        shows it to every user): refuse a value from the launcher's environment there, and an
+        option that gives a secret-looking variable its value (``-e API_TOKEN=...``)."""
+        fixes = {"options": "put the variable in env instead (a container gets env by name, its value never shown)",
+                 "mounts": "write the path itself (~ is the host's home)"}
+        for name, fix in fixes.items():
+            if any(secret in item for item in table.get(name) or [] for secret in self.secrets if secret):
+                raise self.fail((*ckey, name), "holds a value from the launcher's environment (${env:...}), which "
+                                f"would show on the container runtime's command line and in the run's files; {fix}")
+        options: list[str] = table.get("options") or []
+        for i, item in enumerate(options):
+            if i and options[i - 1] in _ENV_FLAGS:
+                assigned = item
+            elif item.startswith("--env="):
+                assigned = item[len("--env="):]
+            elif item.startswith("-e") and item != "-e":
+                assigned = item[2:].removeprefix("=")  # -eNAME=VALUE
+            else:
+                continue
+            variable, sep, _ = assigned.partition("=")
+            if sep and is_secret(variable):
+                raise self.fail((*ckey, "options"), f"gives {variable} its value on the container runtime's command "
+                                f"line, which `ps` shows to every user; {fixes['options']}")
 
     def roles(self, table: Mapping[str, Any], defaults: TaskDefaults,
               hosts: Mapping[str, HostConfig]) -> dict[str, RoleConfig]:

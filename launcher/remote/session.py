@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from launcher.agent.containercheck import PULL_SECONDS, TF_SECONDS
+from launcher.agent.taskcontainer import SWEEP_SECONDS
 from launcher.errors import HostError
 from launcher.model import HostConfig
 from launcher.remote.agentpack import build_agent_zipapp
@@ -161,8 +162,8 @@ class HostSession:
                 "--facts", json.dumps({"paths": paths, "gpus": self.ask_gpus})]
         if listen is not None:
             args += ["--listen", listen]
-        if self.containers:
-            args += ["--containers", json.dumps(self.containers)]
+        if self.containers:  # the run id labels the TensorFlow probe's container (down's sweep finds it)
+            args += ["--containers", json.dumps([{**c, "run": self.run_id} for c in self.containers])]
         ports = ",".join(str(p) for p in check)
         if ports:
             args += ["--check", ports]
@@ -373,7 +374,9 @@ class HostSession:
         args = ["--run-id", self.run_id, "--run-dir", self.base_dir, "--grace", f"{grace:g}"]
         if kill:
             args.append("--kill")
-        left: list[dict[str, Any]] = self.agent("sweep", *args, timeout=grace + 30).get("left", [])
+        # the processes' grace and confirmation, and the containers' list, removal and list again
+        timeout = grace + 30 + SWEEP_SECONDS
+        left: list[dict[str, Any]] = self.agent("sweep", *args, timeout=timeout).get("left", [])
         return left
 
     def follow(self, offsets: Mapping[str, int], on_line: Callable[[str], None],

@@ -9,7 +9,9 @@ containers; `down` removes them when the supervisor and the host agent are both 
 image is one line and exit 2 from `check`; a container the daemon refuses to start is a one-line
 cause, not "exit code 125".
 
-Every wait is on an event or a state (bounded); the script itself waits for a release file.
+Every wait is on an event or a state (bounded); the script itself waits for a release file. A
+test whose bounded waits add up to more than pytest's timeout (pyproject) says so with its own
+``timeout`` mark: the wait that fails names what it waited for.
 """
 
 from __future__ import annotations
@@ -102,11 +104,13 @@ hosts = ["box"]
 
 
 SECRET = "s3cr3t-" + secrets.token_hex(4)
+#: the launcher's environment: the profile takes API_TOKEN from it (``${env:API_TOKEN}``, a secret)
+SECRET_ENV = {"API_TOKEN": SECRET}
 
 
 def sleep_profile(tmp: Path, image: str, *, orphan_grace: int = 60, options: str = "") -> Path:
     """Two workers that only sleep, in the image: what teardown must find and stop. Their env holds
-    a secret (API_TOKEN), which must reach the container by name only."""
+    a secret from the launcher's environment (API_TOKEN), which must reach the container by name only."""
     return write_profile(tmp / "sleep.toml", f"""
 name = "it-containers-sleep"
 strategy = "custom"
@@ -117,7 +121,7 @@ command = "{{python}} -c 'import time; time.sleep(600)'"
 workdir = "{tmp}"
 grace_seconds = 2
 restart = "on-failure"
-env = {{ API_TOKEN = "{SECRET}" }}
+env = {{ API_TOKEN = "${{env:API_TOKEN}}" }}
 container = {{ image = "{image}"{options} }}
 [hosts.box]
 address = "localhost"
@@ -135,7 +139,7 @@ def running(run_dir: Path, task: str, restarts: int = 0, timeout: float = 120) -
 
 def chief_waits(run_dir: Path) -> None:
     wait_for_event(run_dir, lambda e: e["kind"] == "log" and e["task"] == "chief:0"
-                   and "waiting for" in e.get("line", ""), 240, "the chief waiting for its release")
+                   and "waiting for" in e.get("line", ""), 180, "the chief waiting for its release")
 
 
 def host_pid_of(task_dir: Path) -> int:
@@ -202,6 +206,7 @@ def assert_stacks_show_the_script(run: str, method: str) -> None:
     assert any(os.path.basename(f[1]) == "ps_release.py" for t in worker["threads"] for f in t["frames"]), worker
 
 
+@pytest.mark.timeout(120 + 180 + 60 + 120 + 30 + 60 + 90 + 120 + 30 + 20)  # its bounded waits, in order
 def test_ps_job_in_containers_succeeds_with_autolog_stacks_and_a_worker_restarted(
         tmp_path: Path, docker_image: str) -> None:
     run_dir, run_id, log = tmp_path / "run", f"it-ct-local-{secrets.token_hex(2)}", tmp_path / "up.log"
@@ -221,10 +226,10 @@ def test_ps_job_in_containers_succeeds_with_autolog_stacks_and_a_worker_restarte
                                 and e["state"] == "failed", 60, "worker:0 failed")
         assert failed.get("signal") == "SIGKILL" and failed["exit_code"] == 137, failed
         assert "killed by SIGKILL" in failed.get("cause", ""), failed
-        again = running(run_dir, "worker:0", restarts=1)
+        again = running(run_dir, "worker:0", restarts=1, timeout=90)
         assert again["pid"] != worker["pid"]
         release(tmp_path)
-        assert up.wait(timeout=300) == 0, log.read_text()[-4000:]
+        assert up.wait(timeout=120) == 0, log.read_text()[-4000:]
         events = read_events(run_dir)
         assert_autolog_and_success(events)
         chief_runs = [e for e in events if e["kind"] == "state" and e["task"] == "chief:0" and e["state"] == "running"]
@@ -238,6 +243,7 @@ def test_ps_job_in_containers_succeeds_with_autolog_stacks_and_a_worker_restarte
 
 
 @pytest.mark.sshd
+@pytest.mark.timeout(180 + 60 + 120 + 120 + 30 + 20)
 def test_ps_job_in_containers_over_ssh_succeeds_with_autolog_and_stacks(
         tmp_path: Path, docker_image: str, sshd: PrivateSshd) -> None:
     run_dir, run_id, log = tmp_path / "run", f"it-ct-ssh-{secrets.token_hex(2)}", tmp_path / "up.log"
@@ -251,7 +257,7 @@ def test_ps_job_in_containers_over_ssh_succeeds_with_autolog_and_stacks(
         on_path = shutil.which("py-spy", path="/usr/local/bin:/usr/bin:/bin")
         assert_stacks_show_the_script(run_id, "py-spy" if on_path else "faulthandler")
         release(tmp_path)
-        assert up.wait(timeout=300) == 0, log.read_text()[-4000:]
+        assert up.wait(timeout=120) == 0, log.read_text()[-4000:]
         assert_autolog_and_success(read_events(run_dir))
         wait_for(lambda: nothing_left(run_id), 30, "no container and no process of the run")
     finally:
@@ -261,11 +267,12 @@ def test_ps_job_in_containers_over_ssh_succeeds_with_autolog_and_stacks(
         remove_containers(run_id)
 
 
+@pytest.mark.timeout(180 + 60 + 38 + 20)
 def test_a_killed_supervisor_leaves_no_container_after_the_orphan_grace(tmp_path: Path, docker_image: str) -> None:
     run_dir, run_id = tmp_path / "run", f"it-ct-orphan-{secrets.token_hex(2)}"
     try:
         up = cli("up", str(sleep_profile(tmp_path, docker_image, orphan_grace=3)), "--detach", "--run-dir",
-                 str(run_dir), "--run-id", run_id, timeout=180)
+                 str(run_dir), "--run-id", run_id, timeout=180, env=SECRET_ENV)
         assert up.returncode == 0, up.stdout + up.stderr
         wait_for(lambda: len(containers_of(run_id)) == 2, 60, "both containers")
         state = json.loads((run_dir / "state.json").read_text())
@@ -279,12 +286,14 @@ def test_a_killed_supervisor_leaves_no_container_after_the_orphan_grace(tmp_path
         remove_containers(run_id)
 
 
+@pytest.mark.timeout(180 + 60 + 10 + 30 + 180 + 10 + 20)
 def test_down_removes_the_containers_when_the_supervisor_and_the_agent_are_gone(
         tmp_path: Path, docker_image: str) -> None:
+    """Only the label can find them: the task.json files that name each task's container are gone too."""
     run_dir, run_id = tmp_path / "run", f"it-ct-down-{secrets.token_hex(2)}"
     try:
         up = cli("up", str(sleep_profile(tmp_path, docker_image)), "--detach", "--run-dir", str(run_dir),
-                 "--run-id", run_id, timeout=180)
+                 "--run-id", run_id, timeout=180, env=SECRET_ENV)
         assert up.returncode == 0, up.stdout + up.stderr
         wait_for(lambda: len(containers_of(run_id)) == 2, 60, "both containers")
         state = json.loads((run_dir / "state.json").read_text())
@@ -294,10 +303,16 @@ def test_down_removes_the_containers_when_the_supervisor_and_the_agent_are_gone(
         wait_for(lambda: not Path(f"/proc/{agent}").exists() or "Z" in Path(f"/proc/{agent}/stat").read_text()
                  .split(")")[-1].split()[:1], 10, "the host agent gone")
         assert len(containers_of(run_id)) == 2  # the daemon keeps them: nothing else would stop them
-        python = python_under(host_pid_of(run_dir / "hosts" / "box" / "tasks" / "worker-1"))
+        tasks = run_dir / "hosts" / "box" / "tasks"
+        python = python_under(host_pid_of(tasks / "worker-1"))
+        # the secret from the launcher's environment reaches the program, and no command line and no file
         assert f"API_TOKEN={SECRET}".encode() in Path(f"/proc/{python}/environ").read_bytes().split(b"\0")
-        for pid in pids_with_run_id(run_id):  # the docker clients and the tasks: the value on no command line
+        for pid in pids_with_run_id(run_id):  # the docker clients and the tasks
             assert SECRET.encode() not in Path(f"/proc/{pid}/cmdline").read_bytes(), pid
+        holding = [str(p) for p in run_dir.rglob("*") if p.is_file() and SECRET.encode() in p.read_bytes()]
+        assert holding == [] and (tasks / "worker-1" / "spec.json").exists()
+        for task_json in tasks.glob("*/task.json"):  # what names each container: down must not need it
+            task_json.unlink()
         down = cli("down", run_id, timeout=180)
         assert down.returncode == 0, down.stdout + down.stderr
         assert containers_of(run_id) == []
@@ -310,7 +325,7 @@ def test_down_removes_the_containers_when_the_supervisor_and_the_agent_are_gone(
 def test_check_names_the_host_and_the_missing_image(tmp_path: Path, docker_image: str) -> None:
     missing = "distlaunch-test:no-such-tag"
     profile = sleep_profile(tmp_path, missing, options=', pull = "never"')
-    result = cli("check", str(profile), timeout=120)
+    result = cli("check", str(profile), timeout=120, env=SECRET_ENV)
     assert result.returncode == 2, result.stdout + result.stderr
     lines = [ln for ln in result.stderr.splitlines() if missing in ln]
     assert len(lines) == 1 and "host box" in lines[0] and 'pull = "never"' in lines[0], result.stderr
@@ -320,7 +335,8 @@ def test_a_container_the_daemon_refuses_is_a_one_line_cause(tmp_path: Path, dock
     run_dir, run_id = tmp_path / "run", f"it-ct-refused-{secrets.token_hex(2)}"
     profile = sleep_profile(tmp_path, docker_image, options=', options = ["--device", "/dev/distlaunch-none"]')
     try:
-        up = cli("up", str(profile), "--no-tui", "--run-dir", str(run_dir), "--run-id", run_id, timeout=180)
+        up = cli("up", str(profile), "--no-tui", "--run-dir", str(run_dir), "--run-id", run_id, timeout=180,
+                 env=SECRET_ENV)
         assert up.returncode == 1, up.stdout + up.stderr
         failed = [e for e in read_events(run_dir) if e["kind"] == "state" and e["state"] == "failed"]
         assert failed, up.stdout

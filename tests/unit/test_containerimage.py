@@ -3,12 +3,16 @@ Nothing here needs Docker: dockerd and docker are stand-in scripts."""
 
 from __future__ import annotations
 
+import fcntl
 import os
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
 from tests import containerimage as ci
+from tests import containers
 
 DEB822 = """\
 Types: deb
@@ -174,3 +178,41 @@ def test_ensure_dockerd_needs_root(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     with pytest.raises(ci.DockerUnavailable, match="only root"):
         ci.ensure_dockerd(timeout=10)
     assert not (tmp_path / "up").exists()
+
+
+def test_a_build_step_that_does_not_end_is_cut_with_its_children_and_named(tmp_path: Path) -> None:
+    """Before: debootstrap, pip and the import check had no timeout: a stalled mirror hung the session."""
+    log = tmp_path / "build.log"
+    child = tmp_path / "child.pid"
+    started = time.monotonic()
+    with pytest.raises(ci.ImageBuildError, match=r"^pip download did not finish within 1s \(log: "):
+        ci._run_logged(["sh", "-c", f"sleep 30 & echo $! > {child}; echo fetching; wait"], log, "pip download",
+                       timeout=1)
+    assert time.monotonic() - started < 10 and "fetching" in log.read_text()
+    assert not Path(f"/proc/{child.read_text().strip()}").exists() or \
+        Path(f"/proc/{child.read_text().strip()}/stat").read_text().split(")")[-1].split()[0] == "Z"
+
+
+def test_a_cache_lock_held_too_long_is_a_build_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DISTLAUNCH_IMAGE_CACHE", str(tmp_path))
+    with (tmp_path / ".lock").open("w") as other:  # another session's build
+        fcntl.flock(other, fcntl.LOCK_EX)
+        with pytest.raises(ci.ImageBuildError, match=r"another build or import held .*lock for more than 1s"), \
+                ci._cache_lock(timeout=1):
+            pass
+    with ci._cache_lock(timeout=1):  # released: taken at once
+        pass
+
+
+def test_a_docker_that_does_not_answer_makes_the_fixture_skip_or_fail_with_the_reason(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ci, "ensure_dockerd", lambda: None)
+    monkeypatch.setattr(containers, "ensure_dockerd", lambda: None)
+
+    def hung(args: object, timeout: float = ci.DOCKER_SECONDS) -> object:
+        raise subprocess.TimeoutExpired(["docker", "image", "inspect"], timeout)
+
+    monkeypatch.setattr(ci, "_docker", hung)
+    with pytest.raises(ci.ImageBuildError, match="docker image inspect did not answer within 30s"):
+        ci.ensure_image()
+    assert containers.docker_unavailable() == "docker image inspect did not answer within 30s"

@@ -89,19 +89,46 @@ def test_a_long_run_id_keeps_the_task_and_stays_unique() -> None:
 
 def test_docker_run_argv_exactly() -> None:
     s = spec(mounts=("~/data:/data:ro",), options=("--shm-size=8g",))
-    assert run(s, gpus=[0, 1]) == [
+    assert run(s, gpus=[0, 1], container_home="/home/u/run/tasks/worker-1/home") == [
         "docker", "run", "--rm", "--init", "--name", "dl-x-worker-1-0",
         "--label", f"distlaunch.run={RUN}", "--label", "distlaunch.task=worker:1",
         "--network", "host", "--ipc", "host", "--user", "1000:1000",
         "-e", "TF_CONFIG", "-e", "DISTLAUNCH_RUN_ID", "-e", "CUDA_VISIBLE_DEVICES",
+        "-e", "HOME=/home/u/run/tasks/worker-1/home", "-e", "TINI_KILL_PROCESS_GROUP=1",
         "-v", "/home/u/code:/home/u/code", "-v", "/home/u/out:/home/u/out", "-v", "/home/u/data:/data:ro",
         "-w", "/home/u/code", "--gpus", '"device=0,1"', "--pull", "missing", "--shm-size=8g",
         IMAGE, "/bin/sh", "-c", "python3 train.py"]
 
 
+def test_a_stop_reaches_the_whole_process_group_of_a_command_that_is_not_execd() -> None:
+    """docker's --init (tini) signals only its child, the shell of ``a && b`` or a pipe, unless told to
+    signal the child's process group; podman's (catatonit) has no such variable: a second init with
+    -g runs the command."""
+    docker = run(spec())
+    assert pairs(docker, "-e")[-1] == "TINI_KILL_PROCESS_GROUP=1" and "--init" in docker
+    assert docker[docker.index(IMAGE) + 1:] == ["/bin/sh", "-c", "python3 train.py"]
+    podman = run(spec("podman"))
+    assert "--init" in podman and "TINI_KILL_PROCESS_GROUP=1" not in pairs(podman, "-e")
+    assert podman[podman.index(IMAGE) + 1:] == ["/run/podman-init", "-g", "--", "/bin/sh", "-c", "python3 train.py"]
+    for other in ("apptainer", "enroot", "pyxis"):  # the client's own children: the group's signals reach them
+        argv = run(spec(other, image="/i/tf.sif" if other == "apptainer" else IMAGE))
+        assert "TINI_KILL_PROCESS_GROUP=1" not in argv and "/run/podman-init" not in argv
+
+
+def test_home_inside_is_the_given_directory_unless_the_task_sets_home() -> None:
+    home = "/runs/r/tasks/worker-1/home"
+    assert "HOME=" + home in pairs(run(spec("podman"), container_home=home), "-e")
+    assert pairs(run(spec(), container_home=None), "-e") == ["TF_CONFIG", "DISTLAUNCH_RUN_ID",
+                                                             "TINI_KILL_PROCESS_GROUP=1"]
+    own = run(spec(), env_names=["HOME", "TF_CONFIG"], container_home=home)
+    assert pairs(own, "-e")[:2] == ["HOME", "TF_CONFIG"] and "HOME=" + home not in own
+    with pytest.raises(ValueError, match="absolute path without"):
+        run(spec(), container_home="/a:b/home")
+
+
 def test_env_goes_by_name_only() -> None:
     argv = run(spec(), env_names=["TF_CONFIG", "WANDB_API_KEY", "TF_CONFIG"])
-    assert pairs(argv, "-e") == ["TF_CONFIG", "WANDB_API_KEY"]
+    assert pairs(argv, "-e") == ["TF_CONFIG", "WANDB_API_KEY", "TINI_KILL_PROCESS_GROUP=1"]  # the init's own
     with pytest.raises(ValueError, match="not a plain name"):
         run(spec(), env_names=["WANDB_API_KEY=s3cret"])
 
@@ -128,8 +155,10 @@ def test_a_path_the_runtime_would_misread_is_refused(kw: dict[str, Any]) -> None
 
 def test_docker_stop_kill_pid_list_remove() -> None:
     s = spec()
-    assert crt.stop_argv(s, "n", 10) == ["docker", "stop", "-t", "10", "n"]
-    assert crt.stop_argv(s, "n", 2.5) == ["docker", "stop", "-t", "3", "n"]
+    assert crt.stop_argv("docker", ["n"], 10) == ["docker", "stop", "-t", "10", "n"]
+    assert crt.stop_argv("podman", ["n", "m"], 2.5) == ["podman", "stop", "-t", "3", "n", "m"]
+    assert crt.stop_argv("docker", [], 2) is None
+    assert crt.exists_argv("docker", "n") == ["docker", "container", "inspect", "--format", "{{.Id}}", "n"]
     assert crt.kill_argv(s, "n") == ["docker", "kill", "-s", "KILL", "n"]
     assert crt.kill_argv(spec("podman"), "n", "TERM") == ["podman", "kill", "-s", "TERM", "n"]
     assert crt.host_pid_argv(s, "n") == ["docker", "inspect", "--format", "{{.State.Pid}}", "n"]
@@ -148,8 +177,11 @@ def test_docker_image_checks_and_tf_version() -> None:
     assert crt.pull_argv(s) == ["docker", "pull", IMAGE]
     assert crt.image_digest_argv(s) == ["docker", "image", "inspect", "--format", "{{.Id}}", IMAGE]
     argv = crt.tf_version_argv(s, "python3")
-    assert argv[:8] == ["docker", "run", "--rm", "--network", "host", "--pull", "never", "--entrypoint="]
-    assert argv[8:11] == [IMAGE, "python3", "-c"] and "tf.__version__" in argv[11]
+    assert argv[:9] == ["docker", "run", "--rm", "--init", "--network", "host", "--pull", "never", "--entrypoint="]
+    assert argv[9:12] == [IMAGE, "python3", "-c"] and "tf.__version__" in argv[12]
+    named = crt.tf_version_argv(s, "python3", name="dl-r-preflight-7-1", labels={crt.RUN_LABEL: RUN})
+    assert named[:8] == ["docker", "run", "--rm", "--init", "--name", "dl-r-preflight-7-1", "--label",
+                         f"distlaunch.run={RUN}"]
     assert crt.parse_tf_version(f"== banner ==\n{crt.TF_VERSION_MARKER}2.15.1\n") == "2.15.1"
     assert crt.parse_tf_version("ModuleNotFoundError: No module named 'tensorflow'\n") is None
 
@@ -183,7 +215,7 @@ def test_apptainer_environ_wins_over_the_image_and_keeps_physical_gpus() -> None
 def test_apptainer_has_no_daemon_and_pulls_a_registry_image_into_a_file(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HOME", "/home/u")
     s = spec("apptainer", image="tensorflow/tensorflow:2.15.0-gpu")
-    for argv in (crt.stop_argv(s, "n", 5), crt.kill_argv(s, "n"), crt.host_pid_argv(s, "n"),
+    for argv in (crt.stop_argv(s.runtime, ["n"], 5), crt.kill_argv(s, "n"), crt.host_pid_argv(s, "n"),
                  crt.list_argv("apptainer", LABELS), crt.remove_argv("apptainer", ["n"]), crt.image_digest_argv(s)):
         assert argv is None
     path = crt.image_file(s)
@@ -231,7 +263,7 @@ def test_enroot_imports_a_registry_image_in_its_uri_form(monkeypatch: pytest.Mon
     assert crt.enroot_uri("ubuntu:22.04") == "docker://ubuntu:22.04"
     assert crt.enroot_uri("localhost:5000/tf:1") == "docker://localhost:5000#tf:1"
     assert crt.enroot_uri("dockerd://tf:1") == "dockerd://tf:1"
-    assert crt.stop_argv(s, "n", 3) is None and crt.list_argv("enroot", LABELS) is None
+    assert crt.stop_argv(s.runtime, ["n"], 3) is None and crt.list_argv("enroot", LABELS) is None
 
 
 # ---- pyxis -----------------------------------------------------------------------------------
@@ -253,7 +285,8 @@ def test_pyxis_checks_by_starting_the_image_and_has_nothing_to_pull_or_stop() ->
     assert crt.image_present_argv(s, node="n1")[-2:] == ["--container-image=tensorflow/tensorflow:2.15.0", "true"]
     assert "--nodelist=n1" in crt.image_present_argv(s, node="n1")
     assert crt.pull_argv(s) is None and crt.image_digest_argv(s) is None
-    assert crt.stop_argv(s, "n", 5) is None and crt.kill_argv(s, "n") is None and crt.host_pid_argv(s, "n") is None
+    assert crt.stop_argv(s.runtime, ["n"], 5) is None and crt.kill_argv(s, "n") is None
+    assert crt.host_pid_argv(s, "n") is None
     assert crt.image_present_argv(spec("pyxis", image="/sq/tf.sqsh")) == ["test", "-e", "/sq/tf.sqsh"]
     probe = crt.tf_version_argv(s, "python")
     assert probe[0] == "srun" and "--container-image=tensorflow/tensorflow:2.15.0" in probe

@@ -60,6 +60,25 @@ def test_a_containers_variables_are_the_tasks_own_not_the_agents(monkeypatch: py
     assert command[command.index("-e", command.index("WANDB_API_KEY") - 1)] == "-e"
 
 
+def test_home_inside_a_daemons_container_is_a_private_directory_of_the_task_dir(tmp_path: Path) -> None:
+    """The agent's uid has no passwd entry in the image: HOME would be "/" there, where ~/.keras and
+    the like cannot be written. The task dir is mounted with the run dir, so its home/ is writable."""
+    task_dir = tmp_path / "runs" / "r1" / "tasks" / "worker-0"
+    task_dir.mkdir(parents=True)
+    spec = AgentSpec(run="r1", task="worker:0", command="c", workdir=str(tmp_path), container={"image": "i"})
+    command = taskcontainer.run_command(spec, taskcontainer.container_of(spec), str(task_dir), ["TF_CONFIG"])
+    home = task_dir / "home"
+    assert command[command.index(f"HOME={home}") - 1] == "-e"
+    assert home.is_dir() and (home.stat().st_mode & 0o777) == 0o700
+    assert any(str(task_dir).startswith(m + "/") for m in taskcontainer.mounts(spec, str(task_dir)))
+    mine = taskcontainer.run_command(spec, taskcontainer.container_of(spec), str(task_dir), ["HOME"])
+    assert not [w for w in mine if w.startswith("HOME=")]  # the task's own HOME (env) wins
+    apptainer = AgentSpec(run="r1", task="worker:0", command="c", workdir=str(tmp_path),
+                          container={"image": "/i.sif", "runtime": "apptainer"})
+    assert not [w for w in taskcontainer.run_command(apptainer, taskcontainer.container_of(apptainer), str(task_dir),
+                                                     ["TF_CONFIG"]) if "HOME" in w]
+
+
 def test_mounts_cover_run_dir_code_workdir_and_outputs_once(tmp_path: Path) -> None:
     run = tmp_path / "runs" / "r1"
     spec = AgentSpec(run="r1", task="ps:0", command="c", workdir=str(tmp_path / "code"),
@@ -87,10 +106,20 @@ def test_mounts_cover_run_dir_code_workdir_and_outputs_once(tmp_path: Path) -> N
      "stat /bin/sh: no such file or directory: unknown (image scratch)"),
     (127, ["sh: 1: python3: not found"], "i", None),  # the command in the container: the shell says so
     (1, ["docker: Error response from daemon: x"], "i", None),
-    (125, [], "i", "container did not start: the runtime exited with 125 (image i)"),
+    (125, [], "i", None),  # no word of the runtime's: the program in the container exited 125 itself
+    (125, ["loss diverged, giving up", "See 'the docs'."], "i", None),
 ])
 def test_start_failure_is_the_runtimes_own_words(code: int, lines: list[str], image: str, said: str | None) -> None:
     assert taskcontainer.start_failure(code, lines, image) == said
+
+
+def test_start_failure_reads_only_the_words_of_the_runtime_that_ran() -> None:
+    assert taskcontainer.start_failure(125, ["Error: model file missing"], "i", "docker") is None
+    assert taskcontainer.start_failure(125, ["Error: short-name resolution enforced"], "i", "podman") == \
+        "container did not start: short-name resolution enforced (image i)"
+    daemon = ["docker: Error response from daemon: No such image: i"]
+    assert taskcontainer.start_failure(125, daemon, "i", "docker") == "container did not start: No such image: i"
+    assert taskcontainer.start_failure(125, daemon, "/i.sif", "apptainer") is None  # 125 is docker's and podman's
 
 
 def test_a_sweep_asks_only_the_daemon_runtimes_the_runs_tasks_use(tmp_path: Path) -> None:

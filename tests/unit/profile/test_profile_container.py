@@ -149,3 +149,44 @@ def test_the_error_names_the_line_of_the_key(tmp_path: Path) -> None:
         load(tmp_path, text)
     line = text.splitlines().index('mounts = ["rel:/x"]') + 1
     assert f"p.toml:{line}: roles.worker.container.mounts:" in str(caught.value)
+
+
+@pytest.mark.parametrize(("container", "key", "fix"), [
+    ('{ image = "tf", options = ["--env=WANDB_API_KEY=${env:WANDB_API_KEY}"] }', "defaults.container.options",
+     "put the variable in env instead"),
+    ('{ image = "tf", options = ["--label", "owner=${env:WANDB_API_KEY}"] }', "defaults.container.options",
+     "put the variable in env instead"),
+    ('{ image = "tf", mounts = ["/data/${env:WANDB_API_KEY}:/data"] }', "defaults.container.mounts",
+     "write the path itself"),
+])
+def test_a_value_from_the_launchers_environment_is_refused_in_options_and_mounts(
+        container: str, key: str, fix: str, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """They go into spec.json and onto `docker run`'s command line (ps shows it to every user),
+    where nothing masks them: refused with the way out, and the value itself never printed."""
+    monkeypatch.setenv("WANDB_API_KEY", "s3cr3t-value")
+    line = refused(tmp_path, capsys, profile_text(f"container = {container}"))
+    assert f"{key}: holds a value from the launcher's environment" in line and fix in line
+    assert "s3cr3t-value" not in line
+
+
+@pytest.mark.parametrize("options", ['["-e", "API_TOKEN=abc"]', '["--env=DB_PASSWORD=abc"]', '["-eMY_SECRET=abc"]',
+                                     '["--env", "HF_TOKEN=abc"]'])
+def test_an_option_that_gives_a_secret_looking_variable_its_value_is_refused(
+        options: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    line = refused(tmp_path, capsys, profile_text(worker=f'container = {{ image = "tf", options = {options} }}'))
+    assert "roles.worker.container.options: gives " in line and "`ps` shows to every user" in line
+    assert "abc" not in line
+
+
+def test_secrets_pass_by_env_and_plain_options_and_mounts_stay_allowed(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WANDB_API_KEY", "s3cr3t-value")
+    text = profile_text('env = { WANDB_API_KEY = "${env:WANDB_API_KEY}" }\n'
+                        'container = { image = "tf", options = ["--shm-size=8g", "-e", "TF_CPP_MIN_LOG_LEVEL=2", '
+                        '"-e", "WANDB_API_KEY"], mounts = ["/data:/data:ro"] }')
+    profile = load(tmp_path, text)
+    assert profile.defaults.container is not None
+    assert profile.defaults.container.options == ("--shm-size=8g", "-e", "TF_CPP_MIN_LOG_LEVEL=2", "-e",
+                                                  "WANDB_API_KEY")
+    assert "s3cr3t-value" in profile.secrets
