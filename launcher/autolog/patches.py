@@ -33,12 +33,12 @@ import weakref
 from typing import Any, Callable, Dict, List, Optional
 
 from launcher.autolog import recorder as autolog
-from launcher.autolog import stepwatch, tf1session
+from launcher.autolog import steptime, stepwatch, tf1session
 from launcher.autolog.recorder import guarded, note, reader
 
 #: bumped by every apply_gradients: a function call during which it moved trains
 _applied = [0]
-_TRAIN_MARK = "_distlaunch_trains"
+_TRAIN_MARK = steptime.TRAIN_MARK
 
 
 def patch(name: str) -> None:
@@ -241,10 +241,18 @@ def function_call_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
     def __call__(self: Any, *args: Any, **kwds: Any) -> Any:
         before = _applied[0]
         mark = self.__dict__.get(_TRAIN_MARK)
-        if mark is None:
-            result = original(self, *args, **kwds)
-        else:  # a train step: timed (launcher/autolog/steptime.py), two clock reads
-            result = stepwatch.train_call(lambda: original(self, *args, **kwds), True)
+        calling = steptime.calling.__dict__
+        outermost = calling.get("fn") is None
+        if outermost:  # what its trace adds (step time) belongs to it
+            calling["fn"] = self
+        try:
+            if mark is None:
+                result = original(self, *args, **kwds)
+            else:  # a train step: timed (launcher/autolog/steptime.py), two clock reads
+                result = stepwatch.train_call(lambda: original(self, *args, **kwds), True)
+        finally:
+            if outermost:
+                calling["fn"] = None
         # every call of every tf.function passes here: two reads, and for a train step a
         # deque append, against a step of ~100 us or more
         if mark is None and _applied[0] == before:

@@ -26,6 +26,7 @@ Stdlib-only at import (Python >= 3.9); ``stepwatch`` does the TensorFlow parts.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import deque
 from typing import Callable, Deque, Dict, List, NamedTuple, Optional, Tuple
@@ -41,6 +42,15 @@ CLOSURES = "closures_per_s/"
 LATENCY = "closure_latency_s/"
 
 _now = time.perf_counter
+#: the attribute patches sets on a tf.function known to train (its value says how it holds its loss)
+TRAIN_MARK = "_distlaunch_trains"
+#: per thread, the outermost tf.function being called (``fn``): the owner of what its trace adds
+calling = threading.local()
+
+
+def between_calls() -> bool:
+    """On the thread that runs train calls, outside any tf.function call."""
+    return threading.get_ident() == clock.train_thread and calling.__dict__.get("fn") is None
 
 
 class Snapshot(NamedTuple):
@@ -74,10 +84,12 @@ class StepClock:
         self.closures: Dict[int, List[float]] = {}
         self.closure_history: Deque[Tuple[float, Dict[int, Tuple[float, float]]]] = deque()
         self.on = True
+        self.train_thread: Optional[int] = None  # the thread of the latest train call
 
     # -- the training thread -------------------------------------------------------------------
 
     def call_done(self, started: float, ended: float, waited: float = 0.0) -> None:
+        self.train_thread = threading.get_ident()
         self.calls += 1
         self.call_s += ended - started
         self.wait_s += waited
@@ -85,6 +97,7 @@ class StepClock:
 
     def first_call(self, ended: float) -> None:
         """A call that traced: its time is not a step's, but the next step starts at its end."""
+        self.train_thread = threading.get_ident()
         self.last_end = ended
 
     def closure_done(self, worker: int, seconds: float) -> None:

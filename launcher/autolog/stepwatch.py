@@ -20,7 +20,8 @@ from __future__ import annotations
 import functools
 import itertools
 import os
-from typing import Any, Callable, Dict
+import weakref
+from typing import Any, Callable, Dict, Tuple
 
 from launcher.autolog import recorder as autolog
 from launcher.autolog import steptime
@@ -28,7 +29,8 @@ from launcher.autolog.steptime import clock
 
 _now = steptime._now
 _tf: Dict[str, Any] = {}
-_accumulators: Dict[str, Any] = {}
+#: (part, id of the train function) -> (shared name, eager handle, weak reference to the function)
+_accumulators: Dict[Tuple[str, int], Tuple[str, Any, Any]] = {}
 _step_numbers = itertools.count()
 #: "0" turns the split off for a process (the profile's env); on by default
 ENABLE_ENV = "DISTLAUNCH_STEP_TIME"
@@ -54,7 +56,8 @@ def install(module: Callable[[str], Any], wrap: Callable[..., None]) -> None:
         logging=module("tensorflow.python.ops.gen_logging_ops"),
         flow=module("tensorflow.python.ops.control_flow_util"),
         strategy=module("tensorflow.python.distribute.distribute_lib"),
-        trace=module("tensorflow.python.profiler.trace"))
+        trace=module("tensorflow.python.profiler.trace"),
+        save=module("tensorflow.python.saved_model.save_context"))
     if any(v is None for v in _tf.values()):
         clock.on = False
         return
@@ -65,12 +68,14 @@ def install(module: Callable[[str], Any], wrap: Callable[..., None]) -> None:
     coordinator = module("tensorflow.python.distribute.coordinator.cluster_coordinator")
     wrap(getattr(coordinator, "ClusterCoordinator", None), "join", _timed_join)
     wrap(getattr(coordinator, "Worker", None), "_process_closure", _timed_closure)
+    remote = module("tensorflow.python.distribute.coordinator.values")
+    wrap(getattr(remote, "RemoteValueImpl", None), "_wait_and_maybe_error", _timed_join)  # fetch() waits
     autolog.reader.tick_hooks.append(_tick)
 
 
 def start_profiler_server(module: Callable[[str], Any]) -> None:
     """TensorFlow's profiler server on the port the plan gave this task (a capture needs it)."""
-    port = os.environ.get(steptime.PROFILER_PORT_ENV)
+    port = os.environ.pop(steptime.PROFILER_PORT_ENV, None)  # not for the task's own children
     if not port:
         return
     try:
@@ -93,13 +98,15 @@ def _timed_op(original: Callable[..., Any], part: str) -> Callable[..., Any]:
         if not (clock.on and autolog._state.on):
             return original(*args, **kwargs)
         if _tf["context"].executing_eagerly():
+            if part != "input" or not steptime.between_calls():
+                return original(*args, **kwargs)
             started = _now()
             try:
                 return original(*args, **kwargs)
-            finally:
-                if part == "input":
-                    clock.eager_input_s += _now() - started
-        if not _traceable():
+            finally:  # a Python loop's own iterator, between its train calls
+                clock.eager_input_s += _now() - started
+        owner = steptime.calling.__dict__.get("fn")
+        if owner is None or not _traceable(part):
             return original(*args, **kwargs)
         try:
             first = _stamp(args[0] if part == "peers" and args else None)
@@ -112,23 +119,33 @@ def _timed_op(original: Callable[..., Any], part: str) -> Callable[..., Any]:
         try:
             outputs = result if isinstance(result, (list, tuple)) else [result]
             last = _stamp(outputs)
-            _add(part, last, first)
+            _add(_accumulator(part, owner), last, first)
         except Exception as exc:
             _off("timing %s in a traced function" % part, exc)
         return result
     return timed
 
 
-def _traceable() -> bool:
-    """Whether Timestamp ops may go into the graph being built (not XLA, not a PSS worker function)."""
+def _traceable(part: str) -> bool:
+    """Whether Timestamp ops may go into the graph being built: not a TF1 graph, not XLA, not a
+    function a ParameterServerStrategy coordinator sends to workers, not a strategy with several
+    local devices (the Timestamps, stateful ops, are run in program order: one device's stamp
+    after its all-reduce would hold the next device's, which that all-reduce waits for)."""
     ops = _tf["ops"]
     if not ops.executing_eagerly_outside_functions():  # a TF1 graph: nothing would initialise ours
         return False
-    graph = ops.get_default_graph()
-    if _tf["flow"].GraphOrParentsInXlaContext(graph):
+    if _tf["flow"].GraphOrParentsInXlaContext(ops.get_default_graph()):
+        return False
+    if _tf["save"].in_save_context():
         return False
     strategy = _tf["strategy"]
-    return not (strategy.has_strategy() and "ParameterServer" in type(strategy.get_strategy()).__name__)
+    if not strategy.has_strategy():
+        return True
+    current = strategy.get_strategy()
+    if "ParameterServer" in type(current).__name__:
+        return False
+    devices = getattr(current.extended, "worker_devices", None) or ()
+    return len(devices) <= 1
 
 
 def _stamp(after: Any) -> Any:
@@ -138,31 +155,42 @@ def _stamp(after: Any) -> Any:
         return _tf["logging"].timestamp()
 
 
-def _add(part: str, last: Any, first: Any) -> None:
-    handle = _accumulator(part)
-    ops = _tf["ops"]
-    with ops.colocate_with(None, ignore_existing=True), ops.device(None):
-        _tf["resource"].assign_add_variable_op(handle, last - first)
+def _add(name: str, last: Any, first: Any) -> None:
+    """Add ``last - first`` to the resource ``name``, found by its shared name inside the function:
+    the function captures nothing of ours (a SavedModel of it saves as before)."""
+    ops, dtypes, resource = _tf["ops"], _tf["dtypes"], _tf["resource"]
+    with ops.colocate_with(None, ignore_existing=True), ops.device("/device:CPU:0"):
+        handle = resource.var_handle_op(dtype=dtypes.float64, shape=[], shared_name=name)
+        resource.assign_add_variable_op(handle, last - first)
 
 
-def _accumulator(part: str) -> Any:
-    """A float64 resource on this task's CPU (created eagerly, outside any strategy's variable
-    creators), read by the reader thread."""
-    handle = _accumulators.get(part)
-    if handle is not None:
-        return handle
+def _accumulator(part: str, owner: Any) -> str:
+    """The shared name of ``part``'s float64 resource for the train function ``owner`` (created
+    eagerly on this task's CPU, outside any strategy's variable creators); the reader thread sums
+    those of the functions known to train (an evaluation's input is no step's input)."""
+    key = (part, id(owner))
+    found = _accumulators.get(key)
+    if found is not None:
+        return str(found[0])
+    name = "distlaunch_step_%s_%d_%d" % (part, os.getpid(), len(_accumulators))
     ops, dtypes, resource = _tf["ops"], _tf["dtypes"], _tf["resource"]
     with ops.init_scope(), ops.device("/device:CPU:0"):
-        handle = resource.var_handle_op(dtype=dtypes.float64, shape=[],
-                                        shared_name="distlaunch_step_%s_%d" % (part, os.getpid()))
+        handle = resource.var_handle_op(dtype=dtypes.float64, shape=[], shared_name=name)
         resource.assign_variable_op(handle, _tf["constant"].constant(0.0, dtype=dtypes.float64))
-    _accumulators[part] = handle
+    _accumulators[key] = (name, handle, weakref.ref(owner))
+    clock.graph_reads[part] = functools.partial(_read_part, part)
+    return name
 
-    def read() -> float:
-        return float(resource.read_variable_op(handle, dtypes.float64))
 
-    clock.graph_reads[part] = read
-    return handle
+def _read_part(part: str) -> float:
+    """Seconds so far in ``part`` inside the functions that train."""
+    dtypes, resource = _tf["dtypes"], _tf["resource"]
+    total = 0.0
+    for (kind, _), (_, handle, owner) in list(_accumulators.items()):
+        fn = owner()
+        if kind == part and fn is not None and fn.__dict__.get(steptime.TRAIN_MARK) is not None:
+            total += float(resource.read_variable_op(handle, dtypes.float64))
+    return total
 
 
 def _off(what: str, exc: BaseException) -> None:
@@ -202,7 +230,11 @@ def schedule_call(call: Callable[[], Any]) -> Any:
 
 
 def _timed_join(original: Callable[..., Any]) -> Callable[..., Any]:
+    """A coordinator waiting for its workers between steps (``join``, a RemoteValue's fetch):
+    peers, when it is the thread that schedules (the coordinator's worker threads wait too)."""
     def join(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if not steptime.between_calls():
+            return original(self, *args, **kwargs)
         started = _now()
         try:
             return original(self, *args, **kwargs)
@@ -213,6 +245,9 @@ def _timed_join(original: Callable[..., Any]) -> Callable[..., Any]:
 
 def _timed_closure(original: Callable[..., Any]) -> Callable[..., Any]:
     def _process_closure(self: Any, closure: Any) -> Any:
+        if not clock.closures:  # every worker from the first closure on: one that never finishes is seen
+            for worker in getattr(getattr(self, "_cluster", None), "workers", None) or ():
+                clock.closures.setdefault(int(getattr(worker, "worker_index", -1)), [0.0, 0.0])
         started = _now()
         try:
             return original(self, closure)

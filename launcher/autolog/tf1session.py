@@ -29,6 +29,7 @@ Stdlib-only at import, Python >= 3.9.
 from __future__ import annotations
 
 import atexit
+import threading
 import time
 import weakref
 from typing import Any, Callable, Optional, Set, Tuple
@@ -40,6 +41,7 @@ from launcher.autolog.recorder import guarded, note, reader
 from launcher.autolog.steptime import clock
 
 stepwatch_now = time.perf_counter
+_this_run = threading.local()
 
 #: lone scalars reported as values: this many tensor names per process, the first ones
 MAX_VALUE_NAMES = 8
@@ -90,6 +92,7 @@ def _look(session: Any, fetches: Any, now: float) -> Optional[_Look]:
     graph = session.graph
     entry = trainloss.graphs.get(graph)
     train_op = trainloss.train_op_in(fetches, entry) if entry is not None and len(entry.by_op) else None
+    _this_run.trains = train_op is not None  # this thread's run (queue runners run beside it)
     look: Optional[_Look] = None
     if now >= watch.next_read:
         look = _Look(watch, True)
@@ -251,16 +254,15 @@ def install(tf: Any, wrap: Callable[[Any, str, Callable[..., Any]], None], modul
             if not autolog._state.on:
                 return original(self, fetches, feed_dict, options, run_metadata)
             now = time.monotonic()
-            watch = _sessions.get(self)
-            trained = watch.trained if watch is not None else 0
+            _this_run.trains = False
             look = guarded("Session.run", _look, self, fetches, now)
-            watch = _sessions.get(self)
+            trains = _this_run.trains
             started = stepwatch_now()
             if look is not None and look.added:
                 result = _run_adding_loss(original, self, fetches, feed_dict, options, run_metadata, look)
             else:
                 result = original(self, fetches, feed_dict, options, run_metadata)
-            if watch is not None and watch.trained != trained:  # a train op's run: a step, timed
+            if trains:  # a train op's run: a step, timed
                 clock.call_done(started, stepwatch_now())
             if look is not None and autolog._state.on:
                 guarded("Session.run", _after, tf, original, self, fetches, result, look, now)

@@ -6,7 +6,8 @@ bottleneck in its words, the top operations.
 The capture is kept under ``{outputs}/profile/<run id>/<UTC time>/`` on this machine (the outputs
 of the run's local host, else ``~/distlaunch/outputs/<name>``): ``tensorboard --logdir`` that
 folder opens it in the Profile tab. The profiler servers are reached at the tasks' TF_CONFIG
-addresses, on the ports the plan gave them (``profiler_port`` in ``status --json``).
+addresses, on the ports the plan gave them (``profiler_port`` in ``status --json``); each writes
+its file under that same path on its own host, and those of other hosts are copied here.
 Exit 0 when every chosen task was captured, 2 for a mistake (a task that does not exist, a run
 with no profiler ports), 1 when a server did not answer.
 """
@@ -23,10 +24,11 @@ from typing import Any
 from launcher.commands.stacks import split_targets
 from launcher.errors import UserError
 from launcher.profiling.analysis import TaskProfile, analyze, summary_lines
-from launcher.profiling.capture import Target, trace
+from launcher.profiling.capture import NoAnswer, Target, fetch_remote, local_files, match, trace
 from launcher.rundir import find_run, read_state
 
 DEFAULT_SECONDS = 2.0
+MIN_SECONDS = 0.01
 MAX_SECONDS = 60.0
 
 
@@ -57,15 +59,23 @@ def targets_of(state: dict[str, Any], tasks: list[str]) -> list[Target]:
         if not isinstance(port, int):
             raise UserError(f"{task} of run {run_id} has no profiler port (a run started before `profile` "
                             "existed, or with autolog = false): start the job again to profile it")
-        out.append(Target(task, str(info.get("address") or "localhost"), port))
+        out.append(Target(task, str(info.get("host") or ""), str(info.get("address") or "localhost"), port))
     return out
+
+
+def parse_seconds(text: str) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = -1.0
+    if not MIN_SECONDS <= seconds <= MAX_SECONDS:
+        raise UserError(f"--seconds {text}: give a capture length from {MIN_SECONDS} to {MAX_SECONDS:.0f} seconds")
+    return seconds
 
 
 def run_profile(args: argparse.Namespace) -> int:
     run, tasks = split_targets(list(args.targets))
-    seconds = float(args.seconds)
-    if not 0 < seconds <= MAX_SECONDS:
-        raise UserError(f"--seconds {args.seconds}: give a capture length between 0 and {MAX_SECONDS:.0f} seconds")
+    seconds = parse_seconds(str(args.seconds))
     path = find_run(run)
     state = read_state(path)
     targets = targets_of(state, tasks)
@@ -73,19 +83,32 @@ def run_profile(args: argparse.Namespace) -> int:
     folder = capture_folder(state, when)
     names = ", ".join(t.task for t in targets)
     print(f"... capturing {names} for {seconds:g} s", file=sys.stderr, flush=True)
-    files = trace(targets, folder, seconds)
+    try:
+        trace(targets, folder, seconds)
+    except NoAnswer as exc:
+        print(f"distlaunch: {exc}", file=sys.stderr)
+        return 1
+    problems = fetch_remote(state, targets, folder)
+    files = match(targets, local_files(folder))
     profiles: list[TaskProfile] = []
-    missing = [t.task for t in targets if t.task not in files]
     for target in targets:
         if target.task in files:
-            profiles.append(analyze(target.task, files[target.task]))
+            try:
+                profiles.append(analyze(target.task, files[target.task]))
+            except Exception as exc:  # a TensorFlow whose converter lacks a tool: the capture is kept
+                problems.append(f"{target.task}: TensorFlow could not analyse its capture ({exc})")
+    missing = [t for t in targets if t.task not in files]
     if args.json:
         print(json.dumps({"run": state["run_id"], "logdir": str(folder), "seconds": seconds, "started": when,
-                          "tasks": [p.as_json() for p in profiles], "missing": missing}, indent=2))
+                          "tasks": [p.as_json() for p in profiles], "missing": [t.task for t in missing],
+                          "problems": problems}, indent=2))
     else:
         for profile in profiles:
             print("\n".join(summary_lines(profile)))
         print(f"(kept in {folder}: `tensorboard --logdir {folder}`, Profile tab)")
-    for task in missing:
-        print(f"distlaunch: no capture from {task}: its profiler server wrote nothing", file=sys.stderr)
-    return 1 if missing else 0
+    for line in problems:
+        print(f"distlaunch: {line}", file=sys.stderr)
+    for target in missing:
+        print(f"distlaunch: no capture from {target.task}: its profiler server wrote no {target.file_name} under "
+              f"{folder} on host {target.host}", file=sys.stderr)
+    return 1 if missing or problems else 0

@@ -65,6 +65,7 @@ def summarize(path: Path) -> dict[str, Any]:
         closures = view.step_times.closures.get(task_id)
         tasks[task_id] = {
             "host": info.get("host"), "address": info.get("address"), "port": info.get("port"),
+            "profiler_port": info.get("profiler_port"),
             "state": seen.state if seen else info.get("state"),
             "pid": (seen.pid if seen else None) or info.get("pid"),
             "restarts": seen.restarts if seen else info.get("restarts", 0),

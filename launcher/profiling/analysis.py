@@ -106,7 +106,8 @@ def _analyze(task: str, path: Path, copy: Path) -> TaskProfile:
     collectives = sum(wire.double(s, 13) + wire.double(s, 7) for s in steps)  # device collectives, device to device
     other = sum(wire.double(s, 3) + wire.double(s, 5) + wire.double(s, 9) + wire.double(s, 10) for s in steps)
     if total_ms > 0:
-        communication = max(collectives, min(comm_us / 1000.0, total_ms - wait_input))
+        room = max(0.0, total_ms - wait_input - other)  # the shares never pass 100 %
+        communication = min(room, max(collectives, comm_us / 1000.0))
         profile.input = 100.0 * wait_input / total_ms
         profile.communication = 100.0 * communication / total_ms
         profile.other = 100.0 * other / total_ms

@@ -48,7 +48,9 @@ class HostLinks(SupervisorCore):
         env, _secret = split_secrets(spec.env, self.profile.secrets)  # secrets go by stdin, not spec.json
         env["TF_CONFIG"] = json.dumps(tf_config(self.plan, spec.task_id, self.ports))
         profiler_port = self.profiler_ports.get(spec.task_id)
-        if profiler_port is not None and spec.autolog:  # autolog starts the task's profiler server
+        if PROFILER_PORT_ENV in env or not spec.autolog:  # the profile closed it: no server, no port
+            self.profiler_ports.pop(spec.task_id, None)
+        elif profiler_port is not None:  # autolog starts the task's profiler server there
             env[PROFILER_PORT_ENV] = str(profiler_port)
         metrics = self.profile.metrics
         patterns = {k: v for k, v in (("step", metrics.step), ("loss", metrics.loss)) if v}

@@ -446,8 +446,8 @@ class JobView:
 
     def _apply_metric(self, task: TaskView, event: Event) -> None:
         values = event.get("values")
-        if isinstance(values, dict) and values and self.step_times.apply(task.task_id, event.ts, values):
-            self.dirty_tasks.update(self.tasks)  # one task's split changes the others' verdicts
+        if isinstance(values, dict) and values:
+            self.step_times.apply(task.task_id, event.ts, values)  # the table re-judges the rows it shows
         step = event.get("step")
         loss = ev.finite(event.get("loss"))
         nonfinite = ev.nonfinite_label(event.get("nonfinite_loss"))
@@ -478,7 +478,9 @@ class JobView:
         machine = event.get("host")
         if isinstance(machine, dict) and task.host:
             self.machines[task.host] = machine
-        task.cpu_percent = ev.finite(event.get("cpu_percent"))
+        task.cpu_percent = self.step_times.cpu[task.task_id] = ev.finite(event.get("cpu_percent"))
+        if isinstance(machine, dict) and isinstance(machine.get("cpus"), int):
+            self.step_times.cores[task.task_id] = machine["cpus"]
         task.rss_bytes = eventcheck.as_int(event.get("rss_bytes"), None)
         gpus = eventcheck.dicts(event.get("gpus"))
         task.has_gpu = bool(gpus)

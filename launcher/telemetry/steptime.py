@@ -12,7 +12,9 @@ others, which only the launcher sees together:
   MultiWorkerMirrored, the worker that itself waits least for the others (its own input and
   compute hold every all-reduce); under ParameterServerStrategy, the worker the coordinator sees
   finish the fewest closures (below 75 % of the others' median), else a parameter server whose
-  CPU is saturated (``waiting for ps:0``); with no culprit, ``waiting for peers``;
+  CPU is saturated (``waiting for ps:0``); with no culprit, ``waiting for peers``; and where the
+  all-reduce is not timed (inside XLA) a task that reads compute-bound while a synchronous peer
+  (the same seconds per step) is input-bound is waiting for that peer;
 - ``compute-bound``: compute is at least half of the step;
 - ``other-bound``: time between steps (Python, callbacks, checkpoints, logging) is the largest
   part and at least 40 %;
@@ -40,8 +42,10 @@ COMPUTE_BOUND = 0.5
 OTHER_BOUND = 0.4
 #: a worker below this fraction of the others' median closures/s is the slow one
 SLOW_WORKER = 0.75
-#: a ps at or above this CPU percent (of one core) is saturated
+#: a ps at or above this CPU percent of every core of its host is saturated
 BUSY_PS_CPU = 90.0
+#: synchronous peers: seconds per step this close (a fraction) to each other
+SYNC_TOLERANCE = 0.1
 #: MultiWorkerMirrored: a peer waits this much less (share of its step) than the waiting task
 MWMS_GAP = 0.2
 
@@ -75,6 +79,9 @@ class StepTimes:
     history: dict[str, deque[Split]] = field(default_factory=dict)
     #: worker task id -> its closures as the coordinator sees them
     closures: dict[str, Closures] = field(default_factory=dict)
+    #: each task's latest CPU percent and its host's cores (JobView's samples): a saturated ps
+    cpu: dict[str, float | None] = field(default_factory=dict)
+    cores: dict[str, int] = field(default_factory=dict)
 
     def apply(self, task_id: str, ts: float, values: Mapping[str, Any]) -> bool:
         """Take a metric event's values; True when they held a split or closures."""
@@ -123,12 +130,28 @@ class StepTimes:
         if largest == "input" and split.input >= INPUT_BOUND:
             return "input-bound"
         if largest == "peers" and split.peers >= PEERS_BOUND:
-            return "waiting for " + (self._culprit(task_id, now, cpu or {}) or "peers")
+            return "waiting for " + (self._culprit(task_id, now, self.cpu if cpu is None else cpu) or "peers")
         if split.compute >= COMPUTE_BOUND:
-            return "compute-bound"
+            held = self._input_bound_peer(task_id, split, now)
+            return f"waiting for {held}" if held else "compute-bound"
         if largest == "other" and split.other >= OTHER_BOUND:
             return "other-bound"
         return "balanced"
+
+    def _input_bound_peer(self, task_id: str, split: Split, now: float | None) -> str | None:
+        """A synchronous peer (the same seconds per step, within 10 %) that is input-bound while this
+        task computes: where the all-reduce is not timed (inside XLA), its wait reads as compute."""
+        if split.seconds_per_step is None or not task_id.startswith(("worker:", "chief:")):
+            return None
+        for other, theirs in self.splits.items():
+            if other == task_id or not other.startswith(("worker:", "chief:")) or theirs.seconds_per_step is None:
+                continue
+            if now is not None and now - theirs.ts > FRESH_S:
+                continue
+            if theirs.largest() == "input" and theirs.input >= INPUT_BOUND and \
+                    abs(theirs.seconds_per_step - split.seconds_per_step) <= SYNC_TOLERANCE * split.seconds_per_step:
+                return other
+        return None
 
     def _culprit(self, task_id: str, now: float | None, cpu: Mapping[str, float | None]) -> str | None:
         slow = self.slow_worker(now)
@@ -141,7 +164,8 @@ class StepTimes:
             least = min(peers, key=lambda t: peers[t].peers)
             if peers[least].peers <= mine.peers - MWMS_GAP:
                 return least
-        busy = {t: c for t, c in cpu.items() if t.startswith("ps:") and c is not None and c >= BUSY_PS_CPU}
+        busy = {t: c for t, c in cpu.items()
+                if t.startswith("ps:") and c is not None and c >= BUSY_PS_CPU * self.cores.get(t, 1)}
         if busy:
             return max(busy, key=lambda t: busy[t] or 0.0)
         return None

@@ -81,6 +81,11 @@ def test_tf1_between_graph_script_that_fetches_its_unnamed_loss_reports_it(tmp_p
         assert {f"{x:.4f}" for x in reported} <= printed_losses, (worker, reported[:5])
         steps = steps_of(events, worker)
         assert steps == sorted(steps) and steps[-1] >= 250, (worker, steps)
+        # issue 37: a TF1 Session.run loop's step time is split too (the runs of its train op)
+        splits = [e["values"] for e in metrics(events, worker) if "step_time/compute" in e["values"]]
+        assert splits, (worker, "no step-time split from a Session.run loop")
+        shares = [splits[-1][f"step_time/{part}"] for part in ("input", "compute", "peers", "other")]
+        assert abs(sum(shares) - 1.0) < 0.01 and splits[-1]["step_time/seconds_per_step"] > 0, splits[-1]
 
 
 def test_tf1_mnist_replica_script_that_never_fetches_its_loss_gets_it_and_its_validation_value(

@@ -20,7 +20,7 @@ def split(input: float = 0.0, compute: float = 0.0, peers: float = 0.0, other: f
 def test_input_and_compute_bound() -> None:
     times = StepTimes()
     times.apply("worker:0", 100.0, split(input=0.7, compute=0.25, other=0.05))
-    times.apply("worker:1", 100.0, split(input=0.05, compute=0.9, other=0.05))
+    times.apply("worker:1", 100.0, split(input=0.05, compute=0.9, other=0.05, sps=0.01))  # not in step
     assert times.verdict("worker:0", now=101.0) == "input-bound"
     assert times.verdict("worker:1", now=101.0) == "compute-bound"
     assert times.as_json("worker:0", now=101.0)["input"] == 0.7  # type: ignore[index]
@@ -85,3 +85,23 @@ def test_jobview_and_progress_line_carry_the_verdict() -> None:
     printer.view = view
     printer.progress()
     assert "[input-bound: input 80% compute 20% peers 0% other 0%]" in out.getvalue()
+
+
+def test_an_untimed_all_reduce_still_names_the_input_bound_peer() -> None:
+    # inside XLA the wait for worker:1 reads as compute; the same seconds per step says they are in step
+    times = StepTimes()
+    times.apply("worker:0", 100.0, split(input=0.02, compute=0.95, other=0.03, sps=0.031))
+    times.apply("worker:1", 100.0, split(input=0.85, compute=0.1, other=0.05, sps=0.0305))
+    times.apply("worker:2", 100.0, split(input=0.02, compute=0.95, other=0.03, sps=0.2))  # not in step
+    assert times.verdict("worker:0", now=100.0) == "waiting for worker:1"
+    assert times.verdict("worker:2", now=100.0) == "compute-bound"
+
+
+def test_a_ps_is_saturated_against_its_hosts_cores() -> None:
+    times = StepTimes()
+    times.apply("chief:0", 100.0, split(peers=0.9, other=0.1))
+    times.cpu.update({"ps:0": 150.0})
+    times.cores["ps:0"] = 8
+    assert times.verdict("chief:0", now=100.0) == "waiting for peers"  # 150 % of an 8-core host
+    times.cores["ps:0"] = 1
+    assert times.verdict("chief:0", now=100.0) == "waiting for ps:0"
