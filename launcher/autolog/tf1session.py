@@ -262,8 +262,10 @@ def install(tf: Any, wrap: Callable[[Any, str, Callable[..., Any]], None], modul
                 result = _run_adding_loss(original, self, fetches, feed_dict, options, run_metadata, look)
             else:
                 result = original(self, fetches, feed_dict, options, run_metadata)
-            if trains:  # a train op's run: a step, timed
+            if trains:  # a train op's run: a step, timed; the reader thread turns them into shares
                 clock.call_done(started, stepwatch_now())
+                if reader._thread is None:
+                    reader.start()
             if look is not None and autolog._state.on:
                 guarded("Session.run", _after, tf, original, self, fetches, result, look, now)
             return result
