@@ -9,8 +9,19 @@ alternating, ``--repeats`` pairs, autolog on in both:
 2. Keras ``fit`` of a small model on a cached, prefetched dataset, in one process with autolog's
    hook installed as the agent installs it: steps/s over ``--fit-steps`` steps after a warm-up.
 
+Steps/s of separate processes vary by +-5 % on a shared 2-core machine, more than the 1 % target,
+so ``--micro`` measures the split's cost where noise cannot hide it: in ONE process with autolog's
+hook installed, one train step (``next(iterator)`` in the function, a Keras optimizer) called in
+alternating blocks with the split on (each call timed, one in 16 run by the timed twin with its
+Timestamp ops) and off (the clock off: the call goes straight through, as with
+``DISTLAUNCH_STEP_TIME=0``); the medians of the blocks' time per step, and the median over the
+pairs of neighbouring blocks of on / off (drift cancels within a pair). Two steps: Keras-fit-sized (64x32 batch, two Dense(256)) and the demo's per-worker model
+(``examples/ps_mnist.py``'s 784-128-10 on a batch of 64; the demo's coordinator itself gets no
+graph ops, only the timed call, and its workers none).
+
 Prints every run, the medians and the change on vs off, with the load average beside each run.
-Run: ``.venv/bin/python benchmarks/step_time_overhead.py [--repeats 3] [--demo-seconds 20]``
+Run: ``.venv/bin/python benchmarks/step_time_overhead.py --micro`` (and without it, end to end:
+``[--repeats 3] [--demo-seconds 20]``)
 """
 
 from __future__ import annotations
@@ -46,6 +57,52 @@ print(json.dumps({"steps_per_s": steps / (time.perf_counter() - start)}))
 """
 
 
+MICRO = """
+import json, statistics, sys, time
+from launcher.autolog import hook
+hook.install()
+import tensorflow as tf
+from launcher.autolog import steptime
+sizes = {"fit": ((64, 32), (256, 256), 1), "demo": ((64, 784), (128,), 10)}
+(batch, features), hidden, classes = sizes[sys.argv[1]]
+blocks, calls = int(sys.argv[2]), int(sys.argv[3])
+data = tf.data.Dataset.from_tensors((tf.random.normal([batch, features]), tf.random.normal([batch, classes])))
+data = data.cache().repeat().prefetch(8)
+layers = [tf.keras.Input((features,))] + [tf.keras.layers.Dense(h, activation="relu") for h in hidden]
+model = tf.keras.Sequential(layers + [tf.keras.layers.Dense(classes)])
+opt = tf.keras.optimizers.SGD(0.001)
+def step(it):
+    x, y = next(it)
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(tf.square(model(x) - y))
+    opt.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
+    return loss
+it = iter(data)
+train = tf.function(step)
+for _ in range(100):  # traced, marked as a train step, its timed twin traced too
+    train(it)
+times = {"on": [], "off": []}
+for _ in range(blocks):
+    for name in ("off", "on"):
+        steptime.clock.on = name == "on"
+        start = time.perf_counter()
+        for _ in range(calls):
+            train(it)
+        times[name].append((time.perf_counter() - start) / calls)
+steptime.clock.on = True
+paired = statistics.median(on / off for on, off in zip(times["on"], times["off"]))
+print(json.dumps({**{k: statistics.median(v) for k, v in times.items()}, "paired": paired}))
+"""
+
+
+def micro_run(workload: str, blocks: int, calls: int) -> tuple[float, float, float]:
+    env = dict(env_for(True), DISTLAUNCH_AUTOLOG_INTERVAL="1")
+    out = subprocess.run([PYTHON, "-c", MICRO, workload, str(blocks), str(calls)], env=env, capture_output=True,
+                         text=True, check=True, timeout=900).stdout
+    found = json.loads([line for line in out.splitlines() if line.startswith("{")][-1])
+    return float(found["off"]), float(found["on"]), float(found["paired"])
+
+
 def load() -> str:
     one, five, fifteen = os.getloadavg()
     return f"{one:.2f} {five:.2f} {fifteen:.2f}"
@@ -72,7 +129,7 @@ def demo_run(split_on: bool, seconds: int, scratch: Path, n: int) -> float:
     argv = [PYTHON, "-c", "import sys; from launcher.cli import main; sys.exit(main())", "up",
             str(REPO / "cluster_profiles/local.toml"), "--no-tui", "--run-id", run_id, "--run-dir", str(run_dir),
             "--set", f"defaults.command={command}",
-            "--set", f"defaults.env.DISTLAUNCH_STEP_TIME={'1' if split_on else '0'}"]
+            "--set", f"defaults.env.DISTLAUNCH_STEP_TIME=\"{'1' if split_on else '0'}\""]
     subprocess.run(argv, env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, check=True,
                    timeout=seconds + 240)
     points = []
@@ -96,10 +153,20 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--demo-seconds", type=int, default=20)
-    parser.add_argument("--fit-steps", type=int, default=3000)
+    parser.add_argument("--fit-steps", type=int, default=15000)
     parser.add_argument("--only", choices=("demo", "fit"))
+    parser.add_argument("--micro", action="store_true", help="in one process, alternating blocks (see above)")
+    parser.add_argument("--blocks", type=int, default=200)
+    parser.add_argument("--calls", type=int, default=100)
     args = parser.parse_args()
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} cpus, load {load()} at start")
+    if args.micro:
+        for workload in ("fit", "demo"):
+            if args.only in (None, workload):
+                off, on, paired = micro_run(workload, args.blocks, args.calls)
+                print(f"{workload} step, one process: off {off * 1e6:.1f} us, on {on * 1e6:.1f} us per step "
+                      f"(medians); on/off of each pair of blocks, median: {100 * (paired - 1):+.2f} %  (load {load()})")
+        return 0
     if args.only != "demo":
         fit_runs = []
         for _ in range(args.repeats):

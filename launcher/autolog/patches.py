@@ -249,7 +249,7 @@ def function_call_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
             if mark is None:
                 result = original(self, *args, **kwds)
             else:  # a train step: timed (launcher/autolog/steptime.py), two clock reads
-                result = stepwatch.train_call(lambda: original(self, *args, **kwds), True)
+                result = stepwatch.function_call(self, original, args, kwds)
         finally:
             if outermost:
                 calling["fn"] = None

@@ -26,6 +26,7 @@ Stdlib-only at import (Python >= 3.9); ``stepwatch`` does the TensorFlow parts.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections import deque
@@ -33,6 +34,13 @@ from typing import Callable, Deque, Dict, List, NamedTuple, Optional, Tuple
 
 #: the window the shares are over (seconds of steps that ended, newest last)
 WINDOW_S = 10.0
+#: what a timed call costs (seconds): the timed twin's Timestamp ops, and above all TensorFlow
+#: switching between two functions (measured by benchmarks/step_time_overhead.py --micro)...
+SAMPLE_COST_S = 200e-6
+#: ...kept at this share of the training time by timing one call in N (N from the steps' length:
+#: every call for steps of 80 ms or more, one in 200 for steps of 0.4 ms)
+TARGET_SHARE = 0.0025
+MAX_EVERY = 256
 #: value names in the metric events (the launcher reads them back: launcher/telemetry/steptime.py)
 PREFIX = "step_time/"
 PARTS = ("input", "compute", "peers", "other")
@@ -57,12 +65,14 @@ class Snapshot(NamedTuple):
     at: float
     last_end: Optional[float]
     calls: int
+    sampled: int
     call_s: float
     eager_input_s: float
     wait_s: float
     outside_wait_s: float
     graph_input_s: float
     graph_peers_s: float
+    timed_call_s: float
     step: Optional[int]
 
 
@@ -71,8 +81,11 @@ class StepClock:
     reader thread snapshots once a tick."""
 
     def __init__(self) -> None:
-        self.calls = 0
-        self.call_s = 0.0
+        self.calls = 0  # every train call
+        self.sampled = 0  # the calls timed (every one for long steps, else one in `every`)
+        self.call_s = 0.0  # the timed calls' seconds
+        #: one train call in this many is timed (TARGET_SHARE of the steps' time at most)
+        self.every = 1
         self.last_end: Optional[float] = None
         self.eager_input_s = 0.0
         self.wait_s = 0.0  # coordinator: schedule blocked (peers, inside a call)
@@ -83,17 +96,33 @@ class StepClock:
         #: coordinator: worker index -> [closures finished, their seconds]; and the window's history
         self.closures: Dict[int, List[float]] = {}
         self.closure_history: Deque[Tuple[float, Dict[int, Tuple[float, float]]]] = deque()
+        self.timed_call_s = 0.0  # the calls the timed twin ran (what the in-graph parts are a share of)
+        #: the in-graph parts' shares of a timed call, as last measured (a window without a timed call)
+        self.ratios = (0.0, 0.0)
         self.on = True
         self.train_thread: Optional[int] = None  # the thread of the latest train call
 
     # -- the training thread -------------------------------------------------------------------
 
-    def call_done(self, started: float, ended: float, waited: float = 0.0) -> None:
+    def call_done(self, started: float, ended: float, waited: float = 0.0, timed: bool = False,
+                  counted: bool = False) -> None:
+        """A timed train call ended; ``counted``: ``calls`` already counts it; ``timed``: the timed twin ran it."""
         self.train_thread = threading.get_ident()
-        self.calls += 1
+        if not counted:
+            self.calls += 1
+        self.sampled += 1
         self.call_s += ended - started
+        if timed:
+            self.timed_call_s += ended - started
         self.wait_s += waited
         self.last_end = ended
+        mean = self.call_s / self.sampled
+        self.every = max(1, min(MAX_EVERY, math.ceil(SAMPLE_COST_S / (TARGET_SHARE * mean)) if mean > 0 else 1))
+
+    def skip(self) -> bool:
+        """Count this train call; True: do not time it (all but one in ``every``)."""
+        self.calls += 1
+        return self.calls % self.every != 0
 
     def first_call(self, ended: float) -> None:
         """A call that traced: its time is not a step's, but the next step starts at its end."""
@@ -111,10 +140,12 @@ class StepClock:
 
     def snapshot(self, step: Optional[int]) -> Snapshot:
         graph = {name: read() for name, read in list(self.graph_reads.items())}
-        return Snapshot(at=_now(), last_end=self.last_end, calls=self.calls, call_s=self.call_s,
+        return Snapshot(at=_now(), last_end=self.last_end, calls=self.calls, sampled=self.sampled,
+                        call_s=self.call_s,
                         eager_input_s=self.eager_input_s, wait_s=self.wait_s,
                         outside_wait_s=self.outside_wait_s,
                         graph_input_s=graph.get("input", 0.0), graph_peers_s=graph.get("peers", 0.0),
+                        timed_call_s=self.timed_call_s,
                         step=step)
 
     def tick(self, step: Optional[int]) -> Dict[str, float]:
@@ -125,7 +156,11 @@ class StepClock:
         while len(self.history) > 2 and now.at - self.history[1].at >= WINDOW_S:
             self.history.popleft()
         base = next((s for s in self.history if s.last_end is not None), None)  # since a step ended
-        split = shares(base, now) if base is not None else None
+        if base is not None:
+            measured = inside_ratios(base, now)
+            if measured is not None:
+                self.ratios = measured
+        split = shares(base, now, self.ratios) if base is not None else None
         if split is not None:
             values.update({PREFIX + name: round(value, 4) for name, value in split.items()})
         values.update(self._closure_values(now.at))
@@ -152,25 +187,37 @@ class StepClock:
         return values
 
 
-def shares(old: Snapshot, new: Snapshot) -> Optional[Dict[str, float]]:
-    """input / compute / peers / other as shares of the wall time of the steps that ended
-    between two snapshots, and ``seconds_per_step``; None when no step ended."""
-    calls = new.calls - old.calls
-    if calls <= 0 or new.last_end is None or old.last_end is None:
+def inside_ratios(old: Snapshot, new: Snapshot) -> Optional[Tuple[float, float]]:
+    """The in-graph input's and peers' shares of the timed twin's calls between two snapshots."""
+    timed = new.timed_call_s - old.timed_call_s
+    if timed <= 0:
         return None
-    wall = new.last_end - old.last_end
-    if wall <= 0:
-        return None
-    in_calls = new.call_s - old.call_s
     graph_input = max(0.0, new.graph_input_s - old.graph_input_s)
     graph_peers = max(0.0, new.graph_peers_s - old.graph_peers_s)
+    inside = graph_input + graph_peers
+    scale = 1.0 / max(timed, inside)  # overlapping collectives are summed: never more than the calls
+    return graph_input * scale, graph_peers * scale
+
+
+def shares(old: Snapshot, new: Snapshot, ratios: Tuple[float, float] = (0.0, 0.0)) -> Optional[Dict[str, float]]:
+    """input / compute / peers / other as shares of the wall time between two snapshots (the
+    timed calls' mean standing for every call), and ``seconds_per_step``; ``ratios``: the in-graph
+    input's and peers' shares of a train call (the timed twin's, applied to every call). None
+    when no timed step ended."""
+    calls, sampled = new.calls - old.calls, new.sampled - old.sampled
+    if calls <= 0 or sampled <= 0 or new.last_end is None or old.last_end is None:
+        return None
+    wall = new.at - old.at
+    if wall <= 0:
+        return None
+    per_call = calls / sampled  # the timed calls stand for all of them
+    in_calls = min(wall, (new.call_s - old.call_s) * per_call)
     eager_input = max(0.0, new.eager_input_s - old.eager_input_s)
-    waited = max(0.0, new.wait_s - old.wait_s)
+    waited = max(0.0, new.wait_s - old.wait_s) * per_call
     between = max(0.0, new.outside_wait_s - old.outside_wait_s)
-    # what is inside the calls cannot exceed them (overlapping collectives are summed)
-    inside = graph_input + graph_peers + waited
-    if inside > in_calls > 0:
-        scale = in_calls / inside
+    graph_input, graph_peers = ratios[0] * in_calls, ratios[1] * in_calls
+    if graph_input + graph_peers + waited > in_calls > 0:
+        scale = in_calls / (graph_input + graph_peers + waited)
         graph_input, graph_peers, waited = graph_input * scale, graph_peers * scale, waited * scale
     parts = {
         "input": graph_input + eager_input,

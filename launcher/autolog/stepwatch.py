@@ -32,6 +32,8 @@ _tf: Dict[str, Any] = {}
 #: (part, id of the train function) -> (shared name, eager handle, weak reference to the function)
 _accumulators: Dict[Tuple[str, int], Tuple[str, Any, Any]] = {}
 _step_numbers = itertools.count()
+#: the attribute of a train function that holds its timed twin (None: it has none)
+TWIN_ATTR = "_distlaunch_timed_twin"
 #: "0" turns the split off for a process (the profile's env); on by default
 ENABLE_ENV = "DISTLAUNCH_STEP_TIME"
 
@@ -106,7 +108,7 @@ def _timed_op(original: Callable[..., Any], part: str) -> Callable[..., Any]:
             finally:  # a Python loop's own iterator, between its train calls
                 clock.eager_input_s += _now() - started
         owner = steptime.calling.__dict__.get("fn")
-        if owner is None or not _traceable(part):
+        if owner is None or not steptime.calling.__dict__.get("timing") or not _traceable(part):
             return original(*args, **kwargs)
         try:
             first = _stamp(args[0] if part == "peers" and args else None)
@@ -201,9 +203,44 @@ def _off(what: str, exc: BaseException) -> None:
 # -- train calls (called by patches' wrappers) ----------------------------------------------------
 
 
-def train_call(call: Callable[[], Any], known: bool, waits: bool = False) -> Any:
+def function_call(fn: Any, original: Callable[..., Any], args: Any, kwargs: Any) -> Any:
+    """A call of the train function ``fn``: counted; one in ``clock.every`` (every one for long
+    steps) timed and run by ``fn``'s timed twin, a clone traced with the Timestamp ops, whose
+    shares stand for every call's (the ops, and TensorFlow switching between the two functions,
+    cost more than 1 % of steps of a few hundred microseconds if every call paid them)."""
+    if not clock.on or (clock.skip() and not _tf["trace"].enabled()):  # counted; one in `every` goes on,
+        return original(fn, *args, **kwargs)  # and each while a profiler capture runs (its step markers)
+    twin = _twin(fn)
+    if twin is None:
+        return train_call(lambda: original(fn, *args, **kwargs), True, counted=True)
+    calling = steptime.calling.__dict__
+    calling["timing"] = True
+    traced = fn.__dict__.get(TWIN_ATTR + "_traced", False)
+    try:  # its first call traces it: no step's time (as the function's own first call)
+        return train_call(lambda: original(twin, *args, **kwargs), traced, timed=traced, counted=True)
+    finally:
+        calling["timing"] = False
+        fn.__dict__[TWIN_ATTR + "_traced"] = True
+
+
+def _twin(fn: Any) -> Any:
+    """``fn``'s timed twin (the same Python function and options), made once; None if it cannot be."""
+    twin = fn.__dict__.get(TWIN_ATTR)
+    if twin is None and TWIN_ATTR not in fn.__dict__:
+        try:
+            twin = fn._clone(None)
+        except Exception as exc:
+            autolog.degraded("time inside a train function", exc, once="step time twin")
+            twin = None
+        fn.__dict__[TWIN_ATTR] = twin
+    return twin
+
+
+def train_call(call: Callable[[], Any], known: bool, waits: bool = False, timed: bool = False,
+               counted: bool = False) -> Any:
     """Run one train call, timed; ``known``: not the call that traced it; ``waits``: its time is
-    waiting for peers (a coordinator's schedule). A step marker while a profiler capture runs."""
+    waiting for peers (a coordinator's schedule); ``timed``: the timed twin runs it. A step marker
+    while a profiler capture runs."""
     if not clock.on:
         return call()
     trace = _tf.get("trace")
@@ -219,7 +256,7 @@ def train_call(call: Callable[[], Any], known: bool, waits: bool = False) -> Any
         if marker is not None:
             marker.__exit__(None, None, None)
         if known:
-            clock.call_done(started, ended, waited=ended - started if waits else 0.0)
+            clock.call_done(started, ended, waited=ended - started if waits else 0.0, timed=timed, counted=counted)
         else:
             clock.first_call(ended)
 

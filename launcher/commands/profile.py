@@ -29,6 +29,8 @@ from launcher.rundir import find_run, read_state
 
 DEFAULT_SECONDS = 2.0
 MIN_SECONDS = 0.01
+#: how long files may take to appear after the capture returned
+FILES_WAIT_S = 5.0
 MAX_SECONDS = 60.0
 
 
@@ -63,6 +65,16 @@ def targets_of(state: dict[str, Any], tasks: list[str]) -> list[Target]:
     return out
 
 
+def wait_for_files(targets: list[Target], folder: Path, within_s: float = FILES_WAIT_S) -> dict[str, Path]:
+    """Each target's capture file, waiting a little for servers that write after answering."""
+    deadline = time.monotonic() + within_s
+    while True:
+        files = match(targets, local_files(folder))
+        if len(files) == len(targets) or time.monotonic() >= deadline:
+            return files
+        time.sleep(0.2)
+
+
 def parse_seconds(text: str) -> float:
     try:
         seconds = float(text)
@@ -89,7 +101,19 @@ def run_profile(args: argparse.Namespace) -> int:
         print(f"distlaunch: {exc}", file=sys.stderr)
         return 1
     problems = fetch_remote(state, targets, folder)
-    files = match(targets, local_files(folder))
+    files = wait_for_files(targets, folder)
+    late = [t for t in targets if t.task not in files]
+    if late and len(late) < len(targets):  # the joint capture missed a server: once more, on its own
+        try:
+            trace(late, folder, seconds)
+        except NoAnswer as exc:
+            problems.append(str(exc))
+        problems += fetch_remote(state, late, folder)
+        files = wait_for_files(targets, folder)
+        notes = [f"{t.task} was captured {seconds:g} s after the others (the joint capture missed it)"
+                 for t in late if t.task in files]
+    else:
+        notes = []
     profiles: list[TaskProfile] = []
     for target in targets:
         if target.task in files:
@@ -101,11 +125,13 @@ def run_profile(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"run": state["run_id"], "logdir": str(folder), "seconds": seconds, "started": when,
                           "tasks": [p.as_json() for p in profiles], "missing": [t.task for t in missing],
-                          "problems": problems}, indent=2))
+                          "problems": problems, "notes": notes}, indent=2))
     else:
         for profile in profiles:
             print("\n".join(summary_lines(profile)))
         print(f"(kept in {folder}: `tensorboard --logdir {folder}`, Profile tab)")
+    for line in notes:
+        print(f"distlaunch: note: {line}", file=sys.stderr)
     for line in problems:
         print(f"distlaunch: {line}", file=sys.stderr)
     for target in missing:
