@@ -18,7 +18,9 @@ ports picked at launch) are spread over them in order. For each size, alternatin
 * with ``--container [IMAGE]``: ``container total`` and ``container launch``, the same ``up`` with
   every task in a docker container of IMAGE (default the test image, ``distlaunch-test:tf2.21``,
   tests/containerimage.py), beside the bare figures: what a container costs (the image check in
-  preflight, ``docker run`` per task until the agent reports it running).
+  preflight, ``docker run`` per task until the agent reports it running, which is when the
+  ``docker run`` client started); and ``first line``, bare and in containers: until every task's
+  command printed its first line, i.e. its process runs inside its started container.
 
 Targets (issue 11): 64 tasks ``up total`` <= 2x ``pdsh/host`` and the launch part <= 1.3x; 64 vs 4
 tasks <= 1.5x.
@@ -57,11 +59,13 @@ TEST_IMAGE = "distlaunch-test:tf2.21"
 
 
 def time_up(hosts: list[BenchHost], tasks: int, work: Path, tag: str, client: str = "builtin",
-            image: str | None = None) -> tuple[float, float]:
+            image: str | None = None, output: bool = False) -> tuple[float, float]:
     """(total, launch part) seconds for one ``up`` of ``tasks`` tasks (in containers of ``image``
-    when given); tears it down after."""
+    when given); tears it down after. ``output``: until every task printed its first line (its
+    process runs, inside its container if any) instead of until the agents report ``running``."""
+    command = "echo started; exec sleep 30" if output else "sleep 30"
     profile = ssh_profile(work / f"{tag}.toml", f"fanout-{tasks}", hosts, {"worker": {"count": tasks}},
-                          client=client, container=image)
+                          client=client, container=image, command=command)
     run_dir = work / tag
     t0 = time.time()
     proc = start_up(profile, run_dir, tag)
@@ -73,7 +77,7 @@ def time_up(hosts: list[BenchHost], tasks: int, work: Path, tag: str, client: st
         for e in tail.read():
             if not first_ts:
                 first_ts.append(float(e["ts"]))
-            if e["kind"] == "state" and e.get("state") == "running":
+            if (e["kind"] == "log") if output else (e["kind"] == "state" and e.get("state") == "running"):
                 running.setdefault(e["task"], float(e["ts"]))
             if e["kind"] == "job" and e.get("state") == "Failed":
                 raise RuntimeError(f"{tag}: job failed: {e.get('reason')}")
@@ -193,7 +197,7 @@ def main() -> None:
     results: dict[int, dict[str, list[float]]] = {
         n: {"up total": [], "up launch": [], "pdsh/host": [], "pdsh/task": [], "ssh serial": [],
             "fabric floor": [], "openssh total": [], "openssh launch": [], "container total": [],
-            "container launch": []} for n in sizes}
+            "container launch": [], "bare first line": [], "container first line": []} for n in sizes}
     try:
         with sshd_hosts(args.hosts) as hosts:
             cfg = ssh_config(work / "ssh_config", hosts)
@@ -219,6 +223,11 @@ def main() -> None:
                         total, launch = time_up(hosts, n, work, f"container{n}-{rep}", image=args.container)
                         r["container total"].append(total)
                         r["container launch"].append(launch)
+                        total, _ = time_up(hosts, n, work, f"bare-out{n}-{rep}", output=True)
+                        r["bare first line"].append(total)
+                        total, _ = time_up(hosts, n, work, f"container-out{n}-{rep}", image=args.container,
+                                           output=True)
+                        r["container first line"].append(total)
                     print(f"  rep {rep} n={n}: " + ", ".join(f"{k} {v[-1]:.2f}s" for k, v in r.items() if v),
                           flush=True)
     finally:
@@ -247,6 +256,12 @@ def main() -> None:
             print(f"{n:>5} {b['up total']:>9.2f} {b['container total']:>15.2f}"
                   f" {b['container total'] / b['up total']:>5.2f}x {b['up launch']:>9.2f}"
                   f" {b['container launch']:>16.2f} {b['container launch'] / b['up launch']:>5.2f}x")
+        print("until every task printed its first line (its process runs, in its container if any):")
+        print(f"{'tasks':>5} {'bare':>9} {'container':>10} {'/bare':>6}")
+        for n in sizes:
+            b = best[n]
+            print(f"{n:>5} {b['bare first line']:>9.2f} {b['container first line']:>10.2f}"
+                  f" {b['container first line'] / b['bare first line']:>5.2f}x")
     if 64 in best:
         b = best[64]
         print(f"64 tasks: up total {b['up total'] / b['pdsh/host']:.2f}x pdsh/host (target <= 2x), launch part "

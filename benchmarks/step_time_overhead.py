@@ -12,12 +12,13 @@ alternating, ``--repeats`` pairs, autolog on in both:
 Steps/s of separate processes vary by +-5 % on a shared 2-core machine, more than the 1 % target,
 so ``--micro`` measures the split's cost where noise cannot hide it: in ONE process with autolog's
 hook installed, one train step (``next(iterator)`` in the function, a Keras optimizer) called in
-alternating blocks with the split on (each call timed, one in 16 run by the timed twin with its
-Timestamp ops) and off (the clock off: the call goes straight through, as with
+alternating blocks with the split on (each call counted, one in N timed and run by the timed twin
+with its Timestamp ops) and off (the clock off: the call goes straight through, as with
 ``DISTLAUNCH_STEP_TIME=0``); the medians of the blocks' time per step, and the median over the
-pairs of neighbouring blocks of on / off (drift cancels within a pair). Two steps: Keras-fit-sized (64x32 batch, two Dense(256)) and the demo's per-worker model
-(``examples/ps_mnist.py``'s 784-128-10 on a batch of 64; the demo's coordinator itself gets no
-graph ops, only the timed call, and its workers none).
+pairs of neighbouring blocks of on / off (drift cancels within a pair). Two steps: Keras-fit-sized
+(64x32 batch, two Dense(256)) and the demo's per-worker model (``examples/ps_mnist.py``'s
+784-128-10 on a batch of 64; the demo's coordinator itself gets no graph ops, only the timed
+call, and its workers none).
 
 Prints every run, the medians and the change on vs off, with the load average beside each run.
 Run: ``.venv/bin/python benchmarks/step_time_overhead.py --micro`` (and without it, end to end:

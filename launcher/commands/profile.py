@@ -118,7 +118,7 @@ def run_profile(args: argparse.Namespace) -> int:
     for target in targets:
         if target.task in files:
             try:
-                profiles.append(analyze(target.task, files[target.task]))
+                profiles.append(analyze(target.task, files[target.task], str(state.get("strategy") or "")))
             except Exception as exc:  # a TensorFlow whose converter lacks a tool: the capture is kept
                 problems.append(f"{target.task}: TensorFlow could not analyse its capture ({exc})")
     missing = [t for t in targets if t.task not in files]

@@ -34,6 +34,8 @@ NO_STEPS = ("no step markers in this capture: TensorFlow's step analysis needs t
             "them to the train steps it finds (Keras fit, a tf.function that applies gradients, a "
             "ParameterServerStrategy schedule); for a loop it does not find, wrap each step in "
             "`with tf.profiler.experimental.Trace(\"train\", step_num=step, _r=1):`")
+NO_STEPS_COORDINATOR = ("a ParameterServerStrategy coordinator runs its steps on the workers: its capture "
+                        "holds the scheduling, the workers' captures hold the steps")
 NO_STEPS_PS = ("a parameter server runs no steps of its own: what it shows is the work it served "
                "(variable reads and updates below)")
 
@@ -81,16 +83,16 @@ def tool_data(path: Path, tool: str) -> bytes:
     return data if isinstance(data, bytes) else str(data).encode()
 
 
-def analyze(task: str, path: Path) -> TaskProfile:
+def analyze(task: str, path: Path, strategy: str = "") -> TaskProfile:
     """TensorFlow's analysis of one task's capture, converted from a private copy (the capture
     folder stays as the profiler wrote it, for TensorBoard to convert all tasks together)."""
     with tempfile.TemporaryDirectory(prefix="distlaunch-profile-") as scratch:
         copy = Path(scratch) / path.name
         shutil.copyfile(path, copy)
-        return _analyze(task, path, copy)
+        return _analyze(task, path, copy, strategy)
 
 
-def _analyze(task: str, path: Path, copy: Path) -> TaskProfile:
+def _analyze(task: str, path: Path, copy: Path, strategy: str) -> TaskProfile:
     profile = TaskProfile(task=task, path=str(path))
     path = copy
     pipeline = wire.fields(tool_data(path, "input_pipeline_analyzer"))
@@ -98,7 +100,12 @@ def _analyze(task: str, path: Path, copy: Path) -> TaskProfile:
     profile.steps = len(steps)
     profile.top_ops, comm_us = top_operations(tool_data(path, "framework_op_stats"))
     if not steps:
-        profile.note = NO_STEPS_PS if task.startswith("ps:") else NO_STEPS
+        if task.startswith("ps:"):
+            profile.note = NO_STEPS_PS
+        elif strategy == "parameter_server" and task.startswith("chief:"):
+            profile.note = NO_STEPS_COORDINATOR
+        else:
+            profile.note = NO_STEPS
         return profile
     total_ms = sum(wire.double(s, 2) for s in steps)
     profile.step_ms = total_ms / len(steps)
