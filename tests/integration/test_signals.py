@@ -283,11 +283,16 @@ def test_ctrl_c_again_after_2s_abandons_the_wait_without_noise_and_the_stop_stil
     profile = write_profile(tmp_path / "stubborn.toml", SLEEPER.format(
         name="stubborn", orphan_grace=60, python=sys.executable, hosts="", role_hosts="").replace(
         """'{python} -c "import time; time.sleep(600)"'""",
-        """'exec {python} -c "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"'"""
+        """'exec {python} -c "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); """
+        """print(chr(114) + chr(101) + chr(97) + chr(100) + chr(121), flush=True); time.sleep(600)"'"""
     ).replace(
         "grace_seconds = 2", "grace_seconds = 6"))
     launcher, run_dir = start_running(tmp_path, run_id, "--no-tui", profile=profile)
     try:
+        # a SIGTERM before the handler is in place would end the tasks at once: wait for each to say so
+        wait_for(lambda: len({e["task"] for e in read_events(run_dir)
+                              if e["kind"] == "log" and e.get("line") == "ready"}) == 2, 60,
+                 "the tasks to ignore SIGTERM")
         launcher.send_signal(signal.SIGINT)
         wait_for(lambda: [a for a in actions(run_dir) if a[0] == "teardown"], 30, "the teardown to start")
         time.sleep(2.5)  # past the 2 s in which a second Ctrl-C is the same stop
