@@ -39,6 +39,8 @@ from launcher.autolog.recorder import guarded, note, reader
 #: bumped by every apply_gradients: a function call during which it moved trains
 _applied = [0]
 _TRAIN_MARK = steptime.TRAIN_MARK
+#: set on a function a ClusterCoordinator scheduled once: its next schedules are the coordinator's steps
+_SCHEDULED = "_distlaunch_scheduled"
 
 
 def patch(name: str) -> None:
@@ -306,10 +308,18 @@ def _patch_parameter_server() -> None:
     def make_schedule(original: Callable[..., Any]) -> Callable[..., Any]:
         def schedule(self: Any, fn: Any, args: Any = None, kwargs: Any = None) -> Any:
             before = _applied[0]
-            if getattr(fn, "__dict__", {}).get(_TRAIN_MARK) is not None:  # blocked = waiting for workers
+            marks = getattr(fn, "__dict__", None)
+            if marks is not None and marks.get(_SCHEDULED):
+                # every schedule of a function scheduled before is a step of the coordinator (an
+                # optimizer autolog does not know, a tf.Module's own, applies no gradients it sees);
+                # the time it blocks is waiting for the workers
                 remote = stepwatch.schedule_call(lambda: original(self, fn, args=args, kwargs=kwargs))
-            else:
+            else:  # its first schedule traces it: no step's time
                 remote = original(self, fn, args=args, kwargs=kwargs)
+                if marks is not None and autolog._state.on:
+                    marks[_SCHEDULED] = True
+                    stepwatch.clock.first_call(stepwatch._now())
+                    reader.start()
             if autolog._state.on:
                 guarded("ClusterCoordinator.schedule", _after_schedule, fn, remote, _applied[0] != before)
             return remote

@@ -298,7 +298,10 @@ def _tick() -> None:
     if not clock.on:
         return
     values = clock.tick(autolog.reader.read_step())
-    if values:  # go out with the step the reader notes next (one line a tick, not two)
+    if values:  # go out with the step the reader notes next (one line a tick, not two)...
         reporter = autolog.reporter
         reporter.values.update(values)
         reporter.pending = True
+        reader = autolog.reader
+        if not list(reader.optimizers) and not reader.step_sources:  # ...or now, where it reads none
+            autolog.note(now=True)
