@@ -24,7 +24,7 @@ import weakref
 from typing import Any, Callable, Dict, Tuple
 
 from launcher.autolog import recorder as autolog
-from launcher.autolog import steptime
+from launcher.autolog import steptime, tf1session
 from launcher.autolog.steptime import clock
 
 _now = steptime._now
@@ -32,7 +32,7 @@ _tf: Dict[str, Any] = {}
 #: (part, id of the train function) -> (shared name, eager handle, weak reference to the function)
 _accumulators: Dict[Tuple[str, int], Tuple[str, Any, Any]] = {}
 _step_numbers = itertools.count()
-#: where the reader reads no step, the split goes out at most this often (seconds)
+#: where the reader reads no step, the training thread sends the split at most this often (seconds)
 EMIT_EVERY_S = 1.0
 _last_emit = [-EMIT_EVERY_S]
 #: the attribute of a train function that holds its timed twin (None: it has none)
@@ -260,8 +260,20 @@ def train_call(call: Callable[[], Any], known: bool, waits: bool = False, timed:
             marker.__exit__(None, None, None)
         if known:
             clock.call_done(started, ended, waited=ended - started if waits else 0.0, timed=timed, counted=counted)
+            if ended - _last_emit[0] >= EMIT_EVERY_S:
+                _send_pending(ended)
         else:
             clock.first_call(ended)
+
+
+def _send_pending(now: float) -> None:
+    """The split noted by the reader's tick, sent from the training thread where nothing else sends
+    it: no step the reader reads (an optimizer autolog does not know), no TF1 session (its runs send)."""
+    _last_emit[0] = now
+    reporter, reader = autolog.reporter, autolog.reader
+    if reporter.pending and reporter.values and not list(reader.optimizers) and not reader.step_sources \
+            and not tf1session.has_sessions():
+        autolog.note(now=True)
 
 
 def schedule_call(call: Callable[[], Any]) -> Any:
@@ -305,9 +317,5 @@ def _tick() -> None:
         reporter = autolog.reporter
         reporter.values.update(values)
         reporter.pending = True
-        reader = autolog.reader
-        if not list(reader.optimizers) and not reader.step_sources:  # ...or here, where it reads none,
-            now = _now()  # at most once a second (a test's reader may tick every 10 ms)
-            if now - _last_emit[0] >= EMIT_EVERY_S:
-                _last_emit[0] = now
-                autolog.note(now=True)
+        # where the reader reads no step, the training thread sends them (train_call): a line this
+        # thread wrote could land inside one the script prints (print writes the text, then "\n")
