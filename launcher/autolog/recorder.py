@@ -172,6 +172,7 @@ class StepReader:
         # while a coordinator keeps scheduling, the newest one is still queued
         self.loss_slots: "deque[tuple[Any, Callable[[Any], Optional[float]]]]" = deque(maxlen=LOSS_SLOTS)
         self.tick_hooks: List[Callable[[], None]] = []
+        self.step_now: Optional[int] = None  # the step this tick read
         self._thread: Optional[threading.Thread] = None
         self._last_step: Optional[int] = None
         self._last_loss_ref: Any = None
@@ -219,9 +220,9 @@ class StepReader:
         return best
 
     def tick(self) -> None:
+        step = self.step_now = self.read_step()  # once a tick: the hooks read it here
         for hook in list(self.tick_hooks):
             hook()
-        step = self.read_step()
         loss: Optional[float] = None
         for value, read in reversed(list(self.loss_slots)):
             if value is self._last_loss_ref:

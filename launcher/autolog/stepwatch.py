@@ -312,7 +312,7 @@ def _timed_closure(original: Callable[..., Any]) -> Callable[..., Any]:
 def _tick() -> None:
     if not clock.on:
         return
-    values = clock.tick(autolog.reader.read_step())
+    values = clock.tick(autolog.reader.step_now)
     if values:  # go out with the step the reader notes next (one line a tick, not two)...
         reporter = autolog.reporter
         reporter.values.update(values)
