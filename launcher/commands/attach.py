@@ -39,7 +39,7 @@ from launcher.rundir import (
     supervisor_alive,
 )
 from launcher.runrecord import load_recorded_profile
-from launcher.supervise import daemon
+from launcher.supervise import controlsock, daemon
 from launcher.supervise.stopsignals import JobSignals
 from launcher.supervise.supervisor import Supervisor
 from launcher.telemetry.progressline import mute
@@ -84,11 +84,13 @@ def adopt_run(path: Path, state: dict[str, Any], plan: Plan) -> int:
     policies apply again), supervise to the end."""
     run_id = str(state["run_id"])
     ports = {t: int(info["port"]) for t, info in state["tasks"].items()}
+    listener = controlsock.listen(run_id)  # first: a supervisor no client can reach must not adopt the run
     print(f"... reconnecting to {len(state.get('hosts', {}))} host(s) of {run_id}", file=sys.stderr, flush=True)
     sessions, unreachable = open_sessions(state)
     if unreachable and len(unreachable) == len(sessions):
         for session in sessions.values():
             session.host.close()
+        listener.close()
         raise PreflightError(list(unreachable.values()))
     for why in unreachable.values():  # a partition must not keep the rest of the job from its supervisor
         notice(f"{why}; attached without it, reconnecting in the background")
@@ -104,11 +106,13 @@ def adopt_run(path: Path, state: dict[str, Any], plan: Plan) -> int:
         with signals:
             signals.bind(sup)
             sup.resume(state, history, unreachable=unreachable)
-            server = start_control_server(sup, signals)
+            server = start_control_server(sup, listener, signals)
             outcome = wait_for_end(sup)
     finally:
         if server is not None:
             server.close()
+        else:
+            listener.close()
         if notifying is not None:
             notifying.finish()
         for session in sessions.values():

@@ -24,7 +24,7 @@ from launcher.commands.check import exposure_warnings
 from launcher.commands.follow import Shown, follow_supervisor
 from launcher.errors import HostError, UserError
 from launcher.model import Plan
-from launcher.paths import runs_root
+from launcher.paths import check_run_id, runs_root
 from launcher.plan import build_plan
 from launcher.profile.overrides import overrides_from
 from launcher.profile.reader import load_profile
@@ -51,6 +51,8 @@ def _progress(quiet: bool) -> Callable[[str], None]:
 
 
 def run_up(args: argparse.Namespace) -> int:
+    if args.run_id is not None:
+        check_run_id(args.run_id)  # it names a dir under the state root: never a path out of it
     if args.json:
         mute()  # stderr belongs to whatever reads the event stream
     profile = load_profile(Path(args.profile), overrides_from(args))
@@ -95,6 +97,14 @@ def supervision_hint(plan: Plan) -> str | None:
 def supervise_new_run(plan: Plan, rundir: RunDir) -> int:
     """The supervisor process of a new run (supervise/daemon.py forked it): prepare the hosts,
     launch, supervise to the end; the exit code is the job's outcome."""
+    listener = controlsock.listen(rundir.run_id)  # first: a supervisor no client can reach must not start a job
+    try:
+        return _prepare_and_supervise(plan, rundir, listener)
+    finally:
+        listener.close()  # where the job never got a server (a preflight that failed, say): no name left
+
+
+def _prepare_and_supervise(plan: Plan, rundir: RunDir, listener: controlsock.ControlListener) -> int:
     run_id = rundir.run_id
     progress = _progress(quiet=False)
     signals = JobSignals(run_id)
@@ -113,15 +123,15 @@ def supervise_new_run(plan: Plan, rundir: RunDir) -> int:
             rundir.close()
             notice(f"{stop} before any task started; nothing runs on any host")
             return signals.exit_code or 1
-        outcome = _supervise(plan, rundir, pre, sup, signals, progress)
+        outcome = _supervise(plan, rundir, pre, sup, signals, progress, listener)
     return report_outcome(sup, outcome, signals.exit_code)
 
 
 def _supervise(plan: Plan, rundir: RunDir, pre: Preflight, sup: Supervisor, signals: JobSignals,
-               progress: Callable[[str], None]) -> str | None:
+               progress: Callable[[str], None], listener: controlsock.ControlListener) -> str | None:
     """Launch the job and supervise it until it ends; its clients follow it on the control socket."""
     notifying = follow_notify(sup)
-    server = start_control_server(sup, signals)
+    server = start_control_server(sup, listener, signals)
     try:
         progress(f"starting {len(plan.tasks)} tasks on {len(pre.sessions)} host(s)")
         try:
@@ -130,8 +140,7 @@ def _supervise(plan: Plan, rundir: RunDir, pre: Preflight, sup: Supervisor, sign
             raise UserError(f"could not start the job: {exc}; every started task was stopped") from None
         return wait_for_end(sup)
     finally:
-        if server is not None:
-            server.close()
+        server.close()
         if notifying is not None:
             notifying.finish()
         pre.close()
@@ -174,20 +183,18 @@ def follow_notify(sup: Supervisor, history_until: float | None = None) -> Notify
     return NotifyFollower(notifier, sup.subscribe().events())
 
 
-def start_control_server(sup: Supervisor, signals: StopSignals | None = None) -> controlsock.ControlServer | None:
-    """The socket the job's clients follow it on and act through. ``signals``: the supervisor's
-    own stop signals, whose code a follower of the whole job exits with."""
+def start_control_server(sup: Supervisor, listener: controlsock.ControlListener,
+                         signals: StopSignals | None = None) -> controlsock.ControlServer:
+    """Serve the job's clients (they follow it and act through it) on ``listener``, the socket
+    ``controlsock.listen`` took for the run. ``signals``: the supervisor's own stop signals,
+    whose code a follower of the whole job exits with."""
 
     def exit_code(outcome: str | None) -> int:
         if outcome == ev.JOB_SUCCEEDED:
             return 0
         return signals.exit_code if signals is not None and signals.exit_code is not None else 1
 
-    try:
-        return controlsock.ControlServer(sup.run_id, sup, exit_code)
-    except OSError as exc:
-        notice(f"control socket unavailable ({exc}); no dashboard, `attach` or `restart` can reach this job")
-        return None
+    return controlsock.ControlServer(sup.run_id, sup, exit_code, listener)
 
 
 def report_outcome(sup: Supervisor, outcome: str | None, stopped_code: int | None) -> int:

@@ -1,22 +1,30 @@
 """How clients reach a run's supervisor: the dashboard, `--no-tui` and `attach` follow its
 events here, and `distlaunch restart`, `stop`, `down` and `stacks` ask it to act.
 
-The supervisor listens on a Linux abstract unix socket named after the run id (no file to clean
-up, no path-length limit); a request is one JSON line, the answer one JSON line.
+The supervisor listens on a unix socket named after the run id, a file in a 0700 directory of
+the user's (``socket_path``): under the state dir, or, where that path is too long for a socket,
+in the user's private runtime dir. No other user can create, take or reach that name; an abstract
+name would not do, since every local user sees those in /proc/net/unix and may bind a freed one
+first. A request is one JSON line, the answer one JSON line.
 
-Abstract sockets have no file permissions and every local user can see their names in
-/proc/net/unix, so each connection's peer credentials (SO_PEERCRED, set by the kernel) are
-checked: only the launcher's own user may act on the run.
+Each connection's peer credentials (SO_PEERCRED, set by the kernel) are still checked before
+anything is spent on it: only the launcher's own user may act on the run. A request must arrive
+whole within REQUEST_DEADLINE_S, however slowly its bytes drip in.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
+import queue
+import re
 import select
 import socket
+import stat
 import struct
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -24,6 +32,9 @@ from pathlib import Path
 from typing import Any
 
 from launcher import events as ev
+from launcher.errors import UserError
+from launcher.paths import state_home
+from launcher.privatedir import ensure_private_dir
 from launcher.rundir import EVENTS_FILE
 from launcher.supervise.core import LineFeed
 from launcher.supervise.stackcapture import record
@@ -38,8 +49,88 @@ REQUEST_DEADLINE_S = 5.0
 SEND_TIMEOUT_S = float(os.environ.get("DISTLAUNCH_CLIENT_SEND_TIMEOUT") or 30.0)
 
 
-def _address(run_id: str) -> str:
-    return f"\0distlaunch/{run_id}"
+#: the longest path a unix socket may have (sun_path, less its terminating NUL)
+MAX_SOCKET_PATH = 107
+#: connections whose request is still being read, at most: each holds a thread for its deadline
+MAX_PENDING_REQUESTS = 32
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+
+
+def _socket_name(run_id: str) -> str:
+    if _PLAIN_NAME.fullmatch(run_id):
+        return f"{run_id}.sock"
+    return hashlib.sha256(run_id.encode()).hexdigest()[:32] + ".sock"
+
+
+def _control_dirs() -> list[Path]:
+    """Where a run's socket may live, best first: each a 0700 directory of the user's."""
+    dirs = [state_home() / "control"]
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    if runtime and os.path.isabs(runtime):
+        dirs.append(Path(runtime) / "distlaunch")
+    dirs.append(Path(tempfile.gettempdir()) / f"distlaunch-{os.getuid()}")
+    return dirs
+
+
+def socket_path(run_id: str) -> Path:
+    """The run's control socket: the first of ``_control_dirs`` short enough for a socket path
+    (client and supervisor share the environment, so both find the same one)."""
+    name = _socket_name(run_id)
+    dirs = _control_dirs()
+    for directory in dirs:
+        if len(os.fsencode(directory / name)) <= MAX_SOCKET_PATH:
+            return directory / name
+    return dirs[-1] / name  # too long everywhere: listen() says so
+
+
+class ControlListener:
+    """The run's bound, listening socket and its file: ``close`` removes the file (if it is still
+    the one bound here), so an ended supervisor leaves no name behind."""
+
+    def __init__(self, sock: socket.socket, path: Path) -> None:
+        self.sock = sock
+        self.path = path
+        self._bound = _inode(os.fspath(path))
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)
+        self.sock.close()
+        if self._bound is not None and _inode(os.fspath(self.path)) == self._bound:
+            with contextlib.suppress(OSError):
+                os.unlink(self.path)
+        self._bound = None
+
+
+def listen(run_id: str) -> ControlListener:
+    """Take the run's socket name for the supervisor (which holds the run's supervisor lock, so
+    a socket left there is a dead supervisor's of this run): a listening socket, or one line
+    saying why the supervisor cannot listen (UserError): it must not supervise blind."""
+    path = socket_path(run_id)
+    if len(os.fsencode(path)) > MAX_SOCKET_PATH:
+        raise UserError(f"cannot listen for this run's clients: {path} is longer than a unix socket path may be "
+                        f"({MAX_SOCKET_PATH} bytes); set DISTLAUNCH_HOME or TMPDIR to a shorter directory of yours")
+    hint = "; distlaunch keeps the run's control socket there"
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        if path.parent == state_home() / "control":
+            path.parent.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        ensure_private_dir(path.parent, hint)
+        with contextlib.suppress(FileNotFoundError):
+            if stat.S_ISSOCK(os.lstat(path).st_mode):
+                os.unlink(path)
+        sock.bind(os.fspath(path))
+        os.chmod(path, 0o600)
+        sock.listen(64)
+        return ControlListener(sock, path)
+    except UserError:
+        sock.close()
+        raise
+    except OSError as exc:
+        sock.close()
+        raise UserError(f"cannot listen for this run's clients on {path} ({exc.strerror or exc}); no dashboard, "
+                        "`attach`, `down` or `restart` could reach the job, so it was not supervised: remove "
+                        "what is in the way and run it again") from None
 
 
 def peer_uid(conn: socket.socket) -> int:
@@ -50,19 +141,24 @@ def peer_uid(conn: socket.socket) -> int:
 
 
 class ControlServer:
-    """Serves each connection on a thread of its own: a slow or idle client (another user's too)
-    never keeps the owner's requests waiting. ``exit_code(outcome)``: the code a follower of the
-    whole job would exit with (the supervisor's stop signal, if one came)."""
+    """Serves each connection of the owner on a thread of its own: a slow or idle client never
+    keeps another's requests waiting, and a request must arrive whole within its deadline. Another
+    user's connection is judged by its peer credentials before any thread is spent on it: one
+    thread answers all refusals in turn. ``exit_code(outcome)``: the code a
+    follower of the whole job would exit with (the supervisor's stop signal, if one came).
+    ``listener``: the socket ``listen`` bound (taken early, before the hosts are prepared)."""
 
     def __init__(self, run_id: str, control: Supervisor,
-                 exit_code: Callable[[str | None], int] | None = None) -> None:
+                 exit_code: Callable[[str | None], int] | None = None,
+                 listener: ControlListener | None = None) -> None:
         self.control = control
         self._exit_code = exit_code or (lambda outcome: 0 if outcome == ev.JOB_SUCCEEDED else 1)
-        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._sock.bind(_address(run_id))
-        self._sock.listen(64)
+        self._listener = listener if listener is not None else listen(run_id)
+        self._sock = self._listener.sock
         self._closed = False
         self._followers: list[threading.Thread] = []
+        self._pending = threading.BoundedSemaphore(MAX_PENDING_REQUESTS)
+        self._refusals = _Refusals()
         self._thread = threading.Thread(target=self._serve, name="control", daemon=True)
         self._thread.start()
 
@@ -71,29 +167,47 @@ class ControlServer:
             try:
                 conn, _ = self._sock.accept()
             except OSError:
-                return
-            thread = threading.Thread(target=self._connection, args=(conn,), name="control-conn", daemon=True)
-            self._followers = [t for t in self._followers if t.is_alive()] + [thread]
+                if self._closed:
+                    return
+                time.sleep(0.05)  # out of descriptors, say: the owner's next connection may get through
+                continue
+            try:
+                self._admit(conn)
+            except Exception:  # a thread that could not start, say: this connection only, never the loop
+                conn.close()
+
+    def _admit(self, conn: socket.socket) -> None:
+        uid = peer_uid(conn)
+        if uid != os.getuid():
+            self._refusals.put(conn, f"refused: uid {uid} does not own this run")
+            return
+        if not self._pending.acquire(blocking=False):
+            self._refusals.put(conn, "busy: too many requests under way; try again")
+            return
+        thread = threading.Thread(target=self._connection, args=(conn,), name="control-conn", daemon=True)
+        try:
             thread.start()
+        except BaseException:
+            self._pending.release()
+            raise
+        self._followers = [t for t in self._followers if t.is_alive()] + [thread]
 
     def _connection(self, conn: socket.socket) -> None:
-        conn.settimeout(REQUEST_DEADLINE_S)
         try:
-            uid = peer_uid(conn)
-            line = conn.makefile("r").readline(MAX_REQUEST)  # read first: closing early resets the peer
-            if uid != os.getuid():
-                answer: dict[str, Any] = {"ok": False, "error": f"refused: uid {uid} does not own this run"}
-            else:
-                request = json.loads(line)
-                if request.get("action") == "stacks":
-                    self._stacks(conn, request)
-                    return
-                if request.get("action") == "follow":
-                    self._follow(conn, history=request.get("history") is not False)
-                    return
-                answer = self._handle(request)
+            try:
+                line = _read_request(conn, time.monotonic() + REQUEST_DEADLINE_S)
+            finally:
+                self._pending.release()
+            request = json.loads(line)
+            if request.get("action") == "stacks":
+                self._stacks(conn, request)
+                return
+            if request.get("action") == "follow":
+                self._follow(conn, history=request.get("history") is not False)
+                return
+            answer = self._handle(request)
         except (OSError, ValueError, AttributeError) as exc:
-            answer = {"ok": False, "error": str(exc)}
+            answer = {"ok": False, "error": str(exc) or type(exc).__name__}
         _reply(conn, answer)
 
     def _follow(self, conn: socket.socket, history: bool) -> None:
@@ -185,9 +299,7 @@ class ControlServer:
         """Stop listening, then give the connections under way (the followers' ``#end`` above
         all) up to ``drain_s`` to finish: the process may exit right after."""
         self._closed = True
-        with contextlib.suppress(OSError):
-            self._sock.shutdown(socket.SHUT_RDWR)
-        self._sock.close()
+        self._listener.close()
         deadline = time.monotonic() + drain_s
         for thread in list(self._followers):
             thread.join(max(0.0, deadline - time.monotonic()))
@@ -229,18 +341,85 @@ def _send_history(conn: socket.socket, path: Path, size: int | None) -> None:
             pending = data[cut:]
 
 
+def _inode(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino)
+
+
+def _read_request(conn: socket.socket, deadline: float) -> bytes:
+    """The request line, read whole by ``deadline`` (a monotonic time) however slowly it comes:
+    a client dripping a byte every few seconds is let go at the deadline, not kept for ever."""
+    data = b""
+    while b"\n" not in data and len(data) < MAX_REQUEST:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("no whole request within the deadline")
+        conn.settimeout(left)
+        chunk = conn.recv(min(4096, MAX_REQUEST - len(data)))
+        if not chunk:
+            break
+        data += chunk
+    return data.split(b"\n", 1)[0]
+
+
+class _Refusals:
+    """One thread answers every refused connection in turn, each within REFUSAL_WAIT_S: another
+    user's connections cost the supervisor one thread in all, however many they open. A backlog
+    past MAX_PENDING_REQUESTS is closed unanswered."""
+
+    def __init__(self) -> None:
+        self._queue: queue.Queue[tuple[socket.socket, str]] = queue.Queue(MAX_PENDING_REQUESTS)
+        self._thread: threading.Thread | None = None
+
+    def put(self, conn: socket.socket, error: str) -> None:
+        try:
+            self._queue.put_nowait((conn, error))
+        except queue.Full:
+            conn.close()
+            return
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="control-refuse", daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            conn, error = self._queue.get()
+            _refuse(conn, error)
+
+
+#: how long a refused connection is given to send its request before it is answered
+REFUSAL_WAIT_S = 0.5
+
+
+def _refuse(conn: socket.socket, error: str) -> None:
+    """Read what the peer sends within REFUSAL_WAIT_S (closing on unread bytes would reset the
+    connection before it read why), answer only if the answer fits in the socket's buffer, close."""
+    with conn:
+        deadline = time.monotonic() + REFUSAL_WAIT_S
+        with contextlib.suppress(OSError, ValueError):
+            while (left := deadline - time.monotonic()) > 0 and select.select([conn], [], [], left)[0]:
+                chunk = conn.recv(MAX_REQUEST, socket.MSG_DONTWAIT)
+                if not chunk or b"\n" in chunk:
+                    break
+        with contextlib.suppress(OSError):
+            conn.send((json.dumps({"ok": False, "error": error}) + "\n").encode(), socket.MSG_DONTWAIT)
+
+
 def _reply(conn: socket.socket, answer: dict[str, Any]) -> None:
     with conn, contextlib.suppress(OSError):
         conn.sendall((json.dumps(answer) + "\n").encode())
 
 
 def connect(run_id: str, timeout: float = 5.0) -> socket.socket | None:
-    """A connection to the run's supervisor; None when none listens, or when the socket's name
-    is held by a process of another user (abstract names are anyone's to bind once freed)."""
+    """A connection to the run's supervisor; None when none listens, or when the socket is held
+    by a process of another user (it cannot be, in a private directory; checked all the same)."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.settimeout(timeout)
-        sock.connect(_address(run_id))
+        sock.connect(os.fspath(socket_path(run_id)))
         if peer_uid(sock) != os.getuid():
             sock.close()
             return None

@@ -5,9 +5,14 @@ import json
 import os
 import secrets
 import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+from launcher.errors import UserError
 from launcher.supervise import controlsock
 
 NOBODY = 65534
@@ -44,6 +49,52 @@ def test_requests_reach_the_launcher_and_unknown_ones_are_refused() -> None:
     assert controlsock.send(run_id, "restart", "worker:1") is None  # nobody listens any more
 
 
+@contextlib.contextmanager
+def _opened(path: Path, mode: int) -> Iterator[None]:
+    """``path`` at ``mode`` and every folder above it passable by every user, for a moment."""
+    changed = []
+    for item, want in [(path, None), *((folder, 0o011) for folder in path.parents)]:
+        was = os.stat(item).st_mode & 0o7777
+        new = mode if want is None else was | want
+        if new != was:
+            changed.append((item, was))
+            os.chmod(item, new)
+    try:
+        yield
+    finally:
+        for item, was in changed:
+            os.chmod(item, was)
+
+
+@contextlib.contextmanager
+def _reachable_by_all(run_id: str) -> Iterator[None]:
+    """Open the private socket dir (and the socket) to every user for a moment: what the server
+    itself does with another user's connection can then be tested (the dir alone keeps them out)."""
+    with _opened(controlsock.socket_path(run_id), 0o666):
+        yield
+
+
+def _as_user(uid: int, body: object) -> bytes:
+    """Run ``body(write)`` in a forked child that became ``uid``; what it wrote."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(read_end)
+            os.setgid(uid)
+            os.setuid(uid)
+            body(lambda data: os.write(write_end, data))  # type: ignore[operator]
+        except BaseException as exc:  # the parent reads why
+            os.write(write_end, f"error: {type(exc).__name__}: {exc}".encode())
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as fh:
+        data = fh.read()
+    os.waitpid(pid, 0)
+    return data
+
+
 def _send_as(uid: int, run_id: str, action: str) -> dict[str, object] | None:
     """Connect from a forked child that became ``uid``: a real peer of another user."""
     read_end, write_end = os.pipe()
@@ -56,7 +107,7 @@ def _send_as(uid: int, run_id: str, action: str) -> dict[str, object] | None:
             # a raw client: distlaunch's own would not talk to a listener of another uid at all
             with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
                 sock.settimeout(5)
-                sock.connect(f"\0distlaunch/{run_id}")
+                sock.connect(str(controlsock.socket_path(run_id)))
                 sock.sendall((json.dumps({"action": action, "reason": "not yours"}) + "\n").encode())
                 os.write(write_end, sock.makefile("rb").readline())
         finally:
@@ -75,7 +126,8 @@ def test_a_connection_from_another_user_is_refused_and_changes_nothing() -> None
     control = RecordingControl()
     server = controlsock.ControlServer(run_id, control)  # type: ignore[arg-type]
     try:
-        answer = _send_as(NOBODY, run_id, "teardown")
+        with _reachable_by_all(run_id):
+            answer = _send_as(NOBODY, run_id, "teardown")
         assert answer is not None and answer["ok"] is False and f"uid {NOBODY}" in str(answer["error"])
         assert controlsock.send(run_id, "restart", "worker:0") == {"ok": True}  # the owner still gets in
     finally:
@@ -101,10 +153,35 @@ def test_idle_connections_do_not_keep_a_request_waiting() -> None:
     assert control.calls == [("restart", "worker:0")]
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as another user")
+def test_another_user_cannot_even_reach_the_socket() -> None:
+    """The socket is a file in a 0700 directory of the owner's: another user's connect fails in
+    the kernel, before the supervisor sees anything."""
+    run_id = f"t-{secrets.token_hex(4)}"
+    server = controlsock.ControlServer(run_id, RecordingControl())  # type: ignore[arg-type]
+    path = str(controlsock.socket_path(run_id))
+
+    def connect(write: object) -> None:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            try:
+                sock.connect(path)
+            except PermissionError:
+                write(b"denied")  # type: ignore[operator]
+            else:
+                write(b"connected")  # type: ignore[operator]
+
+    try:
+        assert _as_user(NOBODY, connect) == b"denied"
+        assert os.stat(controlsock.socket_path(run_id).parent).st_mode & 0o777 == 0o700
+    finally:
+        server.close()
+    assert not os.path.exists(path)  # the name goes with the server
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to listen as another user")
-def test_a_socket_name_another_user_holds_is_not_trusted() -> None:
-    """Abstract names are anyone's once freed: a client must not send its request (a teardown,
-    a stacks request) to a listener of another uid."""
+def test_the_abstract_name_another_user_holds_takes_nothing_from_the_owner() -> None:
+    """Run ids are visible to every user: the abstract name distlaunch once used, bound first by
+    another user, made the supervisor run without a socket and its clients hang."""
     run_id = f"t-{secrets.token_hex(4)}"
     ready_r, ready_w = os.pipe()
     pid = os.fork()
@@ -125,11 +202,182 @@ def test_a_socket_name_another_user_holds_is_not_trusted() -> None:
         finally:
             os._exit(0)
     os.close(ready_w)
+    control = RecordingControl()
     with os.fdopen(ready_r, "rb") as fh:
         assert fh.read(1) == b"1"
+        try:
+            server = controlsock.ControlServer(run_id, control)  # type: ignore[arg-type]
+            try:
+                assert controlsock.send(run_id, "teardown", reason="for the owner") == {"ok": True}
+            finally:
+                server.close()
+        finally:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+        assert b"for the owner" not in fh.read()
+    assert control.calls == [("teardown", "for the owner")]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to listen as another user")
+def test_a_socket_another_user_holds_is_not_trusted() -> None:
+    """Should a listener of another uid ever sit at the run's path, a client must not send it its
+    request (a teardown, a stacks request)."""
+    run_id = f"t-{secrets.token_hex(4)}"
+    path = controlsock.socket_path(run_id)
+    controlsock.listen(run_id).close()  # makes the private dir
+    opened = _opened(path.parent, 0o777)  # for a moment, so that the other uid can bind there
+    opened.__enter__()
+    ready_r, ready_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(ready_r)
+            os.setgid(NOBODY)
+            os.setuid(NOBODY)
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+                sock.bind(str(path))
+                sock.listen(4)
+                os.write(ready_w, b"1")
+                sock.settimeout(10)
+                with contextlib.suppress(OSError):
+                    conn, _ = sock.accept()
+                    conn.settimeout(2)
+                    os.write(ready_w, b"got:" + conn.recv(100))
+        finally:
+            os._exit(0)
+    os.close(ready_w)
+    with os.fdopen(ready_r, "rb") as fh:
+        assert fh.read(1) == b"1"
+        opened.__exit__(None, None, None)
         try:
             assert controlsock.send(run_id, "teardown", reason="not for you") is None
         finally:
             os.kill(pid, 9)
             os.waitpid(pid, 0)
         assert b"not for you" not in fh.read()
+    os.unlink(path)
+
+
+def test_a_control_dir_another_user_owns_is_refused_in_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the socket goes under a shared /tmp, a folder planted there first is refused with the
+    fix, never used (it would receive the owner's socket) and never a hang."""
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o1777)
+    os.chmod(shared, 0o1777)
+    monkeypatch.setenv("DISTLAUNCH_HOME", str(tmp_path / ("d" * 120)))  # too deep for a socket path
+    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
+    monkeypatch.setenv("TMPDIR", str(shared))
+    import tempfile
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    planted = shared / f"distlaunch-{os.getuid()}"
+    planted.mkdir(mode=0o777)
+    os.chmod(planted, 0o777)
+    run_id = f"t-{secrets.token_hex(4)}"
+    assert controlsock.socket_path(run_id).parent == planted
+    with pytest.raises(UserError) as refused:
+        controlsock.listen(run_id)
+    assert str(planted) in str(refused.value) and "\n" not in str(refused.value)
+    assert not (planted / f"{run_id}.sock").exists()
+
+
+def test_a_request_must_arrive_whole_within_its_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The deadline is per request, not per read: connections dripping a byte now and then were
+    kept (a thread each) for as long as they kept dripping."""
+    monkeypatch.setattr(controlsock, "REQUEST_DEADLINE_S", 1.0)
+    run_id = f"t-{secrets.token_hex(4)}"
+    server = controlsock.ControlServer(run_id, RecordingControl())  # type: ignore[arg-type]
+    before = threading.active_count()
+    slow = [controlsock.connect(run_id) for _ in range(8)]
+    try:
+        assert all(conn is not None for conn in slow)
+        ended: set[int] = set()
+        deadline = time.monotonic() + 6.0
+        while len(ended) < len(slow) and time.monotonic() < deadline:
+            for i, conn in enumerate(slow):
+                if i in ended or conn is None:
+                    continue
+                try:
+                    conn.sendall(b"{")
+                    conn.settimeout(0.01)
+                    if conn.recv(4096) == b"":
+                        ended.add(i)
+                except (BlockingIOError, TimeoutError):
+                    pass
+                except OSError:
+                    ended.add(i)
+            time.sleep(0.25)  # the client's own drip rate, well under the deadline
+        assert len(ended) == len(slow), "slow connections were kept past the request deadline"
+        assert threading.active_count() <= before + 2
+    finally:
+        for conn in slow:
+            if conn is not None:
+                conn.close()
+        server.close()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to connect as another user")
+def test_another_users_connections_cost_no_thread_each() -> None:
+    """50 connections of another user that drip their request: judged by their credentials
+    first, they are answered by one thread in turn, and the owner still gets in at once."""
+    run_id = f"t-{secrets.token_hex(4)}"
+    control = RecordingControl()
+    server = controlsock.ControlServer(run_id, control)  # type: ignore[arg-type]
+    before = threading.active_count()
+    path = str(controlsock.socket_path(run_id))
+    go_r, go_w = os.pipe()
+
+    def flood(write: object) -> None:
+        socks = []
+        for _ in range(50):
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.connect(path)
+            sock.send(b"{")
+            socks.append(sock)
+        write(b"connected")  # type: ignore[operator]
+        os.read(go_r, 1)  # hold them open until the parent has counted
+
+    try:
+        with _reachable_by_all(run_id):
+            child = threading.Thread(target=lambda: flood_result.append(_as_user(NOBODY, flood)))
+            flood_result: list[bytes] = []
+            child.start()
+            deadline = time.monotonic() + 10
+            peak = threading.active_count()
+            while time.monotonic() < deadline and not flood_result and child.is_alive():
+                peak = max(peak, threading.active_count())
+                if os.path.exists(path):
+                    assert controlsock.send(run_id, "restart", "worker:0", timeout=5.0) == {"ok": True}
+                    break
+            time.sleep(0.5)
+            peak = max(peak, threading.active_count())
+            os.write(go_w, b"x")
+            child.join(30)
+        assert peak <= before + 3, f"{peak - before} threads for another user's connections"
+        assert control.calls == [("restart", "worker:0")]
+    finally:
+        os.close(go_w)
+        os.close(go_r)
+        server.close()
+
+
+def test_the_accept_loop_survives_a_thread_that_cannot_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    run_id = f"t-{secrets.token_hex(4)}"
+    control = RecordingControl()
+    server = controlsock.ControlServer(run_id, control)  # type: ignore[arg-type]
+    failures = []
+
+    class Failing(threading.Thread):
+        def start(self) -> None:
+            if not failures:
+                failures.append(self.name)
+                raise RuntimeError("can't start new thread")
+            super().start()
+
+    monkeypatch.setattr(controlsock.threading, "Thread", Failing)
+    try:
+        assert controlsock.send(run_id, "restart", "worker:0", timeout=2.0) is None
+        assert failures == ["control-conn"]
+        assert controlsock.send(run_id, "restart", "worker:1", timeout=5.0) == {"ok": True}
+    finally:
+        server.close()
+    assert control.calls == [("restart", "worker:1")]

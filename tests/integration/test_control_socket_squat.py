@@ -1,0 +1,91 @@
+"""A run's control socket is a name no other user can take (issue 49): the abstract name distlaunch
+once used is bound first by uid 65534 (run ids are visible to every user), and `up --detach`, the
+owner's requests and `attach` of a run whose supervisor was killed all work as if it were not there.
+Before, `up` hung 40 s and `attach` ran a supervisor no client could reach."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from launcher.supervise import controlsock
+from tests.integration.jobtools import cli, kill_run_processes, pids_with_run_id, start_cli, wait_for
+from tests.integration.otheruser import OTHER_UID, require_other_user
+from tests.integration.test_supervisor import ticker_profile
+
+pytestmark = pytest.mark.slow
+
+_SQUAT = """
+import socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.bind("\\0distlaunch/" + sys.argv[1])
+s.listen(64)
+print("bound", flush=True)
+while True:
+    conn, _ = s.accept()
+"""
+
+
+@contextmanager
+def squatted(run_id: str) -> Iterator[None]:
+    """Another user holds the abstract name ``distlaunch/<run id>`` (and accepts, never answers)."""
+    proc = subprocess.Popen(["setpriv", f"--reuid={OTHER_UID}", f"--regid={OTHER_UID}", "--clear-groups",
+                             "/usr/bin/python3", "-c", _SQUAT, run_id], stdout=subprocess.PIPE, cwd="/",
+                            env={"PATH": "/usr/bin:/bin"})
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == b"bound\n"
+        yield
+    finally:
+        proc.kill()
+        proc.wait(10)
+
+
+def _state(run_dir: Path) -> dict[str, Any]:
+    try:
+        data: dict[str, Any] = json.loads((run_dir / "state.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return data
+
+
+def test_a_squatted_name_neither_hangs_up_nor_blinds_attach(tmp_path: Path) -> None:
+    require_other_user()
+    run_dir, run_id = tmp_path / "run", f"fixed-{secrets.token_hex(3)}"
+    profile = ticker_profile(tmp_path, "squat", orphan_grace=30)
+    attach: subprocess.Popen[bytes] | None = None
+    try:
+        with squatted(run_id):
+            up = cli("up", str(profile), "--detach", "--run-dir", str(run_dir), "--run-id", run_id, timeout=60)
+            assert up.returncode == 0, up.stdout + up.stderr
+            assert "control socket unavailable" not in up.stderr
+            path = controlsock.socket_path(run_id)
+            assert path.is_socket() and path.stat().st_uid == os.getuid()
+            assert os.stat(path.parent).st_mode & 0o777 == 0o700
+            status = json.loads(cli("status", str(run_dir), "--json", timeout=60).stdout)
+            assert status["supervision"] in ("supervised", "live"), status
+            gone = _state(run_dir)["supervisor_pid"]
+            os.kill(gone, signal.SIGKILL)
+            attach = start_cli("attach", str(run_dir), "--no-tui", log=tmp_path / "attach.log")
+            wait_for(lambda: _state(run_dir).get("supervisor_pid") not in (None, gone)
+                     and _state(run_dir).get("clients") == 1, 60, "a new supervisor, followed by attach")
+            log = (run_dir / "supervisor.log").read_text()
+            assert "control socket unavailable" not in log and "Address already in use" not in log
+            attach.send_signal(signal.SIGHUP)
+            assert attach.wait(timeout=30) == 0
+            down = cli("down", str(run_dir), timeout=60)
+            assert down.returncode == 0, down.stdout + down.stderr
+        wait_for(lambda: not pids_with_run_id(run_id), 30, "no process of the run to be left")
+        assert not controlsock.socket_path(run_id).exists()  # the supervisor took its name with it
+    finally:
+        if attach is not None and attach.poll() is None:
+            attach.kill()
+        kill_run_processes(run_id)
