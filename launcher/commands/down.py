@@ -202,6 +202,7 @@ def remove_run(run: RunSummary) -> list[str]:
     left += [str(path / name) for name in remove_run_dir(path, run.run)]
     if outside_state_dir(path):
         unlink_from_root(run.run, path)
+    controlsock.remove_stale(run.run)  # a supervisor killed outright leaves its socket's name
     return left
 
 

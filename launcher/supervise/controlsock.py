@@ -83,6 +83,27 @@ def socket_path(run_id: str) -> Path:
     return dirs[-1] / name  # too long everywhere: listen() says so
 
 
+def remove_stale(run_id: str) -> None:
+    """Remove the run's socket where no supervisor listens on it any more (one killed outright
+    could not remove it); a live one's is left alone."""
+    path = socket_path(run_id)
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return
+    if not stat.S_ISSOCK(st.st_mode) or st.st_uid != os.getuid():
+        return
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(2.0)
+        try:
+            probe.connect(os.fspath(path))
+        except ConnectionRefusedError:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+        except OSError:
+            pass
+
+
 class ControlListener:
     """The run's bound, listening socket and its file: ``close`` removes the file (if it is still
     the one bound here), so an ended supervisor leaves no name behind."""

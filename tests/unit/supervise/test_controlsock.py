@@ -258,7 +258,8 @@ def test_a_socket_another_user_holds_is_not_trusted() -> None:
     os.unlink(path)
 
 
-def test_a_control_dir_another_user_owns_is_refused_in_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_control_dir_another_user_owns_is_refused_in_one_line(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """Where the socket goes under a shared /tmp, a folder planted there first is refused with the
     fix, never used (it would receive the owner's socket) and never a hang."""
     shared = tmp_path / "shared"
@@ -364,7 +365,7 @@ def test_the_accept_loop_survives_a_thread_that_cannot_start(monkeypatch: pytest
     run_id = f"t-{secrets.token_hex(4)}"
     control = RecordingControl()
     server = controlsock.ControlServer(run_id, control)  # type: ignore[arg-type]
-    failures = []
+    failures: list[str] = []
 
     class Failing(threading.Thread):
         def start(self) -> None:
@@ -381,3 +382,24 @@ def test_the_accept_loop_survives_a_thread_that_cannot_start(monkeypatch: pytest
     finally:
         server.close()
     assert control.calls == [("restart", "worker:1")]
+
+
+def test_a_dead_supervisors_socket_is_removed_and_a_live_one_kept() -> None:
+    """A supervisor killed outright cannot remove its socket: the next supervisor of the run takes
+    the name over, and prune removes it; a live supervisor's socket is never removed."""
+    run_id = f"t-{secrets.token_hex(4)}"
+    dead = controlsock.listen(run_id)
+    dead.sock.close()  # as kill -9 leaves it: the file stays, nobody listens
+    path = controlsock.socket_path(run_id)
+    assert path.is_socket()
+    server = controlsock.ControlServer(run_id, RecordingControl())  # type: ignore[arg-type]
+    try:
+        controlsock.remove_stale(run_id)
+        assert path.is_socket()
+        assert controlsock.send(run_id, "restart", "worker:0") == {"ok": True}
+    finally:
+        server.close()
+    controlsock.listen(run_id).sock.close()  # killed outright again: the name stays
+    assert path.is_socket()
+    controlsock.remove_stale(run_id)
+    assert not path.exists()
