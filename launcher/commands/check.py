@@ -20,6 +20,7 @@ from launcher.errors import HostError, UserError
 from launcher.events import REPORT_PREFIX
 from launcher.model import SSH_TRANSPORTS, START_ORDER, Plan, TaskSpec
 from launcher.plan import build_plan, host_port, mask_env, tf_config
+from launcher.profile.containeropts import container_warnings
 from launcher.profile.overrides import Overrides, mask_secrets
 from launcher.profile.reader import load_profile
 from launcher.transport import sshconfig
@@ -40,6 +41,8 @@ def run_check(profile_path: Path, remote: bool = True, overrides: Overrides | No
         sys.stdout.write(mask_secrets(shown.getvalue(), set(plan.profile.secrets)))
     for warning in exposure_warnings(plan):
         print(f"distlaunch: warning: {warning}", file=sys.stderr)
+    for warning in container_warnings(plan.profile):  # options that undo what distlaunch promises
+        print(f"distlaunch: warning: {mask_secrets(warning, set(plan.profile.secrets))}", file=sys.stderr)
     if not remote or importlib.util.find_spec("launcher.remote.preflight") is None:
         return 0
     preflight = importlib.import_module("launcher.remote.preflight")

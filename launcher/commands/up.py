@@ -26,7 +26,8 @@ from launcher.errors import HostError, UserError
 from launcher.model import Plan
 from launcher.paths import check_run_id, runs_root
 from launcher.plan import build_plan
-from launcher.profile.overrides import overrides_from
+from launcher.profile.containeropts import container_warnings
+from launcher.profile.overrides import mask_secrets, overrides_from
 from launcher.profile.reader import load_profile
 from launcher.remote.preflight import Preflight, prepare_hosts
 from launcher.rundir import (
@@ -59,6 +60,8 @@ def run_up(args: argparse.Namespace) -> int:
     plan = build_plan(profile)
     for warning in exposure_warnings(plan):
         notice(f"warning: {warning}")
+    for warning in container_warnings(profile):  # options that undo what distlaunch promises
+        notice(f"warning: {mask_secrets(warning, set(profile.secrets))}")
     raise_open_files_limit(len({t.host for t in plan.tasks}))
     run_id = args.run_id or new_run_id(profile.name)
     target = Path(args.run_dir).expanduser() if args.run_dir else runs_root() / run_id

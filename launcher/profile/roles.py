@@ -27,6 +27,7 @@ from launcher.profile.checks import (
     show_value,
     suggest,
 )
+from launcher.profile.containeropts import ENV_FIX, missing_value_problem, secret_problem
 from launcher.profile.hosts import HostsReader
 from launcher.profile.keys import (
     CONTAINER_KEYS,
@@ -35,10 +36,6 @@ from launcher.profile.keys import (
     TASK_KEYS,
 )
 from launcher.profile.names import MAX_TASKS
-from launcher.profile.overrides import is_secret
-
-#: the flags an option names an environment variable with (its value then on the command line)
-_ENV_FLAGS = ("-e", "--env")
 
 
 class RolesReader(HostsReader):
@@ -129,34 +126,28 @@ class RolesReader(HostsReader):
             if problem is not None:
                 raise self.fail((*ckey, "mounts"), problem)
         options: list[str] = value.get("options", list(base.options) if base else [])
-        self.check_no_secret(value, ckey)
+        self.check_no_secret(value, ckey, runtime, options)
         pull: str = value.get("pull", base.pull if base else "missing")
         return ContainerSpec(image=image, runtime=runtime, mounts=tuple(mounts), options=tuple(options), pull=pull)
 
-    def check_no_secret(self, table: Mapping[str, Any], ckey: KeyPath) -> None:
+    def check_no_secret(self, table: Mapping[str, Any], ckey: KeyPath, runtime: str, options: list[str]) -> None:
         """``options`` and ``mounts`` go into spec.json and onto the runtime's command line (``ps``
         shows it to every user): refuse a value from the launcher's environment there, and an
-        option that gives a secret-looking variable its value (``-e API_TOKEN=...``)."""
-        fixes = {"options": "put the variable in env instead (a container gets env by name, its value never shown)",
-                 "mounts": "write the path itself (~ is the host's home)"}
+        option that gives a secret-looking variable its value, read as ``runtime`` reads its flags
+        (``-e API_TOKEN=...``, ``-ieAPI_TOKEN=...``, apptainer's ``--env A=1,API_TOKEN=...``).
+        ``options`` are the merged ones: a role that changes the runtime reads [defaults]' anew."""
+        fixes = {"options": ENV_FIX, "mounts": "write the path itself (~ is the host's home)"}
         for name, fix in fixes.items():
             if any(secret in item for item in table.get(name) or [] for secret in self.secrets if secret):
                 raise self.fail((*ckey, name), "holds a value from the launcher's environment (${env:...}), which "
                                 f"would show on the container runtime's command line and in the run's files; {fix}")
-        options: list[str] = table.get("options") or []
-        for i, item in enumerate(options):
-            if i and options[i - 1] in _ENV_FLAGS:
-                assigned = item
-            elif item.startswith("--env="):
-                assigned = item[len("--env="):]
-            elif item.startswith("-e") and item != "-e":
-                assigned = item[2:].removeprefix("=")  # -eNAME=VALUE
-            else:
-                continue
-            variable, sep, _ = assigned.partition("=")
-            if sep and is_secret(variable):
-                raise self.fail((*ckey, "options"), f"gives {variable} its value on the container runtime's command "
-                                f"line, which `ps` shows to every user; {fixes['options']}")
+        problem = secret_problem(runtime, options) or missing_value_problem(runtime, options)
+        if problem is None:
+            return
+        if "options" in table:
+            raise self.fail((*ckey, "options"), problem)
+        # [defaults]' options, which this table's runtime reads otherwise
+        raise self.fail(("defaults", "container", "options"), f"read by {runtime} for {'.'.join(ckey)}: {problem}")
 
     def roles(self, table: Mapping[str, Any], defaults: TaskDefaults,
               hosts: Mapping[str, HostConfig]) -> dict[str, RoleConfig]:
