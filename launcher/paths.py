@@ -3,8 +3,18 @@
 from __future__ import annotations
 
 import os
+import re
 import traceback
 from pathlib import Path
+
+from launcher.errors import UserError
+
+#: a run id names its run dir under the state root (and its sockets, its tasks' DISTLAUNCH_RUN_ID):
+#: ASCII letters, digits, ``-``, ``_`` and ``.``, starting with a letter or digit (so never ``..``,
+#: a hidden name or an option), at most 100 characters; ids that distlaunch makes fit the rule
+RUN_ID_RULE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+#: the name in the state root that links to the newest run, never a run id
+LATEST_LINK = "latest"
 
 
 def state_home() -> Path:
@@ -19,6 +29,17 @@ def state_home() -> Path:
 
 def runs_root() -> Path:
     return state_home() / "runs"
+
+
+def check_run_id(run_id: str) -> str:
+    """``run_id`` if it fits ``RUN_ID_RULE`` (an id given to ``up --run-id``), else one line saying why."""
+    if RUN_ID_RULE.fullmatch(run_id) and run_id != LATEST_LINK:
+        return run_id
+    why = f"{LATEST_LINK!r} names the newest run" if run_id == LATEST_LINK else (
+        "letters, digits, '-', '_' and '.' only, starting with a letter or digit, at most 100 characters; "
+        "never a path")
+    raise UserError(f"--run-id {run_id!r}: not a run id ({why}); give e.g. --run-id my-run-1, or --run-dir "
+                    "DIR for a run dir elsewhere")
 
 
 def internal_log_path() -> Path:

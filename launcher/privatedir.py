@@ -4,16 +4,21 @@ Another local user must never steer distlaunch: a directory it keeps sockets in,
 reads back, a state or profile file whose ``python`` and commands it runs. Each is used only
 when the user owns it and no one else can write it, judged on what was actually opened or
 ``lstat``-ed, so a symlink planted (or swapped in) at the last component is never followed.
-A refusal is one line naming the path, what is wrong, and the fix (exit code 2).
+Every file of a run read back is opened here (``open_trusted``): never through a link, and never
+so as to block (a FIFO or device there is refused, not waited on); one that is not UTF-8 text or
+JSON is ``DamagedFile``. A refusal is one line naming the path, what is wrong, and the fix (exit
+code 2).
 """
 
 from __future__ import annotations
 
 import errno
+import json
 import os
 import pwd
 import stat
 from pathlib import Path
+from typing import Any, BinaryIO
 
 from launcher.errors import UserError
 
@@ -109,22 +114,62 @@ def trusted_dir(path: Path, what: str) -> Path:
     return Path(real)
 
 
-def read_trusted_text(path: Path, what: str) -> str:
-    """The text of ``path``, a regular file of the user's that no one else can write and not a
-    symlink: distlaunch runs the ``python`` and commands such files name. FileNotFoundError when
-    it is missing."""
+def open_trusted(path: Path, what: str, runs: bool = False) -> BinaryIO:
+    """``path`` opened for reading (binary), if it is a regular file of the user's that no one else
+    can write and not a symlink, judged on what was opened: ``O_NOFOLLOW``, and ``O_NONBLOCK`` so
+    that a FIFO or device planted or left there is refused instead of blocking the open. ``what``
+    names it in a refusal ("the run's events"); ``runs``: distlaunch runs the ``python`` and
+    commands it names (said in the refusal). FileNotFoundError when it is missing."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)  # a FIFO never blocks
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError as exc:
         if isinstance(exc, FileNotFoundError):
             raise
         why = "a symbolic link" if exc.errno == errno.ELOOP else exc.strerror
         raise UnsafePath(f"{path}: cannot read {what} ({why}); distlaunch reads it only from a file of "
                          "yours") from None
-    with os.fdopen(fd, encoding="utf-8") as fh:
-        st = os.fstat(fh.fileno())
+    try:
+        st = os.fstat(fd)
         problem = "not a regular file" if not stat.S_ISREG(st.st_mode) else ownership_problem(st)
         if problem is not None:
-            raise UnsafePath(f"{path}: {problem}; distlaunch runs what {what} names only from a file of yours "
+            use = f"runs what {what} names" if runs else f"reads {what}"
+            raise UnsafePath(f"{path}: {problem}; distlaunch {use} only from a regular file of yours "
                              f"that no one else can write: {_fix(problem, str(path), 'go-w')}")
-        return fh.read()
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+class DamagedFile(UserError):
+    """A file of a run that is the user's and safe to read, but not what distlaunch wrote there:
+    not UTF-8 text, not JSON. ``reason`` says what is wrong with it without the path."""
+
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+def read_trusted_text(path: Path, what: str, fix: str = "restore it or remove it", runs: bool = True) -> str:
+    """The text of ``path`` as ``open_trusted`` opens it (by default for a file whose ``python``
+    and commands distlaunch runs). FileNotFoundError when it is missing, UnsafePath when it is not
+    a file of the user's alone, DamagedFile (saying ``fix``) when it is not UTF-8 text."""
+    with open_trusted(path, what, runs=runs) as fh:
+        data = fh.read()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        reason = f"not UTF-8 text: byte 0x{data[exc.start]:02x} at offset {exc.start}"
+        raise DamagedFile(f"{path}: {what} is {reason} (damaged, or not distlaunch's); {fix}", reason) from None
+
+
+def read_trusted_json(path: Path, what: str, fix: str = "restore it or remove it", runs: bool = True) -> Any:
+    """The JSON value in ``path``, read as ``read_trusted_text`` reads it; DamagedFile (saying
+    ``fix``) when it is not UTF-8 text or not JSON."""
+    text = read_trusted_text(path, what, fix, runs)
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError) as exc:  # RecursionError: 100,000 "[" in a row
+        reason = f"not JSON: {exc}"
+        raise DamagedFile(f"{path}: {what} is {reason} (damaged, or not distlaunch's); {fix}", reason) from None

@@ -30,8 +30,8 @@ from launcher.agent import pid_alive
 from launcher.errors import UserError
 from launcher.events import LOG, Event, EventDecodeError
 from launcher.model import HostConfig, SshSettings
-from launcher.paths import runs_root
-from launcher.privatedir import owner_name, read_trusted_text, trusted_dir
+from launcher.paths import LATEST_LINK, runs_root
+from launcher.privatedir import DamagedFile, open_trusted, owner_name, read_trusted_json, trusted_dir
 from launcher.telemetry.eventcheck import decode_checked
 
 PRIVATE_DIR = 0o700
@@ -44,7 +44,6 @@ DOWN_MARKER = "down-requested"
 RUN_MARKER = ".distlaunch-run"
 #: captures of every task's stacks (``distlaunch stacks``' JSON and text), one pair per capture
 STACKS_DIR = "stacks"
-LATEST_LINK = "latest"  # in the state root: the most recent run started there
 #: lines kept in memory while the run dir cannot be written (disk full), written once it can
 PENDING_LINES = 100_000
 
@@ -61,8 +60,10 @@ def make_private_dir(path: Path) -> None:
 
 
 def new_run_id(profile_name: str) -> str:
+    """``<profile name>-<time>-<4 hex>``, the name made to fit ``paths.RUN_ID_RULE``."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    safe = "".join(c if c.isalnum() or c in "-_" else "-" for c in profile_name)[:40] or "run"
+    safe = "".join(c if (c.isascii() and c.isalnum()) or c in "-_" else "-" for c in profile_name)
+    safe = safe.lstrip("-_")[:40] or "run"
     return f"{safe}-{stamp}-{secrets.token_hex(2)}"
 
 
@@ -345,17 +346,20 @@ def outside_state_dir(path: Path) -> bool:
 
 
 def read_state(path: Path) -> dict[str, Any]:
-    """A run's state.json, read only from a file of the user's that no one else can write: it
-    names the ``python`` that `down`, `attach` and `stacks` run."""
+    """A run's state.json, read only from a regular file of the user's that no one else can write
+    (it names the ``python`` that `down`, `attach` and `stacks` run); one that is not UTF-8 JSON
+    with a run id is one line saying so and what to do."""
+    fix = (f"distlaunch cannot use this run: restore the file, or remove the run dir (`rm -r {path}`) once "
+           "none of its tasks runs")
     try:
-        data: dict[str, Any] = json.loads(read_trusted_text(path / STATE_FILE, "the run state"))
+        data = read_trusted_json(path / STATE_FILE, "the run state")
     except FileNotFoundError:
         raise UserError(f"{path}: not a distlaunch run directory (no {STATE_FILE})") from None
-    except ValueError as exc:
-        raise UserError(f"{path / STATE_FILE}: unreadable run state ({exc})") from None
+    except DamagedFile as exc:
+        raise UserError(f"{path / STATE_FILE}: unreadable run state ({exc.reason}); {fix}") from None
     if not isinstance(data, dict) or not isinstance(data.get("run_id"), str):
         raise UserError(f"{path / STATE_FILE}: unreadable run state (no run_id): not a distlaunch run's, "
-                        "or damaged")
+                        f"or damaged; {fix}")
     return data
 
 
@@ -369,12 +373,10 @@ class EventLines:
         self.skipped = 0
 
     def __iter__(self) -> Iterator[Event]:
-        try:
-            fh = self.path.open("rb")
+        try:  # a FIFO, a link or a file others may write there: one line, never a hang
+            fh = open_trusted(self.path, "the run's events")
         except FileNotFoundError:
             return
-        except OSError as exc:
-            raise UserError(f"{self.path}: cannot read the run's events: {exc.strerror or exc}") from None
         with fh:
             for raw in fh:
                 if not raw.strip():
@@ -436,12 +438,10 @@ def find_run(ref: str | None) -> Path:
 
 
 def trusted_run_dir(path: Path) -> Path:
-    """``path`` resolved, if it and its state.json are the user's and no one else can write them."""
+    """``path`` resolved, if it and its state.json are the user's and no one else can write them
+    (and that state is readable: ``read_state``)."""
     real = trusted_dir(path, "run directory")
-    try:
-        read_trusted_text(real / STATE_FILE, "the run state")
-    except FileNotFoundError:
-        raise UserError(f"{path}: not a distlaunch run directory (no {STATE_FILE})") from None
+    read_state(real)
     return real
 
 

@@ -82,7 +82,8 @@ def load_recorded_profile(run_dir: Path, state: dict[str, Any]) -> Profile:
     """The profile a run started with; runs recorded before the record existed read the file."""
     path = Path(str(state["profile"]))
     try:  # its commands and python run again: only from a file of the user's no one else can write
-        text = read_trusted_text(run_dir / PROFILE_FILE, "the run's recorded profile")
+        text = read_trusted_text(run_dir / PROFILE_FILE, "the run's recorded profile",
+                                 fix="restore it, or stop the run with `distlaunch down`")
     except FileNotFoundError:
         return load_profile(path)
     overrides = state.get("overrides") or {}

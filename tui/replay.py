@@ -8,6 +8,7 @@ from collections.abc import Generator, Iterator
 from pathlib import Path
 
 from launcher.events import Event, EventDecodeError
+from launcher.privatedir import open_trusted
 from launcher.telemetry.eventcheck import decode_checked
 
 MAX_GAP_S = 1.0
@@ -80,7 +81,7 @@ class ReplaySource:
     def _one_pass(self, target: float | None) -> Generator[Event, None, float | None]:
         """One read of the file; returns the time to go back to when a seek backwards cut it short."""
         previous_ts: float | None = None
-        with self.path.open("rb") as lines:
+        with open_trusted(self.path, "the run's events") as lines:  # a FIFO or a link: refused, never waited on
             for number, raw in enumerate(lines, start=1):
                 if self._closed.is_set():
                     return None

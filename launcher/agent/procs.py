@@ -21,6 +21,14 @@ PR_SET_CHILD_SUBREAPER = 36
 SPAWN_LOCK = threading.Lock()
 
 
+def default_signals() -> None:
+    """A task's preexec_fn: no signal ignored or blocked (ARCHITECTURE.md, How a task runs)."""
+    for signum in signal.valid_signals():
+        with contextlib.suppress(OSError, ValueError):  # SIGKILL, SIGSTOP
+            signal.signal(signum, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_SETMASK, ())
+
+
 def pause(seconds: float) -> None:
     """Sleep on a timed wait: libfaketime (a host whose clock is faked in tests) makes
     ``time.sleep`` fail with EINVAL, while condition waits keep working."""

@@ -15,6 +15,7 @@ its tasks' orphan grace would run out on every host while the user waits for one
 from __future__ import annotations
 
 import argparse
+import contextlib
 import signal
 import sys
 from pathlib import Path
@@ -28,6 +29,7 @@ from launcher.commands.up import follow_notify, report_outcome, start_control_se
 from launcher.errors import UserError
 from launcher.model import Plan
 from launcher.plan import build_plan
+from launcher.privatedir import open_trusted
 from launcher.remote.preflight import PreflightError
 from launcher.rundir import (
     EVENTS_FILE,
@@ -131,6 +133,8 @@ def run_replay(args: argparse.Namespace) -> int:
 
     path = find_run(args.run)
     state = read_state(path)
+    with contextlib.suppress(FileNotFoundError), open_trusted(path / EVENTS_FILE, "the run's events"):
+        pass  # a FIFO, a link or another's file there: one line now, not a dashboard that waits on it
     source = ReplaySource(path / EVENTS_FILE, speed=args.speed)
     hosts = state.get("hosts")
     run_dashboard(source, None, title=str(state.get("name")), strategy=str(state.get("strategy")),

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -21,6 +22,7 @@ from typing import Any
 from launcher import events as ev
 from launcher.errors import UserError
 from launcher.paths import runs_root
+from launcher.privatedir import DamagedFile, UnsafePath, open_trusted, read_trusted_json, trusted_dir
 from launcher.rundir import (
     EVENTS_FILE,
     LATEST_LINK,
@@ -158,10 +160,9 @@ def run_logs(args: argparse.Namespace) -> int:
     log = path / "logs" / f"{args.task.replace(':', '-')}.log"
     offset = 0
     while True:
-        if log.exists():
-            with log.open("rb") as fh:
-                fh.seek(offset)
-                chunk = fh.read()
+        with contextlib.suppress(FileNotFoundError), open_trusted(log, f"the log of {args.task}") as fh:
+            fh.seek(offset)
+            chunk = fh.read()
             if chunk:
                 sys.stdout.write(chunk.decode("utf-8", errors="replace"))
                 sys.stdout.flush()
@@ -198,8 +199,11 @@ class RunSummary:
     skipped_lines: int = 0
 
 
-def list_runs(root: Path | None = None, now: float | None = None) -> list[RunSummary]:
-    """Every run dir under ``root`` (default: the state root), newest first."""
+def list_runs(root: Path | None = None, now: float | None = None,
+              refused: list[str] | None = None) -> list[RunSummary]:
+    """Every run dir under ``root`` (default: the state root), newest first. A run dir, state.json
+    or events.jsonl that is not the user's alone, or not a regular file (a FIFO would block the
+    read: one run dir must never hang the list), is left out, with why added to ``refused``."""
     root = runs_root() if root is None else root
     if not root.is_dir():
         return []
@@ -207,27 +211,33 @@ def list_runs(root: Path | None = None, now: float | None = None) -> list[RunSum
     found: list[RunSummary] = []
     seen: set[Path] = set()
     for entry in root.iterdir():
-        if entry.name == LATEST_LINK or not (entry / STATE_FILE).is_file():
+        if entry.name == LATEST_LINK or not os.path.lexists(entry / STATE_FILE):
             continue
         path = entry.resolve()  # runs kept elsewhere (--run-dir) are linked into the root by id
         if path in seen:
             continue
         seen.add(path)
-        found.append(summarize_run(path, now))
+        try:
+            found.append(summarize_run(path, now))
+        except UnsafePath as exc:
+            if refused is not None:
+                refused.append(str(exc))
     found.sort(key=lambda r: r.started or 0.0, reverse=True)
     return found
 
 
 def summarize_run(path: Path, now: float) -> RunSummary:
     """One run's line; a run dir whose state.json cannot be read (damaged, half-written, foreign)
-    is listed as ``unreadable``, with why in its reason."""
+    is listed as ``unreadable``, with why in its reason. UnsafePath: the run dir, its state.json or
+    events.jsonl is not the user's alone, or not a regular file (never opened so as to block)."""
+    trusted_dir(path, "run directory")
     try:
-        state: Any = json.loads((path / STATE_FILE).read_bytes().decode("utf-8"))
+        state: Any = read_trusted_json(path / STATE_FILE, "the run state")
         problem = None if isinstance(state, dict) and isinstance(state.get("run_id"), str) else "no run_id"
+    except DamagedFile as exc:  # not UTF-8, not JSON
+        problem = exc.reason
     except OSError as exc:
         problem = exc.strerror or str(exc)
-    except ValueError as exc:  # not UTF-8, not JSON
-        problem = str(exc)
     ends = _EventEnds(path / EVENTS_FILE)
     if problem is not None:
         mtime: float | None = None
@@ -275,8 +285,8 @@ class _EventEnds:
         self.last: ev.Event | None = None
         self.last_job: ev.Event | None = None
         self.skipped = 0
-        try:
-            with path.open("rb") as fh:
+        try:  # UnsafePath (a FIFO, a link, another's file) goes to the caller
+            with open_trusted(path, "the run's events") as fh:
                 head = fh.readline()
                 fh.seek(0, 2)
                 size = fh.tell()
@@ -318,7 +328,10 @@ def human_duration(seconds: float | None) -> str:
 
 
 def run_runs(args: argparse.Namespace) -> int:
-    runs = list_runs()
+    refused: list[str] = []
+    runs = list_runs(refused=refused)
+    for why in refused:
+        print(f"distlaunch: warning: run not listed: {why}", file=sys.stderr)
     skipped = [r for r in runs if r.skipped_lines]
     if skipped:
         count = sum(r.skipped_lines for r in skipped)

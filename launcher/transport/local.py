@@ -10,6 +10,7 @@ import subprocess
 import threading
 from collections.abc import Callable
 
+from launcher.agent.procs import default_signals
 from launcher.errors import HostError
 from launcher.model import HostConfig
 from launcher.transport.base import CommandResult, CommandTimeout, Host, LineStream, ReaderLineStream, head
@@ -167,7 +168,7 @@ class LocalHost(Host):
         with open(log_path, "ab") as log:
             proc = subprocess.Popen(["/bin/sh", "-c", command], cwd=cwd, stdin=subprocess.DEVNULL,
                                     stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                    close_fds=True)
+                                    close_fds=True, preexec_fn=default_signals)  # not our ignored SIGINT
         # We are its parent: reap it when it ends, or it lingers as a zombie that looks alive.
         threading.Thread(target=proc.wait, daemon=True, name=f"reap-{proc.pid}").start()
         return proc.pid

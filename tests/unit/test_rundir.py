@@ -13,6 +13,7 @@ import pytest
 
 from launcher import events as ev
 from launcher.errors import UserError
+from launcher.paths import check_run_id
 from launcher.rundir import RunDir, find_run, new_run_id, read_events, read_state
 
 
@@ -50,6 +51,15 @@ def test_find_run_by_id_path_and_latest(tmp_path: Path, distlaunch_home: Path) -
     assert find_run(str(first.path)) == first.path
     with pytest.raises(UserError, match="no run 'nope'"):
         find_run("nope")
+
+
+def test_generated_run_ids_fit_the_rule_up_run_id_checks() -> None:
+    for name in ("my job", "-dashed", "_under", "modèle/ü", "", "..", "a" * 80, "latest"):
+        run_id = new_run_id(name)
+        assert check_run_id(run_id) == run_id, name
+    for bad in ("../x", "a/b", "..", ".x", "-x", "latest", "a b", "é", "x" * 101, ""):
+        with pytest.raises(UserError, match="not a run id"):
+            check_run_id(bad)
 
 
 def test_state_file_problems_are_user_errors(tmp_path: Path) -> None:

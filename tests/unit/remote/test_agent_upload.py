@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from launcher.agent.procs import default_signals
 from launcher.model import HostConfig
 from launcher.remote.agentpack import build_agent_zipapp
 from launcher.remote.channel import BOOTSTRAP
@@ -71,8 +72,10 @@ def test_an_upload_cut_short_installs_nothing_and_leaves_nothing(tmp_path: Path)
 def test_an_upload_hung_up_on_removes_its_file(tmp_path: Path) -> None:
     base = tmp_path / "host"
     pyz = build_agent_zipapp()
+    # as sshd starts a session's shell: SIGHUP at its default, even where pytest runs with it
+    # ignored (`nohup`, a script's background job), which the shell could not undo
     upload = subprocess.Popen(["/bin/sh", "-c", session(base)._prepare_script()], stdin=subprocess.PIPE,
-                              stderr=subprocess.PIPE, start_new_session=True)
+                              stderr=subprocess.PIPE, start_new_session=True, preexec_fn=default_signals)
     assert upload.stdin is not None
     try:
         upload.stdin.write(pyz[: len(pyz) // 2])
