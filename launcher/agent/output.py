@@ -16,6 +16,7 @@ from launcher import events
 from launcher.agent.agentlog import warn
 from launcher.agent.metricregex import MetricRegexes
 from launcher.agent.spec import AgentSpec
+from launcher.protocol.lines import Note, Unwritten
 
 MAX_LINE_BYTES = 1024 * 1024
 MALFORMED_REPORT_EVERY = 100
@@ -57,9 +58,8 @@ class EventWriter:
                 if self._append(told):
                     self._failed = 0
                     if self._publish is not None:
-                        note = {"task": event.task, "condition": "events_unwritten", "active": False,
-                                "reason": "its host writes events again"}
-                        self._publish(self._slug, b"#note " + json.dumps(note).encode("utf-8") + b"\n")
+                        note = Note(event.task, "events_unwritten", False, "its host writes events again")
+                        self._publish(self._slug, note.encode())
             self._append(event)
 
     def _append(self, event: events.Event) -> bool:
@@ -81,22 +81,22 @@ class EventWriter:
             self._failed += 1
             self._failure = exc.strerror or str(exc)
             if self._publish is not None:  # live followers still get it, marked as in no file
-                self._publish(self._slug, b"#unwritten " + data)
+                self._publish(self._slug, Unwritten(data[:-1].decode("utf-8")).encode())
             return False
         if self._publish is not None:
             self._publish(self._slug, data)
         return True
 
     def _tell_followers(self, event: events.Event, exc: OSError) -> None:
-        """Once per failing spell: a ``#note`` line to the followers (it is in no file), so a
+        """Once per failing spell: a ``Note`` line to the followers (it is in no file), so a
         launcher says at once that this task's events are being dropped, not only when writing
         works again and the gap in ``seq`` shows. Under the writers' lock, like a publish."""
         if self._publish is None or event.task is None:
             return
-        note = {"task": event.task, "condition": "events_unwritten", "active": True,
-                "reason": "its host cannot write events to %s (%s): they reach a live launcher but are "
-                          "not kept on the host; the task runs on" % (self._path, exc.strerror or exc)}
-        self._publish(self._slug, b"#note " + json.dumps(note).encode("utf-8") + b"\n")
+        note = Note(event.task, "events_unwritten", True,
+                    "its host cannot write events to %s (%s): they reach a live launcher but are "
+                    "not kept on the host; the task runs on" % (self._path, exc.strerror or exc))
+        self._publish(self._slug, note.encode())
 
     def close(self) -> None:
         with self._lock:

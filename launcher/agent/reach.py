@@ -5,9 +5,10 @@ host's task ports at the addresses TF_CONFIG will use, while those hosts hold th
 (``PortHold``): the preflight verb keeps the ports it checked (given and picked) listening and
 answers each connection with a line naming its host, so a wrong ``tf_address`` that leads to
 another machine's listener is told apart from the right one. Phase 2 (``probe``): on the
-launcher's ``#reach`` line the verb connects to every pair it was sent, all at once, and answers
-the failures on one ``#reach`` line. The ports are let go on the launcher's next line (or EOF),
-which comes only once every host answered: the tasks need them free.
+launcher's ``ReachRequest`` line (launcher/protocol/lines.py) the verb connects to every pair it
+was sent, all at once, and answers the failures on one ``ReachAnswer`` line. The ports are let go
+on the launcher's next line (or EOF), which comes only once every host answered: the tasks need
+them free.
 
 Stdlib-only, Python >= 3.9 (runs on hosts from the agent zipapp).
 """
@@ -15,7 +16,6 @@ Stdlib-only, Python >= 3.9 (runs on hosts from the agent zipapp).
 from __future__ import annotations
 
 import errno
-import json
 import os
 import selectors
 import socket
@@ -23,14 +23,14 @@ import sys
 import threading
 import time
 
+from launcher.protocol.lines import Malformed, ReachAnswer, ReachRequest, decode_agent_input
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Dict, List, Optional, Tuple
 
 #: how long one connection may take before the pair counts as unreachable
 CONNECT_SECONDS = 3.0
-#: the line the launcher sends (targets) and the line the verb answers (failures) start with this
-PREFIX = "#reach "
 #: what a held port says to whoever connects, followed by the token (the host's name in the profile)
 GREETING = "distlaunch-reach "
 
@@ -216,7 +216,7 @@ def _read_line(buffer: bytearray) -> Optional[bytes]:
 
 
 def hold_until_released(hold: PortHold) -> bytes:
-    """Phase 2 on stdin: answer each ``#reach`` line by probing its targets while the ports stay
+    """Phase 2 on stdin: answer each ``ReachRequest`` line by probing its targets while the ports stay
     held; any other line lets the ports go and is returned (with whatever came after it) for the
     verb to go on with; EOF lets them go and returns b""."""
     buffer = bytearray()
@@ -225,15 +225,17 @@ def hold_until_released(hold: PortHold) -> bytes:
             line = _read_line(buffer)
             if line is None:
                 return b""
-            text = line.decode("utf-8", "replace")
-            if not text.startswith(PREFIX):
+            request = decode_agent_input(line)
+            if isinstance(request, Malformed) and request.meant is ReachRequest:
+                answer = ReachAnswer(error="bad reach request: %s" % request.why)
+            elif not isinstance(request, ReachRequest):
                 return line + b"\n" + bytes(buffer)
-            try:
-                targets = json.loads(text[len(PREFIX):]).get("targets") or []
-                answer: Dict[str, Any] = {"failed": probe(list(targets))}
-            except (ValueError, TypeError, AttributeError, KeyError) as exc:
-                answer = {"error": "bad reach request: %s" % exc}
-            sys.stdout.write(PREFIX + json.dumps(answer) + "\n")
+            else:
+                try:
+                    answer = ReachAnswer(probe(list(request.targets)))
+                except (ValueError, TypeError, AttributeError, KeyError) as exc:
+                    answer = ReachAnswer(error="bad reach request: %s" % exc)
+            sys.stdout.write(answer.line() + "\n")
             sys.stdout.flush()
     finally:
         hold.close()

@@ -3,9 +3,10 @@
 The host agent's ``EventWriter``s publish each line they append, under the lock they share with
 ``EventHub.follow``. A follower that joins reads each task's file from its byte offset up to
 the size the file had when it joined, then gets every later line pushed: each line exactly
-once, in file order per task, with no file polling. A ``#hb <host time>`` line goes out every
-second, busy or not (the launcher estimates the host's clock from it and tells a dead link by
-its absence). Any bytes a follower sends are pings: the launcher still reads it.
+once, in file order per task, with no file polling. A ``Heartbeat`` (the host's time) goes out
+every second, busy or not (the launcher estimates the host's clock from it and tells a dead link
+by its absence). Any bytes a follower sends are pings: the launcher still reads it. The lines
+are the agent stream of ``launcher/protocol/lines.py``.
 
 Stdlib-only, Python >= 3.9 (runs on hosts from the agent zipapp).
 """
@@ -13,12 +14,13 @@ Stdlib-only, Python >= 3.9 (runs on hosts from the agent zipapp).
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import socket
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Union
+
+from launcher.protocol.lines import AgentAnswer, AgentRequest, Heartbeat, Malformed, decode_agent_input
 
 HEARTBEAT_SECONDS = 1.0
 #: a ping this recent means the launcher still reads its follower (it pings every second)
@@ -71,7 +73,7 @@ class EventHub:
                  on_request: Optional[Callable[[Dict[str, Any]], Dict[str, Any]]] = None) -> None:
         self.tasks_dir = tasks_dir
         self.lock = lock  # shared with every EventWriter of the host agent
-        self.on_request = on_request  # JSON lines from a follower: answered with "#re <json>" on its stream
+        self.on_request = on_request  # a follower's requests: each answered (AgentAnswer) on its stream
         self._followers: List[Follower] = []
         self.last_follower_left = time.monotonic()
 
@@ -114,8 +116,10 @@ class EventHub:
                 pending += data
                 while b"\n" in pending:
                     line, pending = pending.split(b"\n", 1)
-                    if line.startswith(b"{") and self.on_request is not None:
-                        threading.Thread(target=self._answer, args=(follower, line), name="request",
+                    request = decode_agent_input(line) if self.on_request is not None else None
+                    if isinstance(request, AgentRequest) or (isinstance(request, Malformed)
+                                                             and request.meant is AgentRequest):
+                        threading.Thread(target=self._answer, args=(follower, request), name="request",
                                          daemon=True).start()
                 data = b""
         except OSError:
@@ -131,17 +135,17 @@ class EventHub:
             with contextlib.suppress(OSError):
                 sock.close()
 
-    def _answer(self, follower: Follower, line: bytes) -> None:
-        request: Dict[str, Any] = {}
-        try:
-            request = json.loads(line)
-            assert self.on_request is not None
-            answer = self.on_request(request)
-        except Exception as exc:  # a bad request is answered, never fatal to the stream
-            answer = {"error": "%s: %s" % (type(exc).__name__, exc)}
+    def _answer(self, follower: Follower, request: Union[AgentRequest, Malformed]) -> None:
+        if isinstance(request, Malformed):  # a bad request is answered, never fatal to the stream
+            answer: Dict[str, Any] = {"error": request.why}
+        else:
+            try:
+                assert self.on_request is not None
+                answer = self.on_request(request.body)
+            except Exception as exc:
+                answer = {"error": "%s: %s" % (type(exc).__name__, exc)}
         then = answer.pop(THEN_KEY, None)  # what to do once the answer is queued (the agent's end)
-        answer["id"] = request.get("id") if isinstance(request, dict) else None
-        follower.push(b"#re " + json.dumps(answer).encode() + b"\n")
+        follower.push(AgentAnswer(answer, request.id if isinstance(request, AgentRequest) else None).encode())
         if callable(then):
             then()
 
@@ -192,7 +196,7 @@ class EventHub:
                     return
                 now = time.monotonic()
                 if now >= next_hb:
-                    batch.append(b"#hb %.3f\n" % time.time())
+                    batch.append(Heartbeat(time.time()).encode())
                     next_hb = now + HEARTBEAT_SECONDS
                 if batch:
                     follower.sock.sendall(b"".join(batch))

@@ -233,7 +233,7 @@ def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
         preflight.add_argument("--run-dir", default=None)
         preflight.add_argument("--listen", default=None, metavar="TOKEN",
                                help="hold the checked and picked ports open, greeting with TOKEN, and answer "
-                                    "`#reach` lines on stdin until another line or EOF (launcher/agent/reach.py)")
+                                    "reach requests on stdin until another line or EOF (launcher/agent/reach.py)")
         preflight.add_argument("--facts", default=None, metavar="JSON",
                                help='JSON {"paths": [...], "gpus": bool}: also free space at the paths, free memory, '
                                     "the clock and (if asked) the GPUs (launcher/agent/hostfacts.py)")

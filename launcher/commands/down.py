@@ -25,6 +25,7 @@ from launcher.commands import notice
 from launcher.commands.runhosts import connect_sessions
 from launcher.commands.status import RunSummary, list_runs, require_task, summarize_run
 from launcher.errors import HostError, HostGone, UserError
+from launcher.protocol.lines import Request
 from launcher.remote.session import HostSession
 from launcher.runclean import remove_run_dir
 from launcher.rundir import (
@@ -37,7 +38,7 @@ from launcher.rundir import (
     supervisor_alive,
     unlink_from_root,
 )
-from launcher.supervise import controlsock
+from launcher.supervise import controlclient
 from launcher.telemetry.progressline import Progress
 
 #: how long `down` waits for a live supervisor to finish the teardown it asked for
@@ -53,7 +54,7 @@ def run_down(args: argparse.Namespace) -> int:
     except OSError as exc:  # a full disk: the stop goes on, only the marker is missing
         notice(f"cannot mark {path} as being downed ({exc.strerror}); stopping it all the same")
     torn_down = False  # the supervisor's own teardown stopped every agent and swept every host
-    if controlsock.send(run_id, "teardown", reason="stopped by `distlaunch down`") is not None:
+    if controlclient.ask(run_id, Request("teardown", reason="stopped by `distlaunch down`")) is not None:
         pid = state.get("supervisor_pid", state.get("launcher_pid"))
         print(f"asked the supervisor of {run_id} (pid {pid}) to tear down")
         # its own teardown stops and sweeps every host: wait for it, then check behind it (on Slurm
@@ -146,12 +147,12 @@ def run_restart(args: argparse.Namespace) -> int:
     path = find_run(args.run)
     state = read_state(path)
     require_task(state, args.task)
-    answer = controlsock.send(str(state["run_id"]), "restart", args.task)
+    answer = controlclient.ask(str(state["run_id"]), Request("restart", task=args.task))
     if answer is None:
         raise UserError(f"run {state['run_id']} has no live launcher; `distlaunch attach {state['run_id']}` "
                         "first, then restart from there")
-    if not answer.get("ok"):
-        raise UserError(f"restart refused: {answer.get('error')}")
+    if not answer.ok:
+        raise UserError(f"restart refused: {answer.error}")
     print(f"restart of {args.task} requested; watch it with `distlaunch status {state['run_id']}`")
     return 0
 
@@ -202,7 +203,7 @@ def remove_run(run: RunSummary) -> list[str]:
     left += [str(path / name) for name in remove_run_dir(path, run.run)]
     if outside_state_dir(path):
         unlink_from_root(run.run, path)
-    controlsock.remove_stale(run.run)  # a supervisor killed outright leaves its socket's name
+    controlclient.remove_stale(run.run)  # a supervisor killed outright leaves its socket's name
     return left
 
 

@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from launcher import events as ev
 from launcher.commands import notice
 from launcher.errors import UserError
+from launcher.protocol.lines import job_exit_code
 from launcher.rundir import pid_alive, read_state
 from launcher.supervise.daemon import SUPERVISOR_LOG, unblock_signals
 from launcher.supervise.remotejob import RemoteJob
@@ -340,13 +340,8 @@ def _ended(job: RemoteJob, child: int | None, signals: ClientSignals, relay: Log
     if job.end is None:
         notice(f"the supervisor of {job.run_id} went away; `distlaunch status {job.run_id}` says what is left")
         return 1
-    outcome = job.end.get("outcome")
-    if outcome == ev.JOB_SUCCEEDED:
-        return 0
-    if signals.exit_code is not None:
-        return signals.exit_code
-    told = job.end.get("exit_code")
-    return told if isinstance(told, int) else 1
+    # this client's own stop signal, else the code the supervisor told (its own stop signal's)
+    return job_exit_code(job.end.outcome, signals.exit_code if signals.exit_code is not None else job.end.exit_code)
 
 
 def _left(run_id: str, who: str, detached: bool = False, to_stderr: bool = False) -> int:

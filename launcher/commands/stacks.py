@@ -17,8 +17,9 @@ from typing import Any
 
 from launcher.agent.stackmodel import UNKNOWN, TaskStacks, task_sort_key
 from launcher.errors import UserError
+from launcher.protocol.lines import Request
 from launcher.rundir import RunDir, find_run, read_state
-from launcher.supervise import controlsock
+from launcher.supervise import controlclient
 from launcher.supervise.stackcapture import capture_by_verb
 from launcher.telemetry.stacktext import render, to_json
 
@@ -67,14 +68,14 @@ def _from_launcher(run_id: str, tasks: list[str], native: bool,
                    timeout: float) -> tuple[list[TaskStacks] | None, str | None]:
     """The live launcher's capture and where it kept it; None when no launcher listens (then the
     CLI asks the hosts)."""
-    answer = controlsock.send(run_id, "stacks", timeout=timeout + CONTROL_MARGIN_SECONDS,
-                              tasks=tasks, native=native, timeout_s=timeout)
+    request = Request("stacks", tasks=tuple(tasks), native=native, timeout_s=timeout)
+    answer = controlclient.ask(run_id, request, timeout=timeout + CONTROL_MARGIN_SECONDS)
     if answer is None:
         return None, None
-    if not answer.get("ok"):
-        why = f"the launcher could not take them: {answer.get('error')}"
+    if not answer.ok:
+        why = f"the launcher could not take them: {answer.error}"
         return [TaskStacks(task, "", None, UNKNOWN, note=why) for task in tasks], None
-    return [TaskStacks.from_json(item) for item in answer.get("stacks") or []], answer.get("path")
+    return [TaskStacks.from_json(item) for item in answer.stacks or []], answer.path
 
 
 def _from_hosts(state: dict[str, Any], tasks: list[str], native: bool, timeout: float) -> list[TaskStacks]:

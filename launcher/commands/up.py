@@ -29,6 +29,7 @@ from launcher.plan import build_plan
 from launcher.profile.containeropts import container_warnings
 from launcher.profile.overrides import mask_secrets, overrides_from
 from launcher.profile.reader import load_profile
+from launcher.protocol.lines import job_exit_code
 from launcher.remote.preflight import Preflight, prepare_hosts
 from launcher.rundir import (
     RunDir,
@@ -193,9 +194,7 @@ def start_control_server(sup: Supervisor, listener: controlsock.ControlListener,
     whose code a follower of the whole job exits with."""
 
     def exit_code(outcome: str | None) -> int:
-        if outcome == ev.JOB_SUCCEEDED:
-            return 0
-        return signals.exit_code if signals is not None and signals.exit_code is not None else 1
+        return job_exit_code(outcome, signals.exit_code if signals is not None else None)
 
     return controlsock.ControlServer(sup.run_id, sup, exit_code, listener)
 
@@ -205,8 +204,4 @@ def report_outcome(sup: Supervisor, outcome: str | None, stopped_code: int | Non
     for host, left in sup.leftovers.items():
         notice(f"host {host}: {len(left)} process(es) or container(s) of the run survived teardown: "
              + ", ".join(str(p.get("pid") or p.get("container")) for p in left))
-    if outcome == ev.JOB_SUCCEEDED:
-        return 0
-    if stopped_code is not None:
-        return stopped_code
-    return 1
+    return job_exit_code(outcome, stopped_code)

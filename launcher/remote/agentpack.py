@@ -1,8 +1,8 @@
 """Packs the host agent into one zipapp the launcher uploads to every host.
 
 Hosts need only Python (DESIGN.md section 3): the zipapp carries the stdlib-only modules the
-agent and training scripts import (``launcher.agent``, ``launcher.events``, ``launcher.report``,
-...), and the agent puts the zipapp itself on the task's PYTHONPATH.
+agent and training scripts import (``launcher.agent``, ``launcher.protocol``, ``launcher.events``,
+``launcher.report``, ...), and the agent puts the zipapp itself on the task's PYTHONPATH.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from pathlib import Path
 
 LAUNCHER_DIR = Path(__file__).resolve().parent.parent
 #: what runs on hosts and inside tasks (docs/ARCHITECTURE.md): these packages whole, these modules
-SHIPPED_PACKAGES = ("agent", "autolog")
+SHIPPED_PACKAGES = ("agent", "autolog", "protocol")
 SHIPPED_MODULES = ("__init__", "events", "report")
 #: left out: ``python -m launcher.agent`` is for the launcher's side (the archive has its own
 #: ``__main__``), and autolog's start-up hook goes in as ``SITE_DIR/sitecustomize.py``

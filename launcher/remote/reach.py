@@ -10,13 +10,13 @@ one (`check`, Slurm, [sync]: the channel is closed afterwards). A single-host pl
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 
-from launcher.agent.reach import CONNECT_SECONDS, PREFIX
+from launcher.agent.reach import CONNECT_SECONDS
 from launcher.model import Plan
 from launcher.plan import host_port
+from launcher.protocol.lines import ReachAnswer, ReachRequest, decode_agent
 from launcher.remote.channel import AgentChannel
 
 #: how long a host may take to answer, beyond the connections' own timeout
@@ -60,21 +60,20 @@ def check_reach(plan: Plan, ports: Mapping[str, int], channels: Mapping[str, Age
 
     def ask(source: str) -> list[str]:
         channel = channels[source]
-        line = PREFIX + json.dumps({"targets": targets(plan, ports, source)})
+        line = ReachRequest(targets(plan, ports, source)).line()
         try:
-            answer_line = channel.ask(line, PREFIX, timeout)
+            answer_line = channel.ask(line, ReachAnswer.PREFIX, timeout)
         except TimeoutError:
             return [f"host {source}: the reach check did not answer within {timeout:g} s"]
         if answer_line is None:
             detail = (channel.stderr_tail().strip().splitlines() or ["the agent ended"])[-1]
             return [f"host {source}: the reach check ended without an answer: {detail}"]
-        try:
-            answer = json.loads(answer_line[len(PREFIX):])
-        except ValueError:
+        answer = decode_agent(answer_line)
+        if not isinstance(answer, ReachAnswer):
             return [f"host {source}: the reach check answered {answer_line[:200]!r}"]
-        if answer.get("error"):
-            return [f"host {source}: the reach check failed: {answer['error']}"]
-        return [describe(source, failure, plan) for failure in answer.get("failed") or []]
+        if answer.error:
+            return [f"host {source}: the reach check failed: {answer.error}"]
+        return [describe(source, failure, plan) for failure in answer.failed]
 
     sources = [h for h in hosts_of(plan) if h in channels]
     with ThreadPoolExecutor(max_workers=min(32, len(sources) or 1)) as pool:

@@ -1,11 +1,12 @@
-"""How clients reach a run's supervisor: the dashboard, `--no-tui` and `attach` follow its
+"""The supervisor's end of a run's control socket (a client's end is controlclient.py; the lines
+both speak are launcher/protocol/lines.py): the dashboard, `--no-tui` and `attach` follow its
 events here, and `distlaunch restart`, `stop`, `down` and `stacks` ask it to act.
 
 The supervisor listens on a unix socket named after the run id, a file in a 0700 directory of
-the user's (``socket_path``): under the state dir, or, where that path is too long for a socket,
-in the user's private runtime dir. No other user can create, take or reach that name; an abstract
-name would not do, since every local user sees those in /proc/net/unix and may bind a freed one
-first. A request is one JSON line, the answer one JSON line.
+the user's (``controlclient.socket_path``): under the state dir, or, where that path is too long
+for a socket, in the user's private runtime dir. No other user can create, take or reach that
+name; an abstract name would not do, since every local user sees those in /proc/net/unix and may
+bind a freed one first. A request is one JSON line, the answer one JSON line.
 
 Each connection's peer credentials (SO_PEERCRED, set by the kernel) are still checked before
 anything is spent on it: only the launcher's own user may act on the run. A request must arrive
@@ -15,93 +16,35 @@ whole within REQUEST_DEADLINE_S, however slowly its bytes drip in.
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
 import os
 import queue
-import re
 import select
 import socket
 import stat
-import struct
-import tempfile
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-from launcher import events as ev
 from launcher.errors import UserError
 from launcher.paths import state_home
 from launcher.privatedir import ensure_private_dir
+from launcher.protocol import lines
+from launcher.protocol.lines import MAX_SOCKET_PATH, Answer, Dropped, End, Hello, Live, Request
 from launcher.rundir import EVENTS_FILE
+from launcher.supervise.controlclient import peer_uid, socket_path
 from launcher.supervise.core import LineFeed
 from launcher.supervise.stackcapture import record
 from launcher.supervise.supervisor import Supervisor
 
-ACTIONS = ("restart", "stop", "teardown", "detach", "stacks", "follow")
 #: a request is one short JSON line; anything longer is not read
 MAX_REQUEST = 64 * 1024
 #: how long a connection may take to send its request: an idle one must not hold anything up
 REQUEST_DEADLINE_S = 5.0
 #: how long one send to a follower may wait (a client that stopped reading is let go)
 SEND_TIMEOUT_S = float(os.environ.get("DISTLAUNCH_CLIENT_SEND_TIMEOUT") or 30.0)
-
-
-#: the longest path a unix socket may have (sun_path, less its terminating NUL)
-MAX_SOCKET_PATH = 107
 #: connections whose request is still being read, at most: each holds a thread for its deadline
 MAX_PENDING_REQUESTS = 32
-_PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
-
-
-def _socket_name(run_id: str) -> str:
-    if _PLAIN_NAME.fullmatch(run_id):
-        return f"{run_id}.sock"
-    return hashlib.sha256(run_id.encode()).hexdigest()[:32] + ".sock"
-
-
-def _control_dirs() -> list[Path]:
-    """Where a run's socket may live, best first: each a 0700 directory of the user's."""
-    dirs = [state_home() / "control"]
-    runtime = os.environ.get("XDG_RUNTIME_DIR")
-    if runtime and os.path.isabs(runtime):
-        dirs.append(Path(runtime) / "distlaunch")
-    dirs.append(Path(tempfile.gettempdir()) / f"distlaunch-{os.getuid()}")
-    return dirs
-
-
-def socket_path(run_id: str) -> Path:
-    """The run's control socket: the first of ``_control_dirs`` short enough for a socket path
-    (client and supervisor share the environment, so both find the same one)."""
-    name = _socket_name(run_id)
-    dirs = _control_dirs()
-    for directory in dirs:
-        if len(os.fsencode(directory / name)) <= MAX_SOCKET_PATH:
-            return directory / name
-    return dirs[-1] / name  # too long everywhere: listen() says so
-
-
-def remove_stale(run_id: str) -> None:
-    """Remove the run's socket where no supervisor listens on it any more (one killed outright
-    could not remove it); a live one's is left alone."""
-    path = socket_path(run_id)
-    try:
-        st = os.lstat(path)
-    except OSError:
-        return
-    if not stat.S_ISSOCK(st.st_mode) or st.st_uid != os.getuid():
-        return
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
-        probe.settimeout(2.0)
-        try:
-            probe.connect(os.fspath(path))
-        except ConnectionRefusedError:
-            with contextlib.suppress(OSError):
-                os.unlink(path)
-        except OSError:
-            pass
 
 
 class ControlListener:
@@ -134,7 +77,7 @@ def listen(run_id: str) -> ControlListener:
     hint = "; distlaunch keeps the run's control socket there"
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        if path.parent == state_home() / "control":
+        if path.parent == Path(lines.control_dirs(os.fspath(state_home()))[0]):  # under the state dir: make it first
             path.parent.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         ensure_private_dir(path.parent, hint)
         with contextlib.suppress(FileNotFoundError):
@@ -154,13 +97,6 @@ def listen(run_id: str) -> ControlListener:
                         "what is in the way and run it again") from None
 
 
-def peer_uid(conn: socket.socket) -> int:
-    """The uid of the process at the other end of a connected unix socket, as the kernel saw it."""
-    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    _pid, uid, _gid = struct.unpack("3i", creds)
-    return int(uid)
-
-
 class ControlServer:
     """Serves each connection of the owner on a thread of its own: a slow or idle client never
     keeps another's requests waiting, and a request must arrive whole within its deadline. Another
@@ -173,7 +109,7 @@ class ControlServer:
                  exit_code: Callable[[str | None], int] | None = None,
                  listener: ControlListener | None = None) -> None:
         self.control = control
-        self._exit_code = exit_code or (lambda outcome: 0 if outcome == ev.JOB_SUCCEEDED else 1)
+        self._exit_code = exit_code or lines.job_exit_code
         self._listener = listener if listener is not None else listen(run_id)
         self._sock = self._listener.sock
         self._closed = False
@@ -219,22 +155,25 @@ class ControlServer:
                 line = _read_request(conn, time.monotonic() + REQUEST_DEADLINE_S)
             finally:
                 self._pending.release()
-            request = json.loads(line)
-            if request.get("action") == "stacks":
+            request = lines.decode_request(line)
+            if not isinstance(request, Request):
+                answer = Answer(False, f"{request.why}: {request.line[:200]!r}")
+            elif request.action == "stacks":
                 self._stacks(conn, request)
                 return
-            if request.get("action") == "follow":
-                self._follow(conn, history=request.get("history") is not False)
+            elif request.action == "follow":
+                self._follow(conn, history=request.history)
                 return
-            answer = self._handle(request)
+            else:
+                answer = self._handle(request)
         except (OSError, ValueError, AttributeError) as exc:
-            answer = {"ok": False, "error": str(exc) or type(exc).__name__}
+            answer = Answer(False, str(exc) or type(exc).__name__)
         _reply(conn, answer)
 
     def _follow(self, conn: socket.socket, history: bool) -> None:
-        """A client (the dashboard, --no-tui, --json, attach): a hello line, the history (events.jsonl
-        up to the cut), ``#live``, then every event as it is published and ``#launched`` once the
-        launch is over, and last ``#end {outcome, exit_code}``. A client that stops reading is
+        """A client (the dashboard, --no-tui, --json, attach): ``Hello``, the history (events.jsonl
+        up to the cut), ``Live``, then every event as it is published and ``Launched`` once the
+        launch is over, and last ``End`` (outcome, exit code). A client that stops reading is
         dropped once its feed holds MAX_BACKLOG batches (core.LineFeed) or a send has waited
         SEND_TIMEOUT_S; one that goes away is dropped at once. Nothing of the job waits for it."""
         sup = self.control
@@ -246,18 +185,17 @@ class ControlServer:
                     if sup.loop_ended():  # the job is over: its whole history, then its end
                         self._send_ended(conn, history)
                     else:
-                        conn.sendall(b"#dropped the supervisor is busy; follow it again\n")
+                        conn.sendall(Dropped("the supervisor is busy; follow it again").encode())
                 return
             feed, size, launched = cut
             gone = threading.Event()
             try:
                 threading.Thread(target=_watch_client, args=(conn, feed, gone), name="control-client",
                                  daemon=True).start()
-                hello = {"run_id": sup.run_id, "supervisor_pid": os.getpid(), "launched": launched}
-                conn.sendall(f"#hello {json.dumps(hello)}\n".encode())
+                conn.sendall(Hello(sup.run_id, os.getpid(), launched).encode())
                 if history:
                     _send_history(conn, sup.rundir.path / EVENTS_FILE, size)
-                conn.sendall(b"#live\n")
+                conn.sendall(Live().encode())
                 for batch in feed.batches():
                     conn.sendall(("\n".join(batch) + "\n").encode())
             except OSError:
@@ -266,58 +204,57 @@ class ControlServer:
                 sup.unfollow(feed)
             with contextlib.suppress(OSError):
                 if feed.dropped:
-                    conn.sendall(b"#dropped this client fell behind; follow it again\n")
+                    conn.sendall(Dropped("this client fell behind; follow it again").encode())
                 elif not gone.is_set():
                     sup.wait()
                     self._send_end(conn)
 
     def _send_ended(self, conn: socket.socket, history: bool) -> None:
         sup = self.control
-        hello = {"run_id": sup.run_id, "supervisor_pid": os.getpid(), "launched": False}
-        conn.sendall(f"#hello {json.dumps(hello)}\n".encode())
+        conn.sendall(Hello(sup.run_id, os.getpid(), False).encode())
         if history:
             _send_history(conn, sup.rundir.path / EVENTS_FILE, None)
-        conn.sendall(b"#live\n")
+        conn.sendall(Live().encode())
         sup.wait()
         self._send_end(conn)
 
     def _send_end(self, conn: socket.socket) -> None:
         outcome = self.control.outcome
-        conn.sendall(f"#end {json.dumps({'outcome': outcome, 'exit_code': self._exit_code(outcome)})}\n".encode())
+        conn.sendall(End(outcome, self._exit_code(outcome)).encode())
 
-    def _stacks(self, conn: socket.socket, request: dict[str, Any]) -> None:
-        tasks, timeout = request.get("tasks"), request.get("timeout_s")
+    def _stacks(self, conn: socket.socket, request: Request) -> None:
         try:
             captured_at = time.time()
-            captures = self.control.capture_stacks([str(t) for t in tasks] if isinstance(tasks, list) and tasks
-                                                   else None, bool(request.get("native")),
-                                                   float(timeout) if isinstance(timeout, int | float) else 10.0)
-            answer = {"ok": True, "stacks": [c.to_json() for c in captures]}
+            captures = self.control.capture_stacks(list(request.tasks) or None, request.native,
+                                                   request.timeout_s if request.timeout_s is not None else 10.0)
+            stacks = [c.to_json() for c in captures]
+            path = None
             with contextlib.suppress(OSError):
-                answer["path"] = record(self.control, captures, captured_at)
+                path = record(self.control, captures, captured_at)
+            answer = Answer(True, stacks=stacks, path=path)
         except Exception as exc:  # the CLI says it; the launcher goes on
-            answer = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+            answer = Answer(False, f"{type(exc).__name__}: {exc}")
         conn.settimeout(30)
         _reply(conn, answer)
 
-    def _handle(self, request: dict[str, Any]) -> dict[str, Any]:
-        action, task = request.get("action"), request.get("task")
-        if action == "restart" and isinstance(task, str):
+    def _handle(self, request: Request) -> Answer:
+        action, task = request.action, request.task
+        if action == "restart" and task is not None:
             self.control.restart_task(task)
-        elif action == "stop" and isinstance(task, str):
+        elif action == "stop" and task is not None:
             self.control.stop_task(task)
         elif action == "teardown":
-            reason, origin = request.get("reason"), request.get("origin")
-            self.control.teardown(reason if isinstance(reason, str) and reason else "torn down on request",
-                                  origin if isinstance(origin, str) else "")
+            self.control.teardown(request.reason or "torn down on request", request.origin)
         elif action == "detach":  # a client leaving needs nothing of the supervisor: the job stays supervised
-            return {"ok": True, "note": "the supervisor goes on without clients"}
+            return Answer(True, note="the supervisor goes on without clients")
+        elif action in ("restart", "stop"):
+            return Answer(False, f"{action} needs a task")
         else:
-            return {"ok": False, "error": f"unknown request {request!r}"}
-        return {"ok": True}
+            return Answer(False, f"unknown request {action!r}")
+        return Answer(True)
 
     def close(self, drain_s: float = 3.0) -> None:
-        """Stop listening, then give the connections under way (the followers' ``#end`` above
+        """Stop listening, then give the connections under way (the followers' ``End`` above
         all) up to ``drain_s`` to finish: the process may exit right after."""
         self._closed = True
         self._listener.close()
@@ -426,48 +363,9 @@ def _refuse(conn: socket.socket, error: str) -> None:
                 if not chunk or b"\n" in chunk:
                     break
         with contextlib.suppress(OSError):
-            conn.send((json.dumps({"ok": False, "error": error}) + "\n").encode(), socket.MSG_DONTWAIT)
+            conn.send(Answer(False, error).encode(), socket.MSG_DONTWAIT)
 
 
-def _reply(conn: socket.socket, answer: dict[str, Any]) -> None:
+def _reply(conn: socket.socket, answer: Answer) -> None:
     with conn, contextlib.suppress(OSError):
-        conn.sendall((json.dumps(answer) + "\n").encode())
-
-
-def connect(run_id: str, timeout: float = 5.0) -> socket.socket | None:
-    """A connection to the run's supervisor; None when none listens, or when the socket is held
-    by a process of another user (it cannot be, in a private directory; checked all the same)."""
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        sock.settimeout(timeout)
-        sock.connect(os.fspath(socket_path(run_id)))
-        if peer_uid(sock) != os.getuid():
-            sock.close()
-            return None
-    except OSError:
-        sock.close()
-        return None
-    return sock
-
-
-def send(run_id: str, action: str, task: str | None = None, reason: str | None = None,
-         timeout: float = 5.0, **extra: Any) -> dict[str, Any] | None:
-    """Ask the run's supervisor to act (``extra``: more fields of the request, e.g. a stacks
-    request's ``tasks``, ``native``, ``timeout``); None when no supervisor is listening."""
-    conn = connect(run_id, timeout)
-    if conn is None:
-        return None
-    try:
-        with conn as sock:
-            request = {"action": action, "task": task, "reason": reason, **extra}
-            sock.sendall((json.dumps(request) + "\n").encode())
-            line = sock.makefile("r").readline()
-    except (ConnectionRefusedError, FileNotFoundError):
-        return None
-    except OSError:
-        return None
-    try:
-        answer: dict[str, Any] = json.loads(line)
-    except ValueError:
-        return None
-    return answer
+        conn.sendall(answer.encode())

@@ -97,13 +97,11 @@ class Feed:
 #: unread batches after which a client's line feed is dropped (it reattaches from the history)
 MAX_BACKLOG = 20_000
 
-#: the marker a line feed carries once the launch has started every task (``up --detach`` waits for it)
-LAUNCHED = "#launched"
-
 
 class LineFeed:
     """What a client of the supervisor reads (the follow socket, controlsock.py): every event
-    published after it subscribed as its JSON line, and markers (``#launched``), in batches."""
+    published after it subscribed as its JSON line, and the ``Launched`` marker line
+    (protocol/lines.py), in batches."""
 
     def __init__(self) -> None:
         self._queue: queue.SimpleQueue[list[str] | None] = queue.SimpleQueue()

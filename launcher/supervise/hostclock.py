@@ -1,7 +1,7 @@
 """How far a host's clock is off, so its events carry times the launcher can compare.
 
 Agents stamp events with their host's clock. When that clock is minutes off, ages and
-latencies computed on the launcher go negative or absurd. Each follower prints ``#hb <ts>``
+latencies computed on the launcher go negative or absurd. Each follower sends a ``Heartbeat``
 (its host's time) every second, busy or not; its difference to the launcher's receive time is
 the host's offset minus the line's delay, and the delay is only ever positive, so the largest
 recent difference is the best estimate of the offset. Event times are never used for the

@@ -3,13 +3,13 @@
 A follower stream per host delivers the agents' event lines; each is decoded, checked against the
 task's sequence numbers (an event resent after an attach is dropped, a gap is told), its time
 corrected by the host's clock offset, and handed to the loop in batches. Requests (``start``) ride
-the same channel with an id and wait for their ``#re`` answer. A stream that closes or falls
-silent is reconnected with back-off and resumed from the offsets already received.
+the same channel with an id and wait for their answer (the lines are the agent stream of
+launcher/protocol/lines.py). A stream that closes or falls silent is reconnected with back-off
+and resumed from the offsets already received.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import json
@@ -25,19 +25,22 @@ from launcher.errors import HostError, HostGone
 from launcher.events import Event, EventDecodeError
 from launcher.plan import render_command, split_secrets, task_container, tf_config
 from launcher.profile.overrides import mask_secrets
+from launcher.protocol.lines import AgentAnswer, AgentRequest, Heartbeat, Note, Ping, Unwritten, decode_agent
 from launcher.remote.session import HostSession
 from launcher.supervise.core import SupervisorCore, TaskRuntime
 from launcher.telemetry.causes import with_cause
 from launcher.transport import LineStream
 
 RECONNECT_MAX_DELAY = 10.0
-#: a follower prints at least a `#hb` line every second; this much silence means the link is dead
+#: a follower sends at least a heartbeat every second; this much silence means the link is dead
 #: (a partitioned TCP connection only errors out after minutes of retransmissions)
 STREAM_SILENCE_SECONDS = 5.0
 #: followers touch their host's lease only while these pings arrive (agent `follow --pinged`)
 PING_SECONDS = 1.0
 #: how long a start sent on a follow channel may wait for the host agent's answer
 AGENT_REQUEST_SECONDS = 60.0
+#: a ping's bytes (an empty line), sent every PING_SECONDS
+PING = Ping().encode()
 
 
 class HostLinks(SupervisorCore):
@@ -109,16 +112,16 @@ class HostLinks(SupervisorCore):
 
     def _ask_agent(self, host: str, request: dict[str, Any],
                    timeout: float = AGENT_REQUEST_SECONDS) -> dict[str, Any] | None:
-        """Send ``request`` as a JSON line on the host's follow channel and wait for its ``#re``
-        answer; None when there is no live channel to send it on, or it ended before the answer
-        came (the caller uses the verb then; a live agent refuses to start a task twice)."""
+        """Send ``request`` on the host's follow channel (an ``AgentRequest``) and wait for its
+        ``AgentAnswer``; None when there is no live channel to send it on, or it ended before the
+        answer came (the caller uses the verb then; a live agent refuses to start a task twice)."""
         stream = self._streams.get(host)
         if stream is None or not self._host_up.get(host):
             return None
         request_id = next(self._request_ids)
         answer: Future[dict[str, Any] | None] = Future()
         self._requests[request_id] = (host, answer)
-        line = (json.dumps({**request, "id": request_id}, separators=(",", ":")) + "\n").encode()
+        line = AgentRequest(request, request_id).encode()
         with self._send_locks[host]:
             sent = stream.send(line, timeout)
         if not sent:
@@ -131,12 +134,10 @@ class HostLinks(SupervisorCore):
         finally:
             self._requests.pop(request_id, None)
 
-    def _on_answer(self, line: str) -> None:
-        with contextlib.suppress(ValueError, TypeError, AttributeError):
-            answer = json.loads(line[4:])
-            waiting = self._requests.get(int(answer.get("id")))
-            if waiting is not None and not waiting[1].done():
-                waiting[1].set_result(answer)
+    def _on_answer(self, answer: AgentAnswer) -> None:
+        waiting = self._requests.get(answer.id) if answer.id is not None else None
+        if waiting is not None and not waiting[1].done():
+            waiting[1].set_result(answer.body)
 
     def _fail_requests(self, host: str) -> None:
         """The host's follow channel ended: requests waiting on it go by the `start` verb instead."""
@@ -159,8 +160,9 @@ class HostLinks(SupervisorCore):
 
         def on_line(line: str) -> None:
             self._last_heard[host] = time.monotonic()  # here, not on the loop: a busy loop is no silence
-            if line.startswith("#re "):  # an answer to _ask_agent, whose caller waits on a host thread
-                self._on_answer(line)
+            message = decode_agent(line)
+            if isinstance(message, AgentAnswer):  # to _ask_agent, whose caller waits on a host thread
+                self._on_answer(message)
                 return
             with pending_lock:  # lines that arrive while the loop is busy go to it in one call
                 pending.append((line, time.time()))
@@ -223,16 +225,16 @@ class HostLinks(SupervisorCore):
     def _decode(self, host: str, line: str, received: float) -> tuple[Event, str | None] | None:
         """The event a stream line carries and the text to store for it (None: encode it again),
         or None for a heartbeat, an undecodable line or an event already recorded."""
-        if not line or line.startswith("#"):
-            if line.startswith("#hb "):
-                with contextlib.suppress(ValueError):
-                    self._observe_clock(host, float(line[4:]), received)
-            elif line.startswith("#note "):
-                return self._note(host, line[6:])
-            elif line.startswith("#unwritten "):  # an event its host could not write (a full disk)
-                return self._decode_event(host, line[len("#unwritten "):], received, in_file=False)
-            return None
-        return self._decode_event(host, line, received, in_file=True)
+        message = decode_agent(line)
+        if isinstance(message, str):
+            return self._decode_event(host, message, received, in_file=True)
+        if isinstance(message, Heartbeat):
+            self._observe_clock(host, message.ts, received)
+        elif isinstance(message, Note):
+            return self._note(host, message)
+        elif isinstance(message, Unwritten):  # an event its host could not write (a full disk)
+            return self._decode_event(host, message.event, received, in_file=False)
+        return None  # anything else: an answer no one waits for any more, a marker of a newer agent
 
     def _decode_event(self, host: str, line: str, received: float, in_file: bool) -> tuple[Event, str | None] | None:
         """``in_file``: the line is in the task's event file on the host, and moves the offset a
@@ -258,18 +260,12 @@ class HostLinks(SupervisorCore):
             data["exited_at"] = self._clocks[host].correct(float(data["exited_at"]), received)
         return dataclasses.replace(event, ts=ts, data=data), None
 
-    def _note(self, host: str, text: str) -> tuple[Event, str | None] | None:
+    def _note(self, host: str, note: Note) -> tuple[Event, str | None] | None:
         """An agent's word that is in no event file (its disk is full): a task's condition."""
-        try:
-            note = json.loads(text)
-            task, condition = str(note["task"]), str(note["condition"])
-        except (ValueError, KeyError, TypeError):
+        if note.task not in self.tasks:
             return None
-        if task not in self.tasks:
-            return None
-        reason = str(note.get("reason") or "")
-        return ev.condition_event(self.run_id, task, condition, bool(note.get("active")),
-                                  f"{reason} (host {host})" if reason else ""), None
+        return ev.condition_event(self.run_id, note.task, note.condition, note.active,
+                                  f"{note.reason} (host {host})" if note.reason else ""), None
 
     def _in_sequence(self, event: Event) -> bool:
         """False for an event already recorded (a resend after attach from older offsets);
@@ -312,7 +308,7 @@ class HostLinks(SupervisorCore):
         while not self._done.wait(PING_SECONDS):
             for host, stream in list(self._streams.items()):
                 with self._send_locks[host]:  # never inside a request line
-                    stream.send(b"\n")
+                    stream.send(PING)
 
     def _check_silence(self) -> None:
         """Treat a stream that sent nothing, not even a heartbeat, for STREAM_SILENCE_SECONDS as lost."""

@@ -16,7 +16,8 @@ from typing import Any
 from launcher import events as ev
 from launcher.agent.stackmodel import TaskStacks
 from launcher.events import Event
-from launcher.supervise.core import LAUNCHED, Feed, LineFeed, TaskRuntime
+from launcher.protocol.lines import Launched
+from launcher.supervise.core import Feed, LineFeed, TaskRuntime
 from launcher.supervise.restarts import Restarts
 from launcher.supervise.stackcapture import capture_stacks
 
@@ -47,12 +48,12 @@ class Supervisor(Restarts):
 
     def _launched(self, ok: bool = True) -> None:
         """The launch has started every task: the restarts that fell due meanwhile go now. A
-        launch that failed tells clients nothing here: its job's end (``#end``) is their answer."""
+        launch that failed tells clients nothing here: its job's end (``End``) is their answer."""
         self._launching = False
         self._launch_failed = not ok
         if ok:
             for line_feed in self._line_feeds:
-                line_feed.put_lines([LAUNCHED])
+                line_feed.put_lines([Launched().line()])
         groups, self._after_launch = self._after_launch, []
         for group in groups:
             self._restart_now(group)

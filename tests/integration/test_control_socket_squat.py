@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from launcher.supervise import controlsock
+from launcher.supervise import controlclient
 from tests.integration.jobtools import cli, kill_run_processes, pids_with_run_id, start_cli, wait_for
 from tests.integration.otheruser import OTHER_UID, require_other_user
 from tests.integration.test_supervisor import ticker_profile
@@ -67,7 +67,7 @@ def test_a_squatted_name_neither_hangs_up_nor_blinds_attach(tmp_path: Path) -> N
             up = cli("up", str(profile), "--detach", "--run-dir", str(run_dir), "--run-id", run_id, timeout=60)
             assert up.returncode == 0, up.stdout + up.stderr
             assert "control socket unavailable" not in up.stderr
-            path = controlsock.socket_path(run_id)
+            path = controlclient.socket_path(run_id)
             assert path.is_socket() and path.stat().st_uid == os.getuid()
             assert os.stat(path.parent).st_mode & 0o777 == 0o700
             status = json.loads(cli("status", str(run_dir), "--json", timeout=60).stdout)
@@ -84,7 +84,7 @@ def test_a_squatted_name_neither_hangs_up_nor_blinds_attach(tmp_path: Path) -> N
             down = cli("down", str(run_dir), timeout=60)
             assert down.returncode == 0, down.stdout + down.stderr
         wait_for(lambda: not pids_with_run_id(run_id), 30, "no process of the run to be left")
-        assert not controlsock.socket_path(run_id).exists()  # the supervisor took its name with it
+        assert not controlclient.socket_path(run_id).exists()  # the supervisor took its name with it
     finally:
         if attach is not None and attach.poll() is None:
             attach.kill()

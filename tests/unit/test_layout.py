@@ -18,7 +18,7 @@ MAX_MODULE_LINES = 500
 MAX_CLASS_LINES = 400
 MAX_LOOSE_MODULES = 12
 #: what runs on each host and inside the tasks (the agent zipapp holds exactly these)
-HOST_PACKAGES = ("launcher.agent", "launcher.autolog")
+HOST_PACKAGES = ("launcher.agent", "launcher.autolog", "launcher.protocol")
 HOST_MODULES = ("launcher", "launcher.events", "launcher.report")
 #: imported by host code only inside a function, each where the host may not have it
 OPTIONAL_ON_HOSTS = {"psutil", "pynvml", "tensorflow", "keras", "tf_keras"}
@@ -177,11 +177,12 @@ def test_the_zipapp_ships_exactly_the_host_side_code():
     assert shipped == expected - set(agentpack.NOT_SHIPPED)
 
 
-#: the archive is uploaded on every host's one exec of a launch (bytecode included): 400 KiB today
+#: the archive is uploaded on every host's one exec of a launch (bytecode included): 441 KiB today
 #: (taskcgroup.py, the sweep's sessions and cgroups, took it past 320 KiB; tasks in containers,
 #: issue 38: containerrt, taskcontainer and containercheck, ~44 KiB, and autolog's step time,
-#: ~20 KiB, past the 336 KiB this was before)
-MAX_ZIPAPP_BYTES = 416 * 1024
+#: ~20 KiB, past the 336 KiB this was before; the protocol package, both line protocols, ~19 KiB,
+#: past the 416 KiB before that)
+MAX_ZIPAPP_BYTES = 448 * 1024
 
 
 def test_the_zipapp_stays_small():

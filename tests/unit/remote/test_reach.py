@@ -14,8 +14,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from launcher.agent.reach import PREFIX, PortHold, probe
+from launcher.agent.reach import PortHold, probe
+from launcher.protocol.lines import ReachAnswer
 from launcher.remote.channel import AgentChannel
+
+PREFIX = ReachAnswer.PREFIX  # what the launcher's request and the verb's answer start with
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 

@@ -13,9 +13,11 @@ from pathlib import Path
 import pytest
 
 from launcher.errors import UserError
-from launcher.supervise import controlsock
+from launcher.protocol.lines import Answer, Request
+from launcher.supervise import controlclient, controlsock
 
 NOBODY = 65534
+OK = Answer(True)
 
 
 class RecordingControl:
@@ -37,16 +39,16 @@ def test_requests_reach_the_launcher_and_unknown_ones_are_refused() -> None:
     control = RecordingControl()
     server = controlsock.ControlServer(run_id, control)  # type: ignore[arg-type]
     try:
-        assert controlsock.send(run_id, "restart", "worker:1") == {"ok": True}
-        assert controlsock.send(run_id, "teardown", reason="stopped by `distlaunch down`") == {"ok": True}
-        assert controlsock.send(run_id, "teardown", reason="stopped by SIGTERM", origin="SIGTERM") == {"ok": True}
-        answer = controlsock.send(run_id, "explode")
-        assert answer is not None and answer["ok"] is False
+        assert controlclient.ask(run_id, Request("restart", task="worker:1")) == OK
+        assert controlclient.ask(run_id, Request("teardown", reason="stopped by `distlaunch down`")) == OK
+        assert controlclient.ask(run_id, Request("teardown", reason="stopped by SIGTERM", origin="SIGTERM")) == OK
+        answer = controlclient.ask(run_id, Request("explode"))
+        assert answer is not None and answer.ok is False
     finally:
         server.close()
     assert control.calls == [("restart", "worker:1"), ("teardown", "stopped by `distlaunch down`"),
                              ("teardown", "stopped by SIGTERM (SIGTERM)")]
-    assert controlsock.send(run_id, "restart", "worker:1") is None  # nobody listens any more
+    assert controlclient.ask(run_id, Request("restart", task="worker:1")) is None  # nobody listens any more
 
 
 @contextlib.contextmanager
@@ -70,7 +72,7 @@ def _opened(path: Path, mode: int) -> Iterator[None]:
 def _reachable_by_all(run_id: str) -> Iterator[None]:
     """Open the private socket dir (and the socket) to every user for a moment: what the server
     itself does with another user's connection can then be tested (the dir alone keeps them out)."""
-    with _opened(controlsock.socket_path(run_id), 0o666):
+    with _opened(controlclient.socket_path(run_id), 0o666):
         yield
 
 
@@ -107,7 +109,7 @@ def _send_as(uid: int, run_id: str, action: str) -> dict[str, object] | None:
             # a raw client: distlaunch's own would not talk to a listener of another uid at all
             with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
                 sock.settimeout(5)
-                sock.connect(str(controlsock.socket_path(run_id)))
+                sock.connect(str(controlclient.socket_path(run_id)))
                 sock.sendall((json.dumps({"action": action, "reason": "not yours"}) + "\n").encode())
                 os.write(write_end, sock.makefile("rb").readline())
         finally:
@@ -129,7 +131,7 @@ def test_a_connection_from_another_user_is_refused_and_changes_nothing() -> None
         with _reachable_by_all(run_id):
             answer = _send_as(NOBODY, run_id, "teardown")
         assert answer is not None and answer["ok"] is False and f"uid {NOBODY}" in str(answer["error"])
-        assert controlsock.send(run_id, "restart", "worker:0") == {"ok": True}  # the owner still gets in
+        assert controlclient.ask(run_id, Request("restart", task="worker:0")) == OK  # the owner still gets in
     finally:
         server.close()
     assert control.calls == [("restart", "worker:0")]
@@ -141,10 +143,10 @@ def test_idle_connections_do_not_keep_a_request_waiting() -> None:
     run_id = f"t-{secrets.token_hex(4)}"
     control = RecordingControl()
     server = controlsock.ControlServer(run_id, control)  # type: ignore[arg-type]
-    idle = [controlsock.connect(run_id) for _ in range(6)]
+    idle = [controlclient.connect(run_id) for _ in range(6)]
     try:
         assert all(conn is not None for conn in idle)
-        assert controlsock.send(run_id, "restart", "worker:0", timeout=2.0) == {"ok": True}
+        assert controlclient.ask(run_id, Request("restart", task="worker:0"), timeout=2.0) == OK
     finally:
         for conn in idle:
             if conn is not None:
@@ -159,7 +161,7 @@ def test_another_user_cannot_even_reach_the_socket() -> None:
     the kernel, before the supervisor sees anything."""
     run_id = f"t-{secrets.token_hex(4)}"
     server = controlsock.ControlServer(run_id, RecordingControl())  # type: ignore[arg-type]
-    path = str(controlsock.socket_path(run_id))
+    path = str(controlclient.socket_path(run_id))
 
     def connect(write: object) -> None:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
@@ -172,7 +174,7 @@ def test_another_user_cannot_even_reach_the_socket() -> None:
 
     try:
         assert _as_user(NOBODY, connect) == b"denied"
-        assert os.stat(controlsock.socket_path(run_id).parent).st_mode & 0o777 == 0o700
+        assert os.stat(controlclient.socket_path(run_id).parent).st_mode & 0o777 == 0o700
     finally:
         server.close()
     assert not os.path.exists(path)  # the name goes with the server
@@ -208,7 +210,7 @@ def test_the_abstract_name_another_user_holds_takes_nothing_from_the_owner() -> 
         try:
             server = controlsock.ControlServer(run_id, control)  # type: ignore[arg-type]
             try:
-                assert controlsock.send(run_id, "teardown", reason="for the owner") == {"ok": True}
+                assert controlclient.ask(run_id, Request("teardown", reason="for the owner")) == OK
             finally:
                 server.close()
         finally:
@@ -223,7 +225,7 @@ def test_a_socket_another_user_holds_is_not_trusted() -> None:
     """Should a listener of another uid ever sit at the run's path, a client must not send it its
     request (a teardown, a stacks request)."""
     run_id = f"t-{secrets.token_hex(4)}"
-    path = controlsock.socket_path(run_id)
+    path = controlclient.socket_path(run_id)
     controlsock.listen(run_id).close()  # makes the private dir
     opened = _opened(path.parent, 0o777)  # for a moment, so that the other uid can bind there
     opened.__enter__()
@@ -250,7 +252,7 @@ def test_a_socket_another_user_holds_is_not_trusted() -> None:
         assert fh.read(1) == b"1"
         opened.__exit__(None, None, None)
         try:
-            assert controlsock.send(run_id, "teardown", reason="not for you") is None
+            assert controlclient.ask(run_id, Request("teardown", reason="not for you")) is None
         finally:
             os.kill(pid, 9)
             os.waitpid(pid, 0)
@@ -274,7 +276,7 @@ def test_a_control_dir_another_user_owns_is_refused_in_one_line(tmp_path: Path,
     planted.mkdir(mode=0o777)
     os.chmod(planted, 0o777)
     run_id = f"t-{secrets.token_hex(4)}"
-    assert controlsock.socket_path(run_id).parent == planted
+    assert controlclient.socket_path(run_id).parent == planted
     with pytest.raises(UserError) as refused:
         controlsock.listen(run_id)
     assert str(planted) in str(refused.value) and "\n" not in str(refused.value)
@@ -288,7 +290,7 @@ def test_a_request_must_arrive_whole_within_its_deadline(monkeypatch: pytest.Mon
     run_id = f"t-{secrets.token_hex(4)}"
     server = controlsock.ControlServer(run_id, RecordingControl())  # type: ignore[arg-type]
     before = threading.active_count()
-    slow = [controlsock.connect(run_id) for _ in range(8)]
+    slow = [controlclient.connect(run_id) for _ in range(8)]
     try:
         assert all(conn is not None for conn in slow)
         ended: set[int] = set()
@@ -324,7 +326,7 @@ def test_another_users_connections_cost_no_thread_each() -> None:
     control = RecordingControl()
     server = controlsock.ControlServer(run_id, control)  # type: ignore[arg-type]
     before = threading.active_count()
-    path = str(controlsock.socket_path(run_id))
+    path = str(controlclient.socket_path(run_id))
     go_r, go_w = os.pipe()
 
     def flood(write: object) -> None:
@@ -347,7 +349,7 @@ def test_another_users_connections_cost_no_thread_each() -> None:
             while time.monotonic() < deadline and not flood_result and child.is_alive():
                 peak = max(peak, threading.active_count())
                 if os.path.exists(path):
-                    assert controlsock.send(run_id, "restart", "worker:0", timeout=5.0) == {"ok": True}
+                    assert controlclient.ask(run_id, Request("restart", task="worker:0"), timeout=5.0) == OK
                     break
             time.sleep(0.5)
             peak = max(peak, threading.active_count())
@@ -376,9 +378,9 @@ def test_the_accept_loop_survives_a_thread_that_cannot_start(monkeypatch: pytest
 
     monkeypatch.setattr(controlsock.threading, "Thread", Failing)
     try:
-        assert controlsock.send(run_id, "restart", "worker:0", timeout=2.0) is None
+        assert controlclient.ask(run_id, Request("restart", task="worker:0"), timeout=2.0) is None
         assert failures == ["control-conn"]
-        assert controlsock.send(run_id, "restart", "worker:1", timeout=5.0) == {"ok": True}
+        assert controlclient.ask(run_id, Request("restart", task="worker:1"), timeout=5.0) == OK
     finally:
         server.close()
     assert control.calls == [("restart", "worker:1")]
@@ -390,16 +392,16 @@ def test_a_dead_supervisors_socket_is_removed_and_a_live_one_kept() -> None:
     run_id = f"t-{secrets.token_hex(4)}"
     dead = controlsock.listen(run_id)
     dead.sock.close()  # as kill -9 leaves it: the file stays, nobody listens
-    path = controlsock.socket_path(run_id)
+    path = controlclient.socket_path(run_id)
     assert path.is_socket()
     server = controlsock.ControlServer(run_id, RecordingControl())  # type: ignore[arg-type]
     try:
-        controlsock.remove_stale(run_id)
+        controlclient.remove_stale(run_id)
         assert path.is_socket()
-        assert controlsock.send(run_id, "restart", "worker:0") == {"ok": True}
+        assert controlclient.ask(run_id, Request("restart", task="worker:0")) == OK
     finally:
         server.close()
     controlsock.listen(run_id).sock.close()  # killed outright again: the name stays
     assert path.is_socket()
-    controlsock.remove_stale(run_id)
+    controlclient.remove_stale(run_id)
     assert not path.exists()
