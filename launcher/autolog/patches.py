@@ -195,7 +195,7 @@ def _callback_class(base: Any) -> Any:
         def on_train_end(self, logs: Optional[Dict[str, Any]] = None) -> None:
             from launcher import report
 
-            guarded("Keras fit", autolog.reporter.emit)
+            autolog.flush("the end of Keras fit")  # the last step and loss, read and sent now
             report._newline_first = False
 
     return DistlaunchAutologCallback
@@ -210,6 +210,8 @@ def _patch_tensorflow(tf: Any) -> None:
     _patch_summary(tf)
     tf1session.install(tf, _wrap_method, _module)
     guarded("step time", stepwatch.install, _module, _wrap_method)
+    _patch_join(getattr(_module("tensorflow.python.distribute.coordinator.cluster_coordinator"),
+                        "ClusterCoordinator", None))
 
 
 def _scalar_loss(value: Any) -> Any:
@@ -326,6 +328,24 @@ def _patch_parameter_server() -> None:
         return schedule
 
     _wrap_method(cls, "schedule", make_schedule)
+
+
+def _patch_join(cls: Any) -> None:
+    """``ClusterCoordinator.join`` flushes once it returned (the step and loss of the steps it
+    waited for): around the step time's wrapper, whose waiting for the workers it is not."""
+    current = getattr(cls, "__dict__", {}).get("join")
+    if current is None or getattr(current, "_distlaunch_flushes", False):
+        return
+
+    @functools.wraps(current)
+    def join(self: Any) -> Any:
+        result = current(self)
+        if autolog._state.on:
+            autolog.flush_after_join()
+        return result
+
+    join._distlaunch_wrapped = join._distlaunch_flushes = True  # type: ignore[attr-defined]
+    cls.join = join
 
 
 def _after_schedule(fn: Any, remote: Any, applied: bool) -> None:

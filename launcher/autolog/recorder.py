@@ -9,7 +9,8 @@ reader thread. A task that never imports TensorFlow pays for one finder on ``sys
 
 What it reports goes out like ``report.report()`` (``@distlaunch {json}`` lines, rate
 limited), marked ``"source": "autolog"`` so that the agent lets an explicit ``report()`` or a
-``[metrics]`` regex win for the same name.
+``[metrics]`` regex win for the same name. ``flush`` reads once more where training ends and at
+the exit: a job shorter than the read interval still ends with its last step and loss.
 
 Any exception inside the instrumentation prints one warning line on stderr and turns autolog
 off for the rest of the task: it never breaks the script. A read that has other ways to go
@@ -140,15 +141,6 @@ def note(step: Any = None, loss: Any = None, values: Optional[Dict[str, Any]] = 
         r.emit()
 
 
-def _flush_at_exit() -> None:
-    """Send what is pending (no device reads here: a cluster may already be gone at exit)."""
-    if _state.on:
-        guarded("flush at exit", reporter.emit)
-
-
-atexit.register(_flush_at_exit)
-
-
 def placement(variables: Sequence[Any]) -> None:
     report.report_placement(variables, source=SOURCE)
 
@@ -177,6 +169,10 @@ class StepReader:
         self._last_step: Optional[int] = None
         self._last_loss_ref: Any = None
         self._lock = threading.Lock()
+        #: one reading at a time (a tick, a flush), whatever thread asks, and the thread in it
+        self._reading = threading.Lock()
+        self._reading_in: Optional[int] = None
+        self._exit = (threading.Event(), threading.Event())  # the last reading asked for, done
         #: the reader thread's own CPU seconds and ticks so far, updated after each tick (what
         #: the reader costs the task, read by benchmarks/autolog_overhead.py)
         self.cpu_s = 0.0
@@ -201,11 +197,30 @@ class StepReader:
             self._thread.start()
 
     def _run(self) -> None:
+        asked, done = self._exit
         while _state.on:
-            time.sleep(self.interval)
-            guarded("step reader", self.tick)
+            if asked.wait(self.interval):  # the interpreter exits: the last reading, on this thread
+                flush("exit", EXIT_FLUSH_TIMEOUT_S, at_exit=True)
+                done.set()
+                return
+            self.reading(-1, guarded, "step reader", self.tick)
             self.ticks += 1
             self.cpu_s = time.thread_time()  # this thread's CPU since it started
+
+    def reading(self, timeout: float, fn: Callable[..., Any], *args: Any) -> bool:
+        """``fn(*args)`` alone among ticks and flushes, after waiting ``timeout`` s at most (-1: for
+        good) for the one under way; False if it did not run (nor inside this thread's own: a
+        session the garbage collector closes during a tick)."""
+        me = threading.get_ident()
+        if self._reading_in == me or not self._reading.acquire(timeout=timeout):
+            return False
+        self._reading_in = me
+        try:
+            fn(*args)
+        finally:
+            self._reading_in = None
+            self._reading.release()
+        return True
 
     def read_step(self) -> Optional[int]:
         best: Optional[int] = None
@@ -239,6 +254,68 @@ class StepReader:
 
 
 reader = StepReader()
+
+
+# -- the last reading ----------------------------------------------------------------------------
+
+#: the longest the exit waits for the last reading (a parameter server gone): then it goes on
+EXIT_FLUSH_TIMEOUT_S = 5.0
+#: the longest a flush where training ends waits for a tick under way
+FLUSH_WAIT_S = 2.0
+#: a coordinator's join flushes while flushes take at most this share of the time
+JOIN_FLUSH_SHARE = 0.05
+#: run by the exit's flush after the reader's reads (a TF1 session never closed)
+exit_reads: List[Callable[[], None]] = []
+#: the process that loaded autolog (a forked child never reads), whether it exited, the next join flush
+_flushes = {"pid": os.getpid(), "exited": False, "join": 0.0}
+
+
+def flush(where: str, wait_s: float = FLUSH_WAIT_S, at_exit: bool = False) -> bool:
+    """Read the step and the newest loss once more and send them now, with the split if pending:
+    where training ends (Keras ``fit``, a coordinator's ``join``, a TF1 session's close) and at the
+    exit, so that a job ending between two ticks sends the numbers it ended with. On the calling
+    thread, one reading at a time; True if it ran. Never raises: a failure is said once, autolog
+    staying on, and let go unsaid at the exit (TensorFlow may be partly torn down)."""
+    return _state.on and reader.reading(wait_s, _read_last, where, at_exit)
+
+
+def _read_last(where: str, at_exit: bool) -> None:
+    for part in [reader.tick, *(exit_reads if at_exit else ()), reporter.emit]:  # emit: what is pending
+        try:
+            part()
+        except Exception as exc:
+            if not at_exit:
+                degraded("read the last step and loss at %s" % where, exc, once="flush")
+
+
+def flush_after_join() -> None:
+    """Flush unless flushes would take over ``JOIN_FLUSH_SHARE`` of the time (the exit sends the rest)."""
+    started = time.monotonic()
+    if started >= _flushes["join"]:
+        flush("a coordinator's join")
+        ended = time.monotonic()
+        _flushes["join"] = ended + (ended - started) / JOIN_FLUSH_SHARE
+
+
+def _flush_at_exit() -> None:
+    """The last reading, by the reader thread (a new thread may not start at exit), waited for
+    ``EXIT_FLUSH_TIMEOUT_S`` at most: an exit never hangs on it. No reader: nothing trained, what
+    is pending goes out unread."""
+    if _flushes["exited"] or os.getpid() != _flushes["pid"] or not _state.on:
+        return
+    _flushes["exited"] = True
+    thread = reader._thread
+    try:
+        if thread is None:
+            reporter.emit()
+        elif thread.is_alive():
+            reader._exit[0].set()
+            reader._exit[1].wait(EXIT_FLUSH_TIMEOUT_S)
+    except Exception:
+        pass
+
+
+atexit.register(_flush_at_exit)
 
 
 def _int_of(value: Any) -> Optional[int]:

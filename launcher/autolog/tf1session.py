@@ -29,6 +29,7 @@ Stdlib-only at import, Python >= 3.9.
 from __future__ import annotations
 
 import atexit
+import functools
 import threading
 import time
 import weakref
@@ -64,6 +65,8 @@ class _SessionWatch:
         self.last_train = 0.0
         #: a lone scalar fetched soon after a train op: a value unless a train op follows
         self.pending: Optional[Tuple[str, Any]] = None
+        #: the last train run's (train op, fetches, result): its loss is read at the close or exit
+        self.last_run: Optional[Tuple[Any, Any, Any]] = None
 
 
 class _Look:
@@ -97,7 +100,8 @@ def _look(session: Any, fetches: Any, now: float) -> Optional[_Look]:
     graph = session.graph
     entry = trainloss.graphs.get(graph)
     train_op = trainloss.train_op_in(fetches, entry) if entry is not None and len(entry.by_op) else None
-    _this_run.trains = train_op is not None  # this thread's run (queue runners run beside it)
+    if train_op is not None:  # this thread's run (queue runners run beside it)
+        _this_run.trains = (watch, train_op)
     look: Optional[_Look] = None
     if now >= watch.next_read:
         look = _Look(watch, True)
@@ -221,18 +225,46 @@ def _fetched_loss(fetches: Any, result: Any) -> Optional[float]:
         return None
 
 
-def _final_session_read(tf: Any, run: Any, session: Any) -> None:
+def _last_loss(session: Any, last_run: Optional[Tuple[Any, Any, Any]]) -> Any:
+    """The loss of the last train run if the script fetched it (what autolog added was noted)."""
+    if last_run is None:
+        return None
+    train_op, fetches, result = last_run
+    entry = trainloss.graphs.get(session.graph)
+    ref = entry.by_op.get(train_op) if entry is not None else None
+    loss = ref() if ref is not None else None
+    if loss is None or not trainloss.fetches_loss(fetches, loss):
+        return None
+    return trainloss.value_of(fetches, result, loss)
+
+
+def _last_session_read(tf: Any, run: Any, session: Any) -> None:
+    """The global step read once more and the last train run's loss, noted (at close or exit)."""
     watch = _sessions.get(session)
     pending = watch.pending if watch is not None else None
+    last_run = watch.last_run if watch is not None else None
     if watch is not None:
-        watch.pending = None
+        watch.pending = watch.last_run = None
     step = None
     if run is not None and not getattr(session, "_closed", False):
         step = read_global_step(tf, run, session)
+    loss = trainloss.quietly("read the loss of a TF1 session's last run", _last_loss, session, last_run)
     if pending is not None:
+        note(loss=loss)
         _note_value(pending[0], pending[1], step)
-    elif step is not None:
-        note(step=step, now=True)
+    elif step is not None or loss is not None:
+        note(step=step, loss=loss)
+
+
+def _final_session_read(tf: Any, run: Any, session: Any) -> None:
+    _last_session_read(tf, run, session)
+    autolog.flush("Session.close")  # with the split, sent now
+
+
+def _sessions_at_exit(tf: Any, run: Any) -> None:
+    for session, watch in list(_sessions.items()):
+        if watch.last_run is not None:
+            _last_session_read(tf, run, session)
 
 
 def _values_at_exit() -> None:
@@ -259,7 +291,7 @@ def install(tf: Any, wrap: Callable[[Any, str, Callable[..., Any]], None], modul
             if not autolog._state.on:
                 return original(self, fetches, feed_dict, options, run_metadata)
             now = time.monotonic()
-            _this_run.trains = False
+            _this_run.trains = None
             look = guarded("Session.run", _look, self, fetches, now)
             trains = _this_run.trains
             started = stepwatch_now()
@@ -267,8 +299,9 @@ def install(tf: Any, wrap: Callable[[Any, str, Callable[..., Any]], None], modul
                 result = _run_adding_loss(original, self, fetches, feed_dict, options, run_metadata, look)
             else:
                 result = original(self, fetches, feed_dict, options, run_metadata)
-            if trains:  # a train op's run: a step, timed; the reader thread turns them into shares
+            if trains is not None:  # a train op's run: a step, timed; the reader thread turns them into shares
                 clock.call_done(started, stepwatch_now())
+                trains[0].last_run = (trains[1], fetches, result)
                 if reader._thread is None:
                     reader.start()
             if look is not None and autolog._state.on:
@@ -288,3 +321,4 @@ def install(tf: Any, wrap: Callable[[Any, str, Callable[..., Any]], None], modul
 
     wrap(cls, "close", make_close)
     atexit.register(_values_at_exit)
+    autolog.exit_reads.append(functools.partial(_sessions_at_exit, tf, run_original))
