@@ -13,6 +13,7 @@ code 2).
 from __future__ import annotations
 
 import errno
+import grp
 import json
 import os
 import pwd
@@ -49,6 +50,18 @@ def ownership_problem(st: os.stat_result, exact_mode: int | None = None) -> str 
         who = "group and others" if mode & 0o022 == 0o022 else ("group" if mode & 0o020 else "others")
         return f"writable by {who} (mode {mode:04o})"
     return None
+
+
+def private_group(gid: int) -> bool:
+    """Whether ``gid`` is the user's own group (a "user private group", as Debian and Red Hat make
+    for each user: the group named after the user, no other member): group write permission on
+    a folder of that group gives no one else anything. OpenSSH as Debian patches it judges so."""
+    try:
+        group = grp.getgrgid(gid)
+        user = pwd.getpwuid(os.geteuid())
+    except KeyError:
+        return False
+    return group.gr_name == user.pw_name and gid == user.pw_gid and set(group.gr_mem) <= {user.pw_name}
 
 
 def _fix(problem: str, path: str, chmod: str) -> str:

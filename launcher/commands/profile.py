@@ -9,7 +9,8 @@ folder opens it in the Profile tab. The profiler servers are reached at the task
 addresses, on the ports the plan gave them (``profiler_port`` in ``status --json``); each writes
 its file under that same path on its own host, and those of other hosts are copied here.
 Exit 0 when every chosen task was captured, 2 for a mistake (a task that does not exist, a run
-with no profiler ports), 1 when a server did not answer.
+with no profiler ports, outputs another user could steer), 1 when a task gave no capture (one line
+each, naming it and why).
 """
 
 from __future__ import annotations
@@ -24,25 +25,33 @@ from typing import Any
 from launcher.commands.stacks import split_targets
 from launcher.errors import UserError
 from launcher.profiling.analysis import TaskProfile, analyze, summary_lines
-from launcher.profiling.capture import NoAnswer, Target, fetch_remote, local_files, match, trace
+from launcher.profiling.capture import FILES_WAIT_S, Outcome, Target, local_files, match, output_to_log, trace
+from launcher.profiling.fetch import fetch_remote
+from launcher.profiling.place import make_capture_folder
 from launcher.rundir import find_run, read_state
 
 DEFAULT_SECONDS = 2.0
 MIN_SECONDS = 0.01
-#: how long files may take to appear after the capture returned
-FILES_WAIT_S = 5.0
 MAX_SECONDS = 60.0
 
 
-def capture_folder(state: dict[str, Any], when: float) -> Path:
-    """``{outputs}/profile/<run id>/<UTC>`` with the outputs of the run's local host, if any."""
+def outputs_of(state: dict[str, Any]) -> Path:
+    """The outputs of the run's local host, if any, else ``~/distlaunch/outputs/<name>``."""
     hosts = state.get("hosts") or {}
     local = [h for h in hosts.values() if isinstance(h, dict)
              and (h.get("config") or {}).get("transport") == "local" and h.get("outputs_dir")]
-    outputs = Path(str(local[0]["outputs_dir"])) if local else \
+    return Path(str(local[0]["outputs_dir"])) if local else \
         Path.home() / "distlaunch" / "outputs" / str(state.get("name") or "job")
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(when))
-    return outputs / "profile" / str(state["run_id"]) / stamp
+
+
+def folder_names(state: dict[str, Any], when: float) -> list[str]:
+    """The levels of a capture folder under the outputs: ``profile``, the run id, the UTC time."""
+    return ["profile", str(state["run_id"]), time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(when))]
+
+
+def capture_folder(state: dict[str, Any], when: float) -> Path:
+    """``{outputs}/profile/<run id>/<UTC>`` (``make_capture_folder`` makes it)."""
+    return outputs_of(state).joinpath(*folder_names(state, when))
 
 
 def targets_of(state: dict[str, Any], tasks: list[str]) -> list[Target]:
@@ -75,6 +84,10 @@ def wait_for_files(targets: list[Target], folder: Path, within_s: float = FILES_
         time.sleep(0.2)
 
 
+def one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())[:300] or type(exc).__name__
+
+
 def parse_seconds(text: str) -> float:
     try:
         seconds = float(text)
@@ -92,35 +105,18 @@ def run_profile(args: argparse.Namespace) -> int:
     state = read_state(path)
     targets = targets_of(state, tasks)
     when = time.time()
-    folder = capture_folder(state, when)
+    folder = make_capture_folder(outputs_of(state), folder_names(state, when))
     names = ", ".join(t.task for t in targets)
     print(f"... capturing {names} for {seconds:g} s", file=sys.stderr, flush=True)
-    try:
-        trace(targets, folder, seconds)
-    except NoAnswer as exc:
-        print(f"distlaunch: {exc}", file=sys.stderr)
-        return 1
-    problems = fetch_remote(state, targets, folder)
-    files = wait_for_files(targets, folder)
-    late = [t for t in targets if t.task not in files]
-    if late and len(late) < len(targets):  # the joint capture missed a server: once more, on its own
-        try:
-            trace(late, folder, seconds)
-        except NoAnswer as exc:
-            problems.append(str(exc))
-        problems += fetch_remote(state, late, folder)
-        files = wait_for_files(targets, folder)
-        notes = [f"{t.task} was captured {seconds:g} s after the others (the joint capture missed it)"
-                 for t in late if t.task in files]
-    else:
-        notes = []
+    files, reasons, problems, notes = capture(state, targets, folder, seconds)
     profiles: list[TaskProfile] = []
-    for target in targets:
-        if target.task in files:
-            try:
-                profiles.append(analyze(target.task, files[target.task], str(state.get("strategy") or "")))
-            except Exception as exc:  # a TensorFlow whose converter lacks a tool: the capture is kept
-                problems.append(f"{target.task}: TensorFlow could not analyse its capture ({exc})")
+    with output_to_log(folder):
+        for target in targets:
+            if target.task in files:
+                try:
+                    profiles.append(analyze(target.task, files[target.task], str(state.get("strategy") or "")))
+                except Exception as exc:  # a TensorFlow whose converter lacks a tool: the capture is kept
+                    problems.append(f"{target.task}: TensorFlow could not analyse its capture ({one_line(exc)})")
     missing = [t for t in targets if t.task not in files]
     if args.json:
         print(json.dumps({"run": state["run_id"], "logdir": str(folder), "seconds": seconds, "started": when,
@@ -129,12 +125,44 @@ def run_profile(args: argparse.Namespace) -> int:
     else:
         for profile in profiles:
             print("\n".join(summary_lines(profile)))
-        print(f"(kept in {folder}: `tensorboard --logdir {folder}`, Profile tab)")
+        if files:
+            print(f"(kept in {folder}: `tensorboard --logdir {folder}`, Profile tab)")
     for line in notes:
         print(f"distlaunch: note: {line}", file=sys.stderr)
     for line in problems:
         print(f"distlaunch: {line}", file=sys.stderr)
     for target in missing:
-        print(f"distlaunch: no capture from {target.task}: its profiler server wrote no {target.file_name} under "
-              f"{folder} on host {target.host}", file=sys.stderr)
+        why = reasons.get(target.task) or (f"its profiler server wrote no {target.file_name} under {folder} on "
+                                           f"host {target.host}")
+        print(f"distlaunch: no capture from {target.task} ({target.endpoint}): {why}", file=sys.stderr)
     return 1 if missing or problems else 0
+
+
+def capture(state: dict[str, Any], targets: list[Target], folder: Path, seconds: float
+            ) -> tuple[dict[str, Path], dict[str, str], list[str], list[str]]:
+    """The capture of ``targets`` into ``folder``: each one's file, why the others have none, the
+    lines of hosts whose files could not be had, and notes."""
+    outcome = trace(targets, folder, seconds)
+    files, problems = _collect(state, targets, outcome, folder)
+    reasons = dict(outcome.reasons)
+    notes: list[str] = []
+    late = [t for t in targets if t.task in outcome.asked and t.task not in files and t.task not in reasons]
+    if outcome.answered and late and len(late) < len(targets):  # the joint capture missed a server: once more
+        again = trace(late, folder, seconds)
+        reasons.update(again.reasons)
+        more, more_problems = _collect(state, late, again, folder)
+        files.update(more)
+        problems += more_problems
+        notes = [f"{t.task} was captured {seconds:g} s after the others (the joint capture missed it)"
+                 for t in late if t.task in more]
+    return files, reasons, problems, notes
+
+
+def _collect(state: dict[str, Any], targets: list[Target], outcome: Outcome, folder: Path
+             ) -> tuple[dict[str, Path], list[str]]:
+    """The files of the ``targets`` the client asked, here and copied from their hosts."""
+    asked = [t for t in targets if t.task in outcome.asked]
+    if not asked or outcome.state not in ("done", "timeout"):
+        return {}, []
+    problems = fetch_remote(state, asked, folder)
+    return wait_for_files(asked, folder, outcome.files_wait_s), problems

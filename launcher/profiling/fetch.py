@@ -1,0 +1,110 @@
+"""The capture files of tasks on other hosts, copied here over their transport.
+
+A host's profiler servers wrote ``<logdir>/plugins/profile/<timestamp>/<address>_<port>.xplane.pb``
+there, under the same path as here. What a host sends back is not trusted (issue 49): each file
+comes as one line, ``<base64 name> <base64 bytes>``, so no name can shift the lines; a name is
+taken only when it is exactly ``plugins/profile/<digits and _>/<name of one of that host's own
+tasks>``, and is written under the capture folder by directory descriptor (``O_NOFOLLOW``), as a
+new file, never over one (launcher/profiling/place.py).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+import shlex
+from pathlib import Path
+from typing import Any
+
+from launcher.errors import UserError
+from launcher.profiling.capture import Target
+from launcher.profiling.place import write_new_file
+
+#: seconds the copy of a host's files may take
+FETCH_TIMEOUT_S = 300.0
+#: TensorFlow's profiler names the folder of one capture by its time: 2026_01_31_12_00_00
+_STAMP = re.compile(r"[0-9_]{1,64}")
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())[:200] or "no message"
+
+
+def remote_script(logdir: Path) -> str:
+    """Shell that prints each capture file under ``logdir`` (regular files of the user's, not links)
+    as one line: its name and its bytes, both base64; nothing when ``logdir`` is not there."""
+    q = shlex.quote(str(logdir))
+    return (f"cd -P -- {q} 2>/dev/null || exit 0; [ -O . ] || {{ echo 'not a folder of yours' >&2; exit 3; }}; "
+            "for f in plugins/profile/*/*.xplane.pb; do "
+            "[ -f \"$f\" ] && [ ! -L \"$f\" ] && [ -O \"$f\" ] || continue; "
+            "printf '%s' \"$f\" | base64 -w0; printf ' '; base64 -w0 < \"$f\"; echo; done")
+
+
+def store(host: str, output: str, wanted: set[str], logdir: Path) -> tuple[list[str], list[str]]:
+    """Write the files of ``host``'s answer ``output`` that are wanted under ``logdir``; the
+    names written, and one line per thing refused."""
+    written: list[str] = []
+    problems: list[str] = []
+    refused = 0
+    for line in output.splitlines():
+        if not line.strip():
+            continue
+        name64, _, data64 = line.partition(" ")
+        try:
+            name = base64.b64decode(name64, validate=True).decode("utf-8")
+            data = base64.b64decode(data64, validate=True)
+        except (binascii.Error, ValueError):
+            refused += 1
+            continue
+        parts = name.split("/")
+        if (len(parts) != 4 or parts[:2] != ["plugins", "profile"] or not _STAMP.fullmatch(parts[2])
+                or parts[3] not in wanted):
+            refused += 1
+            continue
+        try:
+            if write_new_file(logdir, parts, data):
+                written.append(name)
+        except UserError as exc:  # a link or another's folder in the capture folder: nothing more of this host
+            problems.append(f"host {host}: its files were not copied: {exc}")
+            break
+        except OSError as exc:  # a full disk
+            problems.append(f"host {host}: {name} was not copied ({exc.strerror or exc})")
+            break
+    if refused:
+        problems.append(f"host {host}: {refused} file(s) it sent were not taken (not a capture of its own tasks, "
+                        f"or not in the form asked for); only {', '.join(sorted(wanted))} are copied")
+    return written, problems
+
+
+def fetch_remote(state: dict[str, Any], targets: list[Target], logdir: Path) -> list[str]:
+    """Copy the files the servers of tasks on other hosts wrote under ``logdir`` there into
+    ``logdir`` here; one line per host whose files could not be had."""
+    from launcher.commands.runhosts import open_sessions  # the transports, only for remote tasks
+
+    hosts = state.get("hosts") or {}
+    remote = sorted({t.host for t in targets
+                     if ((hosts.get(t.host) or {}).get("config") or {}).get("transport") != "local"})
+    if not remote:
+        return []
+    sessions, problems = open_sessions({**state, "hosts": {h: hosts[h] for h in remote if h in hosts}})
+    lines = [f"host {h}: {why}" for h, why in problems.items()]
+    script = remote_script(logdir)
+    try:
+        for name, session in sessions.items():
+            if name in problems:
+                continue
+            try:
+                result = session.host.run(script, timeout=FETCH_TIMEOUT_S)
+            except UserError as exc:  # HostError: a transport that failed or timed out
+                lines.append(f"host {name}: could not read {logdir} ({_one_line(str(exc))})")
+                continue
+            if not result.ok:
+                lines.append(f"host {name}: could not read {logdir} ({_one_line(result.stderr)})")
+                continue
+            wanted = {t.file_name for t in targets if t.host == name}
+            lines += store(name, result.stdout, wanted, logdir)[1]
+    finally:
+        for session in sessions.values():
+            session.host.close()
+    return lines
