@@ -44,6 +44,13 @@ def _text(value: Any) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
+def cuda_version(code: Any) -> str:
+    """The driver's CUDA version as nvidia-smi writes it ("12.4" for NVML's 12040); "" if unknown."""
+    if not isinstance(code, int) or isinstance(code, bool) or code <= 0:
+        return ""
+    return f"{code // 1000}.{code % 1000 // 10}"
+
+
 def gpus() -> Optional[List[Dict[str, Any]]]:
     """Each GPU NVML sees: index, model, memory, and what other processes hold on it; None without NVML.
     Nothing of this run runs yet when this is asked, so every process there is another's."""
@@ -53,13 +60,14 @@ def gpus() -> Optional[List[Dict[str, Any]]]:
         if not nvml.available():
             return None
         driver = _text(nvml.query("nvmlSystemGetDriverVersion", default=""))
+        cuda = cuda_version(nvml.query("nvmlSystemGetCudaDriverVersion", default=None))
         found = []
         for index in range(nvml.device_count()):
             stats = nvml.gpu_stats(index) or {}
             procs = nvml.compute_processes(index) or {}
             found.append({"index": index, "name": _text(nvml.query("nvmlDeviceGetName", nvml.device_handle(index),
                                                                        default="?")),
-                          "driver": driver, "mem_total_bytes": stats.get("mem_total_bytes"),
+                          "driver": driver, "cuda": cuda, "mem_total_bytes": stats.get("mem_total_bytes"),
                           "others_pids": sorted(procs),
                           "others_bytes": sum(used or 0 for used in procs.values())})
         return found

@@ -25,6 +25,7 @@ _initialised = False  # nvmlInit was attempted
 _available = False  # ... and succeeded
 _pynvml: Any = None
 _handles: Dict[int, Any] = {}
+_memory_v2 = True  # the v2 memory query has not failed yet
 _logged: set = set()
 
 
@@ -120,13 +121,32 @@ def gpu_stats(index: int) -> Optional[Dict[str, Any]]:
     if handle is None:
         return None
     util = query("nvmlDeviceGetUtilizationRates", handle)
-    mem = query("nvmlDeviceGetMemoryInfo", handle)
+    mem = _memory_info(handle)
     return {
         "index": index,
         "util_percent": float(util.gpu) if util is not None else None,
         "mem_used_bytes": int(mem.used) if mem is not None else None,
         "mem_total_bytes": int(mem.total) if mem is not None else None,
     }
+
+
+def _memory_info(handle: Any) -> Any:
+    """The GPU's memory as nvidia-smi shows it: NVML's v2 answer, whose ``used`` leaves out what the
+    driver reserves for itself; v1's counts it as used (some 0.5-1 GiB on an idle data-centre GPU that
+    nvidia-smi shows at ~0 MiB). v1 where the binding or the driver has no v2: once v1 answers where v2
+    did not, v2 is not asked again."""
+    global _memory_v2
+    version = getattr(_pynvml, "nvmlMemory_v2", None)
+    if not _memory_v2 or version is None:
+        return query("nvmlDeviceGetMemoryInfo", handle)
+    try:
+        return _pynvml.nvmlDeviceGetMemoryInfo(handle, version)
+    except Exception as exc:  # NVMLError_FunctionNotFound (an older driver), an old binding's TypeError
+        _log_once("memory_v2", logging.DEBUG, "nvmlDeviceGetMemoryInfo v2 failed (%s: %s)", type(exc).__name__, exc)
+    mem = query("nvmlDeviceGetMemoryInfo", handle)
+    if mem is not None:
+        _memory_v2 = False
+    return mem
 
 
 _PROCESS_QUERIES = (
@@ -177,8 +197,9 @@ def process_utilization(index: int, window_s: float = 1.0) -> Optional[Dict[int,
 
 def reset() -> None:
     """Forget the init state, cached handles and what was logged (tests; after a fork)."""
-    global _initialised, _available, _pynvml
+    global _initialised, _available, _pynvml, _memory_v2
     with _lock:
+        _memory_v2 = True
         if _available and _pynvml is not None:
             with contextlib.suppress(Exception):
                 _pynvml.nvmlShutdown()

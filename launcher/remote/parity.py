@@ -58,8 +58,10 @@ class HostRow:
             return "none"
         names = sorted({str(g.get("name")) for g in self.gpus})
         drivers = sorted({str(g.get("driver")) for g in self.gpus})
+        cudas = sorted({str(g.get("cuda")) for g in self.gpus if g.get("cuda")})
         others = sum(int(g.get("others_bytes") or 0) for g in self.gpus)
         return (f"{len(self.gpus)}x {'/'.join(names)}, driver {'/'.join(drivers)}"
+                + (f", CUDA {'/'.join(cudas)}" if cudas else "")
                 + (f", {show_size(others)} used by others" if others else ""))
 
 

@@ -65,12 +65,17 @@ SIGNATURES: tuple[Signature, ...] = (
          "shape[1048576,1048576,64] and type float on /job:localhost/replica:0/task:0/device:CPU:0 by allocator "
          "mklcpu [Op:Fill] name: "),
     _sig("gpu_oom", r"CUDA_ERROR_OUT_OF_MEMORY|ResourceExhaustedError|OOM when allocating|"
-         r"CUDA error: out of memory|failed to allocate .* from device",
+         r"CUDA error: out of memory|CUDA out of memory|failed to allocate .* from device|"
+         r"cudaErrorMemoryAllocation|OutOfMemoryError: Out of memory allocating",
          "GPU out of memory",
          "tensorflow.python.framework.errors_impl.ResourceExhaustedError: OOM when allocating tensor with "
          "shape[32768,32768] and type float on /job:worker/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc",
          "E external/local_xla/xla/stream_executor/cuda/cuda_driver.cc:1234] failed to allocate 15.75G "
-         "(16911433728 bytes) from device: CUDA_ERROR_OUT_OF_MEMORY: out of memory"),
+         "(16911433728 bytes) from device: CUDA_ERROR_OUT_OF_MEMORY: out of memory",
+         "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 GiB. GPU 0 has a total capacity of "
+         "79.19 GiB of which 3.44 GiB is free.",
+         "cupy.cuda.memory.OutOfMemoryError: Out of memory allocating 85,899,345,920 bytes (allocated so far: "
+         "0 bytes)."),
     _sig("nan", r"Tensor had (?P<what>NaN|Inf|NaN and Inf|Inf and NaN) values",
          "{what} values caught by check_numerics",
          "tensorflow.python.framework.errors_impl.InvalidArgumentError: {{function_node "

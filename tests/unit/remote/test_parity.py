@@ -130,3 +130,16 @@ def test_sizes_read_and_shown() -> None:
 def test_min_free_disk_is_read_in_bytes_with_units_and_defaults_to_1_gib(tmp_path: Path) -> None:
     assert plan_of(tmp_path).profile.min_free_disk == 1024**3  # type: ignore[attr-defined]
     assert plan_of(tmp_path, 'min_free_disk = "16 MiB"').profile.min_free_disk == 16 * 1024**2  # type: ignore[attr-defined]
+
+
+def test_the_gpu_column_shows_the_drivers_cuda_version_as_nvidia_smi_does() -> None:
+    """nvidia-smi's header says "Driver Version: 550.54 CUDA Version: 12.4"; NVML gives the CUDA
+    version as 12040. Without TensorFlow (a custom job) the CUDA/CUDNN column is empty, so the GPU
+    column is where a user sees it."""
+    from launcher.agent.hostfacts import cuda_version
+
+    assert (cuda_version(12040), cuda_version(11080), cuda_version(13000)) == ("12.4", "11.8", "13.0")
+    assert cuda_version(None) == cuda_version(0) == cuda_version(True) == ""
+    row = HostRow("a", gpus=[dict(gpu(0), cuda="12.4"), dict(gpu(1), cuda="12.4")])
+    assert row.gpu_summary() == "2x NVIDIA H100, driver 550.54, CUDA 12.4"
+    assert HostRow("b", gpus=[gpu(0)]).gpu_summary() == "1x NVIDIA H100, driver 550.54"
