@@ -21,6 +21,7 @@ import queue
 import select
 import socket
 import stat
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -74,7 +75,11 @@ def listen(run_id: str) -> ControlListener:
     if len(os.fsencode(path)) > MAX_SOCKET_PATH:
         raise UserError(f"cannot listen for this run's clients: {path} is longer than a unix socket path may be "
                         f"({MAX_SOCKET_PATH} bytes); set DISTLAUNCH_HOME or TMPDIR to a shorter directory of yours")
-    hint = "; distlaunch keeps the run's control socket there"
+    hint = ""
+    if path.parent != state_home() / "control":
+        variable = "TMPDIR" if path.parent.parent == Path(tempfile.gettempdir()) else "XDG_RUNTIME_DIR"
+        hint = (f"; or set {variable} to a folder of yours (the run's control socket goes there, the state "
+                "dir being too deep for a socket path)")
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         if path.parent == Path(lines.control_dirs(os.fspath(state_home()))[0]):  # under the state dir: make it first

@@ -89,3 +89,29 @@ def test_a_squatted_name_neither_hangs_up_nor_blinds_attach(tmp_path: Path) -> N
         if attach is not None and attach.poll() is None:
             attach.kill()
         kill_run_processes(run_id)
+
+
+def test_a_supervisor_that_cannot_listen_says_so_and_starts_nothing(tmp_path: Path) -> None:
+    """Where the run's socket must go under a shared TMPDIR (the state dir too deep for a socket
+    path) and another user planted the folder there first, `up` says so in one line, exit 2, and
+    no task starts: never a supervisor no client can reach."""
+    require_other_user()
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(tmp_path, 0o755)
+    os.chmod(shared, 0o1777)
+    planted = shared / f"distlaunch-{os.getuid()}"
+    planted.mkdir()
+    os.chown(planted, OTHER_UID, OTHER_UID)
+    home = tmp_path / ("deep-" * 20) / "home"
+    home.mkdir(parents=True)
+    env = {"DISTLAUNCH_HOME": str(home), "TMPDIR": str(shared), "XDG_RUNTIME_DIR": ""}
+    run_id = f"blind-{secrets.token_hex(3)}"
+    profile = ticker_profile(tmp_path, "blind")
+    up = cli("up", str(profile), "--detach", "--run-id", run_id, timeout=60, env=env)
+    lines = [line for line in up.stderr.splitlines() if line.startswith("distlaunch: error")]
+    assert up.returncode == 2, up.stdout + up.stderr
+    assert len(lines) == 1 and str(planted) in lines[0] and "owned by" in lines[0], up.stderr
+    assert "Traceback" not in up.stderr
+    assert not pids_with_run_id(run_id)
+    assert list(planted.iterdir()) == []
