@@ -43,6 +43,7 @@ from launcher.profile.reader import load_profile
 from launcher.remote.preflight import prepare_hosts
 from launcher.rundir import RunDir
 from launcher.supervise.supervisor import Supervisor
+from launcher.transport import sshconfig
 
 EMITTER = EMITTER_START + '''\
 for i in range(count):
@@ -79,7 +80,7 @@ def run_pipeline(tasks: int, hosts_n: int, rate: float, seconds: float, work: Pa
         profile_path = ssh_profile(work / "pipeline.toml", "pipeline", hosts, {"worker": {"count": tasks}},
                                    command="{python} " + f"{emitter} {count} {1.0 / rate} {work / 'go'}")
         profile = load_profile(profile_path)
-        plan = build_plan(profile)
+        plan = build_plan(profile, sshconfig.resolve_addresses(profile))
         run_id = f"pipeline-{os.getpid()}"
         rundir = RunDir.create(run_id, work / "run")
         pre = prepare_hosts(plan, run_id, rundir.path / "hosts", lambda m: None, lambda m: None)

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Literal
 
 from launcher.agent.containerrt import ContainerSpec
-from launcher.profile.overrides import Overrides
 
 Strategy = Literal["parameter_server", "multi_worker_mirrored", "custom"]
 SuccessPolicy = Literal["chief", "all_workers"]
@@ -138,6 +137,15 @@ class SyncConfig:
 
     def source_dir(self, profile_dir: Path) -> Path:
         return (profile_dir / Path(self.source).expanduser()).resolve()
+
+
+@dataclass(frozen=True)
+class Overrides:
+    """What one run changes: dotted keys set from the command line, arguments for every command
+    (profile/overrides.py applies them)."""
+
+    sets: tuple[str, ...] = ()  # "KEY=VALUE" as given
+    args: tuple[str, ...] = ()  # appended to every task's command (shell-quoted)
 
 
 @dataclass(frozen=True)

@@ -1,13 +1,14 @@
 """Profile -> Plan: which task runs where, on which port and GPUs, with which command and env.
 
 The plan is computed without touching any host, so ``check``, ``tfconfig`` and ``up`` all see
-the same tasks. Ports a role leaves open and the run directory are only known at launch:
-commands keep ``{port}`` and ``{run_dir}`` until ``render_command`` fills them.
+the same tasks; it runs nothing either (no ``ssh -G``): what OpenSSH's config makes of a host's
+address is resolved before, by the transport (``sshconfig.resolve_addresses``), and passed in.
+Ports a role leaves open and the run directory are only known at launch: commands keep
+``{port}`` and ``{run_dir}`` until ``render_command`` fills them.
 """
 
 from __future__ import annotations
 
-import contextlib
 import posixpath
 import re
 import shlex
@@ -17,11 +18,10 @@ from pathlib import Path
 from typing import TypedDict
 
 from launcher.agent.containerrt import ContainerSpec
-from launcher.errors import HostError, UserError
+from launcher.errors import UserError
 from launcher.model import SSH_TRANSPORTS, START_ORDER, HostConfig, Plan, Profile, RoleConfig, TaskSpec
 from launcher.profile.checks import PLACEHOLDER_RE
 from launcher.profile.overrides import is_secret
-from launcher.transport import sshconfig
 
 #: roles in TF_CONFIG's cluster, in the order TensorFlow's docs list them
 CLUSTER_ROLES = ("chief", "worker", "ps")
@@ -48,8 +48,11 @@ class UnknownTask(UserError):
     """A task id that the plan does not have."""
 
 
-def build_plan(profile: Profile) -> Plan:
-    """Every task of the profile, in START_ORDER then by index."""
+def build_plan(profile: Profile, addresses: Mapping[str, str] | None = None) -> Plan:
+    """Every task of the profile, in START_ORDER then by index. ``addresses``: by host name, the
+    HostName ~/.ssh/config gives a host's alias (``transport.sshconfig.resolve_addresses``); hosts
+    not in it are reached at their address as written."""
+    addresses = addresses or {}
     gpus_used: dict[str, int] = {}
     tasks: list[TaskSpec] = []
     for role_name in START_ORDER:
@@ -64,26 +67,20 @@ def build_plan(profile: Profile) -> Plan:
             first_gpu = gpus_used.get(host.name, 0)
             gpus = host.gpus[first_gpu:first_gpu + role.gpus_per_task]
             gpus_used[host.name] = first_gpu + role.gpus_per_task
-            tasks.append(_task(profile, role, index, host, nth_on_host, gpus))
+            tasks.append(_task(profile, role, index, host, tf_address(host, addresses), nth_on_host, gpus))
     return Plan(profile=profile, tasks=tuple(tasks))
 
 
-def tf_address(host: HostConfig) -> str:
+def tf_address(host: HostConfig, addresses: Mapping[str, str]) -> str:
     """The address other tasks reach ``host`` at: tf_address, else the HostName ~/.ssh/config
-    gives an alias (another host cannot resolve the alias), else the address as written."""
-    if host.tf_address:
-        return host.tf_address
-    if host.transport in SSH_TRANSPORTS and host.ssh.ssh_config is not None:
-        with contextlib.suppress(HostError):
-            return sshconfig.resolve(host).target.hostname
-    return host.address
+    gives an alias (``addresses``: another host cannot resolve the alias), else the address as written."""
+    return host.tf_address or addresses.get(host.name, host.address)
 
 
-def _task(profile: Profile, role: RoleConfig, index: int, host: HostConfig, nth_on_host: int,
+def _task(profile: Profile, role: RoleConfig, index: int, host: HostConfig, address: str, nth_on_host: int,
           gpus: tuple[int, ...]) -> TaskSpec:
     settings = role.settings
     task_id = f"{role.name}:{index}"
-    address = tf_address(host)
     # in a container, {python} is the image's; the launcher's own interpreter is a host path
     bare_local = host.transport not in SSH_TRANSPORTS and settings.container is None
     python = settings.python or (sys.executable if bare_local else "python3")

@@ -22,10 +22,18 @@ from pathlib import Path
 from launcher.agent.hostagent import LOCK_NAME, PID_NAME, SOCKET_NAME
 from launcher.errors import UserError
 from launcher.privatedir import owner_name
-from launcher.rundir import DOWN_MARKER, EVENTS_FILE, RUN_MARKER, STACKS_DIR, STATE_FILE, outside_state_dir
+from launcher.rundir import (
+    DOWN_MARKER,
+    EVENTS_FILE,
+    NOTIFY_LOG,
+    RUN_MARKER,
+    STACKS_DIR,
+    STATE_FILE,
+    SUPERVISOR_LOCK,
+    SUPERVISOR_LOG,
+    outside_state_dir,
+)
 from launcher.runrecord import PROFILE_FILE, RESOLVED_FILE
-from launcher.supervise.daemon import SUPERVISOR_LOCK, SUPERVISOR_LOG
-from launcher.supervise.notify import LOG_FILE as NOTIFY_LOG
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 

@@ -39,6 +39,12 @@ PRIVATE_FILE = 0o600
 EVENTS_FILE = "events.jsonl"
 STATE_FILE = "state.json"
 DOWN_MARKER = "down-requested"
+#: the supervisor's output (supervise/daemon.py); `up` and `attach` relay it to their client
+SUPERVISOR_LOG = "supervisor.log"
+#: held by the run's supervisor for its life (flock): never two supervisors of one run
+SUPERVISOR_LOCK = "supervisor.lock"
+#: what the [notify] command printed (supervise/notify.py)
+NOTIFY_LOG = "notify.log"
 #: written (0600, holding the run id) when distlaunch makes a run dir: cleanup removes only what
 #: distlaunch wrote, and a run dir outside the state root only when it carries this marker
 RUN_MARKER = ".distlaunch-run"

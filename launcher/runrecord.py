@@ -17,10 +17,10 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from launcher.model import Profile
+from launcher.model import Overrides, Profile
 from launcher.plan import MASK, is_secret
 from launcher.privatedir import read_trusted_text
-from launcher.profile.overrides import Overrides, mask_secrets
+from launcher.profile.overrides import mask_secrets
 from launcher.profile.reader import load_profile
 from launcher.rundir import private_opener
 

@@ -33,6 +33,7 @@ from launcher.privatedir import open_trusted
 from launcher.remote.preflight import PreflightError
 from launcher.rundir import (
     EVENTS_FILE,
+    SUPERVISOR_LOG,
     RunDir,
     find_run,
     read_events,
@@ -45,6 +46,7 @@ from launcher.supervise import controlsock, daemon
 from launcher.supervise.stopsignals import JobSignals
 from launcher.supervise.supervisor import Supervisor
 from launcher.telemetry.progressline import mute
+from launcher.transport import sshconfig
 
 
 def attach_run(path: Path, tui: bool, as_json: bool = False) -> int:
@@ -66,7 +68,7 @@ def attach_run(path: Path, tui: bool, as_json: bool = False) -> int:
                         "nowhere, so no new supervisor can restart its tasks; stop it with `distlaunch down "
                         f"{run_id}` and give secrets as --set 'KEY=\"${{env:NAME}}\"' next time")
     profile = load_recorded_profile(path, state)  # as the run started: the file may have been edited since
-    plan = build_plan(profile)
+    plan = build_plan(profile, sshconfig.resolve_addresses(profile))
     known = set(state.get("tasks", {}))
     if {t.task_id for t in plan.tasks} != known:
         raise UserError(f"{profile.path}: its tasks changed since run {run_id} started; attach needs the "
@@ -74,7 +76,7 @@ def attach_run(path: Path, tui: bool, as_json: bool = False) -> int:
     shown.bell = profile.notify.bell
     print(f"... no supervisor follows {run_id}: a new one takes it over", file=sys.stderr, flush=True)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # inherited as ignored, the supervisor could not be reaped
-    log = path / daemon.SUPERVISOR_LOG
+    log = path / SUPERVISOR_LOG
     log_from = log.stat().st_size if log.exists() else 0  # the new supervisor's lines, not the last one's
     child = daemon.spawn(path, run_id, lambda: adopt_run(path, state, plan))
     return follow_supervisor(run_id, path, child=child, shown=shown, attach=True, log_from=log_from)

@@ -18,10 +18,10 @@ from typing import TextIO
 from launcher.agent.metricregex import MetricRegexes
 from launcher.errors import HostError, UserError
 from launcher.events import REPORT_PREFIX
-from launcher.model import SSH_TRANSPORTS, START_ORDER, Plan, TaskSpec
+from launcher.model import SSH_TRANSPORTS, START_ORDER, Overrides, Plan, TaskSpec
 from launcher.plan import build_plan, host_port, mask_env, tf_config
 from launcher.profile.containeropts import container_warnings
-from launcher.profile.overrides import Overrides, mask_secrets
+from launcher.profile.overrides import mask_secrets
 from launcher.profile.reader import load_profile
 from launcher.transport import sshconfig
 
@@ -34,7 +34,8 @@ def run_check(profile_path: Path, remote: bool = True, overrides: Overrides | No
     ``ProfileError``, which the CLI prints as one line. ``as_json``: instead of the plan, the
     hosts side by side as one JSON object (launcher/remote/parity.py).
     """
-    plan = build_plan(load_profile(profile_path, overrides))
+    profile = load_profile(profile_path, overrides)
+    plan = build_plan(profile, sshconfig.resolve_addresses(profile))
     shown = io.StringIO()
     print_plan(plan, shown)
     if not as_json:
@@ -54,7 +55,8 @@ def run_check(profile_path: Path, remote: bool = True, overrides: Overrides | No
 
 def run_tfconfig(profile_path: Path, task: str, overrides: Overrides | None = None) -> int:
     """Print the TF_CONFIG JSON that ``task`` (e.g. ``worker:1``) gets."""
-    plan = build_plan(load_profile(profile_path, overrides))
+    profile = load_profile(profile_path, overrides)
+    plan = build_plan(profile, sshconfig.resolve_addresses(profile))
     print(json.dumps(tf_config(plan, task), indent=2))
     return 0
 

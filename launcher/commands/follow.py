@@ -28,8 +28,8 @@ from typing import Any
 from launcher.commands import notice
 from launcher.errors import UserError
 from launcher.protocol.lines import job_exit_code
-from launcher.rundir import pid_alive, read_state
-from launcher.supervise.daemon import SUPERVISOR_LOG, unblock_signals
+from launcher.rundir import SUPERVISOR_LOG, pid_alive, read_state
+from launcher.supervise.daemon import unblock_signals
 from launcher.supervise.remotejob import RemoteJob
 from launcher.supervise.stopsignals import STOP_REASONS, StopSignals
 from launcher.telemetry.printer import JsonPrinter, ProgressPrinter

@@ -42,6 +42,7 @@ from launcher.supervise.notify import Notifier, NotifyFollower
 from launcher.supervise.stopsignals import JobSignals, StoppedBeforeStart, StopSignals
 from launcher.supervise.supervisor import Supervisor
 from launcher.telemetry.progressline import mute
+from launcher.transport import sshconfig
 
 
 def _progress(quiet: bool) -> Callable[[str], None]:
@@ -58,7 +59,7 @@ def run_up(args: argparse.Namespace) -> int:
     if args.json:
         mute()  # stderr belongs to whatever reads the event stream
     profile = load_profile(Path(args.profile), overrides_from(args))
-    plan = build_plan(profile)
+    plan = build_plan(profile, sshconfig.resolve_addresses(profile))
     for warning in exposure_warnings(plan):
         notice(f"warning: {warning}")
     for warning in container_warnings(profile):  # options that undo what distlaunch promises

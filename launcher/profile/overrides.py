@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from launcher.errors import ProfileError
+from launcher.model import Overrides
 
 KeyPath = tuple[str, ...]
 
@@ -36,14 +37,6 @@ class EnvVarUnset(ProfileError):
         super().__init__(message)
         self.key = key
         self.message = message
-
-
-@dataclass(frozen=True)
-class Overrides:
-    """What one run changes: dotted keys set from the command line, arguments for every command."""
-
-    sets: tuple[str, ...] = ()  # "KEY=VALUE" as given
-    args: tuple[str, ...] = ()  # appended to every task's command (shell-quoted)
 
 
 def overrides_from(args: Any) -> Overrides:

@@ -20,6 +20,7 @@ from launcher.model import (
     LogPolicy,
     MetricsConfig,
     NotifyConfig,
+    Overrides,
     Profile,
     Strategy,
     SuccessPolicy,
@@ -38,7 +39,7 @@ from launcher.profile.keys import (
     TOP_KEYS,
 )
 from launcher.profile.names import job_name_problem
-from launcher.profile.overrides import EnvVarUnset, Overrides, resolve
+from launcher.profile.overrides import EnvVarUnset, resolve
 from launcher.profile.roles import RolesReader
 from launcher.profile.sizes import parse_size
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from launcher.model import Plan
 from launcher.profile.sizes import show_size
-from launcher.supervise.hostclock import TOLERANCE_S
+from launcher.remote.hostclock import TOLERANCE_S
 
 
 @dataclass

@@ -31,9 +31,9 @@ from launcher.events import Event
 from launcher.model import Plan, TaskSpec
 from launcher.paths import log_internal_error
 from launcher.profile.overrides import mask_secrets
+from launcher.remote.hostclock import HostClock
 from launcher.remote.session import HostSession
 from launcher.rundir import RunDir, host_to_json
-from launcher.supervise.hostclock import HostClock
 from launcher.supervise.hostworker import HostWorker
 from launcher.supervise.outputpolicy import OutputPolicy
 from launcher.supervise.stackcapture import StallCapture

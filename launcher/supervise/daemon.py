@@ -26,10 +26,8 @@ from pathlib import Path
 
 from launcher.errors import UserError
 from launcher.paths import log_internal_error
+from launcher.rundir import SUPERVISOR_LOCK, SUPERVISOR_LOG
 
-SUPERVISOR_LOG = "supervisor.log"
-#: held by the run's supervisor for its life (flock): never two supervisors of one run
-SUPERVISOR_LOCK = "supervisor.lock"
 #: the signals held back across the fork (see ``spawn``)
 HELD_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
 #: the supervisor's name in `ps -o comm` and /proc/PID/comm (15 characters at most)

@@ -24,14 +24,13 @@ from pathlib import Path
 from launcher import events as ev
 from launcher.events import Event
 from launcher.model import NotifyConfig
-from launcher.rundir import private_opener
+from launcher.rundir import NOTIFY_LOG, private_opener
 from launcher.telemetry.jobview import root_cause_text
 
 #: set to 1 in a notify command's environment: the teardown sweep leaves such processes alone
 NOTIFY_MARKER = "DISTLAUNCH_NOTIFY"
 JOB_ENDED = "job_ended"
 TASK_FAILED = "task_failed"
-LOG_FILE = "notify.log"
 
 
 class Notifier:
@@ -125,7 +124,7 @@ class Notifier:
         env[NOTIFY_MARKER] = "1"
         with self._lock:
             self.fired.append(info)
-        log = self.run_dir / LOG_FILE
+        log = self.run_dir / NOTIFY_LOG
         problem = ""
         try:
             with open(log, "ab", opener=private_opener) as out:

@@ -11,6 +11,7 @@ are reached by the ``ssh`` binary itself, which honours everything.
 
 from __future__ import annotations
 
+import contextlib
 import getpass
 import os
 import shutil
@@ -21,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from launcher.errors import HostError
-from launcher.model import HostConfig, HostKeyPolicy
+from launcher.model import SSH_TRANSPORTS, HostConfig, HostKeyPolicy, Profile
 from launcher.profile.names import address_problem, user_problem
 from launcher.transport import sshoptions
 
@@ -149,6 +150,22 @@ def resolve(config: HostConfig) -> Route:
                      command, host=hostname, port=port, user=user, alias=config.address, key_alias=alias,
                      quote=True),
                  compression=found.get("compression", ["no"])[0] in ("yes", "true"))
+
+
+def resolve_addresses(profile: Profile) -> dict[str, str]:
+    """By host name, the HostName ~/.ssh/config gives the address of each SSH host a role uses:
+    the address tasks on other hosts reach it at (they cannot resolve an alias), for ``build_plan``.
+    A host with a tf_address or no ssh_config is left out, and so is one whose config does not
+    resolve (the plan keeps its address as written; connecting to it says what is wrong)."""
+    used = dict.fromkeys(name for role in profile.roles.values() for name in role.hosts[:role.count])
+    found: dict[str, str] = {}
+    for name in used:
+        host = profile.hosts[name]
+        if host.tf_address or host.transport not in SSH_TRANSPORTS or host.ssh.ssh_config is None:
+            continue
+        with contextlib.suppress(HostError):
+            found[name] = resolve(host).target.hostname
+    return found
 
 
 def _refuse_unsafe_names(config: HostConfig, user: str, hostname: str, *, from_config: bool,

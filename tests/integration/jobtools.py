@@ -13,6 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from launcher.agent.procs import default_signals
+
 REPO = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
 
@@ -20,14 +22,17 @@ PYTHON = sys.executable
 def cli(*args: str, timeout: float = 240, env: dict[str, str] | None = None,
         cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
     return subprocess.run([PYTHON, "-m", "launcher.cli", *args], capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, **(env or {})}, cwd=cwd)
+                          timeout=timeout, env={**os.environ, **(env or {})}, cwd=cwd, preexec_fn=default_signals)
 
 
 def start_cli(*args: str, log: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-    """The CLI as a background process (its own process group), output to ``log``."""
+    """The CLI as a background process (its own process group), output to ``log``. Both start it
+    as a terminal would, every signal at its default: under `nohup` or a script's background job
+    the test run itself ignores SIGINT, and a Python started so keeps ignoring it (Ctrl-C tests)."""
     fh = log.open("wb")
     return subprocess.Popen([PYTHON, "-m", "launcher.cli", *args], stdout=fh, stderr=subprocess.STDOUT,
-                            cwd=REPO, env={**os.environ, **(env or {})}, start_new_session=True)
+                            cwd=REPO, env={**os.environ, **(env or {})}, start_new_session=True,
+                            preexec_fn=default_signals)
 
 
 def read_events(run_dir: Path) -> list[dict[str, Any]]:

@@ -352,6 +352,7 @@ def test_two_attaches_of_a_lost_run_start_one_supervisor(tmp_path: Path) -> None
 def test_a_second_supervisor_of_a_run_gives_way_at_once(tmp_path: Path) -> None:
     """The lock itself, without a race to win: while one supervisor of a run dir lives, a second
     forked for it exits 2 and says why in the run's supervisor.log."""
+    from launcher.rundir import SUPERVISOR_LOG
     from launcher.supervise import daemon
 
     run_dir = tmp_path / "run"
@@ -365,7 +366,7 @@ def test_a_second_supervisor_of_a_run_gives_way_at_once(tmp_path: Path) -> None:
         daemon.unblock_signals()
         _, status = os.waitpid(second, 0)
         assert os.waitstatus_to_exitcode(status) == 2
-        assert "another supervisor already supervises this run" in (run_dir / daemon.SUPERVISOR_LOG).read_text()
+        assert "another supervisor already supervises this run" in (run_dir / SUPERVISOR_LOG).read_text()
     finally:
         release.touch()
         _, status = os.waitpid(first, 0)

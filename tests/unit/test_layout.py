@@ -22,6 +22,13 @@ HOST_PACKAGES = ("launcher.agent", "launcher.autolog", "launcher.protocol")
 HOST_MODULES = ("launcher", "launcher.events", "launcher.report")
 #: imported by host code only inside a function, each where the host may not have it
 OPTIONAL_ON_HOSTS = {"psutil", "pynvml", "tensorflow", "keras", "tf_keras"}
+#: package circles left as they are for now, each with why; no other may appear, and one that is gone
+#: must leave this list
+KNOWN_PACKAGE_CIRCLES = [
+    # commands/profile.py <-> profiling/ (TensorFlow's profiler): that code is being rewritten, and the
+    # package renamed so that "profile" means one thing (issue 44, item 3); the circle goes with it
+    ["launcher.commands", "launcher.profiling"],
+]
 
 
 def _modules() -> dict[str, Path]:
@@ -72,6 +79,21 @@ def _graph() -> dict[str, set[str]]:
         deps = {_own(target) for target, _, _ in _imports(name, path)}
         graph[name] = {d for d in deps if d is not None and d != name}
     return graph
+
+
+def _package(module: str) -> str:
+    """The package a module counts in: ``launcher.x`` for ``launcher.x.y``; a loose module of
+    ``launcher/`` is a package of its own; ``tui`` whole."""
+    parts = module.split(".")
+    return ".".join(parts[:2]) if parts[0] == "launcher" else parts[0]
+
+
+def _package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    packages: dict[str, set[str]] = {}
+    for module, deps in graph.items():
+        own = _package(module)
+        packages.setdefault(own, set()).update(p for p in map(_package, deps) if p != own)
+    return packages
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -131,6 +153,29 @@ def test_no_import_circle_lazy_imports_included():
 
 def test_cycle_finder_sees_a_circle():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_no_import_circle_between_packages_lazy_imports_included():
+    assert sorted(_cycles(_package_graph(_graph()))) == sorted(KNOWN_PACKAGE_CIRCLES)
+
+
+def test_the_plan_imports_no_transport_and_no_subprocess():
+    """OpenSSH's resolution of aliases is the transport's, done before ``build_plan`` (which takes its
+    result); tests/unit/test_plan_hosts.py checks that building a plan starts no process."""
+    targets = {target for target, _, _ in _imports("launcher.plan", MODULES["launcher.plan"])}
+    assert sorted(t for t in targets if t.startswith(("launcher.transport", "subprocess"))) == []
+
+
+def test_packages_are_the_folders_of_launcher_its_loose_modules_and_tui():
+    graph = {"launcher.supervise.core": {"launcher.remote.session", "launcher.supervise.links"},
+             "launcher.supervise.links": set(), "launcher.remote.session": {"launcher.runclean"},
+             "launcher.runclean": {"launcher.supervise.daemon"}, "launcher.supervise.daemon": set(),
+             "tui.app": {"tui.frame", "launcher.plan"}, "tui.frame": set(), "launcher.plan": set()}
+    packages = _package_graph(graph)
+    assert packages == {"launcher.supervise": {"launcher.remote"}, "launcher.remote": {"launcher.runclean"},
+                        "launcher.runclean": {"launcher.supervise"}, "tui": {"launcher.plan"},
+                        "launcher.plan": set()}
+    assert _cycles(packages) == [["launcher.remote", "launcher.runclean", "launcher.supervise"]]
 
 
 def test_at_most_12_loose_modules_at_the_top_of_launcher():

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import shlex
 from pathlib import Path
 
 import pytest
@@ -10,6 +12,7 @@ import pytest
 from launcher.errors import ProfileError
 from launcher.plan import build_plan, tf_config
 from launcher.profile.reader import load_profile
+from launcher.transport import sshconfig
 from tests.integration.jobtools import cli
 
 PROFILE = """
@@ -87,3 +90,57 @@ port = 2300
     out = cli("tfconfig", str(path), "worker:0")
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["cluster"] == {"ps": ["10.9.8.7:2200"], "worker": ["192.168.77.7:2300"]}
+
+
+def test_building_the_plan_runs_nothing_the_transport_resolves_aliases_before(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """``ssh -G`` is the transport's, run before the plan is built: ``build_plan`` starts no process.
+    The ``ssh`` first on PATH here is a real program that writes down every call and answers as
+    ``ssh -G`` does (the alias's HostName from the file, the name itself from ``-F /dev/null``)."""
+    calls = tmp_path / "ssh-calls"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "ssh").write_text(f"""#!/bin/sh
+echo "$*" >> {shlex.quote(str(calls))}
+if [ "$3" = /dev/null ]; then echo "hostname $5"; else echo "hostname 10.9.8.7"; fi
+""")
+    (bin_dir / "ssh").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    config = tmp_path / "ssh_config"
+    config.write_text("Host head-alias\n    HostName 10.9.8.7\n")
+    path = tmp_path / "pure.toml"
+    path.write_text(f"""
+name = "pure"
+[defaults]
+command = "python3 train.py --me {{host}}"
+[ssh]
+ssh_config = "{config}"
+[hosts.head]
+address = "head-alias"
+[hosts.fast]
+address = "fast-alias"
+tf_address = "192.168.77.7"
+[hosts.spare]
+address = "spare-alias"
+[roles.ps]
+hosts = ["head"]
+port = 2200
+[roles.worker]
+hosts = ["fast"]
+port = 2300
+""")
+    profile = load_profile(path)
+
+    plan = build_plan(profile)
+    assert not calls.exists(), calls.read_text()
+    assert plan.task("ps:0").address == "head-alias"  # nothing resolved: the address as written
+
+    addresses = sshconfig.resolve_addresses(profile)  # only the host a role uses without a tf_address
+    assert calls.read_text().splitlines() == [f"-G -F {config} -- head-alias", "-G -F /dev/null -- head-alias"]
+    assert addresses == {"head": "10.9.8.7"}
+
+    calls.unlink()
+    plan = build_plan(profile, addresses)
+    assert not calls.exists(), calls.read_text()
+    assert plan.task("ps:0").command == "python3 train.py --me 10.9.8.7"
+    assert tf_config(plan, "worker:0")["cluster"] == {"ps": ["10.9.8.7:2200"], "worker": ["192.168.77.7:2300"]}

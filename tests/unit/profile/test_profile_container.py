@@ -10,8 +10,7 @@ import pytest
 from launcher.agent.containerrt import ContainerSpec
 from launcher.cli import main
 from launcher.errors import ProfileError
-from launcher.model import Profile
-from launcher.profile.overrides import Overrides
+from launcher.model import Overrides, Profile
 from launcher.profile.reader import load_profile
 from launcher.runrecord import resolved_model
 

@@ -9,8 +9,9 @@ import pytest
 
 from launcher.commands.check import print_plan
 from launcher.errors import ProfileError
+from launcher.model import Overrides
 from launcher.plan import build_plan, split_secrets
-from launcher.profile.overrides import Overrides, mask_secrets, parse_set
+from launcher.profile.overrides import mask_secrets, parse_set
 from launcher.profile.reader import load_profile
 
 BASE = """

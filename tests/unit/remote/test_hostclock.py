@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from launcher.supervise.hostclock import TOLERANCE_S, HostClock
+from launcher.remote.hostclock import TOLERANCE_S, HostClock
 
 NOW = 1_800_000_000.0
 
