@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test screenshot lint typecheck unit integration container-image bench clean
+.PHONY: demo test screenshot screenshots docs docs-serve docs-check lint typecheck unit integration container-image bench clean
 
 $(STAMP): pyproject.toml
 	@test -n "$(PYTHON)" || { echo "make: need python3.11 (or python3 >= 3.11) on PATH"; exit 2; }
@@ -20,13 +20,35 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/distlaunch up cluster_profiles/local.toml
 
-## set up, lint, type-check and run every test
-test: $(STAMP) lint typecheck
+## set up, lint, type-check, build the docs strictly and run every test
+test: $(STAMP) lint typecheck docs-check
 	$(BIN)/python -m pytest -q -ra
 
 ## redraw docs/dashboard.svg (README's picture): the real dashboard replaying docs/demo-run.events.jsonl
 screenshot: $(STAMP)
 	$(BIN)/python -m tui.screenshot
+
+## redraw every picture of the docs (the README's, and each dashboard view in docs/img/) from docs' recordings
+screenshots: $(STAMP)
+	$(BIN)/python -m tui.screenshot --all
+
+# the docs site (mkdocs.yml): the reference pages regenerated from the code, then built into site/
+MKDOCS := NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs
+
+## regenerate docs/reference/ from the key table and the parser, build the site into site/
+docs: $(STAMP)
+	$(BIN)/python -m launcher.docsgen
+	$(MKDOCS) build --strict
+
+## the same, served on http://127.0.0.1:8000 while you edit
+docs-serve: $(STAMP)
+	$(BIN)/python -m launcher.docsgen
+	$(MKDOCS) serve --strict --dev-addr 127.0.0.1:8000
+
+## what `make test` checks of the docs: the generated pages current, no broken link, no page outside the nav
+docs-check: $(STAMP)
+	$(BIN)/python -m launcher.docsgen --check
+	$(MKDOCS) build --strict  # not --quiet: it hides the warnings --strict counts
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -48,4 +70,4 @@ bench: $(STAMP)
 	@for b in benchmarks/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) build site *.egg-info .pytest_cache .mypy_cache .ruff_cache

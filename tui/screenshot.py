@@ -1,10 +1,19 @@
-"""Redraw the README's picture of the dashboard: `make screenshot` (python -m tui.screenshot).
+"""The documentation's pictures of the dashboard: `make screenshot` (the README's) and `make screenshots`
+(every view the docs show), i.e. `python -m tui.screenshot [--all]`.
 
-The real dashboard is driven through Textual's `run_test` by a recorded run of `make demo`
-(docs/demo-run.events.jsonl, the events.jsonl of a real `distlaunch up cluster_profiles/local.toml`
-on this repository's development machine) up to a moment of its training, as if it were live at that
-moment, and saved as SVG with Textual's own export. Run it again after a change to the UI; give
-`--events` to picture another run (any events.jsonl) instead.
+The real dashboard is driven through Textual's `run_test` by a recorded run up to a moment of it, as
+if it were live at that moment, a view is opened with its key, and the screen is saved as SVG with
+Textual's own export. Two recordings, both the files of real runs on this repository's development
+machine (docs/recordings/README.md says how each was made):
+
+- docs/demo-run.events.jsonl: `make demo` (`distlaunch up cluster_profiles/local.toml`), for the
+  README's picture (docs/dashboard.svg), the hosts and the placement views;
+- docs/recordings/slow-peer/: two MultiWorkerMirrored workers, one with a slow input pipeline and
+  then frozen with SIGSTOP, for the step-time panel, the stacks view (the capture the run kept at the
+  stall) and the timeline.
+
+Run it again after a change to the UI; give `--events` to picture another run (any events.jsonl)
+instead of the README's picture.
 """
 
 from __future__ import annotations
@@ -16,17 +25,50 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from launcher.events import Event, EventDecodeError
 from tui.app import DashboardApp
+from tui.stacks_view import StacksScreen
 
 REPO = Path(__file__).resolve().parent.parent
-RECORDING = REPO / "docs" / "demo-run.events.jsonl"
-PICTURE = REPO / "docs" / "dashboard.svg"
+DOCS = REPO / "docs"
+RECORDING = DOCS / "demo-run.events.jsonl"
+SLOW_PEER = DOCS / "recordings" / "slow-peer"
+PICTURE = DOCS / "dashboard.svg"
+PICTURES = DOCS / "img"
 SIZE = (160, 46)
 AT_SECONDS = 35.0
 """The moment pictured, in seconds after the run's first event: well into the demo's 45 s of training."""
+TIMEOUT = 60.0
+
+
+@dataclass(frozen=True)
+class Shot:
+    """One picture: a recording up to a moment, a task selected, keys pressed, saved as `output`."""
+
+    output: Path
+    events: Path = RECORDING
+    at: float = AT_SECONDS
+    keys: tuple[str, ...] = ()
+    select: str | None = None
+    strategy: str = "parameter_server"
+    run_dir: Path | None = None  # what the dashboard reads besides the events (a stored stacks capture)
+
+
+SHOTS = {
+    "dashboard": Shot(PICTURE),
+    "hosts": Shot(PICTURES / "hosts.svg", keys=("h",)),
+    "placement": Shot(PICTURES / "placement.svg", keys=("p",)),
+    "step-time": Shot(PICTURES / "step-time.svg", SLOW_PEER / "events.jsonl", at=30.0, select="worker:0",
+                      strategy="multi_worker_mirrored"),
+    "stacks": Shot(PICTURES / "stacks.svg", SLOW_PEER / "events.jsonl", at=46.0, select="worker:1", keys=("K",),
+                   strategy="multi_worker_mirrored", run_dir=SLOW_PEER),
+    "timeline": Shot(PICTURES / "timeline.svg", SLOW_PEER / "events.jsonl", at=60.0, keys=("e",),
+                     strategy="multi_worker_mirrored"),
+}
+"""Every picture the docs show, by name: the README's first."""
 
 
 class RecordedUntil:
@@ -58,25 +100,43 @@ def read_recording(path: Path, at_seconds: float) -> list[Event]:
     return [event for event in events if event.ts <= end]
 
 
-async def take(events: list[Event], out: Path, size: tuple[int, int] = SIZE) -> Path:
-    """Show `events` in the real dashboard (the clock stopped at the last one) and save it as SVG."""
+async def _until(pilot: object, done: object, what: str, deadline: float) -> None:
+    while not done():  # type: ignore[operator]
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} within {TIMEOUT:.0f} s")
+        await pilot.pause(0.02)  # type: ignore[attr-defined]
+
+
+async def take(events: list[Event], out: Path, size: tuple[int, int] = SIZE, shot: Shot | None = None) -> Path:
+    """Show `events` in the real dashboard (the clock stopped at the last one), do what `shot` says
+    (select a task, press keys), and save the screen as SVG."""
+    shot = shot or Shot(out)
     title = events[0].run.rsplit("-", 3)[0] if events[0].run.count("-") >= 3 else events[0].run
     hosts = {str(e.get("host")) for e in events if e.kind == "state" and e.get("host")}
     now = events[-1].ts
-    app = DashboardApp(RecordedUntil(events), None, title=title, strategy="parameter_server",
-                       hosts_total=max(1, len(hosts)), clock=lambda: now)
+    app = DashboardApp(RecordedUntil(events), None, title=title, strategy=shot.strategy,
+                       hosts_total=max(1, len(hosts)), clock=lambda: now, run_dir=shot.run_dir)
     async with app.run_test(size=size) as pilot:
-        deadline = time.monotonic() + 60
-        while app.view.events_applied < len(events):
-            if time.monotonic() > deadline:
-                raise TimeoutError("the dashboard did not take the recording in within 60 s")
-            await pilot.pause(0.02)
+        deadline = time.monotonic() + TIMEOUT
+        await _until(pilot, lambda: app.view.events_applied >= len(events), "the dashboard did not take the "
+                     "recording in", deadline)
+        if shot.select is not None:
+            for _ in range(len(app.view.tasks)):
+                if app.table.selected_task == shot.select:
+                    break
+                await pilot.press("down")
+                await pilot.pause()
         app.flush(force_chart=True)
         await pilot.pause()
-        while not (app.loss_chart.up_to_date and app.rate_chart.up_to_date):  # drawn in thread workers
-            if time.monotonic() > deadline:
-                raise TimeoutError("the charts were not drawn within 60 s")
-            await pilot.pause(0.02)
+        await _until(pilot, lambda: app.loss_chart.up_to_date and app.rate_chart.up_to_date,  # thread workers
+                     "the charts were not drawn", deadline)
+        app.flush(force_chart=True)
+        for key in shot.keys:
+            await pilot.press(key)
+            await pilot.pause()
+        if isinstance(app.screen, StacksScreen):
+            screen = app.screen
+            await _until(pilot, lambda: screen.captures >= 1, "the stacks view showed no capture", deadline)
         app.flush(force_chart=True)
         app.clear_notifications()
         await pilot.pause()
@@ -84,21 +144,36 @@ async def take(events: list[Event], out: Path, size: tuple[int, int] = SIZE) -> 
     return Path(saved)
 
 
+async def take_all(names: list[str]) -> list[Path]:
+    saved = []
+    for name in names:
+        shot = SHOTS[name]
+        shot.output.parent.mkdir(parents=True, exist_ok=True)
+        saved.append(await take(read_recording(shot.events, shot.at), shot.output, SIZE, shot))
+    return saved
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tui.screenshot", description=__doc__.splitlines()[0])
+    parser.add_argument("--all", action="store_true",
+                        help=f"every picture of the docs ({', '.join(SHOTS)}) from its recording")
     parser.add_argument("--events", type=Path, default=RECORDING, help=f"a run's events.jsonl (default {RECORDING})")
     parser.add_argument("--at", type=float, default=AT_SECONDS, help="seconds into the run (default %(default)s)")
     parser.add_argument("-o", "--output", type=Path, default=PICTURE, help=f"the SVG to write (default {PICTURE})")
     parser.add_argument("--size", default=f"{SIZE[0]}x{SIZE[1]}", help="columns x lines (default %(default)s)")
     args = parser.parse_args(argv)
+    os.environ["TZ"] = "UTC"  # the timeline's times of day: the same picture wherever it is made
+    time.tzset()
+    if args.all:
+        for saved in asyncio.run(take_all(list(SHOTS))):
+            print(f"wrote {saved}")
+        return 0
     try:
         columns, lines = (int(part) for part in args.size.lower().split("x"))
         events = read_recording(args.events, args.at)
     except (OSError, ValueError) as exc:
         print(f"screenshot: {exc}", file=sys.stderr)
         return 2
-    os.environ["TZ"] = "UTC"  # the timeline's times of day: the same picture wherever it is made
-    time.tzset()
     saved = asyncio.run(take(events, args.output, (columns, lines)))
     print(f"wrote {saved}")
     return 0

@@ -123,7 +123,7 @@ TASK_KEYS = Table(
     "Settings every task gets unless its role overrides them.",
     (
         Key("command", "string", "Shell command each task runs; placeholders {python} {role} {index} {task} "
-            "{host} {port} {run_dir}.", nonblank=True),
+            "{host} {port} {run_dir} {outputs}.", nonblank=True),
         Key("python", "string", "Interpreter for {python}; default: the launcher's own on local hosts, "
             "python3 over ssh.", nonblank=True),
         Key("workdir", "string", "Directory the command runs in; local hosts: relative to the profile file "

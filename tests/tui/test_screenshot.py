@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tui.screenshot import RECORDING, main, read_recording, take
+from tui.screenshot import RECORDING, SHOTS, main, read_recording, take
 
 
 def svg_rows(path: Path) -> list[str]:
@@ -34,6 +34,30 @@ async def test_the_picture_shows_the_demo_training(tmp_path: Path) -> None:
     assert "starting at step 0; training for 45 s" in text
     assert "cudart_stub" not in text
     assert "loss vs step" in text
+
+
+VIEWS = {  # what each picture of the docs must show, from its recording
+    "hosts": ["local          4/4 tasks running", "of 2 cores", "no GPU"],
+    "placement": ["9 variables", "hidden/kernel", "ps:0"],
+    "step-time": ["slow-peer [multi_worker_mirrored]", "wait worker:1", "worker:0 step time", "waiting for worker:1"],
+    "stacks": ["suspect: worker:1", "it is stopped (wchan do_signal_stop)", "innermost frame of your code"],
+    "timeline": ["root cause: worker:1", "stacks taken: suspect worker:1", "job Failed: stopped by `distlaunch down`"],
+}
+
+
+def test_every_picture_of_the_docs_has_a_shot_and_a_recording() -> None:
+    assert set(SHOTS) == {"dashboard", *VIEWS}
+    for shot in SHOTS.values():
+        assert shot.events.is_file() and shot.output.suffix == ".svg"
+
+
+@pytest.mark.parametrize("name", sorted(VIEWS))
+async def test_each_view_of_the_docs_is_drawn_from_its_recording(name: str, tmp_path: Path) -> None:
+    shot = SHOTS[name]
+    saved = await take(read_recording(shot.events, shot.at), tmp_path / f"{name}.svg", shot=shot)
+    text = "\n".join(svg_rows(saved))
+    for wanted in VIEWS[name]:
+        assert wanted in text, (name, wanted)
 
 
 @pytest.mark.parametrize("argv", [["--events", "/nonexistent/events.jsonl"], ["--size", "wide"]])
