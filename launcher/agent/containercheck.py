@@ -18,6 +18,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+    from launcher.agent.containeradapters import ContainerRuntime
+
 #: a pull of a large image (TensorFlow's GPU images are several GB) over a slow link
 PULL_SECONDS = 900.0
 #: the runtime's client answering whether the image is here, and its digest
@@ -65,17 +67,16 @@ def _last(text: str, code: int) -> str:
     return lines[-1] if lines else "exit code %d" % code
 
 
-def runtime_answers(runtime: str) -> Optional[str]:
+def runtime_answers(runtime: ContainerRuntime) -> Optional[str]:
     """None when the runtime's client (and its daemon) answer, else why not in a few words."""
-    if runtime == "pyxis":
-        return None  # srun's own; the image check starts a step in it
-    argv = [runtime, "version", "--format", "{{.Server.Version}}"] if runtime in rt.DAEMON_RUNTIMES \
-        else [runtime, "version"]
+    argv = runtime.version_argv()
+    if argv is None:
+        return None  # srun's own (pyxis); the image check starts a step in it
     code, _, err = _call(argv, QUERY_SECONDS)
     if code == 127:
-        return "%s is not installed here (not on the PATH)" % runtime
+        return "%s is not installed here (not on the PATH)" % runtime.name
     if code != 0:
-        return "%s does not answer: %s" % (runtime, _last(err, code))
+        return "%s does not answer: %s" % (runtime.name, _last(err, code))
     return None
 
 
@@ -95,13 +96,14 @@ def check_image(item: Dict[str, Any]) -> Dict[str, Any]:
     spec = rt.ContainerSpec.from_json(item.get("container") or {})
     answer: Dict[str, Any] = {"image": spec.image, "runtime": spec.runtime, "pull": spec.pull}
     node = os.environ.get("SLURMD_NODENAME")
-    why = runtime_answers(spec.runtime)
+    runtime = spec.adapter
+    why = runtime_answers(runtime)
     if why is not None:
         answer["error"] = why
         return answer
-    present = _call(rt.image_present_argv(spec, node), PULL_SECONDS if spec.runtime == "pyxis" else QUERY_SECONDS)
+    present = _call(runtime.image_present_argv(spec, node), PULL_SECONDS if runtime.slurm_step else QUERY_SECONDS)
     answer["present"] = present[0] == 0
-    pull = rt.pull_argv(spec)
+    pull = runtime.pull_argv(spec)
     if pull is not None and (spec.pull == "always" or (spec.pull == "missing" and not answer["present"])):
         code, _, err = _call(pull, PULL_SECONDS)
         if code != 0:
@@ -113,7 +115,7 @@ def check_image(item: Dict[str, Any]) -> Dict[str, Any]:
     if not answer["present"]:
         answer["error"] = "not present" + (" (pull = never)" if spec.pull == "never" else "")
         return answer
-    digest = rt.image_digest_argv(spec)
+    digest = runtime.image_digest_argv(spec)
     if digest is not None:
         code, out, _ = _call(digest, QUERY_SECONDS)
         answer["digest"] = short_digest(out) if code == 0 else None
@@ -127,8 +129,8 @@ def check_image(item: Dict[str, Any]) -> Dict[str, Any]:
         if how == "metadata":
             argv[-1] = METADATA_PROBE  # the probe's code is its last word
         code, out, err = _call(argv, TF_SECONDS)
-        if code == 124 and spec.runtime in rt.DAEMON_RUNTIMES:  # its client is killed, the container is not
-            _call(rt.remove_argv(spec.runtime, [name]) or ["true"], QUERY_SECONDS)
+        if code == 124 and runtime.daemon:  # its client is killed, the container is not
+            _call(runtime.remove_argv([name]) or ["true"], QUERY_SECONDS)
         version = rt.parse_tf_version(out)
         if version is not None:
             answer["tensorflow"] = version

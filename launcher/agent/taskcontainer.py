@@ -2,7 +2,7 @@
 through the runtime, and the sweep of a run's containers by label.
 
 The task still runs under the wrapper shell in its own process group (launcher/agent/spec.py); only
-its command is the runtime's ``run`` (``containerrt.run_argv``) instead of the task's shell. Where a
+its command is the runtime's ``run`` (its adapter's ``run_argv``) instead of the task's shell. Where a
 daemon owns the container (docker, podman), killing that client leaves the container running:
 stops go through the runtime (``stop`` with the task's grace, then ``kill``), every incarnation's
 container is force-removed when it ends, and ``sweep`` removes whatever carries the run's label.
@@ -24,6 +24,7 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from launcher.agent import containerrt as rt
+from launcher.agent.containeradapters import ADAPTERS, DAEMON_RUNTIMES, DEFAULT_RUNTIME, adapter_for
 from launcher.agent.procs import pause
 from launcher.agent.spec import AgentSpec, agent_pythonpath_entry, task_argv
 
@@ -40,13 +41,11 @@ GONE_SECONDS = 10.0
 #: (a docker client without a daemon must not hold up every bare run's teardown)
 PATH_RUNTIME_SECONDS = 10.0
 #: the longest a ``sweep`` of the containers may take: list, remove, list again, per daemon runtime
-SWEEP_SECONDS = 3 * RUNTIME_SECONDS * len(rt.DAEMON_RUNTIMES)
+SWEEP_SECONDS = 3 * RUNTIME_SECONDS * len(DAEMON_RUNTIMES)
 #: what ``docker run`` (and podman's) exit with when the runtime itself failed, before the command ran
 RUNTIME_FAILED = 125
-#: what each client starts its own errors with ("Error response from daemon" follows "docker: ")
-_CLIENT_PREFIXES = {"docker": ("docker: ", "Error response from daemon: "),
-                    "podman": ("Error: ", "podman: ", "Error response from daemon: ")}
-_ANY_PREFIX = ("docker: ", "Error: ", "Error response from daemon: ", "podman: ")
+#: how any runtime's client starts its own errors ("Error response from daemon" follows "docker: ")
+_ANY_PREFIX = tuple(dict.fromkeys(p for adapter in ADAPTERS.values() for p in adapter.client_errors))
 #: HOME inside a docker/podman container: a directory of the task dir (mounted with the run dir)
 HOME_DIR = "home"
 
@@ -57,7 +56,7 @@ def container_of(spec: AgentSpec) -> Optional[rt.ContainerSpec]:
 
 def daemon_owned(container: rt.ContainerSpec) -> bool:
     """A daemon (or conmon) owns the container: signals to the client do not stop it."""
-    return container.runtime in rt.DAEMON_RUNTIMES
+    return container.adapter.daemon
 
 
 def name_of(spec: AgentSpec) -> str:
@@ -83,7 +82,7 @@ def client_environment(spec: AgentSpec, container: rt.ContainerSpec, env: Dict[s
                        names: Sequence[str]) -> Dict[str, str]:
     """The environment of the runtime's client: the task's, from which the container takes the
     variables ``names`` by name, as the runtime needs them (GPUs numbered from 0 inside docker)."""
-    return rt.runtime_environ(container, env, env_names=list(names), gpus=list(spec.gpus) or None)
+    return container.adapter.environ(env, env_names=list(names), gpus=list(spec.gpus) or None)
 
 
 def run_command(spec: AgentSpec, container: rt.ContainerSpec, task_dir: str, names: Sequence[str]) -> List[str]:
@@ -101,11 +100,11 @@ def run_command(spec: AgentSpec, container: rt.ContainerSpec, task_dir: str, nam
             os.makedirs(home, mode=0o700, exist_ok=True)
         except OSError as exc:
             raise ValueError("cannot make the container's home %s: %s" % (home, exc.strerror or exc)) from None
-    return rt.run_argv(container, name=name_of(spec), labels=rt.task_labels(spec.run, spec.task),
-                       env_names=sorted(set(names)), mounts=mounts(spec, task_dir),
-                       workdir=os.path.abspath(os.path.expanduser(spec.workdir)),
-                       gpus=list(spec.gpus) or None, user="%d:%d" % (os.getuid(), os.getgid()),
-                       command=task_argv(spec), node=os.environ.get("SLURMD_NODENAME"), container_home=home)
+    return container.adapter.run_argv(
+        container, name=name_of(spec), labels=rt.task_labels(spec.run, spec.task), env_names=sorted(set(names)),
+        mounts=mounts(spec, task_dir), workdir=os.path.abspath(os.path.expanduser(spec.workdir)),
+        gpus=list(spec.gpus) or None, user="%d:%d" % (os.getuid(), os.getgid()), command=task_argv(spec),
+        node=os.environ.get("SLURMD_NODENAME"), container_home=home)
 
 
 def _call(argv: Sequence[str], timeout: float = RUNTIME_SECONDS) -> Tuple[int, str, str]:
@@ -124,7 +123,7 @@ def _call(argv: Sequence[str], timeout: float = RUNTIME_SECONDS) -> Tuple[int, s
 def host_pid(container: rt.ContainerSpec, name: str) -> Optional[int]:
     """The container's main process as the host sees it; None while it has none (not started yet,
     or ended) or where the runtime does not say (then the task's own child is it)."""
-    argv = rt.host_pid_argv(container, name)
+    argv = container.adapter.host_pid_argv(name)
     if argv is None:
         return None
     code, out, _ = _call(argv, 10.0)
@@ -151,27 +150,27 @@ def learn_host_pid(container: rt.ContainerSpec, name: str, running: Callable[[],
 def stop(container: rt.ContainerSpec, name: str, grace: float) -> bool:
     """Stop the container through its runtime: SIGTERM, ``grace`` seconds, SIGKILL (``docker stop -t``);
     False where the runtime has no stop (the task's own signals do it) or it failed."""
-    argv = rt.stop_argv(container.runtime, [name], grace)
+    argv = container.adapter.stop_argv([name], grace)
     if argv is None:
         return False
     return _call(argv, grace + RUNTIME_SECONDS)[0] == 0
 
 
 def kill(container: rt.ContainerSpec, name: str) -> bool:
-    argv = rt.kill_argv(container, name)
+    argv = container.adapter.kill_argv(name)
     return argv is not None and _call(argv)[0] == 0
 
 
 def remove(runtime: str, names: Sequence[str]) -> None:
     """Force-remove these containers (killed if running); one that is gone already is no error."""
-    argv = rt.remove_argv(runtime, list(names)) if names else None
+    argv = adapter_for(runtime).remove_argv(list(names))
     if argv is not None:
         _call(argv)
 
 
 def exists(runtime: str, name: str) -> bool:
     """Whether the runtime still has a container of that name (False where it cannot say)."""
-    argv = rt.exists_argv(runtime, name)
+    argv = adapter_for(runtime).exists_argv(name)
     return argv is not None and _call(argv, 10.0)[0] == 0
 
 
@@ -209,7 +208,7 @@ def stop_task_containers(task_dirs: Sequence[str], grace: Optional[float]) -> No
         by_runtime.setdefault(container.runtime, []).append(name)
         longest = max(longest, spec.grace_seconds if grace is None else grace)
     for runtime, names in by_runtime.items():
-        argv = rt.stop_argv(runtime, names, longest)
+        argv = adapter_for(runtime).stop_argv(names, longest)
         if argv is not None:
             _call(argv, longest + RUNTIME_SECONDS)
         remove(runtime, names)
@@ -227,7 +226,7 @@ def _recorded_name(task_dir: str) -> Optional[str]:
 def listed(runtime: str, run_id: str, timeout: float = RUNTIME_SECONDS) -> Tuple[List[str], str]:
     """(names, "") of every container, running or not, labelled with the run; ([], why) where the
     runtime did not answer."""
-    argv = rt.list_argv(runtime, {rt.RUN_LABEL: run_id})
+    argv = adapter_for(runtime).list_argv({rt.RUN_LABEL: run_id})
     if argv is None:
         return [], ""
     code, out, err = _call(argv, timeout)
@@ -250,8 +249,8 @@ def run_runtimes(run_dir: str) -> List[str]:
                 container = json.load(f).get("container")
         except (OSError, ValueError, AttributeError):
             continue
-        runtime = container.get("runtime", "docker") if isinstance(container, dict) else None
-        if runtime in rt.DAEMON_RUNTIMES and runtime not in found:
+        runtime = container.get("runtime", DEFAULT_RUNTIME) if isinstance(container, dict) else None
+        if runtime in DAEMON_RUNTIMES and runtime not in found:
             found.append(runtime)
     return found
 
@@ -263,7 +262,7 @@ def sweep(run_dir: Optional[str], run_id: str, kill_them: bool) -> List[Dict[str
     answer (a client without a daemon) is no leftover."""
     named = run_runtimes(run_dir) if run_dir else []
     left: List[Dict[str, Any]] = []
-    for runtime in [*named, *(r for r in rt.DAEMON_RUNTIMES if r not in named and shutil.which(r))]:
+    for runtime in [*named, *(r for r in DAEMON_RUNTIMES if r not in named and shutil.which(r))]:
         timeout = RUNTIME_SECONDS if runtime in named else PATH_RUNTIME_SECONDS
         names, why = listed(runtime, run_id, timeout)
         if kill_them and names:
@@ -283,9 +282,9 @@ def start_failure(returncode: int, last_stderr: Sequence[str], image: str = "",
     any other exit, for an exit without the client's own error line (the program in the container
     may exit 125 itself), for a 126/127 that the command in the container gave, and for runtimes
     other than docker and podman (``runtime``; None: either's words)."""
-    if returncode not in (RUNTIME_FAILED, 126, 127) or (runtime is not None and runtime not in rt.DAEMON_RUNTIMES):
+    prefixes = adapter_for(runtime).client_errors if runtime is not None else _ANY_PREFIX
+    if returncode not in (RUNTIME_FAILED, 126, 127) or not prefixes:
         return None
-    prefixes = _CLIENT_PREFIXES[runtime] if runtime is not None else _ANY_PREFIX
     lines = [ln.strip() for ln in last_stderr if ln.strip() and not ln.strip().startswith(("See '", "Run '"))]
     said = [ln for ln in lines if ln.startswith(prefixes)]
     if returncode != RUNTIME_FAILED:

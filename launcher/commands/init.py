@@ -17,6 +17,7 @@ import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
+from launcher.agent.containeradapters import ADAPTERS, DEFAULT_RUNTIME
 from launcher.agent.containerrt import image_problem
 from launcher.commands.initguess import Guess, guess_strategy
 from launcher.errors import UserError
@@ -37,8 +38,8 @@ SYNC_EXCLUDES = ("data/", "*.ckpt", "__pycache__/", ".venv/")
 _NAME_RE = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
-#: the runtimes ``init --runtime`` offers: pyxis belongs to Slurm profiles, which init does not write
-INIT_RUNTIMES = ("docker", "podman", "apptainer", "enroot")
+#: the runtimes ``init --runtime`` offers: not pyxis (a Slurm step), as init writes no Slurm profile
+INIT_RUNTIMES = tuple(name for name, adapter in ADAPTERS.items() if not adapter.slurm_step)
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,7 @@ class Image:
     """``--image`` and ``--runtime``: the container every task runs in."""
 
     image: str
-    runtime: str = "docker"
+    runtime: str = DEFAULT_RUNTIME
 
 
 @dataclass(frozen=True)
@@ -101,7 +102,7 @@ def container_choice(image: str | None, runtime: str | None) -> Image | None:
         if runtime is not None:
             raise UserError(f"--runtime {runtime} needs --image: name the image the tasks run in")
         return None
-    runtime = runtime or "docker"
+    runtime = runtime or DEFAULT_RUNTIME
     if runtime not in INIT_RUNTIMES:
         raise UserError(f"--runtime {runtime}: use one of {', '.join(INIT_RUNTIMES)} (pyxis is for Slurm profiles)")
     problem = image_problem(image, runtime)
@@ -210,7 +211,8 @@ def profile_text(script: Path, target: Path, guess: Guess, shape: Shape, hosts: 
         f"#   distlaunch check {quoted_target}    # validate, preflight the hosts, print the plan",
         f"#   distlaunch up    {quoted_target}    # launch and watch it live",
         "# Editors check it after `distlaunch schema -o distlaunch-profile.schema.json` and a first line",
-        "# `#:schema ./distlaunch-profile.schema.json`. Every key: README.md, \"The profile, by example\".",
+        "# `#:schema ./distlaunch-profile.schema.json`. Every key: docs/reference/profile.md",
+        "# (docs/profiles.md shows them at work).",
         "",
         f"name = {_q(job_name(script))}",
         f"# Guessed from {script.name}: {guess.reason}.",

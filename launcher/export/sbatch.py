@@ -16,7 +16,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from launcher.agent import containerrt
+from launcher.agent.containeradapters import is_image_file, pyxis_image
 from launcher.errors import UserError
 from launcher.model import Profile
 from launcher.plan import build_plan
@@ -63,16 +63,17 @@ def container_lines(profile: Profile) -> list[str]:
         task = next((t for t in plan.tasks if t.role == role.name), None)
         if spec is None or task is None:
             continue
-        if spec.runtime != "pyxis":
+        runtime = spec.adapter
+        if not runtime.slurm_step:
             lines.append(f"# {role.name} tasks run in {spec.runtime} image {spec.image}")
             continue
-        argv = containerrt.run_argv(spec, name=f"dl-RUN-{role.name}-INDEX-N", labels={}, env_names=[],
-                                    mounts=[task.workdir], workdir=task.workdir, gpus=None, user=None, command=[])
+        argv = runtime.run_argv(spec, name=f"dl-RUN-{role.name}-INDEX-N", labels={}, env_names=[],
+                                mounts=[task.workdir], workdir=task.workdir, gpus=None, user=None, command=[])
         flags = [a for a in argv if a.startswith(("--container-image", "--container-mounts", "--container-workdir"))]
         lines += [f"# {role.name} tasks: srun --overlap {shlex.join(flags)} ...",
                   "#   (the run dir and {outputs} are mounted too; TF_CONFIG and DISTLAUNCH_* pass by name)"]
-        image = containerrt.pyxis_image(spec.image)
-        if spec.pull != "never" and not containerrt.is_image_file(spec.image) and image not in imports:
+        image = pyxis_image(spec.image)
+        if spec.pull != "never" and not is_image_file(spec.image) and image not in imports:
             imports.append(image)
     if imports:
         lines.append("# each container image is imported on every node before any task starts (enroot caches "

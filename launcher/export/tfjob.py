@@ -32,7 +32,8 @@ from typing import Any
 
 import yaml
 
-from launcher.agent.containerrt import ContainerSpec, is_image_file
+from launcher.agent.containeradapters import is_image_file
+from launcher.agent.containerrt import ContainerSpec
 from launcher.errors import ProfileError, UserError
 from launcher.model import ROLES, Profile, RoleConfig
 from launcher.plan import is_secret

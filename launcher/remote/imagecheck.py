@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from launcher.agent.containeradapters import DEFAULT_RUNTIME
 from launcher.model import Plan
 from launcher.plan import task_container
 from launcher.remote.parity import HostRow
@@ -46,7 +47,7 @@ def image_problems(host: str, answer: Mapping[str, Any]) -> list[str]:
     """One line per image the host cannot run a task from, naming host, image and the fix."""
     problems: list[str] = []
     for found in answer.get("containers") or []:
-        image, runtime = found.get("image"), found.get("runtime") or "docker"
+        image, runtime = found.get("image"), found.get("runtime") or DEFAULT_RUNTIME
         error = found.get("error")
         if error == "not present (pull = never)":
             problems.append(f"host {host}: container image {image} is not present and pull = \"never\"; "

@@ -1,4 +1,5 @@
-"""Container runtimes' command lines (launcher/agent/containerrt.py): every runtime, built, not run."""
+"""Container runtimes' command lines (launcher/agent/containeradapters.py, each runtime's adapter) and the
+spec they read (launcher/agent/containerrt.py): every runtime, built, not run."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any
 import pytest
 
 from launcher.agent import containerrt as crt
+from launcher.agent.containeradapters import ADAPTERS, ContainerRuntime, adapter_for, enroot_uri
 from launcher.agent.containerrt import ContainerSpec
 
 RUN = "mnist-20240501-101010-ab12"
@@ -24,7 +26,7 @@ def run(s: ContainerSpec, **kw: Any) -> list[str]:
                                 mounts=["/home/u/code", "/home/u/out"], workdir="/home/u/code", gpus=None,
                                 user="1000:1000", command=["/bin/sh", "-c", "python3 train.py"], home="/home/u")
     args.update(kw)
-    return crt.run_argv(s, **args)
+    return s.adapter.run_argv(s, **args)
 
 
 def pairs(argv: list[str], flag: str) -> list[str]:
@@ -64,6 +66,35 @@ def test_spec_round_trips_through_json() -> None:
 def test_from_json_refuses_what_a_launcher_would_not_write(data: Any, message: str) -> None:
     with pytest.raises(ValueError, match=re.escape(message)):
         ContainerSpec.from_json(data)
+
+
+# ---- the registry ----------------------------------------------------------------------------
+
+def test_one_adapter_per_runtime_and_the_name_lists_are_the_registrys() -> None:
+    assert crt.RUNTIMES == ("docker", "podman", "apptainer", "enroot", "pyxis") == tuple(ADAPTERS)
+    assert crt.DAEMON_RUNTIMES == ("docker", "podman")
+    facts = {name: (type(a).__name__, a.daemon, a.nvidia_env, a.slurm_step, bool(a.client_errors))
+             for name, a in ADAPTERS.items()}
+    assert facts == {"docker": ("Docker", True, False, False, True), "podman": ("Podman", True, False, False, True),
+                     "apptainer": ("Apptainer", False, False, False, False),
+                     "enroot": ("Enroot", False, True, False, False), "pyxis": ("Pyxis", False, True, True, False)}
+    for name, adapter in ADAPTERS.items():
+        assert isinstance(adapter, ContainerRuntime) and adapter.name == name and adapter_for(name) is adapter
+        assert spec(name, image="/i/tf.sif" if name in ("apptainer", "enroot") else IMAGE).adapter is adapter
+    with pytest.raises(ValueError, match=re.escape("unknown container runtime 'lxc'; valid: docker, podman, "
+                                                   "apptainer, enroot, pyxis")):
+        adapter_for("lxc")
+    with pytest.raises(ValueError, match="unknown container runtime"):
+        _ = spec("lxc").adapter
+
+
+def test_only_a_daemon_runtime_refuses_an_image_file() -> None:
+    for adapter in ADAPTERS.values():
+        assert (adapter.image_problem("/images/tf.sif") is not None) == adapter.daemon
+        assert adapter.image_problem(IMAGE) is None
+    assert adapter_for("podman").image_problem("./tf.tar") == (
+        "'./tf.tar' is a file; podman runs registry images (load the file with `podman load` and give its name), "
+        'or use runtime = "apptainer"')
 
 
 # ---- names -----------------------------------------------------------------------------------
@@ -155,27 +186,27 @@ def test_a_path_the_runtime_would_misread_is_refused(kw: dict[str, Any]) -> None
 
 def test_docker_stop_kill_pid_list_remove() -> None:
     s = spec()
-    assert crt.stop_argv("docker", ["n"], 10) == ["docker", "stop", "-t", "10", "n"]
-    assert crt.stop_argv("podman", ["n", "m"], 2.5) == ["podman", "stop", "-t", "3", "n", "m"]
-    assert crt.stop_argv("docker", [], 2) is None
-    assert crt.exists_argv("docker", "n") == ["docker", "container", "inspect", "--format", "{{.Id}}", "n"]
-    assert crt.kill_argv(s, "n") == ["docker", "kill", "-s", "KILL", "n"]
-    assert crt.kill_argv(spec("podman"), "n", "TERM") == ["podman", "kill", "-s", "TERM", "n"]
-    assert crt.host_pid_argv(s, "n") == ["docker", "inspect", "--format", "{{.State.Pid}}", "n"]
-    assert crt.list_argv("docker", {crt.RUN_LABEL: RUN}) == [
+    assert adapter_for("docker").stop_argv(["n"], 10) == ["docker", "stop", "-t", "10", "n"]
+    assert adapter_for("podman").stop_argv(["n", "m"], 2.5) == ["podman", "stop", "-t", "3", "n", "m"]
+    assert adapter_for("docker").stop_argv([], 2) is None
+    assert adapter_for("docker").exists_argv("n") == ["docker", "container", "inspect", "--format", "{{.Id}}", "n"]
+    assert s.adapter.kill_argv("n") == ["docker", "kill", "-s", "KILL", "n"]
+    assert adapter_for("podman").kill_argv("n", "TERM") == ["podman", "kill", "-s", "TERM", "n"]
+    assert s.adapter.host_pid_argv("n") == ["docker", "inspect", "--format", "{{.State.Pid}}", "n"]
+    assert adapter_for("docker").list_argv({crt.RUN_LABEL: RUN}) == [
         "docker", "ps", "-a", "--filter", f"label=distlaunch.run={RUN}", "--format", "{{.Names}}"]
-    assert crt.list_argv("podman", LABELS) == [
+    assert adapter_for("podman").list_argv(LABELS) == [
         "podman", "ps", "-a", "--filter", f"label=distlaunch.run={RUN}", "--filter", "label=distlaunch.task=worker:1",
         "--format", "{{.Names}}"]
-    assert crt.remove_argv("docker", ["a", "b"]) == ["docker", "rm", "-f", "a", "b"]
-    assert crt.remove_argv("docker", []) is None
+    assert adapter_for("docker").remove_argv(["a", "b"]) == ["docker", "rm", "-f", "a", "b"]
+    assert adapter_for("docker").remove_argv([]) is None
 
 
 def test_docker_image_checks_and_tf_version() -> None:
     s = spec(options=("--entrypoint=",))
-    assert crt.image_present_argv(s) == ["docker", "image", "inspect", "--format", "{{.Id}}", IMAGE]
-    assert crt.pull_argv(s) == ["docker", "pull", IMAGE]
-    assert crt.image_digest_argv(s) == ["docker", "image", "inspect", "--format", "{{.Id}}", IMAGE]
+    assert s.adapter.image_present_argv(s) == ["docker", "image", "inspect", "--format", "{{.Id}}", IMAGE]
+    assert s.adapter.pull_argv(s) == ["docker", "pull", IMAGE]
+    assert s.adapter.image_digest_argv(s) == ["docker", "image", "inspect", "--format", "{{.Id}}", IMAGE]
     argv = crt.tf_version_argv(s, "python3")
     assert argv[:9] == ["docker", "run", "--rm", "--init", "--network", "host", "--pull", "never", "--entrypoint="]
     assert argv[9:12] == [IMAGE, "python3", "-c"] and "tf.__version__" in argv[12]
@@ -188,9 +219,9 @@ def test_docker_image_checks_and_tf_version() -> None:
 
 def test_docker_environ_numbers_the_gpus_from_zero_inside() -> None:
     environ = {"TF_CONFIG": "{}", "CUDA_VISIBLE_DEVICES": "2,3"}
-    env = crt.runtime_environ(spec(), environ, env_names=["TF_CONFIG", "CUDA_VISIBLE_DEVICES"], gpus=[2, 3])
+    env = adapter_for("docker").environ(environ, env_names=["TF_CONFIG", "CUDA_VISIBLE_DEVICES"], gpus=[2, 3])
     assert env == {"TF_CONFIG": "{}", "CUDA_VISIBLE_DEVICES": "0,1"}
-    assert crt.runtime_environ(spec(), environ, env_names=["TF_CONFIG"], gpus=None) == environ
+    assert adapter_for("docker").environ(environ, env_names=["TF_CONFIG"], gpus=None) == environ
 
 
 # ---- apptainer -------------------------------------------------------------------------------
@@ -207,7 +238,7 @@ def test_apptainer_exec_with_nv_binds_and_pwd_on_a_sif_file() -> None:
 
 def test_apptainer_environ_wins_over_the_image_and_keeps_physical_gpus() -> None:
     environ = {"TF_CONFIG": "{}", "CUDA_VISIBLE_DEVICES": "1", "OTHER": "x"}
-    env = crt.runtime_environ(spec("apptainer"), environ, env_names=["TF_CONFIG", "CUDA_VISIBLE_DEVICES"], gpus=[1])
+    env = adapter_for("apptainer").environ(environ, env_names=["TF_CONFIG", "CUDA_VISIBLE_DEVICES"], gpus=[1])
     assert env["APPTAINERENV_TF_CONFIG"] == "{}" and env["APPTAINERENV_CUDA_VISIBLE_DEVICES"] == "1"
     assert env["CUDA_VISIBLE_DEVICES"] == "1" and "APPTAINERENV_OTHER" not in env
 
@@ -215,18 +246,19 @@ def test_apptainer_environ_wins_over_the_image_and_keeps_physical_gpus() -> None
 def test_apptainer_has_no_daemon_and_pulls_a_registry_image_into_a_file(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HOME", "/home/u")
     s = spec("apptainer", image="tensorflow/tensorflow:2.15.0-gpu")
-    for argv in (crt.stop_argv(s.runtime, ["n"], 5), crt.kill_argv(s, "n"), crt.host_pid_argv(s, "n"),
-                 crt.list_argv("apptainer", LABELS), crt.remove_argv("apptainer", ["n"]), crt.image_digest_argv(s)):
+    for argv in (s.adapter.stop_argv(["n"], 5), s.adapter.kill_argv("n"), s.adapter.host_pid_argv("n"),
+                 s.adapter.list_argv(LABELS), s.adapter.remove_argv(["n"]), s.adapter.image_digest_argv(s)):
         assert argv is None
-    path = crt.image_file(s)
+    path = s.adapter.image_file(s)
     assert path.startswith("/home/u/.cache/distlaunch/images/tensorflow_tensorflow_2.15.0-gpu-")
     assert path.endswith(".sif")
-    assert crt.image_present_argv(s) == ["test", "-e", path]
-    pull = crt.pull_argv(s)
+    assert s.adapter.image_present_argv(s) == ["test", "-e", path]
+    pull = s.adapter.pull_argv(s)
     assert pull is not None and pull[:2] == ["/bin/sh", "-c"] and "apptainer pull --force" in pull[2]
     assert pull[-2:] == [path, "docker://tensorflow/tensorflow:2.15.0-gpu"]
     assert run(s)[-4] == path
-    assert crt.pull_argv(spec("apptainer", image="/images/tf.sif")) is None
+    file = spec("apptainer", image="/images/tf.sif")
+    assert file.adapter.pull_argv(file) is None
     probe = crt.tf_version_argv(s, "python3")
     assert probe[:3] == ["apptainer", "exec", "--cleanenv"] and probe[3] == path
 
@@ -248,22 +280,22 @@ def test_enroot_start_mounts_env_by_name_gpus_and_workdir() -> None:
 
 def test_enroot_environ_names_the_gpus_it_exposes_or_none() -> None:
     s = spec("enroot")
-    assert crt.runtime_environ(s, {}, env_names=[], gpus=[2, 3]) == {
+    assert s.adapter.environ({}, env_names=[], gpus=[2, 3]) == {
         "NVIDIA_VISIBLE_DEVICES": "2,3", "CUDA_VISIBLE_DEVICES": "0,1"}
-    assert crt.runtime_environ(s, {}, env_names=[], gpus=None) == {"NVIDIA_VISIBLE_DEVICES": "void"}
+    assert s.adapter.environ({}, env_names=[], gpus=None) == {"NVIDIA_VISIBLE_DEVICES": "void"}
 
 
 def test_enroot_imports_a_registry_image_in_its_uri_form(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HOME", "/home/u")
     s = spec("enroot")
-    pull = crt.pull_argv(s)
+    pull = s.adapter.pull_argv(s)
     assert pull is not None and 'enroot import -o "$tmp" "$2"' in pull[2]
     assert pull[-1] == "docker://nvcr.io#nvidia/tensorflow:24.01-tf2-py3"
-    assert pull[-2].endswith(".sqsh") and crt.image_present_argv(s) == ["test", "-e", pull[-2]]
-    assert crt.enroot_uri("ubuntu:22.04") == "docker://ubuntu:22.04"
-    assert crt.enroot_uri("localhost:5000/tf:1") == "docker://localhost:5000#tf:1"
-    assert crt.enroot_uri("dockerd://tf:1") == "dockerd://tf:1"
-    assert crt.stop_argv(s.runtime, ["n"], 3) is None and crt.list_argv("enroot", LABELS) is None
+    assert pull[-2].endswith(".sqsh") and s.adapter.image_present_argv(s) == ["test", "-e", pull[-2]]
+    assert enroot_uri("ubuntu:22.04") == "docker://ubuntu:22.04"
+    assert enroot_uri("localhost:5000/tf:1") == "docker://localhost:5000#tf:1"
+    assert enroot_uri("dockerd://tf:1") == "dockerd://tf:1"
+    assert s.adapter.stop_argv(["n"], 3) is None and adapter_for("enroot").list_argv(LABELS) is None
 
 
 # ---- pyxis -----------------------------------------------------------------------------------
@@ -282,12 +314,14 @@ def test_pyxis_srun_flags() -> None:
 
 def test_pyxis_checks_by_starting_the_image_and_has_nothing_to_pull_or_stop() -> None:
     s = spec("pyxis", image="docker://tensorflow/tensorflow:2.15.0")
-    assert crt.image_present_argv(s, node="n1")[-2:] == ["--container-image=tensorflow/tensorflow:2.15.0", "true"]
-    assert "--nodelist=n1" in crt.image_present_argv(s, node="n1")
-    assert crt.pull_argv(s) is None and crt.image_digest_argv(s) is None
-    assert crt.stop_argv(s.runtime, ["n"], 5) is None and crt.kill_argv(s, "n") is None
-    assert crt.host_pid_argv(s, "n") is None
-    assert crt.image_present_argv(spec("pyxis", image="/sq/tf.sqsh")) == ["test", "-e", "/sq/tf.sqsh"]
+    assert s.adapter.image_present_argv(s, node="n1")[-2:] == [
+        "--container-image=tensorflow/tensorflow:2.15.0", "true"]
+    assert "--nodelist=n1" in s.adapter.image_present_argv(s, node="n1")
+    assert s.adapter.pull_argv(s) is None and s.adapter.image_digest_argv(s) is None
+    assert s.adapter.stop_argv(["n"], 5) is None and s.adapter.kill_argv("n") is None
+    assert s.adapter.host_pid_argv("n") is None
+    file = spec("pyxis", image="/sq/tf.sqsh")
+    assert file.adapter.image_present_argv(file) == ["test", "-e", "/sq/tf.sqsh"]
     probe = crt.tf_version_argv(s, "python")
     assert probe[0] == "srun" and "--container-image=tensorflow/tensorflow:2.15.0" in probe
     assert probe[-3:-1] == ["python", "-c"]

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from launcher.agent import containercheck, taskcontainer
+from launcher.agent.containeradapters import Apptainer
 from launcher.agent.spec import AgentSpec, exec_last, task_argv, task_script, task_variables
 
 
@@ -140,7 +141,10 @@ def test_short_digest() -> None:
 
 @pytest.mark.skipif(shutil.which("distlaunch-no-runtime") is not None, reason="a runtime by that name exists")
 def test_image_check_of_a_runtime_that_is_not_installed_and_of_a_bad_spec(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert containercheck.runtime_answers("distlaunch-no-runtime") == \
+    class NoRuntime(Apptainer):  # asked as apptainer is: `NAME version`
+        name = "distlaunch-no-runtime"
+
+    assert containercheck.runtime_answers(NoRuntime()) == \
         "distlaunch-no-runtime is not installed here (not on the PATH)"
     monkeypatch.setenv("PATH", "/nonexistent")
     answer = containercheck.check_images([{"container": {"image": "i", "runtime": "podman"}, "python": "python3"}])
