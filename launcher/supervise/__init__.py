@@ -1,4 +1,5 @@
-"""The controller of a live job: host links, the task state machine and restarts, teardown.
+"""The controller of a live job: the coordinator and its parts (host links, the restart policy and
+the executor of its decisions, teardown, stack capture).
 
 Runs on the user's machine (the launcher process of `up` or `attach`).
 """

@@ -26,7 +26,9 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol
 
+from launcher.agent.stackmodel import TaskStacks
 from launcher.errors import UserError
 from launcher.paths import state_home
 from launcher.privatedir import ensure_private_dir
@@ -35,8 +37,7 @@ from launcher.protocol.lines import MAX_SOCKET_PATH, Answer, Dropped, End, Hello
 from launcher.rundir import EVENTS_FILE
 from launcher.supervise.controlclient import peer_uid, socket_path
 from launcher.supervise.core import LineFeed
-from launcher.supervise.stackcapture import record
-from launcher.supervise.supervisor import Supervisor
+from launcher.supervise.stackcapture import CaptureOwner, record
 
 #: a request is one short JSON line; anything longer is not read
 MAX_REQUEST = 64 * 1024
@@ -102,6 +103,23 @@ def listen(run_id: str) -> ControlListener:
                         "what is in the way and run it again") from None
 
 
+class Controlled(CaptureOwner, Protocol):
+    """What the control server uses of the supervisor (supervisor.py): the follow stream's cut,
+    the operator's actions and stacks; named here, so serving needs nothing else of it."""
+
+    @property
+    def outcome(self) -> str | None: ...
+    def follow_from_now(self, timeout: float = ...) -> tuple[LineFeed, int, bool] | None: ...
+    def unfollow(self, feed: LineFeed) -> None: ...
+    def loop_ended(self) -> bool: ...
+    def wait(self, timeout: float | None = None) -> str | None: ...
+    def restart_task(self, task_id: str) -> None: ...
+    def stop_task(self, task_id: str) -> None: ...
+    def teardown(self, reason: str = ..., origin: str = ...) -> None: ...
+    def capture_stacks(self, tasks: list[str] | None = None, native: bool = False,
+                       timeout: float = ...) -> list[TaskStacks]: ...
+
+
 class ControlServer:
     """Serves each connection of the owner on a thread of its own: a slow or idle client never
     keeps another's requests waiting, and a request must arrive whole within its deadline. Another
@@ -110,7 +128,7 @@ class ControlServer:
     follower of the whole job would exit with (the supervisor's stop signal, if one came).
     ``listener``: the socket ``listen`` bound (taken early, before the hosts are prepared)."""
 
-    def __init__(self, run_id: str, control: Supervisor,
+    def __init__(self, run_id: str, control: Controlled,
                  exit_code: Callable[[str | None], int] | None = None,
                  listener: ControlListener | None = None) -> None:
         self.control = control

@@ -12,23 +12,20 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
+import itertools
 import threading
 import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future
-from typing import Any
+from typing import Any, Protocol
 
 from launcher import events as ev
-from launcher.agent.spec import SCRIPT_VAR, task_script
-from launcher.autolog.steptime import PROFILER_PORT_ENV
 from launcher.errors import HostError, HostGone
 from launcher.events import Event, EventDecodeError
-from launcher.plan import render_command, split_secrets, task_container, tf_config
-from launcher.profile.overrides import mask_secrets
 from launcher.protocol.lines import AgentAnswer, AgentRequest, Heartbeat, Note, Ping, Unwritten, decode_agent
+from launcher.remote.hostclock import HostClock
 from launcher.remote.session import HostSession
-from launcher.supervise.core import SupervisorCore, TaskRuntime
-from launcher.telemetry.causes import with_cause
+from launcher.supervise.hostworker import HostWorker
 from launcher.transport import LineStream
 
 RECONNECT_MAX_DELAY = 10.0
@@ -43,80 +40,75 @@ AGENT_REQUEST_SECONDS = 60.0
 PING = Ping().encode()
 
 
-class HostLinks(SupervisorCore):
+class LinkOwner(Protocol):
+    """What the links use of the supervisor."""
+
+    @property
+    def run_id(self) -> str: ...
+    @property
+    def sessions(self) -> Mapping[str, HostSession]: ...
+    @property
+    def workers(self) -> Mapping[str, HostWorker]: ...
+    @property
+    def finishing(self) -> bool: ...
+    def knows(self, task: str) -> bool: ...
+    def call(self, fn: Callable[[], None]) -> None: ...
+    def publish(self, event: Event, line: str | None = None) -> None: ...
+    def notice(self, message: str) -> None: ...
+    def finish(self, state: str, reason: str) -> None: ...
+    def on_events(self, events: Iterable[tuple[Event, str | None]]) -> None: ...
+
+
+class HostLinks:
     """Follow every host's agents, send them requests, and keep the links up."""
 
-    def agent_spec(self, rt: TaskRuntime) -> dict[str, Any]:
-        spec = rt.spec
-        env, _secret = split_secrets(spec.env, self.profile.secrets)  # secrets go by stdin, not spec.json
-        env["TF_CONFIG"] = json.dumps(tf_config(self.plan, spec.task_id, self.ports))
-        profiler_port = self.profiler_ports.get(spec.task_id)
-        if PROFILER_PORT_ENV in env or not spec.autolog:  # the profile closed it: no server, no port
-            self.profiler_ports.pop(spec.task_id, None)
-        elif profiler_port is not None:  # autolog starts the task's profiler server there
-            env[PROFILER_PORT_ENV] = str(profiler_port)
-        metrics = self.profile.metrics
-        patterns = {k: v for k, v in (("step", metrics.step), ("loss", metrics.loss)) if v}
-        patterns.update(metrics.extra)
-        command = self._command(rt)
-        secret = self._secret_script(rt) is not None
-        return {
-            "run": self.run_id, "task": spec.task_id, "host": spec.host,
-            "incarnation": rt.incarnation, "restarts": rt.restarts,
-            "command": mask_secrets(command, set(self.profile.secrets)) if secret else command,
-            "workdir": spec.workdir, "env": env, "gpus": list(spec.gpus),
-            "grace_seconds": spec.grace_seconds,
-            "orphan_grace_seconds": self.profile.orphan_grace_seconds,
-            "sample_interval": self.profile.sample_interval, "metrics": patterns,
-            "setup": [mask_secrets(line, set(self.profile.secrets)) for line in spec.setup] if secret
-            else list(spec.setup),
-            "shell": spec.shell or "", "autolog": spec.autolog, "script_in_env": secret,
-            "container": self._container_json(rt), "outputs": self.sessions[spec.host].outputs_dir,
-        }
+    def __init__(self, sup: LinkOwner, hosts: Iterable[str]) -> None:
+        self.sup = sup
+        hosts = list(hosts)
+        self.streams: dict[str, LineStream] = {}
+        #: hosts attach could not reach: their `detached` marker is removed once they answer
+        self.undetach: set[str] = set()
+        self.offsets: dict[str, dict[str, int]] = {h: {} for h in hosts}
+        self.host_up: dict[str, bool] = dict.fromkeys(hosts, True)
+        self._clocks = {h: HostClock() for h in hosts}
+        self._send_locks = {h: threading.Lock() for h in hosts}  # pings and requests on a follow channel
+        self._requests: dict[int, tuple[str, Future[dict[str, Any] | None]]] = {}
+        self._request_ids = itertools.count(1)
+        self.last_seq: dict[str, int] = {}  # per task, the last agent event recorded
+        self.lost_events: dict[str, int] = {}
+        self._last_heard: dict[str, float] = {}  # monotonic time of each host's last stream line
 
-    def _container_json(self, rt: TaskRuntime) -> dict[str, Any] | None:
-        container = task_container(self.plan, rt.spec)
-        return container.to_json() if container is not None else None
+    def resume_from(self, offsets: Mapping[str, Mapping[str, int]], history: Iterable[Event],
+                    lost_events: Mapping[str, int]) -> None:
+        """Attach: go on from the offsets and sequence numbers the last supervisor had reached."""
+        for host, by_slug in offsets.items():
+            if host in self.offsets:
+                self.offsets[host] = {slug: int(n) for slug, n in by_slug.items()}
+        for event in history:
+            seq = event.data.get("seq")
+            if event.task is not None and isinstance(seq, int):
+                self.last_seq[event.task] = max(seq, self.last_seq.get(event.task, -1))
+        self.lost_events = dict(lost_events)
 
-    def _command(self, rt: TaskRuntime) -> str:
-        session = self.sessions[rt.spec.host]
-        return render_command(rt.spec.command, port=rt.port, run_dir=session.base_dir,
-                              outputs=session.outputs_dir)
+    def reconnect_unreachable(self, host: str, why: str) -> None:
+        """Attach: a host that did not answer is reconnected in the background."""
+        self.host_up[host] = False
+        self.undetach.add(host)
+        self.sup.call(functools.partial(self.sup.publish, ev.host_event(self.sup.run_id, host, "unreachable",
+                                                                        f"{why}; reconnecting")))
+        self.sup.workers[host].submit(self.reconnect, host, 1.0)
 
-    def _secret_script(self, rt: TaskRuntime) -> str | None:
-        """The task's whole script (setup lines, then the command) when a value from the launcher's
-        environment is in it: it then goes to the agent with the secrets, never in spec.json."""
-        script = task_script(list(rt.spec.setup), self._command(rt), task_container(self.plan, rt.spec) is not None)
-        return script if any(secret in script for secret in self.profile.secrets if secret) else None
+    def close_streams(self) -> None:
+        for stream in self.streams.values():
+            stream.close()
 
-    def _task_secrets(self, rt: TaskRuntime) -> dict[str, str]:
-        secret = split_secrets(rt.spec.env, self.profile.secrets)[1]
-        script = self._secret_script(rt)
-        if script is not None:
-            secret[SCRIPT_VAR] = script
-        return secret
-
-    def _start_on(self, session: HostSession, rts: list[TaskRuntime]) -> None:
-        """Write the specs of ``rts`` and start them through the host's agent: as a request on the
-        open follow channel where there is one (no SSH exec, no interpreter to boot), else with
-        the `start` verb; one round trip either way."""
-        secrets = {rt.spec.slug: self._task_secrets(rt) for rt in rts}
-        specs = {rt.spec.slug: self.agent_spec(rt) for rt in rts}
-        secrets = {slug: env for slug, env in secrets.items() if env}
-        answer = self._ask_agent(session.name, {"op": "start", "specs": specs, "tasks": list(specs),
-                                                "secrets": secrets})
-        if answer is None:
-            session.start_tasks(specs, secrets)
-        else:
-            session.started(answer, list(specs))
-
-    def _ask_agent(self, host: str, request: dict[str, Any],
-                   timeout: float = AGENT_REQUEST_SECONDS) -> dict[str, Any] | None:
+    def ask_agent(self, host: str, request: dict[str, Any],
+                  timeout: float = AGENT_REQUEST_SECONDS) -> dict[str, Any] | None:
         """Send ``request`` on the host's follow channel (an ``AgentRequest``) and wait for its
         ``AgentAnswer``; None when there is no live channel to send it on, or it ended before the
         answer came (the caller uses the verb then; a live agent refuses to start a task twice)."""
-        stream = self._streams.get(host)
-        if stream is None or not self._host_up.get(host):
+        stream = self.streams.get(host)
+        if stream is None or not self.host_up.get(host):
             return None
         request_id = next(self._request_ids)
         answer: Future[dict[str, Any] | None] = Future()
@@ -145,9 +137,9 @@ class HostLinks(SupervisorCore):
             if where == host and not waiting.done():
                 waiting.set_result(None)
 
-    def _start_follower(self, host: str) -> None:
-        session = self.sessions[host]
-        offsets = dict(self._offsets[host])
+    def start_follower(self, host: str) -> None:
+        session = self.sup.sessions[host]
+        offsets = dict(self.offsets[host])
 
         pending: list[tuple[str, float]] = []
         pending_lock = threading.Lock()
@@ -156,71 +148,45 @@ class HostLinks(SupervisorCore):
             with pending_lock:
                 batch = pending[:]
                 pending.clear()
-            self._on_lines(host, batch)
+            self.on_lines(host, batch)
 
         def on_line(line: str) -> None:
             self._last_heard[host] = time.monotonic()  # here, not on the loop: a busy loop is no silence
             message = decode_agent(line)
-            if isinstance(message, AgentAnswer):  # to _ask_agent, whose caller waits on a host thread
+            if isinstance(message, AgentAnswer):  # to ask_agent, whose caller waits on a host thread
                 self._on_answer(message)
                 return
             with pending_lock:  # lines that arrive while the loop is busy go to it in one call
                 pending.append((line, time.time()))
                 first = len(pending) == 1
             if first:
-                self._call(drain)
+                self.sup.call(drain)
 
         def on_close(code: int | None) -> None:
             self._fail_requests(host)
-            self._call(lambda: self._on_stream_closed(host, stream))
+            self.sup.call(lambda: self._on_stream_closed(host, stream))
 
         self._last_heard[host] = time.monotonic()
         channel = session.take_channel()  # the preflight's channel, waiting to become this stream
         stream: LineStream
         if channel is not None:
-            stream = self._streams[host] = channel  # before attach: a channel that ended is told at once
+            stream = self.streams[host] = channel  # before attach: a channel that ended is told at once
             channel.attach(on_line, on_close)
             return
         stream = session.follow(offsets, on_line, on_close)
-        self._streams[host] = stream
+        self.streams[host] = stream
 
-    def _on_lines(self, host: str, batch: list[tuple[str, float]]) -> None:
-        """The lines a host's stream delivered while the loop was busy, in order. Runs of events
-        that change nothing here (metrics, logs: nearly all of them) are published together; a
-        task's state change is published and acted on in its place."""
-        held: list[tuple[Event, str | None]] = []
+    def on_lines(self, host: str, batch: list[tuple[str, float]]) -> None:
+        """The lines a host's stream delivered while the loop was busy, in order, handed to the
+        supervisor as events, each decoded as it is taken (so the offsets and sequence numbers
+        advance with what was handled)."""
+        self.sup.on_events(self._events(host, batch))
+
+    def _events(self, host: str, batch: list[tuple[str, float]]) -> Iterator[tuple[Event, str | None]]:
         for line, received in batch:
             decoded = self._decode(host, line, received)
-            if decoded is None:
-                continue
-            event = with_cause(decoded[0], self._tails, self._peers)
-            if event is not decoded[0]:
-                decoded = (event, None)
-            raised = self.outputs.on_event(event) if event.task in self.tasks else []
-            if event.kind == ev.STATE and event.task in self.tasks:
-                self._publish_many(held)
-                held = []
-                self._publish(*decoded)
-                self._on_task_state(self.tasks[event.task], event)
-                continue
-            held.append(decoded)
-            if raised:  # log policies and NaN loss: conditions, maybe the job's end (on_nan = stop)
-                held = self._on_output_conditions(held, raised)
-            if event.kind == ev.METRIC and event.task in self.tasks:
-                step = event.get("step")
-                if isinstance(step, int) and self.tasks[event.task].state == ev.RUNNING:
-                    self.watchdog.on_step(event.task, step, time.monotonic())
-        self._publish_many(held)
-
-    def _on_output_conditions(self, held: list[tuple[Event, str | None]],
-                              raised: list[Event]) -> list[tuple[Event, str | None]]:
-        held.extend((condition, None) for condition in raised)
-        stop = self.outputs.stop_reason()
-        if stop is None or self._finishing:
-            return held
-        self._publish_many(held)
-        self._finish(ev.JOB_FAILED, stop)
-        return []
+            if decoded is not None:
+                yield decoded
 
     def _decode(self, host: str, line: str, received: float) -> tuple[Event, str | None] | None:
         """The event a stream line carries and the text to store for it (None: encode it again),
@@ -246,7 +212,7 @@ class HostLinks(SupervisorCore):
         if event.task is not None:
             if in_file:
                 slug = event.task.replace(":", "-")
-                offsets = self._offsets[host]
+                offsets = self.offsets[host]
                 size = len(line) if line.isascii() else len(line.encode())
                 offsets[slug] = offsets.get(slug, 0) + size + 1
             if not self._in_sequence(event):
@@ -262,9 +228,9 @@ class HostLinks(SupervisorCore):
 
     def _note(self, host: str, note: Note) -> tuple[Event, str | None] | None:
         """An agent's word that is in no event file (its disk is full): a task's condition."""
-        if note.task not in self.tasks:
+        if not self.sup.knows(note.task):
             return None
-        return ev.condition_event(self.run_id, note.task, note.condition, note.active,
+        return ev.condition_event(self.sup.run_id, note.task, note.condition, note.active,
                                   f"{note.reason} (host {host})" if note.reason else ""), None
 
     def _in_sequence(self, event: Event) -> bool:
@@ -274,15 +240,15 @@ class HostLinks(SupervisorCore):
         task = str(event.task)
         if not isinstance(seq, int):
             return True
-        last = self._last_seq.get(task, -1)
+        last = self.last_seq.get(task, -1)
         if seq <= last:
             return False
         if seq > last + 1:
             missing = seq - last - 1
             self.lost_events[task] = self.lost_events.get(task, 0) + missing
-            self._notice(f"{task}: {missing} event(s) lost between its agent and the launcher "
+            self.sup.notice(f"{task}: {missing} event(s) lost between its agent and the launcher "
                          f"(seq {last + 1}..{seq - 1})")
-        self._last_seq[task] = seq
+        self.last_seq[task] = seq
         return True
 
     def _observe_clock(self, host: str, host_ts: float, received: float) -> None:
@@ -290,64 +256,64 @@ class HostLinks(SupervisorCore):
         was_off = clock.offset != 0.0
         clock.observe(host_ts, received)
         if clock.offset != 0.0 and not was_off:
-            self._notice(f"host {host}: {clock.describe()}; its event times are corrected by the launcher "
+            self.sup.notice(f"host {host}: {clock.describe()}; its event times are corrected by the launcher "
                          "(sync its clock with NTP)")
 
     def _on_stream_closed(self, host: str, stream: LineStream, why: str = "event stream lost") -> None:
-        if self._finishing or self._done.is_set() or self._streams.get(host) is not stream:
+        if self.sup.finishing or self.streams.get(host) is not stream:
             return
-        self._host_up[host] = False
-        del self._streams[host]  # its late on_close must not count as a second loss
-        self._publish(ev.host_event(self.run_id, host, "unreachable", f"{why}; reconnecting"))
-        self._executors[host].submit(stream.close)  # off the loop: closing may wait for its reader
-        self._executors[host].submit(self._reconnect, host, 1.0)
+        self.host_up[host] = False
+        del self.streams[host]  # its late on_close must not count as a second loss
+        self.sup.publish(ev.host_event(self.sup.run_id, host, "unreachable", f"{why}; reconnecting"))
+        self.sup.workers[host].submit(stream.close)  # off the loop: closing may wait for its reader
+        self.sup.workers[host].submit(self.reconnect, host, 1.0)
 
-    def _ping_streams(self) -> None:
+    def ping_streams(self, done: threading.Event) -> None:
         """Tell every follower the launcher still reads it; on its own thread, as a send into a
         dead link may block. Without pings a partitioned host's follower would keep the lease fresh."""
-        while not self._done.wait(PING_SECONDS):
-            for host, stream in list(self._streams.items()):
+        while not done.wait(PING_SECONDS):
+            for host, stream in list(self.streams.items()):
                 with self._send_locks[host]:  # never inside a request line
                     stream.send(PING)
 
-    def _check_silence(self) -> None:
+    def check_silence(self) -> None:
         """Treat a stream that sent nothing, not even a heartbeat, for STREAM_SILENCE_SECONDS as lost."""
-        if self._finishing:
+        if self.sup.finishing:
             return
         now = time.monotonic()
-        for host, stream in list(self._streams.items()):
+        for host, stream in list(self.streams.items()):
             silent = now - self._last_heard.get(host, now)
-            if self._host_up[host] and silent > STREAM_SILENCE_SECONDS:
+            if self.host_up[host] and silent > STREAM_SILENCE_SECONDS:
                 self._on_stream_closed(host, stream, f"no heartbeat for {silent:.0f}s")
 
-    def _reconnect(self, host: str, delay: float) -> None:
+    def reconnect(self, host: str, delay: float) -> None:
         """On the host's thread: reconnect with back-off; the loop then resumes the stream."""
-        session = self.sessions[host]
-        while not self._finishing and not self._done.is_set():
+        session = self.sup.sessions[host]
+        while not self.sup.finishing:
             time.sleep(delay)
             try:
                 session.host.close()
                 session.host.connect()
-                if host in self._undetach:
+                if host in self.undetach:
                     session.set_detached(False)
-                    self._undetach.discard(host)
+                    self.undetach.discard(host)
             except HostGone as exc:  # e.g. the Slurm allocation ended: the job cannot go on
-                self._call(functools.partial(self._finish, "Failed", str(exc)))
+                self.sup.call(functools.partial(self.sup.finish, ev.JOB_FAILED, str(exc)))
                 return
             except HostError:
                 delay = min(delay * 2, RECONNECT_MAX_DELAY)
                 continue
-            self._call(functools.partial(self._resume_stream, host, delay))
+            self.sup.call(functools.partial(self._resume_stream, host, delay))
             return
 
     def _resume_stream(self, host: str, delay: float) -> None:
         """On the loop: follow the host's agents again from the offsets already received."""
-        if self._finishing:
+        if self.sup.finishing:
             return
         try:
-            self._start_follower(host)
+            self.start_follower(host)
         except HostError:
-            self._executors[host].submit(self._reconnect, host, min(delay * 2, RECONNECT_MAX_DELAY))
+            self.sup.workers[host].submit(self.reconnect, host, min(delay * 2, RECONNECT_MAX_DELAY))
             return
-        self._host_up[host] = True
-        self._publish(ev.host_event(self.run_id, host, "up", "reconnected"))
+        self.host_up[host] = True
+        self.sup.publish(ev.host_event(self.sup.run_id, host, "up", "reconnected"))

@@ -56,8 +56,9 @@ class LogPolicies:
     """The compiled ``[[log_policies]]`` and what each task's current incarnation matched."""
 
     def __init__(self, policies: Iterable[LogPolicy]) -> None:
+        self.policies = list(policies)
         self._compiled = [(number, policy, re.compile(policy.pattern))
-                          for number, policy in enumerate(policies, start=1)]
+                          for number, policy in enumerate(self.policies, start=1)]
         self._done: dict[str, set[int]] = {}  # task -> policies already matched this incarnation
         self._no_retry: dict[str, LogMatch] = {}
 
@@ -129,6 +130,15 @@ class OutputPolicy:
         self.nan = NanLoss()
         self._on_nan = dict(on_nan)
         self._stop: str | None = None
+
+    def configure(self, policies: Iterable[LogPolicy], on_nan: Mapping[str, OnNan]) -> None:
+        """The policies of a plan that replaced the last one: each task's ``on_nan``; the log
+        policies compiled again only where they changed (what the running incarnations matched
+        is kept otherwise)."""
+        self._on_nan = dict(on_nan)
+        policies = list(policies)
+        if policies != self.logs.policies:
+            self.logs = LogPolicies(policies)
 
     def on_event(self, event: Event) -> list[Event]:
         """The condition events that ``event`` (a task's) raises or clears."""

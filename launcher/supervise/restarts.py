@@ -1,50 +1,146 @@
-"""The task state machine: what a task's state change means for it and the job.
+"""The task state machine and the executor of the restart policy's decisions.
 
-A task that ends is judged by its restart policy (policy.py): restarted after a back-off, with its
-group where the strategy needs that (a parameter server restarts with the chief, a mirrored worker
-with its whole group), or the job fails: no restarts left (max_restarts, backoff_limit), a crash
-loop (min_uptime), a failure no restart can fix. Stalls (the watchdog) may restart a task too; the
-operator may restart or stop one. A restart stops the group, then starts it, unless the job ended meanwhile.
+Task events from the links are published here, in order, and a task's state change updates its
+runtime; what a task's end, a stall, an output policy or the operator's request means for the job
+is decided by ``decide`` (decide.py, a pure function) and carried out here: a restart group is
+marked, told and scheduled after its back-off, then stopped and started on its own thread unless
+the job ended meanwhile; a stop goes to the task's host; the job's end goes to the teardown.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Protocol
 
 from launcher import events as ev
 from launcher.events import Event
-from launcher.model import START_ORDER
+from launcher.model import START_ORDER, Plan
 from launcher.remote.session import HostSession
-from launcher.rundir import DOWN_MARKER
+from launcher.rundir import DOWN_MARKER, RunDir
+from launcher.supervise.agentspec import SpecSource, agent_spec, task_secrets
 from launcher.supervise.core import TaskRuntime
-from launcher.supervise.policy import (
-    backoff_delay,
-    crash_loop_reason,
-    job_succeeded,
-    quick_failures_after,
-    restart_group,
-    wants_restart,
-    why_not_restarted,
+from launcher.supervise.decide import (
+    Decision,
+    ForgetProgress,
+    JobFacts,
+    OutputStop,
+    PolicyEvent,
+    RestartGroup,
+    RestartRequested,
+    Stalled,
+    Stop,
+    StopRequested,
+    Succeed,
+    TaskEnded,
+    TaskFacts,
+    TrackCrashes,
+    decide,
 )
+from launcher.supervise.hostworker import HostWorker
+from launcher.supervise.outputpolicy import OutputPolicy
+from launcher.supervise.stackcapture import StallCapture
 from launcher.supervise.teardown import Teardown
-from launcher.telemetry.watchdog import ConditionChange
+from launcher.telemetry.causes import OutputTails, PeerIndex, with_cause
+from launcher.telemetry.watchdog import Watchdog
 
 #: how often stall and straggler conditions are judged
 WATCHDOG_SECONDS = 1.0
 
 
-class Restarts(Teardown):
-    """Task states, restart policies, back-off, crash loops, stalls, manual restarts and stops."""
+class RestartOwner(SpecSource, Protocol):
+    """What the task state machine uses of the supervisor."""
 
-    def _on_task_state(self, rt: TaskRuntime, event: Event) -> None:
+    @property
+    def plan(self) -> Plan: ...
+    @property
+    def rundir(self) -> RunDir: ...
+    @property
+    def tasks(self) -> Mapping[str, TaskRuntime]: ...
+    @property
+    def workers(self) -> Mapping[str, HostWorker]: ...
+    @property
+    def watchdog(self) -> Watchdog: ...
+    @property
+    def outputs(self) -> OutputPolicy: ...
+    @property
+    def tails(self) -> OutputTails: ...
+    @property
+    def peers(self) -> PeerIndex: ...
+    @property
+    def stall_stacks(self) -> StallCapture: ...
+    @property
+    def end(self) -> Teardown: ...
+    job_state: str
+    job_restarts: int
+    def call(self, fn: Callable[[], None]) -> None: ...
+    def after(self, delay: float, fn: Callable[[], None]) -> None: ...
+    def publish(self, event: Event, line: str | None = None) -> None: ...
+    def publish_many(self, batch: list[tuple[Event, str | None]]) -> None: ...
+    def on_hosts(self, fn: Callable[[HostSession], None], hosts: list[str] | None = None) -> None: ...
+    def ask_agent(self, host: str, request: dict[str, Any], timeout: float = ...) -> dict[str, Any] | None: ...
+    def write_state(self) -> None: ...
+
+
+class Restarts:
+    """Task states, and what the policy decides of them: restarts after their back-off, stops,
+    the job's end; stalls judged about once a second; the operator's restart and stop."""
+
+    def __init__(self, sup: RestartOwner) -> None:
+        self.sup = sup
+        #: scheduled group restarts (tasks, due time): kept in state.json so `attach` carries them out
+        self.pending: list[tuple[list[str], float]] = []
+        #: set (on the loop) while `launch` still starts tasks: a restart due meanwhile waits for its end
+        self.launching = False
+        self._after_launch: list[list[str]] = []
+        self._next_watch = 0.0
+
+    # -- what happens: events in, decisions out -------------------------------------------------------
+
+    def on_events(self, events: Iterable[tuple[Event, str | None]]) -> None:
+        """Task and job events from a host's stream, in order. Runs of events that change nothing
+        here (metrics, logs: nearly all of them) are published together; a task's state change
+        is published and acted on in its place."""
+        sup = self.sup
+        held: list[tuple[Event, str | None]] = []
+        for decoded in events:
+            event = with_cause(decoded[0], sup.tails, sup.peers)
+            if event is not decoded[0]:
+                decoded = (event, None)
+            known = event.task in sup.tasks
+            raised = sup.outputs.on_event(event) if known else []
+            if event.kind == ev.STATE and known:
+                sup.publish_many(held)
+                held = []
+                sup.publish(*decoded)
+                self.on_task_state(sup.tasks[str(event.task)], event)
+                continue
+            held.append(decoded)
+            if raised:  # log policies and NaN loss: conditions, maybe the job's end (on_nan = stop)
+                held.extend((condition, None) for condition in raised)
+                stop = sup.outputs.stop_reason()
+                decisions = [] if stop is None else self._decide(OutputStop(stop))
+                if decisions:
+                    sup.publish_many(held)
+                    held = []
+                    self._carry_out(decisions)
+            if event.kind == ev.METRIC and known:
+                step = event.get("step")
+                if isinstance(step, int) and sup.tasks[str(event.task)].state == ev.RUNNING:
+                    sup.watchdog.on_step(str(event.task), step, time.monotonic())
+        sup.publish_many(held)
+
+    def on_task_state(self, rt: TaskRuntime, event: Event) -> None:
+        """A task's state event from its agent, already published."""
+        sup = self.sup
         state = str(event.get("state"))
         rt.state = state
         if state != ev.RUNNING:
-            self.watchdog.forget(rt.spec.task_id)
+            sup.watchdog.forget(rt.spec.task_id)
         if rt.launch_pending and state != ev.STARTING and event.get("restarts") == rt.restarts:
             rt.launch_pending = False  # running, or already ended: this incarnation has reported
-            self._maybe_end_job()
+            sup.end.maybe_end_job()
         if event.get("pid") is not None:
             rt.pid = int(event.get("pid"))
         if state in (ev.STARTING, ev.RUNNING):
@@ -57,137 +153,119 @@ class Restarts(Teardown):
         if state not in ev.FINAL_TASK_STATES:
             return
         rt.exit_code = event.get("exit_code")
-        self.write_state()
-        if all(t.final for t in self.tasks.values()):
-            self._all_final.set()
-        if rt.expected_stop:
-            rt.expected_stop = False
-            return
-        if self._finishing:
-            return
-        if state == ev.SUCCEEDED:
-            if job_succeeded(self.profile.success_policy, {t: r.state for t, r in self.tasks.items()}):
-                decider = "all workers" if self.profile.success_policy == "all_workers" else rt.spec.task_id
-                self._finish(ev.JOB_SUCCEEDED, f"{decider} exited 0")
-            elif rt.spec.restart == "always":
-                self._schedule_restart(rt, "exited 0 (restart policy always)")
-            return
-        if state == ev.STOPPED and self._down_requested():
-            self._finish(ev.JOB_FAILED, "stopped by `distlaunch down`")
-            return
-        if rt.restart_pending:
-            # already in a pending group restart (a chief crashing because its ps died): that restart
-            # starts it again; its own policy must not call the consequence a permanent failure
-            return
-        # a restart carried out ended here, even if this incarnation never reached running
-        rt.restarting = False
-        reason = str(event.get("reason") or f"exit code {rt.exit_code}")
-        self._count_quick_failure(rt, event)
-        self._on_failure(rt, reason, permanent=bool(event.get("permanent")))
+        sup.write_state()
+        if all(t.final for t in sup.tasks.values()):
+            sup.end.all_final.set()
+        facts = self.facts()
+        rt.expected_stop = False
+        uptime = None if rt.started_at is None else event.ts - rt.started_at  # None: started before us (attach)
+        self._carry_out(decide(sup.plan, facts, TaskEnded(
+            rt.spec.task_id, state, reason=str(event.get("reason") or ""), permanent=bool(event.get("permanent")),
+            uptime=uptime, no_retry=sup.outputs.no_retry(rt.spec.task_id),
+            down_requested=state == ev.STOPPED and (sup.rundir.path / DOWN_MARKER).exists())))
 
-    def _count_quick_failure(self, rt: TaskRuntime, event: Event) -> None:
-        if rt.started_at is None:  # its start was before this launcher (attach): the uptime is unknown
-            rt.quick_failures = []
-            return
-        rt.quick_failures = quick_failures_after(rt.quick_failures, rt.exit_code, event.ts - rt.started_at,
-                                                 rt.spec.min_uptime)
+    def facts(self) -> JobFacts:
+        """The job as the policy (decide.py) sees it now."""
+        sup = self.sup
+        return JobFacts({t: TaskFacts(rt.state, rt.restarts, rt.exit_code, rt.expected_stop, rt.restarting,
+                                      rt.restart_pending, list(rt.quick_failures))
+                         for t, rt in sup.tasks.items()},
+                        sup.job_state, sup.job_restarts, sup.end.finishing)
 
-    def _on_failure(self, rt: TaskRuntime, reason: str, permanent: bool = False) -> None:
-        spec = rt.spec
-        if permanent:
-            self._finish(ev.JOB_FAILED, f"{spec.task_id} failed ({reason}); not restarted: no restart can fix "
-                         "this")
-            return
-        if (no_retry := self.outputs.no_retry(spec.task_id)) is not None:  # a [[log_policies]] no_retry line
-            self._finish(ev.JOB_FAILED, f"{spec.task_id} failed ({reason}); not restarted: {no_retry}")
-            return
-        crash_loop = crash_loop_reason(spec, rt.quick_failures, rt.restarts)
-        if crash_loop is not None:
-            self._finish(ev.JOB_FAILED, crash_loop)
-        elif not wants_restart(spec.restart, rt.exit_code, False):
-            self._finish(ev.JOB_FAILED, f"{spec.task_id} failed ({reason}); not restarted: "
-                         f"{why_not_restarted(spec.restart, rt.exit_code)}")
-        elif (spent := self._out_of_restarts(rt, f"failed ({reason})")) is not None:
-            self._finish(ev.JOB_FAILED, spent)
-        else:
-            self._schedule_restart(rt, f"failed ({reason})")
+    def _decide(self, event: PolicyEvent) -> list[Decision]:
+        return decide(self.sup.plan, self.facts(), event)
 
-    def _watch(self) -> None:
+    def _carry_out(self, decisions: list[Decision]) -> None:
+        """Do what the policy decided, in its order."""
+        sup = self.sup
+        for decision in decisions:
+            if isinstance(decision, TrackCrashes):
+                rt = sup.tasks[decision.task]
+                rt.restarting = False  # a restart carried out ended here, even if it never reached running
+                rt.quick_failures = list(decision.quick_failures)
+            elif isinstance(decision, ForgetProgress):
+                sup.watchdog.forget(decision.task)
+            elif isinstance(decision, RestartGroup):
+                self._schedule(decision)
+            elif isinstance(decision, Stop):
+                self._stop(decision.task)
+            elif isinstance(decision, Succeed):
+                sup.end.finish(ev.JOB_SUCCEEDED, decision.reason)
+            else:
+                sup.end.finish(ev.JOB_FAILED, decision.cause)
+
+    def watch(self) -> None:
         """Judge stalls and stragglers about once a second, only while the job runs."""
+        sup = self.sup
         now = time.monotonic()
-        if now < self._next_watch or self._finishing or self.job_state != ev.JOB_RUNNING:
+        if now < self._next_watch or sup.end.finishing or sup.job_state != ev.JOB_RUNNING:
             return
         self._next_watch = now + WATCHDOG_SECONDS
-        for change in self.watchdog.check(now):
-            self._publish(ev.condition_event(self.run_id, change.task, change.condition, change.active,
-                                             change.reason))
+        for change in sup.watchdog.check(now):
+            sup.publish(ev.condition_event(sup.run_id, change.task, change.condition, change.active, change.reason))
             if change.condition == ev.STALLED:
-                self._stall_stacks.on_condition(change.task, change.active)
+                sup.stall_stacks.on_condition(change.task, change.active)
             if change.active and change.condition == ev.STALLED:
-                self._on_stall(self.tasks[change.task], change)
+                self._carry_out(self._decide(Stalled(change.task, change.reason)))
 
-    def _on_stall(self, rt: TaskRuntime, change: ConditionChange) -> None:
-        spec = rt.spec
-        if spec.on_stall != "restart" or rt.restarting or self.job_state != ev.JOB_RUNNING:
-            return
-        spent = self._out_of_restarts(rt, f"stalled ({change.reason})")
-        if spent is not None:
-            self._finish(ev.JOB_FAILED, spent)
-        else:
-            self.watchdog.forget(spec.task_id)
-            self._schedule_restart(rt, f"stall: {change.reason}", delay=0.0)
+    def restart(self, task_id: str) -> None:
+        """The operator's restart of one task (and its group)."""
+        self._carry_out(self._decide(RestartRequested(task_id)))
 
-    def _out_of_restarts(self, rt: TaskRuntime, what: str) -> str | None:
-        """Why ``rt`` may not restart again (its max_restarts or the job's backoff_limit), else None."""
-        spec = rt.spec
-        if rt.restarts >= spec.max_restarts:
-            return f"{spec.task_id} {what} after {rt.restarts} restarts (max_restarts = {spec.max_restarts})"
-        if self.job_restarts >= self.profile.backoff_limit:
-            return f"{spec.task_id} {what}; the job used all {self.profile.backoff_limit} restarts (backoff_limit)"
-        return None
+    def stop(self, task_id: str) -> None:
+        """The operator's stop of one task."""
+        self._carry_out(self._decide(StopRequested(task_id)))
 
-    def _schedule_restart(self, rt: TaskRuntime, why: str, delay: float | None = None) -> None:
-        group = restart_group(self.profile.strategy, rt.spec.task_id, self.tasks)
-        group = [t for t in group if not self.tasks[t].restarting]
-        if not group:
-            return
-        self.job_restarts += 1
-        wait = backoff_delay(rt.restarts) if delay is None else delay
-        self.job_state = ev.JOB_RESTARTING
-        self._publish(ev.job_event(self.run_id, ev.JOB_RESTARTING,
-                                   f"{rt.spec.task_id} {why}; restarting {', '.join(group)} in {wait:g}s"))
+    # -- carrying it out ------------------------------------------------------------------------------
+
+    def _schedule(self, restart: RestartGroup) -> None:
+        sup = self.sup
+        group = list(restart.tasks)
+        why = f"{restart.trigger} {restart.why}"
+        sup.job_restarts += 1
+        sup.job_state = ev.JOB_RESTARTING
+        sup.publish(ev.job_event(sup.run_id, ev.JOB_RESTARTING,
+                                 f"{why}; restarting {', '.join(group)} in {restart.delay:g}s"))
         for task_id in group:
-            member = self.tasks[task_id]
+            member = sup.tasks[task_id]
             member.restarting = True
             member.restart_pending = True
-            self._publish(ev.state_event(self.run_id, task_id, ev.RESTARTING, host=member.spec.host,
-                                         restarts=member.restarts, reason=f"{rt.spec.task_id} {why}"))
-        self._pending_restarts.append((group, time.time() + wait))
-        self._after(wait, lambda: self._restart_now(group))
-        self.write_state()
+            sup.publish(ev.state_event(sup.run_id, task_id, ev.RESTARTING, host=member.spec.host,
+                                       restarts=member.restarts, reason=why))
+        self.pending.append((group, time.time() + restart.delay))
+        sup.after(restart.delay, lambda: self.restart_now(group))
+        sup.write_state()
 
-    def _resume_restart(self, group: list[str], due: float) -> None:
-        """A restart the last launcher had scheduled when it detached: due at the same time (or now)."""
+    def resume(self, group: list[str], due: float) -> None:
+        """A restart the last supervisor had scheduled when it detached: due at the same time (or now)."""
         if not group:
             return
         for task_id in group:
-            self.tasks[task_id].restarting = True
-            self.tasks[task_id].restart_pending = True
-        self._pending_restarts.append((group, due))
-        self._after(max(0.0, due - time.time()), lambda: self._restart_now(group))
+            self.sup.tasks[task_id].restarting = True
+            self.sup.tasks[task_id].restart_pending = True
+        self.pending.append((group, due))
+        self.sup.after(max(0.0, due - time.time()), lambda: self.restart_now(group))
 
-    def _restart_now(self, group: list[str]) -> None:
-        if self._finishing:
+    def launched(self) -> None:
+        """The launch has started every task: the restarts that fell due meanwhile go now."""
+        self.launching = False
+        groups, self._after_launch = self._after_launch, []
+        for group in groups:
+            self.restart_now(group)
+
+    def restart_now(self, group: list[str]) -> None:
+        sup = self.sup
+        if sup.end.finishing:
             return  # a detach keeps it in state.json for `attach`; a teardown makes it moot
-        if self._launching:
+        if self.launching:
             # a task failed while `launch` still starts the others (a ps dying at once): starting its
             # group now would race the launch's own start of a member that has not started yet (the
             # agent refuses a second start, and the launch failed), and the member it then starts
             # would not be stopped. After the launch, the group is stopped and started as usual.
             self._after_launch.append(group)
             return
-        self._pending_restarts = [(g, due) for g, due in self._pending_restarts if g != group]
-        members = [self.tasks[t] for t in group]
+        self.pending = [(g, due) for g, due in self.pending if g != group]
+        members = [sup.tasks[t] for t in group]
         for rt in members:
             if not rt.final:
                 rt.expected_stop = True
@@ -199,31 +277,26 @@ class Restarts(Teardown):
     def _restart_blocking(self, members: list[TaskRuntime]) -> None:
         """Stop the group, then start it, unless the job ended meanwhile (the stop may take a task's
         whole grace period, and a job that ended must not start anything again)."""
+        sup = self.sup
         try:
             running = {h: [rt.spec.slug for rt in members if rt.spec.host == h and rt.expected_stop]
-                       for h in self.sessions}
+                       for h in sup.sessions}
             grace = max(rt.spec.grace_seconds for rt in members)
-            self._on_hosts(lambda s: s.stop_agents(running[s.name], grace), [h for h, v in running.items() if v])
-            with self._start_gate:  # either the job ended before this start, or its end waits for it
-                go = self._end is None  # a detach (also _finishing) still lets the restart happen
-                if go:
-                    self._starting += 1
-                    for rt in members:
-                        rt.launch_pending = True
-            if go:
+            sup.on_hosts(lambda s: s.stop_agents(running[s.name], grace), [h for h, v in running.items() if v])
+            if sup.end.may_start(members):  # either the job ended before this start, or its end waits for it
                 try:
-                    self._start_tasks(members)
+                    self.start_tasks(members)
                 except BaseException:
                     for rt in members:
                         rt.launch_pending = False
                     raise
                 finally:
-                    self._call(self._start_done)
+                    sup.call(sup.end.start_done)
         except Exception as exc:
             err = exc
-            self._call(lambda: self._finish(ev.JOB_FAILED, f"restart failed: {err}"))
+            sup.call(lambda: sup.end.finish(ev.JOB_FAILED, f"restart failed: {err}"))
 
-    def _start_tasks(self, members: list[TaskRuntime]) -> None:
+    def start_tasks(self, members: list[TaskRuntime]) -> None:
         """Start ``members`` role by role in START_ORDER, hosts in parallel within a role."""
         for role in START_ORDER:
             group = [rt for rt in members if rt.spec.role == role]
@@ -232,31 +305,35 @@ class Restarts(Teardown):
                 continue
 
             def work(session: HostSession, group: list[TaskRuntime] = group) -> None:
-                self._start_on(session, [rt for rt in group if rt.spec.host == session.name])
+                self.start_on(session, [rt for rt in group if rt.spec.host == session.name])
 
-            self._on_hosts(work, hosts)
+            self.sup.on_hosts(work, hosts)
+
+    def start_on(self, session: HostSession, rts: list[TaskRuntime]) -> None:
+        """Write the specs of ``rts`` and start them through the host's agent: as a request on the
+        open follow channel where there is one (no SSH exec, no interpreter to boot), else with
+        the `start` verb; one round trip either way."""
+        secrets = {rt.spec.slug: task_secrets(self.sup, rt) for rt in rts}
+        specs = {rt.spec.slug: agent_spec(self.sup, rt) for rt in rts}
+        secrets = {slug: env for slug, env in secrets.items() if env}
+        answer = self.sup.ask_agent(session.name, {"op": "start", "specs": specs, "tasks": list(specs),
+                                                   "secrets": secrets})
+        if answer is None:
+            session.start_tasks(specs, secrets)
+        else:
+            session.started(answer, list(specs))
 
     def _maybe_running(self) -> None:
-        if self._finishing or self.job_state == ev.JOB_RUNNING:
+        sup = self.sup
+        if sup.end.finishing or sup.job_state == ev.JOB_RUNNING:
             return
-        if all(rt.state == ev.RUNNING or rt.final for rt in self.tasks.values()):
-            self.job_state = ev.JOB_RUNNING
-            self._publish(ev.job_event(self.run_id, ev.JOB_RUNNING, ""))
-            self.write_state()  # `runs` and `status` of a run without events read the job state here
+        if all(rt.state == ev.RUNNING or rt.final for rt in sup.tasks.values()):
+            sup.job_state = ev.JOB_RUNNING
+            sup.publish(ev.job_event(sup.run_id, ev.JOB_RUNNING, ""))
+            sup.write_state()  # `runs` and `status` of a run without events read the job state here
 
-    def _down_requested(self) -> bool:
-        return (self.rundir.path / DOWN_MARKER).exists()
-
-    def _manual_restart(self, task_id: str) -> None:
-        rt = self.tasks.get(task_id)
-        if rt is None or self._finishing or rt.restarting:
-            return
-        self._schedule_restart(rt, "restart requested", delay=0.0)
-
-    def _manual_stop(self, task_id: str) -> None:
-        rt = self.tasks.get(task_id)
-        if rt is None or rt.final or self._finishing:
-            return
+    def _stop(self, task_id: str) -> None:
+        rt = self.sup.tasks[task_id]
         rt.expected_stop = True
-        session = self.sessions[rt.spec.host]
-        self._executors[rt.spec.host].submit(session.stop_agents, [rt.spec.slug], rt.spec.grace_seconds)
+        session = self.sup.sessions[rt.spec.host]
+        self.sup.workers[rt.spec.host].submit(session.stop_agents, [rt.spec.slug], rt.spec.grace_seconds)

@@ -29,9 +29,9 @@ if TYPE_CHECKING:
     from launcher.telemetry.watchdog import Watchdog
 
 
-class Supervisor(Protocol):
-    """What a capture uses of the supervisor (supervise/core.py and links.py), named here so that
-    this module, which the supervisor's core imports, does not import it back."""
+class CaptureOwner(Protocol):
+    """What a capture uses of the supervisor (supervise/supervisor.py), named here so that this
+    module, which the supervisor imports, does not import it back."""
 
     @property
     def run_id(self) -> str: ...
@@ -42,12 +42,11 @@ class Supervisor(Protocol):
     @property
     def watchdog(self) -> Watchdog: ...
     @property
-    def _tails(self) -> OutputTails: ...
-    @property
-    def _notice(self) -> Callable[[str], None]: ...
-    def _ask_agent(self, host: str, request: dict[str, Any], timeout: float = ...) -> dict[str, Any] | None: ...
-    def _call(self, fn: Callable[[], None]) -> None: ...
-    def _publish(self, event: ev.Event, line: str | None = None) -> None: ...
+    def tails(self) -> OutputTails: ...
+    def notice(self, message: str) -> None: ...
+    def ask_agent(self, host: str, request: dict[str, Any], timeout: float = ...) -> dict[str, Any] | None: ...
+    def call(self, fn: Callable[[], None]) -> None: ...
+    def publish(self, event: ev.Event, line: str | None = None) -> None: ...
 
 DEFAULT_TIMEOUT = 10.0
 #: what the agent keeps of the launcher's timeout for the round trip and the JSON
@@ -97,7 +96,7 @@ def _captures_of(host: str, tasks: list[str], answer: Any) -> list[TaskStacks]:
     return [got.get(t) or TaskStacks(t, host, None, UNKNOWN, note=f"no answer: {why}") for t in tasks]
 
 
-def capture_stacks(sup: Supervisor, tasks: list[str] | None = None, native: bool = False,
+def capture_stacks(sup: CaptureOwner, tasks: list[str] | None = None, native: bool = False,
                    timeout: float = DEFAULT_TIMEOUT) -> list[TaskStacks]:
     """Every (or these) task's stacks through the supervisor's open follow channels; the process
     states they show are handed to the loop as evidence for causes."""
@@ -105,11 +104,11 @@ def capture_stacks(sup: Supervisor, tasks: list[str] | None = None, native: bool
 
     def ask(host: str, wanted: list[str]) -> Any:
         request = {"op": "stacks", "tasks": wanted, "native": native, "timeout": max(1.0, timeout - MARGIN_SECONDS)}
-        return sup._ask_agent(host, request, timeout=timeout)
+        return sup.ask_agent(host, request, timeout=timeout)
 
     asked_at = time.time()  # the states were read after this: told as of then
     captures = _gather(_by_host(placement, tasks), ask, timeout)
-    sup._call(lambda: sup._tails.note_states(captures, asked_at))
+    sup.call(lambda: sup.tails.note_states(captures, asked_at))
     return captures
 
 
@@ -126,12 +125,12 @@ def capture_by_verb(sessions: Mapping[str, HostSession], placement: Mapping[str,
     return _gather(_by_host(placement, tasks), ask, timeout + 30.0)
 
 
-def save(sup: Supervisor, captures: list[TaskStacks], captured_at: float) -> str:
+def save(sup: CaptureOwner, captures: list[TaskStacks], captured_at: float) -> str:
     """Write a capture into the run dir; its JSON file's path relative to the run dir."""
     return sup.rundir.write_stacks(captured_at, to_json(captures), render(captures))
 
 
-def _told(sup: Supervisor, task: str | None, path: str, captures: list[TaskStacks]) -> ev.Event:
+def _told(sup: CaptureOwner, task: str | None, path: str, captures: list[TaskStacks]) -> ev.Event:
     """The ``stacks`` event of a capture; at a stall with no suspect, the stalled task is named."""
     found = suspect(captures)
     culprit, why = found if found is not None else (task, "it stalled first" if task else "")
@@ -139,12 +138,12 @@ def _told(sup: Supervisor, task: str | None, path: str, captures: list[TaskStack
     return ev.stacks_event(sup.run_id, task, path, culprit, where, why)
 
 
-def record(sup: Supervisor, captures: list[TaskStacks], captured_at: float) -> str:
+def record(sup: CaptureOwner, captures: list[TaskStacks], captured_at: float) -> str:
     """A capture taken on request (``distlaunch stacks``): kept in the run dir and told as a
     ``stacks`` event with no task; the JSON file's path relative to the run dir."""
     path = save(sup, captures, captured_at)
     event = _told(sup, None, path, captures)
-    sup._call(lambda: sup._publish(event))
+    sup.call(lambda: sup.publish(event))
     return path
 
 
@@ -154,7 +153,7 @@ class StallCapture:
     each task stalled, its condition again with the frame it hangs in (a task that stalls later in
     the episode gets its frame from the same capture)."""
 
-    def __init__(self, sup: Supervisor) -> None:
+    def __init__(self, sup: CaptureOwner) -> None:
         self.sup = sup
         self._stalled: set[str] = set()
         self._captured = False  # this episode's capture is taken (or under way)
@@ -185,14 +184,14 @@ class StallCapture:
         try:
             path = save(sup, captures, captured_at)
         except OSError as exc:
-            sup._notice(f"cannot write the stacks of the stall of {task}: {exc}")
+            sup.notice(f"cannot write the stacks of the stall of {task}: {exc}")
             return
         event = _told(sup, task, path, captures)
-        sup._call(lambda: self._publish(event, path, captures))
+        sup.call(lambda: self._publish(event, path, captures))
 
     def _publish(self, event: ev.Event, path: str, captures: list[TaskStacks]) -> None:
         """On the loop: the event, then the conditions of the tasks stalled, with their frame."""
-        self.sup._publish(event)
+        self.sup.publish(event)
         if self._captured:  # else the episode ended while the capture was taken
             self._last = (path, captures)
             self._name_frames(sorted(self._stalled), path, captures)
@@ -209,7 +208,7 @@ class StallCapture:
             reason += f" in {frame}"
             if found is not None and found[0] != task:
                 reason += f"; suspect {found[0]}: {found[1]}"
-            sup._publish(ev.condition_event(sup.run_id, task, ev.STALLED, True, f"{reason}; stacks in {path}"))
+            sup.publish(ev.condition_event(sup.run_id, task, ev.STALLED, True, f"{reason}; stacks in {path}"))
 
 
 def _where(capture: TaskStacks | None) -> str | None:

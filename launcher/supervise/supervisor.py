@@ -1,62 +1,205 @@
-"""The controller of one job: launch or resume it, and carry out the operator's actions.
+"""The controller of one job: the coordinator that owns the plan and the supervisor's parts.
 
-The work is in layers under it (see core.py): links.py follows the hosts, restarts.py decides what
-a task's end means, teardown.py ends the job. This class starts it all and is what the CLI, the
-TUI (through JobControl) and the control socket call.
+It holds the job's plan (a value it may replace: ``replace_plan``), each task's runtime and the
+job's counters, and composes the parts (core.py lists them): the loop and the publisher, the host
+links, the task state machine that carries out the restart policy's decisions, the teardown and
+the stall capture. Each part sees the coordinator only through the ``Protocol`` of what it uses.
+It launches or resumes the job and is what the CLI, the TUI (through JobControl) and the control
+socket call.
 """
 
 from __future__ import annotations
 
-import functools
+import os
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import Future
 from typing import Any
 
 from launcher import events as ev
 from launcher.agent.stackmodel import TaskStacks
 from launcher.events import Event
+from launcher.model import Plan, Profile
+from launcher.profile.overrides import mask_secrets
 from launcher.protocol.lines import Launched
-from launcher.supervise.core import Feed, LineFeed, TaskRuntime
+from launcher.remote.session import HostSession
+from launcher.rundir import RunDir, host_to_json
+from launcher.supervise.attachstate import arm_watchdog, fold_task_states
+from launcher.supervise.core import Feed, LineFeed, Loop, Publisher, TaskRuntime
+from launcher.supervise.hostworker import HostWorker
+from launcher.supervise.links import AGENT_REQUEST_SECONDS, HostLinks
+from launcher.supervise.outputpolicy import OutputPolicy
 from launcher.supervise.restarts import Restarts
-from launcher.supervise.stackcapture import capture_stacks
+from launcher.supervise.stackcapture import StallCapture, capture_stacks
+from launcher.supervise.teardown import Teardown
+from launcher.telemetry.causes import OutputTails, PeerIndex
+from launcher.telemetry.watchdog import Watchdog
 
 __all__ = ["Feed", "Supervisor", "TaskRuntime"]
 
 
-class Supervisor(Restarts):
+class Supervisor:
     """Runs one job. ``launch()`` starts it; ``wait()`` blocks until it ended."""
+
+    def __init__(self, plan: Plan, rundir: RunDir, sessions: dict[str, HostSession], ports: dict[str, int], *,
+                 on_notice: Callable[[str], None] | None = None) -> None:
+        self.plan = plan
+        self.rundir = rundir
+        self.run_id = rundir.run_id
+        self.sessions = sessions
+        self.ports = ports
+        #: each task's profiler server port (set by `up` from the preflight; kept in state.json)
+        self.profiler_ports: dict[str, int] = {}
+        self._notice = on_notice or (lambda _msg: None)
+        rundir.on_problem = self._notice  # a full disk on the launcher is told, never fatal
+        self.tasks: dict[str, TaskRuntime] = {t.task_id: TaskRuntime(t, ports[t.task_id]) for t in plan.tasks}
+        self.job_state = ev.JOB_CREATED
+        self.job_reason = ""
+        self.job_restarts = 0
+        self.leftovers: dict[str, list[dict[str, Any]]] = {}
+        self.outcome: str | None = None  # Succeeded / Failed, once wait() returns
+        #: clients that follow the job over the control socket (the dashboard, --no-tui, attach)
+        self.clients = 0
+        self._launch_failed = False
+        self.workers = {h: HostWorker(f"host-{h}") for h in sessions}
+        self.tails = OutputTails()  # each task's last output lines: the cause of a failure
+        self.peers = self._peer_index()
+        self.watchdog = Watchdog({}, [], self.profile.straggler_ratio)
+        self.outputs = OutputPolicy(self.run_id, self.profile.log_policies, {})
+        self._configure_watch()
+        self.loop = Loop(self.run_id, self._notice)
+        self.publisher = Publisher(rundir)
+        self.links = HostLinks(self, sessions)
+        self.end = Teardown(self)
+        self.restarts = Restarts(self)
+        self.stall_stacks = StallCapture(self)  # every task's stacks once per stall episode
+
+    # -- the plan, a value ----------------------------------------------------------------------------
+
+    @property
+    def profile(self) -> Profile:
+        return self.plan.profile
+
+    def replace_plan(self, plan: Plan, ports: Mapping[str, int] | None = None) -> None:
+        """Take ``plan`` as the job's plan from now on (on the loop, or before the launch): the
+        handling of a lost host moves tasks between hosts this way. A task kept keeps its runtime
+        (state, restarts, incarnation) under its new spec and port; a new task is pending; a task
+        the plan no longer has is dropped. What is derived from the plan is derived again here, and
+        the parts read the plan and the tasks from here each time: none keeps the old plan."""
+        missing = sorted({t.host for t in plan.tasks} - set(self.sessions))
+        if missing:
+            raise ValueError(f"the new plan places tasks on hosts with no session: {', '.join(missing)}")
+        self.ports.update(ports or {})
+        tasks: dict[str, TaskRuntime] = {}
+        for spec in plan.tasks:
+            rt = self.tasks.get(spec.task_id) or TaskRuntime(spec, self.ports[spec.task_id])
+            rt.spec, rt.port = spec, self.ports[spec.task_id]
+            tasks[spec.task_id] = rt
+        self.plan = plan
+        self.tasks = tasks
+        self.peers = self._peer_index()
+        self._configure_watch()
+
+    def _peer_index(self) -> PeerIndex:
+        return PeerIndex((t.task_id, t.address, self.ports[t.task_id]) for t in self.plan.tasks)
+
+    def _configure_watch(self) -> None:
+        tasks = self.plan.tasks
+        self.watchdog.stall_seconds = {t.task_id: t.stall_seconds for t in tasks}
+        self.watchdog.workers = [t.task_id for t in tasks if t.role == "worker"]
+        self.watchdog.straggler_ratio = self.profile.straggler_ratio
+        self.outputs.configure(self.profile.log_policies, {t.task_id: t.on_nan for t in tasks})
+
+    # -- what the parts use ---------------------------------------------------------------------------
+
+    def call(self, fn: Callable[[], None]) -> None:
+        self.loop.call(fn)
+
+    def after(self, delay: float, fn: Callable[[], None]) -> None:
+        self.loop.after(delay, fn)
+
+    def publish(self, event: Event, line: str | None = None) -> None:
+        self.publisher.publish(event, line)
+
+    def publish_many(self, batch: list[tuple[Event, str | None]]) -> None:
+        self.publisher.publish_many(batch)
+
+    def notice(self, message: str) -> None:
+        self._notice(message)
+
+    def knows(self, task: str) -> bool:
+        return task in self.tasks
+
+    @property
+    def finishing(self) -> bool:
+        """The job's end is decided (or a detach is under way): nothing restarts from here on."""
+        return self.end.finishing
+
+    def finish(self, state: str, reason: str) -> None:
+        self.end.finish(state, reason)
+
+    def ended(self, state: str, reason: str) -> None:
+        self.job_state, self.job_reason = state, reason
+
+    def on_events(self, events: Iterable[tuple[Event, str | None]]) -> None:
+        self.restarts.on_events(events)
+
+    def ask_agent(self, host: str, request: dict[str, Any],
+                  timeout: float = AGENT_REQUEST_SECONDS) -> dict[str, Any] | None:
+        return self.links.ask_agent(host, request, timeout)
+
+    def on_hosts(self, fn: Callable[[HostSession], None], hosts: list[str] | None = None) -> None:
+        """Run ``fn`` on each host's thread in parallel; re-raise the first error."""
+        futures: list[Future[None]] = [self.workers[h].submit(fn, self.sessions[h])
+                                       for h in (hosts if hosts is not None else self.sessions)]
+        errors = [f.exception() for f in futures]
+        for err in errors:
+            if err is not None:
+                raise err
+
+    @property
+    def lost_events(self) -> dict[str, int]:
+        return self.links.lost_events
+
+    def close(self, outcome: str) -> None:
+        """The teardown is over: close the streams and the feeds, record the outcome, end the loop."""
+        self.links.close_streams()
+        self.outcome = outcome
+        self.write_state()
+        self.publisher.close()
+        for worker in self.workers.values():
+            worker.shutdown(wait=False)
+        self.loop.done.set()
+
+    # -- launch and attach ----------------------------------------------------------------------------
 
     def launch(self) -> None:
         """Start every task (ps first, chief last). On any failure, stop what started and raise."""
-        self._launching = True
-        self._loop_thread = threading.Thread(target=self._loop, name="supervisor", daemon=True)
-        self._loop_thread.start()
-        self._call(self._announce)
+        self.restarts.launching = True
+        self.loop.start(self._loop_begins, self._tick)
+        self.call(self._announce)
         try:
             self.write_state()
-            self._on_hosts(lambda s: self._start_follower(s.name))  # each starts its host's agent
-            self._start_tasks(list(self.tasks.values()))
+            self.on_hosts(lambda s: self.links.start_follower(s.name))  # each starts its host's agent
+            self.restarts.start_tasks(list(self.tasks.values()))
         except BaseException as exc:
             reason = f"launch failed: {exc}"
-            self._call(lambda: self._finish(ev.JOB_FAILED, reason))
-            self._call(lambda: self._launched(ok=False))
+            self.call(lambda: self.finish(ev.JOB_FAILED, reason))
+            self.call(lambda: self._launched(ok=False))
             self.wait()
             raise
-        self._call(self._launched)
-        self._call(self.write_state)  # on the loop: the streams' offsets change there, never mid-dump
+        self.call(self._launched)
+        self.call(self.write_state)  # on the loop: the streams' offsets change there, never mid-dump
 
     def _launched(self, ok: bool = True) -> None:
         """The launch has started every task: the restarts that fell due meanwhile go now. A
         launch that failed tells clients nothing here: its job's end (``End``) is their answer."""
-        self._launching = False
         self._launch_failed = not ok
         if ok:
-            for line_feed in self._line_feeds:
+            for line_feed in self.publisher.line_feeds:
                 line_feed.put_lines([Launched().line()])
-        groups, self._after_launch = self._after_launch, []
-        for group in groups:
-            self._restart_now(group)
+        self.restarts.launched()
 
     def resume(self, state: dict[str, Any], history: list[Event],
                unreachable: Mapping[str, str] | None = None) -> None:
@@ -72,99 +215,68 @@ class Supervisor(Restarts):
             rt.restarts = int(info.get("restarts") or 0)
             rt.incarnation = int(info.get("incarnation") or rt.restarts)
             rt.pid = info.get("pid")
-        self._fold_task_states(history)
-        for host, offsets in (state.get("offsets") or {}).items():
-            if host in self._offsets:
-                self._offsets[host] = {slug: int(n) for slug, n in offsets.items()}
+        fold_task_states(self.tasks, history)
         self.job_state = str(state.get("job_state") or ev.JOB_RUNNING)
         self.job_restarts = int(state.get("job_restarts") or 0)
         for pending in state.get("pending_restarts") or []:
-            self._resume_restart([str(t) for t in pending.get("tasks", []) if t in self.tasks],
+            self.restarts.resume([str(t) for t in pending.get("tasks", []) if t in self.tasks],
                                  float(pending.get("due") or 0.0))
-        for event in history:
-            seq = event.data.get("seq")
-            if event.task is not None and isinstance(seq, int):
-                self._last_seq[event.task] = max(seq, self._last_seq.get(event.task, -1))
-            for feed in self._feeds:
+        self.links.resume_from(state.get("offsets") or {}, history, state.get("lost_events") or {})
+        for feed in self.publisher.feeds:
+            for event in history:
                 feed.put(event)
-        self.lost_events = dict(state.get("lost_events") or {})
-        self._arm_watchdog(history)
+        arm_watchdog(self.tasks, self.watchdog, history)
         self.outputs.replay(history)
-        self._loop_thread = threading.Thread(target=self._loop, name="supervisor", daemon=True)
-        self._loop_thread.start()
+        self.loop.start(self._loop_begins, self._tick)
         reachable = [h for h in self.sessions if h not in unreachable]
         # a run an older distlaunch left detached has a `detached` marker on its hosts (the orphan
         # rule off): a supervisor follows it now, so the rule applies again
-        self._on_hosts(lambda s: s.set_detached(False), reachable)
+        self.on_hosts(lambda s: s.set_detached(False), reachable)
         for name in reachable:
-            self._start_follower(name)
+            self.links.start_follower(name)
         for name, why in unreachable.items():
-            self._host_up[name] = False
-            self._undetach.add(name)
-            self._call(functools.partial(self._publish, ev.host_event(self.run_id, name, "unreachable",
-                                                                      f"{why}; reconnecting")))
-            self._executors[name].submit(self._reconnect, name, 1.0)
-        self._call(self.write_state)  # on the loop: the streams' offsets change there, never mid-dump
-
-    def _fold_task_states(self, history: list[Event]) -> None:
-        """Attach: each task's state, pid and restarts as its events last told them. state.json is
-        written on a task's end, not on every start, so after a restart it can still say
-        ``failed`` for a task that runs again: a chief taken for failed was never watched for a
-        stall, and the job waited for it for good. The launcher's own ``restarting`` marks are
-        left out, as the supervisor that published them kept the task's state meanwhile."""
-        for event in history:
-            rt = self.tasks.get(event.task) if event.kind == ev.STATE and event.task else None
-            state = event.get("state")
-            if rt is None or state == ev.RESTARTING:
-                continue
-            restarts = event.get("restarts")
-            if isinstance(restarts, int):
-                if restarts < rt.restarts:
-                    continue  # an earlier incarnation's late word
-                rt.restarts = restarts
-                rt.incarnation = max(rt.incarnation, restarts)
-            rt.state = str(state)
-            if event.get("pid") is not None:
-                rt.pid = int(event.get("pid"))
-
-    def _arm_watchdog(self, history: list[Event]) -> None:
-        """Attach: each running task's last step of its current incarnation counts as reached now,
-        so a task that stalled while no launcher watched is flagged ``stall_seconds`` after the
-        attach (it sends no new step that would start its record otherwise)."""
-        last_step: dict[str, int] = {}
-        for event in history:
-            if event.task is None:
-                continue
-            if event.kind == ev.STATE and event.get("state") == ev.STARTING:
-                last_step.pop(event.task, None)  # a new incarnation starts counting again
-            elif event.kind == ev.METRIC and isinstance(event.get("step"), int):
-                last_step[event.task] = int(event.get("step"))
-        now = time.monotonic()
-        for task_id, step in last_step.items():
-            rt = self.tasks.get(task_id)
-            if rt is not None and rt.state == ev.RUNNING:
-                self.watchdog.on_step(task_id, step, now)
+            self.links.reconnect_unreachable(name, why)
+        self.call(self.write_state)  # on the loop: the streams' offsets change there, never mid-dump
 
     def _announce(self) -> None:
-        self._publish(ev.job_event(self.run_id, ev.JOB_CREATED, self.profile.name))
+        self.publish(ev.job_event(self.run_id, ev.JOB_CREATED, self.profile.name))
         for rt in self.tasks.values():
-            self._publish(ev.state_event(self.run_id, rt.spec.task_id, ev.PENDING, host=rt.spec.host))
+            self.publish(ev.state_event(self.run_id, rt.spec.task_id, ev.PENDING, host=rt.spec.host))
+
+    def _loop_begins(self) -> None:
+        threading.Thread(target=self.links.ping_streams, args=(self.loop.done,), name="ping", daemon=True).start()
+
+    def _tick(self) -> None:
+        self.links.check_silence()
+        self.restarts.watch()
+
+    # -- the operator's actions and the clients -------------------------------------------------------
 
     def restart_task(self, task_id: str) -> None:
-        self._call(lambda: self._acted("restart", task_id, lambda: self._manual_restart(task_id)))
+        self.call(lambda: self._acted("restart", task_id, lambda: self.restarts.restart(task_id)))
 
     def stop_task(self, task_id: str) -> None:
-        self._call(lambda: self._acted("stop", task_id, lambda: self._manual_stop(task_id)))
+        self.call(lambda: self._acted("stop", task_id, lambda: self.restarts.stop(task_id)))
 
     def teardown(self, reason: str = "torn down by the user", origin: str = "") -> None:
         """``origin``: where the request came from when not the user's own keys (e.g. "SIGTERM")."""
-        self._call(lambda: self._acted("teardown", None, lambda: self._finish(ev.JOB_FAILED, reason), origin))
+        self.call(lambda: self._acted("teardown", None, lambda: self.finish(ev.JOB_FAILED, reason), origin))
 
     def _acted(self, action: str, target: str | None, do: Callable[[], None], origin: str = "") -> None:
         """Record an operator's action in the event stream (the timeline shows it), then do it."""
-        if not self._done.is_set() and not (action == "teardown" and self._finishing):
-            self._publish(ev.action_event(self.run_id, action, target, origin))
+        if not self.loop.done.is_set() and not (action == "teardown" and self.finishing):
+            self.publish(ev.action_event(self.run_id, action, target, origin))
         do()
+
+    def subscribe(self) -> Feed:
+        return self.publisher.subscribe()
+
+    def wait(self, timeout: float | None = None) -> str | None:
+        self.loop.done.wait(timeout)
+        return self.outcome
+
+    def loop_ended(self) -> bool:
+        return self.loop.done.is_set()
 
     def follow_from_now(self, timeout: float = 10.0) -> tuple[LineFeed, int, bool] | None:
         """A client's cut of the job (the follow socket): a line feed of every event published
@@ -180,21 +292,21 @@ class Supervisor(Restarts):
 
         def cut() -> None:
             with lock:
-                if gave_up or self._done.is_set():
+                if gave_up or self.loop.done.is_set():
                     return
                 feed = LineFeed()
                 feed.put_lines(self.rundir.held_event_lines())
-                self._line_feeds.append(feed)
+                self.publisher.line_feeds.append(feed)
                 self.clients += 1
-                launched = not self._launching and not self._launch_failed
+                launched = not self.restarts.launching and not self._launch_failed
                 answer.append((feed, self.rundir.events_size(), launched))
                 taken.set()
             self.write_state()
 
-        self._call(cut)
+        self.call(cut)
         deadline = time.monotonic() + timeout
         while not taken.wait(0.2):
-            if self._done.is_set() or time.monotonic() > deadline:
+            if self.loop.done.is_set() or time.monotonic() > deadline:
                 with lock:
                     gave_up = True
                     if not answer:
@@ -202,30 +314,52 @@ class Supervisor(Restarts):
                 break
         return answer[0]
 
-    def loop_ended(self) -> bool:
-        return self._done.is_set()
-
     def unfollow(self, feed: LineFeed) -> None:
         """A client left (or fell behind and was dropped)."""
 
         def drop() -> None:
-            if feed in self._line_feeds:
-                self._line_feeds.remove(feed)
+            if feed in self.publisher.line_feeds:
+                self.publisher.line_feeds.remove(feed)
                 self.clients -= 1
-                if not self._done.is_set():
+                if not self.loop.done.is_set():
                     self.write_state()
             feed.close()
 
-        self._call(drop)
+        self.call(drop)
 
     def capture_stacks(self, tasks: list[str] | None = None, native: bool = False,
                        timeout: float = 10.0) -> list[TaskStacks]:
         """Every (or these) task's stacks, asked over the open follow channels (any thread but the loop)."""
         return capture_stacks(self, tasks, native, timeout)
 
-    def _loop_begins(self) -> None:
-        threading.Thread(target=self._ping_streams, name="ping", daemon=True).start()
-
-    def _tick(self) -> None:
-        self._check_silence()
-        self._watch()
+    def write_state(self) -> None:
+        profile = self.profile
+        state = {
+            "run_id": self.run_id,
+            "profile": str(profile.path),
+            # a secret given by --set is not kept (a supervisor that takes the run over needs it again)
+            "overrides": {"set": [mask_secrets(item, set(profile.secrets)) for item in profile.overrides.sets],
+                          "args": list(profile.overrides.args)},
+            "name": profile.name,
+            "strategy": profile.strategy,
+            "job_state": self.job_state,
+            "job_reason": self.job_reason,
+            "job_restarts": self.job_restarts,
+            "outcome": self.outcome,
+            "supervisor_pid": os.getpid(),
+            "launcher_pid": os.getpid(),  # the name readers before the supervisor process knew
+            "clients": self.clients,
+            "updated": time.time(),
+            "hosts": {h: {"config": host_to_json(s.config), "base_dir": s.base_dir, "python": s.python,
+                          "outputs_dir": s.outputs_dir}
+                      for h, s in self.sessions.items()},
+            "tasks": {t: {"host": rt.spec.host, "slug": rt.spec.slug, "address": rt.spec.address,
+                          "port": rt.port, "pid": rt.pid, "state": rt.state, "restarts": rt.restarts,
+                          "incarnation": rt.incarnation, "python": rt.spec.python,
+                          "profiler_port": self.profiler_ports.get(t)}
+                      for t, rt in self.tasks.items()},
+            "offsets": self.links.offsets,
+            "pending_restarts": [{"tasks": g, "due": due} for g, due in self.restarts.pending],
+            "lost_events": self.lost_events,
+        }
+        self.rundir.write_state(state)

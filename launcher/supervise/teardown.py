@@ -1,115 +1,149 @@
 """The job's end: decided once, published after any start under way, then every host swept.
 
-``_finish`` decides the end (nothing restarts from then on); the end event waits for a restart
+``finish`` decides the end (nothing restarts from then on); the end event waits for a restart
 whose agents are starting, so no task starts after it; then every host's agent stops its tasks,
-tasks that never reported an end are marked stopped, leftovers are swept and the feeds closed.
+tasks that never reported an end are marked stopped, leftovers are swept and the supervisor closes.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
 
 from launcher import events as ev
 from launcher.errors import HostError
+from launcher.events import Event
 from launcher.remote.session import HostSession
-from launcher.supervise.links import HostLinks
+from launcher.supervise.core import TaskRuntime
 
 #: how long teardown waits for the agents' final events before it sweeps anyway
 DRAIN_SECONDS = 5.0
 
 
-class Teardown(HostLinks):
-    """How a job ends: teardown, sweep."""
+class EndOwner(Protocol):
+    """What the teardown uses of the supervisor."""
 
-    def _finish(self, state: str, reason: str) -> None:
+    @property
+    def run_id(self) -> str: ...
+    @property
+    def tasks(self) -> Mapping[str, TaskRuntime]: ...
+    @property
+    def sessions(self) -> Mapping[str, HostSession]: ...
+    @property
+    def leftovers(self) -> dict[str, list[dict[str, Any]]]: ...
+    def call(self, fn: Callable[[], None]) -> None: ...
+    def after(self, delay: float, fn: Callable[[], None]) -> None: ...
+    def publish(self, event: Event, line: str | None = None) -> None: ...
+    def notice(self, message: str) -> None: ...
+    def on_hosts(self, fn: Callable[[HostSession], None], hosts: list[str] | None = None) -> None: ...
+    def ask_agent(self, host: str, request: dict[str, Any], timeout: float = ...) -> dict[str, Any] | None: ...
+    def ended(self, state: str, reason: str) -> None: ...
+    def close(self, outcome: str) -> None: ...
+
+
+class Teardown:
+    """How a job ends: the decision, the end event after any start under way, teardown, sweep."""
+
+    def __init__(self, sup: EndOwner) -> None:
+        self.sup = sup
+        self.finishing = False
+        self.end: tuple[str, str] | None = None  # the job's end, decided; published once no start is in flight
+        self._ended = False
+        self._starting = 0  # restarts now starting agents; under _start_gate with finishing
+        self._start_gate = threading.Lock()
+        self.all_final = threading.Event()  # every task has reported its end
+
+    def finish(self, state: str, reason: str) -> None:
         """Decide the job's end: nothing restarts from here on. The end event and the teardown wait
         for a restart whose start is under way, so that no task starts after the job's end event."""
         with self._start_gate:
-            if self._finishing:
+            if self.finishing:
                 return
-            self._finishing = True
-            self._end = (state, reason)
+            self.finishing = True
+            self.end = (state, reason)
             busy = self._starting > 0
-        if busy or any(rt.launch_pending for rt in self.tasks.values()):
-            self._after(DRAIN_SECONDS, self._end_job)  # an agent that never reports must not hold the end
+        if busy or any(rt.launch_pending for rt in self.sup.tasks.values()):
+            self.sup.after(DRAIN_SECONDS, self._end_job)  # an agent that never reports must not hold the end
         else:
             self._end_job()
 
+    def may_start(self, members: list[TaskRuntime]) -> bool:
+        """Before a restart starts ``members`` (on its thread): either the job ended before this
+        start (False: start nothing), or its end now waits for ``start_done``. A detach (also
+        finishing) still lets the restart happen."""
+        with self._start_gate:
+            if self.end is not None:
+                return False
+            self._starting += 1
+            for rt in members:
+                rt.launch_pending = True
+            return True
+
+    def start_done(self) -> None:
+        """On the loop, after a start that ``may_start`` let go ended."""
+        with self._start_gate:
+            self._starting -= 1
+        self.maybe_end_job()
+
+    def maybe_end_job(self) -> None:
+        """Publish a decided end once no restart is starting agents and every agent a restart
+        launched has reported its task running (or ended): its events then precede the end."""
+        if self.end is None or self._ended or self._starting:
+            return
+        if not any(rt.launch_pending for rt in self.sup.tasks.values()):
+            self._end_job()
+
     def _end_job(self) -> None:
-        if self._ended or self._end is None:
+        if self._ended or self.end is None:
             return
         self._ended = True
-        state, reason = self._end
-        self.job_state = state
-        self.job_reason = reason
-        self._publish(ev.job_event(self.run_id, state, reason))
-        for rt in self.tasks.values():
+        state, reason = self.end
+        self.sup.ended(state, reason)
+        self.sup.publish(ev.job_event(self.sup.run_id, state, reason))
+        for rt in self.sup.tasks.values():
             if not rt.final:
                 rt.expected_stop = True
         threading.Thread(target=self._teardown_blocking, args=(state,), name="teardown", daemon=True).start()
 
-    def _start_done(self) -> None:
-        with self._start_gate:
-            self._starting -= 1
-        self._maybe_end_job()
-
-    def _maybe_end_job(self) -> None:
-        """Publish a decided end once no restart is starting agents and every agent a restart
-        launched has reported its task running (or ended): its events then precede the end."""
-        if self._end is None or self._ended or self._starting:
-            return
-        if not any(rt.launch_pending for rt in self.tasks.values()):
-            self._end_job()
-
     def _teardown_blocking(self, state: str) -> None:
-        by_host = {h: [rt.spec.slug for rt in self.tasks.values() if rt.spec.host == h] for h in self.sessions}
-        grace = max((rt.spec.grace_seconds for rt in self.tasks.values()), default=10.0)
+        sup = self.sup
+        by_host = {h: [rt.spec.slug for rt in sup.tasks.values() if rt.spec.host == h] for h in sup.sessions}
+        grace = max((rt.spec.grace_seconds for rt in sup.tasks.values()), default=10.0)
+
         def stop(session: HostSession) -> None:
             # on the open follow channel where there is one; the verb (an exec) where not
             request = {"op": "stop", "tasks": by_host[session.name], "grace": grace, "exit": True}
             try:
-                answer = self._ask_agent(session.name, request, timeout=grace + 60.0)
+                answer = sup.ask_agent(session.name, request, timeout=grace + 60.0)
             except HostError:  # no answer in time on the channel: the verb, which also waits
                 answer = None
             if answer is None or "error" in answer:
                 session.stop_agents(by_host[session.name], grace, exit_agent=True)
 
         try:
-            self._on_hosts(stop)
+            sup.on_hosts(stop)
         except Exception as exc:
-            self._notice(f"stopping tasks: {exc}")
-        if not self._all_final.wait(DRAIN_SECONDS):
-            self._call(self._mark_unreported_stopped)
+            sup.notice(f"stopping tasks: {exc}")
+        if not self.all_final.wait(DRAIN_SECONDS):
+            sup.call(self._mark_unreported_stopped)
         self._sweep_all()
-        self._call(lambda: self._close(state))
+        sup.call(lambda: sup.close(state))
 
     def _sweep_all(self) -> None:
         def sweep(session: HostSession) -> None:
             left = session.sweep(kill=True)
             if left:
-                self.leftovers[session.name] = left
+                self.sup.leftovers[session.name] = left
 
         try:
-            self._on_hosts(sweep)
+            self.sup.on_hosts(sweep)
         except Exception as exc:
-            self._notice(f"checking for leftover processes: {exc}")
+            self.sup.notice(f"checking for leftover processes: {exc}")
 
     def _mark_unreported_stopped(self) -> None:
-        for task_id, rt in self.tasks.items():
+        for task_id, rt in self.sup.tasks.items():
             if not rt.final:
                 rt.state = ev.STOPPED
-                self._publish(ev.state_event(self.run_id, task_id, ev.STOPPED, host=rt.spec.host, restarts=rt.restarts,
-                                             reason="stopped (no final event received)"))
-
-    def _close(self, outcome: str) -> None:
-        for stream in self._streams.values():
-            stream.close()
-        self.outcome = outcome
-        self.write_state()
-        for feed in self._feeds:
-            feed.close()
-        for line_feed in self._line_feeds:
-            line_feed.close()
-        for ex in self._executors.values():
-            ex.shutdown(wait=False)
-        self._done.set()
+                self.sup.publish(ev.state_event(self.sup.run_id, task_id, ev.STOPPED, host=rt.spec.host,
+                                                restarts=rt.restarts, reason="stopped (no final event received)"))

@@ -21,6 +21,7 @@ from launcher.plan import build_plan
 from launcher.profile.reader import load_profile
 from launcher.remote.session import HostSession
 from launcher.rundir import RunDir
+from launcher.supervise.restarts import Restarts
 from launcher.supervise.supervisor import Supervisor, TaskRuntime
 from launcher.transport import make_host
 from tests.integration.jobtools import kill_run_processes, pids_with_run_id, wait_for
@@ -31,21 +32,21 @@ RUN = "it-restart-in-launch"
 PS = "test -e {run_dir}/ps-died && exec sleep 600; touch {run_dir}/ps-died; kill -9 $$"
 
 
-class SlowLaunch(Supervisor):
+class SlowLaunch(Restarts):
     """Its launch reaches the chief only once the ps's group restart has fallen due."""
 
     due = threading.Event()
     held = False
 
-    def _restart_now(self, group: list[str]) -> None:
-        super()._restart_now(group)
+    def restart_now(self, group: list[str]) -> None:
+        super().restart_now(group)
         self.due.set()
 
-    def _start_on(self, session: HostSession, rts: list[TaskRuntime]) -> None:
+    def start_on(self, session: HostSession, rts: list[TaskRuntime]) -> None:
         if not self.held and any(rt.spec.role == "chief" for rt in rts):
             self.held = True
             assert self.due.wait(30), "the ps's group restart never fell due"
-        super()._start_on(session, rts)
+        super().start_on(session, rts)
 
 
 def test_a_restart_due_during_the_launch_starts_its_group_after_the_launch(tmp_path: Path) -> None:
@@ -56,8 +57,9 @@ def test_a_restart_due_during_the_launch_starts_its_group_after_the_launch(tmp_p
     config = plan.profile.hosts["local"]
     session = HostSession(config, make_host(config), RUN, str(tmp_path / "host"), sys.executable)
     session.prepare()  # the host run dir and the agent in it, as `up`'s preflight leaves them
-    sup = SlowLaunch(plan, RunDir.create(RUN, tmp_path / "run"), {"local": session},
+    sup = Supervisor(plan, RunDir.create(RUN, tmp_path / "run"), {"local": session},
                      {t.task_id: free_port() for t in plan.tasks})
+    sup.restarts = SlowLaunch(sup)
     seen: list[Any] = []
     feed = sup.subscribe()
     reader = threading.Thread(target=lambda: seen.extend(feed.events()), daemon=True)

@@ -6,6 +6,7 @@ import time
 from pathlib import Path
 
 from launcher import events as ev
+from launcher.supervise.attachstate import fold_task_states
 from tests.unit.supervise.test_sequence import RUN, _supervisor
 
 
@@ -26,13 +27,13 @@ def test_a_task_that_ran_again_after_its_last_recorded_end_is_running(tmp_path: 
         _state(ev.FAILED, 1, exit_code=1),  # the old incarnation's end, told late
         _state(ev.RUNNING, 2, pid=200),
     ]
-    sup._fold_task_states(history)
+    fold_task_states(sup.tasks, history)
     assert (rt.state, rt.restarts, rt.pid) == (ev.RUNNING, 2, 200)
 
 
 def test_a_launcher_restarting_mark_keeps_the_tasks_state(tmp_path: Path) -> None:
     sup = _supervisor(tmp_path, [])
     rt = sup.tasks["worker:0"]
-    sup._fold_task_states([_state(ev.RUNNING, 0, pid=100), _state(ev.FAILED, 0, exit_code=3),
+    fold_task_states(sup.tasks, [_state(ev.RUNNING, 0, pid=100), _state(ev.FAILED, 0, exit_code=3),
                            _state(ev.RESTARTING, 0)])
     assert (rt.state, rt.restarts, rt.pid) == (ev.FAILED, 0, 100)

@@ -54,8 +54,8 @@ def test_the_supervisor_drops_resent_events_and_tells_a_gap_once(tmp_path: Path)
     # a resend (1, 0), a gap (3, 4), a late straggler (4); delivered in two batches as a stream does
     seqs = (0, 1, 1, 0, 2, 5, 6, 4)
     batch = [(_line(seq, f"line {seq}"), time.time()) for seq in seqs]
-    sup._on_lines("local", batch[:3])
-    sup._on_lines("local", batch[3:])
+    sup.links.on_lines("local", batch[:3])
+    sup.links.on_lines("local", batch[3:])
     sup.rundir.close()
     recorded = [e.get("seq") for e in read_events(sup.rundir.path)]
     assert recorded == [0, 1, 2, 5, 6]
@@ -75,7 +75,7 @@ def test_a_state_change_inside_a_batch_is_acted_on_in_its_place(tmp_path: Path) 
     running = ev.state_event(RUN, "worker:0", ev.RUNNING, host="local", pid=1234, ts=time.time())
     running.data["seq"] = 1
     batch = [(_line(0, "before"), time.time()), (running.to_json(), time.time()), (_line(2, "after"), time.time())]
-    sup._on_lines("local", batch)
+    sup.links.on_lines("local", batch)
     sup.rundir.close()
     feed.close()
 

@@ -10,6 +10,7 @@ import paramiko
 from launcher.model import HostConfig
 from launcher.transport import sshconfig
 from launcher.transport.ssh import SshHost
+from launcher.transport.sshexplain import explain_failure
 
 
 def explain(error: OSError) -> str:
@@ -18,7 +19,7 @@ def explain(error: OSError) -> str:
     route = sshconfig.Route(target=endpoint, jumps=(), known_hosts="/dev/null", connect_timeout=5,
                             source="profile only")
     exc = paramiko.ssh_exception.NoValidConnectionsError({("10.233.1.11", 22): error})
-    return host._explain(exc, endpoint, route, "host b (10.233.1.11:22)")
+    return explain_failure(exc, endpoint, route, "host b (10.233.1.11:22)", host.name, host.settings.ssh_config)
 
 
 def test_a_refused_connect_is_called_refused() -> None:
