@@ -192,7 +192,8 @@ def split_detail(task_id: str, times: StepTimes, now: float) -> Text:
             latency = f", {closures.latency_s * 1000:.0f} ms each" if closures.latency_s is not None else ""
             text.append(f"{task_id} closures {closures.per_s:.1f}/s{latency} (as the coordinator sees them)")
         else:
-            text.append(f"{task_id} step time: no split yet (a task that trains, with autolog on)", style="dim")
+            why = times.missing(task_id) or "no split yet (a task that trains, with autolog on)"
+            text.append(f"{task_id} step time: {why}", style="dim")
         return text
     last = history[-1]
     verdict = times.verdict(task_id, now=now) or ""

@@ -28,7 +28,8 @@ def header_text(view: JobView, now: float, *, title: str, strategy: str, hosts_t
     text.append(fmt.duration(view.elapsed(now)), style="bold")
     text.append("\n ")
     step = view.global_step
-    text.append("step ")
+    calls = any(t.step_is_calls for t in view.tasks.values() if t.step is not None)
+    text.append("step (calls) " if calls else "step ")  # train calls counted: no step variable
     text.append(str(step) if step is not None else fmt.MISSING, style="bold")
     text.append("  ")
     text.append(fmt.number(view.global_steps_per_s(view.rate_clock(now))), style="bold")

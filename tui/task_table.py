@@ -91,9 +91,16 @@ def split_cell(task: TaskView, times: StepTimes | None, now: float) -> Cell:
         closures = times.closures.get(task.task_id)
         if closures is not None:
             return f"{closures.per_s:.1f} closures/s" + (f" {short}" if short else ""), "split-text"
-        return fmt.MISSING, ""
+        return ("- no step timed", "dim") if times.missing(task.task_id) else (fmt.MISSING, "")
     cells = "".join(SPLIT_LETTERS[part] * n for part, n in bar(split, SPLIT_CELLS))
     return f"{cells} {short}", "split"
+
+
+def step_cell(task: TaskView) -> Cell:
+    """The step; ``150c`` where it counts train calls (the header says ``step (calls)``)."""
+    if task.step is None:
+        return fmt.MISSING, ""
+    return (f"{task.step}c", "italic") if task.step_is_calls else (str(task.step), "")
 
 
 def task_cells(task: TaskView, now: float, times: StepTimes | None = None) -> tuple[Cell, ...]:
@@ -111,7 +118,7 @@ def task_cells(task: TaskView, now: float, times: StepTimes | None = None) -> tu
         (task.state, fmt.STATE_STYLES.get(task.state, "")),
         (flags_text(task), "bold black on dark_orange" if task.conditions else ""),
         (str(task.restarts), "yellow" if task.restarts else "dim"),
-        (str(task.step) if task.step is not None else fmt.MISSING, ""),
+        step_cell(task),
         (task.nonfinite_loss or fmt.loss(task.loss), "bold red" if task.nonfinite_loss else ""),
         (fmt.number(task.steps_per_s(now)), ""),
         (trend, "cyan"),

@@ -10,7 +10,9 @@ What each patch gives:
 
 - optimizers (Keras 3, tf_keras, ``optimizers.legacy``): weak references read by the step
   reader thread (``iterations`` = the step); ``apply_gradients`` bumps a counter, so a
-  ``tf.function`` whose call applied gradients is known as a train step;
+  ``tf.function`` whose call applied gradients is known as a train step (so is one that takes
+  gradients or reads an iterator without an optimizer: ``launcher.autolog.trainfn``; its calls
+  are the steps where nothing else gives one);
 - ``tf.function`` calls of a train step: the scalar it returns becomes the loss (read later,
   on the reader thread);
 - ``ClusterCoordinator.schedule``: the ``RemoteValue`` of a train step (read once done), and
@@ -33,11 +35,12 @@ import weakref
 from typing import Any, Callable, Dict, List, Optional
 
 from launcher.autolog import recorder as autolog
-from launcher.autolog import steptime, stepwatch, tf1session
+from launcher.autolog import steptime, stepwatch, tf1session, trainfn
 from launcher.autolog.recorder import guarded, note, reader
 
-#: bumped by every apply_gradients: a function call during which it moved trains
-_applied = [0]
+#: bumped by every apply_gradients, GradientTape.gradient and iterator read in a traced function
+#: (launcher/autolog/trainfn.py): a function call during which it moved may train
+_applied = trainfn.moved
 _TRAIN_MARK = steptime.TRAIN_MARK
 #: set on a function a ClusterCoordinator scheduled once: its next schedules are the coordinator's steps
 _SCHEDULED = "_distlaunch_scheduled"
@@ -88,7 +91,7 @@ def _patch_optimizer_class(cls: Any) -> None:
 
     def make_apply(original: Callable[..., Any]) -> Callable[..., Any]:
         def apply(self: Any, *args: Any, **kwargs: Any) -> Any:
-            _applied[0] += 1
+            trainfn.note(trainfn.OPTIMIZER)
             return original(self, *args, **kwargs)
         return apply
 
@@ -210,6 +213,7 @@ def _patch_tensorflow(tf: Any) -> None:
     _patch_summary(tf)
     tf1session.install(tf, _wrap_method, _module)
     guarded("step time", stepwatch.install, _module, _wrap_method)
+    guarded("train functions", trainfn.install, _module, _wrap_method)  # after stepwatch's timed ops
     _patch_join(getattr(_module("tensorflow.python.distribute.coordinator.cluster_coordinator"),
                         "ClusterCoordinator", None))
 
@@ -264,8 +268,11 @@ def function_call_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
         if autolog._state.on:
             try:
                 if mark is None:
+                    if not trainfn.trains(self):  # nested, or an evaluation beside a train function
+                        return result
                     mark = self.__dict__[_TRAIN_MARK] = _loss_kind(result)
-                    stepwatch.clock.first_call(stepwatch._now())
+                    stepwatch.clock.first_call(stepwatch._now(), new=True)
+                    reader.counts_calls = True
                     reader.start()
                 if mark == "scalar":
                     reader.loss_slots.append((result, _read_tensor))
@@ -320,7 +327,8 @@ def _patch_parameter_server() -> None:
                 remote = original(self, fn, args=args, kwargs=kwargs)
                 if marks is not None and autolog._state.on:
                     marks[_SCHEDULED] = True
-                    stepwatch.clock.first_call(stepwatch._now())
+                    stepwatch.clock.first_call(stepwatch._now(), new=True)
+                    reader.counts_calls = True
                     reader.start()
             if autolog._state.on:
                 guarded("ClusterCoordinator.schedule", _after_schedule, fn, remote, _applied[0] != before)

@@ -35,6 +35,7 @@ from collections import deque
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from launcher import report
+from launcher.autolog.steptime import STEP_IS_CALLS, clock
 
 #: agent -> task: seconds between optimizer reads (the profile's ``sample_interval``)
 INTERVAL_ENV = "DISTLAUNCH_SAMPLE_INTERVAL"
@@ -153,7 +154,8 @@ class StepReader:
 
     Sources register here: optimizers (their ``iterations``), the newest result of a function
     that trains (a tensor, or a ``RemoteValue`` read only once it is done) and callables that
-    give a step (a TF1 graph's global step). Each tick reads them and notes what changed.
+    give a step (a TF1 graph's global step); where none gives a step, the train calls counted so
+    far are the step, sent with ``STEP_IS_CALLS``. Each tick reads them and notes what changed.
     """
 
     def __init__(self) -> None:
@@ -165,6 +167,10 @@ class StepReader:
         self.loss_slots: "deque[tuple[Any, Callable[[Any], Optional[float]]]]" = deque(maxlen=LOSS_SLOTS)
         self.tick_hooks: List[Callable[[], None]] = []
         self.step_now: Optional[int] = None  # the step this tick read
+        self.steps_are_calls = False  # whether it is the train calls' count
+        #: a tf.function or a coordinator's schedule trained here: where nothing gives a step, their
+        #: calls are the step (a TF1 session's runs are not: its global step goes out from its runs)
+        self.counts_calls = False
         self._thread: Optional[threading.Thread] = None
         self._last_step: Optional[int] = None
         self._last_loss_ref: Any = None
@@ -232,12 +238,15 @@ class StepReader:
             step = source()
             if step is not None and (best is None or step > best):
                 best = step
-        return best
+        self.steps_are_calls = best is None and self.counts_calls and clock.calls > 0  # no step variable
+        return clock.calls if self.steps_are_calls else best
 
     def tick(self) -> None:
         step = self.step_now = self.read_step()  # once a tick: the hooks read it here
         for hook in list(self.tick_hooks):
             hook()
+        if self.steps_are_calls:  # on whatever goes out with this step (a split, a loss)
+            reporter.values[STEP_IS_CALLS] = 1
         loss: Optional[float] = None
         for value, read in reversed(list(self.loss_slots)):
             if value is self._last_loss_ref:

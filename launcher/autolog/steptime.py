@@ -2,9 +2,10 @@
 
 The clock the patches of ``launcher.autolog.stepwatch`` feed. What is measured, and where:
 
-- a **train call** (a ``tf.function`` call that applies gradients, found by ``patches``; a TF1
-  ``Session.run`` of a train op; a ``ClusterCoordinator.schedule`` of a train step): two clock
-  reads on the training thread around the call;
+- a **train call** (a ``tf.function`` call that applies or takes gradients or reads an iterator,
+  found by ``patches`` and ``trainfn``; a TF1 ``Session.run`` of a train op; a
+  ``ClusterCoordinator.schedule`` of a train step): two clock reads on the training thread
+  around the call; every one counted (``calls``: the step where nothing else gives one);
 - **input**, outside a call: the eager ``IteratorGetNext`` of a Python loop (``for x in dataset``),
   timed around the op; inside a call (Keras ``fit``, ``train_step(iterator)``): the graph's own
   ``IteratorGetNext``, between two ``Timestamp`` ops added beside it when the function is traced,
@@ -17,7 +18,8 @@ The clock the patches of ``launcher.autolog.stepwatch`` feed. What is measured, 
   between the ends of consecutive calls less the calls and the eager input (Python, callbacks,
   logging, checkpoints).
 
-Shares are over the steps that ended in the last ``WINDOW_S`` seconds and sum to 1. The reader
+Shares are over the steps that ended in the last ``WINDOW_S`` seconds and sum to 1; a job younger
+than that: over the steps since its train calls stopped tracing (``StepClock.origin``). The reader
 thread turns them into metric values (``step_time/input`` ... ``step_time/seconds_per_step``) and,
 on a coordinator, each worker's ``closures_per_s/worker:N`` and ``closure_latency_s/worker:N``.
 
@@ -41,6 +43,10 @@ SAMPLE_COST_S = 200e-6
 #: every call for steps of 80 ms or more, one in 200 for steps of 0.4 ms)
 TARGET_SHARE = 0.0025
 MAX_EVERY = 256
+#: ...after the first this many calls, all timed: one call's length stands for no job's (the first
+#: steps may take batches an input pipeline buffered while the function traced; a short job has
+#: few calls to sample), and they cost a few milliseconds once
+TIMED_FIRST = 20
 #: value names in the metric events (the launcher reads them back: launcher/telemetry/steptime.py)
 PREFIX = "step_time/"
 PARTS = ("input", "compute", "peers", "other")
@@ -48,6 +54,11 @@ PARTS = ("input", "compute", "peers", "other")
 PROFILER_PORT_ENV = "DISTLAUNCH_PROFILER_PORT"
 CLOSURES = "closures_per_s/"
 LATENCY = "closure_latency_s/"
+#: sent, until a split is, by a task whose train calls were none timed yet (their number): the
+#: launcher says why it has no split (a job of two calls: the first traces, the second the twin)
+UNTIMED = PREFIX + "untimed_calls"
+#: a metric value (1) beside a step that counts train calls, where no optimizer or global step gives one
+STEP_IS_CALLS = "step_is_calls"
 
 _now = time.perf_counter
 #: the attribute patches sets on a tf.function known to train (its value says how it holds its loss)
@@ -101,6 +112,10 @@ class StepClock:
         self.ratios = (0.0, 0.0)
         self.on = True
         self.train_thread: Optional[int] = None  # the thread of the latest train call
+        #: the counters after the latest call that traced while none was timed: a split of a job
+        #: younger than the window starts there (the steps before the first tick count, tracing not)
+        self.origin: Optional[Snapshot] = None
+        self.splits = 0  # splits given so far
 
     # -- the training thread -------------------------------------------------------------------
 
@@ -116,18 +131,27 @@ class StepClock:
             self.timed_call_s += ended - started
         self.wait_s += waited
         self.last_end = ended
-        mean = self.call_s / self.sampled
-        self.every = max(1, min(MAX_EVERY, math.ceil(SAMPLE_COST_S / (TARGET_SHARE * mean)) if mean > 0 else 1))
+        if self.sampled >= TIMED_FIRST:
+            mean = self.call_s / self.sampled
+            self.every = max(1, min(MAX_EVERY, math.ceil(SAMPLE_COST_S / (TARGET_SHARE * mean)) if mean > 0 else 1))
 
     def skip(self) -> bool:
         """Count this train call; True: do not time it (all but one in ``every``)."""
         self.calls += 1
         return self.calls % self.every != 0
 
-    def first_call(self, ended: float) -> None:
-        """A call that traced: its time is not a step's, but the next step starts at its end."""
+    def first_call(self, ended: float, new: bool = False) -> None:
+        """A call that traced: its time is not a step's, but the next step starts at its end;
+        ``new``: a train function's first call (a step ``calls`` counts)."""
         self.train_thread = threading.get_ident()
         self.last_end = ended
+        if new:
+            self.calls += 1
+        if self.sampled == 0:  # reads the in-graph parts: once or twice a process
+            try:
+                self.origin = self.snapshot(None)._replace(at=ended)
+            except Exception:  # on the training thread, after the user's call: never into it
+                self.origin = None
 
     def closure_done(self, worker: int, seconds: float) -> None:
         counts = self.closures.get(worker)
@@ -155,14 +179,20 @@ class StepClock:
         self.history.append(now)
         while len(self.history) > 2 and now.at - self.history[1].at >= WINDOW_S:
             self.history.popleft()
-        base = next((s for s in self.history if s.last_end is not None), None)  # since a step ended
+        # since a step ended; in a job younger than the window, since its calls stopped tracing
+        base = next((s for s in list(self.history)[:-1] if s.last_end is not None), None)
+        if self.origin is not None and (base is None or self.origin.at > base.at):
+            base = self.origin
         if base is not None:
             measured = inside_ratios(base, now)
             if measured is not None:
                 self.ratios = measured
         split = shares(base, now, self.ratios) if base is not None else None
         if split is not None:
+            self.splits += 1
             values.update({PREFIX + name: round(value, 4) for name, value in split.items()})
+        elif self.splits == 0 and now.calls > 0:
+            values[UNTIMED] = float(now.calls)
         values.update(self._closure_values(now.at))
         return values
 

@@ -24,7 +24,7 @@ import weakref
 from typing import Any, Callable, Dict, Tuple
 
 from launcher.autolog import recorder as autolog
-from launcher.autolog import steptime, tf1session
+from launcher.autolog import steptime
 from launcher.autolog.steptime import clock
 
 _now = steptime._now
@@ -32,9 +32,6 @@ _tf: Dict[str, Any] = {}
 #: (part, id of the train function) -> (shared name, eager handle, weak reference to the function)
 _accumulators: Dict[Tuple[str, int], Tuple[str, Any, Any]] = {}
 _step_numbers = itertools.count()
-#: where the reader reads no step, the training thread sends the split at most this often (seconds)
-EMIT_EVERY_S = 1.0
-_last_emit = [-EMIT_EVERY_S]
 #: the attribute of a train function that holds its timed twin (None: it has none)
 TWIN_ATTR = "_distlaunch_timed_twin"
 #: "0" turns the split off for a process (the profile's env); on by default
@@ -211,8 +208,11 @@ def function_call(fn: Any, original: Callable[..., Any], args: Any, kwargs: Any)
     steps) timed and run by ``fn``'s timed twin, a clone traced with the Timestamp ops, whose
     shares stand for every call's (the ops, and TensorFlow switching between the two functions,
     cost more than 1 % of steps of a few hundred microseconds if every call paid them)."""
-    if not clock.on or (clock.skip() and not _tf["trace"].enabled()):  # counted; one in `every` goes on,
-        return original(fn, *args, **kwargs)  # and each while a profiler capture runs (its step markers)
+    if not clock.on:  # counted still: the steps where nothing else gives one
+        clock.calls += 1
+        return original(fn, *args, **kwargs)
+    if clock.skip() and not _tf["trace"].enabled():  # counted; one in `every` goes on, and each
+        return original(fn, *args, **kwargs)  # while a profiler capture runs (its step markers)
     twin = _twin(fn)
     if twin is None:
         return train_call(lambda: original(fn, *args, **kwargs), True, counted=True)
@@ -245,6 +245,8 @@ def train_call(call: Callable[[], Any], known: bool, waits: bool = False, timed:
     waiting for peers (a coordinator's schedule); ``timed``: the timed twin runs it. A step marker
     while a profiler capture runs."""
     if not clock.on:
+        if known and not counted:
+            clock.calls += 1  # a coordinator's schedule: a step, counted
         return call()
     trace = _tf.get("trace")
     marker = None
@@ -260,20 +262,8 @@ def train_call(call: Callable[[], Any], known: bool, waits: bool = False, timed:
             marker.__exit__(None, None, None)
         if known:
             clock.call_done(started, ended, waited=ended - started if waits else 0.0, timed=timed, counted=counted)
-            if ended - _last_emit[0] >= EMIT_EVERY_S:
-                _send_pending(ended)
         else:
             clock.first_call(ended)
-
-
-def _send_pending(now: float) -> None:
-    """The split noted by the reader's tick, sent from the training thread where nothing else sends
-    it: no step the reader reads (an optimizer autolog does not know), no TF1 session (its runs send)."""
-    _last_emit[0] = now
-    reporter, reader = autolog.reporter, autolog.reader
-    if reporter.pending and reporter.values and not list(reader.optimizers) and not reader.step_sources \
-            and not tf1session.has_sessions():
-        autolog.note(now=True)
 
 
 def schedule_call(call: Callable[[], Any]) -> Any:
@@ -316,6 +306,4 @@ def _tick() -> None:
     if values:  # go out with the step the reader notes next (one line a tick, not two)...
         reporter = autolog.reporter
         reporter.values.update(values)
-        reporter.pending = True
-        # where the reader reads no step, the training thread sends them (train_call): a line this
-        # thread wrote could land inside one the script prints (print writes the text, then "\n")
+        reporter.pending = True  # the reader's step (an optimizer's, a global step, the calls) takes them

@@ -72,6 +72,7 @@ def summarize(path: Path) -> dict[str, Any]:
             "pid": (seen.pid if seen else None) or info.get("pid"),
             "restarts": seen.restarts if seen else info.get("restarts", 0),
             "step": seen.step if seen else None, "loss": seen.loss if seen else None,
+            "step_is_calls": bool(seen and seen.step_is_calls),  # the step counts train calls
             "nonfinite_loss": seen.nonfinite_loss if seen else None,
             "steps_per_s": seen.steps_per_s(now) if seen and alive else None,
             "exit_code": seen.exit_code if seen else None, "reason": seen.reason if seen else "",
@@ -79,6 +80,7 @@ def summarize(path: Path) -> dict[str, Any]:
             "conditions": dict(seen.conditions) if seen else {},
             # issue 37: where the step time goes, and a coordinator's view of each PSS worker
             "step_time": view.step_times.as_json(task_id, now=now if alive else None, cpu=cpu),
+            "step_time_missing": view.step_times.missing(task_id),  # why it is null, where known
             "closures_per_s": closures.per_s if closures else None,
             "closure_latency_s": closures.latency_s if closures else None}
     job = ({"state": view.state, "reason": view.reason, "root_cause": view.failure_cause} if view.events_applied
@@ -102,7 +104,14 @@ def step_time_text(task: dict[str, Any]) -> str:
         latency = task.get("closure_latency_s")
         return f"{task['closures_per_s']:.1f} closures/s" + (
             f", {latency * 1000:.0f} ms each" if isinstance(latency, (int, float)) else "")
-    return "-"
+    return f"- ({task['step_time_missing']})" if task.get("step_time_missing") else "-"
+
+
+def step_text(task: dict[str, Any]) -> str:
+    """``1200``, ``150 (calls)`` where the step counts train calls, ``-`` for none."""
+    if task.get("step") is None:
+        return "-"
+    return f"{task['step']} (calls)" if task.get("step_is_calls") else str(task["step"])
 
 
 def _tables(value: object) -> dict[str, dict[str, Any]]:
@@ -138,7 +147,7 @@ def run_status(args: argparse.Namespace) -> int:
     for task_id, t in summary["tasks"].items():
         loss = t.get("nonfinite_loss") or (f"{t['loss']:.4f}" if isinstance(t["loss"], float) else "-")
         rows.append((task_id, str(t["host"] or "-"), f"{t['address']}:{t['port']}", str(t["state"]),
-                     str(t["pid"] or "-"), str(t["restarts"]), str(t["step"] if t["step"] is not None else "-"),
+                     str(t["pid"] or "-"), str(t["restarts"]), step_text(t),
                      loss, step_time_text(t)))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for r in rows:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from launcher import events as ev
+from launcher.autolog.steptime import STEP_IS_CALLS
 from launcher.events import Event
 from launcher.telemetry import eventcheck
 from launcher.telemetry.steprate import StepRate
@@ -90,6 +91,7 @@ class TaskView:
     exit_code: int | None = None
     reason: str = ""
     step: int | None = None
+    step_is_calls: bool = False  # the step counts train calls (autolog: no step variable): `step (calls)`
     loss: float | None = None  # the latest finite loss
     #: "nan" / "inf" / "-inf" while the latest loss is no finite number (shown in its place)
     nonfinite_loss: str | None = None
@@ -454,7 +456,7 @@ class JobView:
         if loss is not None or nonfinite is not None:
             task.nonfinite_loss = nonfinite
         if isinstance(step, int):
-            task.step = step
+            task.step, task.step_is_calls = step, isinstance(values, dict) and values.get(STEP_IS_CALLS) == 1
             task.record_step(event.ts, step)
             self._record_global_step(event.ts)
         if loss is not None:

@@ -149,7 +149,7 @@ class ProgressPrinter:
             loss = lead.nonfinite_loss or (f"{lead.loss:.4f}" if lead.loss is not None else "-")
             lead_rate = lead.steps_per_s(now)
             rate = f"{lead_rate:.1f}" if lead_rate is not None else "-"
-            parts.append(f"step {lead.step}  loss {loss}  {rate} steps/s")
+            parts.append(f"step{' (calls)' if lead.step_is_calls else ''} {lead.step}  loss {loss}  {rate} steps/s")
         per_task = []
         for task_id, task in sorted(tasks.items()):
             bits = []
@@ -175,10 +175,13 @@ class ProgressPrinter:
 
 
     def _slow_why(self, task_id: str, now: float) -> str:
-        """``[input-bound: input 71% compute 20% peers 0% other 9%]`` for a task not compute-bound."""
+        """``[input-bound: input 71% compute 20% peers 0% other 9%]`` for a task not compute-bound;
+        why a task that made train calls has no split."""
         times = self.view.step_times
         verdict = times.verdict(task_id, now=now, cpu={t: v.cpu_percent for t, v in self.view.tasks.items()})
         split = times.fresh(task_id, now)
+        if verdict is None and times.missing(task_id):
+            return f"[step time: {times.missing(task_id)}]"
         if verdict is None or verdict == "compute-bound":
             return ""
         return f"[{verdict}" + (f": {percent_text(split)}]" if split is not None else "]")

@@ -19,6 +19,10 @@ others, which only the launcher sees together:
 - ``other-bound``: time between steps (Python, callbacks, checkpoints, logging) is the largest
   part and at least 40 %;
 - ``balanced``: none of these.
+
+A task with train calls but no split yet (a job of two calls: the first traces its function, the
+second the timed twin) sends ``step_time/untimed_calls``; ``missing`` says so in words, so that
+status, ``--no-tui`` and the dashboard never leave the split out without a reason.
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from statistics import median
 from typing import Any
+
+from launcher.autolog.steptime import UNTIMED
 
 PREFIX = "step_time/"
 PARTS = ("input", "compute", "peers", "other")
@@ -82,6 +88,8 @@ class StepTimes:
     #: each task's latest CPU percent and its host's cores (JobView's samples): a saturated ps
     cpu: dict[str, float | None] = field(default_factory=dict)
     cores: dict[str, int] = field(default_factory=dict)
+    #: task id -> its train calls while none was timed (no split yet)
+    untimed: dict[str, int] = field(default_factory=dict)
 
     def apply(self, task_id: str, ts: float, values: Mapping[str, Any]) -> bool:
         """Take a metric event's values; True when they held a split or closures."""
@@ -93,6 +101,10 @@ class StepTimes:
                           seconds_per_step=float(sps) if isinstance(sps, (int, float)) else None, ts=ts)
             self.splits[task_id] = split
             self.history.setdefault(task_id, deque(maxlen=HISTORY_POINTS)).append(split)
+            self.untimed.pop(task_id, None)
+            changed = True
+        elif isinstance(values.get(UNTIMED), (int, float)) and task_id not in self.splits:
+            self.untimed[task_id] = int(values[UNTIMED])
             changed = True
         for name, value in values.items():
             if name.startswith(CLOSURES) and isinstance(value, (int, float)):
@@ -169,6 +181,14 @@ class StepTimes:
         if busy:
             return max(busy, key=lambda t: busy[t] or 0.0)
         return None
+
+    def missing(self, task_id: str) -> str | None:
+        """Why a task that made train calls has no split: ``no step timed in 2 train calls (...)``."""
+        calls = self.untimed.get(task_id)
+        if calls is None or task_id in self.splits:
+            return None
+        return (f"no step timed in {calls} train call{'s' if calls != 1 else ''} "
+                "(a function's first call traces it, the second its timed twin)")
 
     def as_json(self, task_id: str, *, now: float | None = None,
                 cpu: Mapping[str, float | None] | None = None) -> dict[str, Any] | None:

@@ -4,8 +4,12 @@ split over time, and `P` (profile) refused in a replay."""
 from __future__ import annotations
 
 from launcher import events as ev
+from launcher.telemetry.jobview import JobView
 from tests.tui.tui_support import RUN, T0, MemorySource, load, make_app, recorded_job, wait_until
 from tui.actions import NOT_IN_REPLAY
+from tui.charts import split_detail
+from tui.header import header_text
+from tui.task_table import split_cell, step_cell
 
 
 def split(input: float, compute: float, peers: float, other: float) -> dict[str, float]:
@@ -43,3 +47,21 @@ async def test_profile_key_is_refused_in_a_replay() -> None:
         await load(pilot, app, len(events))
         await pilot.press("P")
         await wait_until(pilot, lambda: any(NOT_IN_REPLAY in str(n.message) for n in app._notifications))
+
+
+def test_a_step_that_counts_calls_and_a_missing_split_say_so() -> None:
+    """Issue 46: the table's step cell and the header mark a step that counts train calls; the
+    split cell and the detail of a task whose calls were none timed say it instead of a blank."""
+    view = JobView()
+    view.apply(ev.state_event(RUN, "worker:0", ev.RUNNING, host="local", pid=1, ts=T0))
+    view.apply(ev.metric_event(RUN, "worker:0", step=2, loss=0.5, ts=T0 + 1,
+                               values={"step_is_calls": 1.0, "step_time/untimed_calls": 2.0}))
+    task = view.tasks["worker:0"]
+    assert step_cell(task)[0] == "2c"
+    assert "step (calls) 2" in header_text(view, T0 + 2, title="t", strategy="multi_worker_mirrored",
+                                           hosts_total=1, live=True, stream_ended=False).plain
+    assert split_cell(task, view.step_times, T0 + 2)[0] == "- no step timed"
+    detail = split_detail("worker:0", view.step_times, T0 + 2).plain
+    assert "worker:0 step time: no step timed in 2 train calls" in detail, detail
+    view.apply(ev.metric_event(RUN, "worker:0", step=9, loss=0.5, ts=T0 + 3, values={}))
+    assert step_cell(view.tasks["worker:0"])[0] == "9"

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from launcher.autolog.steptime import Snapshot, StepClock, inside_ratios, shares
+import pytest
+
+from launcher.autolog import steptime
+from launcher.autolog.steptime import TIMED_FIRST, UNTIMED, Snapshot, StepClock, inside_ratios, shares
 
 
 def snap(at: float, last_end: float, calls: int, call_s: float, *, sampled: int | None = None, eager_input: float = 0.0,
@@ -62,7 +65,8 @@ def test_no_timed_call_no_ratios_and_short_steps_are_sampled() -> None:
         if not clock.skip():
             clock.call_done(n * 0.001, n * 0.001 + 0.0004, counted=True)  # 0.4 ms steps
             timed += 1
-    assert clock.calls == 1000 and 190 <= clock.every <= 210 and 5 <= timed <= 7  # the first, then one in ~200
+    # the first TIMED_FIRST, then one in ~200
+    assert clock.calls == 1000 and 190 <= clock.every <= 210 and TIMED_FIRST + 4 <= timed <= TIMED_FIRST + 6
     slow = StepClock()
     for n in range(5):
         assert not slow.skip()  # 100 ms steps: every one timed
@@ -84,3 +88,43 @@ def test_no_step_no_split_and_closures_per_worker() -> None:
     assert values["closures_per_s/worker:1"] > 0 and values["closures_per_s/worker:0"] > 0
     assert values["closure_latency_s/worker:1"] == 0.06
     assert "step_time/input" in values
+
+
+def test_a_job_shorter_than_the_window_is_split_from_what_was_seen(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 46 §4: one tick, at the end (a job shorter than a read interval): the split is over
+    the steps since the calls stopped tracing, not none; the tracing itself is no part of it."""
+    now = [100.0]
+    monkeypatch.setattr(steptime, "_now", lambda: now[0])
+    clock = StepClock()
+    clock.first_call(100.0, new=True)  # the call that traced the train function: a step, no step's time
+    assert not clock.skip()
+    clock.first_call(101.5)  # the next call traced its timed twin: 1.5 s
+    t = 101.5
+    for _ in range(10):  # 10 steps of 30 ms: 10 ms of Python between calls, 20 ms in each call
+        assert not clock.skip()  # the first calls are all timed: one call stands for no job
+        clock.call_done(t + 0.01, t + 0.03, counted=True)
+        t += 0.03
+    now[0] = t
+    values = clock.tick(None)
+    assert clock.calls == 12 and values[steptime.PREFIX + "seconds_per_step"] == pytest.approx(0.03)
+    assert values[steptime.PREFIX + "compute"] == pytest.approx(2 / 3, abs=1e-3)
+    assert values[steptime.PREFIX + "other"] == pytest.approx(1 / 3, abs=1e-3)
+    assert UNTIMED not in values
+
+
+def test_train_calls_none_timed_are_said_until_a_split_is(monkeypatch: pytest.MonkeyPatch) -> None:
+    now = [100.0]
+    monkeypatch.setattr(steptime, "_now", lambda: now[0])
+    clock = StepClock()
+    assert clock.tick(None) == {}  # nothing trained: nothing to say
+    clock.first_call(100.0, new=True)
+    clock.skip()
+    clock.first_call(101.0)  # two calls, both tracing: a job that ends here has no split
+    now[0] = 101.0
+    assert clock.tick(2) == {UNTIMED: 2.0}
+    clock.skip()
+    clock.call_done(101.0, 101.02, counted=True)
+    now[0] = 101.05
+    assert UNTIMED not in clock.tick(3) and clock.splits == 1
+    now[0] = 112.0  # no call for over a window: no split now, and no "untimed" (a split was given)
+    assert clock.tick(3) == {}

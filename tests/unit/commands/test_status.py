@@ -55,6 +55,21 @@ def test_status_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
     assert row.split() == ["chief:0", "local", "localhost:2223", "succeeded", "12", "0", "40", "0.5000", "-"]
 
 
+def test_status_says_a_step_that_counts_calls_and_why_a_split_is_missing(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _finished_run(tmp_path)
+    with (path / "events.jsonl").open("a") as f:
+        f.write(ev.metric_event("r-status", "chief:0", step=2, loss=0.25, ts=2.5, values={
+            "step_is_calls": 1.0, "step_time/untimed_calls": 2.0}).to_json() + "\n")
+    assert main(["status", str(path), "--json"]) == 0
+    chief = json.loads(capsys.readouterr().out)["tasks"]["chief:0"]
+    assert chief["step"] == 2 and chief["step_is_calls"] is True and chief["step_time"] is None
+    assert chief["step_time_missing"].startswith("no step timed in 2 train calls"), chief
+    assert main(["status", str(path)]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("chief:0"))
+    assert " 2 (calls)  0.2500  - (no step timed in 2 train calls" in row, row
+
+
 def test_status_of_an_unknown_run_is_a_user_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["status", "no-such-run"]) == 2
     err = capsys.readouterr().err.strip().splitlines()

@@ -105,3 +105,27 @@ def test_a_ps_is_saturated_against_its_hosts_cores() -> None:
     assert times.verdict("chief:0", now=100.0) == "waiting for peers"  # 150 % of an 8-core host
     times.cores["ps:0"] = 1
     assert times.verdict("chief:0", now=100.0) == "waiting for ps:0"
+
+
+def test_a_step_that_counts_calls_and_a_split_that_is_missing_are_said() -> None:
+    """Issue 46: a loop without an optimizer reports its train calls as the step (`step (calls)`);
+    a task with train calls but none timed has `-` and why, never a silent blank."""
+    view = JobView()
+    for task in ("worker:0", "worker:1"):
+        view.apply(ev.Event.from_dict({"v": 1, "ts": 99.0, "run": "r", "task": task, "kind": "state",
+                                       "state": "running", "host": "h", "pid": 1}))
+    view.apply(ev.metric_event("r", "worker:0", step=2, loss=0.5, ts=100.0,
+                               values={"step_time/untimed_calls": 2.0, "step_is_calls": 1.0}))
+    view.apply(ev.metric_event("r", "worker:1", step=7, loss=0.5, ts=100.0, values=split(input=0.8, compute=0.2)))
+    assert view.tasks["worker:0"].step_is_calls and not view.tasks["worker:1"].step_is_calls
+    why = view.step_times.missing("worker:0")
+    assert why is not None and why.startswith("no step timed in 2 train calls"), why
+    assert view.step_times.missing("worker:1") is None
+    out = io.StringIO()
+    printer = ProgressPrinter(out=out, color=False, clock=lambda: 100.5)
+    printer.view = view
+    printer.progress()
+    assert "step (calls) 2  loss 0.5000" in out.getvalue() and f"[step time: {why}]" in out.getvalue()
+    # a later step without the marker (a report() of the script's own): no longer calls
+    view.apply(ev.metric_event("r", "worker:0", step=3, loss=0.4, ts=101.0, values=split(input=0.8, compute=0.2)))
+    assert not view.tasks["worker:0"].step_is_calls and view.step_times.missing("worker:0") is None
