@@ -1,8 +1,11 @@
 """The dashboard app, and `run_dashboard`, the one entry point the CLI calls.
 
-`DashboardApp` puts together the layers of frame.py (state, widgets), views.py (drawing and
-moving between views), live_feed.py (events in) and actions.py (acting on the job, leaving),
-with the key bindings and the start and end of the app.
+`DashboardApp` is Textual's App: it owns the dashboard's state (the `JobView`, its lock, the
+selection, how the stream stands) and its widgets, holds the key bindings, starts and ends, and
+hands each key and message to one of three parts, each an object of its own module that sees the
+app through a small Protocol: `DashboardViews` (views.py: drawing, moving between views),
+`LiveFeed` (live_feed.py: events in, replay moves) and `JobActions` (actions.py: acting on the
+job, leaving). The widget tree is frame.py's.
 
 Threading: `EventSource.events()` blocks, so it is read in a thread worker that folds each
 event into the `JobView` under a lock. The UI thread flushes the view to the widgets at
@@ -20,28 +23,36 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 
-from textual.app import App
+from textual import events
+from textual.app import App, ComposeResult
 from textual.binding import Binding
+from textual.widget import Widget
 from textual.widgets import ContentSwitcher, Input
 
 from launcher.supervise.control import EventSource, JobControl
 from launcher.supervise.stopsignals import StopSignals
+from launcher.telemetry.jobview import JobView
 from tui.actions import JobActions
 from tui.charts import LossChart, RateChart, TaskSparklines
 from tui.commands import DashboardCommands
-from tui.frame import FLUSH_HZ, GC_THRESHOLD, RATE_CHART_MIN_HEIGHT, DashboardResult
+from tui.frame import FLUSH_HZ, GC_THRESHOLD, RATE_CHART_MIN_HEIGHT, DashboardResult, LeaveAction, dashboard_widgets
 from tui.header import JobHeader
 from tui.hosts import HostsPanel
-from tui.live_feed import LiveFeed
+from tui.live_feed import LiveFeed, StreamEnded
 from tui.log_pane import SHOW_STARTUP_KEY, LogPane
 from tui.placement import PlacementPanel
+from tui.replay import ReplaySource
 from tui.task_table import TaskTable
 from tui.timeline_view import TimelinePanel
+from tui.views import DashboardViews
 
 
-class DashboardApp(JobActions, LiveFeed):
+class DashboardApp(App[DashboardResult]):
     """Shows one job live (or a replay) and asks the supervisor to act on it."""
 
     CSS_PATH = Path(__file__).with_name("dashboard.tcss")  # absolute: subclasses live elsewhere
@@ -80,6 +91,49 @@ class DashboardApp(JobActions, LiveFeed):
         Binding("q", "leave", "Quit", id="app.quit"),
     ]
 
+    table: TaskTable
+    log_pane: LogPane
+    header: JobHeader
+    loss_chart: LossChart
+    rate_chart: RateChart
+    sparklines: TaskSparklines
+    placement_panel: PlacementPanel
+    hosts_panel: HostsPanel
+    timeline_panel: TimelinePanel
+    task_filter: Input
+    views: ContentSwitcher
+    dashboard: Widget
+
+    def __init__(self, source: EventSource, control: JobControl | None, *, title: str, strategy: str,
+                 hosts_total: int, live: bool = True, clock: Callable[[], float] = time.time,
+                 run_dir: Path | None = None, bell_on_end: bool = False) -> None:
+        super().__init__()
+        self.bell_on_end = bell_on_end  # [notify] bell: ring once when a live job ends
+        self.source = source
+        self.control = control
+        self.job_title = title
+        self.strategy = strategy
+        self.hosts_total = hosts_total
+        self.live = live
+        self.clock = clock
+        self.run_dir = run_dir
+        self.view = JobView()
+        self.lock = threading.Lock()
+        self.stream_ended = False
+        self.view_reset = False  # the feed started the picture over: the widgets forget theirs
+        self.teardown_requested = False
+        self.flushes = 0
+        self.selected_task: str | None = None
+        self._signal_loop: asyncio.AbstractEventLoop | None = None
+        self._leave_asked = False  # a signal stopped or detached the job before the loop ran
+        self._source_closed = False
+        self.drawing = DashboardViews(self)
+        self.feed = LiveFeed(self)
+        self.job_actions = JobActions(self)
+
+    def compose(self) -> ComposeResult:
+        yield from dashboard_widgets()
+
     def on_mount(self) -> None:
         self._signal_loop = asyncio.get_running_loop()
         if self._leave_asked:
@@ -98,7 +152,6 @@ class DashboardApp(JobActions, LiveFeed):
         self.timeline_panel = self.query_one(TimelinePanel)
         self.task_filter = self.query_one("#task-filter", Input)
         self.task_filter.display = False
-        self._table_rows = -1
         self.views = self.query_one(ContentSwitcher)
         self.dashboard = self.query_one("#dashboard")
         self.log_pane.search_input.display = False
@@ -110,7 +163,7 @@ class DashboardApp(JobActions, LiveFeed):
         # these settings): freeze what exists now and collect young objects less often.
         gc.freeze()
         gc.set_threshold(*GC_THRESHOLD)
-        self.read_events()
+        self.run_worker(self.feed.read_events, name="read_events", group="events", exclusive=True, thread=True)
 
     def on_unmount(self) -> None:
         previous = getattr(self, "_gc_threshold", None)
@@ -119,10 +172,41 @@ class DashboardApp(JobActions, LiveFeed):
             gc.unfreeze()
         self.close_source()
 
-    def action_toggle_startup_lines(self) -> None:
-        self.views.current = "dashboard"
-        with self.lock:
-            self.log_pane.set_show_startup(self.view, not self.log_pane.show_startup)
+    # what the parts share
+
+    def flush(self, force_chart: bool = False) -> None:
+        """Bring every visible widget up to date with the view (views.py)."""
+        self.drawing.flush(force_chart)
+
+    def now(self) -> float:
+        """Live: the clock. Replay: the time of the last event (the recording's own clock)."""
+        if self.live:
+            return self.clock()
+        return self.view.last_ts if self.view.last_ts is not None else 0.0
+
+    @property
+    def replay(self) -> ReplaySource | None:
+        return self.source if not self.live and isinstance(self.source, ReplaySource) else None
+
+    def replay_status(self) -> str:
+        """``2x``, ``2x, paused``; empty when this is not a replay."""
+        replay = self.replay
+        if replay is None:
+            return ""
+        speed = "max speed" if replay.speed == 0 else f"{replay.speed:g}x"
+        return f"{speed}, paused" if replay.paused else speed
+
+    def action_bindings(self) -> list[Binding]:
+        """The dashboard's own bindings (for help and the command palette)."""
+        return [b for b in self.BINDINGS if isinstance(b, Binding)]
+
+    def close_source(self) -> None:
+        if not self._source_closed:
+            self._source_closed = True
+            self.source.close()
+
+    def leave(self, action: LeaveAction) -> None:
+        self.job_actions.leave(action)
 
     def leave_from_signal(self) -> None:
         """Quit: a signal stopped or detached the job already (`launcher/supervise/stopsignals.py`). Called
@@ -130,6 +214,91 @@ class DashboardApp(JobActions, LiveFeed):
         self._leave_asked = True
         if self._signal_loop is not None:
             self._signal_loop.call_soon_threadsafe(self.leave, "quit")
+
+    # messages and keys, each handed to its part
+
+    def on_stream_ended(self, message: StreamEnded) -> None:
+        self.feed.stream_ended(message)
+
+    def on_resize(self) -> None:
+        if hasattr(self, "table"):  # the first resize comes before on_mount
+            self.drawing.resized()
+
+    def on_task_table_row_highlighted(self, message: TaskTable.RowHighlighted) -> None:
+        self.drawing.row_highlighted(message.task_id)
+
+    def on_input_changed(self, message: Input.Changed) -> None:
+        self.drawing.input_changed(message)
+
+    def on_input_submitted(self, message: Input.Submitted) -> None:
+        self.drawing.input_submitted(message)
+
+    def on_key(self, event: events.Key) -> None:
+        self.drawing.key(event.key)
+
+    def action_select(self, delta: int) -> None:
+        self.drawing.select(delta)
+
+    def action_toggle_logs(self) -> None:
+        self.drawing.toggle_logs()
+
+    def action_toggle_view(self, name: str) -> None:
+        self.drawing.toggle_view(name)
+
+    def action_filter_tasks(self) -> None:
+        self.drawing.filter_tasks()
+
+    def action_sort(self) -> None:
+        self.drawing.sort()
+
+    def action_reverse_sort(self) -> None:
+        self.drawing.reverse_sort()
+
+    def action_toggle_x_axis(self) -> None:
+        self.drawing.toggle_x_axis()
+
+    def action_search(self) -> None:
+        self.drawing.search()
+
+    def action_toggle_startup_lines(self) -> None:
+        self.drawing.toggle_startup_lines()
+
+    def action_save_screenshot(self) -> None:
+        self.drawing.save_screenshot()
+
+    def action_seek(self, seconds: float) -> None:
+        self.feed.seek(seconds)
+
+    def action_replay_speed(self, direction: int) -> None:
+        self.feed.replay_speed(direction)
+
+    def action_toggle_follow(self) -> None:
+        self.feed.toggle_follow()
+
+    def action_help(self) -> None:
+        self.job_actions.help()
+
+    def action_restart_task(self) -> None:
+        self.job_actions.restart_task()
+
+    def action_stop_task(self) -> None:
+        self.job_actions.stop_task()
+
+    def action_stacks(self, whole_job: bool) -> None:
+        self.job_actions.stacks(whole_job)
+
+    def action_profile(self) -> None:
+        self.job_actions.profile()
+
+    def action_teardown(self) -> None:
+        self.job_actions.teardown()
+
+    def action_leave(self) -> None:
+        self.job_actions.ask_leave()
+
+    async def action_quit(self) -> None:
+        """ctrl+q asks the same question as `q`: quitting never silently abandons a running job."""
+        self.job_actions.quit()
 
 
 class DashboardError(RuntimeError):

@@ -1,19 +1,24 @@
 """Events in: the job's (or a replay's) event stream, folded into the `JobView` off the UI thread.
 
-`EventSource.events()` blocks, so it is read in a thread worker that folds each event into the
-view under the lock; the UI thread draws it (views.py). A replay can also be moved in, sped up
-and paused.
+`EventSource.events()` blocks, so `LiveFeed.read_events` runs in a thread worker the app starts;
+it folds each event into the view under the lock, and the UI thread draws it (views.py). A
+replay can also be moved in, sped up and paused. The feed sees the app through `FeedOwner`.
 """
 
 from __future__ import annotations
 
-from textual import work
+import threading
+from typing import Protocol
+
 from textual.message import Message
+from textual.notifications import SeverityLevel
+from textual.widget import Widget
 from textual.widgets import Input
 
+from launcher.supervise.control import EventSource
 from launcher.telemetry.jobview import JobView
-from tui.replay import SPEEDS
-from tui.views import DashboardViews
+from tui.log_pane import LogPane
+from tui.replay import SPEEDS, ReplaySource
 
 
 class StreamEnded(Message):
@@ -24,38 +29,73 @@ class StreamEnded(Message):
         self.error = error
 
 
-class LiveFeed(DashboardViews):
+class FeedOwner(Protocol):
+    """What the feed uses of the app: the source, the view it replaces on a replay's jump back,
+    the log pane, and the app's messages and notifications."""
+
+    source: EventSource
+    view: JobView
+    lock: threading.Lock
+    live: bool
+    stream_ended: bool
+    view_reset: bool
+    log_pane: LogPane
+
+    @property
+    def replay(self) -> ReplaySource | None: ...
+
+    @property
+    def focused(self) -> Widget | None: ...
+
+    def replay_status(self) -> str: ...
+
+    def flush(self, force_chart: bool = False) -> None: ...
+
+    def post_message(self, message: Message) -> bool: ...
+
+    def notify(self, message: str, *, title: str = "", severity: SeverityLevel = "information",
+               timeout: float | None = None, markup: bool = True) -> None: ...
+
+
+class LiveFeed:
     """Reading the events, and the keys that move a replay or pause a log."""
 
-    @work(thread=True, exclusive=True, group="events")
+    def __init__(self, owner: FeedOwner) -> None:
+        self.owner = owner
+        self._generation = 0
+
     def read_events(self) -> None:
+        """The worker's body: fold every event into the view, then post `StreamEnded`."""
+        app = self.owner
         error: str | None = None
         try:
-            for event in self.source.events():
-                generation = getattr(self.source, "generation", 0)
-                with self.lock:
+            for event in app.source.events():
+                generation = getattr(app.source, "generation", 0)
+                with app.lock:
                     if generation != self._generation:  # the replay went back: start the picture over
                         self._generation = generation
-                        self.view = JobView()
-                        self._view_reset = True
-                    self.view.apply(event)
+                        app.view = JobView()
+                        app.view_reset = True
+                    app.view.apply(event)
         except Exception as exc:  # the stream broke: say so on screen instead of dying
             error = f"event stream failed: {exc}"
-        self.post_message(StreamEnded(error))
+        app.post_message(StreamEnded(error))
 
-    def on_stream_ended(self, message: StreamEnded) -> None:
-        self.stream_ended = True
-        self.flush(force_chart=True)
+    def stream_ended(self, message: StreamEnded) -> None:
+        app = self.owner
+        app.stream_ended = True
+        app.flush(force_chart=True)
         if message.error:
-            self.notify(message.error, severity="error", timeout=10)
-        elif not self.live:
-            self.notify("Replay finished", timeout=5)
+            app.notify(message.error, severity="error", timeout=10)
+        elif not app.live:
+            app.notify("Replay finished", timeout=5)
 
-    def action_seek(self, seconds: float) -> None:
+    def seek(self, seconds: float) -> None:
         """Replay: move in the recording. Otherwise the arrows keep their usual meaning for the
         focused widget (the binding has priority so that the table cannot swallow it in a replay)."""
-        replay = self.replay
-        focused = self.focused
+        app = self.owner
+        replay = app.replay
+        focused = app.focused
         if replay is None or isinstance(focused, Input):
             prefix = "cursor" if isinstance(focused, Input) else "scroll"
             method = getattr(focused, f"action_{prefix}_{'left' if seconds < 0 else 'right'}", None)
@@ -63,12 +103,13 @@ class LiveFeed(DashboardViews):
                 method()
             return
         replay.seek(seconds)
-        self.notify(f"Replay {'back' if seconds < 0 else 'forward'} {abs(seconds):g} s", timeout=2)
+        app.notify(f"Replay {'back' if seconds < 0 else 'forward'} {abs(seconds):g} s", timeout=2)
 
-    def action_replay_speed(self, direction: int) -> None:
-        replay = self.replay
+    def replay_speed(self, direction: int) -> None:
+        app = self.owner
+        replay = app.replay
         if replay is None:
-            self.notify("only a replay has a speed", severity="warning")
+            app.notify("only a replay has a speed", severity="warning")
             return
         faster = [s for s in SPEEDS if s > replay.speed]
         slower = [s for s in SPEEDS if 0 < s < replay.speed]
@@ -76,14 +117,15 @@ class LiveFeed(DashboardViews):
             replay.speed = faster[0]
         elif direction < 0 and slower:
             replay.speed = slower[-1]
-        self.notify(f"Replay speed {self.replay_status()}", timeout=2)
+        app.notify(f"Replay speed {app.replay_status()}", timeout=2)
 
-    def action_toggle_follow(self) -> None:
-        replay = self.replay
-        if replay is not None and not self.stream_ended:
+    def toggle_follow(self) -> None:
+        app = self.owner
+        replay = app.replay
+        if replay is not None and not app.stream_ended:
             replay.set_paused(not replay.paused)
-            self.notify("Replay paused" if replay.paused else "Replay resumed", timeout=2)
+            app.notify("Replay paused" if replay.paused else "Replay resumed", timeout=2)
             return
-        pane = self.log_pane
-        with self.lock:
-            pane.set_paused(self.view, not pane.paused)
+        pane = app.log_pane
+        with app.lock:
+            pane.set_paused(app.view, not pane.paused)

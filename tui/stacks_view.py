@@ -9,7 +9,10 @@ job has ended, the view shows the last capture kept in the run dir (`s` shows it
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Protocol
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -20,11 +23,11 @@ from textual.widgets import Static
 
 from launcher.agent.stackmodel import DISK_WAIT, FROZEN_STATES, ZOMBIE, TaskStacks, group, suspect, user_frame
 from launcher.events import Event
+from launcher.supervise.control import JobControl
+from launcher.telemetry.jobview import JobView
 from launcher.telemetry.stacktext import frame_line, header, thread_lines
 from tui.stacks_data import Capture, Fetch, NoCapture, clock_time, live_fetch, stored_fetch
-
-if TYPE_CHECKING:
-    from tui.frame import DashboardFrame
+from tui.task_table import TaskTable
 
 SUSPECT_STYLE = "bold white on red"
 USER_FRAME_STYLE = "bold black on yellow"
@@ -223,7 +226,20 @@ class StacksScreen(ModalScreen[None]):
         self.action_refresh_stacks()
 
 
-def stacks_screen(app: DashboardFrame, whole_job: bool) -> StacksScreen:
+class StacksOwner(Protocol):
+    """What the stacks view is opened from: the dashboard's job, its state and selected task."""
+
+    control: JobControl | None
+    view: JobView
+    lock: threading.Lock
+    live: bool
+    clock: Callable[[], float]
+    run_dir: Path | None
+    stream_ended: bool
+    table: TaskTable
+
+
+def stacks_screen(app: StacksOwner, whole_job: bool) -> StacksScreen:
     """The view for the app's job: a live capture while the job runs, else the run dir's last one."""
     running = app.live and app.control is not None and not app.view.ended and not app.stream_ended
 

@@ -1,8 +1,9 @@
 """What every part of the profile reader shares: key lines, the one-line error, value checks.
 
-``_Checker`` knows where each key sits in the file and turns any mistake into one ``ProfileError``
+``Checker`` knows where each key sits in the file and turns any mistake into one ``ProfileError``
 that names the file, the line, the key path and the fix; the readers of the profile's sections
-(hosts.py, roles.py, reader.py) are built on it.
+(``HostsReader`` in hosts.py, ``RolesReader`` in roles.py, ``ProfileReader`` in reader.py) are each
+given the one ``Checker`` of the file they read.
 """
 
 from __future__ import annotations
@@ -121,8 +122,9 @@ def _get(table: Mapping[str, Any], spec: Table, name: str) -> Any:
 
 
 @dataclass
-class _Checker:
-    """Walks the parsed TOML once, checking every key; ``fail`` makes the one-line error."""
+class Checker:
+    """The one-line error (``fail``: file:line, key path, fix) and the checks of keys and values
+    against their declarations, for one profile file."""
 
     path: Path
     text: str

@@ -16,8 +16,8 @@ from launcher.model import (
 from launcher.profile import hostlist
 from launcher.profile.checks import (
     SLURM_PLACEHOLDER,
+    Checker,
     KeyPath,
-    _Checker,
     _get,
     show_value,
 )
@@ -30,12 +30,16 @@ from launcher.profile.names import MAX_HOSTS, host_name_problem
 from launcher.profile.slurm_env import current_allocation
 
 
-class HostsReader(_Checker):
-    """[ssh], [hosts] and [slurm] of a profile."""
+@dataclasses.dataclass(frozen=True)
+class HostsReader:
+    """[ssh], [hosts] and [slurm] of a profile, each read into its typed value; mistakes go
+    through ``checker``, the file's one-line error."""
+
+    checker: Checker
 
     def ssh_settings(self, table: Mapping[str, Any], key: KeyPath, base: SshSettings) -> SshSettings:
         if key == ("ssh",):
-            self.check_table(table, key, SSH_TABLE)
+            self.checker.check_table(table, key, SSH_TABLE)
         user: str | None = table.get("user")
         identity: str | None = table.get("identity_file")
         known: str | None = table.get("known_hosts")
@@ -64,8 +68,8 @@ class HostsReader(_Checker):
             return None
         if isinstance(value, str) and value.strip():
             return value
-        raise self.fail((*key, "ssh_config"), f'expected a path like "~/.ssh/config" or false, '
-                        f"got {show_value(value)}")
+        raise self.checker.fail((*key, "ssh_config"), f'expected a path like "~/.ssh/config" or false, '
+                                f"got {show_value(value)}")
 
     def hosts(self, table: Mapping[str, Any], ssh: SshSettings) -> dict[str, HostConfig]:
         if not table:
@@ -76,30 +80,30 @@ class HostsReader(_Checker):
             key = ("hosts", name)
             problem = host_name_problem(name)
             if problem is not None:
-                raise self.fail(key, problem)
-            entry = self.table(table, name, ("hosts",))
-            self.check_table(entry, key, HOST_KEYS)
+                raise self.checker.fail(key, problem)
+            entry = self.checker.table(table, name, ("hosts",))
+            self.checker.check_table(entry, key, HOST_KEYS)
             address: str | None = entry.get("address")
             if address is None or not address.strip():
-                raise self.fail(key, f'has no address; add address = "10.0.0.1" (or "localhost") '
-                                f"under [hosts.{name}]")
+                raise self.checker.fail(key, f'has no address; add address = "10.0.0.1" (or "localhost") '
+                                        f"under [hosts.{name}]")
             transport = cast(Transport, entry.get("transport", "openssh" if ssh.client == "openssh" else "ssh"))
             tf_address: str | None = entry.get("tf_address")
             if tf_address is not None and not tf_address.strip():
-                raise self.fail((*key, "tf_address"), "is empty; give the address tasks on other hosts reach "
-                                "this one at, or leave the key out")
+                raise self.checker.fail((*key, "tf_address"), "is empty; give the address tasks on other hosts reach "
+                                        "this one at, or leave the key out")
             template = HostConfig(name=name, address=address.strip(), transport=transport,
                                   ssh=self.ssh_settings(entry, key, ssh), gpus=self.gpus(entry, key),
                                   tf_address=tf_address.strip() if tf_address else None,
-                                  env=self.env(entry, key))
+                                  env=self.checker.env(entry, key))
             for host in self.expand_range(template, key, table):
                 if host.name in hosts:
-                    raise self.fail(key, f'makes host "{host.name}", which is already defined; '
-                                    "rename one of them")
+                    raise self.checker.fail(key, f'makes host "{host.name}", which is already defined; '
+                                            "rename one of them")
                 hosts[host.name] = host
             if len(hosts) > MAX_HOSTS:
-                raise self.fail(key, f"makes the job's hosts more than {MAX_HOSTS}; "
-                                "check the host ranges")
+                raise self.checker.fail(key, f"makes the job's hosts more than {MAX_HOSTS}; "
+                                        "check the host ranges")
         return hosts
 
     def expand_range(self, template: HostConfig, key: KeyPath,
@@ -115,10 +119,10 @@ class HostsReader(_Checker):
         try:
             expanded = hostlist.expand_detailed(template.address)
         except hostlist.HostlistError as exc:
-            raise self.fail((*key, "address"), f"bad host range: {exc}") from None
+            raise self.checker.fail((*key, "address"), f"bad host range: {exc}") from None
         if template.tf_address is not None and len(expanded) > 1:
-            raise self.fail((*key, "tf_address"), "cannot be shared by all hosts of a range; "
-                            "give those hosts their own [hosts.X] tables")
+            raise self.checker.fail((*key, "tf_address"), "cannot be shared by all hosts of a range; "
+                                    "give those hosts their own [hosts.X] tables")
         widths = {len(host.values) for host in expanded}
         by_values = widths != {0} and len(widths) == 1 and \
             len({host.values for host in expanded}) == len(expanded)
@@ -133,7 +137,7 @@ class HostsReader(_Checker):
     def gpus(self, entry: Mapping[str, Any], key: KeyPath) -> tuple[int, ...]:
         value: list[int] = _get(entry, HOST_KEYS, "gpus")
         if len(set(value)) != len(value):
-            raise self.fail((*key, "gpus"), f"lists a GPU twice: {show_value(value)}; list each index once")
+            raise self.checker.fail((*key, "gpus"), f"lists a GPU twice: {show_value(value)}; list each index once")
         return tuple(value)
 
     def slurm_hosts(self) -> dict[str, HostConfig]:
@@ -142,7 +146,7 @@ class HostsReader(_Checker):
         try:
             allocation = current_allocation()
         except hostlist.HostlistError as exc:
-            raise self.fail(("slurm",), f"SLURM_JOB_NODELIST is not a hostlist ({exc})") from None
+            raise self.checker.fail(("slurm",), f"SLURM_JOB_NODELIST is not a hostlist ({exc})") from None
         if allocation is None:
             return {SLURM_PLACEHOLDER: HostConfig(name=SLURM_PLACEHOLDER, address="(no allocation)",
                                                   transport="slurm", group="slurm")}
@@ -153,15 +157,15 @@ class HostsReader(_Checker):
     def slurm(self, data: Mapping[str, Any]) -> SlurmConfig | None:
         if "slurm" not in data:
             return None
-        table = self.table(data, "slurm", ())
+        table = self.checker.table(data, "slurm", ())
         key: KeyPath = ("slurm",)
-        self.check_table(table, key, SLURM_KEYS)
+        self.checker.check_table(table, key, SLURM_KEYS)
         if data.get("hosts"):
-            raise self.fail(("hosts",), "[slurm] takes the hosts from the allocation; remove [hosts] "
-                            "(or remove [slurm] to use SSH)")
+            raise self.checker.fail(("hosts",), "[slurm] takes the hosts from the allocation; remove [hosts] "
+                                    "(or remove [slurm] to use SSH)")
         for name in ("time", "partition", "account"):
             if name in table and not table[name].strip():
-                raise self.fail((*key, name), "is empty; give a value or leave the key out")
+                raise self.checker.fail((*key, name), "is empty; give a value or leave the key out")
         extra: list[str] = table.get("sbatch_args", [])
         return SlurmConfig(nodes=table.get("nodes"), time=table.get("time"), partition=table.get("partition"),
                            account=table.get("account"), gpus_per_node=table.get("gpus_per_node"),

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import tomllib
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, cast
 
@@ -29,9 +29,11 @@ from launcher.model import (
 from launcher.profile.checks import (
     DEFAULT_SSH,
     OUTPUTS_PLACEHOLDERS,
+    Checker,
     _get,
     show_value,
 )
+from launcher.profile.hosts import HostsReader
 from launcher.profile.keys import (
     LOG_POLICY_KEYS,
     NOTIFY_KEYS,
@@ -76,10 +78,10 @@ def _read_text(path: Path, text: str, overrides: Overrides) -> Profile:
     try:
         data, resolution = resolve(data, overrides)
     except EnvVarUnset as exc:
-        raise _ProfileReader(path, text).fail(exc.key, exc.message) from None
-    reader = _ProfileReader(path, text, frozenset(resolution.set_paths))
-    reader.secrets = frozenset(resolution.secrets)  # refused where they would show (container options, mounts)
-    profile = reader.read(data)
+        raise Checker(path, text).fail(exc.key, exc.message) from None
+    checker = Checker(path, text, frozenset(resolution.set_paths))
+    # the secrets are refused where they would show (container options, mounts)
+    profile = ProfileReader(checker, frozenset(resolution.secrets)).read(data)
     return replace(profile, text=text, overrides=overrides, secrets=frozenset(resolution.secrets))
 
 
@@ -97,31 +99,41 @@ def _toml_error_line(path: Path, text: str, exc: tomllib.TOMLDecodeError) -> str
     return f"{path}:{line}:{col}: invalid TOML: {message}; fix the syntax there"
 
 
-class _ProfileReader(RolesReader):
-    """The whole profile: its top-level keys and the small sections; the rest in the layers under it."""
+@dataclass(frozen=True)
+class ProfileReader:
+    """The whole profile: its top-level keys and the small sections here; [ssh], [hosts] and
+    [slurm] through a ``HostsReader``, the tasks and roles through a ``RolesReader``, all three
+    failing through the one ``checker``, in the order the checks have always run."""
+
+    checker: Checker
+    #: the values taken from the launcher's environment (``${env:...}``)
+    secrets: frozenset[str] = frozenset()
 
     def read(self, data: dict[str, Any]) -> Profile:
-        self.check_table(data, (), TOP_KEYS)
-        name: str = data.get("name", self.path.stem)
+        path = self.checker.path
+        self.checker.check_table(data, (), TOP_KEYS)
+        name: str = data.get("name", path.stem)
         if not name.strip():
-            raise self.fail(("name",), 'is empty; give the job a name, e.g. name = "mnist-ps"')
+            raise self.checker.fail(("name",), 'is empty; give the job a name, e.g. name = "mnist-ps"')
         problem = job_name_problem(name)  # a written name was checked with its key; this is the file's
         if problem is not None:
-            raise self.fail(("name",), f"(from the file name {self.path.name}) {problem}: set name = \"...\"")
-        self.on_slurm = "slurm" in data
-        defaults = self.task_settings(self.table(data, "defaults", ()), ("defaults",), None)
-        ssh = self.ssh_settings(self.table(data, "ssh", ()), ("ssh",), DEFAULT_SSH)
-        slurm = self.slurm(data)
-        hosts = self.hosts(self.table(data, "hosts", ()), ssh) if slurm is None else self.slurm_hosts()
-        roles = self.roles(self.table(data, "roles", ()), defaults, hosts)
-        metrics = self.metrics(self.table(data, "metrics", ()))
+            raise self.checker.fail(("name",), f"(from the file name {path.name}) {problem}: set name = \"...\"")
+        role_reader = RolesReader(self.checker, on_slurm="slurm" in data, secrets=self.secrets)
+        host_reader = HostsReader(self.checker)
+        defaults = role_reader.task_settings(self.checker.table(data, "defaults", ()), ("defaults",), None)
+        ssh = host_reader.ssh_settings(self.checker.table(data, "ssh", ()), ("ssh",), DEFAULT_SSH)
+        slurm = host_reader.slurm(data)
+        hosts = host_reader.hosts(self.checker.table(data, "hosts", ()), ssh) if slurm is None \
+            else host_reader.slurm_hosts()
+        roles = role_reader.roles(self.checker.table(data, "roles", ()), defaults, hosts)
+        metrics = self.metrics(self.checker.table(data, "metrics", ()))
         has_ps = "ps" in roles and roles["ps"].count > 0
         strategy = cast(Strategy | None, data.get("strategy"))
         success = cast(SuccessPolicy, _get(data, TOP_KEYS, "success_policy"))
         straggler = float(_get(data, TOP_KEYS, "straggler_ratio"))
-        self.check_job(roles, success)
+        role_reader.check_job(roles, success)
         return Profile(
-            path=self.path,
+            path=path,
             name=name,
             strategy=strategy or ("parameter_server" if has_ps else "multi_worker_mirrored"),
             success_policy=success,
@@ -132,7 +144,7 @@ class _ProfileReader(RolesReader):
             hosts=hosts,
             roles=roles,
             metrics=metrics,
-            notify=self.notify(self.table(data, "notify", ())),
+            notify=self.notify(self.checker.table(data, "notify", ())),
             outputs=self.outputs(data, name),
             sync=self.sync(data),
             slurm=slurm,
@@ -146,26 +158,27 @@ class _ProfileReader(RolesReader):
     def sync(self, data: Mapping[str, Any]) -> SyncConfig | None:
         if "sync" not in data:
             return None
-        table = self.table(data, "sync", ())
-        self.check_table(table, ("sync",), SYNC_KEYS)
+        table = self.checker.table(data, "sync", ())
+        self.checker.check_table(table, ("sync",), SYNC_KEYS)
         source = str(_get(table, SYNC_KEYS, "source"))
         if not source.strip():
-            raise self.fail(("sync", "source"), 'is empty; give the folder to copy, e.g. source = "."')
+            raise self.checker.fail(("sync", "source"), 'is empty; give the folder to copy, e.g. source = "."')
         return SyncConfig(source=source, exclude=tuple(_get(table, SYNC_KEYS, "exclude")))
 
     def outputs(self, data: Mapping[str, Any], name: str) -> str:
         outputs = str(_get(data, TOP_KEYS, "outputs"))
         if not outputs.strip():
-            raise self.fail(("outputs",), 'is empty; give a folder, e.g. outputs = "~/distlaunch/outputs/{name}"')
-        self.check_placeholders(outputs, ("outputs",), OUTPUTS_PLACEHOLDERS)
+            raise self.checker.fail(("outputs",),
+                                    'is empty; give a folder, e.g. outputs = "~/distlaunch/outputs/{name}"')
+        self.checker.check_placeholders(outputs, ("outputs",), OUTPUTS_PLACEHOLDERS)
         return outputs.replace("{name}", name)
 
     def notify(self, table: Mapping[str, Any]) -> NotifyConfig:
         key = ("notify",)
-        self.check_table(table, key, NOTIFY_KEYS)
+        self.checker.check_table(table, key, NOTIFY_KEYS)
         command: str | None = table.get("command")
         if command is not None and not command.strip():
-            raise self.fail((*key, "command"), "is empty; give a shell command, or leave [notify] out")
+            raise self.checker.fail((*key, "command"), "is empty; give a shell command, or leave [notify] out")
         return NotifyConfig(command=command, timeout_seconds=float(_get(table, NOTIFY_KEYS, "timeout_seconds")),
                             bell=bool(_get(table, NOTIFY_KEYS, "bell")))
 
@@ -174,15 +187,15 @@ class _ProfileReader(RolesReader):
         for name, value in table.items():
             key = ("metrics", name)
             if not isinstance(value, str):
-                raise self.fail(key, f"expected a regex string, got {show_value(value)}")
+                raise self.checker.fail(key, f"expected a regex string, got {show_value(value)}")
             try:
                 compiled = re.compile(value)
             except re.error as exc:
-                raise self.fail(key, f"bad regex: {exc}; fix it (TOML literal strings '...' "
-                                "keep backslashes as written)") from None
+                raise self.checker.fail(key, f"bad regex: {exc}; fix it (TOML literal strings '...' "
+                                        "keep backslashes as written)") from None
             if compiled.groups < 1:
-                raise self.fail(key, "the regex has no capture group; wrap the number in "
-                                "parentheses, e.g. 'loss: (\\S+)'")
+                raise self.checker.fail(key, "the regex has no capture group; wrap the number in "
+                                        "parentheses, e.g. 'loss: (\\S+)'")
             patterns[name] = value
         step = patterns.pop("step", None)
         loss = patterns.pop("loss", None)
@@ -192,15 +205,15 @@ class _ProfileReader(RolesReader):
         policies = []
         for number, entry in enumerate(entries, start=1):
             key = (f"log_policies[{number}]",)
-            self.check_table(entry, key, LOG_POLICY_KEYS)
+            self.checker.check_table(entry, key, LOG_POLICY_KEYS)
             for name in LOG_POLICY_KEYS.names:
                 if name not in entry:
-                    raise self.fail(key, f'has no {name}; add it, e.g. pattern = "CUDA_ERROR_OUT_OF_MEMORY" '
-                                    'and action = "no_retry"')
+                    raise self.checker.fail(key, f'has no {name}; add it, e.g. pattern = "CUDA_ERROR_OUT_OF_MEMORY" '
+                                            'and action = "no_retry"')
             try:
                 re.compile(entry["pattern"])
             except re.error as exc:
-                raise self.fail((*key, "pattern"), f"bad regex: {exc}; fix it (TOML literal strings '...' "
-                                "keep backslashes as written)") from None
+                raise self.checker.fail((*key, "pattern"), f"bad regex: {exc}; fix it (TOML literal strings '...' "
+                                        "keep backslashes as written)") from None
             policies.append(LogPolicy(pattern=entry["pattern"], action=entry["action"]))
         return tuple(policies)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, cast
 
 from launcher.agent.containerrt import DAEMON_RUNTIMES, ContainerSpec, image_problem, mount_problem
@@ -22,13 +22,13 @@ from launcher.model import (
 from launcher.profile.checks import (
     _LOOPBACK_NAMES,
     WORKDIR_PLACEHOLDERS,
+    Checker,
     KeyPath,
     _get,
     show_value,
     suggest,
 )
 from launcher.profile.containeropts import ENV_FIX, missing_value_problem, secret_problem
-from launcher.profile.hosts import HostsReader
 from launcher.profile.keys import (
     CONTAINER_KEYS,
     ROLE_KEYS,
@@ -38,9 +38,12 @@ from launcher.profile.keys import (
 from launcher.profile.names import MAX_TASKS
 
 
-class RolesReader(HostsReader):
-    """Task settings, roles and the checks across them (ports, GPUs, the job's roles)."""
+@dataclass(frozen=True)
+class RolesReader:
+    """Task settings ([defaults], a role's overrides), roles and the checks across them (ports,
+    GPUs, the job's roles); mistakes go through ``checker``, the file's one-line error."""
 
+    checker: Checker
     #: the profile has [slurm]: containers run through pyxis unless a runtime without a daemon is named
     on_slurm: bool = False
     #: the values taken from the launcher's environment (``${env:...}``): no container key may hold one
@@ -50,20 +53,20 @@ class RolesReader(HostsReader):
                       base: TaskDefaults | None) -> TaskDefaults:
         """[defaults] (``base`` None) or a role's overrides of it (env merged key by key)."""
         if base is None:
-            self.check_table(table, key, TASK_KEYS)
+            self.checker.check_table(table, key, TASK_KEYS)
             base = TaskDefaults(command="")
         command: str | None = table.get("command")
         if command is not None:
-            self.check_command(command, (*key, "command"))
+            self.checker.check_command(command, (*key, "command"))
         python: str | None = table.get("python")
         if python is not None and not python.strip():
-            raise self.fail((*key, "python"), "is empty; give an interpreter, e.g. \"python3\", "
-                            "or leave the key out")
+            raise self.checker.fail((*key, "python"), "is empty; give an interpreter, e.g. \"python3\", "
+                                    "or leave the key out")
         workdir: str | None = table.get("workdir")
         if workdir is not None:
-            self.check_placeholders(workdir, (*key, "workdir"), WORKDIR_PLACEHOLDERS)
+            self.checker.check_placeholders(workdir, (*key, "workdir"), WORKDIR_PLACEHOLDERS)
         env = dict(base.env)
-        env.update(self.env(table, key))
+        env.update(self.checker.env(table, key))
         restart = cast(RestartPolicy | None, table.get("restart"))
         max_restarts: int | None = table.get("max_restarts")
         grace: float | None = table.get("grace_seconds")
@@ -75,8 +78,8 @@ class RolesReader(HostsReader):
         on_stall = cast(OnStall | None, table.get("on_stall"))
         on_nan = cast(OnNan | None, table.get("on_nan"))
         if shell is not None and not shell.strip():
-            raise self.fail((*key, "shell"), 'is empty; give a shell and its flags, e.g. "bash -lc", '
-                            "or leave the key out")
+            raise self.checker.fail((*key, "shell"), 'is empty; give a shell and its flags, e.g. "bash -lc", '
+                                    "or leave the key out")
         return TaskDefaults(
             command=base.command if command is None else command,
             python=base.python if python is None else python,
@@ -104,27 +107,27 @@ class RolesReader(HostsReader):
         value = table["container"]
         if value is False:
             return None
-        self.check_table(value, ckey, CONTAINER_KEYS)
+        self.checker.check_table(value, ckey, CONTAINER_KEYS)
         image = value.get("image", base.image if base else None)
         if image is None:
             where = "" if key == ("defaults",) else " (or under [defaults.container])"
-            raise self.fail(ckey, f'has no image; add image = "tensorflow/tensorflow:2.16.1-gpu"{where}')
+            raise self.checker.fail(ckey, f'has no image; add image = "tensorflow/tensorflow:2.16.1-gpu"{where}')
         runtime = value.get("runtime", base.runtime if base else ("pyxis" if self.on_slurm else "docker"))
         if self.on_slurm and runtime in DAEMON_RUNTIMES:
-            raise self.fail((*ckey, "runtime"), f'"{runtime}" cannot run Slurm tasks (its daemon, not the job '
-                            'step, would own the container); use "pyxis" (srun --container-image, the default '
-                            'on Slurm), "apptainer" or "enroot"')
+            raise self.checker.fail((*ckey, "runtime"), f'"{runtime}" cannot run Slurm tasks (its daemon, not the job '
+                                    'step, would own the container); use "pyxis" (srun --container-image, the default '
+                                    'on Slurm), "apptainer" or "enroot"')
         if not self.on_slurm and runtime == "pyxis":
-            raise self.fail((*ckey, "runtime"), '"pyxis" runs containers through srun and needs [slurm]; on '
-                            'ssh and local hosts use "docker", "podman", "apptainer" or "enroot"')
+            raise self.checker.fail((*ckey, "runtime"), '"pyxis" runs containers through srun and needs [slurm]; on '
+                                    'ssh and local hosts use "docker", "podman", "apptainer" or "enroot"')
         problem = image_problem(image, runtime)
         if problem is not None:
-            raise self.fail((*ckey, "image"), problem)
+            raise self.checker.fail((*ckey, "image"), problem)
         mounts: list[str] = value.get("mounts", list(base.mounts) if base else [])
         for mount in mounts:
             problem = mount_problem(mount)
             if problem is not None:
-                raise self.fail((*ckey, "mounts"), problem)
+                raise self.checker.fail((*ckey, "mounts"), problem)
         options: list[str] = value.get("options", list(base.options) if base else [])
         self.check_no_secret(value, ckey, runtime, options)
         pull: str = value.get("pull", base.pull if base else "missing")
@@ -139,33 +142,35 @@ class RolesReader(HostsReader):
         fixes = {"options": ENV_FIX, "mounts": "write the path itself (~ is the host's home)"}
         for name, fix in fixes.items():
             if any(secret in item for item in table.get(name) or [] for secret in self.secrets if secret):
-                raise self.fail((*ckey, name), "holds a value from the launcher's environment (${env:...}), which "
-                                f"would show on the container runtime's command line and in the run's files; {fix}")
+                raise self.checker.fail((*ckey, name), "holds a value from the launcher's environment (${env:...}), "
+                                        "which would show on the container runtime's command line and in the run's "
+                                        f"files; {fix}")
         problem = secret_problem(runtime, options) or missing_value_problem(runtime, options)
         if problem is None:
             return
         if "options" in table:
-            raise self.fail((*ckey, "options"), problem)
+            raise self.checker.fail((*ckey, "options"), problem)
         # [defaults]' options, which this table's runtime reads otherwise
-        raise self.fail(("defaults", "container", "options"), f"read by {runtime} for {'.'.join(ckey)}: {problem}")
+        raise self.checker.fail(("defaults", "container", "options"),
+                                f"read by {runtime} for {'.'.join(ckey)}: {problem}")
 
     def roles(self, table: Mapping[str, Any], defaults: TaskDefaults,
               hosts: Mapping[str, HostConfig]) -> dict[str, RoleConfig]:
         for name in table:
             if name == "master":
-                raise self.fail(("roles", name), 'TensorFlow 2 has no "master" role; '
-                                "rename [roles.master] to [roles.chief]")
+                raise self.checker.fail(("roles", name), 'TensorFlow 2 has no "master" role; '
+                                        "rename [roles.master] to [roles.chief]")
             if name not in ROLES:
-                raise self.fail(("roles", name), f"unknown role; {suggest(name, ROLES)}")
+                raise self.checker.fail(("roles", name), f"unknown role; {suggest(name, ROLES)}")
         roles: dict[str, RoleConfig] = {}
         total = 0
         for name in ROLES:
             if name in table:
-                roles[name] = self.role(name, self.table(table, name, ("roles",)), defaults, hosts)
+                roles[name] = self.role(name, self.checker.table(table, name, ("roles",)), defaults, hosts)
                 total += roles[name].count
                 if total > MAX_TASKS:  # before any task is placed: a typo must not cost minutes
-                    raise self.fail(("roles", name, "count"), f"makes {total} tasks in all, more than "
-                                    f"{MAX_TASKS}; lower the counts")
+                    raise self.checker.fail(("roles", name, "count"), f"makes {total} tasks in all, more than "
+                                            f"{MAX_TASKS}; lower the counts")
         self.check_ports(roles, hosts)
         self.check_gpus(roles, hosts)
         return roles
@@ -173,11 +178,11 @@ class RolesReader(HostsReader):
     def role(self, name: str, entry: Mapping[str, Any], defaults: TaskDefaults,
              hosts: Mapping[str, HostConfig]) -> RoleConfig:
         key = ("roles", name)
-        self.check_table(entry, key, ROLE_KEYS)
+        self.checker.check_table(entry, key, ROLE_KEYS)
         count: int = _get(entry, ROLE_KEYS, "count")
         if name in SINGLE_TASK_ROLES and count > 1:
-            raise self.fail((*key, "count"), f"a job has at most one {name}, got {count}; "
-                            f"use count = 1 (or add workers instead)")
+            raise self.checker.fail((*key, "count"), f"a job has at most one {name}, got {count}; "
+                                    f"use count = 1 (or add workers instead)")
         host_names = self.role_hosts(name, entry, hosts, count)
         port: int | None = entry.get("port")
         gpus_per_task: int = _get(entry, ROLE_KEYS, "gpus_per_task")
@@ -186,8 +191,8 @@ class RolesReader(HostsReader):
             # a parameter server has no step of its own: [defaults] stall_seconds is for the others
             settings = replace(settings, stall_seconds=0.0)
         if count > 0 and not settings.command:
-            raise self.fail((*key, "command"), "no command for this role; set command under "
-                            f"[defaults] or [roles.{name}]")
+            raise self.checker.fail((*key, "command"), "no command for this role; set command under "
+                                    f"[defaults] or [roles.{name}]")
         return RoleConfig(name=name, count=count, hosts=host_names, port=port,
                           gpus_per_task=gpus_per_task, settings=settings)
 
@@ -200,17 +205,17 @@ class RolesReader(HostsReader):
             groups = {host.group for host in hosts.values()}
             if len(groups) == 1 and None not in groups:
                 return tuple(hosts)  # one host range and nothing else: spread over all of it
-            raise self.fail(key, f"missing; say where {role} tasks run, e.g. hosts = "
-                            f"[{', '.join(json.dumps(h) for h in hosts)}]")
+            raise self.checker.fail(key, f"missing; say where {role} tasks run, e.g. hosts = "
+                                    f"[{', '.join(json.dumps(h) for h in hosts)}]")
         value: list[str] = entry["hosts"]
         if not value and count > 0:
-            raise self.fail(key, f"is empty; list the hosts the {role} tasks run on")
+            raise self.checker.fail(key, f"is empty; list the hosts the {role} tasks run on")
         names: list[str] = []
         for host in value:
             members = [h.name for h in hosts.values() if h.group == host]
             if host not in hosts and not members:
-                raise self.fail(key, f'host "{host}" is not defined; {suggest(host, hosts)} '
-                                f"(or add [hosts.{host}])")
+                raise self.checker.fail(key, f'host "{host}" is not defined; {suggest(host, hosts)} '
+                                        f"(or add [hosts.{host}])")
             names.extend(members or [host])  # a range's table name stands for all its hosts
         return tuple(names)
 
@@ -226,12 +231,12 @@ class RolesReader(HostsReader):
                 where = ("localhost" if address in _LOOPBACK_NAMES else address, port)
                 task_id = f"{name}:{index}"
                 if port > 65535:
-                    raise self.fail(("roles", name, "port"), f"{task_id} would get port {port} "
-                                    "(port + task number on its host); choose a lower port")
+                    raise self.checker.fail(("roles", name, "port"), f"{task_id} would get port {port} "
+                                            "(port + task number on its host); choose a lower port")
                 if where in taken:
-                    raise self.fail(("roles", name, "port"), f"{task_id} and {taken[where]} both use "
-                                    f"{address}:{port}; give the roles port ranges that do not overlap "
-                                    f"(the i-th task on a host gets port + i)")
+                    raise self.checker.fail(("roles", name, "port"), f"{task_id} and {taken[where]} both use "
+                                            f"{address}:{port}; give the roles port ranges that do not overlap "
+                                            f"(the i-th task on a host gets port + i)")
                 taken[where] = task_id
 
     def check_gpus(self, roles: Mapping[str, RoleConfig], hosts: Mapping[str, HostConfig]) -> None:
@@ -245,20 +250,20 @@ class RolesReader(HostsReader):
                 asked[host] = asked.get(host, 0) + role.gpus_per_task
                 offered = len(hosts[host].gpus)
                 if asked[host] > offered:
-                    raise self.fail(("roles", name, "gpus_per_task"),
-                                    f'tasks on host "{host}" ask for {asked[host]} GPUs but it offers '
-                                    f"{offered} (hosts.{host}.gpus = {show_value(list(hosts[host].gpus))}); "
-                                    "lower gpus_per_task or count, or list more GPUs")
+                    raise self.checker.fail(("roles", name, "gpus_per_task"),
+                                            f'tasks on host "{host}" ask for {asked[host]} GPUs but it offers '
+                                            f"{offered} (hosts.{host}.gpus = {show_value(list(hosts[host].gpus))}); "
+                                            "lower gpus_per_task or count, or list more GPUs")
 
     def check_job(self, roles: Mapping[str, RoleConfig], success: SuccessPolicy) -> None:
         chiefs = roles["chief"].count if "chief" in roles else 0
         workers = roles["worker"].count if "worker" in roles else 0
         if chiefs == 0 and workers == 0:
-            raise self.fail(("roles",), "no chief and no workers, so nothing decides when the job "
-                            "succeeded; add [roles.chief] or [roles.worker] with count >= 1")
+            raise self.checker.fail(("roles",), "no chief and no workers, so nothing decides when the job "
+                                    "succeeded; add [roles.chief] or [roles.worker] with count >= 1")
         if success == "all_workers" and workers == 0:
-            raise self.fail(("success_policy",), '"all_workers" needs workers; add [roles.worker] '
-                            'or use success_policy = "chief"')
+            raise self.checker.fail(("success_policy",), '"all_workers" needs workers; add [roles.worker] '
+                                    'or use success_policy = "chief"')
 
 
 def task_ports(role: RoleConfig) -> list[tuple[str, int]]:
