@@ -9,6 +9,10 @@ across all incarnations of the task (the agent continues its event file's last n
 the launcher makes itself (job, pending / restarting states, conditions) never cross a link
 and carry none.
 
+Each kind has its class (``StateEvent``, ``MetricEvent``, ...: ``KIND_CLASSES``), which declares
+its fields with their types; ``Event.from_json`` decodes a line to its kind's class and checks those
+types once, so readers take typed attributes (``event.restarts``) instead of guarding each field.
+
 This module is stdlib-only and runs on any Python >= 3.9: it is packed into the agent
 zipapp that the launcher uploads to each host.
 """
@@ -19,7 +23,7 @@ import json
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Dict, Generic, List, Optional, Tuple, Type, TypeVar, overload
 
 #: 2: events an agent wrote carry ``seq``, gap-free per task across incarnations (1: no seq)
 SCHEMA_VERSION = 2
@@ -83,7 +87,9 @@ class EventDecodeError(ValueError):
 
 @dataclass(frozen=True)
 class Event:
-    """One event. ``data`` holds the kind-specific fields (``state``, ``step``, ...)."""
+    """One event; an instance is always of its kind's class. ``data`` holds the kind-specific fields
+    (``state``, ``step``, ...) as they came, unknown ones too, in their order: the class's attributes
+    read them typed, ``to_json`` writes them back as they were."""
 
     kind: str
     run: str
@@ -91,8 +97,21 @@ class Event:
     ts: float = field(default_factory=time.time)
     data: dict[str, Any] = field(default_factory=dict)
 
+    def __new__(cls, kind: Any = None, *args: Any, **kwargs: Any) -> Event:
+        """``Event(kind, ...)`` is an event of that kind's class (``KIND_CLASSES``)."""
+        if cls is Event:
+            cls = KIND_CLASSES.get(kind, Event)
+        return object.__new__(cls)
+
     def get(self, key: str, default: Any = None) -> Any:
+        """A field by name, untyped (a field no class declares); readers of a kind take its attributes."""
         return self.data.get(key, default)
+
+    @property
+    def seq(self) -> int | None:
+        """The task's sequence number, where an agent wrote the event (checked at decode)."""
+        value = self.data.get("seq")
+        return value if type(value) is int else None
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"v": SCHEMA_VERSION, "ts": self.ts, "run": self.run, "task": self.task,
@@ -103,6 +122,21 @@ class Event:
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), separators=(",", ":"), default=_json_default,
                           allow_nan=False)
+
+    def problem(self) -> str | None:
+        """Which field has a type its readers do not take (each kind's ``_Field``\\s), else None."""
+        if not _TS_RANGE[0] <= self.ts < _TS_RANGE[1]:
+            return "ts %r is no time" % (self.ts,)
+        data = self.data
+        for name, spec in _FIELDS_OF.get(type(self), _BASE_FIELDS).items():
+            if name not in data:
+                if spec.required:
+                    return "%s lacks %s" % (self.kind, name)
+                continue
+            problem = spec.check(self.kind, data[name])
+            if problem is not None:
+                return problem
+        return None
 
     @classmethod
     def from_dict(cls, obj: dict[str, Any]) -> Event:
@@ -127,10 +161,16 @@ class Event:
             raise EventDecodeError("event lacks run/task")
         if not isinstance(ts, (int, float)):
             raise EventDecodeError("event lacks ts")
-        return cls(kind, run, task, float(ts), data)
+        event = KIND_CLASSES[kind](kind, run, task, float(ts), data)
+        problem = event.problem()
+        if problem is not None:
+            raise EventDecodeError(problem)
+        return event
 
     @classmethod
     def from_json(cls, line: str) -> Event:
+        """The typed event of one line (a ``StateEvent`` for a state, ...), its fields checked:
+        EventDecodeError for a line that is no event or whose fields have other types."""
         try:
             obj, end = _DECODER.raw_decode(line)  # json.loads without its two whitespace scans
             if end != len(line) and line[end:].strip():
@@ -143,6 +183,171 @@ class Event:
         if not isinstance(obj, dict):
             raise EventDecodeError("event is not a JSON object")
         return cls._from_own_dict(obj)
+
+
+# -- typed events: one class per kind ----------------------------------------------------------
+#
+# Each kind's fields are declared once, as ``_Field``\s of its class: their JSON types (checked
+# when a line is decoded, ``Event.from_json``) and the Python type a reader gets. The fields stay
+# in ``data`` as they came, so an event is encoded again byte for byte, unknown fields included.
+
+_T = TypeVar("_T")
+_NULL = type(None)
+_NUMBER = (int, float, _NULL)
+_TEXT = (str, _NULL)
+#: event times readers can put on a calendar (time.localtime): 1970 to the year 5138
+_TS_RANGE = (0.0, 1e11)
+
+
+def _fits(value: Any, types: Tuple[type, ...]) -> bool:
+    """``value`` is of one of ``types`` exactly (true is no number); a number also finite and within
+    64 bits."""
+    kind = type(value)
+    if kind not in types:
+        return False
+    if kind is int:
+        return -(2 ** 63) <= value < 2 ** 63
+    return kind is not float or math.isfinite(value)
+
+
+class _Field(Generic[_T]):
+    """One field of a kind: ``types`` are the JSON types it may have (exactly; without None the
+    field must be there), ``default`` what a reader gets where it is absent or null, ``items`` the
+    types of the fields of the objects it holds, ``numbers``: the values of an object are numbers."""
+
+    def __init__(self, types: Tuple[type, ...], default: Any = None,
+                 items: Optional[Dict[str, Tuple[type, ...]]] = None, numbers: bool = False,
+                 required: Optional[bool] = None) -> None:
+        self.name = ""
+        self.types = types
+        self.default = default
+        self.items = items
+        self.numbers = numbers
+        self.required = _NULL not in types if required is None else required
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, obj: None, owner: type) -> _Field[_T]: ...
+
+    @overload
+    def __get__(self, obj: Event, owner: type) -> _T: ...
+
+    def __get__(self, obj: Event | None, owner: type) -> Any:
+        if obj is None:
+            return self
+        value = obj.data.get(self.name)
+        if value is None:
+            return self.default.copy() if isinstance(self.default, (list, dict)) else self.default
+        return value
+
+    def check(self, kind: str, value: Any) -> str | None:
+        if not _fits(value, self.types):
+            return "%s %s is a %s" % (kind, self.name, type(value).__name__)
+        if self.numbers and isinstance(value, dict) and not all(_fits(v, _NUMBER) for v in value.values()):
+            return "%s %s holds no number" % (kind, self.name)
+        if self.items is None or value is None:
+            return None
+        for item in value if isinstance(value, list) else [value]:
+            if not isinstance(item, dict):
+                return "%s %s holds a %s" % (kind, self.name, type(item).__name__)
+            for key, item_types in self.items.items():
+                if key in item and not _fits(item[key], item_types):
+                    return "%s %s.%s is a %s" % (kind, self.name, key, type(item[key]).__name__)
+        return None
+
+
+class JobEvent(Event):
+    state = _Field[str]((str,))  # JOB_STATES
+    reason = _Field[str](_TEXT, "")
+    #: at attach: each host's state then ({host: state})
+    host_state = _Field[Dict[str, Any]]((dict, _NULL), {})
+
+
+class StateEvent(Event):
+    state = _Field[str]((str,))  # TASK_STATES
+    host = _Field[Optional[str]](_TEXT)
+    pid = _Field[Optional[int]]((int, _NULL))
+    restarts = _Field[Optional[int]]((int, _NULL))
+    exit_code = _Field[Optional[int]]((int, _NULL))
+    reason = _Field[str](_TEXT, "")
+    #: a failure's cause in plain words, and the task that caused it
+    cause = _Field[str](_TEXT, "")
+    culprit = _Field[Optional[str]](_TEXT)
+    exited_at = _Field[Optional[float]](_NUMBER)
+    signal = _Field[Optional[str]](_TEXT)
+    oom_kill = _Field[Optional[bool]]((bool, _NULL))
+    peak_rss_bytes = _Field[Optional[float]](_NUMBER)
+    #: no restart can fix it (the agent says so)
+    permanent = _Field[bool]((bool, _NULL), False)
+
+
+class MetricEvent(Event):
+    step = _Field[Optional[int]]((int, _NULL))
+    loss = _Field[Optional[float]](_NUMBER)
+    values = _Field[Dict[str, float]]((dict, _NULL), {}, numbers=True)
+    #: "nan", "inf" or "-inf" where the loss is no finite number
+    nonfinite_loss = _Field[Optional[str]](_TEXT)
+
+
+class SampleEvent(Event):
+    cpu_percent = _Field[Optional[float]](_NUMBER)
+    rss_bytes = _Field[Optional[float]](_NUMBER)
+    gpus = _Field[List[Dict[str, Any]]]((list, _NULL), [], items={
+        "index": (int, _NULL), "util_percent": _NUMBER, "mem_used_bytes": _NUMBER, "mem_total_bytes": _NUMBER})
+    source = _Field[str](_TEXT, "")
+    #: the machine's own numbers
+    host = _Field[Optional[Dict[str, Any]]]((dict, _NULL), items={
+        "cpu_percent": _NUMBER, "cpus": (int, _NULL), "mem_used_bytes": _NUMBER, "mem_total_bytes": _NUMBER})
+    #: the process state last seen (R, S, D, ...)
+    proc_state = _Field[str](_TEXT, "")
+
+
+class PlacementEvent(Event):
+    variables = _Field[List[Dict[str, Any]]]((list, _NULL), [], items={
+        "name": (str,), "bytes": _NUMBER, "task": _TEXT, "device": _TEXT, "dtype": _TEXT})
+
+
+class LogEvent(Event):
+    stream = _Field[str](_TEXT, "stdout")
+    line = _Field[str]((str,))
+
+
+class HostEvent(Event):
+    host = _Field[str]((str,))
+    state = _Field[str]((str,))
+    reason = _Field[str](_TEXT, "")
+
+
+class ConditionEvent(Event):
+    condition = _Field[str]((str,))
+    active = _Field[bool]((bool,))
+    reason = _Field[str](_TEXT, "")
+
+
+class ActionEvent(Event):
+    action = _Field[str]((str,))
+    target = _Field[Optional[str]](_TEXT)
+    origin = _Field[str](_TEXT, "")
+
+
+class StacksEvent(Event):
+    path = _Field[Optional[str]](_TEXT)
+    suspect = _Field[Optional[str]](_TEXT)
+    frame = _Field[Optional[str]](_TEXT)
+    reason = _Field[str](_TEXT, "")
+
+
+KIND_CLASSES: Dict[str, Type[Event]] = {JOB: JobEvent, STATE: StateEvent, METRIC: MetricEvent, SAMPLE: SampleEvent,
+                                 PLACEMENT: PlacementEvent, LOG: LogEvent, HOST: HostEvent,
+                                 CONDITION: ConditionEvent, ACTION: ActionEvent, STACKS: StacksEvent}
+#: every event's own fields: ``seq``, where an agent wrote it
+_BASE_FIELDS: Dict[str, _Field[Any]] = {"seq": _Field[Optional[int]]((int,), required=False)}
+_BASE_FIELDS["seq"].name = "seq"
+_FIELDS_OF: Dict[type, Dict[str, _Field[Any]]] = {
+    cls: dict(_BASE_FIELDS, **{name: spec for name, spec in vars(cls).items() if isinstance(spec, _Field)})
+    for cls in KIND_CLASSES.values()}
 
 
 def _json_default(value: Any) -> Any:
@@ -166,21 +371,21 @@ def finite(value: Any) -> float | None:
 # -- constructors: the one place each kind's fields are spelled ------------------------------
 
 
-def job_event(run: str, state: str, reason: str = "", ts: float | None = None) -> Event:
-    return Event(JOB, run, None, ts if ts is not None else time.time(), {"state": state, "reason": reason})
+def job_event(run: str, state: str, reason: str = "", ts: float | None = None) -> JobEvent:
+    return JobEvent(JOB, run, None, ts if ts is not None else time.time(), {"state": state, "reason": reason})
 
 
 def state_event(run: str, task: str, state: str, *, host: str | None = None, pid: int | None = None,
                 restarts: int = 0, exit_code: int | None = None, reason: str = "",
-                ts: float | None = None, **extra: Any) -> Event:
+                ts: float | None = None, **extra: Any) -> StateEvent:
     data: dict[str, Any] = {"state": state, "host": host, "pid": pid, "restarts": restarts,
                             "exit_code": exit_code, "reason": reason}
     data.update(extra)
-    return Event(STATE, run, task, ts if ts is not None else time.time(), data)
+    return StateEvent(STATE, run, task, ts if ts is not None else time.time(), data)
 
 
 def metric_event(run: str, task: str, step: int | None = None, loss: float | None = None,
-                 values: dict[str, float] | None = None, ts: float | None = None) -> Event:
+                 values: dict[str, float] | None = None, ts: float | None = None) -> MetricEvent:
     """A NaN or infinite ``loss`` is sent as ``loss: null`` and ``nonfinite_loss``: "nan", "inf" or
     "-inf" (events stay strict JSON, which has no NaN)."""
     clean = {}
@@ -192,7 +397,7 @@ def metric_event(run: str, task: str, step: int | None = None, loss: float | Non
     label = nonfinite_label(loss)
     if label is not None:
         data["nonfinite_loss"] = label
-    return Event(METRIC, run, task, ts if ts is not None else time.time(), data)
+    return MetricEvent(METRIC, run, task, ts if ts is not None else time.time(), data)
 
 
 #: how a metric event names a loss that is no finite number
@@ -214,40 +419,40 @@ def nonfinite_label(value: Any) -> str | None:
 
 def sample_event(run: str, task: str, *, cpu_percent: float | None, rss_bytes: int | None,
                  gpus: list | None = None, source: str = "", ts: float | None = None,
-                 **extra: Any) -> Event:
+                 **extra: Any) -> SampleEvent:
     data: dict[str, Any] = {"cpu_percent": cpu_percent, "rss_bytes": rss_bytes, "gpus": gpus or [],
                             "source": source}
     data.update(extra)
-    return Event(SAMPLE, run, task, ts if ts is not None else time.time(), data)
+    return SampleEvent(SAMPLE, run, task, ts if ts is not None else time.time(), data)
 
 
-def placement_event(run: str, task: str, variables: list, ts: float | None = None) -> Event:
-    return Event(PLACEMENT, run, task, ts if ts is not None else time.time(), {"variables": variables})
+def placement_event(run: str, task: str, variables: list, ts: float | None = None) -> PlacementEvent:
+    return PlacementEvent(PLACEMENT, run, task, ts if ts is not None else time.time(), {"variables": variables})
 
 
-def host_event(run: str, host: str, state: str, reason: str = "", ts: float | None = None) -> Event:
-    return Event(HOST, run, None, ts if ts is not None else time.time(),
+def host_event(run: str, host: str, state: str, reason: str = "", ts: float | None = None) -> HostEvent:
+    return HostEvent(HOST, run, None, ts if ts is not None else time.time(),
                  {"host": host, "state": state, "reason": reason})
 
 
-def log_event(run: str, task: str, stream: str, line: str, ts: float | None = None) -> Event:
-    return Event(LOG, run, task, ts if ts is not None else time.time(), {"stream": stream, "line": line})
+def log_event(run: str, task: str, stream: str, line: str, ts: float | None = None) -> LogEvent:
+    return LogEvent(LOG, run, task, ts if ts is not None else time.time(), {"stream": stream, "line": line})
 
 
 def condition_event(run: str, task: str, condition: str, active: bool, reason: str = "",
-                    ts: float | None = None) -> Event:
-    return Event(CONDITION, run, task, ts if ts is not None else time.time(),
+                    ts: float | None = None) -> ConditionEvent:
+    return ConditionEvent(CONDITION, run, task, ts if ts is not None else time.time(),
                  {"condition": condition, "active": bool(active), "reason": reason})
 
 
 def action_event(run: str, action: str, target: str | None = None, origin: str = "",
-                 ts: float | None = None) -> Event:
-    return Event(ACTION, run, None, ts if ts is not None else time.time(),
+                 ts: float | None = None) -> ActionEvent:
+    return ActionEvent(ACTION, run, None, ts if ts is not None else time.time(),
                  {"action": action, "target": target, "origin": origin})
 
 
 def stacks_event(run: str, task: str | None, path: str, suspect: str | None = None, frame: str | None = None,
-                 reason: str = "", ts: float | None = None) -> Event:
+                 reason: str = "", ts: float | None = None) -> StacksEvent:
     """``task``: the task whose stall made the capture (None: taken on request)."""
-    return Event(STACKS, run, task, ts if ts is not None else time.time(),
+    return StacksEvent(STACKS, run, task, ts if ts is not None else time.time(),
                  {"path": path, "suspect": suspect, "frame": frame, "reason": reason})

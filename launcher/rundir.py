@@ -28,7 +28,7 @@ from typing import Any
 
 from launcher.agent import pid_alive
 from launcher.errors import UserError
-from launcher.events import LOG, Event, EventDecodeError
+from launcher.events import Event, EventDecodeError, LogEvent
 from launcher.model import HostConfig, SshSettings
 from launcher.paths import LATEST_LINK, runs_root
 from launcher.privatedir import DamagedFile, open_trusted, owner_name, read_trusted_json, trusted_dir
@@ -135,8 +135,8 @@ class RunDir:
         logs: dict[Path, list[str]] = {}
         for event, line in batch:
             events_text.append(line if line is not None else event.to_json())
-            if event.kind == LOG and event.task:
-                logs.setdefault(self.log_path(event.task), []).append(str(event.get("line", "")))
+            if isinstance(event, LogEvent) and event.task:
+                logs.setdefault(self.log_path(event.task), []).append(event.line)
         writes = [(self._events_file, "\n".join(events_text) + "\n")]
         writes.extend((path, "\n".join(lines) + "\n") for path, lines in logs.items())
         with self._lock:
@@ -371,7 +371,7 @@ def read_state(path: Path) -> dict[str, Any]:
 
 class EventLines:
     """The events of a run dir's events.jsonl, read defensively: a line that is not UTF-8, not JSON,
-    not an event, torn, or that has a field of a type its readers do not take (``events.FIELD_TYPES``)
+    not an event, torn, or that has a field of a type its readers do not take (each kind's class in ``launcher.events``)
     is skipped and counted in ``skipped``; blank lines are no lines."""
 
     def __init__(self, path: Path) -> None:

@@ -23,7 +23,7 @@ class ReplaySource:
 
     ``speed`` scales the time between events (2.0 = twice as fast); 0 replays as fast as
     possible. Lines that are not valid events (a run cut off mid-write, bytes that are not UTF-8, a
-    field of the wrong type: ``events.decode_checked``) are skipped and counted in ``skipped_lines``,
+    field of the wrong type: ``eventcheck.decode_checked``) are skipped and counted in ``skipped_lines``,
     so a crashed or damaged run can still be replayed. ``close()`` ends the iteration promptly, even mid-pause.
 
     Controls (any thread): ``set_paused``, ``speed``, ``seek(seconds)``. Seeking forwards yields the

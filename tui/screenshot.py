@@ -28,7 +28,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from launcher.events import Event, EventDecodeError
+from launcher.events import Event, EventDecodeError, StateEvent
 from tui.app import DashboardApp
 from tui.stacks_view import StacksScreen
 
@@ -112,7 +112,7 @@ async def take(events: list[Event], out: Path, size: tuple[int, int] = SIZE, sho
     (select a task, press keys), and save the screen as SVG."""
     shot = shot or Shot(out)
     title = events[0].run.rsplit("-", 3)[0] if events[0].run.count("-") >= 3 else events[0].run
-    hosts = {str(e.get("host")) for e in events if e.kind == "state" and e.get("host")}
+    hosts = {e.host for e in events if isinstance(e, StateEvent) and e.host}
     now = events[-1].ts
     app = DashboardApp(RecordedUntil(events), None, title=title, strategy=shot.strategy,
                        hosts_total=max(1, len(hosts)), clock=lambda: now, run_dir=shot.run_dir)

@@ -17,7 +17,7 @@ from typing import Any
 
 from launcher import events as ev
 from launcher.agent.stackmodel import TaskStacks
-from launcher.events import Event
+from launcher.events import StacksEvent
 from launcher.rundir import STACKS_DIR
 from launcher.supervise.control import JobControl
 from launcher.telemetry.jobview import TaskView
@@ -79,12 +79,12 @@ def read_capture(path: Path) -> Capture:
                    path=path)
 
 
-def stored_capture(run_dir: Path | None, event: Event | None) -> Capture:
+def stored_capture(run_dir: Path | None, event: StacksEvent | None) -> Capture:
     """The capture a `stacks` event names (the latest one the dashboard has seen), else the newest
     file in the run dir's stacks folder. Raises `NoCapture` when there is none."""
     candidates: list[Path] = []
-    if event is not None and event.get("path"):
-        named = Path(str(event.get("path")))
+    if event is not None and event.path:
+        named = Path(event.path)
         candidates.append(named if named.is_absolute() or run_dir is None else run_dir / named)
     if run_dir is not None and (run_dir / STACKS_DIR).is_dir():
         candidates += sorted((run_dir / STACKS_DIR).glob("*.json"), key=lambda p: p.name, reverse=True)
@@ -107,7 +107,7 @@ def live_fetch(control: JobControl, clock: Callable[[], float] = time.time) -> F
     return fetch
 
 
-def stored_fetch(run_dir: Path | None, event: Callable[[], Event | None]) -> Fetch:
+def stored_fetch(run_dir: Path | None, event: Callable[[], StacksEvent | None]) -> Fetch:
     """Replay: no job to ask, the last stored capture narrowed to the tasks asked for."""
 
     def fetch(tasks: list[str] | None, native: bool) -> Capture:
@@ -126,8 +126,8 @@ def stall_line(task: TaskView) -> str:
     step = f" at step {task.step}" if task.step is not None else ""
     if stacks is None:
         return f"stalled: {task.conditions[ev.STALLED]}"
-    where = str(stacks.get("frame") or "")
-    suspect = stacks.get("suspect")
+    where = stacks.frame or ""
+    suspect = stacks.suspect
     if suspect and suspect != task.task_id:
         return f"stalled{step}; suspect {suspect}" + (f" in {where}" if where else "")
     return f"stalled{step}" + (f" in {where}" if where else "")

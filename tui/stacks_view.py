@@ -22,7 +22,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from launcher.agent.stackmodel import DISK_WAIT, FROZEN_STATES, ZOMBIE, TaskStacks, group, suspect, user_frame
-from launcher.events import Event
+from launcher.events import StacksEvent
 from launcher.supervise.control import JobControl
 from launcher.telemetry.jobview import JobView
 from launcher.telemetry.stacktext import frame_line, header, thread_lines
@@ -243,7 +243,7 @@ def stacks_screen(app: StacksOwner, whole_job: bool) -> StacksScreen:
     """The view for the app's job: a live capture while the job runs, else the run dir's last one."""
     running = app.live and app.control is not None and not app.view.ended and not app.stream_ended
 
-    def last_event() -> Event | None:
+    def last_event() -> StacksEvent | None:
         with app.lock:
             return app.view.last_stacks
 

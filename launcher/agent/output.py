@@ -184,9 +184,9 @@ class OutputInterpreter:
                         return
                 else:
                     self._note_explicit(step, loss, values)
-                event = events.metric_event(spec.run, spec.task,
-                                            step=int(step) if step is not None else None,
-                                            loss=loss, values=values)
+                event: events.Event = events.metric_event(spec.run, spec.task,
+                                                          step=int(step) if step is not None else None,
+                                                          loss=loss, values=values)
             elif kind == "placement":
                 variables = obj.get("variables")
                 if not isinstance(variables, list):

@@ -262,8 +262,8 @@ def summarize_run(path: Path, now: float) -> RunSummary:
     job_state = str(state.get("job_state") or "")
     job_reason = str(state.get("job_reason") or "")
     if ends.last_job is not None:  # newer than state.json, which is written less often than events
-        job_state = str(ends.last_job.get("state") or job_state)
-        job_reason = str(ends.last_job.get("reason") or job_reason)
+        job_state = ends.last_job.state or job_state
+        job_reason = ends.last_job.reason or job_reason
     ended = job_state in (ev.JOB_SUCCEEDED, ev.JOB_FAILED)
     end = ends.last.ts if (ends.last and ended) else now
     tasks = _tables(state.get("tasks"))
@@ -292,7 +292,7 @@ class _EventEnds:
     def __init__(self, path: Path) -> None:
         self.first: ev.Event | None = None
         self.last: ev.Event | None = None
-        self.last_job: ev.Event | None = None
+        self.last_job: ev.JobEvent | None = None
         self.skipped = 0
         try:  # UnsafePath (a FIFO, a link, another's file) goes to the caller
             with open_trusted(path, "the run's events") as fh:
@@ -313,7 +313,7 @@ class _EventEnds:
             if event is None:
                 continue
             self.last = self.last or event
-            if event.kind == ev.JOB:
+            if isinstance(event, ev.JobEvent):
                 self.last_job = event
                 break
 

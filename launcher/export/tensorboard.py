@@ -26,7 +26,6 @@ from typing import IO, Any
 from launcher import events as ev
 from launcher.errors import UserError
 from launcher.rundir import EventLines, find_run, read_state
-from launcher.telemetry import eventcheck
 from launcher.telemetry.progressline import Progress
 
 
@@ -100,27 +99,26 @@ def export_tensorboard(run_dir: Path, target: Path, progress: Progress | None = 
         for event in lines:
             if progress is not None:
                 progress.advance()
-            if event.task is None or event.kind not in (ev.METRIC, ev.SAMPLE):
+            if event.task is None or not isinstance(event, (ev.MetricEvent, ev.SampleEvent)):
                 continue
             task = event.task
             stream = streams.setdefault(task, _TaskStream())
-            if event.kind == ev.METRIC:
-                step = event.get("step")
-                if isinstance(step, int):
+            if isinstance(event, ev.MetricEvent):
+                step = event.step
+                if step is not None:
                     if stream.last_metric is not None:
                         prev_ts, prev_step = stream.last_metric
                         if event.ts > prev_ts and step > prev_step:
                             put(task, "steps_per_sec", (step - prev_step) / (event.ts - prev_ts), step, event.ts)
                     stream.last_metric = (event.ts, step)
                     stream.step = step
-                put(task, "loss", event.get("loss"), stream.step, event.ts)
-                values = event.get("values")
-                for name, value in (values.items() if isinstance(values, dict) else ()):
+                put(task, "loss", event.loss, stream.step, event.ts)
+                for name, value in event.values.items():
                     put(task, f"values/{name}", value, stream.step, event.ts)
             else:
-                put(task, "system/cpu_percent", event.get("cpu_percent"), stream.step, event.ts)
-                put(task, "system/rss_bytes", event.get("rss_bytes"), stream.step, event.ts)
-                for gpu in eventcheck.dicts(event.get("gpus")):
+                put(task, "system/cpu_percent", event.cpu_percent, stream.step, event.ts)
+                put(task, "system/rss_bytes", event.rss_bytes, stream.step, event.ts)
+                for gpu in event.gpus:
                     if isinstance(gpu.get("index"), int):
                         for field_name in ("util_percent", "mem_used_bytes"):
                             put(task, f"gpu{gpu['index']}/{field_name}", gpu.get(field_name), stream.step,

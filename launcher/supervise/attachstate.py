@@ -18,19 +18,21 @@ def fold_task_states(tasks: Mapping[str, TaskRuntime], history: Iterable[Event])
     for it for good. The supervisor's own ``restarting`` marks are left out, as the supervisor
     that published them kept the task's state meanwhile."""
     for event in history:
-        rt = tasks.get(event.task) if event.kind == ev.STATE and event.task else None
-        state = event.get("state")
+        if not isinstance(event, ev.StateEvent) or not event.task:
+            continue
+        rt = tasks.get(event.task)
+        state = event.state
         if rt is None or state == ev.RESTARTING:
             continue
-        restarts = event.get("restarts")
-        if isinstance(restarts, int):
+        restarts = event.restarts
+        if restarts is not None:
             if restarts < rt.restarts:
                 continue  # an earlier incarnation's late word
             rt.restarts = restarts
             rt.incarnation = max(rt.incarnation, restarts)
-        rt.state = str(state)
-        if event.get("pid") is not None:
-            rt.pid = int(event.get("pid"))
+        rt.state = state
+        if event.pid is not None:
+            rt.pid = event.pid
 
 
 def arm_watchdog(tasks: Mapping[str, TaskRuntime], watchdog: Watchdog, history: Iterable[Event]) -> None:
@@ -41,10 +43,10 @@ def arm_watchdog(tasks: Mapping[str, TaskRuntime], watchdog: Watchdog, history: 
     for event in history:
         if event.task is None:
             continue
-        if event.kind == ev.STATE and event.get("state") == ev.STARTING:
+        if isinstance(event, ev.StateEvent) and event.state == ev.STARTING:
             last_step.pop(event.task, None)  # a new incarnation starts counting again
-        elif event.kind == ev.METRIC and isinstance(event.get("step"), int):
-            last_step[event.task] = int(event.get("step"))
+        elif isinstance(event, ev.MetricEvent) and event.step is not None:
+            last_step[event.task] = event.step
     now = time.monotonic()
     for task_id, step in last_step.items():
         rt = tasks.get(task_id)

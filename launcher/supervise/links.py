@@ -85,8 +85,8 @@ class HostLinks:
             if host in self.offsets:
                 self.offsets[host] = {slug: int(n) for slug, n in by_slug.items()}
         for event in history:
-            seq = event.data.get("seq")
-            if event.task is not None and isinstance(seq, int):
+            seq = event.seq
+            if event.task is not None and seq is not None:
                 self.last_seq[event.task] = max(seq, self.last_seq.get(event.task, -1))
         self.lost_events = dict(lost_events)
 
@@ -222,8 +222,8 @@ class HostLinks:
             return event, line
         # a host whose clock is off: its times moved onto ours
         data = dict(event.data)
-        if isinstance(data.get("exited_at"), int | float):  # the task's end, for the root cause
-            data["exited_at"] = self._clocks[host].correct(float(data["exited_at"]), received)
+        if isinstance(event, ev.StateEvent) and event.exited_at is not None:  # the task's end, for the root cause
+            data["exited_at"] = self._clocks[host].correct(float(event.exited_at), received)
         return dataclasses.replace(event, ts=ts, data=data), None
 
     def _note(self, host: str, note: Note) -> tuple[Event, str | None] | None:
@@ -236,9 +236,9 @@ class HostLinks:
     def _in_sequence(self, event: Event) -> bool:
         """False for an event already recorded (a resend after attach from older offsets);
         a gap in the task's ``seq`` is told and kept in state.json."""
-        seq = event.data.get("seq")
+        seq = event.seq
         task = str(event.task)
-        if not isinstance(seq, int):
+        if seq is None:
             return True
         last = self.last_seq.get(task, -1)
         if seq <= last:

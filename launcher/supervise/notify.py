@@ -67,28 +67,23 @@ class Notifier:
 
     def _consume(self, events: Iterable[Event]) -> None:
         for event in events:
-            if event.kind == ev.JOB:
-                self.job_state = str(event.get("state") or self.job_state)
-                self.job_reason = str(event.get("reason") or "")
+            if isinstance(event, ev.JobEvent):
+                self.job_state = event.state or self.job_state
+                self.job_reason = event.reason
                 self.ended = self.job_state in (ev.JOB_SUCCEEDED, ev.JOB_FAILED)
-            elif event.kind == ev.STATE and event.get("state") == ev.FAILED and event.task:
+            elif isinstance(event, ev.StateEvent) and event.state == ev.FAILED and event.task:
                 self._note_failure(event)
                 if self._history_until is not None and event.ts <= self._history_until:
                     continue
-                exit_code = event.get("exit_code")
-                self.fire_async(TASK_FAILED, task=event.task, host=str(event.get("host") or ""),
-                                reason=str(event.get("reason") or ""),
-                                exit_code="" if exit_code is None else str(exit_code),
-                                cause=str(event.get("cause") or ""))
+                exit_code = event.exit_code
+                self.fire_async(TASK_FAILED, task=event.task, host=event.host or "", reason=event.reason,
+                                exit_code="" if exit_code is None else str(exit_code), cause=event.cause)
 
-    def _note_failure(self, event: Event) -> None:
-        exited_at = event.get("exited_at")
-        at = float(exited_at) if isinstance(exited_at, int | float) else event.ts
+    def _note_failure(self, event: ev.StateEvent) -> None:
+        at = float(event.exited_at) if event.exited_at is not None else event.ts
         if self.first_failure is None or at < self.first_failure[0]:
-            why = str(event.get("reason") or f"exit code {event.get('exit_code')}")
-            culprit = event.get("culprit")
-            self.first_failure = (at, root_cause_text(str(event.task), why, str(event.get("cause") or ""),
-                                                      str(culprit) if culprit else None))
+            why = event.reason or f"exit code {event.exit_code}"
+            self.first_failure = (at, root_cause_text(str(event.task), why, event.cause, event.culprit or None))
 
     def job_ended(self) -> None:
         """After the job was torn down (so the teardown sweep never meets the command): notify its end."""

@@ -103,19 +103,19 @@ class NanLoss:
         self._last_step.pop(task, None)
         self._bad.pop(task, None)
 
-    def on_metric(self, task: str, event: Event) -> tuple[bool, str] | None:
+    def on_metric(self, task: str, event: ev.MetricEvent) -> tuple[bool, str] | None:
         """(active, reason) when the task's nan_loss condition changes with this metric event."""
-        step = event.get("step")
-        if isinstance(step, int):
+        step = event.step
+        if step is not None:
             self._last_step[task] = step
         known = self._last_step.get(task)
-        label = ev.nonfinite_label(event.get("nonfinite_loss"))
+        label = ev.nonfinite_label(event.nonfinite_loss)
         if label is not None and task not in self._bad:
             name = {"nan": "NaN", "inf": "Inf", "-inf": "-Inf"}[label]
             reason = f"loss is {name}" + (f" since step {known}" if known is not None else "")
             self._bad[task] = reason
             return True, reason
-        if label is None and event.get("loss") is not None and task in self._bad:
+        if label is None and event.loss is not None and task in self._bad:
             del self._bad[task]
             return False, "loss is finite again: recovered" + (f" at step {known}" if known is not None else "")
         return None
@@ -145,12 +145,12 @@ class OutputPolicy:
         task = event.task
         if task is None:
             return []
-        if event.kind == ev.LOG:
+        if isinstance(event, ev.LogEvent):
             if not self.logs:
                 return []
             return [ev.condition_event(self.run_id, task, ev.LOG_POLICY, True, m.warn_reason(), ts=event.ts)
-                    for m in self.logs.on_line(task, str(event.get("line") or ""))]
-        if event.kind == ev.METRIC:
+                    for m in self.logs.on_line(task, event.line)]
+        if isinstance(event, ev.MetricEvent):
             change = self.nan.on_metric(task, event)
             if change is None:
                 return []
@@ -158,7 +158,7 @@ class OutputPolicy:
             if active and self._on_nan.get(task) == "stop" and self._stop is None:
                 self._stop = f"{task} {reason} (on_nan = stop)"
             return [ev.condition_event(self.run_id, task, ev.NAN_LOSS, active, reason, ts=event.ts)]
-        if event.kind == ev.STATE and event.get("state") == ev.STARTING:
+        if isinstance(event, ev.StateEvent) and event.state == ev.STARTING:
             self.logs.forget(task)
             self.nan.forget(task)
         return []

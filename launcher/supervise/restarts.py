@@ -110,7 +110,7 @@ class Restarts:
                 decoded = (event, None)
             known = event.task in sup.tasks
             raised = sup.outputs.on_event(event) if known else []
-            if event.kind == ev.STATE and known:
+            if isinstance(event, ev.StateEvent) and known:
                 sup.publish_many(held)
                 held = []
                 sup.publish(*decoded)
@@ -125,24 +125,24 @@ class Restarts:
                     sup.publish_many(held)
                     held = []
                     self._carry_out(decisions)
-            if event.kind == ev.METRIC and known:
-                step = event.get("step")
-                if isinstance(step, int) and sup.tasks[str(event.task)].state == ev.RUNNING:
+            if isinstance(event, ev.MetricEvent) and known:
+                step = event.step
+                if step is not None and sup.tasks[str(event.task)].state == ev.RUNNING:
                     sup.watchdog.on_step(str(event.task), step, time.monotonic())
         sup.publish_many(held)
 
-    def on_task_state(self, rt: TaskRuntime, event: Event) -> None:
+    def on_task_state(self, rt: TaskRuntime, event: ev.StateEvent) -> None:
         """A task's state event from its agent, already published."""
         sup = self.sup
-        state = str(event.get("state"))
+        state = event.state
         rt.state = state
         if state != ev.RUNNING:
             sup.watchdog.forget(rt.spec.task_id)
-        if rt.launch_pending and state != ev.STARTING and event.get("restarts") == rt.restarts:
+        if rt.launch_pending and state != ev.STARTING and event.restarts == rt.restarts:
             rt.launch_pending = False  # running, or already ended: this incarnation has reported
             sup.end.maybe_end_job()
-        if event.get("pid") is not None:
-            rt.pid = int(event.get("pid"))
+        if event.pid is not None:
+            rt.pid = event.pid
         if state in (ev.STARTING, ev.RUNNING):
             if state == ev.STARTING:
                 rt.started_at = event.ts
@@ -152,7 +152,7 @@ class Restarts:
             return
         if state not in ev.FINAL_TASK_STATES:
             return
-        rt.exit_code = event.get("exit_code")
+        rt.exit_code = event.exit_code
         sup.write_state()
         if all(t.final for t in sup.tasks.values()):
             sup.end.all_final.set()
@@ -160,7 +160,7 @@ class Restarts:
         rt.expected_stop = False
         uptime = None if rt.started_at is None else event.ts - rt.started_at  # None: started before us (attach)
         self._carry_out(decide(sup.plan, facts, TaskEnded(
-            rt.spec.task_id, state, reason=str(event.get("reason") or ""), permanent=bool(event.get("permanent")),
+            rt.spec.task_id, state, reason=event.reason, permanent=event.permanent,
             uptime=uptime, no_retry=sup.outputs.no_retry(rt.spec.task_id),
             down_requested=state == ev.STOPPED and (sup.rundir.path / DOWN_MARKER).exists())))
 

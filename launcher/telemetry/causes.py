@@ -123,15 +123,14 @@ class OutputTails:
         """Fold a task's event in: its log lines are kept, a start begins a new incarnation."""
         if event.task is None:
             return
-        if event.kind == ev.LOG:
-            self._log(event.task).add(LogLine(str(event.get("stream", "stdout")), str(event.get("line", "")),
-                                              event.ts))
-        elif event.kind == ev.STATE and event.get("state") == ev.STARTING:
+        if isinstance(event, ev.LogEvent):
+            self._log(event.task).add(LogLine(event.stream, event.line, event.ts))
+        elif isinstance(event, ev.StateEvent) and event.state == ev.STARTING:
             self._starts[event.task] = self._log(event.task).total
             self._states.pop(event.task, None)  # a new process: the old one's state says nothing of it
-        elif event.kind == ev.SAMPLE and isinstance(event.get("proc_state"), str) and event.get("proc_state"):
+        elif isinstance(event, ev.SampleEvent) and event.proc_state:
             # the agent's sampler reads every task's process states each pass (T: a member stopped)
-            self._states[event.task] = ProcState(str(event.get("proc_state")), event.ts)
+            self._states[event.task] = ProcState(event.proc_state, event.ts)
 
     def lines(self, task: str) -> list[str]:
         return [line.line for line in self._log(task).since(self._starts.get(task, 0))]
@@ -317,7 +316,7 @@ def with_cause(event: Event, tails: OutputTails, peers: PeerIndex) -> Event:
     """A task's event folded into ``tails``; a failed state event comes back with its ``cause`` (and
     the ``culprit`` it names) added, as it is then recorded and published."""
     tails.add(event)
-    if event.kind != ev.STATE or event.get("state") != ev.FAILED or event.task is None or "cause" in event.data:
+    if not isinstance(event, ev.StateEvent) or event.state != ev.FAILED or event.task is None or "cause" in event.data:
         return event
     cause = cause_of(event.data, tails.lines(event.task), peers, event.task, tails.states, event.ts)
     data = {**event.data, "cause": cause.text}

@@ -106,7 +106,7 @@ class TaskView:
     last_event_ts: float | None = None
     #: active conditions (``stalled``, ``straggler``, ...) and why each was raised
     conditions: dict[str, str] = field(default_factory=dict)
-    stall_stacks: Event | None = None  # the `stacks` event of this incarnation's stall (where it hangs)
+    stall_stacks: ev.StacksEvent | None = None  # the `stacks` event of this incarnation's stall (where it hangs)
     #: the log's ``total`` when this incarnation started: its own lines are the ones after it
     incarnation_log_start: int = 0
     #: the last lines of the latest incarnation that failed, kept when it failed (failure report)
@@ -245,7 +245,7 @@ class JobView:
     first_failure_at: float | None = None
     #: state changes, exits, restarts, conditions and operator actions (the `e` view)
     timeline: Timeline = field(default_factory=Timeline)
-    last_stacks: Event | None = None  # the latest `stacks` event: the stacks view's stored capture
+    last_stacks: ev.StacksEvent | None = None  # the latest `stacks` event: the stacks view's stored capture
     step_times: StepTimes = field(default_factory=StepTimes)  # each task's split, closures per worker
 
     # -- reading -------------------------------------------------------------------------
@@ -333,40 +333,37 @@ class JobView:
             self.start_ts = event.ts
         self.last_ts = event.ts if self.last_ts is None else max(self.last_ts, event.ts)
         self.timeline.add(event)
-        if event.kind == ev.JOB:
+        if isinstance(event, ev.JobEvent):
             self._apply_job(event)
             return
-        if event.kind == ev.STACKS:
+        if isinstance(event, ev.StacksEvent):
             self.last_stacks = event
         if event.task is None:
             return
         task = self.task(event.task)
         task.last_event_ts = event.ts
         self.dirty_tasks.add(event.task)
-        seq = event.data.get("seq")
-        if isinstance(seq, int):
-            self._check_seq(task, seq)
-        if event.kind == ev.STATE:
+        if event.seq is not None:
+            self._check_seq(task, event.seq)
+        if isinstance(event, ev.StateEvent):
             self._apply_state(task, event)
-        elif event.kind == ev.METRIC:
+        elif isinstance(event, ev.MetricEvent):
             self._apply_metric(task, event)
-        elif event.kind == ev.SAMPLE:
+        elif isinstance(event, ev.SampleEvent):
             self._apply_sample(task, event)
-        elif event.kind == ev.LOG:
-            self.log(event.task).add(LogLine(str(event.get("stream", "stdout")),
-                                             str(event.get("line", "")), event.ts))
-        elif event.kind == ev.PLACEMENT:
-            self.placement.apply(eventcheck.dicts(event.get("variables")))
+        elif isinstance(event, ev.LogEvent):
+            self.log(event.task).add(LogLine(event.stream, event.line, event.ts))
+        elif isinstance(event, ev.PlacementEvent):
+            self.placement.apply(event.variables)
             self.placement_dirty = True
-        elif event.kind == ev.CONDITION:
-            name = str(event.get("condition") or "")
-            if event.get("active"):
-                task.conditions[name] = str(event.get("reason") or "")
+        elif isinstance(event, ev.ConditionEvent):
+            if event.active:
+                task.conditions[event.condition] = event.reason
             else:
-                task.conditions.pop(name, None)
-                if name == ev.STALLED:
+                task.conditions.pop(event.condition, None)
+                if event.condition == ev.STALLED:
                     task.stall_stacks = None
-        elif event.kind == ev.STACKS and ev.STALLED in task.conditions:
+        elif isinstance(event, ev.StacksEvent) and ev.STALLED in task.conditions:
             task.stall_stacks = event
 
     def _check_seq(self, task: TaskView, seq: int) -> None:
@@ -383,32 +380,30 @@ class JobView:
         """Tasks some of whose events never arrived, and how many."""
         return {t.task_id: t.lost_events for t in self.tasks.values() if t.lost_events}
 
-    def _apply_job(self, event: Event) -> None:
-        state = str(event.get("state", self.state))
+    def _apply_job(self, event: ev.JobEvent) -> None:
+        state = event.state
         was_ended = self.ended
-        self.state, self.reason = state, str(event.get("reason") or "")
-        host_state = event.get("host_state")
-        if isinstance(host_state, dict):
-            for host, status in host_state.items():
-                if str(status).lower() in ("down", "unreachable", "lost"):
-                    self.hosts_down.add(str(host))
-                else:
-                    self.hosts_down.discard(str(host))
+        self.state, self.reason = state, event.reason
+        for host, status in event.host_state.items():
+            if str(status).lower() in ("down", "unreachable", "lost"):
+                self.hosts_down.add(str(host))
+            else:
+                self.hosts_down.discard(str(host))
         if self.ended and not was_ended:
             self.end_ts = event.ts
             why = f": {self.reason}" if self.reason else ""
             self.notices.append(Notice(f"Job {state}{why}",
                                        "information" if state == ev.JOB_SUCCEEDED else "error"))
 
-    def _apply_state(self, task: TaskView, event: Event) -> None:
+    def _apply_state(self, task: TaskView, event: ev.StateEvent) -> None:
         old = task.state
-        task.state = str(event.get("state", task.state))
-        task.host = eventcheck.text(event.get("host")) or task.host
-        pid = event.get("pid")
-        task.pid = pid if isinstance(pid, int) else (None if task.state in ev.FINAL_TASK_STATES else task.pid)
-        task.restarts = eventcheck.as_int(event.get("restarts"), task.restarts) or task.restarts
-        task.exit_code = eventcheck.as_int(event.get("exit_code"), None)
-        task.reason = str(event.get("reason") or "")
+        task.state = event.state
+        task.host = event.host or task.host
+        pid = event.pid
+        task.pid = pid if pid is not None else (None if task.state in ev.FINAL_TASK_STATES else task.pid)
+        task.restarts = event.restarts or task.restarts
+        task.exit_code = event.exit_code
+        task.reason = event.reason
         if task.host:
             if task.reason == UNREACHABLE_REASON:
                 self.hosts_down.add(task.host)
@@ -432,13 +427,11 @@ class JobView:
             self.notices.append(Notice(f"{task.task_id} restarting (restart {task.restarts}){why}",
                                        "warning"))
 
-    def _record_failure(self, task: TaskView, event: Event) -> None:
+    def _record_failure(self, task: TaskView, event: ev.StateEvent) -> None:
         why = task.reason or (f"exit code {task.exit_code}" if task.exit_code is not None else "failed")
-        exited_at = event.get("exited_at")
-        at = float(exited_at) if isinstance(exited_at, int | float) else event.ts
-        task.cause = str(event.get("cause") or "")
-        culprit = event.get("culprit")
-        task.culprit = str(culprit) if culprit else None
+        at = float(event.exited_at) if event.exited_at is not None else event.ts
+        task.cause = event.cause
+        task.culprit = event.culprit or None
         if self.first_failure_at is None or at < self.first_failure_at:
             self.first_failure, self.first_failure_at = (task.task_id, why), at
             self.first_failure_cause = (task.cause, task.culprit)
@@ -446,17 +439,16 @@ class JobView:
         own = log.since(task.incarnation_log_start)
         task.failed_tail = [line.line for line in own[-FAILURE_TAIL_KEPT:]]
 
-    def _apply_metric(self, task: TaskView, event: Event) -> None:
-        values = event.get("values")
-        if isinstance(values, dict) and values:
+    def _apply_metric(self, task: TaskView, event: ev.MetricEvent) -> None:
+        values = event.values
+        if values:
             self.step_times.apply(task.task_id, event.ts, values)  # the table re-judges the rows it shows
-        step = event.get("step")
-        loss = ev.finite(event.get("loss"))
-        nonfinite = ev.nonfinite_label(event.get("nonfinite_loss"))
+        step, loss = event.step, event.loss
+        nonfinite = ev.nonfinite_label(event.nonfinite_loss)
         if loss is not None or nonfinite is not None:
             task.nonfinite_loss = nonfinite
-        if isinstance(step, int):
-            task.step, task.step_is_calls = step, isinstance(values, dict) and values.get(STEP_IS_CALLS) == 1
+        if step is not None:
+            task.step, task.step_is_calls = step, values.get(STEP_IS_CALLS) == 1
             task.record_step(event.ts, step)
             self._record_global_step(event.ts)
         if loss is not None:
@@ -476,15 +468,15 @@ class JobView:
         if step is not None and not (points and points[-1][1] == step):  # another task's metric: no news
             self.global_step_rate.add(ts, step)
 
-    def _apply_sample(self, task: TaskView, event: Event) -> None:
-        machine = event.get("host")
-        if isinstance(machine, dict) and task.host:
+    def _apply_sample(self, task: TaskView, event: ev.SampleEvent) -> None:
+        machine = event.host
+        if machine is not None and task.host:
             self.machines[task.host] = machine
-        task.cpu_percent = self.step_times.cpu[task.task_id] = ev.finite(event.get("cpu_percent"))
-        if isinstance(machine, dict) and isinstance(machine.get("cpus"), int):
+        task.cpu_percent = self.step_times.cpu[task.task_id] = event.cpu_percent
+        if machine is not None and isinstance(machine.get("cpus"), int):
             self.step_times.cores[task.task_id] = machine["cpus"]
-        task.rss_bytes = eventcheck.as_int(event.get("rss_bytes"), None)
-        gpus = eventcheck.dicts(event.get("gpus"))
+        task.rss_bytes = int(event.rss_bytes) if event.rss_bytes is not None else None
+        gpus = event.gpus
         task.has_gpu = bool(gpus)
         task.gpus = gpus
         if gpus:

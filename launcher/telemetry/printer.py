@@ -97,27 +97,27 @@ class ProgressPrinter:
         view.apply(event)
         view.take_notices()  # the printer says everything itself; keep the view's queues empty
         view.take_dirty()
-        if event.kind == ev.JOB:
-            state, reason = event.get("state"), event.get("reason") or ""
+        if isinstance(event, ev.JobEvent):
+            state, reason = event.state, event.reason
             if state in (ev.JOB_SUCCEEDED, ev.JOB_FAILED):
                 self.final_state = state
                 self.progress()
             self._print(f"job {self.paint(state)}" + (f": {reason}" if reason else ""))
             if state == ev.JOB_FAILED:
                 self.failure_report()
-        elif event.kind == ev.STATE and event.task:
+        elif isinstance(event, ev.StateEvent) and event.task:
             self._print(_state_text(event, self.paint))
-        elif event.kind == ev.HOST:
-            self._print(f"host {event.get('host')} {event.get('state')}: {event.get('reason') or ''}".rstrip(": "))
-        elif event.kind == ev.CONDITION and event.task:
-            name = event.get("condition")
-            self._print(f"{event.task:<12} {name if event.get('active') else 'no longer ' + str(name)}"
-                        + (f": {event.get('reason')}" if event.get("reason") else ""))
-        elif event.kind == ev.STACKS:
+        elif isinstance(event, ev.HostEvent):
+            self._print(f"host {event.host} {event.state}: {event.reason}".rstrip(": "))
+        elif isinstance(event, ev.ConditionEvent) and event.task:
+            name = event.condition
+            self._print(f"{event.task:<12} {name if event.active else 'no longer ' + name}"
+                        + (f": {event.reason}" if event.reason else ""))
+        elif isinstance(event, ev.StacksEvent):
             self._print(f"{event.task or 'job':<12} {stacks_text(event)}")
-        elif event.kind == ev.PLACEMENT:
+        elif isinstance(event, ev.PlacementEvent):
             spread = ", ".join(f"{t} {human_bytes(b)}" for t, b in sorted(view.placement.bytes_per_task().items()))
-            self._print(f"{event.task} placed {len(event.get('variables') or [])} variables: {spread}")
+            self._print(f"{event.task} placed {len(event.variables)} variables: {spread}")
         if time.monotonic() - self._last_progress >= self.every:
             self.progress()
 
@@ -210,21 +210,21 @@ def failure_excerpt(lines: list[str]) -> list[str]:
     return lines[start:]
 
 
-def _state_text(event: Event, paint: Callable[[object], str] = str) -> str:
-    state = event.get("state")
+def _state_text(event: ev.StateEvent, paint: Callable[[object], str] = str) -> str:
+    state = event.state
     text = f"{event.task:<12} {paint(state)}"
     extras = []
-    if event.get("host"):
-        extras.append(f"on {event.get('host')}")
-    if state == ev.RUNNING and event.get("pid"):
-        extras.append(f"pid {event.get('pid')}")
-    if event.get("restarts"):
-        extras.append(f"restarts {event.get('restarts')}")
-    if state in (ev.FAILED, ev.SUCCEEDED, ev.STOPPED) and event.get("exit_code") is not None:
-        extras.append(f"exit {event.get('exit_code')}")
-    if event.get("reason"):
-        extras.append(str(event.get("reason")))
-    cause = f": {event.get('cause')}" if event.get("cause") else ""
+    if event.host:
+        extras.append(f"on {event.host}")
+    if state == ev.RUNNING and event.pid:
+        extras.append(f"pid {event.pid}")
+    if event.restarts:
+        extras.append(f"restarts {event.restarts}")
+    if state in (ev.FAILED, ev.SUCCEEDED, ev.STOPPED) and event.exit_code is not None:
+        extras.append(f"exit {event.exit_code}")
+    if event.reason:
+        extras.append(event.reason)
+    cause = f": {event.cause}" if event.cause else ""
     return text + (f" ({', '.join(extras)})" if extras else "") + cause
 
 
@@ -237,7 +237,7 @@ class JsonPrinter:
 
     def consume(self, stream: Iterable[Event]) -> None:
         for event in stream:
-            if event.kind == ev.JOB and event.get("state") in (ev.JOB_SUCCEEDED, ev.JOB_FAILED):
-                self.final_state = event.get("state")
+            if isinstance(event, ev.JobEvent) and event.state in (ev.JOB_SUCCEEDED, ev.JOB_FAILED):
+                self.final_state = event.state
             self.out.write(event.to_json() + "\n")
             self.out.flush()

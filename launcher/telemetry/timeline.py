@@ -16,7 +16,6 @@ from typing import Any
 
 from launcher import events as ev
 from launcher.events import Event
-from launcher.telemetry import eventcheck
 
 TIMELINE_ENTRIES = 5000
 """Entries kept by a live view; the oldest go first (events.jsonl keeps them all)."""
@@ -50,21 +49,22 @@ class Timeline:
 
     def add(self, event: Event) -> TimelineEntry | None:
         """Fold one event; returns the entry it made, or None when it changed nothing."""
-        kind = event.kind
-        if kind not in TIMELINE_KINDS:
+        if event.kind not in TIMELINE_KINDS:
             return None
-        if kind == ev.JOB:
+        if isinstance(event, ev.JobEvent):
             entry = self._job(event)
-        elif kind == ev.STATE:
+        elif isinstance(event, ev.StateEvent):
             entry = self._state(event)
-        elif kind == ev.HOST:
+        elif isinstance(event, ev.HostEvent):
             entry = _host(event)
-        elif kind == ev.CONDITION:
+        elif isinstance(event, ev.ConditionEvent):
             entry = _condition(event)
-        elif kind == ev.STACKS:
+        elif isinstance(event, ev.StacksEvent):
             entry = TimelineEntry(event.ts, ev.STACKS, event.task, stacks_text(event), "warning")
-        else:
+        elif isinstance(event, ev.ActionEvent):
             entry = _action(event)
+        else:
+            return None
         if entry is not None:
             self.entries.append(entry)
             self.total += 1
@@ -74,39 +74,37 @@ class Timeline:
         return [e for e in reversed(self.entries)
                 if (kind is None or e.kind == kind) and (task is None or e.task == task)]
 
-    def _job(self, event: Event) -> TimelineEntry | None:
-        state = str(event.get("state") or "")
+    def _job(self, event: ev.JobEvent) -> TimelineEntry | None:
+        state = event.state
         if not state or state == self._job_state:
             return None
         self._job_state = state
-        reason = str(event.get("reason") or "")
+        reason = event.reason
         severity = "error" if state == ev.JOB_FAILED else \
             "warning" if state == ev.JOB_RESTARTING else "info"
         return TimelineEntry(event.ts, ev.JOB, None, f"job {state}" + (f": {reason}" if reason else ""),
                              severity)
 
-    def _state(self, event: Event) -> TimelineEntry | None:
+    def _state(self, event: ev.StateEvent) -> TimelineEntry | None:
         task = event.task or "?"
-        state = str(event.get("state") or "")
-        restarts = eventcheck.as_int(event.get("restarts"), 0)
+        state, restarts = event.state, event.restarts or 0
         if (state, restarts) == self._task_state.get(task):
             return None  # a repeat (attach replays the last state): nothing happened
         self._task_state[task] = (state, restarts)
         return TimelineEntry(event.ts, ev.STATE, task, state_text(event), _state_severity(state))
 
 
-def state_text(event: Event) -> str:
+def state_text(event: ev.StateEvent) -> str:
     """One task state change in words: where, which process, how it ended and why."""
-    state = str(event.get("state") or "?")
-    reason = str(event.get("reason") or "")
-    host, pid, code = event.get("host"), event.get("pid"), event.get("exit_code")
+    state, reason = event.state or "?", event.reason
+    host, pid, code = event.host, event.pid, event.exit_code
     parts = [f"{state} on {host}" if state in (ev.STARTING, ev.RUNNING) and host else state]
-    if state == ev.RUNNING and isinstance(pid, int):
+    if state == ev.RUNNING and pid is not None:
         parts.append(f"pid {pid}")
     if code is not None and state in (*ev.FINAL_TASK_STATES, ev.RESTARTING):
         parts.append(f"exit code {code}")
     if state == ev.RESTARTING:
-        parts.append(f"restart {eventcheck.as_int(event.get('restarts'), 0)}")
+        parts.append(f"restart {event.restarts or 0}")
     text = ", ".join(parts)
     return f"{text}: {reason}" if reason else text
 
@@ -119,38 +117,34 @@ def _state_severity(state: str) -> str:
     return "info"
 
 
-def _host(event: Event) -> TimelineEntry:
-    host, state = str(event.get("host") or "?"), str(event.get("state") or "?")
-    reason = str(event.get("reason") or "")
+def _host(event: ev.HostEvent) -> TimelineEntry:
+    host, state, reason = event.host or "?", event.state or "?", event.reason
     return TimelineEntry(event.ts, ev.HOST, None, f"host {host} {state}" + (f": {reason}" if reason else ""),
                          "info" if state == "up" else "error")
 
 
-def stacks_text(event: Event) -> str:
+def stacks_text(event: ev.StacksEvent) -> str:
     """``stacks taken: suspect worker:1 in wait_for_peer (hang.py:4) (it is stopped); stacks/<time>.json``."""
     text = "stacks taken"
-    if event.get("suspect"):
-        text += f": suspect {event.get('suspect')}"
-        if event.get("frame"):
-            text += f" in {event.get('frame')}"
-        if event.get("reason"):
-            text += f" ({event.get('reason')})"
-    return text + f"; {event.get('path')}"
+    if event.suspect:
+        text += f": suspect {event.suspect}"
+        if event.frame:
+            text += f" in {event.frame}"
+        if event.reason:
+            text += f" ({event.reason})"
+    return text + f"; {event.path}"
 
 
-def _condition(event: Event) -> TimelineEntry:
-    name = str(event.get("condition") or "condition")
-    active = bool(event.get("active"))
-    reason = str(event.get("reason") or "")
+def _condition(event: ev.ConditionEvent) -> TimelineEntry:
+    name, active, reason = event.condition or "condition", event.active, event.reason
     text = f"{name} {'raised' if active else 'cleared'}" + (f": {reason}" if reason else "")
     return TimelineEntry(event.ts, ev.CONDITION, event.task, text, "warning" if active else "info")
 
 
-def _action(event: Event) -> TimelineEntry:
-    action, target = str(event.get("action") or "?"), event.get("target")
-    origin = str(event.get("origin") or "")
+def _action(event: ev.ActionEvent) -> TimelineEntry:
+    action, target, origin = event.action or "?", event.target, event.origin
     text = f"operator: {action}" + (f" {target}" if target else "") + (f" (from {origin})" if origin else "")
-    return TimelineEntry(event.ts, ev.ACTION, str(target) if target else None, text, "warning")
+    return TimelineEntry(event.ts, ev.ACTION, target or None, text, "warning")
 
 
 def clock_text(ts: float, start: float | None) -> str:

@@ -1,7 +1,6 @@
 """The bad-line corpus (tests/data/badlines/) against the event readers: every bad line is refused by
 the checked decoder that reads a run's files, every good one read; the corpus has a wrong type for
-every field the readers use; and the job view and timeline fold whatever the plain decoder lets
-through (a live stream) without raising."""
+every field a kind's class declares; and a live stream's decoder is the same checked one."""
 
 from __future__ import annotations
 
@@ -51,12 +50,15 @@ def _wrong(value: object, types: tuple[type, ...]) -> bool:
 def test_the_corpus_has_a_wrong_type_for_every_field_the_readers_use() -> None:
     lines = _json_lines()
     missing = []
-    for kind, fields in eventcheck.FIELD_TYPES.items():
-        for name, types in fields.items():
-            if not any(line.get("kind") == kind and name in line and _wrong(line[name], types) for line in lines):
+    specs = {kind: {name: spec for name, spec in vars(cls).items() if isinstance(spec, ev._Field)}
+             for kind, cls in ev.KIND_CLASSES.items()}
+    for kind, fields in specs.items():
+        for name, spec in fields.items():
+            if not any(line.get("kind") == kind and name in line and _wrong(line[name], spec.types) for line in lines):
                 missing.append(f"{kind}.{name}")
-    for (kind, name), fields in eventcheck.ITEM_TYPES.items():
-        for key, types in fields.items():
+    items = {(kind, name): spec.items for kind, fields in specs.items() for name, spec in fields.items() if spec.items}
+    for (kind, name), item_fields in items.items():
+        for key, types in item_fields.items():
             def wrong_item(line: dict[str, Any], name: str = name, key: str = key,
                            types: tuple[type, ...] = types) -> bool:
                 items = line.get(name)
@@ -78,20 +80,19 @@ def test_a_run_dir_of_good_and_bad_lines_reads_the_good_ones_and_counts_the_bad(
     assert note is not None and f"skipped {len(BAD) + 1} bad lines" in note and "\n" not in note
 
 
-def test_the_job_view_and_timeline_fold_what_the_plain_decoder_lets_through() -> None:
-    """A live stream decodes with ``Event.from_json`` only: wrong types reach the fold, which must
-    take each field as it can and go on."""
+def test_a_live_stream_refuses_what_a_run_dir_refuses() -> None:
+    """A live stream decodes with ``Event.from_json``: the same check, so no wrong type reaches a fold."""
+    for raw in BAD:
+        with pytest.raises((UnicodeDecodeError, ev.EventDecodeError)):
+            ev.Event.from_json(raw.decode("utf-8"))
+
+
+def test_the_job_view_and_timeline_fold_the_good_lines() -> None:
     view, timeline = JobView(), Timeline(limit=None)
-    folded = 0
-    for raw in GOOD + BAD:
-        try:
-            event = ev.Event.from_json(raw.decode("utf-8"))
-        except (UnicodeDecodeError, ev.EventDecodeError):
-            continue
+    for raw in GOOD:
+        event = ev.Event.from_json(raw.decode("utf-8"))
         view.apply(event)
         timeline.add(event)
-        folded += 1
-    assert folded > len(GOOD) + 40
     assert view.tasks["worker:0"].restarts == 0 and view.tasks["chief:0"].host == "local"
     assert view.placement.bytes_per_task()
     entries = timeline.newest_first()

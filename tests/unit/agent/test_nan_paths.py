@@ -51,12 +51,14 @@ def test_a_nonfinite_loss_event_is_strict_json_and_decodes(loss: float, label: s
     assert "nonfinite_loss" not in events.metric_event("r", "worker:0", step=6, loss=0.5).data
 
 
-def test_the_event_decoder_accepts_python_nan_tokens() -> None:
-    """A line some other writer made with json.dumps' NaN still decodes."""
+def test_the_event_decoder_refuses_python_nan_tokens() -> None:
+    """A line some other writer made with json.dumps' NaN is a bad line, on a live stream as in a run's
+    files (the typed events check a number is finite; the agent's own lines are strict JSON)."""
     line = json.dumps({"v": 1, "ts": 1.0, "run": "r", "task": "worker:0", "kind": "metric", "step": 1,
                        "loss": float("nan"), "values": {}})
     assert "NaN" in line
-    assert math.isnan(events.Event.from_json(line).get("loss"))
+    with pytest.raises(events.EventDecodeError, match="metric loss is a float"):
+        events.Event.from_json(line)
 
 
 @pytest.mark.parametrize(("loss", "label"), [(float("nan"), "nan"), (np.float64("inf"), "inf"),
