@@ -43,8 +43,9 @@ from launcher import events as ev
 from launcher.agent.hostagent import AGENT_PROCESS_NAME
 from launcher.events import Event
 from launcher.telemetry.timeline import Timeline
-from tests.integration.jobtools import REPO, pids_with_run_id, read_events, start_cli, write_profile
+from tests.integration.jobtools import REPO, pids_with_run_id, read_events, start_cli
 from tests.netns import NetnsLab
+from tests.profiles import build_profile, netns_hosts
 
 FAULT_KINDS = ("kill_task", "kill_agent", "kill_launcher", "cut")
 
@@ -147,22 +148,6 @@ class ChaosReport:
         return out
 
 
-def host_tables(lab: NetnsLab) -> str:
-    tables = []
-    for name, host in lab.hosts.items():
-        assert host.sshd is not None
-        tables.append(f"""
-[hosts.{name}]
-address = "{host.address}"
-ssh_port = 22
-user = "{host.sshd.user}"
-identity_file = "{host.sshd.identity_file}"
-known_hosts = "{host.sshd.known_hosts}"
-connect_timeout = 5
-""")
-    return "".join(tables)
-
-
 def chaos_profile(path: Path, lab: NetnsLab, stop_at: float) -> Path:
     """restart on-failure with budgets no chaos run spends; min_uptime 1 s: a chief that fails fast
     because its ps is cut off is a partition, not a crash loop (TF's import alone takes longer).
@@ -171,32 +156,13 @@ def chaos_profile(path: Path, lab: NetnsLab, stop_at: float) -> Path:
     the stall watchdog turns that into a restart from the checkpoint."""
     command = (f"{{python}} examples/ps_mnist.py --steps 100000000 --log-every 50 --checkpoint-every 200 "
                f"--stop-at {stop_at:.0f} --checkpoint-dir {{run_dir}}/ckpt")
-    return write_profile(path, f"""
-name = "chaos"
-strategy = "parameter_server"
-orphan_grace_seconds = {ORPHAN_GRACE_SECONDS}
-backoff_limit = 1000
-sample_interval = 2.0
-[defaults]
-command = "{command}"
-python = "{sys.executable}"
-workdir = "{REPO}"
-env = {{ TF_CPP_MIN_LOG_LEVEL = "2" }}
-grace_seconds = 5
-restart = "on-failure"
-max_restarts = 500
-min_uptime = 1
-{host_tables(lab)}
-[roles.chief]
-hosts = ["c"]
-stall_seconds = {STALL_SECONDS}
-on_stall = "restart"
-[roles.ps]
-hosts = ["a"]
-[roles.worker]
-count = 2
-hosts = ["b", "c"]
-""")
+    return build_profile(path, name="chaos", strategy="parameter_server", orphan_grace=ORPHAN_GRACE_SECONDS,
+                         top="backoff_limit = 1000\nsample_interval = 2.0", command=command,
+                         defaults={"python": sys.executable, "min_uptime": 1}, workdir=REPO,
+                         env={"TF_CPP_MIN_LOG_LEVEL": "2"}, grace=5, restart="on-failure", max_restarts=500,
+                         hosts=netns_hosts(lab),
+                         roles={"chief": {"hosts": ["c"], "stall_seconds": STALL_SECONDS, "on_stall": "restart"},
+                                "ps": {"hosts": ["a"]}, "worker": {"count": 2, "hosts": ["b", "c"]}})
 
 
 def _environ(pid: int) -> dict[str, str]:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from launcher.agent.procs import default_signals
+from tests.profiles import build_profile, ps_mnist_command
 
 REPO = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
@@ -148,32 +149,18 @@ def write_profile(path: Path, body: str) -> Path:
 
 
 def local_ps_profile(tmp: Path, *, steps: int = 120, name: str = "it-local", orphan_grace: int = 60,
-                     extra: str = "", ports: bool = False) -> Path:
-    """A small ParameterServerStrategy job on this machine (1 ps, 1 worker, 1 chief)."""
-    port_lines = ("", "", "")
-    if ports:
+                     extra: str = "", ports: bool | dict[str, int] = False, grace: float = 5,
+                     defaults: dict[str, Any] | None = None, roles: dict[str, dict[str, Any]] | None = None) -> Path:
+    """A small ParameterServerStrategy job on this machine (1 ps, 1 worker, 1 chief). ``ports``: True
+    gives each role a free port, a mapping the ports of the roles it names; ``roles`` adds values to
+    the roles it names; ``extra`` is top-level TOML."""
+    if ports is True:
         from tests.sshd import free_port
 
-        port_lines = tuple(f"port = {free_port()}" for _ in range(3))  # type: ignore[assignment]
-    return write_profile(tmp / "local.toml", f"""
-name = "{name}"
-orphan_grace_seconds = {orphan_grace}
-{extra}
-[defaults]
-command = "{{python}} examples/ps_mnist.py --steps {steps} --log-every 20 --checkpoint-dir {{run_dir}}/ckpt"
-workdir = "{REPO}"
-env = {{ TF_CPP_MIN_LOG_LEVEL = "2" }}
-grace_seconds = 5
-[hosts.local]
-address = "localhost"
-transport = "local"
-[roles.ps]
-hosts = ["local"]
-{port_lines[0]}
-[roles.worker]
-hosts = ["local"]
-{port_lines[1]}
-[roles.chief]
-hosts = ["local"]
-{port_lines[2]}
-""")
+        ports = {role: free_port() for role in ("ps", "worker", "chief")}
+    chosen = ports or {}
+    tables = {role: {**({"port": chosen[role]} if role in chosen else {}), **(roles or {}).get(role, {})}
+              for role in ("ps", "worker", "chief")}
+    return build_profile(tmp / "local.toml", name=name, orphan_grace=orphan_grace, top=extra,
+                         command=ps_mnist_command(steps), workdir=REPO, env={"TF_CPP_MIN_LOG_LEVEL": "2"},
+                         grace=grace, defaults=defaults, roles=tables)

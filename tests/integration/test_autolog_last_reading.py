@@ -15,32 +15,20 @@ from typing import Any
 import pytest
 
 from tests.integration.test_autolog_tf import REPO, SCRIPTS, run_job
+from tests.profiles import Roles, build_profile
 
 pytestmark = pytest.mark.slow
 
 #: longer than any of these jobs: the reader's periodic read never comes
-ONE_READ_A_MINUTE = 'TF_CPP_MIN_LOG_LEVEL = "2", DISTLAUNCH_AUTOLOG_INTERVAL = "60"'
-PSS_ROLES = "[roles.chief]\n[roles.ps]\ncount = 1\n[roles.worker]\ncount = 1\n"
+ONE_READ_A_MINUTE = {"TF_CPP_MIN_LOG_LEVEL": "2", "DISTLAUNCH_AUTOLOG_INTERVAL": "60"}
+PSS_ROLES: Roles = {"chief": {}, "ps": 1, "worker": 1}
 
 
-def profile(tmp_path: Path, command: str, workdir: Path, roles: str, strategy: str, env: str = "",
-            top: str = "") -> Path:
-    path = tmp_path / "job.toml"
-    path.write_text(f"""
-name = "autolog-last-reading"
-strategy = "{strategy}"
-{top}
-[defaults]
-command = "{command}"
-workdir = "{workdir}"
-env = {{ {ONE_READ_A_MINUTE}{', ' + env if env else ''} }}
-restart = "never"
-[hosts.local]
-address = "localhost"
-transport = "local"
-{roles}
-""", encoding="utf-8")
-    return path
+def profile(tmp_path: Path, command: str, workdir: Path, roles: Roles, strategy: str,
+            env: dict[str, str] | None = None, top: str = "") -> Path:
+    return build_profile(tmp_path / "job.toml", name="autolog-last-reading", strategy=strategy, top=top,
+                         command=command, workdir=workdir, env={**ONE_READ_A_MINUTE, **(env or {})},
+                         restart="never", roles=roles, role_hosts=False)
 
 
 def log_lines(tmp_path: Path, task: str) -> list[str]:
@@ -76,7 +64,7 @@ def test_pss_keras_fit_of_a_few_steps_ends_at_its_last_step_and_loss(tmp_path: P
     10 steps is over long before its first read."""
     pytest.importorskip("tf_keras", reason="tf-keras (a test dependency) is needed for fit under PSS")
     path = profile(tmp_path, "{python} pss_keras_fit.py", SCRIPTS, PSS_ROLES, "parameter_server",
-                   'TF_USE_LEGACY_KERAS = "1", STEPS = "5"')
+                   {"TF_USE_LEGACY_KERAS": "1", "STEPS": "5"})
     events = run_job(tmp_path, path, "it-al-last-pss-fit")
     final = float(printed(log_lines(tmp_path, "chief:0"), r"^Final loss is (\S+)$").group(1))
     last = last_metric(events, "chief:0")
@@ -89,7 +77,7 @@ def test_tf1_monitored_session_ends_at_its_last_global_step_and_printed_loss(tmp
     worker: the session's close reads the global step and takes the loss of its last run."""
     command = ("{python} tf1_between_graph.py --job_name={role} --task_index={index} --steps 300 "
                f"--train_dir {tmp_path / 'train'}")
-    roles = "[roles.ps]\ncount = 1\n[roles.worker]\ncount = 1\n"
+    roles: Roles = {"ps": 1, "worker": 1}
     path = profile(tmp_path, command, REPO / "tests" / "data", roles, "custom", top='success_policy = "all_workers"')
     events = run_job(tmp_path, path, "it-al-last-tf1")
     loss = printed(log_lines(tmp_path, "worker:0"), r"^global step: \d+, loss = (\d+\.\d{4})$").group(1)

@@ -29,30 +29,19 @@ from tests.integration.jobtools import (
     wait_for,
     wait_for_event,
 )
+from tests.profiles import Roles, build_profile
 
 pytestmark = pytest.mark.slow
 
 SCRIPTS = REPO / "tests" / "data" / "autolog"
-FAST_ENV = 'TF_CPP_MIN_LOG_LEVEL = "2", DISTLAUNCH_AUTOLOG_INTERVAL = "0.01", DISTLAUNCH_REPORT_INTERVAL = "0"'
+FAST_ENV = {"TF_CPP_MIN_LOG_LEVEL": "2", "DISTLAUNCH_AUTOLOG_INTERVAL": "0.01", "DISTLAUNCH_REPORT_INTERVAL": "0"}
 
 
-def profile(tmp_path: Path, script: str, roles: str, strategy: str, env: str = "", top: str = "") -> Path:
-    path = tmp_path / "job.toml"
-    path.write_text(f"""
-name = "autolog-{script.split('.')[0]}"
-strategy = "{strategy}"
-{top}
-[defaults]
-command = "{{python}} {script}"
-workdir = "{SCRIPTS}"
-env = {{ {FAST_ENV}{', ' + env if env else ''} }}
-restart = "never"
-[hosts.local]
-address = "localhost"
-transport = "local"
-{roles}
-""", encoding="utf-8")
-    return path
+def profile(tmp_path: Path, script: str, roles: Roles, strategy: str, env: dict[str, str] | None = None,
+            top: str = "") -> Path:
+    return build_profile(tmp_path / "job.toml", name=f"autolog-{script.split('.')[0]}", strategy=strategy, top=top,
+                         command=f"{{python}} {script}", workdir=SCRIPTS, env={**FAST_ENV, **(env or {})},
+                         restart="never", roles=roles, role_hosts=False)
 
 
 def run_job(tmp_path: Path, path: Path, run_id: str) -> list[dict[str, Any]]:
@@ -105,7 +94,7 @@ def placed(events: list[dict[str, Any]], task: str) -> dict[str, str]:
 
 
 def test_pss_custom_loop_coordinator_reports_global_step_loss_and_shard_placement(tmp_path: Path) -> None:
-    roles = "[roles.chief]\n[roles.ps]\ncount = 2\n[roles.worker]\ncount = 1\n"
+    roles: Roles = {"chief": {}, "ps": 2, "worker": 1}
     events = run_job(tmp_path, profile(tmp_path, "pss_custom_loop.py", roles, "parameter_server"), "it-al-pss")
     assert_steps_rise_every_10(steps_of(events, "chief:0"), 120, "chief:0")
     assert_loss_present(events, "chief:0")
@@ -120,8 +109,8 @@ def test_pss_custom_loop_coordinator_reports_global_step_loss_and_shard_placemen
 
 def test_pss_keras_fit_with_tf_keras_reports_global_step_loss_and_shard_placement(tmp_path: Path) -> None:
     pytest.importorskip("tf_keras", reason="tf-keras (a test dependency) is needed for fit under PSS")
-    roles = "[roles.chief]\n[roles.ps]\ncount = 2\n[roles.worker]\ncount = 1\n"
-    path = profile(tmp_path, "pss_keras_fit.py", roles, "parameter_server", 'TF_USE_LEGACY_KERAS = "1"')
+    roles: Roles = {"chief": {}, "ps": 2, "worker": 1}
+    path = profile(tmp_path, "pss_keras_fit.py", roles, "parameter_server", {"TF_USE_LEGACY_KERAS": "1"})
     events = run_job(tmp_path, path, "it-al-pss-fit")
     assert_steps_rise_every_10(steps_of(events, "chief:0"), 80, "chief:0")
     assert_loss_present(events, "chief:0")
@@ -134,16 +123,16 @@ def test_pss_keras_fit_with_tf_keras_reports_global_step_loss_and_shard_placemen
 
 
 def test_mwms_custom_loop_each_worker_reports_its_step_and_loss(tmp_path: Path) -> None:
-    roles = "[roles.worker]\ncount = 2\n"
+    roles: Roles = {"worker": 2}
     events = run_job(tmp_path, profile(tmp_path, "mwms_custom_loop.py", roles, "multi_worker_mirrored",
-                                       'STEPS_PER_EPOCH = "40"'), "it-al-mwms-loop")
+                                       {"STEPS_PER_EPOCH": "40"}), "it-al-mwms-loop")
     for worker in ("worker:0", "worker:1"):
         assert_steps_rise_every_10(steps_of(events, worker), 120, worker)
         assert_loss_present(events, worker)
 
 
 def test_mwms_keras_fit_reports_per_batch_step_loss_and_mirrored_placement(tmp_path: Path) -> None:
-    roles = "[roles.worker]\ncount = 2\n"
+    roles: Roles = {"worker": 2}
     events = run_job(tmp_path, profile(tmp_path, "keras_fit_mwms.py", roles, "multi_worker_mirrored"),
                      "it-al-mwms-fit")
     for worker in ("worker:0", "worker:1"):
@@ -156,7 +145,7 @@ def test_mwms_keras_fit_reports_per_batch_step_loss_and_mirrored_placement(tmp_p
 
 
 def test_tf1_between_graph_reports_global_step_loss_and_variables_on_the_ps(tmp_path: Path) -> None:
-    roles = "[roles.ps]\ncount = 1\n[roles.worker]\ncount = 2\n"
+    roles: Roles = {"ps": 1, "worker": 2}
     path = profile(tmp_path, "tf1_between_graph.py", roles, "custom", top='success_policy = "all_workers"')
     events = run_job(tmp_path, path, "it-al-tf1")
     for worker in ("worker:0", "worker:1"):
@@ -173,7 +162,7 @@ def test_tf1_between_graph_reports_global_step_loss_and_variables_on_the_ps(tmp_
 
 
 def test_tf_summary_loop_reports_each_scalar_with_its_step(tmp_path: Path) -> None:
-    roles = "[roles.worker]\ncount = 1\n"
+    roles: Roles = {"worker": 1}
     events = run_job(tmp_path, profile(tmp_path, "summary_loop.py", roles, "custom"), "it-al-summary")
     assert_steps_rise_every_10(steps_of(events, "worker:0"), 199, "worker:0")
     assert_loss_present(events, "worker:0")
@@ -183,8 +172,8 @@ def test_tf_summary_loop_reports_each_scalar_with_its_step(tmp_path: Path) -> No
 
 def test_mwms_kill_9_of_a_worker_during_fit_recovers_to_succeeded(tmp_path: Path) -> None:
     """A worker that dies leaves its peer hanging in a collective; the group restart must end it."""
-    roles = "[roles.worker]\ncount = 2\n"
-    path = profile(tmp_path, "keras_fit_mwms.py", roles, "multi_worker_mirrored", 'EPOCHS = "3", STEPS = "60"')
+    roles: Roles = {"worker": 2}
+    path = profile(tmp_path, "keras_fit_mwms.py", roles, "multi_worker_mirrored", {"EPOCHS": "3", "STEPS": "60"})
     text = path.read_text().replace('restart = "never"', 'restart = "on-failure"\ngrace_seconds = 3')
     path.write_text(text)
     run_dir, run_id = tmp_path / "run", "it-al-mwms-kill"
@@ -212,9 +201,10 @@ def test_mwms_kill_9_of_a_worker_during_fit_recovers_to_succeeded(tmp_path: Path
 
 def test_legacy_keras_optimizer_custom_loop_reports_step_and_loss(tmp_path: Path) -> None:
     pytest.importorskip("tf_keras", reason="tf-keras (a test dependency) provides optimizers.legacy")
-    roles = "[roles.worker]\ncount = 1\n"
+    roles: Roles = {"worker": 1}
     # 3000 steps: under a millisecond each, 300 could be over in the few reads a loaded machine allows
-    path = profile(tmp_path, "legacy_optimizer_loop.py", roles, "custom", 'TF_USE_LEGACY_KERAS = "1", STEPS = "3000"')
+    path = profile(tmp_path, "legacy_optimizer_loop.py", roles, "custom",
+                   {"TF_USE_LEGACY_KERAS": "1", "STEPS": "3000"})
     events = run_job(tmp_path, path, "it-al-legacy")
     steps = steps_of(events, "worker:0")
     # its steps take well under a millisecond: read every 10 ms, they show every few dozen
@@ -250,7 +240,7 @@ def test_tf1_global_step_of_every_form_is_read_and_a_failed_way_falls_back_unsai
 
 
 def test_a_nan_loss_read_by_autolog_raises_nan_loss(tmp_path: Path) -> None:
-    events = run_job(tmp_path, profile(tmp_path, "nan_fit.py", "[roles.worker]\n", "custom"), "it-al-nan")
+    events = run_job(tmp_path, profile(tmp_path, "nan_fit.py", {"worker": {}}, "custom"), "it-al-nan")
     raised = [e for e in events if e["kind"] == "condition" and e["condition"] == "nan_loss"]
     assert raised and raised[0]["task"] == "worker:0" and raised[0]["active"], raised
     step = int(raised[0]["reason"].removeprefix("loss is NaN since step "))

@@ -17,30 +17,18 @@ from typing import Any
 import pytest
 
 from tests.integration.test_autolog_tf import FAST_ENV, REPO, SCRIPTS, run_job, steps_of
+from tests.profiles import Roles, build_profile
 
 pytestmark = pytest.mark.slow
 
-def roles(workers: int) -> str:
-    return f"[roles.ps]\ncount = 1\n[roles.worker]\ncount = {workers}\n"
+def roles(workers: int) -> Roles:
+    return {"ps": 1, "worker": workers}
 
 
-def profile(tmp_path: Path, command: str, workdir: Path, workers: int, env: str = "") -> Path:
-    path = tmp_path / "job.toml"
-    path.write_text(f"""
-name = "autolog-tf1-loss"
-strategy = "custom"
-success_policy = "all_workers"
-[defaults]
-command = "{command}"
-workdir = "{workdir}"
-env = {{ {FAST_ENV}{', ' + env if env else ''} }}
-restart = "never"
-[hosts.local]
-address = "localhost"
-transport = "local"
-{roles(workers)}
-""", encoding="utf-8")
-    return path
+def profile(tmp_path: Path, command: str, workdir: Path, workers: int, env: dict[str, str] | None = None) -> Path:
+    return build_profile(tmp_path / "job.toml", name="autolog-tf1-loss", strategy="custom",
+                         success_policy="all_workers", command=command, workdir=workdir,
+                         env={**FAST_ENV, **(env or {})}, restart="never", roles=roles(workers), role_hosts=False)
 
 
 def log_of(tmp_path: Path, task: str) -> list[str]:
@@ -90,7 +78,7 @@ def test_tf1_between_graph_script_that_fetches_its_unnamed_loss_reports_it(tmp_p
 
 def test_tf1_mnist_replica_script_that_never_fetches_its_loss_gets_it_and_its_validation_value(
         tmp_path: Path) -> None:
-    path = profile(tmp_path, "{python} tf1_mnist_replica.py", SCRIPTS, workers=2, env='TRAIN_STEPS = "200"')
+    path = profile(tmp_path, "{python} tf1_mnist_replica.py", SCRIPTS, workers=2, env={"TRAIN_STEPS": "200"})
     events = run_job(tmp_path, path, "it-al-tf1-loss-added")
     assert_no_global_step_line(tmp_path)
     for worker in ("worker:0", "worker:1"):

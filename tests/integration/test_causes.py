@@ -23,30 +23,18 @@ from tests.integration.jobtools import (
     read_events,
     start_cli,
     wait_for_event,
-    write_profile,
 )
+from tests.profiles import build_profile
 
 OOM_SCRIPT = "import sys\n# a list of 2 GiB under `ulimit -v` 1 GiB\nhog = bytearray(2 * 1024 ** 3)\n"
 
 
-def one_task_profile(tmp: Path, command: str, *, setup: str = "", extra: str = "", notify: str = "") -> Path:
-    return write_profile(tmp / "p.toml", f"""
-name = "it-causes"
-strategy = "custom"
-sample_interval = 0.2
-{extra}
-[defaults]
-command = '{command}'
-workdir = "{tmp}"
-restart = "never"
-grace_seconds = 2
-{setup}
-[hosts.local]
-address = "localhost"
-transport = "local"
-[roles.worker]
-hosts = ["local"]
-""" + (f"[notify]\ncommand = '{notify}'\n" if notify else ""))
+def one_task_profile(tmp: Path, command: str, *, setup: list[str] | None = None, top: str = "",
+                     notify: str = "") -> Path:
+    return build_profile(tmp / "p.toml", name="it-causes", strategy="custom", top="sample_interval = 0.2\n" + top,
+                         command=command, workdir=tmp, restart="never", grace=2,
+                         defaults={"setup": setup}, roles={"worker": {}},
+                         notify={"command": notify} if notify else None)
 
 
 def failed_state(events: list[dict[str, Any]], task: str = "worker:0") -> dict[str, Any]:
@@ -68,7 +56,7 @@ def test_a_memory_error_is_named_with_the_users_line_everywhere(tmp_path: Path) 
     (tmp_path / "oom.py").write_text(OOM_SCRIPT)
     seen = tmp_path / "seen"
     seen.mkdir()
-    profile = one_task_profile(tmp_path, "{python} oom.py", setup='setup = ["ulimit -v 1048576"]',
+    profile = one_task_profile(tmp_path, "{python} oom.py", setup=["ulimit -v 1048576"],
                                notify=f'echo "$DISTLAUNCH_CAUSE" > {seen}/"$DISTLAUNCH_EVENT"')
     out, failed = up_failing(tmp_path, profile, "it-cause-memerr")
     assert failed["cause"] == "MemoryError at oom.py:3"
@@ -162,7 +150,7 @@ def test_the_kernel_oom_killer_is_named_with_the_peak_rss(tmp_path: Path, limite
         "import time\ntime.sleep(1)\nblocks = []\nwhile True:\n    blocks.append(bytearray(4 * 2**20))\n"
         "    time.sleep(0.05)\n")
     profile = one_task_profile(tmp_path, "exec {python} grow.py",
-                               setup=f'setup = ["echo $$ > {limited_cgroup}/cgroup.procs"]')
+                               setup=[f"echo $$ > {limited_cgroup}/cgroup.procs"])
     out, failed = up_failing(tmp_path, profile, "it-cause-oomkill")
     assert (failed["signal"], failed["oom_kill"]) == ("SIGKILL", True), failed
     assert failed["cause"].startswith("killed by the kernel OOM killer (peak RSS "), failed["cause"]
@@ -174,10 +162,8 @@ def test_the_kernel_oom_killer_is_named_with_the_peak_rss(tmp_path: Path, limite
 def test_a_chief_losing_its_ps_names_the_ps_as_the_root_cause(tmp_path: Path) -> None:
     """A real ParameterServerStrategy job whose ps's Python is killed (its task's shell lives on, so
     the job goes on until the chief fails): the chief's UnavailableError is mapped to ps:0."""
-    profile = local_ps_profile(tmp_path, steps=100000, name="it-cause-ps")
-    text = profile.read_text().replace("grace_seconds = 5", 'grace_seconds = 5\nrestart = "never"')
-    text = text.replace("[roles.ps]\n", "[roles.ps]\ncommand = \"{python} examples/ps_mnist.py; sleep 600\"\n")
-    profile.write_text(text)
+    profile = local_ps_profile(tmp_path, steps=100000, name="it-cause-ps", defaults={"restart": "never"},
+                               roles={"ps": {"command": "{python} examples/ps_mnist.py; sleep 600"}})
     run_dir, run_id = tmp_path / "run", "it-cause-ps"
     proc = start_cli("up", str(profile), "--no-tui", "--run-dir", str(run_dir), "--run-id", run_id,
                      log=tmp_path / "up.log")

@@ -12,25 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.jobtools import cli, kill_run_processes, pids_with_run_id, write_profile
+from tests.integration.jobtools import cli, kill_run_processes, pids_with_run_id
 from tests.integration.otheruser import as_other, require_other_user, shared_tmp
+from tests.profiles import build_profile, local_host
 
 
 def _profile(tmp_path: Path) -> Path:
-    return write_profile(tmp_path / "quick.toml", f"""
-name = "quick"
-strategy = "custom"
-[defaults]
-command = "{{python}} -c 'print(1)'"
-python = "{sys.executable}"
-workdir = "{tmp_path}"
-restart = "never"
-[hosts.here]
-address = "localhost"
-transport = "local"
-[roles.worker]
-hosts = ["here"]
-""")
+    return build_profile(tmp_path / "quick.toml", name="quick", strategy="custom", command="{python} -c 'print(1)'",
+                         defaults={"python": sys.executable}, workdir=tmp_path, restart="never",
+                         hosts=[local_host("here")], roles={"worker": {}})
 
 
 @pytest.fixture

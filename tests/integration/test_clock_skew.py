@@ -13,7 +13,8 @@ import pytest
 from launcher import events as ev
 from launcher.rundir import read_events
 from launcher.telemetry.jobview import JobView
-from tests.integration.jobtools import cli, kill_run_processes, write_profile
+from tests.integration.jobtools import cli, kill_run_processes
+from tests.profiles import build_profile
 
 SKEW_S = 300
 
@@ -39,20 +40,10 @@ def test_a_host_five_minutes_ahead_is_corrected_and_told(tmp_path: Path) -> None
                       f"exec faketime -f +{SKEW_S}s {sys.executable} \"$@\"\n")
     skewed.chmod(0o755)
     (tmp_path / "task.py").write_text(TASK)
-    profile = write_profile(tmp_path / "skew.toml", f"""
-name = "skew"
-strategy = "custom"
-[defaults]
-command = "{sys.executable} task.py"  # under the agent: its faked clock is inherited
-python = "{skewed}"
-workdir = "{tmp_path}"
-restart = "never"
-[hosts.local]
-address = "localhost"
-transport = "local"
-[roles.worker]
-hosts = ["local"]
-""")
+    profile = build_profile(tmp_path / "skew.toml", name="skew", strategy="custom",
+                            command=f"{sys.executable} task.py",  # under the agent: its faked clock is inherited
+                            defaults={"python": str(skewed)}, workdir=tmp_path, restart="never",
+                            roles={"worker": {}})
     run_dir, run_id = tmp_path / "run", "it-clock-skew"
     started = time.time()
     try:

@@ -36,8 +36,8 @@ from tests.integration.jobtools import (
     start_cli,
     wait_for,
     wait_for_event,
-    write_profile,
 )
+from tests.profiles import build_profile, local_host, ssh_table, sshd_host
 from tests.sshd import PrivateSshd
 
 pytestmark = pytest.mark.slow
@@ -64,43 +64,16 @@ def nothing_left(run_id: str) -> bool:
     return not containers_of(run_id) and not pids_with_run_id(run_id)
 
 
-def host_section(sshd: PrivateSshd | None) -> str:
-    if sshd is None:
-        return '[hosts.box]\naddress = "localhost"\ntransport = "local"\n'
-    return f"""[ssh]
-user = "{sshd.user}"
-identity_file = "{sshd.identity_file}"
-known_hosts = "{sshd.known_hosts}"
-[hosts.box]
-address = "127.0.0.1"
-ssh_port = {sshd.port}
-"""
-
-
 def ps_profile(tmp: Path, image: str, *, sshd: PrivateSshd | None = None, steps: int = 20,
                orphan_grace: int = 60) -> Path:
     """The PSS job in the image; the chief waits for ``<outputs>/release`` half way."""
-    outputs = tmp / "outputs"
-    return write_profile(tmp / "ps.toml", f"""
-name = "it-containers"
-strategy = "parameter_server"
-orphan_grace_seconds = {orphan_grace}
-outputs = "{outputs}"
-[defaults]
-command = "{{python}} ps_release.py --steps {steps} --release {{outputs}}/release"
-workdir = "{SCRIPTS}"
-env = {{ TF_CPP_MIN_LOG_LEVEL = "2", DISTLAUNCH_AUTOLOG_INTERVAL = "0.01", DISTLAUNCH_REPORT_INTERVAL = "0" }}
-grace_seconds = 5
-container = {{ image = "{image}" }}
-{host_section(sshd)}
-[roles.chief]
-hosts = ["box"]
-[roles.ps]
-hosts = ["box"]
-[roles.worker]
-count = 2
-hosts = ["box"]
-""")
+    return build_profile(
+        tmp / "ps.toml", name="it-containers", strategy="parameter_server", orphan_grace=orphan_grace,
+        outputs=tmp / "outputs", command=f"{{python}} ps_release.py --steps {steps} --release {{outputs}}/release",
+        workdir=SCRIPTS, env={"TF_CPP_MIN_LOG_LEVEL": "2", "DISTLAUNCH_AUTOLOG_INTERVAL": "0.01",
+                              "DISTLAUNCH_REPORT_INTERVAL": "0"},
+        grace=5, defaults={"container": {"image": image}}, ssh=ssh_table(sshd) if sshd else None,
+        hosts=[sshd_host(sshd, "box") if sshd else local_host("box")], roles={"chief": {}, "ps": {}, "worker": 2})
 
 
 SECRET = "s3cr3t-" + secrets.token_hex(4)
@@ -108,28 +81,14 @@ SECRET = "s3cr3t-" + secrets.token_hex(4)
 SECRET_ENV = {"API_TOKEN": SECRET}
 
 
-def sleep_profile(tmp: Path, image: str, *, orphan_grace: int = 60, options: str = "") -> Path:
+def sleep_profile(tmp: Path, image: str, *, orphan_grace: int = 60, options: dict[str, Any] | None = None) -> Path:
     """Two workers that only sleep, in the image: what teardown must find and stop. Their env holds
     a secret from the launcher's environment (API_TOKEN), which must reach the container by name only."""
-    return write_profile(tmp / "sleep.toml", f"""
-name = "it-containers-sleep"
-strategy = "custom"
-orphan_grace_seconds = {orphan_grace}
-outputs = "{tmp / 'outputs'}"
-[defaults]
-command = "{{python}} -c 'import time; time.sleep(600)'"
-workdir = "{tmp}"
-grace_seconds = 2
-restart = "on-failure"
-env = {{ API_TOKEN = "${{env:API_TOKEN}}" }}
-container = {{ image = "{image}"{options} }}
-[hosts.box]
-address = "localhost"
-transport = "local"
-[roles.worker]
-count = 2
-hosts = ["box"]
-""")
+    return build_profile(tmp / "sleep.toml", name="it-containers-sleep", strategy="custom", orphan_grace=orphan_grace,
+                         outputs=tmp / "outputs", command="{python} -c 'import time; time.sleep(600)'", workdir=tmp,
+                         grace=2, restart="on-failure", env={"API_TOKEN": "${env:API_TOKEN}"},
+                         defaults={"container": {"image": image, **(options or {})}}, hosts=[local_host("box")],
+                         roles={"worker": 2})
 
 
 def running(run_dir: Path, task: str, restarts: int = 0, timeout: float = 120) -> dict[str, Any]:
@@ -324,7 +283,7 @@ def test_down_removes_the_containers_when_the_supervisor_and_the_agent_are_gone(
 
 def test_check_names_the_host_and_the_missing_image(tmp_path: Path, docker_image: str) -> None:
     missing = "distlaunch-test:no-such-tag"
-    profile = sleep_profile(tmp_path, missing, options=', pull = "never"')
+    profile = sleep_profile(tmp_path, missing, options={"pull": "never"})
     result = cli("check", str(profile), timeout=120, env=SECRET_ENV)
     assert result.returncode == 2, result.stdout + result.stderr
     lines = [ln for ln in result.stderr.splitlines() if missing in ln]
@@ -333,7 +292,7 @@ def test_check_names_the_host_and_the_missing_image(tmp_path: Path, docker_image
 
 def test_a_container_the_daemon_refuses_is_a_one_line_cause(tmp_path: Path, docker_image: str) -> None:
     run_dir, run_id = tmp_path / "run", f"it-ct-refused-{secrets.token_hex(2)}"
-    profile = sleep_profile(tmp_path, docker_image, options=', options = ["--device", "/dev/distlaunch-none"]')
+    profile = sleep_profile(tmp_path, docker_image, options={"options": ["--device", "/dev/distlaunch-none"]})
     try:
         up = cli("up", str(profile), "--no-tui", "--run-dir", str(run_dir), "--run-id", run_id, timeout=180,
                  env=SECRET_ENV)

@@ -10,7 +10,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tests.integration.jobtools import cli, kill_run_processes, read_events, start_cli, wait_for, write_profile
+from tests.integration.jobtools import cli, kill_run_processes, read_events, start_cli, wait_for
+from tests.profiles import build_profile
 
 
 def _state(run_dir: Path) -> dict[str, Any]:
@@ -27,22 +28,10 @@ def _starts(run_dir: Path) -> int:
 
 
 def test_a_pending_restart_survives_a_killed_supervisor_and_attach(tmp_path: Path) -> None:
-    profile = write_profile(tmp_path / "flaky.toml", f"""
-name = "flaky"
-strategy = "custom"
-[defaults]
-command = "sleep 0.3; exit 1"
-workdir = "{tmp_path}"
-restart = "on-failure"
-max_restarts = 3
-min_uptime = 0                  # quick failures are the point here, not a crash loop
-grace_seconds = 2
-[hosts.local]
-address = "localhost"
-transport = "local"
-[roles.worker]
-hosts = ["local"]
-""")
+    profile = build_profile(tmp_path / "flaky.toml", name="flaky", strategy="custom", command="sleep 0.3; exit 1",
+                            workdir=tmp_path, restart="on-failure", max_restarts=3,
+                            defaults={"min_uptime": 0},  # quick failures are the point here, not a crash loop
+                            grace=2, roles={"worker": {}})
     run_dir, run_id = tmp_path / "run", "it-detach-restart"
     up = start_cli("up", str(profile), "--no-tui", "--run-dir", str(run_dir), "--run-id", run_id,
                    log=tmp_path / "up.log")

@@ -9,6 +9,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from tests.integration.jobtools import REPO, cli, kill_run_processes, read_events
+from tests.profiles import profile_toml
 
 SCRIPT = """
 import time
@@ -19,15 +20,8 @@ for step in range(1, 31):
     time.sleep(0.05)
 """
 
-PROFILE = """
-name = "tb"
-sample_interval = 0.2
-[defaults]
-command = "{python} train.py"
-restart = "never"
-[roles.worker]
-count = 2
-"""
+PROFILE = profile_toml(name="tb", top="sample_interval = 0.2", command="{python} train.py", restart="never",
+                       hosts=(), roles={"worker": 2})
 
 
 def as_float32(x: float) -> float:

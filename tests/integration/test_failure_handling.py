@@ -9,13 +9,13 @@ import pytest
 
 from tests.integration.jobtools import cli, kill_run_processes, pids_with_run_id, read_events
 from tests.integration.test_fault_tolerance import job_end, job_states, shell_profile, states_of
+from tests.profiles import Roles
 
 
 def test_a_crash_loop_ends_the_job_with_its_reason(tmp_path: Path) -> None:
     """exit 3 right after every start: named a crash loop after 3 starts, not after all 11 allowed."""
     run_dir, run_id = tmp_path / "run", "it-crashloop"
-    profile = shell_profile(tmp_path, '[roles.worker]\nhosts = ["local"]\ncommand = "exit 3"\nmin_uptime = 30',
-                            max_restarts=10)
+    profile = shell_profile(tmp_path, {"worker": {"command": "exit 3", "min_uptime": 30}}, max_restarts=10)
     try:
         up = cli("up", str(profile), "--no-tui", "--run-dir", str(run_dir), "--run-id", run_id, timeout=120)
         assert up.returncode == 1, up.stdout[-2000:]
@@ -36,8 +36,7 @@ def test_failures_slower_than_min_uptime_are_not_a_crash_loop(tmp_path: Path) ->
     """The same exit code every time, but each run outlived min_uptime: max_restarts decides."""
     run_dir, run_id = tmp_path / "run", "it-nocrashloop"
     command = "sleep 0.6; exit 3"
-    profile = shell_profile(tmp_path, f'[roles.worker]\nhosts = ["local"]\ncommand = "{command}"\n'
-                            'min_uptime = 0.5', max_restarts=3)
+    profile = shell_profile(tmp_path, {"worker": {"command": command, "min_uptime": 0.5}}, max_restarts=3)
     try:
         up = cli("up", str(profile), "--no-tui", "--run-dir", str(run_dir), "--run-id", run_id, timeout=120)
         assert up.returncode == 1, up.stdout[-2000:]
@@ -73,10 +72,9 @@ WORKER = "until test -e {run_dir}/chief-term; do sleep 0.05; done; exit 1"
 def test_nothing_starts_after_the_jobs_end_event(tmp_path: Path) -> None:
     run_dir, run_id = tmp_path / "run", "it-end-race"
     (tmp_path / "chief.py").write_text(CHIEF)
-    roles = (f"[roles.ps]\nhosts = [\"local\"]\ncommand = '{PS}'\n"
-             f"[roles.worker]\nhosts = [\"local\"]\nrestart = \"never\"\ncommand = '{WORKER}'\n"
-             f"[roles.chief]\nhosts = [\"local\"]\ngrace_seconds = 60\n"
-             f"command = 'exec {{python}} {tmp_path}/chief.py {{run_dir}}'")  # exec: dash would fork
+    roles: Roles = {"ps": {"command": PS}, "worker": {"restart": "never", "command": WORKER},
+                    "chief": {"grace_seconds": 60,
+                              "command": f"exec {{python}} {tmp_path}/chief.py {{run_dir}}"}}  # exec: dash would fork
     profile = shell_profile(tmp_path, roles, strategy="parameter_server")
     try:
         up = cli("up", str(profile), "--no-tui", "--run-dir", str(run_dir), "--run-id", run_id, timeout=180)
@@ -111,8 +109,7 @@ def test_the_report_names_the_ps_that_failed_first_and_repeats_no_line(tmp_path:
     # the workers fail once the ps agent has recorded its task's end (only a final event has exited_at)
     worker = ("until grep -qs exited_at {run_dir}/tasks/ps-0/events.jsonl; do sleep 0.05; done; "
               "echo UnavailableError: ps:0 unreachable >&2; echo UnavailableError: ps:0 unreachable >&2; exit 1")
-    roles = (f'[roles.ps]\nhosts = ["local"]\ncommand = "{ps}"\n'
-             f'[roles.worker]\ncount = 2\nhosts = ["local"]\ncommand = "{worker}"')
+    roles: Roles = {"ps": {"command": ps}, "worker": {"count": 2, "command": worker}}
     profile = shell_profile(tmp_path, roles, max_restarts=2)
     try:
         up = cli("up", str(profile), "--no-tui", "--run-dir", str(run_dir), "--run-id", run_id, timeout=120)

@@ -27,29 +27,17 @@ from tests.integration.jobtools import (
     start_cli,
     wait_for,
     wait_for_event,
-    write_profile,
 )
+from tests.profiles import Roles, build_profile
 
 
-def shell_profile(tmp: Path, roles: str, *, strategy: str = "custom", extra: str = "",
+def shell_profile(tmp: Path, roles: Roles | str, *, strategy: str = "custom", top: str = "",
                   restart: str = "on-failure", max_restarts: int = 3) -> Path:
-    """A job of plain shell commands on this machine: no TensorFlow, so it runs in seconds."""
-    return write_profile(tmp / "shell.toml", f"""
-name = "it-faults"
-strategy = "{strategy}"
-orphan_grace_seconds = 30
-{extra}
-[defaults]
-command = "sleep 600"
-workdir = "{REPO}"
-restart = "{restart}"
-max_restarts = {max_restarts}
-grace_seconds = 2
-[hosts.local]
-address = "localhost"
-transport = "local"
-{roles}
-""")
+    """A job of plain shell commands on this machine: no TensorFlow, so it runs in seconds. ``roles``
+    as the builder takes them, or as the TOML of their tables."""
+    return build_profile(tmp / "shell.toml", name="it-faults", strategy=strategy, orphan_grace=30, top=top,
+                         command="sleep 600", workdir=REPO, restart=restart, max_restarts=max_restarts, grace=2,
+                         roles={} if isinstance(roles, str) else roles, extra=roles if isinstance(roles, str) else "")
 
 
 def states_of(events: list[dict[str, Any]], task: str) -> list[dict[str, Any]]:
@@ -95,7 +83,7 @@ def kill_launcher(launcher: subprocess.Popen[bytes] | None) -> None:
 
 def test_exit_code_policy_treats_3_as_permanent(tmp_path: Path) -> None:
     run_dir, run_id = tmp_path / "run", "it-ft-exit3"
-    profile = shell_profile(tmp_path, '[roles.worker]\nhosts = ["local"]\ncommand = "exit 3"',
+    profile = shell_profile(tmp_path, {"worker": {"command": "exit 3"}},
                             restart="exit-code")
     try:
         up = cli("up", str(profile), "--no-tui", "--run-dir", str(run_dir), "--run-id", run_id, timeout=60)
@@ -116,7 +104,7 @@ def test_exit_code_policy_retries_a_task_killed_by_a_signal(tmp_path: Path) -> N
     run_dir, run_id = tmp_path / "run", "it-ft-sig"
     # the first run kills itself with SIGKILL (exit 137); the restarted one finds its marker and exits 0
     once = "test -e {run_dir}/killed-once && exit 0; touch {run_dir}/killed-once; kill -9 $$"
-    profile = shell_profile(tmp_path, f'[roles.worker]\nhosts = ["local"]\ncommand = "{once}"',
+    profile = shell_profile(tmp_path, {"worker": {"command": once}},
                             restart="exit-code")
     try:
         up = cli("up", str(profile), "--no-tui", "--run-dir", str(run_dir), "--run-id", run_id, timeout=60)
@@ -136,7 +124,7 @@ def test_exit_code_policy_retries_a_task_killed_by_a_signal(tmp_path: Path) -> N
 def test_max_restarts_fails_the_job_after_backing_off(tmp_path: Path) -> None:
     run_dir, run_id = tmp_path / "run", "it-ft-maxr"
     # min_uptime = 0: quick failures are not a crash loop here, so max_restarts is what ends the job
-    profile = shell_profile(tmp_path, '[roles.worker]\nhosts = ["local"]\ncommand = "exit 1"\nmin_uptime = 0',
+    profile = shell_profile(tmp_path, {"worker": {"command": "exit 1", "min_uptime": 0}},
                             max_restarts=2)
     try:
         up = cli("up", str(profile), "--no-tui", "--run-dir", str(run_dir), "--run-id", run_id, timeout=60)
@@ -163,8 +151,8 @@ def test_backoff_limit_is_shared_by_the_whole_job(tmp_path: Path) -> None:
     # worker:0 decides and keeps running; worker:1 and worker:2 fail; each task could restart 5 times,
     # but the job as a whole may restart only once
     command = "test {index} = 0 && exec sleep 600; exit 1"
-    profile = shell_profile(tmp_path, f'[roles.worker]\ncount = 3\nhosts = ["local"]\ncommand = "{command}"',
-                            extra="backoff_limit = 1", max_restarts=5)
+    profile = shell_profile(tmp_path, {"worker": {"count": 3, "command": command}},
+                            top="backoff_limit = 1", max_restarts=5)
     try:
         up = cli("up", str(profile), "--no-tui", "--run-dir", str(run_dir), "--run-id", run_id, timeout=60)
         assert up.returncode == 1, up.stdout + up.stderr
@@ -195,9 +183,7 @@ def test_a_task_that_dies_while_its_group_restart_is_pending_is_not_judged_by_it
     launcher_events = "{run_dir}/../../events.jsonl"
     chief = (f"test -e {{run_dir}}/chief-once && exit 0; touch {{run_dir}}/chief-once {{run_dir}}/chief-up; "
              f"until grep -q restarting {launcher_events}; do sleep 0.05; done; exit 3")
-    roles = (f'[roles.ps]\nhosts = ["local"]\ncommand = "{ps}"\n'
-             f'[roles.worker]\nhosts = ["local"]\n'
-             f'[roles.chief]\nhosts = ["local"]\ncommand = "{chief}"')
+    roles: Roles = {"ps": {"command": ps}, "worker": {}, "chief": {"command": chief}}
     profile = shell_profile(tmp_path, roles, strategy="parameter_server", restart="exit-code")
     try:
         up = cli("up", str(profile), "--no-tui", "--run-dir", str(run_dir), "--run-id", run_id, timeout=60)
@@ -218,7 +204,7 @@ def test_a_start_error_no_restart_can_fix_fails_the_job_at_once(tmp_path: Path) 
     run_dir, run_id = tmp_path / "run", "it-ft-nostart"
     workdir = tmp_path / "gone"
     workdir.mkdir()
-    roles = f'[roles.worker]\nhosts = ["local"]\nworkdir = "{workdir}"\ncommand = "rmdir {workdir}; exit 1"'
+    roles: Roles = {"worker": {"workdir": str(workdir), "command": f"rmdir {workdir}; exit 1"}}
     profile = shell_profile(tmp_path, roles, max_restarts=5)
     try:
         up = cli("up", str(profile), "--no-tui", "--run-dir", str(run_dir), "--run-id", run_id, timeout=60)
@@ -246,8 +232,8 @@ def test_a_program_the_shell_cannot_run_is_not_retried(tmp_path: Path, command: 
     (exit 127 / 126) at start is final whatever the restart policy."""
     run_dir, run_id = tmp_path / "run", "it-ft-noexec"
     (tmp_path / "not-executable").write_text("#!/bin/sh\nexit 0\n")
-    roles = (f'[roles.worker]\nhosts = ["local"]\nworkdir = "{tmp_path}"\ncommand = "{command}"\n'
-             'env = { PROGRAM = "no-such-program-anywhere" }')
+    roles: Roles = {"worker": {"workdir": str(tmp_path), "command": command,
+                               "env": {"PROGRAM": "no-such-program-anywhere"}}}
     profile = shell_profile(tmp_path, roles, max_restarts=5)
     try:
         up = cli("up", str(profile), "--no-tui", "--run-dir", str(run_dir), "--run-id", run_id, timeout=60)
@@ -267,7 +253,7 @@ def test_a_program_exiting_127_by_itself_is_still_retried(tmp_path: Path) -> Non
     """Exit 127 alone is not the shell's "not found": a program may exit 127 for its own reasons."""
     run_dir, run_id = tmp_path / "run", "it-ft-127"
     command = "test -e {run_dir}/once && exit 0; touch {run_dir}/once; exit 127"
-    profile = shell_profile(tmp_path, f'[roles.worker]\nhosts = ["local"]\ncommand = "{command}"')
+    profile = shell_profile(tmp_path, {"worker": {"command": command}})
     try:
         up = cli("up", str(profile), "--no-tui", "--run-dir", str(run_dir), "--run-id", run_id, timeout=60)
         assert up.returncode == 0, up.stdout[-2000:]
@@ -281,7 +267,7 @@ def test_a_program_exiting_127_by_itself_is_still_retried(tmp_path: Path) -> Non
 
 def test_restart_from_another_process_goes_through_the_restart_machinery(tmp_path: Path) -> None:
     run_dir, run_id, log = tmp_path / "run", "it-ft-manual", tmp_path / "up.log"
-    profile = shell_profile(tmp_path, '[roles.ps]\nhosts = ["local"]\n[roles.worker]\nhosts = ["local"]')
+    profile = shell_profile(tmp_path, {"ps": {}, "worker": {}})
     launcher = None
     try:
         launcher = start_cli("up", str(profile), "--no-tui", "--run-dir", str(run_dir), "--run-id", run_id, log=log)
@@ -314,8 +300,7 @@ def test_restart_from_another_process_goes_through_the_restart_machinery(tmp_pat
 @pytest.mark.slow  # no TensorFlow task, but preflight imports TensorFlow for this strategy
 def test_mirrored_worker_failure_restarts_the_whole_worker_group(tmp_path: Path) -> None:
     run_dir, run_id, log = tmp_path / "run", "it-ft-mwms", tmp_path / "up.log"
-    profile = shell_profile(tmp_path, '[roles.worker]\ncount = 2\nhosts = ["local"]',
-                            strategy="multi_worker_mirrored")
+    profile = shell_profile(tmp_path, {"worker": 2}, strategy="multi_worker_mirrored")
     launcher = None
     try:
         launcher = start_cli("up", str(profile), "--no-tui", "--run-dir", str(run_dir), "--run-id", run_id, log=log)
@@ -447,7 +432,7 @@ def test_killed_ps_restarts_with_the_chief_which_resumes_from_its_checkpoint(tmp
 
 def test_detached_job_is_attached_again_then_downed_from_another_process(tmp_path: Path) -> None:
     run_dir, run_id, log = tmp_path / "run", "it-ft-attach", tmp_path / "attach.log"
-    profile = shell_profile(tmp_path, '[roles.worker]\ncount = 2\nhosts = ["local"]')
+    profile = shell_profile(tmp_path, {"worker": 2})
     attach = None
     try:
         up = cli("up", str(profile), "--detach", "--run-dir", str(run_dir), "--run-id", run_id, timeout=90)

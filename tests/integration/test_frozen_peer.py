@@ -21,8 +21,8 @@ from tests.integration.jobtools import (
     read_events,
     start_cli,
     wait_for_event,
-    write_profile,
 )
+from tests.profiles import build_profile
 
 pytestmark = pytest.mark.slow
 
@@ -43,22 +43,9 @@ def task_python(run_id: str, group: int, script: str) -> int:
 @pytest.mark.timeout(300)
 def test_a_frozen_mwms_worker_is_named_in_its_peers_cause(tmp_path: Path) -> None:
     # no stall capture (stall_seconds stays at its default, 300 s): the state comes from the samples
-    profile = write_profile(tmp_path / "p.toml", f"""
-name = "it-frozen-peer"
-strategy = "multi_worker_mirrored"
-[defaults]
-command = "{{python}} {SCRIPT}"
-workdir = "{REPO}"
-env = {{ TF_CPP_MIN_LOG_LEVEL = "2" }}
-restart = "never"
-grace_seconds = 2
-[hosts.local]
-address = "localhost"
-transport = "local"
-[roles.worker]
-count = 2
-hosts = ["local"]
-""")
+    profile = build_profile(tmp_path / "p.toml", name="it-frozen-peer", strategy="multi_worker_mirrored",
+                            command=f"{{python}} {SCRIPT}", workdir=REPO, env={"TF_CPP_MIN_LOG_LEVEL": "2"},
+                            restart="never", grace=2, roles={"worker": 2})
     run_dir, run_id = tmp_path / "run", "it-frozen-peer"
     proc = start_cli("up", str(profile), "--no-tui", "--run-dir", str(run_dir), "--run-id", run_id,
                      log=tmp_path / "up.log")
@@ -88,9 +75,8 @@ def test_a_frozen_parameter_server_is_named_as_the_suspect_of_the_stall(tmp_path
     """ParameterServerStrategy prints nothing when a ps freezes: its workers and chief just wait.
     What names it is the stall: the chief's step stops, the stacks capture finds ps:0 stopped,
     and the stall line says so."""
-    text = local_ps_profile(tmp_path, steps=1_000_000, name="it-frozen-ps", ports=True).read_text()
-    text = text.replace("grace_seconds = 5", "grace_seconds = 2\nstall_seconds = 4")
-    path = write_profile(tmp_path / "ps.toml", text)
+    path = local_ps_profile(tmp_path, steps=1_000_000, name="it-frozen-ps", ports=True, grace=2,
+                            defaults={"stall_seconds": 4})
     run_dir, run_id = tmp_path / "run", "it-frozen-ps"
     proc = start_cli("up", str(path), "--no-tui", "--run-dir", str(run_dir), "--run-id", run_id,
                      log=tmp_path / "up.log")

@@ -12,8 +12,9 @@ import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -25,8 +26,8 @@ from tests.integration.jobtools import (
     start_cli,
     wait_for,
     wait_for_event,
-    write_profile,
 )
+from tests.profiles import Host, build_profile, local_host, ssh_table, sshd_host
 from tests.sshd import PrivateSshd
 
 CHATTY = """
@@ -55,27 +56,13 @@ def small_disk() -> Iterator[Path]:
             mount.rmdir()
 
 
-LOCAL_HOST = '[hosts.local]\naddress = "localhost"\ntransport = "local"'
-
-
-def chatty_profile(tmp: Path, lines: int = 4000, extra: str = "", hosts: str = "", role_hosts: str = "") -> Path:
+def chatty_profile(tmp: Path, lines: int = 4000, top: str = "", ssh: dict[str, Any] | None = None,
+                   hosts: Sequence[Host] = (local_host(),), role_hosts: bool = False) -> Path:
     (tmp / "chatty.py").write_text(CHATTY)
-    return write_profile(tmp / "chatty.toml", f"""
-name = "chatty"
-strategy = "custom"
-orphan_grace_seconds = 4
-outputs = "{tmp}/outputs"
-{extra}
-[defaults]
-command = "{{python}} chatty.py {lines}"
-workdir = "{tmp}"
-python = "{sys.executable}"
-grace_seconds = 2
-{hosts or LOCAL_HOST}
-[roles.worker]
-count = 2
-{role_hosts}
-""")
+    return build_profile(tmp / "chatty.toml", name="chatty", strategy="custom", orphan_grace=4,
+                         outputs=f"{tmp}/outputs", top=top, command=f"{{python}} chatty.py {lines}", workdir=tmp,
+                         defaults={"python": sys.executable}, grace=2, ssh=ssh, hosts=hosts,
+                         roles={"worker": 2}, role_hosts=role_hosts)
 
 
 def _no_internal_error(*texts: str) -> None:
@@ -126,16 +113,10 @@ def test_a_full_launcher_run_dir_with_an_ssh_host_keeps_supervising(tmp_path: Pa
                                                                      sshd: PrivateSshd) -> None:
     """The host's run dir has room (its home); the launcher's does not: events wait in memory,
     state.json keeps its last whole version, and the job ends by its policy."""
-    hosts = f"""[ssh]
-user = "{sshd.user}"
-identity_file = "{sshd.identity_file}"
-known_hosts = "{sshd.known_hosts}"
-[hosts.box]
-address = "127.0.0.1"
-ssh_port = {sshd.port}"""
+    profile = chatty_profile(tmp_path, ssh=ssh_table(sshd), hosts=[sshd_host(sshd, "box")], role_hosts=True)
     run_dir, run_id = small_disk / "run", "it-full-ssh"
     try:
-        up = start_cli("up", str(chatty_profile(tmp_path, hosts=hosts, role_hosts='hosts = ["box"]')), "--no-tui",
+        up = start_cli("up", str(profile), "--no-tui",
                        "--run-dir", str(run_dir), "--run-id", run_id, log=tmp_path / "up.log")
         assert up.wait(timeout=120) == 0, (tmp_path / "up.log").read_text()[-3000:]
         told = (tmp_path / "up.log").read_text()
@@ -150,21 +131,9 @@ def test_full_outputs_fail_the_task_with_its_cause_not_a_frozen_job(tmp_path: Pa
     (tmp_path / "save.py").write_text("import os, sys\n"
                                       "with open(os.path.join(sys.argv[1], 'ckpt.bin'), 'wb') as fh:\n"
                                       "    fh.write(b'x' * (4 << 20))\n")
-    profile = write_profile(tmp_path / "save.toml", f"""
-name = "save"
-strategy = "custom"
-outputs = "{small_disk}/outputs"
-[defaults]
-command = "{{python}} save.py {{outputs}}"
-workdir = "{tmp_path}"
-python = "{sys.executable}"
-restart = "never"
-[hosts.local]
-address = "localhost"
-transport = "local"
-[roles.worker]
-count = 1
-""")
+    profile = build_profile(tmp_path / "save.toml", name="save", strategy="custom", outputs=f"{small_disk}/outputs",
+                            command="{python} save.py {outputs}", workdir=tmp_path,
+                            defaults={"python": sys.executable}, restart="never", role_hosts=False)
     run_dir, run_id = tmp_path / "run", "it-full-outputs"
     try:
         up = cli("up", str(profile), "--no-tui", "--run-dir", str(run_dir), "--run-id", run_id, timeout=120)

@@ -26,8 +26,8 @@ from tests.integration.jobtools import (
     start_cli,
     wait_for,
     wait_for_event,
-    write_profile,
 )
+from tests.profiles import Host, build_profile, local_host, ssh_table, sshd_host
 from tests.sshd import PrivateSshd
 
 pytestmark = [pytest.mark.slow]
@@ -38,23 +38,11 @@ TASK = ("i=0; while [ ! -e {scratch}/stop-$DISTLAUNCH_TASK ]; do i=$((i+1)); ech
         "exit $(cat {scratch}/stop-$DISTLAUNCH_TASK)")
 
 
-def profile(tmp: Path, scratch: Path, host_block: str, name: str) -> Path:
-    return write_profile(tmp / "adopt.toml", f"""
-name = "{name}"
-strategy = "custom"
-success_policy = "all_workers"
-orphan_grace_seconds = 60
-[defaults]
-command = "{TASK.format(scratch=scratch)}"
-workdir = "{REPO}"
-python = "{sys.executable}"
-restart = "never"
-grace_seconds = 2
-{host_block}
-[roles.worker]
-count = 2
-hosts = ["h"]
-""")
+def profile(tmp: Path, scratch: Path, host: Host, name: str, ssh: dict[str, Any] | None = None) -> Path:
+    return build_profile(tmp / "adopt.toml", name=name, strategy="custom", success_policy="all_workers",
+                         orphan_grace=60, command=TASK.format(scratch=scratch), workdir=REPO,
+                         defaults={"python": sys.executable}, restart="never", grace=2, ssh=ssh, hosts=[host],
+                         roles={"worker": 2})
 
 
 def host_agents(run_id: str) -> list[int]:
@@ -80,11 +68,11 @@ def seqs_exactly_once(events: list[dict[str, Any]]) -> None:
         assert seqs == list(range(seqs[0], seqs[0] + len(seqs))), f"{task}: {seqs[:5]}... not gap-free once"
 
 
-def run_adoption(tmp_path: Path, host_block: str, run_id: str) -> None:
+def run_adoption(tmp_path: Path, host: Host, run_id: str, ssh: dict[str, Any] | None = None) -> None:
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     run_dir = tmp_path / "run"
-    prof = profile(tmp_path, scratch, host_block, run_id)
+    prof = profile(tmp_path, scratch, host, run_id, ssh)
     log = tmp_path / "up.log"
     up = start_cli("up", str(prof), "--no-tui", "--run-id", run_id, "--run-dir", str(run_dir), log=log)
     try:
@@ -137,21 +125,11 @@ def run_adoption(tmp_path: Path, host_block: str, run_id: str) -> None:
 
 
 def test_a_killed_local_host_agent_is_replaced_and_its_tasks_adopted(tmp_path: Path) -> None:
-    block = '[hosts.h]\naddress = "localhost"\ntransport = "local"'
-    run_adoption(tmp_path, block, "it-adopt-local")
+    run_adoption(tmp_path, local_host("h"), "it-adopt-local")
 
 
 @pytest.mark.sshd
 @pytest.mark.parametrize("client", ["builtin", "openssh"])
 def test_a_killed_host_agent_over_ssh_is_replaced_and_its_tasks_adopted(tmp_path: Path, sshd: PrivateSshd,
                                                                         client: str) -> None:
-    block = f"""[ssh]
-client = "{client}"
-user = "{sshd.user}"
-identity_file = "{sshd.identity_file}"
-known_hosts = "{sshd.known_hosts}"
-[hosts.h]
-address = "127.0.0.1"
-ssh_port = {sshd.port}
-"""
-    run_adoption(tmp_path, block, f"it-adopt-{client}")
+    run_adoption(tmp_path, sshd_host(sshd, "h"), f"it-adopt-{client}", ssh_table(sshd, client=client))

@@ -27,9 +27,9 @@ from tests.integration.jobtools import (
     start_cli,
     wait_for,
     wait_for_event,
-    write_profile,
 )
 from tests.netns import NetnsLab, require_netns
+from tests.profiles import build_profile, netns_hosts, ps_mnist_command
 
 pytestmark = [pytest.mark.slow, pytest.mark.netns, pytest.mark.sshd]
 #: the partition tests run over both SSH transports: the built-in client and the system ssh client
@@ -39,66 +39,21 @@ TRANSPORTS = pytest.mark.parametrize("transport", ["ssh", "openssh"])
 TICKER = "{python} -u -c 'import time\nfor i in range(%d):\n    print(\"tick\", i, flush=True); time.sleep(0.1)'"
 
 
-def host_tables(lab: NetnsLab, connect_timeout: float = 5, transport: str = "ssh") -> str:
-    tables = []
-    for name, host in lab.hosts.items():
-        assert host.sshd is not None
-        tables.append(f"""
-[hosts.{name}]
-address = "{host.address}"
-transport = "{transport}"
-ssh_port = 22
-user = "{host.sshd.user}"
-identity_file = "{host.sshd.identity_file}"
-known_hosts = "{host.sshd.known_hosts}"
-connect_timeout = {connect_timeout}
-""")
-    return "".join(tables)
-
-
 def ps_profile(tmp: Path, lab: NetnsLab, steps: int) -> Path:
-    return write_profile(tmp / "ps.toml", f"""
-name = "it-netns-ps"
-orphan_grace_seconds = 60
-[defaults]
-command = "{{python}} examples/ps_mnist.py --steps {steps} --log-every 20 --checkpoint-dir {{run_dir}}/ckpt"
-python = "{sys.executable}"
-workdir = "{REPO}"
-env = {{ TF_CPP_MIN_LOG_LEVEL = "2" }}
-grace_seconds = 5
-{host_tables(lab)}
-[roles.ps]
-hosts = ["a"]
-[roles.worker]
-hosts = ["b"]
-[roles.chief]
-hosts = ["c"]
-""")
+    return build_profile(tmp / "ps.toml", name="it-netns-ps", orphan_grace=60, command=ps_mnist_command(steps),
+                         defaults={"python": sys.executable}, workdir=REPO, env={"TF_CPP_MIN_LOG_LEVEL": "2"}, grace=5,
+                         hosts=netns_hosts(lab, "ssh"),
+                         roles={"ps": {"hosts": ["a"]}, "worker": {"hosts": ["b"]}, "chief": {"hosts": ["c"]}})
 
 
 def ticker_profile(tmp: Path, lab: NetnsLab, *, ticks: int, orphan_grace: int, transport: str = "ssh") -> Path:
     """custom strategy: worker:0 on b ticks and decides success; ps:0 on a just waits."""
-    command = TICKER % ticks
-    return write_profile(tmp / "ticker.toml", f"""
-name = "it-netns-ticker"
-strategy = "custom"
-orphan_grace_seconds = {orphan_grace}
-[defaults]
-python = "{sys.executable}"
-workdir = "{REPO}"
-grace_seconds = 2
-restart = "on-failure"
-max_restarts = 3
-{host_tables(lab, transport=transport)}
-[roles.ps]
-hosts = ["a"]
-command = "sleep 600"
-[roles.worker]
-hosts = ["b"]
-command = {json.dumps(command)}
-[metrics]
-step = 'tick (\\d+)'
-""")
+    return build_profile(tmp / "ticker.toml", name="it-netns-ticker", strategy="custom", orphan_grace=orphan_grace,
+                         defaults={"python": sys.executable}, workdir=REPO, grace=2, restart="on-failure",
+                         max_restarts=3, hosts=netns_hosts(lab, transport),
+                         roles={"ps": {"hosts": ["a"], "command": "sleep 600"},
+                                "worker": {"hosts": ["b"], "command": TICKER % ticks}},
+                         metrics={"step": r"tick (\d+)"})
 
 
 @pytest.fixture

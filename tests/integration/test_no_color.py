@@ -9,14 +9,9 @@ import time
 from pathlib import Path
 
 from tests.integration.jobtools import PYTHON, REPO, kill_run_processes
+from tests.profiles import profile_toml
 
-PROFILE = """
-name = "colors"
-[defaults]
-command = "{python} -c 'print(1)'"
-[roles.worker]
-count = 1
-"""
+PROFILE = profile_toml(name="colors", command="{python} -c 'print(1)'", hosts=())
 
 
 def up_in_a_terminal(tmp_path: Path, run_id: str, env: dict[str, str]) -> bytes:

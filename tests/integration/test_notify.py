@@ -5,27 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests.integration.jobtools import cli, kill_run_processes, pids_with_run_id
-
-PROFILE = """
-name = "notified"
-[defaults]
-command = '{{python}} -c "{code}"'
-restart = "on-failure"
-max_restarts = {max_restarts}
-env = {{ API_TOKEN = "s3cret-value", SEED = "7" }}
-[roles.worker]
-count = 1
-[notify]
-command = '{notify}'
-timeout_seconds = {timeout}
-"""
+from tests.profiles import build_profile
 
 
 def write_profile(tmp_path: Path, *, code: str, notify: str, max_restarts: int = 0, timeout: float = 30) -> Path:
-    path = tmp_path / "p.toml"
-    path.write_text(PROFILE.format(code=code, notify=notify, max_restarts=max_restarts, timeout=timeout),
-                    encoding="utf-8")
-    return path
+    return build_profile(tmp_path / "p.toml", name="notified", command=f'{{python}} -c "{code}"', restart="on-failure",
+                         max_restarts=max_restarts, env={"API_TOKEN": "s3cret-value", "SEED": "7"}, hosts=(),
+                         notify={"command": notify, "timeout_seconds": timeout})
 
 
 def read_env(path: Path) -> dict[str, str]:

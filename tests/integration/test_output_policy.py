@@ -16,6 +16,7 @@ from tests.integration.jobtools import (
     start_cli,
     wait_for,
 )
+from tests.profiles import build_profile
 
 NAN_SCRIPT = """
 import os, sys, time
@@ -39,27 +40,10 @@ while not os.path.exists("release") and time.time() < deadline:
 
 def nan_profile(tmp_path: Path, on_nan: str, then: str) -> Path:
     (tmp_path / "nan.py").write_text(NAN_SCRIPT)
-    path = tmp_path / "nan.toml"
-    path.write_text(f"""
-name = "nan"
-strategy = "custom"
-success_policy = "all_workers"
-[defaults]
-command = "{{python}} nan.py {then} {{index}}"
-workdir = "{tmp_path}"
-on_nan = "{on_nan}"
-grace_seconds = 2
-autolog = false
-[hosts.local]
-address = "localhost"
-transport = "local"
-[roles.worker]
-count = 2
-[metrics]
-step = 'step (\\d+)'
-loss = 'loss[ =:]+(\\S+)'
-""")
-    return path
+    return build_profile(tmp_path / "nan.toml", name="nan", strategy="custom", success_policy="all_workers",
+                         command=f"{{python}} nan.py {then} {{index}}", workdir=tmp_path,
+                         defaults={"on_nan": on_nan, "autolog": False}, grace=2, roles={"worker": 2},
+                         role_hosts=False, metrics={"step": r"step (\d+)", "loss": r"loss[ =:]+(\S+)"})
 
 
 def conditions(run_dir: Path, name: str) -> list[dict[str, Any]]:
@@ -131,30 +115,10 @@ time.sleep(600 if role == "ps" else 3)
 
 def oom_profile(tmp_path: Path, action: str) -> Path:
     (tmp_path / "oom.py").write_text(OOM_SCRIPT)
-    path = tmp_path / "oom.toml"
-    path.write_text(f"""
-name = "oom"
-strategy = "parameter_server"
-[defaults]
-command = "{{python}} oom.py {{role}}"
-workdir = "{tmp_path}"
-restart = "on-failure"
-max_restarts = 2
-grace_seconds = 2
-autolog = false
-[hosts.local]
-address = "localhost"
-transport = "local"
-[roles.ps]
-count = 1
-[roles.chief]
-count = 1
-
-[[log_policies]]
-pattern = "CUDA_ERROR_OUT_OF_MEMORY"
-action = "{action}"
-""")
-    return path
+    return build_profile(tmp_path / "oom.toml", name="oom", strategy="parameter_server",
+                         command="{python} oom.py {role}", workdir=tmp_path, restart="on-failure", max_restarts=2,
+                         grace=2, defaults={"autolog": False}, roles={"ps": 1, "chief": 1}, role_hosts=False,
+                         log_policies=[{"pattern": "CUDA_ERROR_OUT_OF_MEMORY", "action": action}])
 
 
 def test_a_no_retry_line_keeps_the_task_and_its_group_from_restarting(tmp_path: Path) -> None:

@@ -8,19 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.jobtools import REPO, cli, read_events, write_profile
+from tests.integration.jobtools import REPO, cli, read_events
+from tests.profiles import build_profile
 
 
 def profile_with_python(tmp: Path, python: str) -> Path:
-    return write_profile(tmp / "p.toml", f"""
-name = "it-preflight"
-[defaults]
-command = "{{python}} examples/ps_mnist.py --steps 10"
-python = "{python}"
-workdir = "{REPO}"
-[roles.ps]
-[roles.worker]
-""")
+    return build_profile(tmp / "p.toml", name="it-preflight", command="{python} examples/ps_mnist.py --steps 10",
+                         defaults={"python": python}, workdir=REPO, hosts=(), roles={"ps": {}, "worker": {}})
 
 
 def _one_error(stderr: str) -> str:

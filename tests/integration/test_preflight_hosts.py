@@ -21,12 +21,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.jobtools import cli, kill_run_processes, pids_with_run_id, read_events, write_profile
+from tests.integration.jobtools import cli, kill_run_processes, pids_with_run_id, read_events
+from tests.profiles import build_profile, local_host, ssh_table, sshd_host
 from tests.sshd import PrivateSshd, free_port, require_sshd
 
 #: a task that binds its own port on every address, as TF's gRPC server does: it fails if the
 #: preflight still held the port
-BIND_PORT = "{python} -c 'import socket, sys; s = socket.socket(); s.bind((\\\"0.0.0.0\\\", int(sys.argv[1])))' {port}"
+BIND_PORT = "{python} -c 'import socket, sys; s = socket.socket(); s.bind((\"0.0.0.0\", int(sys.argv[1])))' {port}"
 
 
 def require_root_tool(tool: str) -> None:
@@ -55,32 +56,12 @@ def firewall(*rules: list[str]) -> Iterator[None]:
 
 def two_local_hosts(tmp: Path, *, command: str, ports: tuple[int, int] | None = None, top: str = "",
                     worker_python: str = sys.executable) -> Path:
-    port_line = f"port = {ports[0]}" if ports else ""
-    return write_profile(tmp / "two.toml", f"""
-name = "it-preflight-hosts"
-strategy = "custom"
-{top}
-[defaults]
-command = "{command}"
-python = "{sys.executable}"
-workdir = "{tmp}"
-restart = "never"
-[hosts.a]
-address = "localhost"
-transport = "local"
-tf_address = "127.0.0.2"
-[hosts.b]
-address = "localhost"
-transport = "local"
-tf_address = "127.0.0.3"
-[roles.ps]
-hosts = ["a"]
-[roles.worker]
-count = 2
-hosts = ["b"]
-python = "{worker_python}"
-{port_line}
-""")
+    return build_profile(tmp / "two.toml", name="it-preflight-hosts", strategy="custom", top=top, command=command,
+                         defaults={"python": sys.executable}, workdir=tmp, restart="never",
+                         hosts=[local_host("a", tf_address="127.0.0.2"), local_host("b", tf_address="127.0.0.3")],
+                         roles={"ps": {"hosts": ["a"]},
+                                "worker": {"count": 2, "hosts": ["b"], "python": worker_python,
+                                           "port": ports[0] if ports else None}})
 
 
 def test_a_dropped_port_times_out_a_rejected_one_is_refused_and_nothing_starts(tmp_path: Path) -> None:
@@ -177,30 +158,12 @@ def test_two_ssh_hosts_side_by_side_and_a_launch_over_both(tmp_path: Path) -> No
     through the one-exec path, whose reach check rides the same channel."""
     require_sshd()
     with PrivateSshd(address="127.0.0.2") as one, PrivateSshd(address="127.0.0.3") as two:
-        hosts = "".join(f"""
-[hosts.{name}]
-address = "{server.address}"
-ssh_port = {server.port}
-user = "{server.user}"
-identity_file = "{server.identity_file}"
-known_hosts = "{server.known_hosts}"
-ssh_config = false
-""" for name, server in (("a", one), ("b", two)))
-        profile = write_profile(tmp_path / "ssh.toml", f"""
-name = "it-preflight-ssh"
-strategy = "parameter_server"
-[defaults]
-command = "{BIND_PORT}"
-python = "{sys.executable}"
-workdir = "{tmp_path}"
-restart = "never"
-{hosts}
-[roles.ps]
-hosts = ["a"]
-[roles.worker]
-count = 2
-hosts = ["b"]
-""")
+        hosts = [sshd_host(server, name, server.address, **ssh_table(server, ssh_config=False))
+                 for name, server in (("a", one), ("b", two))]
+        profile = build_profile(tmp_path / "ssh.toml", name="it-preflight-ssh", strategy="parameter_server",
+                                command=BIND_PORT, defaults={"python": sys.executable}, workdir=tmp_path,
+                                restart="never", hosts=hosts,
+                                roles={"ps": {"hosts": ["a"]}, "worker": {"count": 2, "hosts": ["b"]}})
         result = cli("check", "--json", str(profile), timeout=240)
         assert result.returncode == 0, result.stderr
         table = json.loads(result.stdout)

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tests.integration.jobtools import cli, pids_with_run_id, read_events, write_profile
+from tests.integration.jobtools import cli, pids_with_run_id, read_events
+from tests.profiles import Host, build_profile, local_host, ssh_table, sshd_host
 from tests.sshd import PrivateSshd
 
 # every task of a good profile touches a file in the marker dir: none may appear after a refusal
@@ -31,48 +33,19 @@ def project(tmp: Path) -> Path:
     return proj
 
 
-def make_profile(tmp: Path, host_block: str, *, workdir: str, command: str, ps_command: str | None = None,
-                 ssh_block: str = "") -> Path:
-    ps_line = f'command = "{ps_command}"' if ps_command else ""
-    return write_profile(tmp / "p.toml", f"""
-name = "it-preflight-paths"
-strategy = "custom"
-[defaults]
-command = "{command}"
-python = "{sys.executable}"
-workdir = "{workdir}"
-restart = "never"
-{ssh_block}
-{host_block}
-[roles.ps]
-hosts = ["box"]
-{ps_line}
-[roles.worker]
-count = 2
-hosts = ["box"]
-""")
+def make_profile(tmp: Path, host: Host, *, workdir: str, command: str, ps_command: str | None = None,
+                 ssh: dict[str, Any] | None = None) -> Path:
+    return build_profile(tmp / "p.toml", name="it-preflight-paths", strategy="custom", command=command,
+                         defaults={"python": sys.executable}, workdir=workdir, restart="never", ssh=ssh, hosts=[host],
+                         roles={"ps": {"command": ps_command} if ps_command else {}, "worker": 2})
 
 
-LOCAL_HOST = """
-[hosts.box]
-address = "localhost"
-transport = "local"
-"""
+LOCAL_HOST = local_host("box")
 
 
-def ssh_blocks(server: PrivateSshd, identity: str | None = None) -> tuple[str, str]:
-    ssh = f"""
-[ssh]
-user = "{server.user}"
-identity_file = "{identity or server.identity_file}"
-known_hosts = "{server.known_hosts}"
-"""
-    host = f"""
-[hosts.box]
-address = "127.0.0.1"
-ssh_port = {server.port}
-"""
-    return ssh, host
+def ssh_blocks(server: PrivateSshd, identity: str | None = None) -> tuple[dict[str, Any], Host]:
+    ssh = ssh_table(server, identity_file=identity) if identity else ssh_table(server)
+    return ssh, sshd_host(server, "box")
 
 
 def assert_refused(tmp: Path, profile: Path, *needles: str) -> str:
@@ -133,8 +106,7 @@ def test_local_host(tmp_path: Path, mistake: str) -> None:
 def test_ssh_host(tmp_path: Path, sshd: PrivateSshd, mistake: str) -> None:
     workdir, command, ps_command, needles = _setup(tmp_path, mistake)
     ssh, host = ssh_blocks(sshd)
-    profile = make_profile(tmp_path, host, workdir=workdir, command=command, ps_command=ps_command,
-                           ssh_block=ssh)
+    profile = make_profile(tmp_path, host, workdir=workdir, command=command, ps_command=ps_command, ssh=ssh)
     line = assert_refused(tmp_path, profile, "host box", *needles)
     if mistake == "workdir":
         assert workdir in line
@@ -145,7 +117,7 @@ def test_missing_identity_file_is_named(tmp_path: Path, sshd: PrivateSshd) -> No
     proj = project(tmp_path)
     ssh, host = ssh_blocks(sshd, identity=str(tmp_path / "id_missing"))
     profile = make_profile(tmp_path, host, workdir=str(proj), command=f"{{python}} train.py {tmp_path}/markers",
-                           ssh_block=ssh)
+                           ssh=ssh)
     assert_refused(tmp_path, profile, "identity_file", str(tmp_path / "id_missing"))
 
 

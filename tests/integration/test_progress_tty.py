@@ -18,6 +18,7 @@ import pytest
 from launcher import events as ev
 from launcher.rundir import RunDir
 from tests.integration.jobtools import PYTHON, REPO
+from tests.profiles import build_profile
 
 
 def run_on_pty(args: list[str], env: dict[str, str], timeout: float = 120) -> tuple[int, str]:
@@ -86,8 +87,8 @@ def test_prune_and_export_draw_progress_on_a_terminal_and_clear_it(home: Path, t
 
 
 def test_check_draws_progress_for_the_host_steps(home: Path, tmp_path: Path) -> None:
-    (tmp_path / "p.toml").write_text('[defaults]\ncommand = "{python} -c pass"\nworkdir = "."\n'
-                                     "[roles.worker]\ncount = 2\n", encoding="utf-8")
+    build_profile(tmp_path / "p.toml", name=None, command="{python} -c pass", workdir=".", hosts=(),
+                  roles={"worker": 2})
     env = {"DISTLAUNCH_HOME": str(home), "DISTLAUNCH_PROGRESS_AFTER": "0", "TERM": "xterm",
            "HOME": str(tmp_path)}  # the job's outputs folder, which check makes, stays in tmp
     rc, out = run_on_pty(["check", str(tmp_path / "p.toml")], env)

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tests.integration.jobtools import cli, write_profile
+from tests.integration.jobtools import cli
+from tests.profiles import build_profile, ssh_host
 from tests.sshd import PrivateSshd
 
 pytestmark = [pytest.mark.sshd]
@@ -29,21 +31,10 @@ def proxy_config(tmp: Path, server: PrivateSshd, extra: str = "", via: str = "%r
     return path
 
 
-def profile(tmp: Path, config: Path, server: PrivateSshd, ssh_extra: str = "") -> Path:
-    return write_profile(tmp / "p.toml", f"""
-name = "proxy-names"
-strategy = "custom"
-[defaults]
-command = "true"
-[ssh]
-ssh_config = "{config}"
-known_hosts = "{server.known_hosts}"
-{ssh_extra}
-[hosts.target]
-address = "target-alias"
-[roles.chief]
-hosts = ["target"]
-""")
+def profile(tmp: Path, config: Path, server: PrivateSshd, ssh_extra: dict[str, Any] | None = None) -> Path:
+    return build_profile(tmp / "p.toml", name="proxy-names", strategy="custom", command="true",
+                         ssh={"ssh_config": str(config), "known_hosts": str(server.known_hosts), **(ssh_extra or {})},
+                         hosts=[ssh_host("target", "target-alias")], roles={"chief": {}})
 
 
 def one_line_error(result: subprocess.CompletedProcess[str]) -> str:
@@ -59,7 +50,7 @@ def test_a_profile_user_with_shell_characters_is_refused_before_any_proxycommand
         tmp_path: Path, sshd: PrivateSshd) -> None:
     marker = tmp_path / "pwned"
     config = proxy_config(tmp_path, sshd)
-    path = profile(tmp_path, config, sshd, ssh_extra=f'user = "{sshd.user}$(touch {marker})"')
+    path = profile(tmp_path, config, sshd, ssh_extra={"user": f"{sshd.user}$(touch {marker})"})
     err = one_line_error(cli("check", str(path), timeout=120))
     assert "ssh.user" in err and "$" in err
     assert not marker.exists()
@@ -82,7 +73,7 @@ def test_what_a_proxycommand_expands_is_shell_quoted(tmp_path: Path, sshd: Priva
     assert str(marker) == str(marker).lower()
     config = proxy_config(tmp_path, sshd, extra=f"    User {sshd.user}\n    HostKeyAlias x$(>{marker})\n", via="%k")
     # the alias is no host key in known_hosts: the connection fails, after the ProxyCommand ran
-    result = cli("check", str(profile(tmp_path, config, sshd, ssh_extra="connect_timeout = 3")), timeout=120)
+    result = cli("check", str(profile(tmp_path, config, sshd, ssh_extra={"connect_timeout": 3})), timeout=120)
     assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr
     assert not marker.exists()
 

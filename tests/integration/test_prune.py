@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.jobtools import cli, kill_run_processes, pids_with_run_id, wait_for, write_profile
+from tests.integration.jobtools import cli, kill_run_processes, pids_with_run_id, wait_for
+from tests.profiles import build_profile, local_host, ssh_table, sshd_host
 from tests.sshd import PrivateSshd
 
 pytestmark = pytest.mark.sshd
@@ -18,30 +19,11 @@ TASK = "import os, sys; open(os.path.join(sys.argv[1], os.environ['DISTLAUNCH_RU
 
 def _profile(tmp_path: Path, server: PrivateSshd | None, name: str, command: str) -> Path:
     """A one-task profile on an SSH host ``box`` of ``server``, or (None) on a local host ``here``."""
-    host = f"""[ssh]
-user = "{server.user}"
-identity_file = "{server.identity_file}"
-known_hosts = "{server.known_hosts}"
-[hosts.box]
-address = "127.0.0.1"
-ssh_port = {server.port}
-[roles.worker]
-hosts = ["box"]""" if server else """[hosts.here]
-address = "localhost"
-transport = "local"
-[roles.worker]
-hosts = ["here"]"""
-    return write_profile(tmp_path / f"{name}.toml", f"""
-name = "{name}"
-strategy = "custom"
-outputs = "{tmp_path}/outputs/{{name}}"
-[defaults]
-command = "{command}"
-python = "{sys.executable}"
-workdir = "{tmp_path}"
-restart = "never"
-{host}
-""")
+    host = sshd_host(server, "box") if server else local_host("here")
+    return build_profile(tmp_path / f"{name}.toml", name=name, strategy="custom",
+                         outputs=f"{tmp_path}/outputs/{{name}}", command=command,
+                         defaults={"python": sys.executable}, workdir=tmp_path, restart="never",
+                         ssh=ssh_table(server) if server else None, hosts=[host], roles={"worker": {}})
 
 
 def _host_dir(run_dir: Path, host: str = "box") -> Path:

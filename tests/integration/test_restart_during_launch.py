@@ -50,9 +50,7 @@ class SlowLaunch(Restarts):
 
 
 def test_a_restart_due_during_the_launch_starts_its_group_after_the_launch(tmp_path: Path) -> None:
-    roles = f'[roles.ps]\nhosts = ["local"]\ncommand = "{PS}"\n[roles.worker]\nhosts = ["local"]\n' \
-            '[roles.chief]\nhosts = ["local"]'
-    profile = shell_profile(tmp_path, roles, strategy="parameter_server")
+    profile = shell_profile(tmp_path, {"ps": {"command": PS}, "worker": {}, "chief": {}}, strategy="parameter_server")
     plan = build_plan(load_profile(profile))
     config = plan.profile.hosts["local"]
     session = HostSession(config, make_host(config), RUN, str(tmp_path / "host"), sys.executable)

@@ -14,6 +14,7 @@ import pytest
 
 from tests.integration.jobtools import cli
 from tests.integration.otheruser import as_other, require_other_user, shared_tmp
+from tests.profiles import local_host, profile_toml
 
 RUN_ID = "planted-20260101-000000-beef"
 
@@ -118,8 +119,8 @@ def test_a_recorded_profile_others_may_write_is_not_run_again(tmp_path: Path) ->
     recorded = run_dir / "profile.toml"
     # (a chief, where the run had a worker: a distlaunch that read it anyway stops at the mismatch
     # instead of starting a supervisor)
-    recorded.write_text(f'name = "p"\nstrategy = "custom"\n[defaults]\ncommand = "{python}"\n'
-                        '[hosts.h]\naddress = "localhost"\ntransport = "local"\n[roles.chief]\nhosts = ["h"]\n')
+    recorded.write_text(profile_toml(name="p", strategy="custom", command=str(python), hosts=[local_host("h")],
+                                     roles={"chief": {}}))
     recorded.chmod(0o666)
     result = cli("attach", str(run_dir), "--no-tui", timeout=60)
     line = _one_line(result.stderr)

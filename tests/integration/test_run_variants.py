@@ -9,7 +9,8 @@ import os
 import signal
 from pathlib import Path
 
-from tests.integration.jobtools import cli, kill_run_processes, wait_for, write_profile
+from tests.integration.jobtools import cli, kill_run_processes, wait_for
+from tests.profiles import build_profile
 
 TOKEN = "tok-9f8e7d6c5b4a"
 
@@ -27,20 +28,10 @@ time.sleep(float(os.environ.get("HOLD", "0")))
 
 def _profile(tmp_path: Path, version: str, hold: float = 0) -> Path:
     (tmp_path / "task.py").write_text(TASK)
-    return write_profile(tmp_path / "variants.toml", f"""
-name = "variants"
-strategy = "custom"
-[defaults]
-command = "{{python}} task.py --version {version}"
-workdir = "{tmp_path}"
-env = {{ API_TOKEN = "${{env:DL_IT_TOKEN}}", VERSION = "{version}", HOLD = "{hold}" }}
-restart = "never"
-[hosts.local]
-address = "localhost"
-transport = "local"
-[roles.worker]
-hosts = ["local"]
-""")
+    return build_profile(tmp_path / "variants.toml", name="variants", strategy="custom",
+                         command=f"{{python}} task.py --version {version}", workdir=tmp_path,
+                         env={"API_TOKEN": "${env:DL_IT_TOKEN}", "VERSION": version, "HOLD": str(hold)},
+                         restart="never", roles={"worker": {}})
 
 
 def _outputs(tmp_path: Path, task: str) -> list[dict]:
@@ -128,20 +119,9 @@ print("seen", len(seen), flush=True)
 def test_outputs_belong_to_the_job_and_outlive_runs_and_down(tmp_path: Path) -> None:
     (tmp_path / "keep.py").write_text(OUTPUTS_TASK)
     outputs = tmp_path / "outs"
-    profile = write_profile(tmp_path / "keep.toml", f"""
-name = "keeper"
-strategy = "custom"
-outputs = "{outputs}/{{name}}"
-[defaults]
-command = "{{python}} keep.py {{outputs}}"
-workdir = "{tmp_path}"
-restart = "never"
-[hosts.local]
-address = "localhost"
-transport = "local"
-[roles.worker]
-hosts = ["local"]
-""")
+    profile = build_profile(tmp_path / "keep.toml", name="keeper", strategy="custom", outputs=f"{outputs}/{{name}}",
+                            command="{python} keep.py {outputs}", workdir=tmp_path, restart="never",
+                            roles={"worker": {}})
     runs = []
     try:
         for n in range(2):
@@ -160,25 +140,10 @@ hosts = ["local"]
 
 def test_setup_lines_run_in_the_chosen_shell_before_the_command(tmp_path: Path) -> None:
     (tmp_path / "sub").mkdir()
-    profile = write_profile(tmp_path / "setup.toml", f"""
-name = "setup"
-strategy = "custom"
-success_policy = "all_workers"
-[defaults]
-command = "echo \\"greeting=$GREETING bash=${{BASH_VERSION:+yes}} dir=$(basename $PWD)\\""
-setup = ["export GREETING=hi-from-setup", "cd sub"]
-shell = "bash -lc"
-workdir = "{tmp_path}"
-restart = "never"
-[hosts.local]
-address = "localhost"
-transport = "local"
-[roles.worker]
-count = 2
-hosts = ["local"]
-[roles.worker.env]
-X = "1"
-""")
+    profile = build_profile(tmp_path / "setup.toml", name="setup", strategy="custom", success_policy="all_workers",
+                            command='echo "greeting=$GREETING bash=${BASH_VERSION:+yes} dir=$(basename $PWD)"',
+                            defaults={"setup": ["export GREETING=hi-from-setup", "cd sub"], "shell": "bash -lc"},
+                            workdir=tmp_path, restart="never", roles={"worker": {"count": 2, "env": {"X": "1"}}})
     run_dir, run_id = tmp_path / "run", "it-setup"
     try:
         ok = cli("up", str(profile), "--no-tui", "--run-dir", str(run_dir), "--run-id", run_id)

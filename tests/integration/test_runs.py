@@ -9,22 +9,12 @@ from pathlib import Path
 from typing import Any
 
 from tests.integration.jobtools import cli, kill_run_processes, start_cli, wait_for
-
-PROFILE = """
-name = "{name}"
-[defaults]
-command = '{{python}} -c "{code}"'
-restart = "on-failure"
-max_restarts = {max_restarts}
-[roles.worker]
-count = 1
-"""
+from tests.profiles import build_profile
 
 
 def write_profile(tmp_path: Path, name: str, code: str, max_restarts: int = 0) -> Path:
-    path = tmp_path / f"{name}.toml"
-    path.write_text(PROFILE.format(name=name, code=code, max_restarts=max_restarts), encoding="utf-8")
-    return path
+    return build_profile(tmp_path / f"{name}.toml", name=name, command=f'{{python}} -c "{code}"', restart="on-failure",
+                         max_restarts=max_restarts, hosts=())
 
 
 def runs_json(env: dict[str, str]) -> list[dict[str, Any]]:

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from launcher import cli as cli_module
-from tests.integration.jobtools import cli, kill_run_processes, pids_with_run_id, read_events, wait_for, write_profile
+from tests.integration.jobtools import cli, kill_run_processes, pids_with_run_id, read_events, wait_for
+from tests.profiles import build_profile
 
 CMD_TOKEN = "cmd-secret-7f3a91c2"
 SET_TOKEN = "set-secret-0b5e44d8"
@@ -38,21 +39,9 @@ def _everything_under(path: Path) -> list[Path]:
 
 def test_secrets_reach_the_task_and_nothing_else(tmp_path: Path) -> None:
     (tmp_path / "show.py").write_text(SHOW)
-    profile = write_profile(tmp_path / "secret.toml", f"""
-name = "secret"
-strategy = "custom"
-outputs = "{tmp_path}/outputs"
-[defaults]
-command = "{{python}} show.py '${{env:DL_CMD_TOKEN}}'"
-workdir = "{tmp_path}"
-python = "{sys.executable}"
-grace_seconds = 2
-[hosts.local]
-address = "localhost"
-transport = "local"
-[roles.worker]
-count = 1
-""")
+    profile = build_profile(tmp_path / "secret.toml", name="secret", strategy="custom", outputs=f"{tmp_path}/outputs",
+                            command="{python} show.py '${env:DL_CMD_TOKEN}'", workdir=tmp_path,
+                            defaults={"python": sys.executable}, grace=2, role_hosts=False)
     run_dir, run_id = tmp_path / "run", "it-secrets"
     try:
         up = cli("up", str(profile), "--detach", "--run-dir", str(run_dir), "--run-id", run_id,
@@ -105,21 +94,9 @@ def test_a_run_whose_set_secret_is_kept_nowhere_is_not_taken_over_blindly(tmp_pa
     """A new supervisor would restart tasks with "****" in place of the secret: attach says why
     it cannot take the run over instead, in one line."""
     (tmp_path / "show.py").write_text(SHOW)
-    profile = write_profile(tmp_path / "p.toml", f"""
-name = "secret2"
-strategy = "custom"
-outputs = "{tmp_path}/outputs"
-[defaults]
-command = "{{python}} show.py x"
-workdir = "{tmp_path}"
-python = "{sys.executable}"
-grace_seconds = 2
-[hosts.local]
-address = "localhost"
-transport = "local"
-[roles.worker]
-count = 1
-""")
+    profile = build_profile(tmp_path / "p.toml", name="secret2", strategy="custom", outputs=f"{tmp_path}/outputs",
+                            command="{python} show.py x", workdir=tmp_path,
+                            defaults={"python": sys.executable}, grace=2, role_hosts=False)
     run_dir, run_id = tmp_path / "run", "it-secrets-adopt"
     try:
         up = cli("up", str(profile), "--detach", "--run-dir", str(run_dir), "--run-id", run_id,

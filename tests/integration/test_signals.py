@@ -24,43 +24,22 @@ from tests.integration.jobtools import (
     supervisor_pid,
     wait_for,
     wait_for_event,
-    write_profile,
 )
+from tests.profiles import build_profile, ssh_table, sshd_host
 from tests.sshd import PrivateSshd
 
 pytestmark = pytest.mark.slow
 
-SLEEPER = """
-name = "{name}"
-orphan_grace_seconds = {orphan_grace}
-[defaults]
-command = '{{python}} -c "import time; time.sleep(600)"'
-python = "{python}"
-workdir = "/tmp"
-grace_seconds = 2
-{hosts}
-[roles.worker]
-count = 2
-{role_hosts}
-"""
+SLEEP = '{python} -c "import time; time.sleep(600)"'
 
 
-def sleeper_profile(tmp: Path, name: str, orphan_grace: int = 60, sshd: PrivateSshd | None = None) -> Path:
-    hosts, role_hosts = "", ""
-    if sshd is not None:
-        hosts = f"""
-[ssh]
-user = "{sshd.user}"
-identity_file = "{sshd.identity_file}"
-known_hosts = "{sshd.known_hosts}"
-[hosts.box]
-address = "127.0.0.1"
-ssh_port = {sshd.port}
-"""
-        role_hosts = 'hosts = ["box"]'
-    return write_profile(tmp / f"{name}.toml", SLEEPER.format(name=name, orphan_grace=orphan_grace,
-                                                              python=sys.executable, hosts=hosts,
-                                                              role_hosts=role_hosts))
+def sleeper_profile(tmp: Path, name: str, orphan_grace: int = 60, sshd: PrivateSshd | None = None, *,
+                    command: str = SLEEP, python: str | Path = sys.executable, grace: float = 2) -> Path:
+    """Two workers that sleep, on this machine (or on ``sshd``'s host ``box``)."""
+    return build_profile(tmp / f"{name}.toml", name=name, orphan_grace=orphan_grace, command=command,
+                         defaults={"python": str(python)}, workdir="/tmp", grace=grace,
+                         ssh=ssh_table(sshd) if sshd else None, hosts=[sshd_host(sshd, "box")] if sshd else (),
+                         roles={"worker": 2})
 
 
 def start_running(tmp: Path, run_id: str, *extra: str, profile: Path | None = None
@@ -280,13 +259,10 @@ def test_ctrl_c_again_after_2s_abandons_the_wait_without_noise_and_the_stop_stil
     """Tasks that ignore SIGTERM keep the teardown in its grace; a second Ctrl-C then leaves at
     once, and the supervisor still finishes the stop (SIGKILL after the grace)."""
     run_id = "sig-abandon"
-    profile = write_profile(tmp_path / "stubborn.toml", SLEEPER.format(
-        name="stubborn", orphan_grace=60, python=sys.executable, hosts="", role_hosts="").replace(
-        """'{python} -c "import time; time.sleep(600)"'""",
-        """'exec {python} -c "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); """
-        """print(chr(114) + chr(101) + chr(97) + chr(100) + chr(121), flush=True); time.sleep(600)"'"""
-    ).replace(
-        "grace_seconds = 2", "grace_seconds = 6"))
+    profile = sleeper_profile(
+        tmp_path, "stubborn", grace=6,
+        command='exec {python} -c "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); '
+                'print(chr(114) + chr(101) + chr(97) + chr(100) + chr(121), flush=True); time.sleep(600)"')
     launcher, run_dir = start_running(tmp_path, run_id, "--no-tui", profile=profile)
     try:
         # a SIGTERM before the handler is in place would end the tasks at once: wait for each to say so
@@ -315,8 +291,7 @@ def test_sigterm_during_the_preflight_starts_nothing_and_says_so(tmp_path: Path)
     slow_python = tmp_path / "slowpython"  # the hosts' python answers after 3 s: the preflight is under way
     slow_python.write_text(f"#!/bin/sh\nsleep 3\nexec {sys.executable} \"$@\"\n")
     slow_python.chmod(0o755)
-    profile = write_profile(tmp_path / "slow.toml", SLEEPER.format(
-        name="slow", orphan_grace=60, python=slow_python, hosts="", role_hosts=""))
+    profile = sleeper_profile(tmp_path, "slow", python=slow_python)
     run_dir = tmp_path / "run"
     launcher = start_cli("up", str(profile), "--no-tui", "--run-dir", str(run_dir), "--run-id", run_id,
                          log=tmp_path / "up.log")

@@ -26,8 +26,8 @@ from tests.integration.jobtools import (
     read_events,
     wait_for,
     wait_for_event,
-    write_profile,
 )
+from tests.profiles import build_profile, ps_mnist_command, table
 from tests.slurm import SlurmCluster
 
 pytest_plugins = ["tests.slurm"]
@@ -35,21 +35,9 @@ pytestmark = [pytest.mark.slow]
 
 
 def slurm_profile(tmp: Path, steps: int) -> Path:
-    return write_profile(tmp / "slurm.toml", f"""
-name = "it-slurm"
-orphan_grace_seconds = 30
-[defaults]
-command = "{{python}} examples/ps_mnist.py --steps {steps} --log-every 20 --checkpoint-dir {{run_dir}}/ckpt"
-python = "{PYTHON}"
-workdir = "{REPO}"
-env = {{ TF_CPP_MIN_LOG_LEVEL = "2" }}
-grace_seconds = 5
-[slurm]
-[roles.ps]
-[roles.worker]
-count = 2
-[roles.chief]
-""")
+    return build_profile(tmp / "slurm.toml", name="it-slurm", orphan_grace=30, command=ps_mnist_command(steps),
+                         defaults={"python": PYTHON}, workdir=REPO, env={"TF_CPP_MIN_LOG_LEVEL": "2"}, grace=5,
+                         hosts=(), roles={"ps": {}, "worker": 2, "chief": {}}, extra=table("slurm", {}))
 
 
 def salloc_up(cluster: SlurmCluster, profile: Path, run_dir: Path, run_id: str,
@@ -212,7 +200,7 @@ def test_export_sbatch_runs_the_job_as_a_batch_job(tmp_path: Path, slurm_cluster
 
 
 def test_export_sbatch_needs_a_slurm_table(tmp_path: Path) -> None:
-    profile = write_profile(tmp_path / "p.toml", '[defaults]\ncommand = "{python} t.py"\n[roles.worker]\n')
+    profile = build_profile(tmp_path / "p.toml", name=None, command="{python} t.py", hosts=(), roles={"worker": {}})
     result = cli("export", "sbatch", str(profile))
     assert result.returncode == 2 and "has no [slurm] table" in result.stderr
     assert "Traceback" not in result.stderr

@@ -16,7 +16,8 @@ import pytest
 from launcher.errors import HostError
 from launcher.model import HostConfig, SshSettings
 from launcher.transport import SshHost
-from tests.integration.jobtools import REPO, cli, kill_run_processes, pids_with_run_id, read_events, write_profile
+from tests.integration.jobtools import REPO, cli, kill_run_processes, pids_with_run_id, read_events
+from tests.profiles import build_profile, ps_mnist_command, ssh_host
 from tests.sshd import PrivateSshd, free_port, require_sshd
 
 pytestmark = [pytest.mark.sshd]
@@ -103,27 +104,10 @@ def test_a_job_runs_on_an_alias_through_a_jump_host(tmp_path: Path,
 
 
 def alias_profile(tmp: Path, config: Path, kh: Path) -> Path:
-    ports = [free_port() for _ in range(3)]
-    return write_profile(tmp / "jump.toml", f"""
-name = "it-jump"
-[defaults]
-command = "{{python}} examples/ps_mnist.py --steps 40 --log-every 20 --checkpoint-dir {{run_dir}}/ckpt"
-python = "{sys.executable}"
-workdir = "{REPO}"
-env = {{ TF_CPP_MIN_LOG_LEVEL = "2" }}
-grace_seconds = 5
-[ssh]
-ssh_config = "{config}"
-known_hosts = "{kh}"
-[hosts.t]
-address = "target-alias"
-[roles.ps]
-port = {ports[0]}
-[roles.worker]
-port = {ports[1]}
-[roles.chief]
-port = {ports[2]}
-""")
+    return build_profile(tmp / "jump.toml", name="it-jump", command=ps_mnist_command(40),
+                         defaults={"python": sys.executable}, workdir=REPO, env={"TF_CPP_MIN_LOG_LEVEL": "2"}, grace=5,
+                         ssh={"ssh_config": str(config), "known_hosts": str(kh)}, hosts=[ssh_host("t", "target-alias")],
+                         roles={role: {"port": free_port()} for role in ("ps", "worker", "chief")}, role_hosts=False)
 
 
 def test_an_unknown_jump_host_key_is_refused_in_one_line_and_nothing_starts(

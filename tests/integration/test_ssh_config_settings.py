@@ -17,7 +17,8 @@ import pytest
 from launcher.errors import HostError
 from launcher.model import HostConfig, SshSettings
 from launcher.transport import SshHost
-from tests.integration.jobtools import cli, wait_for, write_profile
+from tests.integration.jobtools import cli, wait_for
+from tests.profiles import build_profile, ssh_host
 from tests.sshd import PrivateSshd, require_sshd
 
 pytestmark = [pytest.mark.sshd]
@@ -189,17 +190,8 @@ def test_controlmaster_settings_are_ignored(tmp_path: Path, private_sshd: Privat
 def test_check_exits_2_naming_the_host_and_the_setting(tmp_path: Path) -> None:
     config = tmp_path / "ssh_config"
     config.write_text("Host card\n    HostName 127.0.0.1\n    PKCS11Provider /usr/lib/opensc-pkcs11.so\n")
-    profile = write_profile(tmp_path / "p.toml", f"""
-name = "refuse"
-[defaults]
-command = "true"
-[ssh]
-ssh_config = "{config}"
-[hosts.cardhost]
-address = "card"
-[roles.chief]
-hosts = ["cardhost"]
-""")
+    profile = build_profile(tmp_path / "p.toml", name="refuse", command="true", ssh={"ssh_config": str(config)},
+                            hosts=[ssh_host("cardhost", "card")], roles={"chief": {}})
     result = cli("check", str(profile), timeout=120)
     assert result.returncode == 2, result.stdout + result.stderr
     assert "Traceback" not in result.stderr

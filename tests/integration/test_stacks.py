@@ -12,6 +12,7 @@ import signal
 import stat
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ import pytest
 
 from launcher.agent.procs import pid_alive
 from tests.integration.jobtools import cli, kill_run_processes, read_events, start_cli, wait_for, wait_for_event
+from tests.profiles import Host, Roles, build_profile, local_host, ssh_table, sshd_host
 from tests.sshd import PrivateSshd
 
 HANG = """\
@@ -44,26 +46,12 @@ FRAME = f"wait_for_peer (hang.py:{HANG_LINE})"
 NO_PYSPY = {"DISTLAUNCH_PYSPY": "/nonexistent"}
 
 
-def profile(tmp: Path, *, workers: int, stall_seconds: float = 0, extra: str = "", hosts: str = "") -> Path:
+def profile(tmp: Path, *, workers: int, stall_seconds: float = 0, roles: Roles | None = None,
+            ssh: dict[str, Any] | None = None, hosts: Sequence[Host] = (local_host(),)) -> Path:
     (tmp / "hang.py").write_text(HANG)
-    path = tmp / "job.toml"
-    path.write_text(f"""
-name = "stacks"
-strategy = "custom"
-[defaults]
-command = "{{python}} hang.py"
-python = "{sys.executable}"
-workdir = "{tmp}"
-stall_seconds = {stall_seconds}
-grace_seconds = 2
-{hosts or '''[hosts.local]
-address = "localhost"
-transport = "local"'''}
-[roles.worker]
-count = {workers}
-{extra}
-""")
-    return path
+    return build_profile(tmp / "job.toml", name="stacks", strategy="custom", command="{python} hang.py",
+                         defaults={"python": sys.executable, "stall_seconds": stall_seconds}, workdir=tmp, grace=2,
+                         ssh=ssh, hosts=hosts, roles={"worker": workers, **(roles or {})}, role_hosts=False)
 
 
 def stacks(run: str, *args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
@@ -161,7 +149,7 @@ def test_a_stall_captures_stacks_once_and_names_the_frame_then_stacks_shows_it(t
 
 def test_without_py_spy_faulthandler_answers_and_without_autolog_one_line_says_what_would(tmp_path: Path) -> None:
     run_dir, run_id = tmp_path / "run", "it-stacks-fh"
-    job = profile(tmp_path, workers=1, extra="[roles.ps]\ncount = 1\nautolog = false\n")
+    job = profile(tmp_path, workers=1, roles={"ps": {"count": 1, "autolog": False}})
     try:
         up = cli("up", str(job), "--detach", "--run-dir", str(run_dir), "--run-id", run_id, env=NO_PYSPY)
         assert up.returncode == 0, up.stderr
@@ -200,15 +188,9 @@ def test_without_py_spy_faulthandler_answers_and_without_autolog_one_line_says_w
 @pytest.mark.sshd
 def test_over_ssh_the_request_rides_the_follow_channel(tmp_path: Path, sshd: PrivateSshd) -> None:
     run_dir, run_id = tmp_path / "run", "it-stacks-ssh"
-    hosts = f"""[ssh]
-user = "{sshd.user}"
-identity_file = "{sshd.identity_file}"
-known_hosts = "{sshd.known_hosts}"
-[hosts.box]
-address = "127.0.0.1"
-ssh_port = {sshd.port}"""
     log = tmp_path / "up.log"
-    launcher = start_cli("up", str(profile(tmp_path, workers=2, hosts=hosts)), "--no-tui", "--run-dir", str(run_dir),
+    job = profile(tmp_path, workers=2, ssh=ssh_table(sshd), hosts=[sshd_host(sshd, "box")])
+    launcher = start_cli("up", str(job), "--no-tui", "--run-dir", str(run_dir),
                          "--run-id", run_id, log=log)
 
     def execs() -> int:

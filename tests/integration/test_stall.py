@@ -8,9 +8,11 @@ import json
 import signal
 import time
 from pathlib import Path
+from typing import Any
 
 from launcher.telemetry.steprate import RATE_WINDOW_S
 from tests.integration.jobtools import cli, kill_run_processes, read_events, start_cli, wait_for, wait_for_event
+from tests.profiles import build_profile
 
 STALLING = """
 import os, sys, time
@@ -29,26 +31,11 @@ print("done", flush=True)
 """
 
 
-def profile(tmp_path: Path, on_stall: str, env: str = "", script: str = STALLING) -> Path:
+def profile(tmp_path: Path, on_stall: str, defaults: dict[str, Any] | None = None, script: str = STALLING) -> Path:
     (tmp_path / "stall.py").write_text(script)
-    path = tmp_path / "job.toml"
-    path.write_text(f"""
-name = "stall"
-strategy = "custom"
-[defaults]
-command = "{{python}} stall.py"
-workdir = "{tmp_path}"
-stall_seconds = 3
-on_stall = "{on_stall}"
-grace_seconds = 2
-{env}
-[hosts.local]
-address = "localhost"
-transport = "local"
-[roles.worker]
-count = 1
-""")
-    return path
+    return build_profile(tmp_path / "job.toml", name="stall", strategy="custom", command="{python} stall.py",
+                         workdir=tmp_path, defaults={"stall_seconds": 3, "on_stall": on_stall, **(defaults or {})},
+                         grace=2, role_hosts=False)
 
 
 def test_a_task_that_stops_advancing_is_marked_stalled_in_time_and_shown(tmp_path: Path) -> None:
@@ -99,7 +86,7 @@ def test_on_stall_restart_recovers_the_job(tmp_path: Path) -> None:
 def test_a_task_that_keeps_stalling_fails_the_job_after_max_restarts(tmp_path: Path) -> None:
     run_dir, run_id = tmp_path / "run", "it-stall-max"
     try:
-        result = cli("up", str(profile(tmp_path, "restart", 'max_restarts = 1\nenv = { ALWAYS_STALL = "1" }')),
+        result = cli("up", str(profile(tmp_path, "restart", {"max_restarts": 1, "env": {"ALWAYS_STALL": "1"}})),
                      "--no-tui", "--run-dir", str(run_dir), "--run-id", run_id, timeout=180)
         assert result.returncode != 0
         job = [e for e in read_events(run_dir) if e["kind"] == "job"][-1]

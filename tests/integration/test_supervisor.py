@@ -33,6 +33,7 @@ from tests.integration.jobtools import (
     wait_for_event,
     write_profile,
 )
+from tests.profiles import build_profile
 
 pytestmark = pytest.mark.slow
 
@@ -100,24 +101,10 @@ print("finished", flush=True)
 
 def ticker_profile(tmp: Path, name: str, notify: str = "", workers: int = 2, orphan_grace: int = 60) -> Path:
     (tmp / "ticker.py").write_text(TICKER)
-    notify_table = f"[notify]\ncommand = '{notify}'\n" if notify else ""
-    return write_profile(tmp / f"{name}.toml", f"""
-name = "{name}"
-strategy = "custom"
-orphan_grace_seconds = {orphan_grace}
-[defaults]
-command = "{{python}} ticker.py {tmp / 'finish'}"
-workdir = "{tmp}"
-restart = "on-failure"
-max_restarts = 3
-grace_seconds = 2
-[hosts.local]
-address = "localhost"
-transport = "local"
-[roles.worker]
-count = {workers}
-hosts = ["local"]
-{notify_table}""")
+    return build_profile(tmp / f"{name}.toml", name=name, strategy="custom", orphan_grace=orphan_grace,
+                         command=f"{{python}} ticker.py {tmp / 'finish'}", workdir=tmp, restart="on-failure",
+                         max_restarts=3, grace=2, roles={"worker": workers},
+                         notify={"command": notify} if notify else None)
 
 
 def _tmux(socket: str, *args: str) -> subprocess.CompletedProcess[str]:
@@ -196,20 +183,8 @@ wait_for_peer()
 def test_a_stall_while_detached_is_captured_and_attach_shows_it(tmp_path: Path) -> None:
     run_dir, run_id = tmp_path / "run", f"sup-stall-{secrets.token_hex(2)}"
     (tmp_path / "hang.py").write_text(STALLING)
-    profile = write_profile(tmp_path / "stall.toml", f"""
-name = "stall"
-strategy = "custom"
-[defaults]
-command = "{{python}} hang.py"
-workdir = "{tmp_path}"
-stall_seconds = 3
-grace_seconds = 2
-[hosts.local]
-address = "localhost"
-transport = "local"
-[roles.worker]
-count = 1
-""")
+    profile = build_profile(tmp_path / "stall.toml", name="stall", strategy="custom", command="{python} hang.py",
+                            workdir=tmp_path, defaults={"stall_seconds": 3}, grace=2, role_hosts=False)
     attach: subprocess.Popen[bytes] | None = None
     try:
         up = cli("up", str(profile), "--detach", "--run-dir", str(run_dir), "--run-id", run_id, timeout=120)
@@ -386,18 +361,8 @@ def test_a_quiet_client_keeps_its_stream_past_the_send_timeout(tmp_path: Path) -
     (tmp_path / "tick.py").write_text("import time\nfrom launcher import report\nreport.configure(min_interval=0)\n"
                                       "for step in range(1, 21):\n    report.report(step=step, loss=1.0)\n"
                                       "    time.sleep(0.2)\n")
-    profile = write_profile(tmp_path / "quiet.toml", f"""
-name = "quiet"
-strategy = "custom"
-[defaults]
-command = "{{python}} tick.py"
-workdir = "{tmp_path}"
-[hosts.local]
-address = "localhost"
-transport = "local"
-[roles.worker]
-count = 1
-""")
+    profile = build_profile(tmp_path / "quiet.toml", name="quiet", strategy="custom", command="{python} tick.py",
+                            workdir=tmp_path, role_hosts=False)
     run_dir, run_id = tmp_path / "run", f"sup-quiet-{secrets.token_hex(2)}"
     try:
         up = cli("up", str(profile), "--json", "--run-dir", str(run_dir), "--run-id", run_id, timeout=120,

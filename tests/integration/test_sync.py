@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from launcher.remote.sync import Excludes
-from tests.integration.jobtools import cli, kill_run_processes, write_profile
+from tests.integration.jobtools import cli, kill_run_processes
+from tests.profiles import build_profile, ssh_table, sshd_host, table
 from tests.sshd import PrivateSshd
 
 pytestmark = pytest.mark.sshd
@@ -33,27 +34,11 @@ def test_sync_creates_the_workdir_sends_only_changes_and_the_job_runs_from_it(tm
                                                                                private_sshd: PrivateSshd) -> None:
     src = _source(tmp_path)
     workdir = tmp_path / "remote" / "work"  # does not exist yet; on the ssh host (this machine)
-    profile = write_profile(src / "sync.toml", f"""
-name = "sync"
-strategy = "custom"
-outputs = "{tmp_path}/outputs"
-[sync]
-exclude = ["data/", "*.tmp"]
-[defaults]
-command = "{{python}} train.py"
-python = "{sys.executable}"
-workdir = "{workdir}"
-restart = "never"
-[ssh]
-user = "{private_sshd.user}"
-identity_file = "{private_sshd.identity_file}"
-known_hosts = "{private_sshd.known_hosts}"
-[hosts.box]
-address = "127.0.0.1"
-ssh_port = {private_sshd.port}
-[roles.worker]
-hosts = ["box"]
-""")
+    profile = build_profile(src / "sync.toml", name="sync", strategy="custom", outputs=f"{tmp_path}/outputs",
+                            command="{python} train.py", defaults={"python": sys.executable}, workdir=workdir,
+                            restart="never", ssh=ssh_table(private_sshd), hosts=[sshd_host(private_sshd, "box")],
+                            roles={"worker": {}},
+                            extra=table("sync", {"exclude": ["data/", "*.tmp"]}))
     run_id = "it-sync"
     try:
         first = cli("up", str(profile), "--no-tui", "--run-dir", str(tmp_path / "run1"), "--run-id", run_id)

@@ -18,8 +18,8 @@ from tests.integration.jobtools import (
     start_cli,
     wait_for,
     wait_for_event,
-    write_profile,
 )
+from tests.profiles import build_profile, ps_mnist_command
 
 pytestmark = pytest.mark.slow
 
@@ -27,20 +27,10 @@ INTERVAL = 0.5
 
 
 def two_ps_profile(tmp: Path, steps: int) -> Path:
-    return write_profile(tmp / "two-ps.toml", f"""
-name = "it-telemetry"
-sample_interval = {INTERVAL}
-[defaults]
-command = "{{python}} examples/ps_mnist.py --steps {steps} --log-every 20 --checkpoint-dir {{run_dir}}/ckpt"
-workdir = "{REPO}"
-env = {{ TF_CPP_MIN_LOG_LEVEL = "2" }}
-grace_seconds = 5
-[roles.ps]
-count = 2
-[roles.worker]
-count = 1
-[roles.chief]
-""")
+    return build_profile(
+        tmp / "two-ps.toml", name="it-telemetry", top=f"sample_interval = {INTERVAL}",
+        command=ps_mnist_command(steps),
+        workdir=REPO, env={"TF_CPP_MIN_LOG_LEVEL": "2"}, grace=5, hosts=(), roles={"ps": 2, "worker": 1, "chief": {}})
 
 
 def _tree_rss(pid: int) -> int:
@@ -107,17 +97,10 @@ def test_metrics_samples_and_placement_of_a_two_ps_job(tmp_path: Path) -> None:
 
 
 def test_unmodified_script_gets_metrics_through_profile_regexes(tmp_path: Path) -> None:
-    profile = write_profile(tmp_path / "legacy.toml", f"""
-name = "it-legacy"
-strategy = "custom"
-[defaults]
-command = "for i in 1 2 3 4 5; do echo \\"INFO: train (global step: $i) loss = 0.$i\\"; done"
-workdir = "{REPO}"
-[roles.worker]
-[metrics]
-step = 'global step: (\\d+)'
-loss = 'loss[ =:]+([-+0-9.eE]+)'
-""")
+    profile = build_profile(tmp_path / "legacy.toml", name="it-legacy", strategy="custom",
+                            command='for i in 1 2 3 4 5; do echo "INFO: train (global step: $i) loss = 0.$i"; done',
+                            workdir=REPO, hosts=(), roles={"worker": {}},
+                            metrics={"step": r"global step: (\d+)", "loss": r"loss[ =:]+([-+0-9.eE]+)"})
     run_dir = tmp_path / "run"
     result = cli("up", str(profile), "--no-tui", "--run-dir", str(run_dir), timeout=120)
     assert result.returncode == 0, result.stderr

@@ -90,10 +90,7 @@ def test_busy_port_is_refused_by_check_and_up_before_anything_starts(tmp_path: P
     holder.listen()
     busy = holder.getsockname()[1]
     try:
-        profile = local_ps_profile(tmp_path, extra="")
-        ps_role = '[roles.ps]\nhosts = ["local"]'
-        text = profile.read_text().replace(ps_role, f"{ps_role}\nport = {busy}")
-        profile.write_text(text)
+        profile = local_ps_profile(tmp_path, ports={"ps": busy})
         checked = cli("check", str(profile))
         assert checked.returncode == 2
         problems = [ln for ln in checked.stderr.splitlines() if "error" in ln]

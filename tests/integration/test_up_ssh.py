@@ -21,8 +21,8 @@ from tests.integration.jobtools import (
     start_cli,
     wait_for,
     wait_for_event,
-    write_profile,
 )
+from tests.profiles import build_profile, ps_mnist_command, ssh_table, sshd_host
 from tests.sshd import PrivateSshd, free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.sshd]
@@ -30,36 +30,16 @@ CLIENTS = pytest.mark.parametrize("client", ["builtin", "openssh"])
 
 
 def ssh_profile(tmp: Path, server: PrivateSshd, *, steps: int = 100, known_hosts: Path | None = None,
-                policy: str = "reject", name: str = "it-ssh", client: str = "builtin") -> Path:
-    ports = [free_port() for _ in range(3)]
-    return write_profile(tmp / "ssh.toml", f"""
-name = "{name}"
-orphan_grace_seconds = 30
-[defaults]
-command = "{{python}} examples/ps_mnist.py --steps {steps} --log-every 20 --checkpoint-dir {{run_dir}}/ckpt"
-python = "{sys.executable}"
-workdir = "{REPO}"
-env = {{ TF_CPP_MIN_LOG_LEVEL = "2" }}
-grace_seconds = 5
-[ssh]
-client = "{client}"
-user = "{server.user}"
-identity_file = "{server.identity_file}"
-known_hosts = "{known_hosts or server.known_hosts}"
-host_key_policy = "{policy}"
-[hosts.box]
-address = "127.0.0.1"
-ssh_port = {server.port}
-[roles.ps]
-hosts = ["box"]
-port = {ports[0]}
-[roles.worker]
-hosts = ["box"]
-port = {ports[1]}
-[roles.chief]
-hosts = ["box"]
-port = {ports[2]}
-""")
+                policy: str = "reject", name: str = "it-ssh", client: str = "builtin",
+                ps_port: int | None = None) -> Path:
+    """The small PSS job on the sshd's host ``box``, each role on a free port (ps on ``ps_port`` if given)."""
+    ports = {"ps": ps_port or free_port(), "worker": free_port(), "chief": free_port()}
+    return build_profile(
+        tmp / "ssh.toml", name=name, orphan_grace=30, command=ps_mnist_command(steps),
+        defaults={"python": sys.executable}, workdir=REPO, env={"TF_CPP_MIN_LOG_LEVEL": "2"}, grace=5,
+        ssh=ssh_table(server, client=client, known_hosts=str(known_hosts or server.known_hosts),
+                      host_key_policy=policy),
+        hosts=[sshd_host(server, "box")], roles={role: {"port": port} for role, port in ports.items()})
 
 
 @CLIENTS
@@ -151,10 +131,7 @@ def test_a_launch_refused_at_preflight_starts_no_host_agent_and_leaves_nothing(t
     holder.listen(1)
     busy = holder.getsockname()[1]
     try:
-        profile = ssh_profile(tmp_path, sshd, client=client)
-        text = profile.read_text()
-        profile.write_text(text.replace("[roles.ps]\nhosts = [\"box\"]\nport = ",
-                                        f"[roles.ps]\nhosts = [\"box\"]\nport = {busy}\n# was ", 1))
+        profile = ssh_profile(tmp_path, sshd, client=client, ps_port=busy)
         up = cli("up", str(profile), "--no-tui", "--run-dir", str(tmp_path / "run"), "--run-id", run_id,
                  timeout=120)
         assert up.returncode == 2, up.stderr

@@ -10,6 +10,7 @@ import pytest
 from launcher.model import Plan
 from launcher.plan import PortUnresolved, build_plan, mask_env, render_command, tf_config
 from launcher.profile.reader import load_profile
+from tests.profiles import Host, build_profile, local_host, ssh_host
 
 COMMAND = ("{python} train.py --role {role} --index {index} --task {task} --host {host} "
            "--port {port} --out {run_dir} ${HOME}")
@@ -102,11 +103,9 @@ def test_placeholders_filled_except_launch_time_ones(plan: Plan) -> None:
 def test_local_python_and_workdir(tmp_path: Path) -> None:
     (tmp_path / "sub").mkdir()
     path = tmp_path / "sub" / "p.toml"
-    path.write_text('[defaults]\ncommand = "{python} x.py"\nworkdir = ".."\n'
-                    '[hosts.l]\naddress = "localhost"\ntransport = "local"\n'
-                    '[hosts.s]\naddress = "127.0.0.1"\n'
-                    '[roles.worker]\ncount = 2\nhosts = ["l", "s"]\nworkdir = "{profile_dir}/../w"\n'
-                    '[roles.chief]\nhosts = ["l"]\n', encoding="utf-8")
+    build_profile(path, name=None, command="{python} x.py", workdir="..",
+                  hosts=[local_host("l"), ssh_host("s", "127.0.0.1")],
+                  roles={"worker": {"count": 2, "workdir": "{profile_dir}/../w"}, "chief": {"hosts": ["l"]}})
     plan = build_plan(load_profile(path))
     chief = plan.task("chief:0")
     assert chief.python == sys.executable
@@ -158,8 +157,8 @@ def test_roles_without_tasks_are_left_out_of_cluster(tmp_path: Path) -> None:
 
 def test_ipv6_addresses_are_bracketed(tmp_path: Path) -> None:
     path = tmp_path / "p.toml"
-    path.write_text('[defaults]\ncommand = "x"\n[hosts.v6]\naddress = "::1"\ntransport = "local"\n'
-                    "[roles.worker]\nport = 7000\n", encoding="utf-8")
+    build_profile(path, name=None, command="x", hosts=[Host("v6", "::1")], roles={"worker": {"port": 7000}},
+                  role_hosts=False)
     assert tf_config(build_plan(load_profile(path)), "worker:0")["cluster"] == {"worker": ["[::1]:7000"]}
 
 

@@ -12,26 +12,14 @@ import pytest
 
 from launcher import __version__
 from launcher.cli import main
+from tests.profiles import profile_toml
 
 REPO = Path(__file__).resolve().parents[3]
 
-PROFILE = """
-name = "demo"
-[defaults]
-command = "{python} train.py --task {task}"
-env = { TF_CPP_MIN_LOG_LEVEL = "2", WANDB_API_KEY = "abc123secret" }
-[hosts.local]
-address = "localhost"
-transport = "local"
-[roles.ps]
-port = 23010
-[roles.worker]
-count = 2
-port = 23020
-[roles.chief]
-[roles.evaluator]
-port = 23040
-"""
+PROFILE = profile_toml(name="demo", command="{python} train.py --task {task}",
+                       env={"TF_CPP_MIN_LOG_LEVEL": "2", "WANDB_API_KEY": "abc123secret"}, role_hosts=False,
+                       roles={"ps": {"port": 23010}, "worker": {"count": 2, "port": 23020}, "chief": {},
+                              "evaluator": {"port": 23040}})
 
 
 def write(tmp_path: Path, text: str) -> Path:

@@ -14,30 +14,15 @@ from launcher.profile.reader import load_profile
 from launcher.remote.imagecheck import add_images, container_checks, containerised_only, image_problems
 from launcher.remote.parity import HostRow, judge, table
 from launcher.remote.taskcheck import host_checks
+from tests.profiles import Host, build_profile, ssh_host
 
 
 def plan_of(tmp_path: Path, strategy: str = "parameter_server", ssh: bool = False) -> Plan:
-    path = tmp_path / "p.toml"
-    host_b = '[hosts.b]\naddress = "10.0.0.3"\n' if ssh else '[hosts.b]\naddress = "127.0.0.3"\ntransport = "local"\n'
-    path.write_text(f"""
-name = "images"
-strategy = "{strategy}"
-[defaults]
-command = "{{python}} -m trainer.main"
-container = {{ image = "team/tf:2.21" }}
-[hosts.a]
-address = "127.0.0.2"
-transport = "local"
-{host_b}
-[roles.ps]
-hosts = ["a"]
-container = false
-[roles.worker]
-count = 2
-hosts = ["b"]
-[roles.chief]
-hosts = ["a"]
-""")
+    host_b = ssh_host("b", "10.0.0.3") if ssh else Host("b", "127.0.0.3")
+    path = build_profile(tmp_path / "p.toml", name="images", strategy=strategy, command="{python} -m trainer.main",
+                         defaults={"container": {"image": "team/tf:2.21"}}, hosts=[Host("a", "127.0.0.2"), host_b],
+                         roles={"ps": {"hosts": ["a"], "container": False}, "worker": {"count": 2, "hosts": ["b"]},
+                                "chief": {"hosts": ["a"]}})
     return build_plan(load_profile(path))
 
 

@@ -11,31 +11,15 @@ from launcher.plan import build_plan
 from launcher.profile.reader import load_profile
 from launcher.profile.sizes import parse_size, show_size
 from launcher.remote.parity import HostRow, as_json, differing, judge, row_from_answer, table
+from tests.profiles import Host, build_profile
 
 
-def plan_of(tmp_path: Path, top: str = "", strategy: str = "parameter_server", gpus: str = "") -> object:
-    path = tmp_path / "p.toml"
-    path.write_text(f"""
-name = "parity"
-strategy = "{strategy}"
-{top}
-[defaults]
-command = "python3 train.py"
-[hosts.a]
-address = "127.0.0.2"
-transport = "local"
-{gpus}
-[hosts.b]
-address = "127.0.0.3"
-transport = "local"
-{gpus}
-[roles.ps]
-hosts = ["a"]
-[roles.worker]
-count = 2
-hosts = ["b"]
-{"gpus_per_task = 1" if gpus else ""}
-""")
+def plan_of(tmp_path: Path, top: str = "", strategy: str = "parameter_server", gpus: list[int] | None = None) -> object:
+    hosts = [Host(name, address, options={"gpus": gpus} if gpus else {})
+             for name, address in (("a", "127.0.0.2"), ("b", "127.0.0.3"))]
+    worker = {"count": 2, "hosts": ["b"], "gpus_per_task": 1 if gpus else None}
+    path = build_profile(tmp_path / "p.toml", name="parity", strategy=strategy, top=top, command="python3 train.py",
+                         hosts=hosts, roles={"ps": {"hosts": ["a"]}, "worker": worker})
     return build_plan(load_profile(path))
 
 
@@ -94,7 +78,7 @@ def gpu(index: int, others: int = 0) -> dict[str, object]:
 
 @pytest.mark.parametrize("policy", ["warn", "refuse"])
 def test_busy_gpus_warn_or_refuse_and_missing_ones_refuse(tmp_path: Path, policy: str) -> None:
-    plan = plan_of(tmp_path, f'gpu_busy = "{policy}"', gpus="gpus = [0, 1]")
+    plan = plan_of(tmp_path, f'gpu_busy = "{policy}"', gpus=[0, 1])
     busy = HostRow("b", gpus=[gpu(0, others=3 * 1024**3), gpu(1)])
     warnings, errors = judge(plan, [HostRow("a", gpus=[gpu(0), gpu(1)]), busy])  # type: ignore[arg-type]
     line = "host b: GPU 0, given to worker:0, holds 3 GiB of other processes (pids 4242)"

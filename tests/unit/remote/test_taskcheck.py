@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -12,6 +13,7 @@ from launcher.agent.hostcheck import run_checks
 from launcher.plan import build_plan
 from launcher.profile.reader import ProfileError, load_profile
 from launcher.remote.taskcheck import command_needs, host_checks
+from tests.profiles import build_profile
 
 
 @pytest.mark.parametrize("template, needs", [
@@ -33,38 +35,27 @@ def test_command_needs(template: str, needs: tuple[str, str] | None) -> None:
     assert command_needs(template) == needs
 
 
-def _profile(tmp_path: Path, extra_worker: str = "") -> Path:
-    path = tmp_path / "p.toml"
-    path.write_text(f"""
-name = "t"
-strategy = "custom"
-[defaults]
-command = "{{python}} train.py"
-python = "{sys.executable}"
-min_uptime = 4
-[roles.ps]
-[roles.worker]
-count = 3
-{extra_worker}
-""")
-    return path
+def _profile(tmp_path: Path, worker: dict[str, Any] | None = None) -> Path:
+    return build_profile(tmp_path / "p.toml", name="t", strategy="custom", command="{python} train.py",
+                         defaults={"python": sys.executable, "min_uptime": 4}, hosts=(),
+                         roles={"ps": {}, "worker": {"count": 3, **(worker or {})}})
 
 
 def test_min_uptime_defaults_and_per_role(tmp_path: Path) -> None:
-    plan = build_plan(load_profile(_profile(tmp_path, "min_uptime = 0.5")))
+    plan = build_plan(load_profile(_profile(tmp_path, {"min_uptime": 0.5})))
     assert {t.task_id: t.min_uptime for t in plan.tasks} == {"ps:0": 4.0, "worker:0": 0.5, "worker:1": 0.5,
                                                               "worker:2": 0.5}
-    (tmp_path / "q.toml").write_text('name = "q"\n[defaults]\ncommand = "true"\n[roles.worker]\n')
+    build_profile(tmp_path / "q.toml", name="q", command="true", hosts=(), roles={"worker": {}})
     assert build_plan(load_profile(tmp_path / "q.toml")).tasks[0].min_uptime == 10.0
 
 
 def test_min_uptime_must_be_a_non_negative_number(tmp_path: Path) -> None:
     with pytest.raises(ProfileError, match="min_uptime"):
-        load_profile(_profile(tmp_path, "min_uptime = -1"))
+        load_profile(_profile(tmp_path, {"min_uptime": -1}))
 
 
 def test_checks_are_asked_once_per_role_and_name_the_key_to_fix(tmp_path: Path) -> None:
-    plan = build_plan(load_profile(_profile(tmp_path, 'command = "{python} -m pkg.main"')))
+    plan = build_plan(load_profile(_profile(tmp_path, {"command": "{python} -m pkg.main"})))
     checks = host_checks(plan)["local"]
     kinds = sorted((c["kind"], c["role"], c["key"]) for c in checks)
     assert kinds == [("dir", "ps", "defaults.workdir"), ("dir", "worker", "defaults.workdir"),
