@@ -23,8 +23,8 @@ import os
 import weakref
 from typing import Any, Callable, Dict, Tuple
 
+from launcher.autolog import profilersafety, steptime
 from launcher.autolog import recorder as autolog
-from launcher.autolog import steptime
 from launcher.autolog.steptime import clock
 
 _now = steptime._now
@@ -84,6 +84,11 @@ def start_profiler_server(module: Callable[[str], Any]) -> None:
         module("tensorflow.python.profiler.profiler_v2").start_server(int(port))
     except Exception as exc:  # the port taken meanwhile, a TensorFlow without it: no captures
         autolog.degraded("start the profiler server on port %s" % port, exc)
+        return
+    try:  # and whether a capture would crash this task (a collective leader elsewhere)
+        profilersafety.watch(module)
+    except Exception as exc:
+        autolog.degraded("tell whether a profiler capture is safe here", exc)
 
 
 def _replace(owner: Any, name: str, part: str) -> None:

@@ -8,8 +8,11 @@ of the run's local host, else ``~/distlaunch/outputs/<name>``): ``tensorboard --
 folder opens it in the Profile tab. The profiler servers are reached at the tasks' TF_CONFIG
 addresses, on the ports the plan gave them (``profiler_port`` in ``status --json``); each writes
 its file under that same path on its own host, and those of other hosts are copied here.
-Exit 0 when every chosen task was captured, 2 for a mistake (a task that does not exist, a run
-with no profiler ports, outputs another user could steer), 1 when a task gave no capture (one line
+A task that a capture would crash (a MultiWorkerMirrored worker other than the collective leader,
+launcher/profiling/safety.py) is not captured: one line says why and what to do instead, and the
+other tasks are captured. Exit 0 when every chosen task was captured (those the default choice
+spared aside), 2 for a mistake (a task that does not exist, a run with no profiler ports, outputs
+another user could steer), 1 when a task gave no capture or a task named was spared (one line
 each, naming it and why).
 """
 
@@ -28,6 +31,7 @@ from launcher.profiling.analysis import TaskProfile, analyze, summary_lines
 from launcher.profiling.capture import FILES_WAIT_S, Outcome, Target, local_files, match, output_to_log, trace
 from launcher.profiling.fetch import fetch_remote
 from launcher.profiling.place import make_capture_folder
+from launcher.profiling.safety import ended_since, events_size, refusals
 from launcher.rundir import find_run, read_state
 
 DEFAULT_SECONDS = 2.0
@@ -104,11 +108,21 @@ def run_profile(args: argparse.Namespace) -> int:
     path = find_run(run)
     state = read_state(path)
     targets = targets_of(state, tasks)
+    refused = refusals(state, path, [t.task for t in targets])  # a capture would crash them
+    targets = [t for t in targets if t.task not in refused]
+    if not targets:
+        for why in refused.values():
+            print(f"distlaunch: {why}", file=sys.stderr)
+        return 1
     when = time.time()
     folder = make_capture_folder(outputs_of(state), folder_names(state, when))
     names = ", ".join(t.task for t in targets)
     print(f"... capturing {names} for {seconds:g} s", file=sys.stderr, flush=True)
+    offset = events_size(path)
     files, reasons, problems, notes = capture(state, targets, folder, seconds)
+    lost = [t.task for t in targets if t.task not in files]
+    if lost:  # a task that ended meanwhile: said so, not what its port's silence looked like
+        reasons.update(ended_since(path, offset, lost))
     profiles: list[TaskProfile] = []
     with output_to_log(folder):
         for target in targets:
@@ -121,7 +135,7 @@ def run_profile(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"run": state["run_id"], "logdir": str(folder), "seconds": seconds, "started": when,
                           "tasks": [p.as_json() for p in profiles], "missing": [t.task for t in missing],
-                          "problems": problems, "notes": notes}, indent=2))
+                          "refused": refused, "problems": problems, "notes": notes}, indent=2))
     else:
         for profile in profiles:
             print("\n".join(summary_lines(profile)))
@@ -129,13 +143,15 @@ def run_profile(args: argparse.Namespace) -> int:
             print(f"(kept in {folder}: `tensorboard --logdir {folder}`, Profile tab)")
     for line in notes:
         print(f"distlaunch: note: {line}", file=sys.stderr)
+    for why in refused.values():
+        print(f"distlaunch: {why}", file=sys.stderr)
     for line in problems:
         print(f"distlaunch: {line}", file=sys.stderr)
     for target in missing:
         why = reasons.get(target.task) or (f"its profiler server wrote no {target.file_name} under {folder} on "
                                            f"host {target.host}")
         print(f"distlaunch: no capture from {target.task} ({target.endpoint}): {why}", file=sys.stderr)
-    return 1 if missing or problems else 0
+    return 1 if missing or problems or (refused and tasks) else 0
 
 
 def capture(state: dict[str, Any], targets: list[Target], folder: Path, seconds: float

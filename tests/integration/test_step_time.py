@@ -1,6 +1,7 @@
 """Issue 37's ground truth: jobs whose bottleneck is known by construction
 (tests/data/steptime/bottleneck.py), run for real; the live split in `status --json` and the
-verdict must say it, and agree with `distlaunch profile`'s capture of the same run within 15 points.
+verdict must say it, and agree with `distlaunch profile`'s capture of the same run within 15 points
+(of the tasks a capture does not crash: not a MultiWorkerMirrored worker other than the leader).
 """
 
 from __future__ import annotations
@@ -99,10 +100,11 @@ def test_mwms_waits_for_the_slowed_worker(tmp_path: Path) -> None:
         assert waiting["peers"] >= 0.5 and waiting["verdict"] == "waiting for worker:1", waiting
         assert slow["verdict"] == "input-bound", slow
         close(waiting["peers"], analysis["worker:0"]["communication"], "worker:0 peers")
-        close(slow["input"], analysis["worker:1"]["input"], "worker:1 input")
 
+    # worker:0 only: a capture crashes a MultiWorkerMirrored worker other than the collective leader
+    # (issue 46 §2, tests/integration/test_profile_mwms.py), so `profile` does not capture worker:1
     profile = profile_text(tmp_path, "mwms", "[roles.worker]\ncount = 2\nhosts = [\"local\"]", "multi_worker_mirrored")
-    run_job(tmp_path, profile, "st-mwms", "worker:0", check, ["worker:0", "worker:1"])
+    run_job(tmp_path, profile, "st-mwms", "worker:0", check, ["worker:0"])
 
 
 def test_pss_names_the_slowed_worker(tmp_path: Path) -> None:
