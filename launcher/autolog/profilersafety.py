@@ -10,7 +10,7 @@ nothing on the host (docs/ARCHITECTURE.md, "Profiling", has the evidence). So
 A strategy says so as it starts: ``Context.configure_collective_ops(collective_leader=...)``
 (what MultiWorkerMirroredStrategy calls in a cluster). When the leader it names is not this task,
 a metric value ``PROFILER_UNSAFE`` = 1 goes out once, which `distlaunch profile` reads back from
-the run's events (launcher/profiling/safety.py): the profile's ``strategy`` need not say
+the run's events (launcher/tfprofiler/safety.py): the profile's ``strategy`` need not say
 ``multi_worker_mirrored`` for the task to be spared.
 
 Stdlib-only at import and Python >= 3.9; the launcher imports ``PROFILER_UNSAFE`` from here, so

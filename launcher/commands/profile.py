@@ -9,7 +9,7 @@ folder opens it in the Profile tab. The profiler servers are reached at the task
 addresses, on the ports the plan gave them (``profiler_port`` in ``status --json``); each writes
 its file under that same path on its own host, and those of other hosts are copied here.
 A task that a capture would crash (a MultiWorkerMirrored worker other than the collective leader,
-launcher/profiling/safety.py) is not captured: one line says why and what to do instead, and the
+launcher/tfprofiler/safety.py) is not captured: one line says why and what to do instead, and the
 other tasks are captured. Exit 0 when every chosen task was captured (those the default choice
 spared aside), 2 for a mistake (a task that does not exist, a run with no profiler ports, outputs
 another user could steer), 1 when a task gave no capture or a task named was spared (one line
@@ -25,14 +25,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+from launcher.commands.runhosts import open_sessions
 from launcher.commands.stacks import split_targets
 from launcher.errors import UserError
-from launcher.profiling.analysis import TaskProfile, analyze, summary_lines
-from launcher.profiling.capture import FILES_WAIT_S, Outcome, Target, local_files, match, output_to_log, trace
-from launcher.profiling.fetch import fetch_remote
-from launcher.profiling.place import make_capture_folder
-from launcher.profiling.safety import ended_since, events_size, refusals
 from launcher.rundir import find_run, read_state
+from launcher.tfprofiler.analysis import TaskProfile, analyze, summary_lines
+from launcher.tfprofiler.capture import FILES_WAIT_S, Outcome, Target, local_files, match, output_to_log, trace
+from launcher.tfprofiler.fetch import fetch_remote
+from launcher.tfprofiler.place import make_capture_folder
+from launcher.tfprofiler.safety import ended_since, events_size, refusals
 
 DEFAULT_SECONDS = 2.0
 MIN_SECONDS = 0.01
@@ -180,5 +181,5 @@ def _collect(state: dict[str, Any], targets: list[Target], outcome: Outcome, fol
     asked = [t for t in targets if t.task in outcome.asked]
     if not asked or outcome.state not in ("done", "timeout"):
         return {}, []
-    problems = fetch_remote(state, asked, folder)
+    problems = fetch_remote(state, asked, folder, open_sessions)
     return wait_for_files(asked, folder, outcome.files_wait_s), problems

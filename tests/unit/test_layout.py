@@ -24,11 +24,7 @@ HOST_MODULES = ("launcher", "launcher.events", "launcher.report")
 OPTIONAL_ON_HOSTS = {"psutil", "pynvml", "tensorflow", "keras", "tf_keras"}
 #: package circles left as they are for now, each with why; no other may appear, and one that is gone
 #: must leave this list
-KNOWN_PACKAGE_CIRCLES = [
-    # commands/profile.py <-> profiling/ (TensorFlow's profiler): that code is being rewritten, and the
-    # package renamed so that "profile" means one thing (issue 44, item 3); the circle goes with it
-    ["launcher.commands", "launcher.profiling"],
-]
+KNOWN_PACKAGE_CIRCLES: list[list[str]] = []
 
 
 def _modules() -> dict[str, Path]:

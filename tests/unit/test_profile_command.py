@@ -10,8 +10,8 @@ import pytest
 
 from launcher.commands.profile import capture_folder, parse_seconds, targets_of
 from launcher.errors import UserError
-from launcher.profiling.capture import Target, match
 from launcher.remote.preflight import Preflight, _judge_host
+from launcher.tfprofiler.capture import Target, match
 
 STATE = {"run_id": "r1", "name": "job", "hosts": {"a": {"config": {"transport": "local"}, "outputs_dir": "/o/job"}},
          "tasks": {"worker:0": {"host": "a", "address": "10.0.0.1", "port": 2222, "state": "running",

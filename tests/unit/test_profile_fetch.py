@@ -15,9 +15,8 @@ from typing import Any
 
 import pytest
 
-import launcher.commands.runhosts
-from launcher.profiling.capture import Target
-from launcher.profiling.fetch import fetch_remote
+from launcher.tfprofiler.capture import Target
+from launcher.tfprofiler.fetch import fetch_remote
 from launcher.transport import CommandResult
 
 STAMP = "2026_01_31_12_00_00"
@@ -53,10 +52,9 @@ def fetch(monkeypatch: pytest.MonkeyPatch, host: ShellHost, targets: list[Target
     def sessions(state: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
         return {name: SimpleNamespace(host=host) for name in state["hosts"]}, {}
 
-    monkeypatch.setattr(launcher.commands.runhosts, "open_sessions", sessions)
     hosts = {"h1": {"config": {"transport": "local"}}, "h2": {"config": {"transport": "ssh"}}}
     state = {"run_id": "r1", "hosts": hosts}
-    return fetch_remote(state, targets, host.folder)
+    return fetch_remote(state, targets, host.folder, sessions)
 
 
 def every_file(root: Path) -> list[str]:

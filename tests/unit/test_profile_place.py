@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from launcher.privatedir import UnsafePath
-from launcher.profiling.place import make_capture_folder, write_new_file
+from launcher.tfprofiler.place import make_capture_folder, write_new_file
 
 NAMES = ["profile", "r1", "20260131T120000Z"]
 

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-import launcher.profiling.capture
-from launcher.profiling.capture import Target, probe
+import launcher.tfprofiler.capture
+from launcher.tfprofiler.capture import Target, probe
 from tests.badports import bad_port
 
 PROBE_TIMEOUT_S = 1.0
@@ -23,7 +23,7 @@ EXPECTED = {
 
 @pytest.fixture(autouse=True)
 def quick_probe(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(launcher.profiling.capture, "PROBE_TIMEOUT_S", PROBE_TIMEOUT_S)
+    monkeypatch.setattr(launcher.tfprofiler.capture, "PROBE_TIMEOUT_S", PROBE_TIMEOUT_S)
 
 
 @pytest.mark.parametrize("mode", sorted(EXPECTED))

@@ -1,7 +1,7 @@
 """`distlaunch profile` never captures a task the capture would crash (issue 46 §2): a
 MultiWorkerMirrored worker other than the collective leader (by the profile's strategy, or by what
 autolog saw), one line each, the others captured; and a task that ended while a capture ran is
-said to have ended (launcher/profiling/safety.py). No TensorFlow here: the capture is faked."""
+said to have ended (launcher/tfprofiler/safety.py). No TensorFlow here: the capture is faked."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ import pytest
 from launcher import events as ev
 from launcher.autolog.profilersafety import PROFILER_UNSAFE
 from launcher.commands import profile as command
-from launcher.profiling.analysis import TaskProfile
-from launcher.profiling.capture import Target
-from launcher.profiling.safety import collective_leader, ended_since, events_size, refusals
+from launcher.tfprofiler.analysis import TaskProfile
+from launcher.tfprofiler.capture import Target
+from launcher.tfprofiler.safety import collective_leader, ended_since, events_size, refusals
 from tests.integration.profilerun import fake_run
 
 TWO = ["worker:0", "worker:1"]

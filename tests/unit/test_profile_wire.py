@@ -1,4 +1,4 @@
-"""The protobuf wire reader behind `distlaunch profile`'s analysis (launcher/profiling/wire.py)."""
+"""The protobuf wire reader behind `distlaunch profile`'s analysis (launcher/tfprofiler/wire.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import struct
 
 import pytest
 
-from launcher.profiling import wire
+from launcher.tfprofiler import wire
 
 
 def varint(n: int) -> bytes:

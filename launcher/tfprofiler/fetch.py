@@ -5,7 +5,7 @@ there, under the same path as here. What a host sends back is not trusted (issue
 comes as one line, ``<base64 name> <base64 bytes>``, so no name can shift the lines; a name is
 taken only when it is exactly ``plugins/profile/<digits and _>/<name of one of that host's own
 tasks>``, and is written under the capture folder by directory descriptor (``O_NOFOLLOW``), as a
-new file, never over one (launcher/profiling/place.py).
+new file, never over one (launcher/tfprofiler/place.py).
 """
 
 from __future__ import annotations
@@ -14,12 +14,13 @@ import base64
 import binascii
 import re
 import shlex
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from launcher.errors import UserError
-from launcher.profiling.capture import Target
-from launcher.profiling.place import write_new_file
+from launcher.tfprofiler.capture import Target
+from launcher.tfprofiler.place import write_new_file
 
 #: seconds the copy of a host's files may take
 FETCH_TIMEOUT_S = 300.0
@@ -77,11 +78,16 @@ def store(host: str, output: str, wanted: set[str], logdir: Path) -> tuple[list[
     return written, problems
 
 
-def fetch_remote(state: dict[str, Any], targets: list[Target], logdir: Path) -> list[str]:
-    """Copy the files the servers of tasks on other hosts wrote under ``logdir`` there into
-    ``logdir`` here; one line per host whose files could not be had."""
-    from launcher.commands.runhosts import open_sessions  # the transports, only for remote tasks
+#: opens the sessions of a run's hosts (``commands.runhosts.open_sessions``): the sessions by host
+#: name, and why each host that could not be reached was not
+SessionOpener = Callable[[dict[str, Any]], tuple[dict[str, Any], dict[str, str]]]
 
+
+def fetch_remote(state: dict[str, Any], targets: list[Target], logdir: Path,
+                 open_sessions: SessionOpener) -> list[str]:
+    """Copy the files the servers of tasks on other hosts wrote under ``logdir`` there into
+    ``logdir`` here; one line per host whose files could not be had. ``open_sessions`` reaches
+    the hosts (the caller's: this package knows no command)."""
     hosts = state.get("hosts") or {}
     remote = sorted({t.host for t in targets
                      if ((hosts.get(t.host) or {}).get("config") or {}).get("transport") != "local"})

@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from launcher.profiling import wire
+from launcher.tfprofiler import wire
 
 #: operation types that wait for peers (all-reduce, gathers, send / receive between tasks)
 COMMUNICATION_OPS = ("CollectiveReduceV2", "CollectiveGatherV2", "CollectiveReduce", "CollectiveGather",

@@ -5,12 +5,12 @@ Each task's profiler server was started by autolog on the port the plan gave it
 TensorFlow's profiler client with every task's address asks them all at once. Each *server*
 writes its ``<logdir>/plugins/profile/<timestamp>/<address>_<port>.xplane.pb`` on its own host
 (the layout ``tensorboard --logdir <logdir>`` opens); the files of tasks on other hosts are then
-copied here (launcher/profiling/fetch.py).
+copied here (launcher/tfprofiler/fetch.py).
 
 A port that does not speak the profiler must cost no more than the capture and a few seconds, and
 say which task it was in one line (issue 49): each port is first connected to, and must greet as a
 gRPC server does (nothing listening there, no route, or something else answering: said at once);
-the client call itself runs in a process of its own (launcher/profiling/tracer.py), importing
+the client call itself runs in a process of its own (launcher/tfprofiler/tracer.py), importing
 TensorFlow meanwhile, that is killed when its answer is late; TensorFlow's logs go to the
 capture's ``profiler-client.log``, never to the user's terminal.
 """
@@ -36,7 +36,7 @@ from typing import Any
 
 from launcher.errors import UserError
 from launcher.plan import host_port
-from launcher.profiling.place import open_log
+from launcher.tfprofiler.place import open_log
 
 #: seconds a connection to a profiler port may take before the task is said unreachable
 PROBE_TIMEOUT_S = 3.0
