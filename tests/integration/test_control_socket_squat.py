@@ -13,14 +13,13 @@ import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from launcher.supervise import controlclient
 from tests.integration.jobtools import cli, kill_run_processes, pids_with_run_id, start_cli, wait_for
 from tests.integration.otheruser import OTHER_UID, require_other_user
-from tests.integration.test_supervisor import ticker_profile
+from tests.integration.test_supervisor import _state, ticker_profile
 
 pytestmark = pytest.mark.slow
 
@@ -47,14 +46,6 @@ def squatted(run_id: str) -> Iterator[None]:
     finally:
         proc.kill()
         proc.wait(10)
-
-
-def _state(run_dir: Path) -> dict[str, Any]:
-    try:
-        data: dict[str, Any] = json.loads((run_dir / "state.json").read_text())
-    except (OSError, ValueError):
-        return {}
-    return data
 
 
 def test_a_squatted_name_neither_hangs_up_nor_blinds_attach(tmp_path: Path) -> None:
