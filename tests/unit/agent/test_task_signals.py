@@ -32,8 +32,10 @@ def test_a_task_has_no_signal_ignored_or_blocked_whatever_its_agent_inherited(ho
     from tests.unit.agent.test_agent_run import read_events
 
     lines = dict(e["line"].split(":\t") for e in read_events(task_dir) if e["kind"] == "log")
-    ignored_mask, blocked_mask = int(lines["SigIgn"], 16), int(lines["SigBlk"], 16)
-    names = [signal.Signals(n).name for n in range(1, 65) if ignored_mask & (1 << (n - 1))
-             and n in signal.valid_signals()]
+    # signals 32 and 33 are the C library's own (NPTL), outside valid_signals(): what a parent of
+    # the test run leaves there (CI's runner ignores 32) is nobody's to change, and no task's concern
+    ours = sum(1 << (n - 1) for n in signal.valid_signals() if 0 < n <= 64)
+    ignored_mask, blocked_mask = int(lines["SigIgn"], 16) & ours, int(lines["SigBlk"], 16) & ours
+    names = [signal.Signals(n).name for n in range(1, 65) if ignored_mask & (1 << (n - 1))]
     assert ignored_mask == 0, f"the task starts with {names} ignored"
     assert blocked_mask == 0
