@@ -180,11 +180,9 @@ def test_another_user_cannot_even_reach_the_socket() -> None:
     assert not os.path.exists(path)  # the name goes with the server
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to listen as another user")
-def test_the_abstract_name_another_user_holds_takes_nothing_from_the_owner() -> None:
-    """Run ids are visible to every user: the abstract name distlaunch once used, bound first by
-    another user, made the supervisor run without a socket and its clients hang."""
-    run_id = f"t-{secrets.token_hex(4)}"
+def _listening_as_other_user(address: str) -> tuple[int, int]:
+    """A forked child that became uid NOBODY listens at ``address``: its pid, and a pipe on which
+    it writes "1" once listening, then "got:" and what a connection sent it, if one came."""
     ready_r, ready_w = os.pipe()
     pid = os.fork()
     if pid == 0:
@@ -193,7 +191,7 @@ def test_the_abstract_name_another_user_holds_takes_nothing_from_the_owner() -> 
             os.setgid(NOBODY)
             os.setuid(NOBODY)
             with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-                sock.bind(f"\0distlaunch/{run_id}")
+                sock.bind(address)
                 sock.listen(4)
                 os.write(ready_w, b"1")
                 sock.settimeout(10)
@@ -204,6 +202,15 @@ def test_the_abstract_name_another_user_holds_takes_nothing_from_the_owner() -> 
         finally:
             os._exit(0)
     os.close(ready_w)
+    return pid, ready_r
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to listen as another user")
+def test_the_abstract_name_another_user_holds_takes_nothing_from_the_owner() -> None:
+    """Run ids are visible to every user: the abstract name distlaunch once used, bound first by
+    another user, made the supervisor run without a socket and its clients hang."""
+    run_id = f"t-{secrets.token_hex(4)}"
+    pid, ready_r = _listening_as_other_user(f"\0distlaunch/{run_id}")
     control = RecordingControl()
     with os.fdopen(ready_r, "rb") as fh:
         assert fh.read(1) == b"1"
@@ -229,25 +236,7 @@ def test_a_socket_another_user_holds_is_not_trusted() -> None:
     controlsock.listen(run_id).close()  # makes the private dir
     opened = _opened(path.parent, 0o777)  # for a moment, so that the other uid can bind there
     opened.__enter__()
-    ready_r, ready_w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            os.close(ready_r)
-            os.setgid(NOBODY)
-            os.setuid(NOBODY)
-            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-                sock.bind(str(path))
-                sock.listen(4)
-                os.write(ready_w, b"1")
-                sock.settimeout(10)
-                with contextlib.suppress(OSError):
-                    conn, _ = sock.accept()
-                    conn.settimeout(2)
-                    os.write(ready_w, b"got:" + conn.recv(100))
-        finally:
-            os._exit(0)
-    os.close(ready_w)
+    pid, ready_r = _listening_as_other_user(str(path))
     with os.fdopen(ready_r, "rb") as fh:
         assert fh.read(1) == b"1"
         opened.__exit__(None, None, None)
