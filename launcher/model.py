@@ -22,6 +22,9 @@ OnStall = Literal["warn", "restart"]
 GpuBusy = Literal["warn", "refuse"]
 OnNan = Literal["warn", "stop"]
 LogAction = Literal["no_retry", "warn"]
+#: what a lost host does: its tasks move to a spare (else the roles shrink, else the job fails),
+#: the roles go on with fewer tasks (down to each role's min_count), or the job fails
+OnHostLost = Literal["replace", "shrink", "fail"]
 
 ROLES = ("chief", "ps", "worker", "evaluator")
 #: the order tasks are listed and started in: ps first, then workers, evaluator, chief last
@@ -58,6 +61,9 @@ class HostConfig:
     group: str | None = None
     #: transport "slurm": the allocation (job id) whose steps run this host's commands
     slurm_job_id: str | None = None
+    #: a shell command the host's agent runs every few seconds; exit 0: this host is about to go
+    #: (its own [hosts.X] value, else the one under [defaults] or [ssh]; None: none)
+    preemption_notice: str | None = None
 
 
 @dataclass(frozen=True)
@@ -101,6 +107,15 @@ class RoleConfig:
     port: int | None  # None: a free port is picked per task at launch
     gpus_per_task: int
     settings: TaskDefaults  # [defaults] merged with this role's overrides (env merged key by key)
+    #: the fewest tasks this role may go on with when a host is lost (1..count; 0 with count 0).
+    #: The reader always sets it (default: count, or 1 for parameter_server workers); 0 from a
+    #: constructor that leaves it out means count (``fewest``)
+    min_count: int = 0
+
+    @property
+    def fewest(self) -> int:
+        """``min_count``, with 0 (left out) read as ``count``."""
+        return self.min_count or self.count
 
 
 @dataclass(frozen=True)
@@ -181,10 +196,22 @@ class Profile:
     #: what preflight does when a task's GPUs hold other processes' memory
     gpu_busy: GpuBusy = "warn"
     log_policies: tuple[LogPolicy, ...] = ()  # [[log_policies]], in the order written
+    #: hosts (names in ``hosts``, ranges expanded) kept ready to replace a lost one; they run no task at start
+    spares: tuple[str, ...] = ()
+    #: seconds a host may be out of contact before it is lost (always > orphan_grace_seconds)
+    host_lost_seconds: float = 120.0
+    on_host_lost: OnHostLost = "replace"
+    #: hosts the job may lose (moves, not restarts) before it fails; None: ``host_loss_limit``'s default
+    max_host_losses: int | None = None
 
     @property
     def directory(self) -> Path:
         return self.path.parent
+
+    @property
+    def host_loss_limit(self) -> int:
+        """Hosts the job may lose before it fails: ``max_host_losses``, else one more than the spares."""
+        return self.max_host_losses if self.max_host_losses is not None else len(self.spares) + 1
 
 
 @dataclass(frozen=True)

@@ -73,6 +73,9 @@ def print_plan(plan: Plan, out: TextIO) -> None:
     rows += [(t.task_id, t.host, _endpoint(t), ",".join(map(str, t.gpus)) or "-", t.command)
              for t in plan.tasks]
     out.write(_table(rows))
+    if profile.spares:
+        out.write(f"spares    {', '.join(profile.spares)}   (run no task at start; on_host_lost = "
+                  f"\"{profile.on_host_lost}\", up to {profile.host_loss_limit} hosts lost)\n")
     out.write("\n")
     for line in route_lines(plan):
         out.write(line + "\n")
@@ -94,21 +97,22 @@ def print_plan(plan: Plan, out: TextIO) -> None:
 
 
 def route_lines(plan: Plan) -> list[str]:
-    """Per SSH host the plan uses: where its address leads after ~/.ssh/config (user@host:port via
-    jumps), so an alias or a ProxyJump is visible before anything connects."""
+    """Per SSH host the plan uses (and per spare): where its address leads after ~/.ssh/config
+    (user@host:port via jumps), so an alias or a ProxyJump is visible before anything connects."""
     lines = []
-    used = dict.fromkeys(t.host for t in plan.tasks)
+    used = dict.fromkeys([*(t.host for t in plan.tasks), *plan.profile.spares])
     for name in used:
         host = plan.profile.hosts[name]
         if host.transport not in SSH_TRANSPORTS:
             continue
+        label = f"{name} (spare)" if name in plan.profile.spares else name
         try:
             route = sshconfig.resolve(host)
         except HostError as exc:
-            lines.append(f"ssh       {name}: {exc}")
+            lines.append(f"ssh       {label}: {exc}")
             continue
         client = ", system ssh client" if host.transport == "openssh" else ""
-        lines.append(f"ssh       {name}: {host.address} -> {route.describe()} ({route.source}{client})")
+        lines.append(f"ssh       {label}: {host.address} -> {route.describe()} ({route.source}{client})")
     return lines
 
 

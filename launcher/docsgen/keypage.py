@@ -148,6 +148,13 @@ def _meaning(key: Key, sections: dict[int, Section]) -> str:
     return cell(key.doc)
 
 
+def _but(section: Section, header: str, sections: list[Section]) -> str:
+    """`` but `x`, `y` `` naming the keys of the section at ``header`` that ``section`` does not take."""
+    shared = next(s for s in sections if s.header == header)
+    left = [name for name in shared.table.names if name not in section.table.names]
+    return " but " + ", ".join(f"`{name}`" for name in left) if left else ""
+
+
 def profile_reference() -> str:
     """The whole page."""
     sections, where = collect()
@@ -173,7 +180,7 @@ def profile_reference() -> str:
     for section in sections:
         out += ["", f"## {_code(section.header)}", "", cell(section.table.doc)]
         if section.shared_from:
-            also = ", ".join(_link(h) for h in section.shared_from)
+            also = ", ".join(_link(h) + _but(section, h, sections) for h in section.shared_from)
             out += ["", f"It also takes every key of {also}; one set here wins over the value there."]
         out += ["", "| key | type | default | where | meaning |", "| --- | --- | --- | --- | --- |"]
         for key in section.keys:

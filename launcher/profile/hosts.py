@@ -1,9 +1,10 @@
-"""The profile's hosts: [ssh] settings, [hosts.NAME] (host ranges too) and a [slurm] allocation."""
+"""The profile's hosts: [ssh] settings, [hosts.NAME] (host ranges too), a [slurm] allocation, the
+spares, and the names that pick hosts out of them (a role's ``hosts``, ``spares``)."""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
 from launcher.model import (
@@ -20,11 +21,13 @@ from launcher.profile.checks import (
     KeyPath,
     _get,
     show_value,
+    suggest,
 )
 from launcher.profile.keys import (
     HOST_KEYS,
     SLURM_KEYS,
     SSH_TABLE,
+    TOP_KEYS,
 )
 from launcher.profile.names import MAX_HOSTS, host_name_problem
 from launcher.profile.slurm_env import current_allocation
@@ -71,10 +74,30 @@ class HostsReader:
         raise self.checker.fail((*key, "ssh_config"), f'expected a path like "~/.ssh/config" or false, '
                                 f"got {show_value(value)}")
 
-    def hosts(self, table: Mapping[str, Any], ssh: SshSettings) -> dict[str, HostConfig]:
+    def preemption_notice(self, table: Mapping[str, Any], key: KeyPath) -> str | None:
+        """``preemption_notice`` of one table (its type already checked), refused when blank."""
+        value: str | None = table.get("preemption_notice")
+        if value is not None and not value.strip():
+            raise self.checker.fail((*key, "preemption_notice"), "is empty; give a shell command that exits 0 "
+                                    "when the host is about to go, or leave the key out")
+        return value
+
+    def default_preemption_notice(self, defaults: Mapping[str, Any], ssh: Mapping[str, Any]) -> str | None:
+        """The notice of every host without its own: [defaults]' or [ssh]'s, said in one place."""
+        in_defaults = self.preemption_notice(defaults, ("defaults",))
+        in_ssh = self.preemption_notice(ssh, ("ssh",))
+        if in_defaults is not None and in_ssh is not None:
+            raise self.checker.fail(("ssh", "preemption_notice"), "is also set under [defaults]; keep the "
+                                    "hosts' default notice in one of the two tables")
+        return in_defaults if in_defaults is not None else in_ssh
+
+    def hosts(self, table: Mapping[str, Any], ssh: SshSettings,
+              notice: str | None = None) -> dict[str, HostConfig]:
+        """[hosts], each host's own ``preemption_notice`` winning over ``notice`` (the default)."""
         if not table:
             # No [hosts]: everything runs on this machine.
-            return {"local": HostConfig(name="local", address="localhost", transport="local")}
+            return {"local": HostConfig(name="local", address="localhost", transport="local",
+                                        preemption_notice=notice)}
         hosts: dict[str, HostConfig] = {}
         for name in table:
             key = ("hosts", name)
@@ -95,7 +118,8 @@ class HostsReader:
             template = HostConfig(name=name, address=address.strip(), transport=transport,
                                   ssh=self.ssh_settings(entry, key, ssh), gpus=self.gpus(entry, key),
                                   tf_address=tf_address.strip() if tf_address else None,
-                                  env=self.checker.env(entry, key))
+                                  env=self.checker.env(entry, key),
+                                  preemption_notice=self.preemption_notice(entry, key) or notice)
             for host in self.expand_range(template, key, table):
                 if host.name in hosts:
                     raise self.checker.fail(key, f'makes host "{host.name}", which is already defined; '
@@ -140,19 +164,35 @@ class HostsReader:
             raise self.checker.fail((*key, "gpus"), f"lists a GPU twice: {show_value(value)}; list each index once")
         return tuple(value)
 
-    def slurm_hosts(self) -> dict[str, HostConfig]:
+    def slurm_hosts(self, notice: str | None = None) -> dict[str, HostConfig]:
         """One host per node of the allocation; outside one, a placeholder that ``check`` shows
-        and that refuses to connect (so ``export sbatch`` and ``check --no-remote`` still work)."""
+        and that refuses to connect (so ``export sbatch`` and ``check --no-remote`` still work).
+        ``notice``: every node's preemption notice ([defaults] or [ssh])."""
         try:
             allocation = current_allocation()
         except hostlist.HostlistError as exc:
             raise self.checker.fail(("slurm",), f"SLURM_JOB_NODELIST is not a hostlist ({exc})") from None
         if allocation is None:
             return {SLURM_PLACEHOLDER: HostConfig(name=SLURM_PLACEHOLDER, address="(no allocation)",
-                                                  transport="slurm", group="slurm")}
+                                                  transport="slurm", group="slurm", preemption_notice=notice)}
         return {node: HostConfig(name=node, address=node, transport="slurm", group="slurm",
-                                 gpus=allocation.gpus_per_node, slurm_job_id=allocation.job_id)
+                                 gpus=allocation.gpus_per_node, slurm_job_id=allocation.job_id,
+                                 preemption_notice=notice)
                 for node in allocation.nodes}
+
+    def spares(self, data: Mapping[str, Any], hosts: Mapping[str, HostConfig]) -> tuple[str, ...]:
+        """``spares``: host names, a range's table name standing for all its hosts, each host once.
+        Outside a Slurm allocation its nodes are unknown: none (``up``, inside it, reads them)."""
+        value: list[str] = _get(data, TOP_KEYS, "spares")
+        if SLURM_PLACEHOLDER in hosts and hosts[SLURM_PLACEHOLDER].transport == "slurm":
+            return ()
+        seen: dict[str, str] = {}  # host -> the name it was listed by
+        for written, host in expand_names(self.checker, ("spares",), value, hosts):
+            if host in seen:
+                how = "" if seen[host] == written == host else f' (as "{seen[host]}" and as "{written}")'
+                raise self.checker.fail(("spares",), f'lists host "{host}" twice{how}; list each spare once')
+            seen[host] = written
+        return tuple(seen)
 
     def slurm(self, data: Mapping[str, Any]) -> SlurmConfig | None:
         if "slurm" not in data:
@@ -170,3 +210,17 @@ class HostsReader:
         return SlurmConfig(nodes=table.get("nodes"), time=table.get("time"), partition=table.get("partition"),
                            account=table.get("account"), gpus_per_node=table.get("gpus_per_node"),
                            sbatch_args=tuple(extra))
+
+
+def expand_names(checker: Checker, key: KeyPath, names: Sequence[str],
+                 hosts: Mapping[str, HostConfig]) -> list[tuple[str, str]]:
+    """(name as written, host) for each host ``names`` pick, in order: a host's own name, or a
+    range's table name (or "slurm") standing for every host it made; an unknown name is refused."""
+    picked: list[tuple[str, str]] = []
+    for name in names:
+        members = [h.name for h in hosts.values() if h.group == name]
+        if name not in hosts and not members:
+            raise checker.fail(key, f'host "{name}" is not defined; {suggest(name, hosts)} '
+                               f"(or add [hosts.{name}])")
+        picked.extend((name, host) for host in members or [name])
+    return picked

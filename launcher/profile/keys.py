@@ -97,6 +97,15 @@ def _port(name: str, doc: str, default: int | None = None) -> Key:
     return Key(name, "integer", doc, default=default, minimum=1, maximum=65535)
 
 
+def _preemption_notice(doc: str) -> Key:
+    return Key("preemption_notice", "string", doc, nonblank=True)
+
+
+#: [defaults] and [ssh]: the preemption notice of every host without one of its own
+_DEFAULT_PREEMPTION_NOTICE = ("The preemption_notice of every host that sets none of its own in [hosts.NAME], "
+                              "local hosts too; give it under [defaults] or under [ssh], not both.")
+
+
 CONTAINER_KEYS = Table(
     "Run each task in a container image: host networking, the task's environment, workdir, outputs and "
     "run dir mounted at the same paths. A role's table overrides [defaults]' key by key; container = false "
@@ -179,6 +188,13 @@ SSH_TABLE = Table(SSH_KEYS.doc, (
     Key("client", "choice", "The SSH client of every ssh host without a transport of its own: builtin "
         "(paramiko) or openssh (the system ssh binary, as transport = \"openssh\").", default="builtin",
         choices=("builtin", "openssh")),
+    _preemption_notice(_DEFAULT_PREEMPTION_NOTICE),
+))
+
+#: [defaults]: every task key, and the hosts' default preemption notice (not a task key: no role takes it)
+DEFAULTS_KEYS = Table(TASK_KEYS.doc, (
+    *TASK_KEYS.keys,
+    _preemption_notice(_DEFAULT_PREEMPTION_NOTICE),
 ))
 
 HOST_KEYS = Table(
@@ -196,6 +212,10 @@ HOST_KEYS = Table(
             "default: address.", pattern=ADDRESS_PATTERN),
         Key("env", "env", "Environment variables for every task on this host (e.g. NCCL_SOCKET_IFNAME); "
             "[defaults] and role env win over them."),
+        _preemption_notice("Shell command the host's agent runs every few seconds while the job runs; exit 0 "
+                           "says this host is about to go (a cloud preemption notice, a maintenance window), "
+                           "and its tasks move off it as planned, not as failures. Default: the one under "
+                           "[defaults] or [ssh]."),
         *SSH_KEYS.keys,
     ),
 )
@@ -205,11 +225,15 @@ ROLE_KEYS = Table(
     (
         Key("count", "integer", f"Number of tasks of this role (chief and evaluator: at most 1; all roles "
             f"together: at most {MAX_TASKS}).", default=1, minimum=0, maximum=MAX_TASKS),
-        Key("hosts", "string_list", "Host names the tasks are spread over, in order.",
+        Key("hosts", "string_list", "Host names the tasks are spread over, in order; a host range's table "
+            "name stands for its hosts that are not spares.",
             expected='a list of host names like ["gpu1"]'),
         _port("port", "Base port: the i-th task on a host gets port + i; omit to pick free ports at launch."),
         Key("gpus_per_task", "integer", "GPUs given to each task (sets CUDA_VISIBLE_DEVICES); 0: CPU only.",
             default=0, minimum=0),
+        Key("min_count", "integer", "The fewest tasks this role may go on with when a host is lost (1 to "
+            "count); default: count, or 1 for workers under strategy parameter_server.", minimum=1,
+            maximum=MAX_TASKS),
         *TASK_KEYS.keys,
     ),
 )
@@ -275,6 +299,18 @@ TOP_KEYS = Table(
         Key("backoff_limit", "integer", "Restarts the whole job may spend.", default=10, minimum=0),
         Key("orphan_grace_seconds", "number", "How long tasks keep running after the launcher is lost.",
             default=60.0),
+        Key("spares", "string_list", "Hosts kept ready to replace a lost one: [hosts] names (a host range's "
+            "table name stands for all its hosts); they run no task at start, check and up preflight them, "
+            "and no role's hosts may name them.", default=[], expected='a list of host names like ["gpu9"]'),
+        Key("host_lost_seconds", "number", "Seconds a host may be out of contact before it is lost and "
+            "on_host_lost applies; more than orphan_grace_seconds, so its tasks have stopped before they "
+            "run elsewhere.", default=120.0, positive=True),
+        Key("on_host_lost", "choice", "What a lost host does: replace (its tasks move to a spare; with none "
+            "left, as shrink), shrink (its roles go on with fewer tasks, down to min_count; else the job "
+            "fails) or fail (the job fails naming the host).", default="replace",
+            choices=("replace", "shrink", "fail")),
+        Key("max_host_losses", "integer", "Hosts the job may lose (each a move, not counted as restarts) "
+            "before it fails; default: the number of spares + 1.", minimum=0),
         Key("sample_interval", "number", "Seconds between CPU/GPU samples per task.", default=1.0,
             positive=True),
         Key("straggler_ratio", "number", "A worker whose steps/s stays below this fraction of the workers' "
@@ -289,7 +325,7 @@ TOP_KEYS = Table(
             "or its run dir: bytes, or with a unit (\"1GiB\", \"500MB\").", default="1GiB"),
         Key("gpu_busy", "choice", "When GPUs a task is given hold memory of other processes: warn, or refuse "
             "the launch.", default="warn", choices=("warn", "refuse")),
-        Key("defaults", "table", TASK_KEYS.doc, table=TASK_KEYS),
+        Key("defaults", "table", DEFAULTS_KEYS.doc, table=DEFAULTS_KEYS),
         Key("ssh", "table", SSH_TABLE.doc, table=SSH_TABLE),
         Key("hosts", "tables", "The machines of the job by name; without it everything runs on this machine.",
             table=HOST_KEYS),

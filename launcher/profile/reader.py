@@ -20,6 +20,7 @@ from launcher.model import (
     LogPolicy,
     MetricsConfig,
     NotifyConfig,
+    OnHostLost,
     Overrides,
     Profile,
     Strategy,
@@ -120,25 +121,32 @@ class ProfileReader:
             raise self.checker.fail(("name",), f"(from the file name {path.name}) {problem}: set name = \"...\"")
         role_reader = RolesReader(self.checker, on_slurm="slurm" in data, secrets=self.secrets)
         host_reader = HostsReader(self.checker)
-        defaults = role_reader.task_settings(self.checker.table(data, "defaults", ()), ("defaults",), None)
-        ssh = host_reader.ssh_settings(self.checker.table(data, "ssh", ()), ("ssh",), DEFAULT_SSH)
+        defaults_table = self.checker.table(data, "defaults", ())
+        ssh_table = self.checker.table(data, "ssh", ())
+        defaults = role_reader.task_settings(defaults_table, ("defaults",), None)
+        ssh = host_reader.ssh_settings(ssh_table, ("ssh",), DEFAULT_SSH)
         slurm = host_reader.slurm(data)
-        hosts = host_reader.hosts(self.checker.table(data, "hosts", ()), ssh) if slurm is None \
-            else host_reader.slurm_hosts()
-        roles = role_reader.roles(self.checker.table(data, "roles", ()), defaults, hosts)
+        notice = host_reader.default_preemption_notice(defaults_table, ssh_table)
+        hosts = host_reader.hosts(self.checker.table(data, "hosts", ()), ssh, notice) if slurm is None \
+            else host_reader.slurm_hosts(notice)
+        spares = host_reader.spares(data, hosts)
+        roles = role_reader.roles(self.checker.table(data, "roles", ()), defaults, hosts, spares)
         metrics = self.metrics(self.checker.table(data, "metrics", ()))
         has_ps = "ps" in roles and roles["ps"].count > 0
-        strategy = cast(Strategy | None, data.get("strategy"))
+        strategy = cast(Strategy | None, data.get("strategy")) or \
+            ("parameter_server" if has_ps else "multi_worker_mirrored")
+        roles = role_reader.with_min_counts(roles, strategy)
         success = cast(SuccessPolicy, _get(data, TOP_KEYS, "success_policy"))
         straggler = float(_get(data, TOP_KEYS, "straggler_ratio"))
         role_reader.check_job(roles, success)
+        grace = float(_get(data, TOP_KEYS, "orphan_grace_seconds"))
         return Profile(
             path=path,
             name=name,
-            strategy=strategy or ("parameter_server" if has_ps else "multi_worker_mirrored"),
+            strategy=strategy,
             success_policy=success,
             backoff_limit=_get(data, TOP_KEYS, "backoff_limit"),
-            orphan_grace_seconds=float(_get(data, TOP_KEYS, "orphan_grace_seconds")),
+            orphan_grace_seconds=grace,
             sample_interval=float(_get(data, TOP_KEYS, "sample_interval")),
             defaults=defaults,
             hosts=hosts,
@@ -153,7 +161,22 @@ class ProfileReader:
             min_free_disk=int(parse_size(_get(data, TOP_KEYS, "min_free_disk")) or 0),
             gpu_busy=cast(GpuBusy, _get(data, TOP_KEYS, "gpu_busy")),
             log_policies=self.log_policies(data.get("log_policies", [])),
+            spares=spares,
+            host_lost_seconds=self.host_lost_seconds(data, grace),
+            on_host_lost=cast(OnHostLost, _get(data, TOP_KEYS, "on_host_lost")),
+            max_host_losses=data.get("max_host_losses"),
         )
+
+    def host_lost_seconds(self, data: Mapping[str, Any], grace: float) -> float:
+        """``host_lost_seconds``, more than the orphan grace: a lost host's tasks must have stopped
+        (their agent's grace run out) before their replacements start elsewhere."""
+        lost = float(_get(data, TOP_KEYS, "host_lost_seconds"))
+        if lost > grace:
+            return lost
+        culprit = "host_lost_seconds" if "host_lost_seconds" in data else "orphan_grace_seconds"
+        raise self.checker.fail((culprit,), f"host_lost_seconds ({lost:g}) must be more than orphan_grace_seconds "
+                                f"({grace:g}), so a lost host's tasks have stopped before they run elsewhere; "
+                                f"raise host_lost_seconds above {grace:g} or lower orphan_grace_seconds")
 
     def sync(self, data: Mapping[str, Any]) -> SyncConfig | None:
         if "sync" not in data:

@@ -16,6 +16,7 @@ from launcher.model import (
     OnStall,
     RestartPolicy,
     RoleConfig,
+    Strategy,
     SuccessPolicy,
     TaskDefaults,
 )
@@ -29,11 +30,12 @@ from launcher.profile.checks import (
     suggest,
 )
 from launcher.profile.containeropts import ENV_FIX, missing_value_problem, secret_problem
+from launcher.profile.hosts import expand_names
 from launcher.profile.keys import (
     CONTAINER_KEYS,
+    DEFAULTS_KEYS,
     ROLE_KEYS,
     SINGLE_TASK_ROLES,
-    TASK_KEYS,
 )
 from launcher.profile.names import MAX_TASKS
 
@@ -53,7 +55,7 @@ class RolesReader:
                       base: TaskDefaults | None) -> TaskDefaults:
         """[defaults] (``base`` None) or a role's overrides of it (env merged key by key)."""
         if base is None:
-            self.checker.check_table(table, key, TASK_KEYS)
+            self.checker.check_table(table, key, DEFAULTS_KEYS)
             base = TaskDefaults(command="")
         command: str | None = table.get("command")
         if command is not None:
@@ -154,8 +156,10 @@ class RolesReader:
         raise self.checker.fail(("defaults", "container", "options"),
                                 f"read by {runtime} for {'.'.join(ckey)}: {problem}")
 
-    def roles(self, table: Mapping[str, Any], defaults: TaskDefaults,
-              hosts: Mapping[str, HostConfig]) -> dict[str, RoleConfig]:
+    def roles(self, table: Mapping[str, Any], defaults: TaskDefaults, hosts: Mapping[str, HostConfig],
+              spares: tuple[str, ...] = ()) -> dict[str, RoleConfig]:
+        """Every [roles.X]; ``spares`` run no task, so no role's hosts may name one. Each role's
+        ``min_count`` is the one written, or 0 until ``with_min_counts`` knows the strategy."""
         for name in table:
             if name == "master":
                 raise self.checker.fail(("roles", name), 'TensorFlow 2 has no "master" role; '
@@ -166,7 +170,8 @@ class RolesReader:
         total = 0
         for name in ROLES:
             if name in table:
-                roles[name] = self.role(name, self.checker.table(table, name, ("roles",)), defaults, hosts)
+                roles[name] = self.role(name, self.checker.table(table, name, ("roles",)), defaults, hosts,
+                                        spares)
                 total += roles[name].count
                 if total > MAX_TASKS:  # before any task is placed: a typo must not cost minutes
                     raise self.checker.fail(("roles", name, "count"), f"makes {total} tasks in all, more than "
@@ -176,14 +181,21 @@ class RolesReader:
         return roles
 
     def role(self, name: str, entry: Mapping[str, Any], defaults: TaskDefaults,
-             hosts: Mapping[str, HostConfig]) -> RoleConfig:
+             hosts: Mapping[str, HostConfig], spares: tuple[str, ...] = ()) -> RoleConfig:
         key = ("roles", name)
+        if "preemption_notice" in entry:
+            raise self.checker.fail((*key, "preemption_notice"), "is a host's, not a role's; set it under "
+                                    "[hosts.NAME], or under [defaults] for every host")
         self.checker.check_table(entry, key, ROLE_KEYS)
         count: int = _get(entry, ROLE_KEYS, "count")
         if name in SINGLE_TASK_ROLES and count > 1:
             raise self.checker.fail((*key, "count"), f"a job has at most one {name}, got {count}; "
                                     f"use count = 1 (or add workers instead)")
-        host_names = self.role_hosts(name, entry, hosts, count)
+        min_count: int = entry.get("min_count", 0)
+        if count > 0 and min_count > count:
+            raise self.checker.fail((*key, "min_count"), f"is {min_count}, more than count ({count}); give "
+                                    f"1 to {count}, the fewest {name} tasks the job may go on with")
+        host_names = self.role_hosts(name, entry, hosts, count, spares)
         port: int | None = entry.get("port")
         gpus_per_task: int = _get(entry, ROLE_KEYS, "gpus_per_task")
         settings = self.task_settings(entry, key, defaults)
@@ -194,30 +206,50 @@ class RolesReader:
             raise self.checker.fail((*key, "command"), "no command for this role; set command under "
                                     f"[defaults] or [roles.{name}]")
         return RoleConfig(name=name, count=count, hosts=host_names, port=port,
-                          gpus_per_task=gpus_per_task, settings=settings)
+                          gpus_per_task=gpus_per_task, settings=settings, min_count=0 if count == 0 else min_count)
 
     def role_hosts(self, role: str, entry: Mapping[str, Any], hosts: Mapping[str, HostConfig],
-                   count: int) -> tuple[str, ...]:
+                   count: int, spares: tuple[str, ...] = ()) -> tuple[str, ...]:
+        """The hosts a role's tasks are spread over: its ``hosts`` (a range's table name standing for
+        those of its hosts that are not spares), or where that is clear, every host but the spares."""
         key = ("roles", role, "hosts")
         if "hosts" not in entry:
-            if len(hosts) == 1 or count == 0:
-                return tuple(hosts)[:1]
-            groups = {host.group for host in hosts.values()}
+            usable = {name: host for name, host in hosts.items() if name not in spares}
+            if not usable and count > 0:
+                raise self.checker.fail(("spares",), f"names every host, so the {role} tasks have none to run "
+                                        "on; leave at least one host out of spares")
+            if len(usable) <= 1 or count == 0:
+                return tuple(usable or hosts)[:1]
+            groups = {host.group for host in usable.values()}
             if len(groups) == 1 and None not in groups:
-                return tuple(hosts)  # one host range and nothing else: spread over all of it
+                return tuple(usable)  # one host range and nothing else: spread over all of it
             raise self.checker.fail(key, f"missing; say where {role} tasks run, e.g. hosts = "
-                                    f"[{', '.join(json.dumps(h) for h in hosts)}]")
+                                    f"[{', '.join(json.dumps(h) for h in usable)}]")
         value: list[str] = entry["hosts"]
         if not value and count > 0:
             raise self.checker.fail(key, f"is empty; list the hosts the {role} tasks run on")
         names: list[str] = []
-        for host in value:
-            members = [h.name for h in hosts.values() if h.group == host]
-            if host not in hosts and not members:
-                raise self.checker.fail(key, f'host "{host}" is not defined; {suggest(host, hosts)} '
-                                        f"(or add [hosts.{host}])")
-            names.extend(members or [host])  # a range's table name stands for all its hosts
+        for written, host in expand_names(self.checker, key, value, hosts):
+            if host not in spares:
+                names.append(host)
+            elif written == host and count > 0:
+                raise self.checker.fail(key, f'names "{host}", a spare, which runs no task at start; remove it '
+                                        "from this role's hosts or from spares")
+        if not names and count > 0:
+            raise self.checker.fail(key, f"holds only spares; list a host that is not in spares for the {role} "
+                                    "tasks")
         return tuple(names)
+
+    def with_min_counts(self, roles: Mapping[str, RoleConfig], strategy: Strategy) -> dict[str, RoleConfig]:
+        """``roles`` with each unwritten ``min_count`` resolved: the role's count, but 1 for
+        parameter_server workers (the coordinator re-dispatches a missing worker's closures)."""
+        resolved: dict[str, RoleConfig] = {}
+        for name, role in roles.items():
+            if role.min_count == 0 and role.count > 0:
+                fewest = 1 if name == "worker" and strategy == "parameter_server" else role.count
+                role = replace(role, min_count=fewest)
+            resolved[name] = role
+        return resolved
 
     def check_ports(self, roles: Mapping[str, RoleConfig], hosts: Mapping[str, HostConfig]) -> None:
         """Two tasks may not share an address:port (after the base-port rule)."""

@@ -180,9 +180,10 @@ MODEL_TABLES: list[tuple[type, tuple[Table, ...], set[str]]] = [
     (model.LogPolicy, (LOG_POLICY_KEYS,), set()),
 ]
 #: declared keys with no field of their own: [ssh] is folded into each host's SshSettings, a host's ssh
-#: keys into its HostConfig.ssh, a role's task keys into its RoleConfig.settings
+#: keys into its HostConfig.ssh, a role's task keys into its RoleConfig.settings, [ssh]'s preemption_notice
+#: into each HostConfig without its own
 FOLDED_KEYS = {model.Profile: {"ssh"}, model.HostConfig: set(SSH_KEYS.names),
-               model.RoleConfig: set(TASK_KEYS.names)}
+               model.RoleConfig: set(TASK_KEYS.names), model.SshSettings: {"preemption_notice"}}
 
 
 @pytest.mark.parametrize(("cls", "tables", "not_keys"), MODEL_TABLES, ids=[c.__name__ for c, _, _ in MODEL_TABLES])
@@ -231,12 +232,17 @@ def leaf_keys(table: Table = TOP_KEYS, path: tuple[str, ...] = ()) -> list[tuple
 
 #: keys whose valid values the generic rules below would not make (a rule spans the key's words)
 GOOD_VALUES: dict[str, object] = {"runtime": "podman", "mounts": ["/data:/data:ro"]}
+#: the same for keys of the other tables: a spare is a host no role uses ("s", which with_value adds),
+#: host_lost_seconds is more than orphan_grace_seconds (60), min_count at most count (1)
+GOOD_OTHER_VALUES: dict[str, object] = {"spares": ["s"], "host_lost_seconds": 90.5, "min_count": 1}
 
 
 def good_value(key: Key) -> object:
     """A valid value for the key that differs from its default, so reading it back proves it was read."""
     if key in CONTAINER_KEYS.keys and key.name in GOOD_VALUES:
         return GOOD_VALUES[key.name]
+    if key not in CONTAINER_KEYS.keys and key.name in GOOD_OTHER_VALUES:
+        return GOOD_OTHER_VALUES[key.name]
     if key.kind == "table_or_false":
         return False
     if key.kind == "choice":
@@ -304,6 +310,8 @@ def with_value(path: tuple[str, ...], value: object) -> dict[str, Any]:
     node[path[-1]] = value
     if len(path) > 1 and path[-2] == "container" and path[-1] != "image":  # a container needs its image
         node.setdefault("image", "tensorflow/tensorflow:2.16.1")
+    if path == ("spares",):  # a spare is a host of its own, on which no role runs tasks
+        data["hosts"]["s"] = {"address": "localhost", "transport": "local"}
     if path[0] == "slurm":  # [slurm] takes the hosts from the allocation: no [hosts] beside it
         data.pop("hosts", None)
         for role in data.get("roles", {}).values():
@@ -313,7 +321,7 @@ def with_value(path: tuple[str, ...], value: object) -> dict[str, Any]:
 
 def read_back(profile: model.Profile, path: tuple[str, ...]) -> object:
     """Where the parser put the value of ``path`` in the model."""
-    if path[0] == "ssh":
+    if path[0] == "ssh" or path == ("defaults", "preemption_notice"):  # both give each host its default
         path = ("hosts", "h", *path[1:])
     obj: object = profile
     for part in path:
