@@ -87,6 +87,12 @@ def _profile(args: argparse.Namespace) -> int:
     return run_profile(args)
 
 
+def _drain(args: argparse.Namespace) -> int:
+    from launcher.commands.drain import run_drain
+
+    return run_drain(args)
+
+
 def _restart(args: argparse.Namespace) -> int:
     from launcher.commands.down import run_restart
 
@@ -218,6 +224,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run", help="run id or run directory")
     p.add_argument("task", help="task id, e.g. worker:1")
     p.set_defaults(handler=_restart)
+
+    p = sub.add_parser("drain", help="move the job off a host before it goes (its tasks stop, then move)")
+    p.add_argument("run", help="run id or run directory")
+    p.add_argument("host", help="the host's name in the profile")
+    p.add_argument("--reason", help="why (shown in status and the events)")
+    p.set_defaults(handler=_drain)
 
     p = sub.add_parser("attach", help="follow a running job again (its dashboard); take it over if its supervisor died")
     p.add_argument("run", nargs="?", help="run id or run directory (default: the most recent run)")

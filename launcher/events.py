@@ -72,8 +72,18 @@ SUCCEEDED = "succeeded"
 FAILED = "failed"
 RESTARTING = "restarting"
 STOPPED = "stopped"
-TASK_STATES = (PENDING, STARTING, RUNNING, SUCCEEDED, FAILED, RESTARTING, STOPPED)
-FINAL_TASK_STATES = (SUCCEEDED, FAILED, STOPPED)
+#: the task's host was lost for good: this incarnation is out of reach (and stopped there by the
+#: orphan rule); the task moves to a spare, or the role goes on without it, or the job fails
+LOST = "lost"
+#: a host's states (the `host` event, `status --json`'s hosts)
+HOST_UP = "up"
+HOST_UNREACHABLE = "unreachable"
+HOST_LOST = "lost"
+HOST_DRAINED = "drained"
+HOST_SPARE = "spare"
+HOST_STATES = (HOST_UP, HOST_UNREACHABLE, HOST_LOST, HOST_DRAINED, HOST_SPARE)
+TASK_STATES = (PENDING, STARTING, RUNNING, SUCCEEDED, FAILED, RESTARTING, STOPPED, LOST)
+FINAL_TASK_STATES = (SUCCEEDED, FAILED, STOPPED, LOST)
 
 # The prefix a training script puts before one JSON object on stdout to talk to its agent.
 REPORT_PREFIX = "@distlaunch "
@@ -112,6 +122,12 @@ class Event:
         """The task's sequence number, where an agent wrote the event (checked at decode)."""
         value = self.data.get("seq")
         return value if type(value) is int else None
+
+    def with_data(self, **fields: Any) -> Event:
+        """The same event with ``fields`` set (a copy: events are shared by every consumer)."""
+        data = dict(self.data)
+        data.update(fields)
+        return type(self)(self.kind, self.run, self.task, self.ts, data)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"v": SCHEMA_VERSION, "ts": self.ts, "run": self.run, "task": self.task,
@@ -281,6 +297,8 @@ class StateEvent(Event):
     peak_rss_bytes = _Field[Optional[float]](_NUMBER)
     #: no restart can fix it (the agent says so)
     permanent = _Field[bool]((bool, _NULL), False)
+    #: the host this task ran on before its host was lost or drained (the first running event after a move)
+    moved_from = _Field[Optional[str]](_TEXT)
 
 
 class MetricEvent(Event):

@@ -67,7 +67,7 @@ def build_plan(profile: Profile, addresses: Mapping[str, str] | None = None) -> 
             first_gpu = gpus_used.get(host.name, 0)
             gpus = host.gpus[first_gpu:first_gpu + role.gpus_per_task]
             gpus_used[host.name] = first_gpu + role.gpus_per_task
-            tasks.append(_task(profile, role, index, host, tf_address(host, addresses), nth_on_host, gpus))
+            tasks.append(place_task(profile, role, index, host, tf_address(host, addresses), nth_on_host, gpus))
     return Plan(profile=profile, tasks=tuple(tasks))
 
 
@@ -77,8 +77,9 @@ def tf_address(host: HostConfig, addresses: Mapping[str, str]) -> str:
     return host.tf_address or addresses.get(host.name, host.address)
 
 
-def _task(profile: Profile, role: RoleConfig, index: int, host: HostConfig, address: str, nth_on_host: int,
-          gpus: tuple[int, ...]) -> TaskSpec:
+def place_task(profile: Profile, role: RoleConfig, index: int, host: HostConfig, address: str, nth_on_host: int,
+               gpus: tuple[int, ...]) -> TaskSpec:
+    """Task ``index`` of ``role`` on ``host`` (the ``nth_on_host`` task of its role there, given ``gpus``)."""
     settings = role.settings
     task_id = f"{role.name}:{index}"
     # in a container, {python} is the image's; the launcher's own interpreter is a host path
@@ -185,7 +186,9 @@ def host_port(address: str, port: int) -> str:
 def tf_config(plan: Plan, task_id: str, ports: Mapping[str, int] | None = None) -> TFConfig:
     """The TF_CONFIG of one task, exactly in TensorFlow's format.
 
-    ``ports`` maps task ids to the ports picked at launch; they win over the profile's. The
+    ``ports`` maps task ids to the ports picked at launch; they win over the profile's. A task's
+    index is its place among its role's tasks in the plan: its own index, unless the role shrank
+    after a host was lost (then the tasks left are numbered 0..n-1 in order). The
     evaluator is left out of ``cluster`` (ParameterServerStrategy breaks on it) but gets its
     own ``task`` entry.
     """
@@ -196,16 +199,19 @@ def tf_config(plan: Plan, task_id: str, ports: Mapping[str, int] | None = None) 
                           f"valid task ids: {', '.join(t.task_id for t in plan.tasks)}") from None
     ports = ports or {}
     cluster: dict[str, list[str]] = {}
+    index = task.index
     for role in CLUSTER_ROLES:
         members = sorted((t for t in plan.tasks if t.role == role and t.in_cluster), key=lambda t: t.index)
-        for member in members:
+        for rank, member in enumerate(members):
+            if member.task_id == task.task_id:
+                index = rank  # a role that shrank (placement.py) numbers the tasks left 0..n-1
             port = ports.get(member.task_id, member.port)
             if port is None:
                 raise PortUnresolved(
                     f"{plan.profile.path}: task {member.task_id} has no port; its port is picked at "
                     f"launch: give roles.{member.role}.port to fix it")
             cluster.setdefault(role, []).append(host_port(member.address, port))
-    return {"cluster": cluster, "task": {"type": task.role, "index": task.index}}
+    return {"cluster": cluster, "task": {"type": task.role, "index": index}}
 
 
 def split_secrets(env: Mapping[str, str], secrets: Iterable[str] = ()) -> tuple[dict[str, str], dict[str, str]]:

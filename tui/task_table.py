@@ -112,6 +112,8 @@ def task_cells(task: TaskView, now: float, times: StepTimes | None = None) -> tu
     age = task.age(now)
     rates = task.rate_history
     trend = fmt.spark(list(rates)[-TREND_CELLS:], TREND_CELLS) if rates and task.state == ev.RUNNING else ""
+    if task.host_down and task.state not in ev.FINAL_TASK_STATES:
+        return host_down_cells(task, now)
     return (
         (task.task_id, STALE_STYLE if stale else "bold"),
         (task.host or fmt.MISSING, ""),
@@ -130,6 +132,19 @@ def task_cells(task: TaskView, now: float, times: StepTimes | None = None) -> tu
         (fmt.duration(age) if age is not None else fmt.MISSING, STALE_STYLE if stale else "dim"),
         split_cell(task, times, now),
     )
+
+
+def host_down_cells(task: TaskView, now: float) -> tuple[Cell, ...]:
+    """A task whose host does not answer (or was lost): greyed, its last step kept, no live
+    readings, and how long ago it was last heard of."""
+    age = task.age(now)
+    seen = f"last seen {fmt.duration(age)} ago" if age is not None else "not heard of"
+    grey = "dim"
+    cells: list[Cell] = [(task.task_id, grey), (f"{task.host} ({task.host_down})", "yellow"),
+                         (task.state, grey), (flags_text(task), grey), (str(task.restarts), grey),
+                         (step_cell(task)[0], grey), (fmt.loss(task.loss), grey)]
+    cells += [(fmt.MISSING, grey)] * (len(COLUMNS) - len(cells) - 2)
+    return (*cells, (fmt.duration(age) if age is not None else fmt.MISSING, STALE_STYLE), (seen, "yellow"))
 
 
 SORT_COLUMNS = ("task", "host", "state", "rate", "loss", "gpu")

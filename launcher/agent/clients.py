@@ -21,8 +21,9 @@ import time
 from typing import Any, Dict, List, Optional
 
 from launcher import events
+from launcher.agent.agentfiles import write_specs
 from launcher.agent.agentlog import warn
-from launcher.agent.hostagent import LOCK_NAME, PID_NAME, SOCKET_NAME, HostAgent, write_specs
+from launcher.agent.hostagent import LOCK_NAME, PID_NAME, SOCKET_NAME, HostAgent
 from launcher.agent.output import EventWriter, last_state
 from launcher.agent.procs import (
     KILL_CONFIRM_SECONDS,

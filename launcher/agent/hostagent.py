@@ -27,7 +27,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import fcntl
-import importlib
 import json
 import os
 import signal
@@ -37,7 +36,9 @@ import time
 from typing import Any, Dict, List, Optional, Set
 
 from launcher import events
+from launcher.agent.agentfiles import _read_line, make_sampler, write_specs
 from launcher.agent.agentlog import warn
+from launcher.agent.leaving import PreemptionWatch, retire, retired_reason
 from launcher.agent.output import EventWriter, last_state
 from launcher.agent.procs import (
     _become_subreaper,
@@ -51,6 +52,7 @@ from launcher.agent.runner import TaskRunner, read_task_file
 from launcher.agent.spec import AgentSpec
 from launcher.agent.stream import THEN_KEY, EventHub
 from launcher.agent.taskcontainer import stop_task_containers
+from launcher.protocol.lines import Preempted
 
 SOCKET_NAME = "agent.sock"
 LOCK_NAME = "agent.lock"
@@ -120,6 +122,7 @@ class HostAgent:
         server.listen(64)
         threading.Thread(target=self._accept, args=(server,), name="accept", daemon=True).start()
         threading.Thread(target=self._sample_loop, name="sampler", daemon=True).start()
+        PreemptionWatch(self._notice_commands, lambda: bool(self._active()), self._preempted, self._exit).start()
         try:
             self._housekeeping()
         finally:
@@ -154,6 +157,16 @@ class HostAgent:
                 self._orphaned_at = time.monotonic()
             if not active and not self.hub.followers and self._may_exit():
                 return
+
+    def _notice_commands(self) -> List[str]:
+        with self._runners_lock:
+            found = {r.spec.preemption_notice for r in self.runners.values() if r.spec.preemption_notice}
+        return sorted(found)
+
+    def _preempted(self, why: str) -> None:
+        """Tell every follower (the supervisor drains the host); said again at each poll that fires."""
+        with self.lock:
+            self.hub.publish("", Preempted(why).encode())
 
     def _may_exit(self) -> bool:
         """With no task running and no follower: after IDLE_EXIT_SECONDS without one, or at once
@@ -209,6 +222,10 @@ class HostAgent:
             return self._start(slugs, secrets)
 
     def _start(self, slugs: List[str], secrets: Dict[str, Dict[str, str]]) -> Dict[str, Any]:
+        left = retired_reason(self.run_dir)
+        if left is not None:  # fencing: the run moved on; nothing of it runs here again
+            return {"pids": {}, "errors": {s: "the run left this host (%s); nothing of it starts here again" % left
+                                           for s in slugs}}
         pids: Dict[str, Optional[int]] = {}
         errors: Dict[str, str] = {}
         started: List[TaskRunner] = []
@@ -361,6 +378,8 @@ class HostAgent:
             grace = request.get("grace")
             answer = self.stop([str(s) for s in request.get("tasks") or []],
                                float(grace) if grace is not None else None)
+            if request.get("retire"):
+                retire(self.run_dir, str(request["retire"]))
             if request.get("exit"):
                 with self._start_lock:  # a batch being spawned ends first, and is stopped with the rest
                     self._stop_all("the job ended", wait=True)
@@ -393,6 +412,8 @@ class HostAgent:
             if op == "start":
                 answer = self.start([str(s) for s in request.get("tasks") or []], request.get("secrets") or {})
             elif op == "stop":
+                if request.get("retire"):
+                    retire(self.run_dir, str(request["retire"]))
                 grace = request.get("grace")
                 answer = self.stop([str(s) for s in request.get("tasks") or []],
                                    float(grace) if grace is not None else None)
@@ -423,57 +444,10 @@ def set_process_name(name: str) -> None:
         libc.prctl(PR_SET_NAME, ctypes.c_char_p(name.encode()[:15]), 0, 0, 0)
 
 
-def write_specs(run_dir: str, specs: Dict[str, Any]) -> None:
-    """Each ``tasks/<slug>/spec.json`` (0600), written whole (rename). One line of JSON: with an
-    indent, ``json`` encodes in pure Python, and 16 specs (TF_CONFIG lists every task) took
-    50-70 ms of a launch's critical path on a busy host."""
-    for slug, spec in specs.items():
-        task_dir = os.path.join(run_dir, "tasks", str(slug))
-        os.makedirs(task_dir, mode=0o700, exist_ok=True)
-        path = os.path.join(task_dir, "spec.json")
-        fd = os.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "wb") as f:
-            f.write(json.dumps(spec, sort_keys=True).encode("utf-8") + b"\n")
-        os.replace(path + ".tmp", path)
-
-
-def _read_line(conn: socket.socket) -> "tuple[bytes, bytes]":
-    """The first line of a connection, and what came after it in the same reads (a follower's
-    first pings or requests)."""
-    data = b""
-    while b"\n" not in data:
-        chunk = conn.recv(65536)
-        if not chunk:
-            break
-        data += chunk
-    line, _, rest = data.partition(b"\n")
-    return line, rest
-
-
 def _load_spec(task_dir: str) -> Optional[AgentSpec]:
     try:
         return AgentSpec.load(os.path.join(task_dir, "spec.json"))
     except (OSError, ValueError, TypeError):
-        return None
-
-
-def make_sampler() -> Any:
-    """A ``sampling.HostSampler``, or None (told on stderr) where sampling cannot work here."""
-    sampling = _load_sampling()
-    if sampling is None:
-        return None
-    try:
-        return sampling.HostSampler()
-    except Exception as exc:  # a broken sampler must never take the tasks down
-        warn("agent: sampling unavailable: %s" % exc)
-        return None
-
-
-def _load_sampling() -> Any:
-    """launcher.agent.sampling is optional in the zipapp: without it the agent emits no samples."""
-    try:
-        return importlib.import_module("launcher.agent.sampling")
-    except ImportError:
         return None
 
 

@@ -63,6 +63,8 @@ class AgentSpec:
     container: Optional[Dict[str, Any]] = None
     #: the job's outputs on this host (mounted into a container at the same path); "" where unknown
     outputs: str = ""
+    #: the host's preemption_notice command (run every few seconds; exit 0: the host is about to go)
+    preemption_notice: str = ""
 
     @classmethod
     def from_dict(cls, obj: Dict[str, Any]) -> "AgentSpec":
@@ -89,6 +91,7 @@ class AgentSpec:
             autolog=bool(obj.get("autolog", True)),
             container=dict(obj["container"]) if isinstance(obj.get("container"), dict) else None,
             outputs=str(obj.get("outputs") or ""),
+            preemption_notice=str(obj.get("preemption_notice") or ""),
         )
 
     @classmethod

@@ -91,7 +91,7 @@ def _now() -> float:
 
 def _sample_one(runner: TaskRunner) -> None:
     from launcher import events
-    from launcher.agent.hostagent import make_sampler
+    from launcher.agent.agentfiles import make_sampler
 
     sampler = make_sampler() if runner.pid is not None else None
     if sampler is None:
@@ -202,6 +202,8 @@ def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
         stop.add_argument("--task-dir", default=None, help="one task (its run dir is two levels up)")
         stop.add_argument("--grace", type=float, default=None)
         stop.add_argument("--exit", action="store_true", help="then stop everything and end the host agent")
+        stop.add_argument("--retire", default=None, metavar="REASON",
+                          help="the run left this host: mark it so that nothing of the run starts here again")
     if only in (None, "ports"):
         ports = verbs.add_parser("ports", help="check and pick TCP ports")
         ports.add_argument("--bind", required=True)
@@ -332,6 +334,10 @@ def _one_answer(args: argparse.Namespace) -> int:
             run_dir, slugs = os.path.dirname(os.path.dirname(task_dir)), [os.path.basename(task_dir)]
         else:
             run_dir, slugs = os.path.abspath(args.run_dir or "."), args.tasks
+        if args.retire is not None:  # first: no start may slip in while the tasks are stopped
+            from launcher.agent.leaving import retire
+
+            retire(run_dir, args.retire)
         answer = cmd_stop(run_dir, slugs, args.grace, args.exit)
         if args.task_dir and "without_agent" in answer:  # one task of a `run` agent: its own answer
             answer = answer["without_agent"][slugs[0]]

@@ -28,6 +28,7 @@ from launcher.commands.runhosts import open_sessions
 from launcher.commands.up import follow_notify, report_outcome, start_control_server, wait_for_end
 from launcher.errors import UserError
 from launcher.model import Plan
+from launcher.placement import recorded_placement
 from launcher.plan import build_plan
 from launcher.privatedir import open_trusted
 from launcher.remote.preflight import PreflightError
@@ -68,8 +69,13 @@ def attach_run(path: Path, tui: bool, as_json: bool = False) -> int:
                         "nowhere, so no new supervisor can restart its tasks; stop it with `distlaunch down "
                         f"{run_id}` and give secrets as --set 'KEY=\"${{env:NAME}}\"' next time")
     profile = load_recorded_profile(path, state)  # as the run started: the file may have been edited since
-    plan = build_plan(profile, sshconfig.resolve_addresses(profile))
+    addresses = sshconfig.resolve_addresses(profile)
+    plan = build_plan(profile, addresses)
     known = set(state.get("tasks", {}))
+    try:  # where the run has moved tasks off a lost host, or gone on without them
+        plan = recorded_placement(plan, state.get("tasks", {}), addresses)
+    except KeyError:
+        known = set()
     if {t.task_id for t in plan.tasks} != known:
         raise UserError(f"{profile.path}: its tasks changed since run {run_id} started; attach needs the "
                         "profile as it was (restore it, or `distlaunch down` the run)")

@@ -53,6 +53,12 @@ def connect_sessions(state: dict[str, Any], gone: list[str] | None = None) -> di
     """Reconnect to every host of a run from its state.json; any host that does not answer is an
     error, but one that no longer exists when ``gone`` is given (see ``open_sessions``)."""
     sessions, problems = open_sessions(state, gone)
+    lost = {h for h, info in (state.get("host_states") or {}).items()
+            if isinstance(info, dict) and info.get("state") == "lost"}
+    for host in sorted(lost & set(problems)):  # lost for good: its agent stopped the run's tasks by itself
+        notice(f"host {host} was lost ({problems.pop(host)}); not reached: its agent stopped the run's "
+               "tasks there when the supervisor went silent, and it starts nothing of the run again")
+        sessions.pop(host, None)
     if problems:
         for s in sessions.values():
             s.host.close()

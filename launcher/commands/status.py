@@ -82,7 +82,8 @@ def summarize(path: Path) -> dict[str, Any]:
             "step_time": view.step_times.as_json(task_id, now=now if alive else None, cpu=cpu),
             "step_time_missing": view.step_times.missing(task_id),  # why it is null, where known
             "closures_per_s": closures.per_s if closures else None,
-            "closure_latency_s": closures.latency_s if closures else None}
+            "closure_latency_s": closures.latency_s if closures else None,
+            "moved_from": seen.moved_from if seen else None}
     job = ({"state": view.state, "reason": view.reason, "root_cause": view.failure_cause} if view.events_applied
            else {"state": state.get("job_state"), "reason": state.get("job_reason", ""), "root_cause": ""})
     return {"run": state["run_id"], "dir": str(path), "profile": state.get("profile"),
@@ -91,7 +92,28 @@ def summarize(path: Path) -> dict[str, Any]:
             "supervisor_pid": state.get("supervisor_pid", state.get("launcher_pid")),
             "launcher_pid": state.get("supervisor_pid", state.get("launcher_pid")),
             "supervisor_alive": alive, "launcher_alive": alive,
-            "tasks": tasks, "lost_events": view.lost_events, "skipped_lines": lines.skipped}
+            "tasks": tasks, "hosts": _hosts(state), "lost_events": view.lost_events, "skipped_lines": lines.skipped}
+
+
+def _hosts(state: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Each host's state (up / unreachable / lost / drained / spare), reason and since when (unix time)."""
+    recorded = _tables(state.get("host_states"))
+    return {name: {"state": str(recorded.get(name, {}).get("state") or "up"),
+                   "reason": str(recorded.get(name, {}).get("reason") or ""),
+                   "since": recorded.get(name, {}).get("since")}
+            for name in _tables(state.get("hosts"))}
+
+
+def hosts_text(hosts: dict[str, dict[str, Any]], now: float) -> list[str]:
+    """A line for each host that is not simply up: ``host b: lost for 40 s (no contact for 120 s)``."""
+    out = []
+    for name, info in hosts.items():
+        if info["state"] == "up":
+            continue
+        since = info.get("since")
+        ago = f" for {max(0.0, now - since):.0f} s" if isinstance(since, (int, float)) else ""
+        out.append(f"host {name}: {info['state']}{ago}" + (f" ({info['reason']})" if info.get("reason") else ""))
+    return out
 
 
 def step_time_text(task: dict[str, Any]) -> str:
@@ -152,7 +174,11 @@ def run_status(args: argparse.Namespace) -> int:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for r in rows:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+    for line in hosts_text(summary["hosts"], time.time()):
+        print(line)
     for task_id, t in summary["tasks"].items():
+        if t.get("moved_from"):
+            print(f"{task_id} moved from {t['moved_from']} to {t['host']}")
         if t.get("cause"):
             print(f"{task_id} {'failed' if t['state'] == 'failed' else 'last failed'}: {t['cause']}")
         for condition, reason in t.get("conditions", {}).items():

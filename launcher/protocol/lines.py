@@ -23,6 +23,7 @@ with ``op`` and ``id``); the agent sends its tasks' event lines and::
     #hb <host time>                                   Heartbeat, every second
     #note {"task", "condition", "active", "reason"}   Note: a task's condition that is in no file
     #unwritten <event JSON>                           Unwritten: an event its host could not write
+    #preempt <why>                                    Preempted: the host's preemption_notice fired
 
 Before the channel becomes the stream, a launch's preflight sends each host ``#reach {"targets"}``
 (``ReachRequest``), answered ``#reach {"failed"}`` or ``#reach {"error"}`` (``ReachAnswer``).
@@ -147,14 +148,14 @@ def _split(line: str) -> tuple[str, str]:
 # -- the control socket: a request and its answer ------------------------------------------------
 
 #: what a client may ask of the supervisor
-ACTIONS = ("restart", "stop", "teardown", "detach", "stacks", "follow")
+ACTIONS = ("restart", "stop", "teardown", "detach", "stacks", "follow", "drain")
 
 
 @dataclass(frozen=True)
 class Request(Message):
     """One request of a client. ``task``: restart, stop; ``reason`` and ``origin`` (the signal that
     asked, if one did): teardown; ``tasks`` (none: all), ``native`` and ``timeout_s``: stacks;
-    ``history`` (the events before the connection too): follow."""
+    ``history`` (the events before the connection too): follow; ``host`` and ``reason``: drain."""
 
     action: str
     task: str | None = None
@@ -164,6 +165,7 @@ class Request(Message):
     native: bool = False
     timeout_s: float | None = None
     history: bool = True
+    host: str | None = None
 
     def line(self) -> str:
         if self.action == "follow":
@@ -171,6 +173,8 @@ class Request(Message):
         obj: dict[str, Any] = {"action": self.action, "task": self.task, "reason": self.reason}
         if self.origin:
             obj["origin"] = self.origin
+        if self.host is not None:
+            obj["host"] = self.host
         if self.action == "stacks":
             obj.update(tasks=list(self.tasks), native=self.native, timeout_s=self.timeout_s)
         return _json_line("", obj)
@@ -183,12 +187,12 @@ def decode_request(line: bytes | str) -> Request | Malformed:
     if obj is None:
         return Malformed(text, "a request is one JSON object", Request)
     action, task, reason, origin = (obj.get(k) for k in ("action", "task", "reason", "origin"))
-    tasks, timeout = obj.get("tasks"), obj.get("timeout_s")
+    tasks, timeout, host = obj.get("tasks"), obj.get("timeout_s"), obj.get("host")
     return Request(action if isinstance(action, str) else "", task if isinstance(task, str) else None,
                    reason if isinstance(reason, str) else None, origin if isinstance(origin, str) else "",
                    tuple(str(t) for t in tasks) if isinstance(tasks, list) else (), bool(obj.get("native")),
                    float(timeout) if isinstance(timeout, (int, float)) and not isinstance(timeout, bool) else None,
-                   obj.get("history") is not False)
+                   obj.get("history") is not False, host if isinstance(host, str) else None)
 
 
 @dataclass(frozen=True)
@@ -389,6 +393,17 @@ class Unwritten(Message):
         return "%s %s" % (self.MARKER, self.event)
 
 
+@dataclass(frozen=True)
+class Preempted(Message):
+    """The host's ``preemption_notice`` command says the host is about to go: the job drains it."""
+
+    MARKER = "#preempt"
+    reason: str
+
+    def line(self) -> str:
+        return "%s %s" % (self.MARKER, self.reason)
+
+
 # -- a launch's reach check, on the channel before it becomes the stream -------------------------
 
 
@@ -426,7 +441,7 @@ def _reach_answer(line: str, body: str) -> ReachAnswer | Malformed:
                        str(obj.get("error") or ""))
 
 
-AgentMessage = Union[AgentAnswer, Heartbeat, Note, Unwritten, ReachAnswer]
+AgentMessage = Union[AgentAnswer, Heartbeat, Note, Unwritten, ReachAnswer, Preempted]
 
 
 def decode_agent(line: str) -> AgentMessage | str | Malformed:
@@ -454,6 +469,8 @@ def decode_agent(line: str) -> AgentMessage | str | Malformed:
         return Note(str(obj["task"]), str(obj["condition"]), bool(obj.get("active")), str(obj.get("reason") or ""))
     if word == ReachAnswer.MARKER:
         return _reach_answer(line, body)
+    if word == Preempted.MARKER:
+        return Preempted(body or "preemption notice")
     return Malformed(line, "an unknown marker")
 
 

@@ -21,6 +21,7 @@ from launcher.agent.netcheck import TF_DISTRIBUTIONS
 from launcher.errors import HostError, UserError
 from launcher.model import Plan, TaskSpec
 from launcher.paths import state_home
+from launcher.placement import is_rehearsal, rehearsal
 from launcher.plan import agent_python, task_container
 from launcher.remote.agentpack import build_agent_zipapp
 from launcher.remote.channel import AgentChannel
@@ -260,7 +261,10 @@ def prepare_hosts(plan: Plan, run_id: str, local_root: Path | None,
                   on_notice: Callable[[str], None], progress: Callable[[str], None],
                   import_tf: bool = False) -> Preflight:
     """Connect, check interpreters and ports, upload the agent: everything before the first task.
-    ``import_tf``: import TensorFlow on every host (`check`) instead of reading its version."""
+    ``import_tf``: import TensorFlow on every host (`check`) instead of reading its version.
+    Spares are checked as hosts too, each with a task of every role rehearsed on it
+    (``placement.rehearsal``); their sessions are kept, their rehearsed ports are not."""
+    plan = rehearsal(plan)
     n = len({t.host for t in plan.tasks})
     progress(f"connecting to {n} host{'s' if n != 1 else ''}")
     hosts = connect_hosts(plan, on_notice, run_id)
@@ -280,6 +284,8 @@ def prepare_hosts(plan: Plan, run_id: str, local_root: Path | None,
         raise
     for warning in pre.warnings:
         on_notice(f"warning: {warning}")
+    pre.ports = {t: p for t, p in pre.ports.items() if not is_rehearsal(t)}
+    pre.profiler_ports = {t: p for t, p in pre.profiler_ports.items() if not is_rehearsal(t)}
     return pre
 
 

@@ -370,6 +370,23 @@ class HostSession:
             args.append("--exit")
         self.host.run(self._agent_cmd("stop", *args), timeout=grace + 60)
 
+    def pick_ports(self, count: int) -> list[int]:
+        """``count`` free TCP ports on this host (a task moved here listens on one each)."""
+        answer = self.agent("ports", "--bind", "0.0.0.0", "--pick", str(count))
+        picked = answer.get("picked")
+        if not isinstance(picked, list) or len(picked) < count:
+            raise HostError(f"host {self.name}: could not pick {count} free port(s): {answer.get('error') or answer}")
+        return [int(p) for p in picked]
+
+    def retire(self, reason: str, slugs: Iterable[str] = (), grace: float = 5.0) -> list[str]:
+        """The run left this host (lost, then back; or drained): mark it so that nothing of the run
+        starts here again, stop whatever of ``slugs`` still runs (through the agent, else each
+        task's group), end the agent. Returns the tasks that could not be stopped."""
+        args = ["--run-dir", self.base_dir, "--tasks", ",".join(slugs), "--grace", f"{grace:g}", "--exit",
+                "--retire", reason]
+        answer = self.agent("stop", *args, timeout=grace + 60)
+        return [str(s) for s in answer.get("left") or [] if s]
+
     def sweep(self, kill: bool, grace: float = 5.0) -> list[dict[str, Any]]:
         args = ["--run-id", self.run_id, "--run-dir", self.base_dir, "--grace", f"{grace:g}"]
         if kill:

@@ -63,6 +63,7 @@ def agent_spec(sup: SpecSource, rt: TaskRuntime) -> dict[str, Any]:
         "shell": spec.shell or "", "autolog": spec.autolog, "script_in_env": secret,
         "container": container.to_json() if container is not None else None,
         "outputs": sup.sessions[spec.host].outputs_dir,
+        "preemption_notice": profile.hosts[spec.host].preemption_notice or "",
     }
 
 

@@ -116,6 +116,7 @@ class Controlled(CaptureOwner, Protocol):
     def restart_task(self, task_id: str) -> None: ...
     def stop_task(self, task_id: str) -> None: ...
     def teardown(self, reason: str = ..., origin: str = ...) -> None: ...
+    def drain(self, host: str, reason: str, timeout: float = ...) -> str | None: ...
     def capture_stacks(self, tasks: list[str] | None = None, native: bool = False,
                        timeout: float = ...) -> list[TaskStacks]: ...
 
@@ -268,6 +269,10 @@ class ControlServer:
             self.control.stop_task(task)
         elif action == "teardown":
             self.control.teardown(request.reason or "torn down on request", request.origin)
+        elif action == "drain" and request.host:
+            refused = self.control.drain(request.host, request.reason or "drained by the user")
+            if refused is not None:
+                return Answer(False, refused)
         elif action == "detach":  # a client leaving needs nothing of the supervisor: the job stays supervised
             return Answer(True, note="the supervisor goes on without clients")
         elif action in ("restart", "stop"):

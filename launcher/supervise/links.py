@@ -22,7 +22,16 @@ from typing import Any, Protocol
 from launcher import events as ev
 from launcher.errors import HostError, HostGone
 from launcher.events import Event, EventDecodeError
-from launcher.protocol.lines import AgentAnswer, AgentRequest, Heartbeat, Note, Ping, Unwritten, decode_agent
+from launcher.protocol.lines import (
+    AgentAnswer,
+    AgentRequest,
+    Heartbeat,
+    Note,
+    Ping,
+    Preempted,
+    Unwritten,
+    decode_agent,
+)
 from launcher.remote.hostclock import HostClock
 from launcher.remote.session import HostSession
 from launcher.supervise.hostworker import HostWorker
@@ -57,6 +66,9 @@ class LinkOwner(Protocol):
     def notice(self, message: str) -> None: ...
     def finish(self, state: str, reason: str) -> None: ...
     def on_events(self, events: Iterable[tuple[Event, str | None]]) -> None: ...
+    def host_link(self, host: str, up: bool, why: str) -> None: ...
+    def host_returned(self, host: str) -> None: ...
+    def on_preempted(self, host: str, why: str) -> None: ...
 
 
 class HostLinks:
@@ -77,6 +89,44 @@ class HostLinks:
         self.last_seq: dict[str, int] = {}  # per task, the last agent event recorded
         self.lost_events: dict[str, int] = {}
         self._last_heard: dict[str, float] = {}  # monotonic time of each host's last stream line
+        #: hosts out of the job (lost, drained): never followed again, only retired if they come back
+        self.retired: set[str] = set()
+
+    def silent_for(self, host: str) -> float | None:
+        """Seconds since the host's last line while its link is down (None while it is up)."""
+        if self.host_up.get(host, True) and host not in self.retired:
+            return None
+        heard = self._last_heard.get(host)
+        return None if heard is None else time.monotonic() - heard
+
+    def last_contact(self) -> dict[str, float]:
+        """Each host's last line, on this machine's monotonic clock (state.json: an attach on the same
+        boot counts a host's silence from there, not from its own start)."""
+        return dict(self._last_heard)
+
+    def heard_at(self, recorded: Mapping[str, float]) -> None:
+        """Attach: the last supervisor's last contact with each host (same boot only)."""
+        now = time.monotonic()
+        for host, at in recorded.items():
+            if host in self.offsets and at <= now:
+                self._last_heard[host] = at
+
+    def retire(self, host: str) -> None:
+        """On the loop: the host left the job. Its stream is closed (its end is no loss any more),
+        and it is only watched for its return, when it is told the run left it."""
+        if host in self.retired:
+            return
+        self.retired.add(host)
+        self.host_up[host] = False
+        stream = self.streams.pop(host, None)
+        if stream is not None:
+            self.sup.workers[host].submit(stream.close)
+        # a host that was down has its reconnect loop under way: it sees the host retired, and
+        # retires it if it comes back
+
+    def forget_task(self, task: str) -> None:
+        """The task left its host: its events start again at seq 0 where it goes."""
+        self.last_seq.pop(task, None)
 
     def resume_from(self, offsets: Mapping[str, Mapping[str, int]], history: Iterable[Event],
                     lost_events: Mapping[str, int]) -> None:
@@ -94,7 +144,8 @@ class HostLinks:
         """Attach: a host that did not answer is reconnected in the background."""
         self.host_up[host] = False
         self.undetach.add(host)
-        self.sup.call(functools.partial(self.sup.publish, ev.host_event(self.sup.run_id, host, "unreachable",
+        self.sup.call(functools.partial(self.sup.host_link, host, False, f"{why}; reconnecting"))
+        self.sup.call(functools.partial(self.sup.publish, ev.host_event(self.sup.run_id, host, ev.HOST_UNREACHABLE,
                                                                         f"{why}; reconnecting")))
         self.sup.workers[host].submit(self.reconnect, host, 1.0)
 
@@ -200,6 +251,8 @@ class HostLinks:
             return self._note(host, message)
         elif isinstance(message, Unwritten):  # an event its host could not write (a full disk)
             return self._decode_event(host, message.event, received, in_file=False)
+        elif isinstance(message, Preempted):
+            self.sup.on_preempted(host, message.reason)
         return None  # anything else: an answer no one waits for any more, a marker of a newer agent
 
     def _decode_event(self, host: str, line: str, received: float, in_file: bool) -> tuple[Event, str | None] | None:
@@ -260,11 +313,12 @@ class HostLinks:
                          "(sync its clock with NTP)")
 
     def _on_stream_closed(self, host: str, stream: LineStream, why: str = "event stream lost") -> None:
-        if self.sup.finishing or self.streams.get(host) is not stream:
+        if self.sup.finishing or self.streams.get(host) is not stream or host in self.retired:
             return
         self.host_up[host] = False
         del self.streams[host]  # its late on_close must not count as a second loss
-        self.sup.publish(ev.host_event(self.sup.run_id, host, "unreachable", f"{why}; reconnecting"))
+        self.sup.host_link(host, False, f"{why}; reconnecting")
+        self.sup.publish(ev.host_event(self.sup.run_id, host, ev.HOST_UNREACHABLE, f"{why}; reconnecting"))
         self.sup.workers[host].submit(stream.close)  # off the loop: closing may wait for its reader
         self.sup.workers[host].submit(self.reconnect, host, 1.0)
 
@@ -283,7 +337,7 @@ class HostLinks:
         now = time.monotonic()
         for host, stream in list(self.streams.items()):
             silent = now - self._last_heard.get(host, now)
-            if self.host_up[host] and silent > STREAM_SILENCE_SECONDS:
+            if self.host_up[host] and silent > STREAM_SILENCE_SECONDS and host not in self.retired:
                 self._on_stream_closed(host, stream, f"no heartbeat for {silent:.0f}s")
 
     def reconnect(self, host: str, delay: float) -> None:
@@ -294,6 +348,9 @@ class HostLinks:
             try:
                 session.host.close()
                 session.host.connect()
+                if host in self.retired:  # back after the run left it: it runs nothing of the run again
+                    self.sup.host_returned(host)
+                    return
                 if host in self.undetach:
                     session.set_detached(False)
                     self.undetach.discard(host)
@@ -310,10 +367,14 @@ class HostLinks:
         """On the loop: follow the host's agents again from the offsets already received."""
         if self.sup.finishing:
             return
+        if host in self.retired:  # lost meanwhile: only told the run left it
+            self.sup.workers[host].submit(self.sup.host_returned, host)
+            return
         try:
             self.start_follower(host)
         except HostError:
             self.sup.workers[host].submit(self.reconnect, host, min(delay * 2, RECONNECT_MAX_DELAY))
             return
         self.host_up[host] = True
-        self.sup.publish(ev.host_event(self.sup.run_id, host, "up", "reconnected"))
+        self.sup.host_link(host, True, "reconnected")
+        self.sup.publish(ev.host_event(self.sup.run_id, host, ev.HOST_UP, "reconnected"))

@@ -62,13 +62,13 @@ def restart_group(strategy: Strategy, failed: str, task_ids: Iterable[str]) -> l
 
 
 def deciding_task(task_ids: Iterable[str]) -> str | None:
-    """chief:0, or worker:0 when there is no chief."""
+    """chief:0, or worker:0 when there is no chief (the first worker left, where the workers
+    shrank after a host was lost: TF_CONFIG numbers it 0, so it is the one that saves)."""
     ids = set(task_ids)
     if "chief:0" in ids:
         return "chief:0"
-    if "worker:0" in ids:
-        return "worker:0"
-    return None
+    workers = sorted((t for t in ids if t.startswith("worker:")), key=lambda t: int(t.split(":", 1)[1]))
+    return workers[0] if workers else None
 
 
 def job_succeeded(policy: SuccessPolicy, states: Mapping[str, str]) -> bool:

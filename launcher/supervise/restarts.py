@@ -81,6 +81,7 @@ class RestartOwner(SpecSource, Protocol):
     def on_hosts(self, fn: Callable[[HostSession], None], hosts: list[str] | None = None) -> None: ...
     def ask_agent(self, host: str, request: dict[str, Any], timeout: float = ...) -> dict[str, Any] | None: ...
     def write_state(self) -> None: ...
+    def reachable(self, host: str) -> bool: ...
 
 
 class Restarts:
@@ -94,6 +95,12 @@ class Restarts:
         #: set (on the loop) while `launch` still starts tasks: a restart due meanwhile waits for its end
         self.launching = False
         self._after_launch: list[list[str]] = []
+        #: groups whose restart waits for a host that does not answer (until it does, or is lost)
+        self._held: list[list[str]] = []
+        #: restarts after a host left (moves, shrinks): not counted against max_restarts or backoff_limit
+        self._uncounted: list[list[str]] = []
+        #: task -> the host it left, until its first running event there (which carries ``moved_from``)
+        self.moved_from: dict[str, str] = {}
         self._next_watch = 0.0
 
     # -- what happens: events in, decisions out -------------------------------------------------------
@@ -106,6 +113,8 @@ class Restarts:
         held: list[tuple[Event, str | None]] = []
         for decoded in events:
             event = with_cause(decoded[0], sup.tails, sup.peers)
+            if isinstance(event, ev.StateEvent) and event.state == ev.RUNNING and event.task in self.moved_from:
+                event = event.with_data(moved_from=self.moved_from.pop(str(event.task)))
             if event is not decoded[0]:
                 decoded = (event, None)
             known = event.task in sup.tasks
@@ -236,7 +245,7 @@ class Restarts:
         sup.after(restart.delay, lambda: self.restart_now(group))
         sup.write_state()
 
-    def resume(self, group: list[str], due: float) -> None:
+    def resume(self, group: list[str], due: float, counted: bool = True) -> None:
         """A restart the last supervisor had scheduled when it detached: due at the same time (or now)."""
         if not group:
             return
@@ -244,7 +253,38 @@ class Restarts:
             self.sup.tasks[task_id].restarting = True
             self.sup.tasks[task_id].restart_pending = True
         self.pending.append((group, due))
+        if not counted:
+            self._uncounted.append(group)
         self.sup.after(max(0.0, due - time.time()), lambda: self.restart_now(group))
+
+    def counted(self, group: list[str]) -> bool:
+        return not any(g is group for g in self._uncounted)
+
+    def restart_planned(self, group: list[str], why: str) -> None:
+        """Restart ``group`` now, after a host left the job: its members are already marked; the
+        restart counts against neither max_restarts nor backoff_limit."""
+        self.pending.append((group, time.time()))
+        self._uncounted.append(group)
+        self.sup.write_state()
+        self.restart_now(group)
+
+    def cancel_pending(self) -> None:
+        """Drop every restart scheduled or held (a host left: the re-plan's restart replaces them)."""
+        for group, _due in self.pending:
+            for task_id in group:
+                rt = self.sup.tasks.get(task_id)
+                if rt is not None:
+                    rt.restart_pending = False
+        self.pending = []
+        self._held = []
+        self._uncounted = []
+        self._after_launch = []
+
+    def host_back(self) -> None:
+        """A host answers again: the restarts held for it go now (those whose hosts all answer)."""
+        held, self._held = self._held, []
+        for group in held:
+            self.restart_now(group)
 
     def launched(self) -> None:
         """The launch has started every task: the restarts that fell due meanwhile go now."""
@@ -257,6 +297,20 @@ class Restarts:
         sup = self.sup
         if sup.end.finishing:
             return  # a detach keeps it in state.json for `attach`; a teardown makes it moot
+        if not any(g is group for g, _ in self.pending):
+            return  # cancelled: a host left the job, and the re-plan restarts what it needs
+        down = sorted({sup.tasks[t].spec.host for t in group if t in sup.tasks
+                       and not sup.reachable(sup.tasks[t].spec.host) and not sup.tasks[t].final})
+        if down:
+            # stopping a task of a host that does not answer would hang, and starting its peers
+            # without it would fail again: the restart waits for the host, or for its loss
+            if not any(g is group for g in self._held):
+                self._held.append(group)
+                limit = sup.plan.profile.host_lost_seconds
+                sup.publish(ev.job_event(sup.run_id, ev.JOB_RESTARTING,
+                                         f"restart of {', '.join(group)} waits for host {', '.join(down)}, which "
+                                         f"does not answer (lost after {limit:g} s without contact)"))
+            return
         if self.launching:
             # a task failed while `launch` still starts the others (a ps dying at once): starting its
             # group now would race the launch's own start of a member that has not started yet (the
@@ -264,12 +318,15 @@ class Restarts:
             # would not be stopped. After the launch, the group is stopped and started as usual.
             self._after_launch.append(group)
             return
-        self.pending = [(g, due) for g, due in self.pending if g != group]
-        members = [sup.tasks[t] for t in group]
+        counted = self.counted(group)
+        self.pending = [(g, due) for g, due in self.pending if g is not group]
+        self._uncounted = [g for g in self._uncounted if g is not group]
+        members = [sup.tasks[t] for t in group if t in sup.tasks]
         for rt in members:
             if not rt.final:
                 rt.expected_stop = True
-            rt.restarts += 1
+            if counted:
+                rt.restarts += 1
             rt.incarnation += 1
             rt.restart_pending = False
         threading.Thread(target=self._restart_blocking, args=(members,), name="restart", daemon=True).start()

@@ -27,6 +27,7 @@ from launcher.remote.session import HostSession
 from launcher.rundir import RunDir, host_to_json
 from launcher.supervise.attachstate import arm_watchdog, fold_task_states
 from launcher.supervise.core import Feed, LineFeed, Loop, Publisher, TaskRuntime
+from launcher.supervise.hostloss import HostLoss
 from launcher.supervise.hostworker import HostWorker
 from launcher.supervise.links import AGENT_REQUEST_SECONDS, HostLinks
 from launcher.supervise.outputpolicy import OutputPolicy
@@ -37,6 +38,15 @@ from launcher.telemetry.causes import OutputTails, PeerIndex
 from launcher.telemetry.watchdog import Watchdog
 
 __all__ = ["Feed", "Supervisor", "TaskRuntime"]
+
+
+def boot_id() -> str:
+    """This boot of this machine (monotonic times recorded under another boot mean nothing)."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
 
 
 class Supervisor:
@@ -73,6 +83,7 @@ class Supervisor:
         self.links = HostLinks(self, sessions)
         self.end = Teardown(self)
         self.restarts = Restarts(self)
+        self.hosts = HostLoss(self)  # hosts lost, drained or given notice: moves, shrinks
         self.stall_stacks = StallCapture(self)  # every task's stacks once per stall episode
 
     # -- the plan, a value ----------------------------------------------------------------------------
@@ -158,6 +169,47 @@ class Supervisor:
             if err is not None:
                 raise err
 
+    def reachable(self, host: str) -> bool:
+        """The host is in the job and its link is up."""
+        return self.hosts.reachable(host)
+
+    def in_job(self, host: str) -> bool:
+        """The host has not left the job (lost or drained): the teardown reaches for it."""
+        return host not in self.hosts.gone
+
+    def host_link(self, host: str, up: bool, why: str) -> None:
+        self.hosts.link_changed(host, up, why)
+        if up:
+            self.restarts.host_back()
+
+    def host_returned(self, host: str) -> None:
+        self.hosts.host_returned(host)
+
+    def on_preempted(self, host: str, why: str) -> None:
+        """The host's preemption_notice fired (said again at every poll): drained once."""
+        if host in self.hosts.gone or self.finishing:
+            return
+        self.publish(ev.action_event(self.run_id, "drain", host, why))
+        error = self.hosts.drain(host, why)
+        if error is not None:
+            self.notice(f"preemption notice of host {host}: {error}")
+
+    def drain(self, host: str, reason: str, timeout: float = 10.0) -> str | None:
+        """The operator's drain (any thread but the loop): why it was refused, or None."""
+        answer: list[str | None] = []
+        done = threading.Event()
+
+        def act() -> None:
+            if not self.loop.done.is_set() and not self.finishing:
+                self.publish(ev.action_event(self.run_id, "drain", host, reason))
+            answer.append(self.hosts.drain(host, reason))
+            done.set()
+
+        self.call(act)
+        if not done.wait(timeout):
+            return "the supervisor did not answer in time"
+        return answer[0]
+
     @property
     def lost_events(self) -> dict[str, int]:
         return self.links.lost_events
@@ -220,15 +272,24 @@ class Supervisor:
         self.job_restarts = int(state.get("job_restarts") or 0)
         for pending in state.get("pending_restarts") or []:
             self.restarts.resume([str(t) for t in pending.get("tasks", []) if t in self.tasks],
-                                 float(pending.get("due") or 0.0))
+                                 float(pending.get("due") or 0.0), pending.get("counted") is not False)
+        self.restarts.moved_from.update({str(t): str(h) for t, h in (state.get("moved_from") or {}).items()})
         self.links.resume_from(state.get("offsets") or {}, history, state.get("lost_events") or {})
+        if state.get("boot_id") == boot_id():  # this machine's monotonic clock still counts from the same zero
+            self.links.heard_at({str(h): float(t) for h, t in (state.get("last_contact") or {}).items()})
+        gone = self.hosts.resume(state.get("host_states") or {}, int(state.get("host_losses") or 0))
+        for host in gone:  # out of the job: only retired if it answers
+            self.links.retired.add(host)
+            self.links.host_up[host] = False
+            unreachable.pop(host, None)
+            self.workers[host].submit(self.links.reconnect, host, 1.0)
         for feed in self.publisher.feeds:
             for event in history:
                 feed.put(event)
         arm_watchdog(self.tasks, self.watchdog, history)
         self.outputs.replay(history)
         self.loop.start(self._loop_begins, self._tick)
-        reachable = [h for h in self.sessions if h not in unreachable]
+        reachable = [h for h in self.sessions if h not in unreachable and h not in gone]
         # a run an older distlaunch left detached has a `detached` marker on its hosts (the orphan
         # rule off): a supervisor follows it now, so the rule applies again
         self.on_hosts(lambda s: s.set_detached(False), reachable)
@@ -248,6 +309,7 @@ class Supervisor:
 
     def _tick(self) -> None:
         self.links.check_silence()
+        self.hosts.tick()
         self.restarts.watch()
 
     # -- the operator's actions and the clients -------------------------------------------------------
@@ -359,7 +421,13 @@ class Supervisor:
                           "profiler_port": self.profiler_ports.get(t)}
                       for t, rt in self.tasks.items()},
             "offsets": self.links.offsets,
-            "pending_restarts": [{"tasks": g, "due": due} for g, due in self.restarts.pending],
+            "pending_restarts": [{"tasks": g, "due": due, "counted": self.restarts.counted(g)}
+                                 for g, due in self.restarts.pending],
             "lost_events": self.lost_events,
+            "host_states": self.hosts.as_json(),
+            "host_losses": self.hosts.losses,
+            "moved_from": dict(self.restarts.moved_from),
+            "last_contact": self.links.last_contact(),
+            "boot_id": boot_id(),
         }
         self.rundir.write_state(state)

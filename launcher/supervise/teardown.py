@@ -39,6 +39,7 @@ class EndOwner(Protocol):
     def on_hosts(self, fn: Callable[[HostSession], None], hosts: list[str] | None = None) -> None: ...
     def ask_agent(self, host: str, request: dict[str, Any], timeout: float = ...) -> dict[str, Any] | None: ...
     def ended(self, state: str, reason: str) -> None: ...
+    def in_job(self, host: str) -> bool: ...
     def close(self, outcome: str) -> None: ...
 
 
@@ -108,7 +109,9 @@ class Teardown:
 
     def _teardown_blocking(self, state: str) -> None:
         sup = self.sup
-        by_host = {h: [rt.spec.slug for rt in sup.tasks.values() if rt.spec.host == h] for h in sup.sessions}
+        # a host that left the job (lost, drained) is not reached for: its agent stopped its tasks
+        hosts = [h for h in sup.sessions if sup.in_job(h)]
+        by_host = {h: [rt.spec.slug for rt in sup.tasks.values() if rt.spec.host == h] for h in hosts}
         grace = max((rt.spec.grace_seconds for rt in sup.tasks.values()), default=10.0)
 
         def stop(session: HostSession) -> None:
@@ -122,22 +125,22 @@ class Teardown:
                 session.stop_agents(by_host[session.name], grace, exit_agent=True)
 
         try:
-            sup.on_hosts(stop)
+            sup.on_hosts(stop, hosts)
         except Exception as exc:
             sup.notice(f"stopping tasks: {exc}")
         if not self.all_final.wait(DRAIN_SECONDS):
             sup.call(self._mark_unreported_stopped)
-        self._sweep_all()
+        self._sweep_all(hosts)
         sup.call(lambda: sup.close(state))
 
-    def _sweep_all(self) -> None:
+    def _sweep_all(self, hosts: list[str]) -> None:
         def sweep(session: HostSession) -> None:
             left = session.sweep(kill=True)
             if left:
                 self.sup.leftovers[session.name] = left
 
         try:
-            self.sup.on_hosts(sweep)
+            self.sup.on_hosts(sweep, hosts)
         except Exception as exc:
             self.sup.notice(f"checking for leftover processes: {exc}")
 

@@ -17,6 +17,13 @@ from launcher import events as ev
 from launcher.autolog.steptime import STEP_IS_CALLS
 from launcher.events import Event
 from launcher.telemetry import eventcheck
+from launcher.telemetry.placementview import (  # noqa: F401  (their old home: readers import them from here)
+    IMBALANCE_RATIO,
+    ROLE_ORDER,
+    PlacementView,
+    VariablePlacement,
+    task_sort_key,
+)
 from launcher.telemetry.steprate import StepRate
 from launcher.telemetry.steptime import StepTimes
 from launcher.telemetry.timeline import Timeline
@@ -26,7 +33,6 @@ RATE_POINTS = 200  # (time, steps/s) points kept per task, spread over the task'
 LOSS_POINTS = 400  # (step, loss) points kept per task for the loss chart
 LOG_LINES = 2000  # log lines kept per task
 STALE_AFTER_S = 10.0  # a running task with no event for this long is shown as stale
-IMBALANCE_RATIO = 1.5  # a ps holding more than this times the mean bytes per ps is flagged
 
 FAILURE_TAIL_LINES = 8
 """Lines of a failed incarnation's output the failure report shows (each once)."""
@@ -36,13 +42,6 @@ FAILURE_TAIL_KEPT = 20 * FAILURE_TAIL_LINES
 for a long traceback (which the report shows whole) after TensorFlow's start-up lines."""
 
 UNREACHABLE_REASON = "host unreachable"
-ROLE_ORDER = {"chief": 0, "ps": 1, "worker": 2, "evaluator": 3}
-
-
-def task_sort_key(task_id: str) -> tuple[int, str, int]:
-    """Chief first, then ps, workers, evaluator; indices numerically (worker:10 after worker:9)."""
-    role, _, index = task_id.partition(":")
-    return (ROLE_ORDER.get(role, 9), role, int(index) if index.isdigit() else 0)
 
 
 def root_cause_text(task: str, why: str, cause: str = "", culprit: str | None = None) -> str:
@@ -113,6 +112,10 @@ class TaskView:
     failed_tail: list[str] = field(default_factory=list)
     #: why its latest failed incarnation failed (the state event's ``cause``), and the task it names
     cause: str = ""
+    #: the host it left when its host was lost or drained (its first running event on the new one)
+    moved_from: str | None = None
+    #: its host does not answer, or was lost: its last readings are not live
+    host_down: str | None = None
     culprit: str | None = None
     #: the last ``seq`` seen from this task's agent, and how many numbers never arrived
     last_seq: int = -1
@@ -160,53 +163,6 @@ class TaskView:
 
 
 @dataclass
-class VariablePlacement:
-    name: str
-    task: str
-    bytes: int
-    shape: str
-    dtype: str
-
-
-@dataclass
-class PlacementView:
-    """Where each variable lives; the latest report of a variable wins."""
-
-    variables: dict[str, VariablePlacement] = field(default_factory=dict)
-
-    def apply(self, variables: list[dict[str, object]]) -> None:
-        for var in variables:
-            name = str(var.get("name", "?"))
-            task = str(var.get("task") or var.get("device") or "?")
-            size = var.get("bytes")
-            self.variables[name] = VariablePlacement(
-                name=name, task=task, bytes=eventcheck.as_int(size, 0),
-                shape=str(var.get("shape", "")), dtype=str(var.get("dtype", "")))
-
-    @property
-    def holders(self) -> list[str]:
-        """The tasks holding variables, ps first in task order."""
-        return sorted({v.task for v in self.variables.values()}, key=task_sort_key)
-
-    def bytes_per_task(self) -> dict[str, int]:
-        totals = dict.fromkeys(self.holders, 0)
-        for var in self.variables.values():
-            totals[var.task] += var.bytes
-        return totals
-
-    def imbalance(self) -> tuple[str, float] | None:
-        """(task, max/mean) when one holder has more than `IMBALANCE_RATIO` x the mean, else None."""
-        totals = self.bytes_per_task()
-        if len(totals) < 2:
-            return None
-        mean = sum(totals.values()) / len(totals)
-        task, most = max(totals.items(), key=lambda kv: kv[1])
-        if mean > 0 and most > IMBALANCE_RATIO * mean:
-            return task, most / mean
-        return None
-
-
-@dataclass
 class Notice:
     """Something the user should be told about once (a toast)."""
 
@@ -228,6 +184,8 @@ class JobView:
     logs: dict[str, TaskLog] = field(default_factory=dict)
     placement: PlacementView = field(default_factory=PlacementView)
     hosts_down: set[str] = field(default_factory=set)
+    #: each host's latest `host` event: (state, reason, time)
+    host_states: dict[str, tuple[str, str, float]] = field(default_factory=dict)
     #: per host, its latest whole-machine reading: cpu_percent (of all cores), cpus, mem_used/total_bytes
     machines: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: the global step by event time (`global_steps_per_s`)
@@ -338,6 +296,8 @@ class JobView:
             return
         if isinstance(event, ev.StacksEvent):
             self.last_stacks = event
+        if isinstance(event, ev.HostEvent):
+            self._apply_host(event)
         if event.task is None:
             return
         task = self.task(event.task)
@@ -395,15 +355,35 @@ class JobView:
             self.notices.append(Notice(f"Job {state}{why}",
                                        "information" if state == ev.JOB_SUCCEEDED else "error"))
 
+    def _apply_host(self, event: ev.HostEvent) -> None:
+        """A host's link went down, came back, or the host left the job: its tasks' last readings
+        are shown as not live while it is down."""
+        host, state = event.host, event.state
+        self.host_states[host] = (state, event.reason, event.ts)
+        down = state in (ev.HOST_UNREACHABLE, ev.HOST_LOST)
+        if down:
+            self.hosts_down.add(host)
+        else:
+            self.hosts_down.discard(host)
+        for task in self.tasks.values():
+            if task.host == host:
+                task.host_down = state if down else None
+                self.dirty_tasks.add(task.task_id)
+
     def _apply_state(self, task: TaskView, event: ev.StateEvent) -> None:
         old = task.state
         task.state = event.state
+        if event.host and event.host != task.host:  # placed (or moved): its new host's word counts
+            task.host_down = None
         task.host = event.host or task.host
         pid = event.pid
         task.pid = pid if pid is not None else (None if task.state in ev.FINAL_TASK_STATES else task.pid)
         task.restarts = event.restarts or task.restarts
         task.exit_code = event.exit_code
         task.reason = event.reason
+        if event.moved_from:  # a new host's agent numbers its events from 0
+            task.moved_from = event.moved_from
+            task.last_seq = event.seq if event.seq is not None else -1
         if task.host:
             if task.reason == UNREACHABLE_REASON:
                 self.hosts_down.add(task.host)

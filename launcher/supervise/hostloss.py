@@ -1,0 +1,347 @@
+"""The supervisor's part for hosts that leave the job: lost for good, drained, or given notice.
+
+Each host has a state (``up``, ``unreachable``, ``lost``, ``drained``, ``spare``) with its reason
+and since when, published as ``host`` events and kept in state.json (``status --json``'s hosts).
+
+* **Lost.** A host whose link stays down, every reconnect failing, for ``host_lost_seconds``
+  since its last line (monotonic clocks) is lost: its tasks go to state ``lost``, and what the job
+  does next is ``replan.decide_host_gone``'s: move them to a spare, go on without them, or fail
+  with the cause. ``check`` makes ``host_lost_seconds`` exceed ``orphan_grace_seconds``, so by then
+  the agent there has stopped the old incarnation for want of the supervisor's pings: a
+  replacement never runs beside it. The host's link is then only watched for its return, when
+  it is retired (``HostSession.retire``: the agent stops what is left, marks the host so nothing
+  of the run starts there again, and exits).
+* **Drained** (``distlaunch drain``, or the host's ``preemption_notice``): the host's tasks get
+  SIGTERM with their grace (their exit is planned, never a failure), then they move as for a lost
+  host, without the wait: their agent said they stopped.
+
+Moves and shrinks count against ``max_host_losses``, never against ``max_restarts`` or
+``backoff_limit``; the recovery set restarts with a new TF_CONFIG (``replan.recovery_set``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from launcher import events as ev
+from launcher.errors import HostError
+from launcher.events import Event
+from launcher.model import Plan
+from launcher.placement import drop_tasks, move_tasks, tasks_on
+from launcher.remote.session import HostSession
+from launcher.supervise.core import TaskRuntime
+from launcher.supervise.decide import GiveUp
+from launcher.supervise.hostworker import HostWorker
+from launcher.supervise.links import HostLinks
+from launcher.supervise.replan import HostGone, Move, Nothing, Room, Shrink, decide_host_gone, recovery_set
+from launcher.supervise.restarts import Restarts
+from launcher.telemetry.watchdog import Watchdog
+
+#: a moved task gets two ports on its new host: TF_CONFIG's and its profiler server's
+PORTS_PER_TASK = 2
+
+
+@dataclass
+class HostState:
+    state: str
+    reason: str = ""
+    since: float = 0.0  # wall time of the change, for people
+
+
+class LossOwner(Protocol):
+    """What the host-loss part uses of the supervisor."""
+
+    @property
+    def run_id(self) -> str: ...
+    @property
+    def plan(self) -> Plan: ...
+    @property
+    def tasks(self) -> Mapping[str, TaskRuntime]: ...
+    @property
+    def sessions(self) -> Mapping[str, HostSession]: ...
+    @property
+    def workers(self) -> Mapping[str, HostWorker]: ...
+    @property
+    def links(self) -> HostLinks: ...
+    @property
+    def restarts(self) -> Restarts: ...
+    @property
+    def profiler_ports(self) -> dict[str, int]: ...
+    @property
+    def watchdog(self) -> Watchdog: ...
+    @property
+    def finishing(self) -> bool: ...
+    def call(self, fn: Callable[[], None]) -> None: ...
+    def publish(self, event: Event, line: str | None = None) -> None: ...
+    def notice(self, message: str) -> None: ...
+    def finish(self, state: str, reason: str) -> None: ...
+    def write_state(self) -> None: ...
+    def replace_plan(self, plan: Plan, ports: Mapping[str, int] | None = None) -> None: ...
+
+
+class HostLoss:
+    def __init__(self, sup: LossOwner) -> None:
+        self.sup = sup
+        profile = sup.plan.profile
+        self.spares = [s for s in profile.spares if s in sup.sessions]
+        now = time.time()
+        self.states: dict[str, HostState] = {h: HostState(ev.HOST_SPARE if h in self.spares else ev.HOST_UP, "", now)
+                                             for h in sup.sessions}
+        self.gone: set[str] = set()  # lost or drained: out of the job for good
+        self.losses = 0
+        #: host -> slugs of the tasks it ran before they moved (stopped there if it comes back)
+        self.left_behind: dict[str, list[str]] = {}
+        self._busy = False  # a move or shrink is being carried out (one at a time)
+        self._queued: list[HostGone] = []
+
+    # -- what is reported -----------------------------------------------------------------------------
+
+    def as_json(self) -> dict[str, dict[str, Any]]:
+        out: dict[str, dict[str, Any]] = {}
+        for host, st in self.states.items():
+            out[host] = {"state": st.state, "reason": st.reason, "since": st.since}
+            silent = self.sup.links.silent_for(host)
+            if st.state == ev.HOST_UNREACHABLE and silent is not None:
+                out[host]["last_contact_s"] = round(silent, 1)
+        return out
+
+    def resume(self, recorded: Mapping[str, Any], losses: int) -> list[str]:
+        """Attach: the host states the last supervisor had reached; returns the hosts out of the job."""
+        for host, info in recorded.items():
+            if host in self.states and isinstance(info, dict):
+                self.states[host] = HostState(str(info.get("state") or ev.HOST_UP), str(info.get("reason") or ""),
+                                              float(info.get("since") or time.time()))
+        self.gone = {h for h, st in self.states.items() if st.state in (ev.HOST_LOST, ev.HOST_DRAINED)}
+        self.spares = [s for s in self.spares if self.states[s].state == ev.HOST_SPARE]
+        self.losses = losses
+        return sorted(self.gone)
+
+    def _set(self, host: str, state: str, reason: str) -> None:
+        self.states[host] = HostState(state, reason, time.time())
+        self.sup.publish(ev.host_event(self.sup.run_id, host, state, reason))
+
+    def link_changed(self, host: str, up: bool, reason: str) -> None:
+        """The links' word that a host's stream went down or came back (not for gone hosts)."""
+        if host in self.gone:
+            return
+        if up:
+            self.states[host] = HostState(ev.HOST_SPARE if host in self.spares else ev.HOST_UP, reason, time.time())
+        else:
+            self.states[host] = HostState(ev.HOST_UNREACHABLE, reason, time.time())
+
+    def reachable(self, host: str) -> bool:
+        return host not in self.gone and self.sup.links.host_up.get(host, False)
+
+    # -- lost -----------------------------------------------------------------------------------------
+
+    def tick(self) -> None:
+        """On the loop: a host silent for host_lost_seconds is lost."""
+        if self.sup.finishing:
+            return
+        limit = self.sup.plan.profile.host_lost_seconds
+        for host in list(self.states):
+            if host in self.gone or self.sup.links.host_up.get(host, True):
+                continue
+            silent = self.sup.links.silent_for(host)
+            if silent is not None and silent >= limit:
+                self.lose(host, f"no contact for {silent:.0f} s")
+
+    def lose(self, host: str, why: str) -> None:
+        sup = self.sup
+        if host in self.gone:
+            return
+        self.gone.add(host)
+        sup.links.retire(host)
+        self._set(host, ev.HOST_LOST, why)
+        what = f"host {host} lost ({why})"
+        self.left_behind[host] = [sup.tasks[t].spec.slug for t in tasks_on(sup.plan, host)]
+        for task_id in tasks_on(sup.plan, host):
+            rt = sup.tasks[task_id]
+            if rt.state in (ev.SUCCEEDED, ev.FAILED, ev.STOPPED) and not rt.restarting:
+                continue
+            rt.state = ev.LOST
+            rt.expected_stop = False
+            sup.watchdog.forget(task_id)
+            sup.publish(ev.state_event(sup.run_id, task_id, ev.LOST, host=host, restarts=rt.restarts, reason=what))
+        if host in self.spares:
+            self.spares.remove(host)
+            sup.notice(f"spare host {host} lost ({why}); {len(self.spares)} spare(s) left")
+            return
+        self._decide(HostGone(host, why))
+
+    def host_returned(self, host: str) -> None:
+        """On the host's thread: a gone host answers again. Nothing of the run may run there: retire it."""
+        state = self.states[host].state
+        slugs = self.left_behind.get(host, [])
+        try:
+            left = self.sup.sessions[host].retire(f"run {self.sup.run_id} left this host ({state})", slugs)
+        except HostError as exc:
+            self.sup.notice(f"host {host} left the job but could not be told so: {exc}")
+            return
+        said = "nothing of the run runs there" if not left else f"{', '.join(left)} could not be stopped there"
+        self.sup.call(lambda: self.sup.notice(f"host {host} told that the run left it ({state}): {said}, and "
+                                              "nothing of it starts there again"))
+
+    # -- drained --------------------------------------------------------------------------------------
+
+    def drain(self, host: str, reason: str) -> str | None:
+        """On the loop: move the job off ``host``; why not (one line), or None once under way."""
+        sup = self.sup
+        if host not in self.states:
+            return f"no host {host!r} in this run; its hosts: {', '.join(sorted(self.states))}"
+        if host in self.gone:
+            return f"host {host} already left the job ({self.states[host].state})"
+        if sup.finishing:
+            return "the job is ending"
+        self.gone.add(host)
+        self.left_behind[host] = [sup.tasks[t].spec.slug for t in tasks_on(sup.plan, host)]
+        self._set(host, ev.HOST_DRAINED, reason)
+        if host in self.spares:
+            self.spares.remove(host)
+            sup.links.retire(host)
+            sup.workers[host].submit(self.host_returned, host)
+            return None
+        self._decide(HostGone(host, reason, drained=True))
+        return None
+
+    def _stop_drained(self, host: str, tasks: tuple[str, ...], then: Callable[[], None]) -> None:
+        """Stop the drained host's tasks (SIGTERM, their grace, SIGKILL) on its thread, then ``then``
+        on the loop; the host is retired after."""
+        sup = self.sup
+        slugs = [sup.tasks[t].spec.slug for t in tasks]
+        grace = max((sup.tasks[t].spec.grace_seconds for t in tasks), default=10.0)
+        session = sup.sessions[host]
+
+        def work() -> None:
+            try:
+                session.stop_agents(slugs, grace)
+            except HostError as exc:  # its tasks are stopped by the orphan rule once the link is retired
+                said = f"draining host {host}: {exc}"
+                sup.call(lambda: sup.notice(said))
+            sup.call(then)
+            sup.call(lambda: sup.links.retire(host))
+            self.host_returned(host)
+
+        sup.workers[host].submit(work)
+
+    # -- the decision and its carrying out ------------------------------------------------------------
+
+    def _decide(self, gone: HostGone) -> None:
+        if self._busy:  # one move at a time: the next is decided on the plan the first made
+            self._queued.append(gone)
+            return
+        sup = self.sup
+        decision = decide_host_gone(sup.plan, sup.restarts.facts(),
+                                    gone, Room(tuple(s for s in self.spares if self.reachable(s)), self.losses))
+        if isinstance(decision, Nothing):
+            sup.notice(f"host {gone.host} left the job; none of its tasks was still needed")
+            if gone.drained:
+                self._stop_drained(gone.host, (), lambda: None)
+            return
+        if isinstance(decision, GiveUp):
+            sup.restarts.cancel_pending()
+            if gone.drained:  # its tasks' ends are planned: the teardown stops them
+                for task_id in tasks_on(sup.plan, gone.host):
+                    sup.tasks[task_id].expected_stop = True
+            sup.finish(ev.JOB_FAILED, decision.cause)
+            return
+        self._busy = True
+        self.losses += 1
+        sup.restarts.cancel_pending()
+        # the whole recovery set's ends from here on are planned (an MWMS peer saving and exiting 42)
+        changed = decision.tasks if isinstance(decision, Move) else ()
+        after = self._next_plan(decision)
+        for task_id in {*recovery_set(after, changed, self._states()), *decision.tasks}:
+            rt = sup.tasks[task_id]
+            rt.restarting = True
+            rt.restart_pending = True
+            if not rt.final:
+                rt.expected_stop = True
+        sup.publish(ev.job_event(sup.run_id, ev.JOB_RESTARTING, self._describe(decision)))
+
+        def go_on() -> None:
+            if isinstance(decision, Move):
+                self._pick_ports(decision)
+            else:
+                self._apply(after, {}, decision.tasks, (), decision.why)
+
+        if gone.drained:
+            self._stop_drained(gone.host, decision.tasks, go_on)
+        else:
+            go_on()
+
+    def _states(self) -> dict[str, str]:
+        return {t: rt.state for t, rt in self.sup.tasks.items()}
+
+    def _next_plan(self, decision: Move | Shrink) -> Plan:
+        if isinstance(decision, Move):
+            return move_tasks(self.sup.plan, decision.tasks, decision.to_host)
+        return drop_tasks(self.sup.plan, decision.tasks)
+
+    @staticmethod
+    def _describe(decision: Move | Shrink) -> str:
+        if isinstance(decision, Move):
+            return (f"{', '.join(decision.tasks)} moving from {decision.from_host} to {decision.to_host} "
+                    f"({decision.why})")
+        return f"going on without {', '.join(decision.tasks)} ({decision.why})"
+
+    def _pick_ports(self, move: Move) -> None:
+        """On the spare's thread: its free ports (a spare that cannot answer is skipped for the next)."""
+        sup = self.sup
+        session = sup.sessions[move.to_host]
+
+        def work() -> None:
+            try:
+                ports = session.pick_ports(PORTS_PER_TASK * len(move.tasks))
+            except HostError as exc:
+                err = exc
+                sup.call(lambda: self._spare_failed(move, str(err)))
+                return
+            sup.call(lambda: self._apply(move_tasks(sup.plan, move.tasks, move.to_host), dict(zip(
+                move.tasks, ports[::2], strict=False)), move.tasks, move.tasks, move.why, move, ports[1::2]))
+
+        sup.workers[move.to_host].submit(work)
+
+    def _spare_failed(self, move: Move, why: str) -> None:
+        self.spares.remove(move.to_host)
+        self.states[move.to_host] = HostState(ev.HOST_UNREACHABLE, f"failed as a replacement: {why}", time.time())
+        self.sup.notice(f"spare host {move.to_host} cannot take {', '.join(move.tasks)} ({why}); trying the next")
+        self._busy = False
+        self.losses -= 1
+        self._decide(HostGone(move.from_host, move.why.split("(", 1)[-1].rstrip(")"),
+                              drained=self.states[move.from_host].state == ev.HOST_DRAINED))
+
+    def _apply(self, after: Plan, ports: dict[str, int], leaving: tuple[str, ...], moved: tuple[str, ...],
+               why: str, move: Move | None = None, profiler: list[int] | None = None) -> None:
+        """On the loop: take the new plan, say what moved, restart the recovery set (not counted)."""
+        sup = self.sup
+        self._busy = False
+        if sup.finishing:
+            return
+        before = sup.plan
+        sup.replace_plan(after, ports)
+        for task_id, port in zip(moved, profiler or [], strict=False):
+            sup.profiler_ports[task_id] = port
+        for task_id in leaving:
+            sup.links.forget_task(task_id)
+        if move is not None:
+            self.spares.remove(move.to_host)
+            self._set(move.to_host, ev.HOST_UP, f"replaces {move.from_host}")
+            for task_id in moved:
+                sup.restarts.moved_from[task_id] = move.from_host
+                sup.notice(f"{task_id} moved from {move.from_host} to {move.to_host} ({why})")
+        else:
+            sup.notice(f"the job goes on without {', '.join(leaving)} ({why}); "
+                       + ", ".join(f"{role}: {sum(1 for t in after.tasks if t.role == role)} task(s)"
+                                   for role in sorted({t.split(':', 1)[0] for t in leaving})))
+        group = list(recovery_set(after, moved, self._states()))
+        if before.tasks != after.tasks:
+            sup.write_state()
+        if group:
+            sup.restarts.restart_planned(group, self._describe(move) if move else f"going on without "
+                                         f"{', '.join(leaving)} ({why})")
+        if self._queued:
+            self._decide(self._queued.pop(0))

@@ -1,0 +1,183 @@
+"""Hosts lost for good, drained and coming back, on network-namespace hosts (tests/netns.py).
+
+A link cut and never restored is a host lost: after ``host_lost_seconds`` without contact its
+tasks move to a spare (or the role shrinks, or the job fails naming the host), and the old
+incarnation has been stopped by its agent's orphan rule before the new one starts. A host that
+comes back after the move runs nothing of the run again.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.jobtools import (
+    REPO,
+    cli,
+    kill_run_processes,
+    pids_with_run_id,
+    read_events,
+    start_cli,
+    wait_for,
+    wait_for_event,
+)
+from tests.netns import NetnsLab, require_netns
+from tests.profiles import build_profile, netns_hosts
+
+pytestmark = [pytest.mark.slow, pytest.mark.netns, pytest.mark.sshd]
+
+ORPHAN_GRACE = 4
+HOST_LOST = 8
+#: a task that prints a numbered line every 0.1 s (custom strategy: no TensorFlow)
+TICKER = "{python} -u -c 'import time\nfor i in range(%d):\n    print(\"tick\", i, flush=True); time.sleep(0.1)'"
+
+
+@pytest.fixture
+def lab() -> Iterator[NetnsLab]:
+    require_netns()
+    with NetnsLab(3) as made:
+        yield made
+
+
+@pytest.fixture
+def run_id(request: pytest.FixtureRequest, lab: NetnsLab) -> Iterator[str]:
+    rid = f"it-loss-{request.node.name[5:22].replace('_', '-')}-{lab.tag}"
+    yield rid
+    kill_run_processes(rid)
+
+
+def mwms_profile(tmp: Path, lab: NetnsLab, *, spares: bool, epochs: int = 4) -> Path:
+    ckpt = tmp / "ckpt"  # the namespaces share this machine's filesystem: shared storage
+    top = f"host_lost_seconds = {HOST_LOST}\n" + ('spares = ["c"]\n' if spares else "")
+    return build_profile(tmp / "mwms.toml", name="it-loss-mwms", strategy="multi_worker_mirrored",
+                         orphan_grace=ORPHAN_GRACE, top=top,
+                         command=f"{{python}} examples/mwms_keras.py --epochs {epochs} --steps-per-epoch 25 "
+                                 f"--checkpoint-dir {ckpt}",
+                         defaults={"python": sys.executable}, workdir=REPO, env={"TF_CPP_MIN_LOG_LEVEL": "2"},
+                         grace=5, hosts=netns_hosts(lab, "ssh"), roles={"worker": {"count": 2, "hosts": ["a", "b"]}})
+
+
+def launch(tmp: Path, profile: Path, run_id: str) -> tuple[Any, Path]:
+    run_dir = tmp / "run"
+    proc = start_cli("up", str(profile), "--no-tui", "--run-dir", str(run_dir), "--run-id", run_id,
+                     log=tmp / "up.log")
+    return proc, run_dir
+
+
+def finish(proc: Any, tmp: Path, timeout: float) -> int:
+    try:
+        code: int = proc.wait(timeout=timeout)
+    except Exception:
+        proc.kill()
+        raise AssertionError("launcher did not finish: " + (tmp / "up.log").read_text()[-4000:]) from None
+    return code
+
+
+def step_of(events: list[dict[str, Any]], task: str) -> int:
+    steps = [e["step"] for e in events if e["kind"] == "metric" and e["task"] == task and e.get("step") is not None]
+    return max(steps, default=-1)
+
+
+def moved_to_spare(event: dict[str, Any]) -> bool:
+    return (event["kind"] == "state" and event["task"] == "worker:1" and event["state"] == "running"
+            and event.get("moved_from") == "b")
+
+
+def agent_states(lab: NetnsLab, host: str, run_id: str, slug: str) -> list[dict[str, Any]]:
+    path = lab.run_dir(host, run_id) / "tasks" / slug / "events.jsonl"
+    if not path.exists():
+        return []
+    events = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [e for e in events if e["kind"] == "state"]
+
+
+@pytest.mark.timeout(420)
+def test_mwms_host_lost_moves_to_the_spare_resumes_and_the_old_host_runs_nothing_again(
+        tmp_path: Path, lab: NetnsLab, run_id: str) -> None:
+    proc, run_dir = launch(tmp_path, mwms_profile(tmp_path, lab, spares=True), run_id)
+    wait_for(lambda: step_of(read_events(run_dir), "worker:1") >= 30, 240, "worker:1 past step 30")
+    lab.cut("b")
+    cut_step = step_of(read_events(run_dir), "worker:0")
+    moved = wait_for_event(run_dir, moved_to_spare, 120, "worker:1 running on the spare")
+    assert moved["host"] == "c"
+    events = read_events(run_dir)
+    lost = [e for e in events if e["kind"] == "host" and e["host"] == "b" and e["state"] == "lost"]
+    assert lost and lost[0]["reason"].startswith("no contact for"), [e for e in events if e["kind"] == "host"]
+    assert any(e["kind"] == "state" and e["task"] == "worker:1" and e["state"] == "lost" for e in events)
+    # fencing: the old incarnation on b had ended (its agent's orphan rule) before the new one started
+    old_end = [e for e in agent_states(lab, "b", run_id, "worker-1") if e["state"] in ("stopped", "failed")]
+    assert old_end, agent_states(lab, "b", run_id, "worker-1")
+    starting = [e for e in agent_states(lab, "c", run_id, "worker-1") if e["state"] == "starting"]
+    assert starting and old_end[-1]["ts"] < starting[0]["ts"]
+    # the host comes back: told the run left it, it starts nothing of it again
+    lab.restore("b")
+    code = finish(proc, tmp_path, 300)
+    log = (tmp_path / "up.log").read_text()
+    assert code == 0, log[-4000:]
+    assert "worker:1 moved from b to c (host b lost (no contact for" in log
+    events = read_events(run_dir)
+    assert [e["state"] for e in events if e["kind"] == "job"][-1] == "Succeeded"
+    # restarted from the checkpoint: the step went on from where the backup was, not from 0
+    after = [e["step"] for e in events if e["kind"] == "metric" and e["task"] == "worker:0"
+             and e.get("step") is not None and e["ts"] > moved["ts"]]
+    assert after and min(after) > 0, (cut_step, after[:5])
+    state = json.loads((run_dir / "state.json").read_text())
+    assert state["tasks"]["worker:1"]["host"] == "c"
+    assert state["host_states"]["b"]["state"] == "lost"
+    assert state["tasks"]["worker:1"]["restarts"] == 0  # a move is not a restart
+    status = json.loads(cli("status", str(run_dir), "--json").stdout)
+    assert status["hosts"]["b"]["state"] == "lost" and status["hosts"]["c"]["state"] == "up"
+    assert pids_with_run_id(run_id) == []
+    # b is marked left: whoever asks, nothing of the run starts there
+    wait_for(lambda: (lab.run_dir("b", run_id) / "retired").exists(), 30, "host b retired")
+
+
+@pytest.mark.timeout(300)
+def test_mwms_host_lost_without_a_spare_fails_naming_the_host(tmp_path: Path, lab: NetnsLab, run_id: str) -> None:
+    proc, run_dir = launch(tmp_path, mwms_profile(tmp_path, lab, spares=False, epochs=40), run_id)
+    wait_for(lambda: step_of(read_events(run_dir), "worker:1") >= 10, 240, "worker:1 past step 10")
+    lab.cut("b")
+    code = finish(proc, tmp_path, HOST_LOST + 60 + 30)
+    assert code != 0
+    events = read_events(run_dir)
+    end = [e for e in events if e["kind"] == "job"][-1]
+    assert end["state"] == "Failed"
+    assert end["reason"].startswith("host b lost (no contact for"), end
+    assert "no spare host for worker:1" in end["reason"]
+    # no state lied meanwhile: the restart waited for b and said so, instead of "restarting in 1s" for ever
+    waits = [e for e in events if e["kind"] == "job" and "waits for host b" in e.get("reason", "")]
+    restarting = [e for e in events if e["kind"] == "job" and e["state"] == "Restarting"]
+    assert not restarting or waits, restarting
+    assert [p for p in pids_with_run_id(run_id) if lab.host_of_pid(p) == "a"] == []
+
+
+@pytest.mark.timeout(240)
+def test_drain_moves_the_task_and_its_planned_exit_is_no_failure(tmp_path: Path, lab: NetnsLab, run_id: str) -> None:
+    profile = build_profile(tmp_path / "drain.toml", name="it-drain", strategy="custom", orphan_grace=ORPHAN_GRACE,
+                            top=f'host_lost_seconds = {HOST_LOST}\nspares = ["c"]\n',
+                            defaults={"python": sys.executable}, workdir=REPO, grace=2, restart="never",
+                            hosts=netns_hosts(lab, "ssh"),
+                            roles={"worker": {"count": 2, "hosts": ["a", "b"], "command": TICKER % 300}},
+                            metrics={"step": r"tick (\d+)"})
+    proc, run_dir = launch(tmp_path, profile, run_id)
+    wait_for(lambda: step_of(read_events(run_dir), "worker:1") >= 5, 120, "worker:1 ticking")
+    refused = cli("drain", run_id, "nosuch")
+    assert refused.returncode == 2 and "has no host 'nosuch'" in refused.stderr
+    drained = cli("drain", run_id, "b", "--reason", "maintenance")
+    assert drained.returncode == 0, drained.stderr
+    moved = wait_for_event(run_dir, moved_to_spare, 90, "worker:1 running on the spare")
+    assert moved["host"] == "c"
+    status = cli("status", run_id)
+    assert "host b: drained" in status.stdout and "(maintenance)" in status.stdout, status.stdout
+    code = finish(proc, tmp_path, 120)
+    assert code == 0, (tmp_path / "up.log").read_text()[-3000:]
+    events = read_events(run_dir)
+    assert [e["state"] for e in events if e["kind"] == "job"][-1] == "Succeeded"
+    assert any(e["kind"] == "host" and e["host"] == "b" and e["state"] == "drained" for e in events)
+    assert (lab.run_dir("b", run_id) / "retired").exists()
+    assert pids_with_run_id(run_id) == []
