@@ -78,6 +78,22 @@ def git_state(folder: Path) -> dict[str, Any] | None:
     return {"commit": commit, "dirty": bool(status), "folder": str(folder)}
 
 
+def record_placement(run_dir: Path, placement: dict[str, dict[str, Any]], moves: list[dict[str, Any]]) -> None:
+    """Keep in resolved.json where each task runs now (``placement``: task -> host, address, port)
+    and the moves that led there (lost or drained hosts), written whole (0600)."""
+    path = run_dir / RESOLVED_FILE
+    try:
+        record = json.loads(read_trusted_text(path, "the run's record"))
+    except (FileNotFoundError, ValueError):
+        return
+    record["placement"] = placement
+    record["moves"] = moves
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8", opener=private_opener) as fh:
+        fh.write(json.dumps(record, indent=2, sort_keys=True) + "\n")
+    tmp.replace(path)
+
+
 def load_recorded_profile(run_dir: Path, state: dict[str, Any]) -> Profile:
     """The profile a run started with; runs recorded before the record existed read the file."""
     path = Path(str(state["profile"]))

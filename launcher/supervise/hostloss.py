@@ -74,12 +74,14 @@ class LossOwner(Protocol):
     def watchdog(self) -> Watchdog: ...
     @property
     def finishing(self) -> bool: ...
+    job_state: str
     def call(self, fn: Callable[[], None]) -> None: ...
     def publish(self, event: Event, line: str | None = None) -> None: ...
     def notice(self, message: str) -> None: ...
     def finish(self, state: str, reason: str) -> None: ...
     def write_state(self) -> None: ...
     def replace_plan(self, plan: Plan, ports: Mapping[str, int] | None = None) -> None: ...
+    def record_placement(self, moves: list[dict[str, Any]]) -> None: ...
 
 
 class HostLoss:
@@ -94,6 +96,8 @@ class HostLoss:
         self.losses = 0
         #: host -> slugs of the tasks it ran before they moved (stopped there if it comes back)
         self.left_behind: dict[str, list[str]] = {}
+        #: every move and shrink so far, for the run record (resolved.json)
+        self.moves: list[dict[str, Any]] = []
         self._busy = False  # a move or shrink is being carried out (one at a time)
         self._queued: list[HostGone] = []
 
@@ -108,8 +112,11 @@ class HostLoss:
                 out[host]["last_contact_s"] = round(silent, 1)
         return out
 
-    def resume(self, recorded: Mapping[str, Any], losses: int) -> list[str]:
+    def resume(self, recorded: Mapping[str, Any], losses: int, moves: list[dict[str, Any]],
+               left_behind: Mapping[str, list[str]]) -> list[str]:
         """Attach: the host states the last supervisor had reached; returns the hosts out of the job."""
+        self.moves = [m for m in moves if isinstance(m, dict)]
+        self.left_behind = {str(h): [str(s) for s in v] for h, v in left_behind.items() if isinstance(v, list)}
         for host, info in recorded.items():
             if host in self.states and isinstance(info, dict):
                 self.states[host] = HostState(str(info.get("state") or ev.HOST_UP), str(info.get("reason") or ""),
@@ -131,6 +138,15 @@ class HostLoss:
             self.states[host] = HostState(ev.HOST_SPARE if host in self.spares else ev.HOST_UP, reason, time.time())
         else:
             self.states[host] = HostState(ev.HOST_UNREACHABLE, reason, time.time())
+        sup = self.sup
+        if sup.finishing or not any(not sup.tasks[t].final for t in tasks_on(sup.plan, host)):
+            return
+        # the job's state says it: never "Running" as if nothing happened while a host's tasks are out of reach
+        limit = sup.plan.profile.host_lost_seconds
+        said = f"host {host} answers again" if up else \
+            f"host {host} does not answer ({reason}); lost after {limit:g} s without contact"
+        sup.publish(ev.job_event(sup.run_id, sup.job_state, said))
+        sup.write_state()
 
     def reachable(self, host: str) -> bool:
         return host not in self.gone and self.sup.links.host_up.get(host, False)
@@ -243,7 +259,8 @@ class HostLoss:
             return
         if isinstance(decision, GiveUp):
             sup.restarts.cancel_pending()
-            if gone.drained:  # its tasks' ends are planned: the teardown stops them
+            if gone.drained:  # its tasks' ends are planned, and the teardown reaches the host to stop them
+                self.gone.discard(gone.host)
                 for task_id in tasks_on(sup.plan, gone.host):
                     sup.tasks[task_id].expected_stop = True
             sup.finish(ev.JOB_FAILED, decision.cause)
@@ -333,7 +350,13 @@ class HostLoss:
             for task_id in moved:
                 sup.restarts.moved_from[task_id] = move.from_host
                 sup.notice(f"{task_id} moved from {move.from_host} to {move.to_host} ({why})")
+                self.moves.append({"task": task_id, "from": move.from_host, "to": move.to_host, "why": why,
+                                   "ts": time.time()})
         else:
+            self.moves.extend({"task": task_id, "from": before.task(task_id).host, "to": None,
+                               "why": why, "ts": time.time()} for task_id in leaving)
+        sup.record_placement(self.moves)
+        if move is None:
             sup.notice(f"the job goes on without {', '.join(leaving)} ({why}); "
                        + ", ".join(f"{role}: {sum(1 for t in after.tasks if t.role == role)} task(s)"
                                    for role in sorted({t.split(':', 1)[0] for t in leaving})))

@@ -144,6 +144,7 @@ class HostLinks:
         """Attach: a host that did not answer is reconnected in the background."""
         self.host_up[host] = False
         self.undetach.add(host)
+        self._last_heard.setdefault(host, time.monotonic())  # lost after host_lost_seconds from here at most
         self.sup.call(functools.partial(self.sup.host_link, host, False, f"{why}; reconnecting"))
         self.sup.call(functools.partial(self.sup.publish, ev.host_event(self.sup.run_id, host, ev.HOST_UNREACHABLE,
                                                                         f"{why}; reconnecting")))

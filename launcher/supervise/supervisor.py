@@ -25,6 +25,7 @@ from launcher.profile.overrides import mask_secrets
 from launcher.protocol.lines import Launched
 from launcher.remote.session import HostSession
 from launcher.rundir import RunDir, host_to_json
+from launcher.runrecord import record_placement
 from launcher.supervise.attachstate import arm_watchdog, fold_task_states
 from launcher.supervise.core import Feed, LineFeed, Loop, Publisher, TaskRuntime
 from launcher.supervise.hostloss import HostLoss
@@ -111,6 +112,15 @@ class Supervisor:
         self.tasks = tasks
         self.peers = self._peer_index()
         self._configure_watch()
+
+    def record_placement(self, moves: list[dict[str, Any]]) -> None:
+        """Where each task runs now, and the moves that led there, in the run record (resolved.json)."""
+        placement = {t: {"host": rt.spec.host, "address": rt.spec.address, "port": rt.port}
+                     for t, rt in self.tasks.items()}
+        try:
+            record_placement(self.rundir.path, placement, moves)
+        except OSError as exc:
+            self.notice(f"could not update the run record: {exc}")
 
     def _peer_index(self) -> PeerIndex:
         return PeerIndex((t.task_id, t.address, self.ports[t.task_id]) for t in self.plan.tasks)
@@ -277,7 +287,8 @@ class Supervisor:
         self.links.resume_from(state.get("offsets") or {}, history, state.get("lost_events") or {})
         if state.get("boot_id") == boot_id():  # this machine's monotonic clock still counts from the same zero
             self.links.heard_at({str(h): float(t) for h, t in (state.get("last_contact") or {}).items()})
-        gone = self.hosts.resume(state.get("host_states") or {}, int(state.get("host_losses") or 0))
+        gone = self.hosts.resume(state.get("host_states") or {}, int(state.get("host_losses") or 0),
+                                 state.get("moves") or [], state.get("left_behind") or {})
         for host in gone:  # out of the job: only retired if it answers
             self.links.retired.add(host)
             self.links.host_up[host] = False
@@ -426,6 +437,8 @@ class Supervisor:
             "lost_events": self.lost_events,
             "host_states": self.hosts.as_json(),
             "host_losses": self.hosts.losses,
+            "moves": self.hosts.moves,
+            "left_behind": self.hosts.left_behind,
             "moved_from": dict(self.restarts.moved_from),
             "last_contact": self.links.last_contact(),
             "boot_id": boot_id(),

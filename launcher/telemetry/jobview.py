@@ -383,6 +383,7 @@ class JobView:
         task.reason = event.reason
         if event.moved_from:  # a new host's agent numbers its events from 0
             task.moved_from = event.moved_from
+            self.notices.append(Notice(f"{task.task_id} moved from {event.moved_from} to {event.host}", "warning"))
             task.last_seq = event.seq if event.seq is not None else -1
         if task.host:
             if task.reason == UNREACHABLE_REASON:

@@ -152,6 +152,13 @@ class ProgressPrinter:
             parts.append(f"step{' (calls)' if lead.step_is_calls else ''} {lead.step}  loss {loss}  {rate} steps/s")
         per_task = []
         for task_id, task in sorted(tasks.items()):
+            if task.host_down and task.state not in ev.FINAL_TASK_STATES:  # its last readings are not live
+                age = task.age(now)
+                per_task.append(f"{task_id} [host {task.host} {task.host_down}"
+                                + (f", last seen {age:.0f} s ago]" if age is not None else "]"))
+                continue
+            if task.state == ev.LOST:
+                continue
             bits = []
             task_rate = task.steps_per_s(now)
             if task_rate is not None:
