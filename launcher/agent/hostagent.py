@@ -46,7 +46,9 @@ from launcher.agent.procs import (
     _kill_group_for_good,
     _reap_adopted,
     _write_atomic,
+    hush,
     pid_alive,
+    spawnable_signals,
 )
 from launcher.agent.runner import TaskRunner, read_task_file
 from launcher.agent.spec import AgentSpec
@@ -102,9 +104,10 @@ class HostAgent:
         # handlers only set flags that the housekeeping loop reads: a handler runs on the main
         # thread between two bytecodes, and one that took a lock (Event.set) deadlocked there when
         # a burst of SIGCHLD (16 tasks ending at once) came while the main thread held that lock
+        spawnable_signals()  # first: the tasks inherit default dispositions, with no preexec_fn
         signal.signal(signal.SIGTERM, self._on_exit_signal)
         signal.signal(signal.SIGINT, self._on_exit_signal)
-        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        signal.signal(signal.SIGHUP, hush)
         # a follower that vanishes under a send (the launcher killed) is an EPIPE, not the agent's
         # death: dead, it would leave its tasks with no orphan rule (tasks get SIGPIPE back: Popen
         # restores it)

@@ -31,7 +31,6 @@ from launcher.agent.procs import (
     _reap_adopted,
     _signal_group,
     _write_atomic,
-    default_signals,
     pause,
     pid_alive,
     stat_fields,
@@ -135,8 +134,7 @@ class TaskRunner:
                     wrapped_argv(spec, self.task_dir, cgroup, inner), cwd=os.path.expanduser(spec.workdir),
                     env=env,
                     stdin=subprocess.DEVNULL if gate is None else gate, stdout=out_w,
-                    stderr=err_w, pass_fds=(out_r, err_r), start_new_session=True,
-                    preexec_fn=default_signals)
+                    stderr=err_w, pass_fds=(out_r, err_r), start_new_session=True)
                 self._leaders.add(proc.pid)
         except (OSError, ValueError) as exc:
             for fd in (out_r, out_w, err_r, err_w):

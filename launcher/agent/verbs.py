@@ -36,7 +36,7 @@ def cmd_run(task_dir: str) -> int:
     import threading
 
     from launcher.agent.output import EventWriter
-    from launcher.agent.procs import _become_subreaper, _write_atomic
+    from launcher.agent.procs import _become_subreaper, _write_atomic, hush, spawnable_signals
     from launcher.agent.runner import TaskRunner
     from launcher.agent.spec import AgentSpec
 
@@ -53,9 +53,10 @@ def cmd_run(task_dir: str) -> int:
         stop_reason.append("stopped on request")
 
     # handlers first, pid file second: a `stop` that reads the pid always finds them installed
+    spawnable_signals()  # the task inherits default dispositions, with no preexec_fn
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, hush)
     _write_atomic(os.path.join(task_dir, "agent.pid"), "%d\n" % os.getpid())
     _become_subreaper()
     if runner.start() is None:
