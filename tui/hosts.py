@@ -3,6 +3,7 @@ utilisation and memory bars and the tasks holding it. A host without GPUs is nor
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 from rich.style import Style
@@ -33,15 +34,22 @@ class HostSummary:
     tasks: list[TaskView] = field(default_factory=list)
     gpus: dict[int, GpuSummary] = field(default_factory=dict)
     down: bool = False
+    #: its latest `host` event: (state, reason), where one came (unreachable, lost, drained, spare, up)
+    state: tuple[str, str] | None = None
+
+    @property
+    def live(self) -> list[TaskView]:
+        """Its tasks whose readings are live (none while the host does not answer)."""
+        return [] if self.down else self.tasks
 
     @property
     def cpu_percent(self) -> float | None:
-        values = [t.cpu_percent for t in self.tasks if t.cpu_percent is not None]
+        values = [t.cpu_percent for t in self.live if t.cpu_percent is not None]
         return sum(values) if values else None
 
     @property
     def rss_bytes(self) -> int | None:
-        values = [t.rss_bytes for t in self.tasks if t.rss_bytes is not None]
+        values = [t.rss_bytes for t in self.live if t.rss_bytes is not None]
         return sum(values) if values else None
 
 
@@ -68,6 +76,9 @@ def host_summaries(view: JobView) -> list[HostSummary]:
             summary.util = util if util is not None else summary.util
             summary.mem_used = int(used) if used is not None else summary.mem_used
             summary.mem_total = int(total) if total is not None else summary.mem_total
+    for name, (state, reason, _ts) in view.host_states.items():  # spares, and hosts the tasks left
+        host = hosts.setdefault(name, HostSummary(name, down=name in view.hosts_down))
+        host.state = (state, reason)
     return sorted(hosts.values(), key=lambda h: h.name)
 
 
@@ -91,8 +102,12 @@ def hosts_lines(view: JobView) -> list[Text]:
         running = sum(1 for t in host.tasks if t.state == ev.RUNNING)
         out.append(f"{host.name:<14}", style="bold")
         out.append(f" {running}/{len(host.tasks)} tasks running")
-        if host.down:
-            out.append("  UNREACHABLE", style="bold red")
+        state, reason = host.state or ("up", "")
+        if state != "up" or host.down:
+            label = (state if state != "up" else "unreachable").upper()
+            out.append(f"  {label}", style="dim" if state == "spare" else "bold red")
+            if reason:
+                out.append(f" ({reason})", style="dim")
         machine = view.machines.get(host.name) or {}
         if machine:
             cores = machine.get("cpus")
@@ -126,6 +141,11 @@ def hosts_lines(view: JobView) -> list[Text]:
         for task in host.tasks:
             out.append(f"    {task.task_id:<12}", style="bold")
             out.append(f"{task.state:<11}", style=fmt.STATE_STYLES.get(task.state, ""))
+            if host.down and task.state not in ev.FINAL_TASK_STATES:
+                age = task.age(view.rate_clock(time.time()))
+                out.append(f"last seen {fmt.duration(age)} ago" if age is not None else "not heard of", style="dim")
+                out.append("\n")
+                continue
             out.append(f"cpu {fmt.number(task.cpu_percent, '{:.0f}'):>4}%  rss {fmt.human_bytes(task.rss_bytes):>6}")
             if task.conditions:
                 out.append("  " + " ".join(sorted(task.conditions)).upper(), style="bold dark_orange")

@@ -21,7 +21,6 @@ from pathlib import Path
 from launcher import events as ev
 from launcher.commands import notice
 from launcher.commands.check import exposure_warnings
-from launcher.commands.follow import Shown, follow_supervisor
 from launcher.errors import HostError, UserError
 from launcher.model import Plan
 from launcher.paths import check_run_id, runs_root
@@ -82,6 +81,9 @@ def run_up(args: argparse.Namespace) -> int:
     _progress(quiet=False)(f"run {run_id} ({rundir.path})")
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # inherited as ignored, the supervisor could not be reaped
     child = daemon.spawn(rundir.path, run_id, lambda: supervise_new_run(plan, rundir))
+    # the client's own modules load here, while the supervisor prepares the hosts, not before the fork
+    from launcher.commands.follow import Shown, follow_supervisor
+
     shown = Shown(tui=tui, json=args.json, title=profile.name, strategy=profile.strategy,
                   hosts_total=len({t.host for t in plan.tasks}), bell=profile.notify.bell)
     return follow_supervisor(run_id, rundir.path, child=child, shown=shown, detach=args.detach, log_from=0)

@@ -21,6 +21,7 @@ Moves and shrinks count against ``max_host_losses``, never against ``max_restart
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -32,6 +33,8 @@ from launcher.events import Event
 from launcher.model import Plan
 from launcher.placement import drop_tasks, move_tasks, tasks_on
 from launcher.remote.session import HostSession
+from launcher.rundir import RunDir
+from launcher.runrecord import record_placement
 from launcher.supervise.core import TaskRuntime
 from launcher.supervise.decide import GiveUp
 from launcher.supervise.hostworker import HostWorker
@@ -57,6 +60,8 @@ class LossOwner(Protocol):
     @property
     def run_id(self) -> str: ...
     @property
+    def rundir(self) -> RunDir: ...
+    @property
     def plan(self) -> Plan: ...
     @property
     def tasks(self) -> Mapping[str, TaskRuntime]: ...
@@ -81,7 +86,6 @@ class LossOwner(Protocol):
     def finish(self, state: str, reason: str) -> None: ...
     def write_state(self) -> None: ...
     def replace_plan(self, plan: Plan, ports: Mapping[str, int] | None = None) -> None: ...
-    def record_placement(self, moves: list[dict[str, Any]]) -> None: ...
 
 
 class HostLoss:
@@ -99,6 +103,7 @@ class HostLoss:
         #: every move and shrink so far, for the run record (resolved.json)
         self.moves: list[dict[str, Any]] = []
         self._busy = False  # a move or shrink is being carried out (one at a time)
+        self._current: HostGone | None = None  # what the move under way is for
         self._queued: list[HostGone] = []
 
     # -- what is reported -----------------------------------------------------------------------------
@@ -223,6 +228,33 @@ class HostLoss:
         self._decide(HostGone(host, reason, drained=True))
         return None
 
+    def drain_request(self, host: str, reason: str, timeout: float) -> str | None:
+        """The operator's drain, from any thread but the loop: why it was refused, or None."""
+        sup = self.sup
+        answer: list[str | None] = []
+        done = threading.Event()
+
+        def act() -> None:
+            if not sup.finishing:
+                sup.publish(ev.action_event(sup.run_id, "drain", host, reason))
+            answer.append(self.drain(host, reason))
+            done.set()
+
+        sup.call(act)
+        if not done.wait(timeout):
+            return "the supervisor did not answer in time"
+        return answer[0]
+
+    def record_placement(self) -> None:
+        """Where each task runs now, and the moves that led there, in the run record (resolved.json)."""
+        sup = self.sup
+        placement = {t: {"host": rt.spec.host, "address": rt.spec.address, "port": rt.port}
+                     for t, rt in sup.tasks.items()}
+        try:
+            record_placement(sup.rundir.path, placement, self.moves)
+        except OSError as exc:
+            sup.notice(f"could not update the run record: {exc}")
+
     def _stop_drained(self, host: str, tasks: tuple[str, ...], then: Callable[[], None]) -> None:
         """Stop the drained host's tasks (SIGTERM, their grace, SIGKILL) on its thread, then ``then``
         on the loop; the host is retired after."""
@@ -266,12 +298,14 @@ class HostLoss:
             sup.finish(ev.JOB_FAILED, decision.cause)
             return
         self._busy = True
+        self._current = gone
         self.losses += 1
-        sup.restarts.cancel_pending()
         # the whole recovery set's ends from here on are planned (an MWMS peer saving and exiting 42)
         changed = decision.tasks if isinstance(decision, Move) else ()
         after = self._next_plan(decision)
-        for task_id in {*recovery_set(after, changed, self._states()), *decision.tasks}:
+        recovering = {*recovery_set(after, changed, self._states()), *decision.tasks}
+        sup.restarts.cancel_pending(recovering)
+        for task_id in recovering:
             rt = sup.tasks[task_id]
             rt.restarting = True
             rt.restart_pending = True
@@ -328,8 +362,8 @@ class HostLoss:
         self.sup.notice(f"spare host {move.to_host} cannot take {', '.join(move.tasks)} ({why}); trying the next")
         self._busy = False
         self.losses -= 1
-        self._decide(HostGone(move.from_host, move.why.split("(", 1)[-1].rstrip(")"),
-                              drained=self.states[move.from_host].state == ev.HOST_DRAINED))
+        if self._current is not None:
+            self._decide(self._current)
 
     def _apply(self, after: Plan, ports: dict[str, int], leaving: tuple[str, ...], moved: tuple[str, ...],
                why: str, move: Move | None = None, profiler: list[int] | None = None) -> None:
@@ -355,7 +389,7 @@ class HostLoss:
         else:
             self.moves.extend({"task": task_id, "from": before.task(task_id).host, "to": None,
                                "why": why, "ts": time.time()} for task_id in leaving)
-        sup.record_placement(self.moves)
+        self.record_placement()
         if move is None:
             sup.notice(f"the job goes on without {', '.join(leaving)} ({why}); "
                        + ", ".join(f"{role}: {sum(1 for t in after.tasks if t.role == role)} task(s)"

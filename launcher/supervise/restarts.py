@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any, Protocol
 
 from launcher import events as ev
@@ -268,17 +268,22 @@ class Restarts:
         self.sup.write_state()
         self.restart_now(group)
 
-    def cancel_pending(self) -> None:
-        """Drop every restart scheduled or held (a host left: the re-plan's restart replaces them)."""
+    def cancel_pending(self, tasks: Collection[str] | None = None) -> None:
+        """Drop the restarts scheduled or held that restart any of ``tasks`` (None: all): a host
+        left, and the re-plan's restart of these tasks replaces them."""
+        def cancelled(group: list[str]) -> bool:
+            return tasks is None or any(t in tasks for t in group)
+
         for group, _due in self.pending:
-            for task_id in group:
-                rt = self.sup.tasks.get(task_id)
-                if rt is not None:
-                    rt.restart_pending = False
-        self.pending = []
-        self._held = []
-        self._uncounted = []
-        self._after_launch = []
+            if cancelled(group):
+                for task_id in group:
+                    rt = self.sup.tasks.get(task_id)
+                    if rt is not None:
+                        rt.restart_pending = False
+        self.pending = [(g, due) for g, due in self.pending if not cancelled(g)]
+        self._held = [g for g in self._held if not cancelled(g)]
+        self._uncounted = [g for g in self._uncounted if not cancelled(g)]
+        self._after_launch = [g for g in self._after_launch if not cancelled(g)]
 
     def host_back(self) -> None:
         """A host answers again: the restarts held for it go now (those whose hosts all answer)."""

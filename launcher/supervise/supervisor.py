@@ -25,7 +25,6 @@ from launcher.profile.overrides import mask_secrets
 from launcher.protocol.lines import Launched
 from launcher.remote.session import HostSession
 from launcher.rundir import RunDir, host_to_json
-from launcher.runrecord import record_placement
 from launcher.supervise.attachstate import arm_watchdog, fold_task_states
 from launcher.supervise.core import Feed, LineFeed, Loop, Publisher, TaskRuntime
 from launcher.supervise.hostloss import HostLoss
@@ -113,15 +112,6 @@ class Supervisor:
         self.peers = self._peer_index()
         self._configure_watch()
 
-    def record_placement(self, moves: list[dict[str, Any]]) -> None:
-        """Where each task runs now, and the moves that led there, in the run record (resolved.json)."""
-        placement = {t: {"host": rt.spec.host, "address": rt.spec.address, "port": rt.port}
-                     for t, rt in self.tasks.items()}
-        try:
-            record_placement(self.rundir.path, placement, moves)
-        except OSError as exc:
-            self.notice(f"could not update the run record: {exc}")
-
     def _peer_index(self) -> PeerIndex:
         return PeerIndex((t.task_id, t.address, self.ports[t.task_id]) for t in self.plan.tasks)
 
@@ -206,19 +196,7 @@ class Supervisor:
 
     def drain(self, host: str, reason: str, timeout: float = 10.0) -> str | None:
         """The operator's drain (any thread but the loop): why it was refused, or None."""
-        answer: list[str | None] = []
-        done = threading.Event()
-
-        def act() -> None:
-            if not self.loop.done.is_set() and not self.finishing:
-                self.publish(ev.action_event(self.run_id, "drain", host, reason))
-            answer.append(self.hosts.drain(host, reason))
-            done.set()
-
-        self.call(act)
-        if not done.wait(timeout):
-            return "the supervisor did not answer in time"
-        return answer[0]
+        return self.hosts.drain_request(host, reason, timeout)
 
     @property
     def lost_events(self) -> dict[str, int]:
@@ -314,6 +292,8 @@ class Supervisor:
         self.publish(ev.job_event(self.run_id, ev.JOB_CREATED, self.profile.name))
         for rt in self.tasks.values():
             self.publish(ev.state_event(self.run_id, rt.spec.task_id, ev.PENDING, host=rt.spec.host))
+        for spare in self.hosts.spares:
+            self.publish(ev.host_event(self.run_id, spare, ev.HOST_SPARE, "kept ready to replace a lost host"))
 
     def _loop_begins(self) -> None:
         threading.Thread(target=self.links.ping_streams, args=(self.loop.done,), name="ping", daemon=True).start()

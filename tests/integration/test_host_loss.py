@@ -54,7 +54,7 @@ def run_id(request: pytest.FixtureRequest, lab: NetnsLab) -> Iterator[str]:
     kill_run_processes(rid)
 
 
-def mwms_profile(tmp: Path, lab: NetnsLab, *, spares: bool, epochs: int = 4) -> Path:
+def mwms_profile(tmp: Path, lab: NetnsLab, *, spares: bool, epochs: int = 4, restart: str | None = None) -> Path:
     ckpt = tmp / "ckpt"  # the namespaces share this machine's filesystem: shared storage
     top = f"host_lost_seconds = {HOST_LOST}\n" + ('spares = ["c"]\n' if spares else "")
     return build_profile(tmp / "mwms.toml", name="it-loss-mwms", strategy="multi_worker_mirrored",
@@ -62,7 +62,8 @@ def mwms_profile(tmp: Path, lab: NetnsLab, *, spares: bool, epochs: int = 4) -> 
                          command=f"{{python}} examples/mwms_keras.py --epochs {epochs} --steps-per-epoch 25 "
                                  f"--checkpoint-dir {ckpt}",
                          defaults={"python": sys.executable}, workdir=REPO, env={"TF_CPP_MIN_LOG_LEVEL": "2"},
-                         grace=5, hosts=netns_hosts(lab, "ssh"), roles={"worker": {"count": 2, "hosts": ["a", "b"]}})
+                         grace=5, restart=restart, hosts=netns_hosts(lab, "ssh"),
+                         roles={"worker": {"count": 2, "hosts": ["a", "b"]}})
 
 
 def launch(tmp: Path, profile: Path, run_id: str) -> tuple[Any, Path]:
@@ -328,3 +329,23 @@ def test_pss_ps_host_lost_with_a_spare_restarts_from_the_checkpoint(tmp_path: Pa
             assert [e["state"] for e in events if e["kind"] == "job"][-1] == "Succeeded"
         finally:
             kill_run_processes(run_id)
+
+
+@pytest.mark.timeout(300)
+def test_mwms_drain_under_restart_never_succeeds(tmp_path: Path, lab: NetnsLab, run_id: str) -> None:
+    profile = mwms_profile(tmp_path, lab, spares=True, epochs=5, restart="never")
+    proc, run_dir = launch(tmp_path, profile, run_id)
+    wait_for(lambda: step_of(read_events(run_dir), "worker:1") >= 30, 240, "worker:1 past step 30")
+    drained = cli("drain", run_id, "b", "--reason", "kernel update")
+    assert drained.returncode == 0, drained.stderr
+    moved = wait_for_event(run_dir, moved_to_spare, 120, "worker:1 running on the spare")
+    assert moved["host"] == "c"
+    code = finish(proc, tmp_path, 240)
+    assert code == 0, (tmp_path / "up.log").read_text()[-4000:]
+    events = read_events(run_dir)
+    assert [e["state"] for e in events if e["kind"] == "job"][-1] == "Succeeded"
+    # the drained worker's SIGTERM exit, and its peer's, were planned: no failure, no restart counted
+    state = json.loads((run_dir / "state.json").read_text())
+    assert all(t["restarts"] == 0 for t in state["tasks"].values())
+    assert state["host_states"]["b"]["state"] == "drained"
+    assert pids_with_run_id(run_id) == []

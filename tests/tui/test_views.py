@@ -194,3 +194,42 @@ async def test_charts_draw_every_loss_and_every_trainers_rate_and_t_switches_the
         await wait_until(pilot, lambda: app.loss_chart.up_to_date and "loss vs seconds" in
                          app.loss_chart.render().plain)
         assert app.loss_chart._series[0][1][:2] == [2.0, 3.0]  # x: seconds since the job began
+
+
+async def folded(pilot, app, count: int) -> None:
+    """Every event folded in and flushed to the screen (a job too short for the charts' own wait)."""
+    await wait_until(pilot, lambda: app.view.events_applied >= count)
+    app.flush()
+    await pilot.pause()
+
+
+async def test_a_silent_host_greys_its_tasks_and_the_hosts_view_says_lost_drained_and_spare() -> None:
+    events = [ev.state_event(RUN, "worker:0", ev.RUNNING, host="a", pid=5, ts=T0),
+              ev.state_event(RUN, "worker:1", ev.RUNNING, host="b", pid=6, ts=T0),
+              ev.host_event(RUN, "c", ev.HOST_SPARE, "kept ready to replace a lost host", ts=T0),
+              ev.sample_event(RUN, "worker:1", cpu_percent=97.0, rss_bytes=2**29, ts=T0 + 1),
+              ev.metric_event(RUN, "worker:1", step=40, loss=1.5, ts=T0 + 1),
+              ev.host_event(RUN, "b", ev.HOST_UNREACHABLE, "no heartbeat for 5s; reconnecting", ts=T0 + 6)]
+    app = make_app(events)
+    async with app.run_test(size=(200, 50)) as pilot:
+        await folded(pilot, app, len(events))
+        app.table.sync(app.view, T0 + 40, {"worker:1"})
+        # its last CPU is not shown as live: greyed, "last seen", its host's state beside it
+        assert app.table.get_cell("worker:1", "cpu").plain == app.table.get_cell("worker:1", "gpu").plain
+        assert "97" not in app.table.get_cell("worker:1", "cpu").plain
+        assert app.table.get_cell("worker:1", "host").plain == "b (unreachable)"
+        assert app.table.get_cell("worker:1", "split").plain.startswith("last seen")
+        assert app.table.get_cell("worker:1", "step").plain == "40"
+        more = [ev.host_event(RUN, "b", ev.HOST_LOST, "no contact for 120 s", ts=T0 + 121),
+                ev.state_event(RUN, "worker:1", ev.LOST, host="b", ts=T0 + 121),
+                ev.state_event(RUN, "worker:1", ev.RUNNING, host="c", pid=9, ts=T0 + 125, moved_from="b"),
+                ev.host_event(RUN, "a", ev.HOST_DRAINED, "maintenance", ts=T0 + 130)]
+        for event in more:
+            _push(app, event)
+        await folded(pilot, app, len(events) + len(more))
+        await pilot.press("h")
+        text = app.hosts_panel.plain
+        assert "LOST (no contact for 120 s)" in text[text.index("b "):]
+        assert "DRAINED (maintenance)" in text[text.index("a "):]
+        assert "worker:1" in text[text.index("c "):]  # the spare took the moved task
+        assert app.view.tasks["worker:1"].moved_from == "b" and app.view.tasks["worker:1"].host_down is None
