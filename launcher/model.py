@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -251,6 +252,9 @@ class TaskSpec:
 class Plan:
     profile: Profile
     tasks: tuple[TaskSpec, ...]  # in START_ORDER, then by index
+    #: by host name, the address ~/.ssh/config resolved an alias to (spares too): where a task
+    #: placed on that host later (a move) is reached
+    addresses: Mapping[str, str] = field(default_factory=dict)
 
     def task(self, task_id: str) -> TaskSpec:
         for t in self.tasks:

@@ -31,7 +31,7 @@ def move_tasks(plan: Plan, task_ids: Iterable[str], to_host: str,
     the plan builder places a task there; their ports are left to be picked (None)."""
     profile = plan.profile
     host = profile.hosts[to_host]
-    address = tf_address(host, addresses or {})
+    address = tf_address(host, plan.addresses if addresses is None else addresses)
     moving = set(task_ids)
     on_host = sum(1 for t in plan.tasks if t.host == to_host and t.task_id not in moving)
     gpus_used = sum(len(t.gpus) for t in plan.tasks if t.host == to_host and t.task_id not in moving)

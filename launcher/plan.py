@@ -68,7 +68,7 @@ def build_plan(profile: Profile, addresses: Mapping[str, str] | None = None) -> 
             gpus = host.gpus[first_gpu:first_gpu + role.gpus_per_task]
             gpus_used[host.name] = first_gpu + role.gpus_per_task
             tasks.append(place_task(profile, role, index, host, tf_address(host, addresses), nth_on_host, gpus))
-    return Plan(profile=profile, tasks=tuple(tasks))
+    return Plan(profile=profile, tasks=tuple(tasks), addresses=dict(addresses))
 
 
 def tf_address(host: HostConfig, addresses: Mapping[str, str]) -> str:

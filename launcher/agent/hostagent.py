@@ -87,6 +87,7 @@ class HostAgent:
         self._exit_signalled = False  # set by the SIGTERM/SIGINT handler
         self._orphan_grace = DEFAULT_ORPHAN_GRACE
         self._orphaned_at: Optional[float] = None  # when the orphan rule last stopped the tasks
+        self._present_mono = time.monotonic()  # when a supervisor (or the detached mark) was last seen
 
     # -- life -------------------------------------------------------------------------------------
 
@@ -151,9 +152,11 @@ class HostAgent:
             if self._reap_needed:
                 self._reap_needed = False
                 _reap_adopted(self.leaders)
-            if self.hub.launcher_present(time.monotonic()) and now - self._last_touch >= LEASE_TOUCH_SECONDS:
-                _touch(os.path.join(self.run_dir, "lease"))
-                self._last_touch = now
+            if self.hub.launcher_present(time.monotonic()):
+                self._present_mono = time.monotonic()
+                if now - self._last_touch >= LEASE_TOUCH_SECONDS:
+                    _touch(os.path.join(self.run_dir, "lease"))
+                    self._last_touch = now
             active = self._active()
             if active and self._launcher_lost(now):
                 self._stop_all("launcher lost for %g s" % self._orphan_grace)
@@ -181,13 +184,20 @@ class HostAgent:
         return time.monotonic() - left > IDLE_EXIT_SECONDS
 
     def _launcher_lost(self, now: float) -> bool:
+        """No supervisor for the orphan grace: by the lease's time (another process of the run may
+        touch it), or by this agent's own monotonic clock, whichever says so first (a wall clock
+        set back must not keep tasks a moved run replaced)."""
+        mono = time.monotonic()
         if os.path.exists(os.path.join(self.run_dir, "detached")):
             self._detached_seen_at = now
+            self._present_mono = mono
             return False
         try:
             lease = os.stat(os.path.join(self.run_dir, "lease")).st_mtime
         except OSError:
             lease = 0.0
+        if mono - self._present_mono > self._orphan_grace:
+            return True
         return now - max(lease, self._started_at, self._detached_seen_at) > self._orphan_grace
 
     def _active(self) -> List[TaskRunner]:
@@ -251,6 +261,10 @@ class HostAgent:
                    errors: Dict[str, str], started: List[TaskRunner], gate: Optional[int] = None) -> None:
         for slug in slugs:
             task_dir = os.path.join(self.tasks_dir, slug)
+            left = retired_reason(self.run_dir)  # again per task: a retire may come mid-batch
+            if left is not None:
+                errors[slug] = "the run left this host (%s); nothing of it starts here again" % left
+                continue
             current = self.runners.get(slug)
             if current is not None and not current.done.is_set():
                 errors[slug] = "still running (pid %s); stop it first" % current.pid
@@ -421,7 +435,8 @@ class HostAgent:
                 answer = self.stop([str(s) for s in request.get("tasks") or []],
                                    float(grace) if grace is not None else None)
                 if request.get("exit"):
-                    self._stop_all("the job ended", wait=True)
+                    with self._start_lock:  # a batch being spawned ends first, and is stopped with the rest
+                        self._stop_all("the job ended", wait=True)
                     ending = True
             elif op == "status":
                 answer = {"pid": os.getpid(), "tasks": {s: {"pid": r.pid, "done": r.done.is_set(),

@@ -39,12 +39,22 @@ from launcher.supervise.core import TaskRuntime
 from launcher.supervise.decide import GiveUp
 from launcher.supervise.hostworker import HostWorker
 from launcher.supervise.links import HostLinks
-from launcher.supervise.replan import HostGone, Move, Nothing, Room, Shrink, decide_host_gone, recovery_set
+from launcher.supervise.replan import (
+    HostGone,
+    Move,
+    Nothing,
+    Room,
+    Shrink,
+    decide_host_gone,
+    lost_after,
+    recovery_set,
+)
 from launcher.supervise.restarts import Restarts
 from launcher.telemetry.watchdog import Watchdog
 
 #: a moved task gets two ports on its new host: TF_CONFIG's and its profiler server's
 PORTS_PER_TASK = 2
+
 
 
 @dataclass
@@ -104,6 +114,9 @@ class HostLoss:
         self.moves: list[dict[str, Any]] = []
         self._busy = False  # a move or shrink is being carried out (one at a time)
         self._current: HostGone | None = None  # what the move under way is for
+        self._recovering: list[str] = []  # the tasks its restart starts
+        #: a re-plan's restart not carried out because another host went meanwhile: the next one does it
+        self._carry: set[str] = set()
         self._queued: list[HostGone] = []
 
     # -- what is reported -----------------------------------------------------------------------------
@@ -118,7 +131,7 @@ class HostLoss:
         return out
 
     def resume(self, recorded: Mapping[str, Any], losses: int, moves: list[dict[str, Any]],
-               left_behind: Mapping[str, list[str]]) -> list[str]:
+               left_behind: Mapping[str, list[str]], spares: list[str] | None) -> list[str]:
         """Attach: the host states the last supervisor had reached; returns the hosts out of the job."""
         self.moves = [m for m in moves if isinstance(m, dict)]
         self.left_behind = {str(h): [str(s) for s in v] for h, v in left_behind.items() if isinstance(v, list)}
@@ -127,7 +140,10 @@ class HostLoss:
                 self.states[host] = HostState(str(info.get("state") or ev.HOST_UP), str(info.get("reason") or ""),
                                               float(info.get("since") or time.time()))
         self.gone = {h for h, st in self.states.items() if st.state in (ev.HOST_LOST, ev.HOST_DRAINED)}
-        self.spares = [s for s in self.spares if self.states[s].state == ev.HOST_SPARE]
+        if isinstance(spares, list):  # those still unused (one that was unreachable then is one still)
+            self.spares = [s for s in self.spares if s in spares and s not in self.gone]
+        else:
+            self.spares = [s for s in self.spares if self.states[s].state == ev.HOST_SPARE]
         self.losses = losses
         return sorted(self.gone)
 
@@ -159,15 +175,14 @@ class HostLoss:
     # -- lost -----------------------------------------------------------------------------------------
 
     def tick(self) -> None:
-        """On the loop: a host silent for host_lost_seconds is lost."""
+        """On the loop: a host silent for long enough (``replan.lost_after``) is lost."""
         if self.sup.finishing:
             return
-        limit = self.sup.plan.profile.host_lost_seconds
         for host in list(self.states):
             if host in self.gone or self.sup.links.host_up.get(host, True):
                 continue
             silent = self.sup.links.silent_for(host)
-            if silent is not None and silent >= limit:
+            if silent is not None and silent >= lost_after(self.sup.plan, host):
                 self.lose(host, f"no contact for {silent:.0f} s")
 
     def lose(self, host: str, why: str) -> None:
@@ -187,6 +202,7 @@ class HostLoss:
             rt.expected_stop = False
             sup.watchdog.forget(task_id)
             sup.publish(ev.state_event(sup.run_id, task_id, ev.LOST, host=host, restarts=rt.restarts, reason=what))
+        sup.write_state()
         if host in self.spares:
             self.spares.remove(host)
             sup.notice(f"spare host {host} lost ({why}); {len(self.spares)} spare(s) left")
@@ -217,9 +233,13 @@ class HostLoss:
             return f"host {host} already left the job ({self.states[host].state})"
         if sup.finishing:
             return "the job is ending"
+        if not self.reachable(host):  # a drain stops the tasks first, which needs the host
+            return (f"host {host} does not answer; it is lost after {sup.plan.profile.host_lost_seconds:g} s "
+                    "without contact, and its tasks move then")
         self.gone.add(host)
         self.left_behind[host] = [sup.tasks[t].spec.slug for t in tasks_on(sup.plan, host)]
         self._set(host, ev.HOST_DRAINED, reason)
+        sup.write_state()
         if host in self.spares:
             self.spares.remove(host)
             sup.links.retire(host)
@@ -266,14 +286,30 @@ class HostLoss:
         def work() -> None:
             try:
                 session.stop_agents(slugs, grace)
-            except HostError as exc:  # its tasks are stopped by the orphan rule once the link is retired
-                said = f"draining host {host}: {exc}"
-                sup.call(lambda: sup.notice(said))
+            except HostError as exc:
+                # not known stopped: no move before the orphan rule has stopped them there, so the
+                # host goes the way of a lost one (it is lost after host_lost_seconds without contact)
+                said = f"draining host {host}: {exc}; its tasks move once it is lost"
+                sup.call(lambda: self._drain_failed(host, said))
+                return
             sup.call(then)
             sup.call(lambda: sup.links.retire(host))
             self.host_returned(host)
 
         sup.workers[host].submit(work)
+
+    def _drain_failed(self, host: str, said: str) -> None:
+        """On the loop: the drained host did not confirm its tasks stopped: undo the move under way;
+        the host is lost when it has been silent for host_lost_seconds (or answers again)."""
+        self.sup.notice(said)
+        self._busy = False
+        self.losses -= 1
+        self._current = None
+        self.gone.discard(host)
+        self.states[host] = HostState(ev.HOST_UNREACHABLE, said, time.time())
+        self.sup.write_state()
+        if self._queued:
+            self._decide(self._queued.pop(0))
 
     # -- the decision and its carrying out ------------------------------------------------------------
 
@@ -288,6 +324,10 @@ class HostLoss:
             sup.notice(f"host {gone.host} left the job; none of its tasks was still needed")
             if gone.drained:
                 self._stop_drained(gone.host, (), lambda: None)
+            carried = [t for t in sup.plan.tasks if t.task_id in self._carry]
+            self._carry = set()
+            if carried:  # the restart the move before this one left to it
+                sup.restarts.restart_planned([t.task_id for t in carried], "restarting after the hosts left")
             return
         if isinstance(decision, GiveUp):
             sup.restarts.cancel_pending()
@@ -303,7 +343,11 @@ class HostLoss:
         # the whole recovery set's ends from here on are planned (an MWMS peer saving and exiting 42)
         changed = decision.tasks if isinstance(decision, Move) else ()
         after = self._next_plan(decision)
-        recovering = {*recovery_set(after, changed, self._states()), *decision.tasks}
+        recovering = {*recovery_set(after, changed, self._states()), *decision.tasks,
+                      *(t for t in self._carry if t in sup.tasks)}
+        self._carry = set()
+        # what restarts is decided now: a peer that exits 0 on the planned stop still starts again
+        self._recovering = [t.task_id for t in after.tasks if t.task_id in recovering]
         sup.restarts.cancel_pending(recovering)
         for task_id in recovering:
             rt = sup.tasks[task_id]
@@ -311,10 +355,15 @@ class HostLoss:
             rt.restart_pending = True
             if not rt.final:
                 rt.expected_stop = True
+        sup.job_state = ev.JOB_RESTARTING
         sup.publish(ev.job_event(sup.run_id, ev.JOB_RESTARTING, self._describe(decision)))
+        sup.write_state()
 
         def go_on() -> None:
             if isinstance(decision, Move):
+                if not self._usable(decision.to_host):
+                    self._spare_failed(decision, "it no longer answers")
+                    return
                 self._pick_ports(decision)
             else:
                 self._apply(after, {}, decision.tasks, (), decision.why)
@@ -323,6 +372,9 @@ class HostLoss:
             self._stop_drained(gone.host, decision.tasks, go_on)
         else:
             go_on()
+
+    def _usable(self, spare: str) -> bool:
+        return spare in self.spares and self.reachable(spare)
 
     def _states(self) -> dict[str, str]:
         return {t: rt.state for t, rt in self.sup.tasks.items()}
@@ -357,8 +409,11 @@ class HostLoss:
         sup.workers[move.to_host].submit(work)
 
     def _spare_failed(self, move: Move, why: str) -> None:
-        self.spares.remove(move.to_host)
-        self.states[move.to_host] = HostState(ev.HOST_UNREACHABLE, f"failed as a replacement: {why}", time.time())
+        if move.to_host in self.spares:
+            self.spares.remove(move.to_host)
+        if move.to_host not in self.gone:
+            self.states[move.to_host] = HostState(ev.HOST_UNREACHABLE, f"failed as a replacement: {why}",
+                                                  time.time())
         self.sup.notice(f"spare host {move.to_host} cannot take {', '.join(move.tasks)} ({why}); trying the next")
         self._busy = False
         self.losses -= 1
@@ -369,6 +424,10 @@ class HostLoss:
                why: str, move: Move | None = None, profiler: list[int] | None = None) -> None:
         """On the loop: take the new plan, say what moved, restart the recovery set (not counted)."""
         sup = self.sup
+        if move is not None and not self._usable(move.to_host):  # the spare left while its ports were picked
+            self._busy = False
+            self._spare_failed(move, "it left the job meanwhile")
+            return
         self._busy = False
         if sup.finishing:
             return
@@ -394,11 +453,13 @@ class HostLoss:
             sup.notice(f"the job goes on without {', '.join(leaving)} ({why}); "
                        + ", ".join(f"{role}: {sum(1 for t in after.tasks if t.role == role)} task(s)"
                                    for role in sorted({t.split(':', 1)[0] for t in leaving})))
-        group = list(recovery_set(after, moved, self._states()))
+        group = [t for t in self._recovering if t in sup.tasks]
         if before.tasks != after.tasks:
             sup.write_state()
+        if self._queued:  # another host went meanwhile: its re-plan restarts these too, once
+            self._carry.update(group)
+            self._decide(self._queued.pop(0))
+            return
         if group:
             sup.restarts.restart_planned(group, self._describe(move) if move else f"going on without "
                                          f"{', '.join(leaving)} ({why})")
-        if self._queued:
-            self._decide(self._queued.pop(0))

@@ -137,6 +137,9 @@ class HostLinks:
         for event in history:
             seq = event.seq
             if event.task is not None and seq is not None:
+                if isinstance(event, ev.StateEvent) and event.moved_from:  # its new host numbers from 0
+                    self.last_seq[event.task] = seq
+                    continue
                 self.last_seq[event.task] = max(seq, self.last_seq.get(event.task, -1))
         self.lost_events = dict(lost_events)
 

@@ -26,6 +26,20 @@ from launcher.model import Plan
 from launcher.placement import role_size
 from launcher.supervise.decide import GiveUp, JobFacts
 
+#: the fencing margin beyond orphan_grace_seconds + a task's grace (``lost_after``): the stream's
+#: silence check (5 s), a ping's freshness at the agent (2.5 s), its housekeeping (0.5 s), slack
+FENCE_MARGIN_SECONDS = 10.0
+
+
+def lost_after(plan: Plan, host: str) -> float:
+    """Seconds without contact after which ``host`` is lost: host_lost_seconds, and never before its
+    agent's orphan rule has surely stopped its tasks. The agent may have had pings a few seconds
+    after the last line the supervisor heard; then it waits orphan_grace_seconds, and a stop takes
+    the task's grace before SIGKILL."""
+    grace = max((t.grace_seconds for t in plan.tasks if t.host == host), default=0.0)
+    profile = plan.profile
+    return max(profile.host_lost_seconds, profile.orphan_grace_seconds + grace + FENCE_MARGIN_SECONDS)
+
 
 @dataclass(frozen=True)
 class HostGone:

@@ -40,6 +40,7 @@ from launcher.supervise.decide import (
 )
 from launcher.supervise.hostworker import HostWorker
 from launcher.supervise.outputpolicy import OutputPolicy
+from launcher.supervise.policy import restart_group
 from launcher.supervise.stackcapture import StallCapture
 from launcher.supervise.teardown import Teardown
 from launcher.telemetry.causes import OutputTails, PeerIndex, with_cause
@@ -82,6 +83,7 @@ class RestartOwner(SpecSource, Protocol):
     def ask_agent(self, host: str, request: dict[str, Any], timeout: float = ...) -> dict[str, Any] | None: ...
     def write_state(self) -> None: ...
     def reachable(self, host: str) -> bool: ...
+    def in_job(self, host: str) -> bool: ...
 
 
 class Restarts:
@@ -165,6 +167,8 @@ class Restarts:
         sup.write_state()
         if all(t.final for t in sup.tasks.values()):
             sup.end.all_final.set()
+        if state == ev.FAILED and self._hold_for_peers(rt):
+            return
         facts = self.facts()
         rt.expected_stop = False
         uptime = None if rt.started_at is None else event.ts - rt.started_at  # None: started before us (attach)
@@ -172,6 +176,34 @@ class Restarts:
             rt.spec.task_id, state, reason=event.reason, permanent=event.permanent,
             uptime=uptime, no_retry=sup.outputs.no_retry(rt.spec.task_id),
             down_requested=state == ev.STOPPED and (sup.rundir.path / DOWN_MARKER).exists())))
+
+    def _hold_for_peers(self, rt: TaskRuntime) -> bool:
+        """A task that failed while a host its recovery group needs does not answer (a mirrored
+        worker losing its peer) is not judged yet: no restart is spent and no policy ends the job
+        for it. Its group restarts, not counted, once the host answers; if the host is lost, the
+        re-plan restarts it instead."""
+        sup = self.sup
+        if rt.expected_stop or sup.end.finishing:
+            return False
+        group = [t for t in restart_group(sup.plan.profile.strategy, rt.spec.task_id, sup.tasks) if t in sup.tasks]
+        silent = sorted({sup.tasks[t].spec.host for t in group
+                         if sup.in_job(sup.tasks[t].spec.host) and not sup.reachable(sup.tasks[t].spec.host)})
+        if not silent:
+            return False
+        for task_id in group:
+            sup.tasks[task_id].restarting = True
+            sup.tasks[task_id].restart_pending = True
+        self.pending.append((group, time.time()))
+        self._uncounted.append(group)
+        self._held.append(group)
+        sup.job_state = ev.JOB_RESTARTING
+        limit = sup.plan.profile.host_lost_seconds
+        sup.publish(ev.job_event(sup.run_id, ev.JOB_RESTARTING,
+                                 f"{rt.spec.task_id} failed while host {', '.join(silent)} does not answer; "
+                                 f"{', '.join(group)} restart once it answers, or move when it is lost "
+                                 f"(after {limit:g} s without contact)"))
+        sup.write_state()
+        return True
 
     def facts(self) -> JobFacts:
         """The job as the policy (decide.py) sees it now."""
@@ -276,6 +308,8 @@ class Restarts:
 
         for group, _due in self.pending:
             if cancelled(group):
+                if self.counted(group):  # scheduled, never carried out: it spent nothing
+                    self.sup.job_restarts = max(0, self.sup.job_restarts - 1)
                 for task_id in group:
                     rt = self.sup.tasks.get(task_id)
                     if rt is not None:
@@ -304,14 +338,17 @@ class Restarts:
             return  # a detach keeps it in state.json for `attach`; a teardown makes it moot
         if not any(g is group for g, _ in self.pending):
             return  # cancelled: a host left the job, and the re-plan restarts what it needs
-        down = sorted({sup.tasks[t].spec.host for t in group if t in sup.tasks
-                       and not sup.reachable(sup.tasks[t].spec.host) and not sup.tasks[t].final})
+        # a member that ended on a host the job left cannot start there again: it stays ended
+        group[:] = [t for t in group if t in sup.tasks
+                    and not (sup.tasks[t].final and not sup.in_job(sup.tasks[t].spec.host))]
+        down = sorted({sup.tasks[t].spec.host for t in group if not sup.reachable(sup.tasks[t].spec.host)})
         if down:
             # stopping a task of a host that does not answer would hang, and starting its peers
             # without it would fail again: the restart waits for the host, or for its loss
             if not any(g is group for g in self._held):
                 self._held.append(group)
                 limit = sup.plan.profile.host_lost_seconds
+                sup.job_state = ev.JOB_RESTARTING
                 sup.publish(ev.job_event(sup.run_id, ev.JOB_RESTARTING,
                                          f"restart of {', '.join(group)} waits for host {', '.join(down)}, which "
                                          f"does not answer (lost after {limit:g} s without contact)"))

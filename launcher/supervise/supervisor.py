@@ -264,9 +264,14 @@ class Supervisor:
         self.restarts.moved_from.update({str(t): str(h) for t, h in (state.get("moved_from") or {}).items()})
         self.links.resume_from(state.get("offsets") or {}, history, state.get("lost_events") or {})
         if state.get("boot_id") == boot_id():  # this machine's monotonic clock still counts from the same zero
-            self.links.heard_at({str(h): float(t) for h, t in (state.get("last_contact") or {}).items()})
+            # only for hosts already silent then: another host's time may be hours old (state.json
+            # is not written at each line), and counting from it would lose it at once
+            silent = {h for h, info in (state.get("host_states") or {}).items()
+                      if isinstance(info, dict) and info.get("state") == ev.HOST_UNREACHABLE}
+            self.links.heard_at({str(h): float(t) for h, t in (state.get("last_contact") or {}).items()
+                                 if h in silent})
         gone = self.hosts.resume(state.get("host_states") or {}, int(state.get("host_losses") or 0),
-                                 state.get("moves") or [], state.get("left_behind") or {})
+                                 state.get("moves") or [], state.get("left_behind") or {}, state.get("spares"))
         for host in gone:  # out of the job: only retired if it answers
             self.links.retired.add(host)
             self.links.host_up[host] = False
@@ -417,6 +422,7 @@ class Supervisor:
             "lost_events": self.lost_events,
             "host_states": self.hosts.as_json(),
             "host_losses": self.hosts.losses,
+            "spares": list(self.hosts.spares),
             "moves": self.hosts.moves,
             "left_behind": self.hosts.left_behind,
             "moved_from": dict(self.restarts.moved_from),

@@ -153,11 +153,12 @@ def resolve(config: HostConfig) -> Route:
 
 
 def resolve_addresses(profile: Profile) -> dict[str, str]:
-    """By host name, the HostName ~/.ssh/config gives the address of each SSH host a role uses:
+    """By host name, the HostName ~/.ssh/config gives the address of each SSH host a role or a spare uses:
     the address tasks on other hosts reach it at (they cannot resolve an alias), for ``build_plan``.
     A host with a tf_address or no ssh_config is left out, and so is one whose config does not
     resolve (the plan keeps its address as written; connecting to it says what is wrong)."""
-    used = dict.fromkeys(name for role in profile.roles.values() for name in role.hosts[:role.count])
+    used = dict.fromkeys([*(name for role in profile.roles.values() for name in role.hosts[:role.count]),
+                          *profile.spares])  # a task moved to a spare is reached at its address too
     found: dict[str, str] = {}
     for name in used:
         host = profile.hosts[name]

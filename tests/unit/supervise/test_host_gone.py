@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -15,7 +16,16 @@ from launcher.plan import build_plan, tf_config
 from launcher.profile.reader import load_profile
 from launcher.supervise.decide import GiveUp, JobFacts, TaskFacts
 from launcher.supervise.policy import deciding_task, job_succeeded
-from launcher.supervise.replan import HostGone, Move, Nothing, Room, Shrink, decide_host_gone, recovery_set
+from launcher.supervise.replan import (
+    HostGone,
+    Move,
+    Nothing,
+    Room,
+    Shrink,
+    decide_host_gone,
+    lost_after,
+    recovery_set,
+)
 
 
 def _plan(tmp_path: Path, strategy: str, roles: str, top: str = "") -> Plan:
@@ -134,3 +144,19 @@ def test_spares_are_rehearsed_with_a_task_of_each_role(tmp_path: Path) -> None:
     assert {(t.role, t.host, t.address, t.port) for t in rehearsed} == {
         ("ps", "d", "10.9.0.4", None), ("chief", "d", "10.9.0.4", None), ("worker", "d", "10.9.0.4", None)}
     assert rehearsal(_plan(tmp_path, "parameter_server", PSS)).tasks == build_plan(plan.profile).tasks
+
+
+def test_a_host_is_never_lost_before_its_agent_has_surely_stopped_its_tasks(tmp_path: Path) -> None:
+    plan = _plan(tmp_path, "multi_worker_mirrored", MWMS.replace("port = 7000", "port = 7000\ngrace_seconds = 30"),
+                 "host_lost_seconds = 12")
+    # orphan_grace_seconds 10 + the tasks' grace 30 + the margin for the pings the agent may still have had
+    assert lost_after(plan, "b") == 10 + 30 + 10
+    assert lost_after(plan, "e") == 12 + 8  # no task there: orphan grace + margin still
+    roomy = _plan(tmp_path, "multi_worker_mirrored", MWMS, "host_lost_seconds = 300")
+    assert lost_after(roomy, "b") == 300
+
+
+def test_a_spare_known_by_an_ssh_alias_is_reached_at_its_resolved_address(tmp_path: Path) -> None:
+    plan = _plan(tmp_path, "multi_worker_mirrored", MWMS, 'spares = ["d"]')
+    plan = dataclasses.replace(plan, addresses={"d": "192.0.2.40"})
+    assert move_tasks(plan, ["worker:1"], "d").task("worker:1").address == "192.0.2.40"

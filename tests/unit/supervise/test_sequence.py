@@ -111,3 +111,21 @@ def test_runs_recorded_before_sequence_numbers_still_replay() -> None:
     view.apply(event)
     assert view.lost_events == {} and view.log("worker:0").lines[-1].line == "hi"
     assert json.loads(ev.log_event("r", "worker:0", "stdout", "x").to_json())["v"] == ev.SCHEMA_VERSION == 2
+
+
+def test_after_attach_a_moved_tasks_events_from_its_new_host_are_not_taken_for_resends(tmp_path: Path) -> None:
+    """The old host numbered worker:0's events up to 40; on its new host they start at 0 again,
+    and the history (its first running event there carries moved_from) says so."""
+    told: list[str] = []
+    sup = _supervisor(tmp_path, told)
+    old = [ev.Event.from_json(_line(seq, f"old {seq}")) for seq in range(41)]
+    starting = ev.state_event(RUN, "worker:0", ev.STARTING, host="local")
+    starting.data["seq"] = 0
+    running = ev.state_event(RUN, "worker:0", ev.RUNNING, host="local", pid=7, moved_from="gone")
+    running.data["seq"] = 1
+    sup.links.resume_from({}, [*old, starting, running], {})
+    sup.links.on_lines("local", [(_line(2, "new 2"), time.time()), (_line(3, "new 3"), time.time())])
+    sup.rundir.close()
+    lines = [e.get("line") for e in read_events(sup.rundir.path) if e.kind == ev.LOG]
+    assert lines == ["new 2", "new 3"]
+    assert told == []
