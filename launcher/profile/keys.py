@@ -304,7 +304,8 @@ TOP_KEYS = Table(
             "and no role's hosts may name them.", default=[], expected='a list of host names like ["gpu9"]'),
         Key("host_lost_seconds", "number", "Seconds a host may be out of contact before it is lost and "
             "on_host_lost applies; more than orphan_grace_seconds, so its tasks have stopped before they "
-            "run elsewhere.", default=120.0, positive=True),
+            "run elsewhere (left out: 120, or orphan_grace_seconds + 60 where that is more).", default=120.0,
+            positive=True),
         Key("on_host_lost", "choice", "What a lost host does: replace (its tasks move to a spare; with none "
             "left, as shrink), shrink (its roles go on with fewer tasks, down to min_count; else the job "
             "fails) or fail (the job fails naming the host).", default="replace",

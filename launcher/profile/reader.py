@@ -100,6 +100,10 @@ def _toml_error_line(path: Path, text: str, exc: tomllib.TOMLDecodeError) -> str
     return f"{path}:{line}:{col}: invalid TOML: {message}; fix the syntax there"
 
 
+#: host_lost_seconds left out: at least this much beyond the orphan grace
+DEFAULT_LOST_BEYOND_GRACE = 60.0
+
+
 @dataclass(frozen=True)
 class ProfileReader:
     """The whole profile: its top-level keys and the small sections here; [ssh], [hosts] and
@@ -169,14 +173,16 @@ class ProfileReader:
 
     def host_lost_seconds(self, data: Mapping[str, Any], grace: float) -> float:
         """``host_lost_seconds``, more than the orphan grace: a lost host's tasks must have stopped
-        (their agent's grace run out) before their replacements start elsewhere."""
+        (their agent's grace run out) before their replacements start elsewhere. Left out, it is 120,
+        or the orphan grace + 60 where that is more (a profile with a long grace needs no new key)."""
         lost = float(_get(data, TOP_KEYS, "host_lost_seconds"))
+        if "host_lost_seconds" not in data:  # the default follows a longer orphan grace: never a mistake
+            return max(lost, grace + DEFAULT_LOST_BEYOND_GRACE)
         if lost > grace:
             return lost
-        culprit = "host_lost_seconds" if "host_lost_seconds" in data else "orphan_grace_seconds"
-        raise self.checker.fail((culprit,), f"host_lost_seconds ({lost:g}) must be more than orphan_grace_seconds "
-                                f"({grace:g}), so a lost host's tasks have stopped before they run elsewhere; "
-                                f"raise host_lost_seconds above {grace:g} or lower orphan_grace_seconds")
+        raise self.checker.fail(("host_lost_seconds",), f"host_lost_seconds ({lost:g}) must be more than "
+                                f"orphan_grace_seconds ({grace:g}), so a lost host's tasks have stopped before they "
+                                f"run elsewhere; raise host_lost_seconds above {grace:g} or lower orphan_grace_seconds")
 
     def sync(self, data: Mapping[str, Any]) -> SyncConfig | None:
         if "sync" not in data:

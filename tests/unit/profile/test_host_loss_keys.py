@@ -197,9 +197,9 @@ def test_check_lists_the_spares(tmp_path: Path, capsys: pytest.CaptureFixture[st
     ({"top": 'spares = ["s", "s"]'}, 'spares: lists host "s" twice; list each spare once'),
     ({"top": 'spares = "s"'}, 'spares: expected a list of host names like ["gpu9"], got "s"'),
     ({"top": "spares = [1]"}, 'spares: expected a list of host names like ["gpu9"], got [1]'),
-    ({"top": "orphan_grace_seconds = 300"}, "orphan_grace_seconds: host_lost_seconds (120) must be more than "
-     "orphan_grace_seconds (300), so a lost host's tasks have stopped before they run elsewhere; raise "
-     "host_lost_seconds above 300 or lower orphan_grace_seconds"),
+    ({"top": "orphan_grace_seconds = 300\nhost_lost_seconds = 120"}, "host_lost_seconds: host_lost_seconds (120) "
+     "must be more than orphan_grace_seconds (300), so a lost host's tasks have stopped before they run elsewhere; "
+     "raise host_lost_seconds above 300 or lower orphan_grace_seconds"),
     ({"top": "host_lost_seconds = 60"}, "host_lost_seconds: host_lost_seconds (60) must be more than "
      "orphan_grace_seconds (60)"),
     ({"top": "host_lost_seconds = 0"}, "host_lost_seconds: must be > 0, got 0"),
@@ -261,3 +261,15 @@ def test_a_mistake_exits_2_with_one_line(tmp_path: Path, capsys: pytest.CaptureF
     out, err = capsys.readouterr()
     assert out == "" and len(err.splitlines()) == 1 and "Traceback" not in err
     assert f'{path}:1: spares: host "gpu9" is not defined' in err
+
+
+def test_left_out_host_lost_seconds_follows_a_long_orphan_grace(tmp_path: Path) -> None:
+    """A profile written before the key, with a long orphan grace, still loads: the default is
+    120 s, or the grace + 60 s where that is more."""
+    path = tmp_path / "p.toml"
+    base = ('name = "g"\n{top}\n[defaults]\ncommand = "true"\n[hosts.local]\naddress = "localhost"\n'
+            'transport = "local"\n[roles.worker]\nhosts = ["local"]\n')
+    path.write_text(base.format(top="orphan_grace_seconds = 300"))
+    assert load_profile(path).host_lost_seconds == 360
+    path.write_text(base.format(top="orphan_grace_seconds = 30"))
+    assert load_profile(path).host_lost_seconds == 120
