@@ -163,7 +163,7 @@ class HostLoss:
         if sup.finishing or not any(not sup.tasks[t].final for t in tasks_on(sup.plan, host)):
             return
         # the job's state says it: never "Running" as if nothing happened while a host's tasks are out of reach
-        limit = sup.plan.profile.host_lost_seconds
+        limit = lost_after(sup.plan, host)
         said = f"host {host} answers again" if up else \
             f"host {host} does not answer ({reason}); lost after {limit:g} s without contact"
         sup.publish(ev.job_event(sup.run_id, sup.job_state, said))
@@ -234,7 +234,7 @@ class HostLoss:
         if sup.finishing:
             return "the job is ending"
         if not self.reachable(host):  # a drain stops the tasks first, which needs the host
-            return (f"host {host} does not answer; it is lost after {sup.plan.profile.host_lost_seconds:g} s "
+            return (f"host {host} does not answer; it is lost after {lost_after(sup.plan, host):g} s "
                     "without contact, and its tasks move then")
         self.gone.add(host)
         self.left_behind[host] = [sup.tasks[t].spec.slug for t in tasks_on(sup.plan, host)]

@@ -10,7 +10,8 @@ decision: move the host's tasks to a spare, go on without them (shrink), or give
 * parameter_server: every task of the cluster. The ClusterCoordinator keeps the server def it was
   made with, so the chief must start again to see a new address or fewer workers; the ps and the
   workers restart with it so that no server keeps a cluster that names a host no longer there
-  (the chief restores from its checkpoint). A smaller set has not been tried;
+  (the chief restores from its checkpoint). Tried once each: the chief alone after a worker host
+  was lost went on; the chief with a moved ps hung (the worker left running kept the old cluster);
 * custom: the moved tasks only (the script owns its recovery).
 
 It reads no clock, socket or file: the supervisor's host-loss part (hostloss.py) carries it out.

@@ -41,6 +41,7 @@ from launcher.supervise.decide import (
 from launcher.supervise.hostworker import HostWorker
 from launcher.supervise.outputpolicy import OutputPolicy
 from launcher.supervise.policy import restart_group
+from launcher.supervise.replan import lost_after
 from launcher.supervise.stackcapture import StallCapture
 from launcher.supervise.teardown import Teardown
 from launcher.telemetry.causes import OutputTails, PeerIndex, with_cause
@@ -197,7 +198,7 @@ class Restarts:
         self._uncounted.append(group)
         self._held.append(group)
         sup.job_state = ev.JOB_RESTARTING
-        limit = sup.plan.profile.host_lost_seconds
+        limit = max(lost_after(sup.plan, h) for h in silent)
         sup.publish(ev.job_event(sup.run_id, ev.JOB_RESTARTING,
                                  f"{rt.spec.task_id} failed while host {', '.join(silent)} does not answer; "
                                  f"{', '.join(group)} restart once it answers, or move when it is lost "
@@ -347,7 +348,7 @@ class Restarts:
             # without it would fail again: the restart waits for the host, or for its loss
             if not any(g is group for g in self._held):
                 self._held.append(group)
-                limit = sup.plan.profile.host_lost_seconds
+                limit = max(lost_after(sup.plan, h) for h in down)
                 sup.job_state = ev.JOB_RESTARTING
                 sup.publish(ev.job_event(sup.run_id, ev.JOB_RESTARTING,
                                          f"restart of {', '.join(group)} waits for host {', '.join(down)}, which "
