@@ -164,3 +164,21 @@ def local_ps_profile(tmp: Path, *, steps: int = 120, name: str = "it-local", orp
     return build_profile(tmp / "local.toml", name=name, orphan_grace=orphan_grace, top=extra,
                          command=ps_mnist_command(steps), workdir=REPO, env={"TF_CPP_MIN_LOG_LEVEL": "2"},
                          grace=grace, defaults=defaults, roles=tables)
+
+
+def launch_up(tmp: Path, profile: Path, run_id: str) -> tuple[subprocess.Popen[bytes], Path]:
+    """``up PROFILE --no-tui`` into ``tmp/run``, its output in ``tmp/up.log``: the process and the run dir."""
+    run_dir = tmp / "run"
+    proc = start_cli("up", str(profile), "--no-tui", "--run-dir", str(run_dir), "--run-id", run_id,
+                     log=tmp / "up.log")
+    return proc, run_dir
+
+
+def finish_up(proc: subprocess.Popen[bytes], tmp: Path, timeout: float) -> int:
+    """The exit code of ``launch_up``'s process; it is killed, and the test fails with its log's end,
+    when it has not finished within ``timeout``."""
+    try:
+        return proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise AssertionError("launcher did not finish: " + (tmp / "up.log").read_text()[-4000:]) from None

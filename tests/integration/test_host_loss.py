@@ -22,7 +22,9 @@ import pytest
 from tests.integration.jobtools import (
     REPO,
     cli,
+    finish_up,
     kill_run_processes,
+    launch_up,
     pids_with_run_id,
     read_events,
     start_cli,
@@ -66,22 +68,6 @@ def mwms_profile(tmp: Path, lab: NetnsLab, *, spares: bool, epochs: int = 4, res
                          roles={"worker": {"count": 2, "hosts": ["a", "b"]}})
 
 
-def launch(tmp: Path, profile: Path, run_id: str) -> tuple[Any, Path]:
-    run_dir = tmp / "run"
-    proc = start_cli("up", str(profile), "--no-tui", "--run-dir", str(run_dir), "--run-id", run_id,
-                     log=tmp / "up.log")
-    return proc, run_dir
-
-
-def finish(proc: Any, tmp: Path, timeout: float) -> int:
-    try:
-        code: int = proc.wait(timeout=timeout)
-    except Exception:
-        proc.kill()
-        raise AssertionError("launcher did not finish: " + (tmp / "up.log").read_text()[-4000:]) from None
-    return code
-
-
 def step_of(events: list[dict[str, Any]], task: str) -> int:
     steps = [e["step"] for e in events if e["kind"] == "metric" and e["task"] == task and e.get("step") is not None]
     return max(steps, default=-1)
@@ -103,7 +89,7 @@ def agent_states(lab: NetnsLab, host: str, run_id: str, slug: str) -> list[dict[
 @pytest.mark.timeout(420)
 def test_mwms_host_lost_moves_to_the_spare_resumes_and_the_old_host_runs_nothing_again(
         tmp_path: Path, lab: NetnsLab, run_id: str) -> None:
-    proc, run_dir = launch(tmp_path, mwms_profile(tmp_path, lab, spares=True), run_id)
+    proc, run_dir = launch_up(tmp_path, mwms_profile(tmp_path, lab, spares=True), run_id)
     wait_for(lambda: step_of(read_events(run_dir), "worker:1") >= 30, 240, "worker:1 past step 30 (epoch 1 done)")
     lab.cut("b")
     cut_step = step_of(read_events(run_dir), "worker:0")
@@ -120,7 +106,7 @@ def test_mwms_host_lost_moves_to_the_spare_resumes_and_the_old_host_runs_nothing
     assert starting and old_end[-1]["ts"] < starting[0]["ts"]
     # the host comes back: told the run left it, it starts nothing of it again
     lab.restore("b")
-    code = finish(proc, tmp_path, 300)
+    code = finish_up(proc, tmp_path, 300)
     log = (tmp_path / "up.log").read_text()
     assert code == 0, log[-4000:]
     assert "worker:1 moved from b to c (host b lost (no contact for" in log
@@ -144,10 +130,10 @@ def test_mwms_host_lost_moves_to_the_spare_resumes_and_the_old_host_runs_nothing
 
 @pytest.mark.timeout(300)
 def test_mwms_host_lost_without_a_spare_fails_naming_the_host(tmp_path: Path, lab: NetnsLab, run_id: str) -> None:
-    proc, run_dir = launch(tmp_path, mwms_profile(tmp_path, lab, spares=False, epochs=40), run_id)
+    proc, run_dir = launch_up(tmp_path, mwms_profile(tmp_path, lab, spares=False, epochs=40), run_id)
     wait_for(lambda: step_of(read_events(run_dir), "worker:1") >= 10, 240, "worker:1 past step 10")
     lab.cut("b")
-    code = finish(proc, tmp_path, HOST_LOST + 60 + 30)
+    code = finish_up(proc, tmp_path, HOST_LOST + 60 + 30)
     assert code != 0
     events = read_events(run_dir)
     end = [e for e in events if e["kind"] == "job"][-1]
@@ -169,7 +155,7 @@ def test_drain_moves_the_task_and_its_planned_exit_is_no_failure(tmp_path: Path,
                             hosts=netns_hosts(lab, "ssh"),
                             roles={"worker": {"count": 2, "hosts": ["a", "b"], "command": TICKER % 300}},
                             metrics={"step": r"tick (\d+)"})
-    proc, run_dir = launch(tmp_path, profile, run_id)
+    proc, run_dir = launch_up(tmp_path, profile, run_id)
     wait_for(lambda: step_of(read_events(run_dir), "worker:1") >= 5, 120, "worker:1 ticking")
     refused = cli("drain", run_id, "nosuch")
     assert refused.returncode == 2 and "has no host 'nosuch'" in refused.stderr
@@ -179,7 +165,7 @@ def test_drain_moves_the_task_and_its_planned_exit_is_no_failure(tmp_path: Path,
     assert moved["host"] == "c"
     status = cli("status", run_id)
     assert "host b: drained" in status.stdout and "(maintenance)" in status.stdout, status.stdout
-    code = finish(proc, tmp_path, 120)
+    code = finish_up(proc, tmp_path, 120)
     assert code == 0, (tmp_path / "up.log").read_text()[-3000:]
     events = read_events(run_dir)
     assert [e["state"] for e in events if e["kind"] == "job"][-1] == "Succeeded"
@@ -199,10 +185,10 @@ def test_pss_worker_host_lost_goes_on_with_the_other_worker(tmp_path: Path, lab:
                             grace=5, hosts=netns_hosts(lab, "ssh"),
                             roles={"ps": {"hosts": ["a"]}, "chief": {"hosts": ["a"]},
                                    "worker": {"count": 2, "hosts": ["b", "c"]}})
-    proc, run_dir = launch(tmp_path, profile, run_id)
+    proc, run_dir = launch_up(tmp_path, profile, run_id)
     wait_for(lambda: step_of(read_events(run_dir), "chief:0") >= 60, 240, "chief:0 past step 60")
     lab.cut("c")
-    code = finish(proc, tmp_path, 240)
+    code = finish_up(proc, tmp_path, 240)
     log = (tmp_path / "up.log").read_text()
     assert code == 0, log[-4000:]
     assert "the job goes on without worker:1 (host c lost (no contact for" in log
@@ -236,12 +222,12 @@ def test_a_preemption_notice_drains_the_host(tmp_path: Path, lab: NetnsLab, run_
     flag = tmp_path / "preempted-b"
     profile = ticker_profile(tmp_path, lab, "it-notice", spares=["c"],
                              extra_hosts={"b": {"preemption_notice": f"cat {flag}"}})
-    proc, run_dir = launch(tmp_path, profile, run_id)
+    proc, run_dir = launch_up(tmp_path, profile, run_id)
     wait_for(lambda: step_of(read_events(run_dir), "worker:1") >= 5, 120, "worker:1 ticking")
     flag.write_text("maintenance-event TERMINATE_ON_HOST_MAINTENANCE\n")
     moved = wait_for_event(run_dir, moved_to_spare, 90, "worker:1 running on the spare")
     assert moved["host"] == "c"
-    code = finish(proc, tmp_path, 120)
+    code = finish_up(proc, tmp_path, 120)
     assert code == 0, (tmp_path / "up.log").read_text()[-3000:]
     events = read_events(run_dir)
     drained = [e for e in events if e["kind"] == "host" and e["host"] == "b" and e["state"] == "drained"]
@@ -256,14 +242,14 @@ def test_two_hosts_lost_at_once_and_an_unreachable_spare_is_skipped(tmp_path: Pa
     with NetnsLab(5) as lab:
         try:
             profile = ticker_profile(tmp_path, lab, "it-two-lost", spares=["c", "d", "e"], ticks=400)
-            proc, run_dir = launch(tmp_path, profile, run_id)
+            proc, run_dir = launch_up(tmp_path, profile, run_id)
             wait_for(lambda: step_of(read_events(run_dir), "worker:1") >= 5, 120, "both workers ticking")
             lab.cut("c")  # a spare that no longer answers is never chosen
             wait_for(lambda: any(e["kind"] == "host" and e["host"] == "c" and e["state"] == "unreachable"
                                  for e in read_events(run_dir)), 30, "spare c unreachable")
             lab.cut("a")
             lab.cut("b")
-            code = finish(proc, tmp_path, 180)
+            code = finish_up(proc, tmp_path, 180)
             assert code == 0, (tmp_path / "up.log").read_text()[-4000:]
             events = read_events(run_dir)
             assert {ran_on(events, "worker:0")[-1], ran_on(events, "worker:1")[-1]} == {"d", "e"}
@@ -279,14 +265,14 @@ def test_two_hosts_lost_at_once_and_an_unreachable_spare_is_skipped(tmp_path: Pa
 def test_the_supervisor_killed_while_a_host_is_being_lost_attach_completes_the_move(
         tmp_path: Path, lab: NetnsLab, run_id: str) -> None:
     profile = ticker_profile(tmp_path, lab, "it-lost-attach", spares=["c"], orphan_grace=15, host_lost=25, ticks=600)
-    proc, run_dir = launch(tmp_path, profile, run_id)
+    proc, run_dir = launch_up(tmp_path, profile, run_id)
     wait_for(lambda: step_of(read_events(run_dir), "worker:1") >= 5, 120, "worker:1 ticking")
     lab.cut("b")
     wait_for(lambda: any(e["kind"] == "host" and e["host"] == "b" and e["state"] == "unreachable"
                          for e in read_events(run_dir)), 30, "host b unreachable")
     supervisor = json.loads((run_dir / "state.json").read_text())["supervisor_pid"]
     os.kill(supervisor, signal.SIGKILL)
-    finish(proc, tmp_path, 30)
+    finish_up(proc, tmp_path, 30)
     attach = start_cli("attach", str(run_dir), "--no-tui", log=tmp_path / "attach.log")
     moved = wait_for_event(run_dir, moved_to_spare, 120, "worker:1 running on the spare after attach")
     assert moved["host"] == "c"
@@ -311,10 +297,10 @@ def test_pss_ps_host_lost_with_a_spare_restarts_from_the_checkpoint(tmp_path: Pa
                                     env={"TF_CPP_MIN_LOG_LEVEL": "2"}, grace=5, hosts=netns_hosts(lab, "ssh"),
                                     roles={"ps": {"hosts": ["b"]}, "chief": {"hosts": ["a"]},
                                            "worker": {"hosts": ["c"]}})
-            proc, run_dir = launch(tmp_path, profile, run_id)
+            proc, run_dir = launch_up(tmp_path, profile, run_id)
             wait_for(lambda: step_of(read_events(run_dir), "chief:0") >= 120, 240, "chief:0 past step 120")
             lab.cut("b")
-            code = finish(proc, tmp_path, 300)
+            code = finish_up(proc, tmp_path, 300)
             log = (tmp_path / "up.log").read_text()
             assert code == 0, log[-4000:]
             assert "ps:0 moved from b to d (host b lost (no contact for" in log
@@ -334,13 +320,13 @@ def test_pss_ps_host_lost_with_a_spare_restarts_from_the_checkpoint(tmp_path: Pa
 @pytest.mark.timeout(300)
 def test_mwms_drain_under_restart_never_succeeds(tmp_path: Path, lab: NetnsLab, run_id: str) -> None:
     profile = mwms_profile(tmp_path, lab, spares=True, epochs=5, restart="never")
-    proc, run_dir = launch(tmp_path, profile, run_id)
+    proc, run_dir = launch_up(tmp_path, profile, run_id)
     wait_for(lambda: step_of(read_events(run_dir), "worker:1") >= 30, 240, "worker:1 past step 30")
     drained = cli("drain", run_id, "b", "--reason", "kernel update")
     assert drained.returncode == 0, drained.stderr
     moved = wait_for_event(run_dir, moved_to_spare, 120, "worker:1 running on the spare")
     assert moved["host"] == "c"
-    code = finish(proc, tmp_path, 240)
+    code = finish_up(proc, tmp_path, 240)
     assert code == 0, (tmp_path / "up.log").read_text()[-4000:]
     events = read_events(run_dir)
     assert [e["state"] for e in events if e["kind"] == "job"][-1] == "Succeeded"

@@ -21,7 +21,9 @@ import pytest
 
 from tests.integration.jobtools import (
     REPO,
+    finish_up,
     kill_run_processes,
+    launch_up,
     pids_with_run_id,
     read_events,
     start_cli,
@@ -74,22 +76,6 @@ def run_id(request: pytest.FixtureRequest, lab: NetnsLab) -> Iterator[str]:
         shutil.rmtree(lab.run_dir(name, rid), ignore_errors=True)
 
 
-def launch(tmp: Path, profile: Path, run_id: str) -> tuple[Any, Path]:
-    run_dir = tmp / "run"
-    proc = start_cli("up", str(profile), "--no-tui", "--run-dir", str(run_dir), "--run-id", run_id,
-                     log=tmp / "up.log")
-    return proc, run_dir
-
-
-def finish(proc: Any, tmp: Path, timeout: float) -> int:
-    try:
-        code: int = proc.wait(timeout=timeout)
-    except Exception:
-        proc.kill()
-        raise AssertionError("launcher did not finish: " + (tmp / "up.log").read_text()[-3000:]) from None
-    return code
-
-
 def task_events(events: list[dict[str, Any]], task: str) -> list[dict[str, Any]]:
     return [e for e in events if e.get("task") == task]
 
@@ -104,7 +90,7 @@ def agent_events(lab: NetnsLab, host: str, run_id: str, slug: str) -> list[dict[
 
 
 def test_ps_job_across_three_namespaces(tmp_path: Path, lab: NetnsLab, run_id: str) -> None:
-    proc, run_dir = launch(tmp_path, ps_profile(tmp_path, lab, steps=60), run_id)
+    proc, run_dir = launch_up(tmp_path, ps_profile(tmp_path, lab, steps=60), run_id)
     placed: dict[str, str | None] = {}
 
     def record_placement() -> bool:
@@ -114,7 +100,7 @@ def test_ps_job_across_three_namespaces(tmp_path: Path, lab: NetnsLab, run_id: s
         return len(placed) == 3
 
     wait_for(record_placement, 180, "all three tasks running")
-    code = finish(proc, tmp_path, 300)
+    code = finish_up(proc, tmp_path, 300)
     assert code == 0, (tmp_path / "up.log").read_text()[-3000:]
     events = read_events(run_dir)
     # each task ran in its own host's namespace, and TF's gRPC spanned the namespaces
@@ -134,7 +120,7 @@ def test_ps_job_across_three_namespaces(tmp_path: Path, lab: NetnsLab, run_id: s
 @TRANSPORTS
 def test_short_partition_loses_no_event_and_restarts_nothing(tmp_path: Path, lab: NetnsLab,
                                                              run_id: str, transport: str) -> None:
-    proc, run_dir = launch(tmp_path, ticker_profile(tmp_path, lab, ticks=600, orphan_grace=60,
+    proc, run_dir = launch_up(tmp_path, ticker_profile(tmp_path, lab, ticks=600, orphan_grace=60,
                                                     transport=transport), run_id)
     try:
         wait_for_event(run_dir, lambda e: e["kind"] == "metric" and e["task"] == "worker:0"
@@ -150,7 +136,7 @@ def test_short_partition_loses_no_event_and_restarts_nothing(tmp_path: Path, lab
         restored_at = time.time()
         up = wait_for_event(run_dir, lambda e: e["kind"] == "host" and e["state"] == "up", 60,
                             "host b back up")
-        code = finish(proc, tmp_path, 180)
+        code = finish_up(proc, tmp_path, 180)
     finally:
         lab.restore("b")
         if proc.poll() is None:
@@ -176,7 +162,7 @@ def test_short_partition_loses_no_event_and_restarts_nothing(tmp_path: Path, lab
 @TRANSPORTS
 def test_partition_longer_than_grace_stops_then_restarts_the_task(tmp_path: Path, lab: NetnsLab,
                                                                    run_id: str, transport: str) -> None:
-    proc, run_dir = launch(tmp_path, ticker_profile(tmp_path, lab, ticks=300, orphan_grace=5,
+    proc, run_dir = launch_up(tmp_path, ticker_profile(tmp_path, lab, ticks=300, orphan_grace=5,
                                                     transport=transport), run_id)
     agent_file = lab.run_dir("b", run_id) / "tasks" / "worker-0" / "events.jsonl"
     try:
@@ -196,7 +182,7 @@ def test_partition_longer_than_grace_stops_then_restarts_the_task(tmp_path: Path
             time.sleep(remaining)  # the partition lasts 12 s; nothing to await here
         lab.restore("b")
         restored_at = time.time()
-        code = finish(proc, tmp_path, 180)
+        code = finish_up(proc, tmp_path, 180)
     finally:
         lab.restore("b")
         if proc.poll() is None:
@@ -224,7 +210,7 @@ def test_attach_while_a_host_is_cut_off_follows_the_others_and_catches_up(tmp_pa
     """The supervisor is SIGKILLed and its host b partitioned: `attach` (whose new supervisor adopts
     the run) must not wait for b (the orphan grace would run out on every host), and b's events
     arrive once the link is back."""
-    proc, run_dir = launch(tmp_path, ticker_profile(tmp_path, lab, ticks=400, orphan_grace=60), run_id)
+    proc, run_dir = launch_up(tmp_path, ticker_profile(tmp_path, lab, ticks=400, orphan_grace=60), run_id)
     attach = None
     try:
         wait_for_event(run_dir, lambda e: e["kind"] == "metric" and e["task"] == "worker:0"
@@ -244,7 +230,7 @@ def test_attach_while_a_host_is_cut_off_follows_the_others_and_catches_up(tmp_pa
         if remaining > 0:
             time.sleep(remaining)  # the partition lasts 12 s; nothing to await here
         lab.restore("b")
-        code = finish(attach, tmp_path, 180)
+        code = finish_up(attach, tmp_path, 180)
     finally:
         lab.restore("b")
         for p in (proc, attach):
