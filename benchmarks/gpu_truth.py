@@ -5,9 +5,9 @@ One script, five checks, on one machine with the GPU:
     CuPy) at duty cycles of ~50 % (from the start) and ~100 % (from half-way: GPU 0 then runs at two
     levels), plus one task with no GPU, for --seconds; nvidia-smi (--query-gpu, --query-compute-apps)
     once a second beside it. Per task: distlaunch's GPU utilisation, device memory and the task's own
-    memory (its `sample` events' `gpus`) against nvidia-smi's (mean absolute difference; targets 10
-    points, 5 %); the memory attributed to the task by pid through its process tree; none for the
-    task without a GPU.
+    memory (its `sample` events' `gpus`) against nvidia-smi's (mean absolute difference: targets 10
+    points, 5 %; utilisation's median absolute difference: 5 points); the memory attributed to the
+    task by pid through its process tree; none for the task without a GPU.
  2. `distlaunch check --json`: the GPU model, driver and CUDA version per host, as nvidia-smi shows them.
  3. `gpu_busy = "refuse"` refuses to start while another process holds GPU memory; "warn" warns.
  4. A task that runs out of GPU memory (torch.OutOfMemoryError) gets the cause "GPU out of memory";
@@ -171,7 +171,8 @@ def print_figures(results: dict[str, Any], say: Any) -> None:
             continue
         u, m, p, a = r["util"], r["mem_used"], r["proc_mem"], r["attribution"]
         say(f"{task}: {r['matched']}/{r['samples']} samples matched; util distlaunch {u['distlaunch_mean']} vs "
-            f"nvidia-smi {u['nvidia_smi_mean']} %, MAD {u['mad_points']} points (target <= 10): "
+            f"nvidia-smi {u['nvidia_smi_mean']} %, mean abs diff {u['mad_points']} points (target <= 10), "
+            f"median abs diff {u['median_ad_points']} (target <= 5): "
             f"{'ok' if u['ok'] else 'MISSED'}")
         for phase, v in u["by_phase"].items():
             say(f"{task}:   {phase} worker:0's loop began: util {v['distlaunch_mean']} vs {v['nvidia_smi_mean']} %, "
@@ -180,7 +181,8 @@ def print_figures(results: dict[str, Any], say: Any) -> None:
             f"MAD {mib(m['mad_bytes'])} = {m['mad_share']} of nvidia-smi's (target <= 0.05): "
             f"{'ok' if m['ok'] else 'MISSED'}")
         say(f"{task}: its own memory {mib(p['distlaunch_mean_bytes'])} vs {mib(p['nvidia_smi_mean_bytes'])}, "
-            f"MAD share {p['mad_share']}: {'ok' if p['ok'] else 'MISSED'}; its pids on the GPU {a['pids_on_gpu']}: "
+            f"MAD share {p['mad_share']}, exactly nvidia-smi's in {p['exact_samples']}/{p['samples']} samples: "
+            f"{'ok' if p['ok'] else 'MISSED'}; its pids on the GPU {a['pids_on_gpu']}: "
             f"{'attributed' if a['ok'] else 'NOT attributed'}")
         o = r["own_util"]
         say(f"{task}: per-process SM util (NVML) {o['distlaunch_proc_util_mean']} % "
