@@ -11,6 +11,11 @@ passes through ``OutputPolicy.on_event`` on the supervisor's loop, in the order 
   since step 6"); a finite loss clears it ("recovered at step 9"). Under ``on_nan = "stop"`` the
   raise also gives ``stop_reason``, and the supervisor tears the job down with it.
 
+- A line matching a signature row marked ``repeats`` (launcher/telemetry/signatures.py: a failure
+  that every restart would repeat, such as Keras 3's ``fit`` under MultiWorkerMirroredStrategy) is
+  remembered like a ``no_retry`` match, with the row's cause, which names the fix: the job ends at
+  the first failure instead of spending its restarts on the same error.
+
 A task's ``starting`` state begins a new incarnation and forgets what the last one matched.
 """
 
@@ -23,6 +28,7 @@ from dataclasses import dataclass
 from launcher import events as ev
 from launcher.events import Event
 from launcher.model import LogPolicy, OnNan
+from launcher.telemetry.signatures import SIGNATURES, Signature
 
 #: the longest part of a matching line repeated in a condition or a failure reason
 MAX_LINE_CHARS = 300
@@ -92,6 +98,34 @@ class LogPolicies:
         return self._no_retry.get(task)
 
 
+#: the signature rows whose failure every restart would repeat
+REPEATING: tuple[Signature, ...] = tuple(sig for sig in SIGNATURES if sig.repeats)
+
+
+class RepeatingFailures:
+    """Which tasks' current incarnation printed a line of a ``repeats`` signature row."""
+
+    def __init__(self) -> None:
+        self._found: dict[str, str] = {}  # task -> the row's cause
+
+    def forget(self, task: str) -> None:
+        self._found.pop(task, None)
+
+    def on_line(self, task: str, line: str) -> None:
+        if task in self._found:
+            return
+        for sig in REPEATING:
+            match = sig.pattern.search(line)
+            if match is not None:
+                fields = {k: v or "" for k, v in match.groupdict().items()}
+                self._found[task] = sig.template.format(culprit="", host="?", **fields)
+                return
+
+    def reason(self, task: str) -> str | None:
+        cause = self._found.get(task)
+        return None if cause is None else f"restarting cannot help: {cause}"
+
+
 class NanLoss:
     """Which tasks' loss is NaN or Inf now, and since which step."""
 
@@ -127,6 +161,7 @@ class OutputPolicy:
     def __init__(self, run_id: str, policies: Iterable[LogPolicy], on_nan: Mapping[str, OnNan]) -> None:
         self.run_id = run_id
         self.logs = LogPolicies(policies)
+        self.repeating = RepeatingFailures()
         self.nan = NanLoss()
         self._on_nan = dict(on_nan)
         self._stop: str | None = None
@@ -146,6 +181,7 @@ class OutputPolicy:
         if task is None:
             return []
         if isinstance(event, ev.LogEvent):
+            self.repeating.on_line(task, event.line)
             if not self.logs:
                 return []
             return [ev.condition_event(self.run_id, task, ev.LOG_POLICY, True, m.warn_reason(), ts=event.ts)
@@ -160,6 +196,7 @@ class OutputPolicy:
             return [ev.condition_event(self.run_id, task, ev.NAN_LOSS, active, reason, ts=event.ts)]
         if isinstance(event, ev.StateEvent) and event.state == ev.STARTING:
             self.logs.forget(task)
+            self.repeating.forget(task)
             self.nan.forget(task)
         return []
 
@@ -177,4 +214,4 @@ class OutputPolicy:
     def no_retry(self, task: str) -> str | None:
         """Why the failed incarnation of ``task`` must not be restarted, or None."""
         match = self.logs.no_retry(task)
-        return match.no_retry_reason() if match is not None else None
+        return match.no_retry_reason() if match is not None else self.repeating.reason(task)

@@ -7,6 +7,10 @@ text as an address:port or ``/job:J/task:N``, and the cause names it as the culp
 it must match: TensorFlow's own output where this machine could produce it, its source text where
 it needs a GPU. tests/unit/telemetry/test_signatures.py checks every row against every example.
 
+A row marked ``repeats`` is a failure that every restart would repeat (the program cannot run as
+configured): the supervisor does not restart the incarnation that printed it, and the job ends at the
+first failure with the row's cause, which names the fix (launcher/supervise/outputpolicy.py).
+
 Two flags rank peer rows against each other (launcher/telemetry/causes.py): ``generic`` marks a row
 that says only that contact was lost (any UnavailableError matches it), so a specific peer row in
 the same failure's output wins over it; ``listed`` marks a row whose culprits are the list that
@@ -34,11 +38,13 @@ class Signature:
     generic: bool = False
     #: the culprits are listed after the match (rest of its line, then one task name a line)
     listed: bool = False
+    #: every restart would fail the same way: the incarnation that printed it is not restarted
+    repeats: bool = False
 
 
 def _sig(name: str, pattern: str, template: str, *examples: str, peer: bool = False,
-         fallback: str = "", generic: bool = False, listed: bool = False) -> Signature:
-    return Signature(name, re.compile(pattern), template, peer, fallback, examples, generic, listed)
+         fallback: str = "", generic: bool = False, listed: bool = False, repeats: bool = False) -> Signature:
+    return Signature(name, re.compile(pattern), template, peer, fallback, examples, generic, listed, repeats)
 
 
 #: "/job:ps/replica:0/task:1" or "/job:worker/task:1": a task of the cluster as TensorFlow names it
@@ -46,7 +52,19 @@ TASK_NAME = re.compile(r"/job:(?P<job>[A-Za-z_][\w-]*)(?:/replica:\d+)?/task:(?P
 #: "127.0.0.1:2222", "ipv4:10.0.0.5:2222", "[::1]:2222", "localhost:2222": a peer's address
 ADDRESS = re.compile(r"(?:ipv[46]:)?(?P<host>\[[0-9a-fA-F:]+\]|[A-Za-z0-9][\w.-]*):(?P<port>\d{2,5})\b")
 
+#: what the Keras 3 row tells the user to do (launcher/remote/kerasfit.py says it before a launch)
+KERAS3_FIX = "set TF_USE_LEGACY_KERAS=1 in the tasks' env (tf_keras installed on every host)"
+
 SIGNATURES: tuple[Signature, ...] = (
+    # Keras 3 (tf.keras since TensorFlow 2.16) under MultiWorkerMirroredStrategy with 2 workers or
+    # more, TF 2.21 / Keras 3.15: Model.fit's first step (keras-team/keras#20585); tf_keras can fit
+    _sig("keras3_multi_worker", r"Attempt to convert a value \(PerReplica:",
+         "Keras 3 cannot fit under a multi-worker strategy: " + KERAS3_FIX,
+         "ValueError: Attempt to convert a value (PerReplica:{",
+         "ValueError: Attempt to convert a value (PerReplica:{\n  0: <tf.Tensor: shape=(32, 8), dtype=float32, "
+         "numpy=>\n}) with an unsupported type (<class 'tensorflow.python.distribute.values.PerReplica'>) "
+         "to a Tensor.",
+         repeats=True),
     _sig("heartbeats", r"tasks are unhealthy \(stopped sending heartbeats\)|stopped sending heartbeats",
          "lost contact with {culprit}: it stopped sending heartbeats",
          "The following tasks are unhealthy (stopped sending heartbeats):\n/job:worker/replica:0/task:1",

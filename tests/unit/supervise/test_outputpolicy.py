@@ -132,3 +132,22 @@ def test_a_bad_log_policy_is_one_line_naming_it(tmp_path: Path, capsys: pytest.C
     where = header if key is None else next(n for n in range(header, len(lines) + 1)
                                             if lines[n - 1].startswith(key))
     assert f"{path}:{where}: {culprit}: {says}" in line, line
+
+
+def test_a_failure_every_restart_repeats_is_not_retried_even_without_log_policies() -> None:
+    # Keras 3's fit under MultiWorkerMirroredStrategy: the signature row marked `repeats`
+    policy = OutputPolicy("r", [], {})
+    assert policy.on_event(log("worker:0", "Epoch 1/2")) == []
+    assert policy.no_retry("worker:0") is None
+    assert policy.on_event(log("worker:0", "ValueError: Attempt to convert a value (PerReplica:{")) == []
+    assert policy.no_retry("worker:0") == (
+        "restarting cannot help: Keras 3 cannot fit under a multi-worker strategy: set TF_USE_LEGACY_KERAS=1 "
+        "in the tasks' env (tf_keras installed on every host)")
+    assert policy.no_retry("worker:1") is None
+    # a new incarnation starts clean; a [[log_policies]] no_retry match still wins over it
+    policy.on_event(starting("worker:0"))
+    assert policy.no_retry("worker:0") is None
+    both = OutputPolicy("r", [OOM], {})
+    both.on_event(log("worker:0", "ValueError: Attempt to convert a value (PerReplica:{"))
+    both.on_event(log("worker:0", "CUDA_ERROR_OUT_OF_MEMORY"))
+    assert (both.no_retry("worker:0") or "").startswith("output matched log policy 1")
