@@ -75,6 +75,15 @@ def gpus() -> Optional[List[Dict[str, Any]]]:
         nvml.reset()  # this process may fork the host agent next: it starts NVML afresh
 
 
+def _importable(module: str) -> Optional[bool]:
+    try:
+        import importlib.util
+
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return None
+
+
 def host_facts(request: Dict[str, Any]) -> Dict[str, Any]:
     """``{"disk": {path: free bytes}, "mem_available_bytes", "gpus", "time"}`` for
     ``{"paths": [...], "gpus": bool}``; ``gpus`` only when asked (importing pynvml costs ~0.2-0.4 s,
@@ -82,6 +91,7 @@ def host_facts(request: Dict[str, Any]) -> Dict[str, Any]:
     receive time of the answer is close to it."""
     paths = [str(p) for p in request.get("paths") or []]
     facts: Dict[str, Any] = {"disk": {p: free_bytes(p) for p in paths}, "mem_available_bytes": available_memory()}
+    facts["tf_keras"] = _importable("tf_keras")  # Keras 2: what Keras fit needs under a multi-worker strategy
     if request.get("gpus"):
         try:
             import importlib.util

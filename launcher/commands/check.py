@@ -23,6 +23,7 @@ from launcher.plan import build_plan, host_port, mask_env, tf_config
 from launcher.profile.containeropts import container_warnings
 from launcher.profile.overrides import mask_secrets
 from launcher.profile.reader import load_profile
+from launcher.remote import kerasfit
 from launcher.transport import sshconfig
 
 
@@ -45,6 +46,9 @@ def run_check(profile_path: Path, remote: bool = True, overrides: Overrides | No
     for warning in container_warnings(plan.profile):  # options that undo what distlaunch promises
         print(f"distlaunch: warning: {mask_secrets(warning, set(plan.profile.secrets))}", file=sys.stderr)
     if not remote or importlib.util.find_spec("launcher.remote.preflight") is None:
+        keras_warnings, keras_errors = kerasfit.judge(plan, {}, {})  # the hosts' TensorFlow, tf_keras not known
+        for warning in keras_warnings + keras_errors:
+            print(f"distlaunch: warning: {warning}", file=sys.stderr)
         return 0
     preflight = importlib.import_module("launcher.remote.preflight")
     problems: list[str] = preflight.preflight_plan(plan, as_json)

@@ -22,6 +22,8 @@ from launcher.agent.containerrt import image_problem
 from launcher.commands.initguess import Guess, guess_strategy
 from launcher.errors import UserError
 from launcher.profile import hostlist
+from launcher.remote import kerasfit
+from launcher.remote.kerasfit import keras_fit_line
 
 #: what each strategy restarts when a task fails (launcher/supervise/policy.py), for the profile's comments
 RECOVERY = {
@@ -82,7 +84,9 @@ def run_init(script: str | None, *, hosts: str | None, ps: int | None, workers: 
     if workers is None and hosts:  # one worker per host given
         workers = len(hostlist.expand(hosts))
     shape = role_shape(guess, ps=ps, workers=workers, chief=chief)
-    text = profile_text(path, target, guess, shape, host_tables, container)
+    fit = keras_fit_line(source) if guess.strategy != "custom" else None
+    text = profile_text(path, target, guess, shape, host_tables, container,
+                        keras_fit=fit.line if fit is not None and fit.tf_keras_able else None)
     try:
         target.write_text(text, encoding="utf-8")
     except OSError as exc:
@@ -201,8 +205,9 @@ def command_for(script: Path, guess: Guess, profile_dir: Path, ssh: bool) -> tup
 
 
 def profile_text(script: Path, target: Path, guess: Guess, shape: Shape, hosts: list[tuple[str, str]],
-                 container: Image | None = None) -> str:
-    """The whole profile, comments included."""
+                 container: Image | None = None, keras_fit: int | None = None) -> str:
+    """The whole profile, comments included. ``keras_fit``: the line where the script calls Keras
+    ``fit``, which needs tf_keras under this strategy (launcher/remote/kerasfit.py)."""
     ssh = bool(hosts)
     command, workdir, source = command_for(script, guess, target.parent, ssh)
     quoted_target = shlex.quote(str(target))
@@ -244,8 +249,14 @@ def profile_text(script: Path, target: Path, guess: Guess, shape: Shape, hosts: 
         lines.append('python = "python3"              # the interpreter in the image; it must import tensorflow'
                      if container else
                      "# python: left out, tasks use the interpreter distlaunch runs under; set it to use another.")
+    if keras_fit is not None:
+        lines += [f"# {script.name}:{keras_fit} calls Keras fit, which Keras 3 (tf.keras since TensorFlow 2.16) cannot",
+                  "# run under this strategy; TF_USE_LEGACY_KERAS = \"1\" runs it with tf_keras (Keras 2), which",
+                  "# every host then needs (pip install tf_keras).",
+                  f'env = {{ TF_CPP_MIN_LOG_LEVEL = "2", {kerasfit.LEGACY_KERAS_ENV} = "1" }}']
+    else:
+        lines.append('env = { TF_CPP_MIN_LOG_LEVEL = "2" }')
     lines += [
-        'env = { TF_CPP_MIN_LOG_LEVEL = "2" }',
         'restart = "on-failure"          # never | on-failure | always | exit-code',
         "max_restarts = 3                # per task",
         "",

@@ -6,7 +6,8 @@ its GPUs). ``judge`` turns the rows into warnings and errors: TensorFlow major.m
 across hosts breaks a TensorFlow strategy's job (an error unless ``allow_version_skew``), patch
 levels and Python differing are warnings, so are low disk space (``min_free_disk``) and a clock
 more than ``hostclock.TOLERANCE_S`` off; GPUs a task is given that the host lacks are an error,
-GPUs holding other processes' memory a warning or an error (``gpu_busy``).
+GPUs holding other processes' memory a warning or an error (``gpu_busy``); a script that would
+``fit`` with Keras 3 under a multi-worker strategy an error naming the fix (launcher/remote/kerasfit.py).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 
 from launcher.model import Plan
 from launcher.profile.sizes import show_size
+from launcher.remote import kerasfit
 from launcher.remote.hostclock import TOLERANCE_S
 
 
@@ -42,6 +44,8 @@ class HostRow:
     images: dict[str, str | None] = field(default_factory=dict)
     #: the TensorFlow version inside those images
     image_tensorflow: str | None = None
+    #: whether tf_keras (Keras 2) is importable by the host's Python; None: not known
+    tf_keras: bool | None = None
 
     def image_summary(self) -> str:
         if not self.images:
@@ -82,6 +86,7 @@ def row_from_answer(host: str, answer: Mapping[str, Any], received: float, outpu
             row.disk[label] = (path, disk.get(path))
     row.mem_available_bytes = facts.get("mem_available_bytes")
     row.gpus = facts.get("gpus")
+    row.tf_keras = facts["tf_keras"] if isinstance(facts.get("tf_keras"), bool) else None
     row.gpus_read = "gpus" in facts
     if isinstance(facts.get("time"), int | float):
         row.clock_offset = float(facts["time"]) - received
@@ -153,6 +158,10 @@ def judge(plan: Plan, rows: Sequence[HostRow]) -> tuple[list[str], list[str]]:
             ahead = "ahead of" if row.clock_offset > 0 else "behind"
             warnings.append(f"host {row.host}: clock is {abs(row.clock_offset):.0f} s {ahead} the launcher's; "
                             "event times, stall detection and the timeline depend on it: sync it (NTP)")
+    keras_warnings, keras_errors = kerasfit.judge(plan, {r.host: r.tensorflow for r in rows},
+                                                  {r.host: r.tf_keras for r in rows})
+    warnings += keras_warnings
+    errors += keras_errors
     gpu_warnings, gpu_errors = _judge_gpus(plan, rows)
     return warnings + gpu_warnings, errors + gpu_errors
 
