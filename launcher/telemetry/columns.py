@@ -76,7 +76,7 @@ SHORT_VERDICT = {"input-bound": "input", "compute-bound": "compute", "other-boun
                  "slowest worker": "slowest"}
 
 STATE_ORDER = {state: i for i, state in enumerate(
-    (ev.FAILED, ev.RESTARTING, ev.STARTING, ev.PENDING, ev.RUNNING, ev.STOPPED, ev.SUCCEEDED))}
+    (ev.FAILED, ev.LOST, ev.RESTARTING, ev.STARTING, ev.PENDING, ev.RUNNING, ev.STOPPED, ev.SUCCEEDED))}
 """How ``s`` orders states: trouble first."""
 
 

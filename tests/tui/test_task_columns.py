@@ -179,8 +179,9 @@ ORDERS = {
     ('task', True): ['evaluator:0', 'worker:3', 'worker:2', 'worker:1', 'worker:0', 'ps:2', 'ps:1', 'ps:0', 'chief:0'],
     ('host', False): ['ps:0', 'worker:0', 'worker:2', 'chief:0', 'ps:1', 'worker:1', 'worker:3', 'ps:2', 'evaluator:0'],
     ('host', True): ['ps:2', 'chief:0', 'ps:1', 'worker:1', 'worker:3', 'ps:0', 'worker:0', 'worker:2', 'evaluator:0'],
-    ('state', False): ['worker:2', 'evaluator:0', 'chief:0', 'ps:0', 'ps:1', 'worker:0', 'worker:1', 'worker:3', 'ps:2'],
-    ('state', True): ['ps:2', 'chief:0', 'ps:0', 'ps:1', 'worker:0', 'worker:1', 'worker:3', 'evaluator:0', 'worker:2'],
+    # a lost task is trouble: beside the failed one, not after every running one (nor first, reversed)
+    ('state', False): ['worker:2', 'ps:2', 'evaluator:0', 'chief:0', 'ps:0', 'ps:1', 'worker:0', 'worker:1', 'worker:3'],
+    ('state', True): ['chief:0', 'ps:0', 'ps:1', 'worker:0', 'worker:1', 'worker:3', 'evaluator:0', 'ps:2', 'worker:2'],
     ('rate', False): ['chief:0', 'worker:0', 'ps:0', 'ps:1', 'ps:2', 'worker:1', 'worker:2', 'worker:3', 'evaluator:0'],
     ('rate', True): ['chief:0', 'worker:0', 'ps:0', 'ps:1', 'ps:2', 'worker:1', 'worker:2', 'worker:3', 'evaluator:0'],
     ('loss', False): ['chief:0', 'worker:3', 'ps:0', 'ps:1', 'ps:2', 'worker:0', 'worker:1', 'worker:2', 'evaluator:0'],
