@@ -22,151 +22,37 @@ from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from launcher import events as ev
-from launcher.telemetry.jobview import JobView, TaskView, task_sort_key
-from launcher.telemetry.steptime import StepTimes, bar
-from tui import format as fmt
-
-# (key, label, width including a one-cell gap, right-aligned)
-COLUMNS: tuple[tuple[str, str, int, bool], ...] = (
-    ("task", "task", 10, False),
-    ("host", "host", 10, False),
-    ("state", "state", 11, False),
-    ("flags", "flags", 12, False),
-    ("restarts", "rst", 4, True),
-    ("step", "step", 8, True),
-    ("loss", "loss", 8, True),
-    ("rate", "st/s", 7, True),
-    ("trend", "trend", 9, False),
-    ("cpu", "cpu%", 10, False),
-    ("gpu", "gpu%", 10, False),
-    ("gpu_mem", "gpu mem", 10, True),
-    ("rss", "rss", 7, True),
-    ("pid", "pid", 8, True),
-    ("age", "age", 5, True),
-    ("split", "step time", 24, False),
+from launcher.telemetry.columns import (
+    BY_KEY,
+    COLUMN_INDEX,
+    COLUMNS,
+    SORT_CYCLE,
+    SPLIT_CELLS,
+    TABLE_WIDTH,
+    Cell,
+    flags_text,
+    task_cells,
 )
-BAR_CELLS = 4
-TREND_CELLS = 8
-FLAG_NAMES = {ev.STALLED: "STALL", ev.STRAGGLER: "SLOW", ev.NAN_LOSS: "NAN", ev.LOG_POLICY: "LOG"}
-COLUMN_INDEX = {key: i for i, (key, *_rest) in enumerate(COLUMNS)}
-TABLE_WIDTH = sum(width for _key, _label, width, _right in COLUMNS)
-STALE_STYLE = "bold black on yellow"
+from launcher.telemetry.jobview import JobView, TaskView, task_sort_key
+
+__all__ = ["COLUMNS", "COLUMN_INDEX", "SORT_COLUMNS", "TABLE_WIDTH", "TaskTable", "header_line", "ordered_tasks",
+           "sort_value", "task_cells"]
+
 HEADER_STYLE = Style(bold=True, dim=True)
 CURSOR_FOCUSED = Style(reverse=True)
 CURSOR_BLURRED = Style(bgcolor="grey35")
-
-Cell = tuple[str, str]  # (text, style): compared as plain tuples, no Text built to compare
-
-
-def _percent_cell(value: float | None) -> str:
-    """A small bar and the number: ``███▍  85``; CPU may pass 100% (several cores), the bar stops there."""
-    if value is None:
-        return fmt.MISSING
-    return f"{fmt.bar(value, BAR_CELLS)}{value:>5.0f}"
-
-
-def flags_text(task: TaskView) -> str:
-    return " ".join(FLAG_NAMES.get(name, name.upper()) for name in sorted(task.conditions))
-
-
-SPLIT_CELLS = 8
-#: the stacked bar's letters (one a cell) and how each is drawn
-SPLIT_LETTERS = {"input": "i", "compute": "c", "peers": "p", "other": "o"}
+#: how the step-time column's letters (launcher/telemetry/columns.py `SPLIT_LETTERS`) are drawn
 SPLIT_DRAW = {"i": Style(color="yellow"), "c": Style(color="green"), "p": Style(color="magenta"),
               "o": Style(color="grey62")}
-SHORT_VERDICT = {"input-bound": "input", "compute-bound": "compute", "other-bound": "other", "balanced": "balanced",
-                 "slowest worker": "slowest"}
 
-
-def split_cell(task: TaskView, times: StepTimes | None, now: float) -> Cell:
-    """The step time's stacked bar (letters a cell each, drawn as coloured blocks) and the verdict
-    in a word; a ParameterServerStrategy worker's closures per second as the coordinator sees them."""
-    if times is None:
-        return fmt.MISSING, ""
-    split = times.fresh(task.task_id, now)
-    verdict = times.verdict(task.task_id, now=now) or ""
-    short = SHORT_VERDICT.get(verdict, verdict.replace("waiting for ", "wait "))
-    if split is None:
-        closures = times.closures.get(task.task_id)
-        if closures is not None:
-            return f"{closures.per_s:.1f} closures/s" + (f" {short}" if short else ""), "split-text"
-        return ("- no step timed", "dim") if times.missing(task.task_id) else (fmt.MISSING, "")
-    cells = "".join(SPLIT_LETTERS[part] * n for part, n in bar(split, SPLIT_CELLS))
-    return f"{cells} {short}", "split"
-
-
-def step_cell(task: TaskView) -> Cell:
-    """The step; ``150c`` where it counts train calls (the header says ``step (calls)``)."""
-    if task.step is None:
-        return fmt.MISSING, ""
-    return (f"{task.step}c", "italic") if task.step_is_calls else (str(task.step), "")
-
-
-def task_cells(task: TaskView, now: float, times: StepTimes | None = None) -> tuple[Cell, ...]:
-    """The row for one task, as (text, style) pairs in `COLUMNS` order."""
-    stale = task.is_stale(now)
-    gpu_mem = fmt.MISSING
-    if task.has_gpu and task.gpu_mem_used is not None:
-        gpu_mem = f"{fmt.human_bytes(task.gpu_mem_used)}/{fmt.human_bytes(task.gpu_mem_total)}"
-    age = task.age(now)
-    rates = task.rate_history
-    trend = fmt.spark(list(rates)[-TREND_CELLS:], TREND_CELLS) if rates and task.state == ev.RUNNING else ""
-    if task.host_down and task.state not in ev.FINAL_TASK_STATES:
-        return host_down_cells(task, now)
-    return (
-        (task.task_id, STALE_STYLE if stale else "bold"),
-        (task.host or fmt.MISSING, ""),
-        (task.state, fmt.STATE_STYLES.get(task.state, "")),
-        (flags_text(task), "bold black on dark_orange" if task.conditions else ""),
-        (str(task.restarts), "yellow" if task.restarts else "dim"),
-        step_cell(task),
-        (task.nonfinite_loss or fmt.loss(task.loss), "bold red" if task.nonfinite_loss else ""),
-        (fmt.number(task.steps_per_s(now)), ""),
-        (trend, "cyan"),
-        (_percent_cell(task.cpu_percent), "green"),
-        (_percent_cell(task.gpu_util) if task.has_gpu else fmt.MISSING, "magenta"),
-        (gpu_mem, ""),
-        (fmt.human_bytes(task.rss_bytes), ""),
-        (str(task.pid) if task.pid is not None else fmt.MISSING, "dim"),
-        (fmt.duration(age) if age is not None else fmt.MISSING, STALE_STYLE if stale else "dim"),
-        split_cell(task, times, now),
-    )
-
-
-def host_down_cells(task: TaskView, now: float) -> tuple[Cell, ...]:
-    """A task whose host does not answer (or was lost): greyed, its last step kept, no live
-    readings, and how long ago it was last heard of."""
-    age = task.age(now)
-    seen = f"last seen {fmt.duration(age)} ago" if age is not None else "not heard of"
-    grey = "dim"
-    cells: list[Cell] = [(task.task_id, grey), (f"{task.host} ({task.host_down})", "yellow"),
-                         (task.state, grey), (flags_text(task), grey), (str(task.restarts), grey),
-                         (step_cell(task)[0], grey), (fmt.loss(task.loss), grey)]
-    cells += [(fmt.MISSING, grey)] * (len(COLUMNS) - len(cells) - 2)
-    return (*cells, (fmt.duration(age) if age is not None else fmt.MISSING, STALE_STYLE), (seen, "yellow"))
-
-
-SORT_COLUMNS = ("task", "host", "state", "rate", "loss", "gpu")
+SORT_COLUMNS = SORT_CYCLE
 """What `s` cycles through; `S` reverses the order."""
-
-STATE_ORDER = {state: i for i, state in enumerate(
-    (ev.FAILED, ev.RESTARTING, ev.STARTING, ev.PENDING, ev.RUNNING, ev.STOPPED, ev.SUCCEEDED))}
 
 
 def sort_value(task: TaskView, column: str, now: float) -> object:
     """The value a column sorts by; None sorts last whichever the direction."""
-    if column == "host":
-        return task.host
-    if column == "state":
-        return STATE_ORDER.get(task.state, len(STATE_ORDER))
-    if column == "rate":
-        return task.steps_per_s(now)
-    if column == "loss":
-        return task.loss
-    if column == "gpu":
-        return task.gpu_util if task.has_gpu else None
-    return None
+    sort = BY_KEY[column].sort
+    return sort(task, now) if sort is not None else None
 
 
 def ordered_tasks(view: JobView, keys: Iterable[str], column: str, reverse: bool, now: float) -> list[str]:
@@ -199,10 +85,11 @@ def fit(text: str, width: int, right: bool) -> str:
 
 def header_line(sort_column: str = "task", reverse: bool = False) -> Text:
     line = Text(no_wrap=True)
-    for key, label, width, right in COLUMNS:
-        if key == sort_column:
+    for column in COLUMNS:
+        label = column.label
+        if column.key == sort_column:
             label = f"{label}{'▼' if reverse else '▲'}"
-        line.append(fit(label, width, right), style=HEADER_STYLE)
+        line.append(fit(label, column.width, column.right), style=HEADER_STYLE)
     return line
 
 
@@ -431,14 +318,13 @@ class TaskTable(ScrollView, can_focus=True):
         strip = self._strips.get(key)
         if strip is None:
             line = Text(no_wrap=True)
-            for (text, style), (_key, _label, col_width, right) in zip(self._shown[task_id], COLUMNS,
-                                                                        strict=True):
+            for (text, style), column in zip(self._shown[task_id], COLUMNS, strict=True):
                 if style == "split":  # the letters of the stacked bar become coloured blocks
                     for letter in text[:SPLIT_CELLS]:
                         line.append("█", style=SPLIT_DRAW.get(letter, Style()))
-                    line.append(fit(text[SPLIT_CELLS:], col_width - SPLIT_CELLS, right))
+                    line.append(fit(text[SPLIT_CELLS:], column.width - SPLIT_CELLS, column.right))
                 else:
-                    line.append(fit(text, col_width, right), style="" if style == "split-text" else style)
+                    line.append(fit(text, column.width, column.right), style="" if style == "split-text" else style)
             if cursor:
                 line.stylize(CURSOR_FOCUSED if self.has_focus else CURSOR_BLURRED)
             strip = Strip(list(line.render(self.app.console))).crop_extend(0, width, base).apply_style(base)

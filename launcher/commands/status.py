@@ -35,8 +35,8 @@ from launcher.rundir import (
     supervisor_alive,
 )
 from launcher.telemetry import eventcheck
+from launcher.telemetry.columns import status_rows
 from launcher.telemetry.jobview import JobView
-from launcher.telemetry.steptime import PARTS
 from launcher.telemetry.timeline import Timeline, TimelineEntry, clock_text
 
 
@@ -116,26 +116,6 @@ def hosts_text(hosts: dict[str, dict[str, Any]], now: float) -> list[str]:
     return out
 
 
-def step_time_text(task: dict[str, Any]) -> str:
-    """``input 71% compute 20% peers 0% other 9% (input-bound)``, or a PSS worker's closures."""
-    split = task.get("step_time")
-    if isinstance(split, dict):
-        text = " ".join(f"{p} {float(split.get(p) or 0) * 100:.0f}%" for p in PARTS)
-        return text + (f" ({split['verdict']})" if split.get("verdict") else "")
-    if isinstance(task.get("closures_per_s"), (int, float)):
-        latency = task.get("closure_latency_s")
-        return f"{task['closures_per_s']:.1f} closures/s" + (
-            f", {latency * 1000:.0f} ms each" if isinstance(latency, (int, float)) else "")
-    return f"- ({task['step_time_missing']})" if task.get("step_time_missing") else "-"
-
-
-def step_text(task: dict[str, Any]) -> str:
-    """``1200``, ``150 (calls)`` where the step counts train calls, ``-`` for none."""
-    if task.get("step") is None:
-        return "-"
-    return f"{task['step']} (calls)" if task.get("step_is_calls") else str(task["step"])
-
-
 def _tables(value: object) -> dict[str, dict[str, Any]]:
     """The entries of a state.json table (``tasks``, ``hosts``) that are objects; {} for no table."""
     return {str(k): v for k, v in value.items() if isinstance(v, dict)} if isinstance(value, dict) else {}
@@ -165,12 +145,7 @@ def run_status(args: argparse.Namespace) -> int:
     if summary["supervision"] == "lost":
         print(f"(lost: task states as last seen by its supervisor; `distlaunch attach {summary['run']}` within the "
               "orphan grace takes the job over, `distlaunch down` cleans up)")
-    rows = [("TASK", "HOST", "ADDRESS", "STATE", "PID", "RESTARTS", "STEP", "LOSS", "STEP TIME")]
-    for task_id, t in summary["tasks"].items():
-        loss = t.get("nonfinite_loss") or (f"{t['loss']:.4f}" if isinstance(t["loss"], float) else "-")
-        rows.append((task_id, str(t["host"] or "-"), f"{t['address']}:{t['port']}", str(t["state"]),
-                     str(t["pid"] or "-"), str(t["restarts"]), step_text(t),
-                     loss, step_time_text(t)))
+    rows = status_rows(summary["tasks"])  # the dashboard's column declaration
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for r in rows:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())

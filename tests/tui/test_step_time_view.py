@@ -4,12 +4,12 @@ split over time, and `P` (profile) refused in a replay."""
 from __future__ import annotations
 
 from launcher import events as ev
+from launcher.telemetry.columns import split_cell, step_cell
 from launcher.telemetry.jobview import JobView
 from tests.tui.tui_support import RUN, T0, MemorySource, load, make_app, recorded_job, wait_until
 from tui.actions import NOT_IN_REPLAY
 from tui.charts import split_detail
 from tui.header import header_text
-from tui.task_table import split_cell, step_cell
 
 
 def split(input: float, compute: float, peers: float, other: float) -> dict[str, float]:

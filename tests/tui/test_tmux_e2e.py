@@ -25,8 +25,8 @@ def _tmux(socket: str, *args: str) -> str:
     return subprocess.run(["tmux", "-L", socket, *args], capture_output=True, text=True, timeout=20).stdout
 
 
-STEP_START = sum(width for _key, _label, width, _right in COLUMNS[:COLUMN_INDEX["step"]])
-STEP_END = STEP_START + COLUMNS[COLUMN_INDEX["step"]][2]
+STEP_START = sum(column.width for column in COLUMNS[:COLUMN_INDEX["step"]])
+STEP_END = STEP_START + COLUMNS[COLUMN_INDEX["step"]].width
 TASK_ROW = re.compile(r"^ ((?:chief|ps|worker|evaluator):\d+) ")
 
 
