@@ -178,13 +178,21 @@ def render_command(template: str, *, port: int, run_dir: str, outputs: str = "")
     return fill_placeholders(template, {"port": str(port), "run_dir": run_dir, "outputs": outputs})
 
 
-def host_port(address: str, port: int) -> str:
+#: what ``distlaunch tfconfig`` shows for a port picked at launch
+PICKED_AT_LAUNCH = "<picked at launch>"
+
+
+def host_port(address: str, port: int | str) -> str:
     """``address:port``, with brackets around IPv6 addresses as gRPC expects."""
     return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
 
 
-def tf_config(plan: Plan, task_id: str, ports: Mapping[str, int] | None = None) -> TFConfig:
+def tf_config(plan: Plan, task_id: str, ports: Mapping[str, int] | None = None,
+              unknown_port: str | None = None) -> TFConfig:
     """The TF_CONFIG of one task, exactly in TensorFlow's format.
+
+    ``unknown_port``: what stands for a port picked at launch (``tfconfig`` shows the plan of a
+    profile without fixed ports); without it such a port is an error (``PortUnresolved``).
 
     ``ports`` maps task ids to the ports picked at launch; they win over the profile's. A task's
     index is its place among its role's tasks in the plan: its own index, unless the role shrank
@@ -205,7 +213,9 @@ def tf_config(plan: Plan, task_id: str, ports: Mapping[str, int] | None = None) 
         for rank, member in enumerate(members):
             if member.task_id == task.task_id:
                 index = rank  # a role that shrank (placement.py) numbers the tasks left 0..n-1
-            port = ports.get(member.task_id, member.port)
+            port: int | str | None = ports.get(member.task_id, member.port)
+            if port is None and unknown_port is not None:
+                port = unknown_port
             if port is None:
                 raise PortUnresolved(
                     f"{plan.profile.path}: task {member.task_id} has no port; its port is picked at "

@@ -19,7 +19,7 @@ from launcher.agent.metricregex import MetricRegexes
 from launcher.errors import HostError, UserError
 from launcher.events import REPORT_PREFIX
 from launcher.model import SSH_TRANSPORTS, START_ORDER, Overrides, Plan, TaskSpec
-from launcher.plan import build_plan, host_port, mask_env, tf_config
+from launcher.plan import PICKED_AT_LAUNCH, build_plan, host_port, mask_env, tf_config
 from launcher.profile.containeropts import container_warnings
 from launcher.profile.overrides import mask_secrets
 from launcher.profile.reader import load_profile
@@ -58,10 +58,16 @@ def run_check(profile_path: Path, remote: bool = True, overrides: Overrides | No
 
 
 def run_tfconfig(profile_path: Path, task: str, overrides: Overrides | None = None) -> int:
-    """Print the TF_CONFIG JSON that ``task`` (e.g. ``worker:1``) gets."""
+    """Print the TF_CONFIG JSON that ``task`` (e.g. ``worker:1``) gets; a port picked at launch
+    shows as ``<picked at launch>``, with one line on stderr saying so."""
     profile = load_profile(profile_path, overrides)
     plan = build_plan(profile, sshconfig.resolve_addresses(profile))
-    print(json.dumps(tf_config(plan, task), indent=2))
+    print(json.dumps(tf_config(plan, task, unknown_port=PICKED_AT_LAUNCH), indent=2))
+    picked = [t.role for t in plan.tasks if t.in_cluster and t.port is None]
+    if picked:
+        roles = ", ".join(dict.fromkeys(picked))
+        print(f"distlaunch: note: the ports of {roles} are picked at launch (no `port` in their role): "
+              "`distlaunch status --json` shows them once the job runs", file=sys.stderr)
     return 0
 
 

@@ -4,6 +4,7 @@ and a TF1 between-graph script get a profile that passes check (with its real lo
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import tomllib
@@ -82,3 +83,15 @@ def test_an_ssh_profile_from_init_passes_check_against_a_real_sshd(tmp_path: Pat
         shutil.rmtree(remote, ignore_errors=True)
         with contextlib.suppress(OSError):
             remote.parent.rmdir()
+
+
+def test_tfconfig_shows_an_init_profile_with_its_ports_picked_at_launch(tmp_path: Path) -> None:
+    shutil.copy(REPO / "examples" / "mwms_keras.py", tmp_path / "train.py")
+    env = {"PYTHONPATH": str(REPO), "DISTLAUNCH_HOME": str(tmp_path / "home")}
+    assert cli("init", "train.py", cwd=tmp_path, env=env, timeout=60).returncode == 0
+    shown = cli("tfconfig", "train.toml", "worker:1", cwd=tmp_path, env=env, timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout) == {"cluster": {"worker": ["localhost:<picked at launch>"] * 2},
+                                        "task": {"type": "worker", "index": 1}}
+    assert shown.stderr == ("distlaunch: note: the ports of worker are picked at launch (no `port` in their "
+                            "role): `distlaunch status --json` shows them once the job runs\n")

@@ -141,6 +141,9 @@ def test_launch_ports_override_and_unresolved_ports(tmp_path: Path) -> None:
     plan = build_plan(load_profile(path))
     with pytest.raises(PortUnresolved, match=r"task worker:0 has no port; .* roles\.worker\.port"):
         tf_config(plan, "chief:0")
+    shown = tf_config(plan, "chief:0", unknown_port="<picked at launch>")  # distlaunch tfconfig
+    assert shown["cluster"] == {"chief": ["localhost:7000"],
+                                "worker": ["localhost:<picked at launch>", "localhost:<picked at launch>"]}
     config = tf_config(plan, "chief:0", ports={"worker:0": 7001, "worker:1": 7002, "chief:0": 7100})
     assert config["cluster"] == {"chief": ["localhost:7100"], "worker": ["localhost:7001", "localhost:7002"]}
 
