@@ -346,6 +346,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if "--" in argv:
         cut = argv.index("--")
         argv, extra = argv[:cut], argv[cut + 1:]
+    if not argv and not extra:  # `distlaunch` alone: the verbs, not only "VERB is required"
+        parser.print_help(sys.stderr)
+        return 2
     args = parser.parse_args(argv)
     if extra:
         if not hasattr(args, "args"):

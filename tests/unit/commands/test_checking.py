@@ -107,3 +107,11 @@ def test_cli_help_and_version() -> None:
                              capture_output=True, text=True, timeout=60)
     assert version.returncode == 0
     assert version.stdout.strip() == f"distlaunch {__version__}"
+
+
+def test_distlaunch_alone_lists_the_verbs(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: distlaunch ")
+    for verb in ("check", "up", "down", "status", "attach", "logs", "tfconfig", "init"):
+        assert f"\n    {verb} " in err, verb
