@@ -39,9 +39,20 @@ from launcher.transport import Host, make_host
 T = TypeVar("T")
 
 #: the version line `check` reads; a GPU build adds "cuda X cudnn Y" (launcher/remote/parity.py reads it)
-TF_CHECK = ("import platform, tensorflow as tf; b = getattr(tf.sysconfig, 'get_build_info', dict)(); "
-            "print(platform.python_version(), tf.__version__, '(imported)', "
-            "'cuda %s cudnn %s' % (b.get('cuda_version'), b.get('cudnn_version')) if b.get('is_cuda_build') else '')")
+#: where the CUDA runtime it was built for can be loaded (the nvidia-* wheels' or a system libcudart of
+#: that major version): a build made with CUDA runs nothing on a GPU without it, as on a CPU machine
+TF_CHECK = """import ctypes.util, glob, importlib.util, os, platform
+import tensorflow as tf
+b = getattr(tf.sysconfig, 'get_build_info', dict)()
+major = str(b.get('cuda_version') or '').split('.')[0]
+wheels = importlib.util.find_spec('nvidia')
+libs = [p for d in (wheels.submodule_search_locations or [] if wheels else [])
+        for p in glob.glob(os.path.join(d, 'cuda_runtime', 'lib', 'libcudart.so*'))]
+libs.append(ctypes.util.find_library('cudart') or '')
+gpu = b.get('is_cuda_build') and major and any(os.path.basename(p).startswith('libcudart.so.' + major) for p in libs)
+print(platform.python_version(), tf.__version__, '(imported)',
+      'cuda %s cudnn %s' % (b.get('cuda_version'), b.get('cudnn_version')) if gpu else '')
+"""
 #: for `up`: TensorFlow's version from its installed package's metadata, which takes milliseconds
 #: where an import takes seconds; without such metadata (a source tree on the path) it imports
 TF_METADATA_CHECK = f"""import platform
