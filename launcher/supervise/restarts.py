@@ -414,7 +414,7 @@ class Restarts:
         open follow channel where there is one (no SSH exec, no interpreter to boot), else with
         the `start` verb; one round trip either way."""
         secrets = {rt.spec.slug: task_secrets(self.sup, rt) for rt in rts}
-        specs = {rt.spec.slug: agent_spec(self.sup, rt) for rt in rts}
+        specs = {rt.spec.slug: agent_spec(self.sup, rt).to_dict() for rt in rts}
         secrets = {slug: env for slug, env in secrets.items() if env}
         answer = self.sup.ask_agent(session.name, {"op": "start", "specs": specs, "tasks": list(specs),
                                                    "secrets": secrets})
