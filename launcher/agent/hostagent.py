@@ -3,15 +3,11 @@
 ``serve`` runs it in the foreground; clients (``launcher.agent.clients``) start it detached when
 it is not running. It holds ``agent.lock`` (flock) for its whole life, so there is never a second
 one, and a lock that is free means it died. It listens on ``agent.sock`` in the host run dir
-(0700: only its user can connect). Requests are one JSON line each:
-
-* ``follow`` {offsets, pinged}: the connection becomes an event stream (``stream.EventHub``);
-* ``start`` {tasks, secrets}: start these tasks from their spec.json; answers their pids;
-* ``stop`` {tasks, grace, exit}: stop them (SIGTERM group, grace, SIGKILL group) and answer once
-  each wrote its final event; with ``exit`` the agent then stops everything left and exits;
-* ``status``: the tasks it supervises and their pids;
-* ``stacks`` {tasks, native, timeout} (on a follow channel): every task's stacks and process
-  state (``launcher.agent.stacks``).
+(0700: only its user can connect). A connection's first line is a request of
+``launcher/protocol/agentlines.py``: ``follow`` makes it an event stream (``stream.EventHub``) on
+which further requests ride with an id; any other is answered with one line. ``handle`` answers
+every request, whichever way it came: ``start`` (from spec.json, written first where the request
+holds the specs), ``stop`` (and with ``exit`` the agent's end), ``stacks``, ``status``.
 
 On start it adopts the live tasks of a predecessor that was killed (``runner.TaskRunner.adopt``);
 a task that died meanwhile gets its final event from the exit status its wrapper left. Without a
@@ -38,7 +34,7 @@ from typing import Any, Dict, List, Optional, Set
 from launcher import events
 from launcher.agent.agentfiles import _read_line, make_sampler, write_specs
 from launcher.agent.agentlog import warn
-from launcher.agent.leaving import PreemptionWatch, retire, retired_reason
+from launcher.agent.leaving import PreemptionWatch, retired_reason
 from launcher.agent.output import EventWriter, last_state
 from launcher.agent.procs import (
     _become_subreaper,
@@ -54,7 +50,17 @@ from launcher.agent.runner import TaskRunner, read_task_file
 from launcher.agent.spec import AgentSpec
 from launcher.agent.stream import THEN_KEY, EventHub
 from launcher.agent.taskcontainer import stop_task_containers
-from launcher.protocol.lines import Preempted
+from launcher.protocol.agentlines import (
+    AgentOp,
+    FollowRequest,
+    Preempted,
+    StacksRequest,
+    StartRequest,
+    StatusRequest,
+    StopRequest,
+    decode_request,
+)
+from launcher.protocol.message import Malformed
 
 SOCKET_NAME = "agent.sock"
 LOCK_NAME = "agent.lock"
@@ -74,7 +80,7 @@ class HostAgent:
         self.run_dir = os.path.abspath(run_dir)
         self.tasks_dir = os.path.join(self.run_dir, "tasks")
         self.lock = threading.Lock()  # shared by all event writers and the hub
-        self.hub = EventHub(self.tasks_dir, self.lock, self.follower_request)
+        self.hub = EventHub(self.tasks_dir, self.lock, self.handle)
         self.runners: Dict[str, TaskRunner] = {}
         self.leaders: Set[int] = set()
         self._runners_lock = threading.Lock()
@@ -384,29 +390,30 @@ class HostAgent:
 
     # -- requests -------------------------------------------------------------------------------------
 
-    def follower_request(self, request: Dict[str, Any]) -> Dict[str, Any]:
-        """A request that came as a JSON line on a follower's connection (the launcher's `start`
-        rides the open follow channel: no SSH exec, no interpreter to boot)."""
-        if request.get("op") == "stacks":
-            from launcher.agent import stacks
-
-            return stacks.answer(self.run_dir, request)
-        if request.get("op") == "stop":  # the job's end: no exec, no interpreter to boot per host
-            grace = request.get("grace")
-            answer = self.stop([str(s) for s in request.get("tasks") or []],
-                               float(grace) if grace is not None else None)
-            if request.get("retire"):
-                retire(self.run_dir, str(request["retire"]))
-            if request.get("exit"):
+    def handle(self, request: AgentOp) -> Dict[str, Any]:
+        """The answer to a request, however it came: on a follower's stream (the launcher's start,
+        stop and stacks ride the open follow channel: no SSH exec, no interpreter to boot) or as
+        the first line of a connection (the verbs). An answer to ``exit`` carries, under THEN_KEY,
+        the agent's end, to run once the answer is on its way."""
+        if isinstance(request, StartRequest):
+            if request.specs is not None:
+                write_specs(self.run_dir, request.specs)
+            return self.start(list(request.tasks), request.secrets)
+        if isinstance(request, StopRequest):
+            answer = self.stop(list(request.tasks), request.grace)
+            if request.exit:
                 with self._start_lock:  # a batch being spawned ends first, and is stopped with the rest
                     self._stop_all("the job ended", wait=True)
-                answer[THEN_KEY] = self._exit.set  # the answer is queued first; the end flushes it
+                answer[THEN_KEY] = self._exit.set
             return answer
-        if request.get("op") != "start":
-            return {"error": "unknown request %r" % (request.get("op"),)}
-        specs = request.get("specs") or {}
-        write_specs(self.run_dir, specs)
-        return self.start([str(s) for s in request.get("tasks") or list(specs)], request.get("secrets") or {})
+        if isinstance(request, StacksRequest):
+            from launcher.agent import stacks
+
+            return stacks.answer(self.run_dir, list(request.tasks), request.native, request.timeout)
+        if isinstance(request, StatusRequest):
+            return {"pid": os.getpid(), "tasks": {s: {"pid": r.pid, "done": r.done.is_set(), "adopted": r.adopted}
+                                                  for s, r in self.runners.items()}}
+        return {"error": "unknown request %r" % (request.OP,)}  # follow: only a connection's first line
 
     def _accept(self, server: socket.socket) -> None:
         while not self._exit.is_set():
@@ -417,36 +424,19 @@ class HostAgent:
             threading.Thread(target=self._serve_one, args=(conn,), name="conn", daemon=True).start()
 
     def _serve_one(self, conn: socket.socket) -> None:
-        ending = False
+        """One connection: its first line is a follow request (the connection becomes a stream) or
+        another request, answered with one line."""
         try:
             first, rest = _read_line(conn)
-            request = json.loads(first or b"{}")
-            op = request.get("op")
-            if op == "follow":
-                offsets = {str(k): int(v) for k, v in (request.get("offsets") or {}).items()}
-                self.hub.follow(conn, offsets, bool(request.get("pinged")), rest)
+            request = decode_request(first or b"{}")
+            if isinstance(request, FollowRequest):
+                self.hub.follow(conn, dict(request.offsets), request.pinged, rest)
                 return
-            if op == "start":
-                answer = self.start([str(s) for s in request.get("tasks") or []], request.get("secrets") or {})
-            elif op == "stop":
-                if request.get("retire"):
-                    retire(self.run_dir, str(request["retire"]))
-                grace = request.get("grace")
-                answer = self.stop([str(s) for s in request.get("tasks") or []],
-                                   float(grace) if grace is not None else None)
-                if request.get("exit"):
-                    with self._start_lock:  # a batch being spawned ends first, and is stopped with the rest
-                        self._stop_all("the job ended", wait=True)
-                    ending = True
-            elif op == "status":
-                answer = {"pid": os.getpid(), "tasks": {s: {"pid": r.pid, "done": r.done.is_set(),
-                                                            "adopted": r.adopted}
-                                                        for s, r in self.runners.items()}}
-            else:
-                answer = {"error": "unknown request %r" % (op,)}
+            answer = {"error": request.why} if isinstance(request, Malformed) else self.handle(request)
+            then = answer.pop(THEN_KEY, None)
             conn.sendall((json.dumps(answer) + "\n").encode())
-            if ending:
-                self._exit.set()  # after the answer went out: the process ends soon after this
+            if callable(then):
+                then()  # after the answer went out: the process ends soon after this
         except (OSError, ValueError, TypeError) as exc:
             with contextlib.suppress(OSError):
                 conn.sendall((json.dumps({"error": str(exc)}) + "\n").encode())

@@ -322,9 +322,12 @@ def _one_answer(args: argparse.Namespace) -> int:
         _print_json(cmd_ports(args.bind, args.check, args.pick))
     elif args.verb == "start":
         from launcher.agent.clients import cmd_start
+        from launcher.protocol.agentlines import StartRequest, decode_request
 
-        payload = json.loads(sys.stdin.buffer.read() or b"{}")
-        answer = cmd_start(os.path.abspath(args.run_dir), payload, spawn=not args.no_spawn)
+        request = decode_request(sys.stdin.buffer.read().strip() or b"{}", op=StartRequest.OP)
+        if not isinstance(request, StartRequest):
+            raise ValueError("not a start request on stdin: %s" % getattr(request, "why", request))
+        answer = cmd_start(os.path.abspath(args.run_dir), request, spawn=not args.no_spawn)
         _print_json(answer)
         return 1 if answer.get("error") else 0
     elif args.verb == "stop":
@@ -349,6 +352,5 @@ def _one_answer(args: argparse.Namespace) -> int:
     elif args.verb == "stacks":
         from launcher.agent import stacks
 
-        _print_json(stacks.answer(os.path.abspath(args.run_dir), {"tasks": args.tasks, "native": args.native,
-                                                           "timeout": args.timeout}))
+        _print_json(stacks.answer(os.path.abspath(args.run_dir), args.tasks, args.native, args.timeout))
     return 0

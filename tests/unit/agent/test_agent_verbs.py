@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from launcher.agent import clients
+from launcher.protocol.agentlines import StatusRequest
 from launcher.remote import agentpack
 
 
@@ -376,7 +377,7 @@ def test_a_host_agent_under_a_storm_of_sigchld_still_answers_and_exits(tmp_path,
     assert len(agent) == 1
     try:
         for _ in range(10):  # each round trip goes through the agent's main loop and its locks
-            assert clients.request(str(tmp_path), {"op": "status"}, spawn=False, timeout=10)["pid"] == agent[0]
+            assert clients.request(str(tmp_path), StatusRequest(), spawn=False, timeout=10)["pid"] == agent[0]
             time.sleep(0.3)
         os.kill(agent[0], signal.SIGTERM)
         deadline = time.monotonic() + 20
