@@ -14,8 +14,9 @@ from textual.widget import Widget
 from textual.widgets import Sparkline, Static
 from textual_plotext.plot import Plot
 
+from launcher.protocol.metricnames import PARTS
 from launcher.telemetry.jobview import JobView, TaskView, task_sort_key
-from launcher.telemetry.steptime import PARTS, StepTimes
+from launcher.telemetry.steptime import StepTimes
 from tui import format as fmt
 from tui.format import SPARK_LEVELS
 

@@ -1,18 +1,15 @@
 """The host agent's helpers that need none of its state: task specs written whole, a request's
-first line, the optional sampler.
+first line.
 
 Stdlib-only, Python >= 3.9 (runs on hosts from the agent zipapp).
 """
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import socket
 from typing import Any, Dict
-
-from launcher.agent.agentlog import warn
 
 
 def write_specs(run_dir: str, specs: Dict[str, Any]) -> None:
@@ -40,23 +37,3 @@ def _read_line(conn: socket.socket) -> "tuple[bytes, bytes]":
         data += chunk
     line, _, rest = data.partition(b"\n")
     return line, rest
-
-
-def make_sampler() -> Any:
-    """A ``sampling.HostSampler``, or None (told on stderr) where sampling cannot work here."""
-    sampling = _load_sampling()
-    if sampling is None:
-        return None
-    try:
-        return sampling.HostSampler()
-    except Exception as exc:  # a broken sampler must never take the tasks down
-        warn("agent: sampling unavailable: %s" % exc)
-        return None
-
-
-def _load_sampling() -> Any:
-    """launcher.agent.sampling is optional in the zipapp: without it the agent emits no samples."""
-    try:
-        return importlib.import_module("launcher.agent.sampling")
-    except ImportError:
-        return None

@@ -39,6 +39,7 @@ from launcher.agent.procs import (
     pid_alive,
 )
 from launcher.agent.spec import AgentSpec, autolog_site_dir
+from launcher.protocol.agentlines import AgentOp, FollowRequest, StartRequest, StopRequest
 
 CONNECT_SECONDS = 15.0
 #: `stop --exit`: how long the verb waits for the host agent to be gone after it answered
@@ -114,12 +115,13 @@ def _max_fd() -> int:
         return 1024
 
 
-def request(run_dir: str, obj: Dict[str, Any], spawn: bool = True, timeout: float = 600.0,
+def request(run_dir: str, asked: AgentOp, spawn: bool = True, timeout: float = 600.0,
             wait: float = CONNECT_SECONDS) -> Dict[str, Any]:
+    """``asked`` as the first line of a connection to the host agent, and its one-line answer."""
     sock = connect(run_dir, spawn, wait)
     try:
         sock.settimeout(timeout)
-        sock.sendall((json.dumps(obj) + "\n").encode())
+        sock.sendall(asked.encode())
         data = b""
         while not data.endswith(b"\n"):
             chunk = sock.recv(65536)
@@ -162,7 +164,7 @@ def cmd_follow(run_dir: str, offsets: Dict[str, int], pinged: bool = False, spaw
     except OSError as exc:
         warn("agent follow: %s" % exc)
         return 1
-    sock.sendall((json.dumps({"op": "follow", "offsets": offsets, "pinged": pinged}) + "\n").encode() + first)
+    sock.sendall(FollowRequest(offsets, pinged).encode() + first)
     done = threading.Event()
     last_ping = [time.monotonic()]
 
@@ -209,15 +211,13 @@ def cmd_follow(run_dir: str, offsets: Dict[str, int], pinged: bool = False, spaw
 # -- start --------------------------------------------------------------------------------------------
 
 
-def cmd_start(run_dir: str, payload: Dict[str, Any], spawn: bool = True) -> Dict[str, Any]:
-    """Write the specs of ``payload`` (``{"specs": {slug: spec}, "tasks": [slug], "secrets": {...}}``)
-    and have the host agent start ``tasks`` in that order; secrets never touch a file."""
-    specs = payload.get("specs") or {}
-    write_specs(run_dir, specs)
-    tasks = [str(s) for s in payload.get("tasks") or list(specs)]
-    if not tasks:
+def cmd_start(run_dir: str, asked: StartRequest, spawn: bool = True) -> Dict[str, Any]:
+    """Write the specs of ``asked`` here and have the host agent start its tasks in their order;
+    secrets never touch a file."""
+    write_specs(run_dir, asked.specs or {})
+    if not asked.tasks:
         return {"pids": {}, "errors": {}}
-    return request(run_dir, {"op": "start", "tasks": tasks, "secrets": payload.get("secrets") or {}}, spawn)
+    return request(run_dir, StartRequest(asked.tasks, asked.secrets), spawn)
 
 
 # -- stop ---------------------------------------------------------------------------------------------
@@ -227,7 +227,7 @@ def cmd_stop(run_dir: str, slugs: List[str], grace: Optional[float], exit_after:
     """Stop tasks through the host agent; where none serves, stop each task's group here."""
     agent_pid = _agent_pid(run_dir)
     try:
-        answer = request(run_dir, {"op": "stop", "tasks": slugs, "grace": grace, "exit": exit_after}, spawn=False,
+        answer = request(run_dir, StopRequest(tuple(slugs), grace, exit_after), spawn=False,
                          timeout=(grace or 10.0) + 60.0, wait=0.0)
     except (OSError, ValueError):
         pass

@@ -3,21 +3,18 @@
 ``serve`` runs it in the foreground; clients (``launcher.agent.clients``) start it detached when
 it is not running. It holds ``agent.lock`` (flock) for its whole life, so there is never a second
 one, and a lock that is free means it died. It listens on ``agent.sock`` in the host run dir
-(0700: only its user can connect). Requests are one JSON line each:
-
-* ``follow`` {offsets, pinged}: the connection becomes an event stream (``stream.EventHub``);
-* ``start`` {tasks, secrets}: start these tasks from their spec.json; answers their pids;
-* ``stop`` {tasks, grace, exit}: stop them (SIGTERM group, grace, SIGKILL group) and answer once
-  each wrote its final event; with ``exit`` the agent then stops everything left and exits;
-* ``status``: the tasks it supervises and their pids;
-* ``stacks`` {tasks, native, timeout} (on a follow channel): every task's stacks and process
-  state (``launcher.agent.stacks``).
+(0700: only its user can connect). A connection's first line is a request of
+``launcher/protocol/agentlines.py``: ``follow`` makes it an event stream (``stream.EventHub``) on
+which further requests ride with an id; any other is answered with one line. ``handle`` answers
+every request, whichever way it came: ``start`` (from spec.json, written first where the request
+holds the specs), ``stop`` (and with ``exit`` the agent's end), ``stacks``, ``status``.
 
 On start it adopts the live tasks of a predecessor that was killed (``runner.TaskRunner.adopt``);
 a task that died meanwhile gets its final event from the exit status its wrapper left. Without a
-launcher (no fresh follower, no ``lease`` touch) for ``orphan_grace_seconds`` and no ``detached``
-file, it stops its tasks. It exits when no task runs and no follower has come for a while, and at once
-when the orphan rule stopped its tasks and no follower came since (nothing of the run lingers).
+launcher for ``orphan_grace_seconds`` (``orphanrule.OrphanRule``), it stops its tasks. It exits
+when no task runs and no follower has come for a while, and at once when the orphan rule stopped
+its tasks and no follower came since (nothing of the run lingers). Its tasks are sampled in one
+pass (``sampleloop``).
 
 Stdlib-only, Python >= 3.9 (runs on hosts from the agent zipapp).
 """
@@ -36,9 +33,9 @@ import time
 from typing import Any, Dict, List, Optional, Set
 
 from launcher import events
-from launcher.agent.agentfiles import _read_line, make_sampler, write_specs
-from launcher.agent.agentlog import warn
-from launcher.agent.leaving import PreemptionWatch, retire, retired_reason
+from launcher.agent.agentfiles import _read_line, write_specs
+from launcher.agent.leaving import PreemptionWatch, retired_reason
+from launcher.agent.orphanrule import LEASE_NAME, OrphanRule
 from launcher.agent.output import EventWriter, last_state
 from launcher.agent.procs import (
     _become_subreaper,
@@ -51,10 +48,21 @@ from launcher.agent.procs import (
     spawnable_signals,
 )
 from launcher.agent.runner import TaskRunner, read_task_file
+from launcher.agent.sampleloop import sample_tasks
 from launcher.agent.spec import AgentSpec
 from launcher.agent.stream import THEN_KEY, EventHub
 from launcher.agent.taskcontainer import stop_task_containers
-from launcher.protocol.lines import Preempted
+from launcher.protocol.agentlines import (
+    AgentOp,
+    FollowRequest,
+    Preempted,
+    StacksRequest,
+    StartRequest,
+    StatusRequest,
+    StopRequest,
+    decode_request,
+)
+from launcher.protocol.message import Malformed
 
 SOCKET_NAME = "agent.sock"
 LOCK_NAME = "agent.lock"
@@ -74,20 +82,17 @@ class HostAgent:
         self.run_dir = os.path.abspath(run_dir)
         self.tasks_dir = os.path.join(self.run_dir, "tasks")
         self.lock = threading.Lock()  # shared by all event writers and the hub
-        self.hub = EventHub(self.tasks_dir, self.lock, self.follower_request)
+        self.hub = EventHub(self.tasks_dir, self.lock, self.handle)
         self.runners: Dict[str, TaskRunner] = {}
         self.leaders: Set[int] = set()
         self._runners_lock = threading.Lock()
         self._start_lock = threading.Lock()
-        self._started_at = time.time()
-        self._detached_seen_at = 0.0
+        self.orphans = OrphanRule(self.run_dir, DEFAULT_ORPHAN_GRACE)
         self._last_touch = 0.0
         self._exit = threading.Event()
         self._reap_needed = False  # set by the SIGCHLD handler
         self._exit_signalled = False  # set by the SIGTERM/SIGINT handler
-        self._orphan_grace = DEFAULT_ORPHAN_GRACE
         self._orphaned_at: Optional[float] = None  # when the orphan rule last stopped the tasks
-        self._present_mono = time.monotonic()  # when a supervisor (or the detached mark) was last seen
 
     # -- life -------------------------------------------------------------------------------------
 
@@ -125,7 +130,7 @@ class HostAgent:
             os.umask(old_umask)
         server.listen(64)
         threading.Thread(target=self._accept, args=(server,), name="accept", daemon=True).start()
-        threading.Thread(target=self._sample_loop, name="sampler", daemon=True).start()
+        threading.Thread(target=sample_tasks, args=(self._active, self._exit), name="sampler", daemon=True).start()
         PreemptionWatch(self._notice_commands, lambda: bool(self._active()), self._preempted, self._exit).start()
         try:
             self._housekeeping()
@@ -153,13 +158,13 @@ class HostAgent:
                 self._reap_needed = False
                 _reap_adopted(self.leaders)
             if self.hub.launcher_present(time.monotonic()):
-                self._present_mono = time.monotonic()
+                self.orphans.present()
                 if now - self._last_touch >= LEASE_TOUCH_SECONDS:
-                    _touch(os.path.join(self.run_dir, "lease"))
+                    _touch(os.path.join(self.run_dir, LEASE_NAME))
                     self._last_touch = now
             active = self._active()
-            if active and self._launcher_lost(now):
-                self._stop_all("launcher lost for %g s" % self._orphan_grace)
+            if active and self.orphans.lost(now):
+                self._stop_all("launcher lost for %g s" % self.orphans.grace)
                 self._orphaned_at = time.monotonic()
             if not active and not self.hub.followers and self._may_exit():
                 return
@@ -183,23 +188,6 @@ class HostAgent:
             return True
         return time.monotonic() - left > IDLE_EXIT_SECONDS
 
-    def _launcher_lost(self, now: float) -> bool:
-        """No supervisor for the orphan grace: by the lease's time (another process of the run may
-        touch it), or by this agent's own monotonic clock, whichever says so first (a wall clock
-        set back must not keep tasks a moved run replaced)."""
-        mono = time.monotonic()
-        if os.path.exists(os.path.join(self.run_dir, "detached")):
-            self._detached_seen_at = now
-            self._present_mono = mono
-            return False
-        try:
-            lease = os.stat(os.path.join(self.run_dir, "lease")).st_mtime
-        except OSError:
-            lease = 0.0
-        if mono - self._present_mono > self._orphan_grace:
-            return True
-        return now - max(lease, self._started_at, self._detached_seen_at) > self._orphan_grace
-
     def _active(self) -> List[TaskRunner]:
         with self._runners_lock:
             return [r for r in self.runners.values() if not r.done.is_set()]
@@ -221,7 +209,7 @@ class HostAgent:
         """From here on stop requests, `_stop_all` and the orphan grace see the task."""
         with self._runners_lock:
             self.runners[os.path.basename(runner.task_dir)] = runner
-            self._orphan_grace = max(r.spec.orphan_grace_seconds for r in self.runners.values())
+            self.orphans.grace = max(r.spec.orphan_grace_seconds for r in self.runners.values())
 
     def _run(self, runner: TaskRunner) -> None:
         self._register(runner)
@@ -340,73 +328,32 @@ class HostAgent:
             runner.pid = int(info["pid"]) if info is not None and ours else 0  # 0: no group of ours to kill
             self._run(runner)
 
-    # -- sampling -------------------------------------------------------------------------------------
-
-    def _sample_loop(self) -> None:
-        sampler: Any = None
-        primed = False
-        complained = False
-        while True:
-            runners = [r for r in self._active() if r.active and r.pid]
-            interval = min([r.spec.sample_interval for r in runners] or [1.0])
-            if self._exit.wait(max(0.05, interval)):
-                return
-            runners = [r for r in self._active() if r.active and r.pid]
-            if not runners:
-                continue
-            if sampler is None:
-                # made one interval after the first tasks started, not while they start: its
-                # modules (psutil among them) cost ~50 ms of CPU, and a launch's tasks start in that
-                # window on every host. Its first pass is the baseline; samples follow from the next
-                sampler = make_sampler()
-                if sampler is None:
-                    return
-            try:
-                found = sampler.sample({r: (r.sample_root, list(r.spec.gpus)) for r in runners})
-            except Exception as exc:
-                if not complained:
-                    warn("agent: sample failed: %s" % exc)
-                    complained = True
-                continue
-            for runner, sample in found.items():  # the OOM killer's evidence: every pass, the first too
-                runner.oom.see(sample.get("pids") or (), sample.get("rss_bytes"))
-            if not primed:
-                primed = True
-                continue
-            for runner, sample in found.items():
-                if runner.exited.is_set() or not sample.get("pids", True):
-                    continue  # a task (or its container) that just ended reads as empty: no sample of its end
-                runner.writer.write(events.sample_event(
-                    runner.spec.run, runner.spec.task, cpu_percent=sample.get("cpu_percent"),
-                    rss_bytes=sample.get("rss_bytes"), gpus=sample.get("gpus"),
-                    source=str(sample.get("source", "")), host=sample.get("host"),
-                    proc_state=sample.get("proc_state")))
-
     # -- requests -------------------------------------------------------------------------------------
 
-    def follower_request(self, request: Dict[str, Any]) -> Dict[str, Any]:
-        """A request that came as a JSON line on a follower's connection (the launcher's `start`
-        rides the open follow channel: no SSH exec, no interpreter to boot)."""
-        if request.get("op") == "stacks":
-            from launcher.agent import stacks
-
-            return stacks.answer(self.run_dir, request)
-        if request.get("op") == "stop":  # the job's end: no exec, no interpreter to boot per host
-            grace = request.get("grace")
-            answer = self.stop([str(s) for s in request.get("tasks") or []],
-                               float(grace) if grace is not None else None)
-            if request.get("retire"):
-                retire(self.run_dir, str(request["retire"]))
-            if request.get("exit"):
+    def handle(self, request: AgentOp) -> Dict[str, Any]:
+        """The answer to a request, however it came: on a follower's stream (the launcher's start,
+        stop and stacks ride the open follow channel: no SSH exec, no interpreter to boot) or as
+        the first line of a connection (the verbs). An answer to ``exit`` carries, under THEN_KEY,
+        the agent's end, to run once the answer is on its way."""
+        if isinstance(request, StartRequest):
+            if request.specs is not None:
+                write_specs(self.run_dir, request.specs)
+            return self.start(list(request.tasks), request.secrets)
+        if isinstance(request, StopRequest):
+            answer = self.stop(list(request.tasks), request.grace)
+            if request.exit:
                 with self._start_lock:  # a batch being spawned ends first, and is stopped with the rest
                     self._stop_all("the job ended", wait=True)
-                answer[THEN_KEY] = self._exit.set  # the answer is queued first; the end flushes it
+                answer[THEN_KEY] = self._exit.set
             return answer
-        if request.get("op") != "start":
-            return {"error": "unknown request %r" % (request.get("op"),)}
-        specs = request.get("specs") or {}
-        write_specs(self.run_dir, specs)
-        return self.start([str(s) for s in request.get("tasks") or list(specs)], request.get("secrets") or {})
+        if isinstance(request, StacksRequest):
+            from launcher.agent import stacks
+
+            return stacks.answer(self.run_dir, list(request.tasks), request.native, request.timeout)
+        if isinstance(request, StatusRequest):
+            return {"pid": os.getpid(), "tasks": {s: {"pid": r.pid, "done": r.done.is_set(), "adopted": r.adopted}
+                                                  for s, r in self.runners.items()}}
+        return {"error": "unknown request %r" % (request.OP,)}  # follow: only a connection's first line
 
     def _accept(self, server: socket.socket) -> None:
         while not self._exit.is_set():
@@ -417,36 +364,19 @@ class HostAgent:
             threading.Thread(target=self._serve_one, args=(conn,), name="conn", daemon=True).start()
 
     def _serve_one(self, conn: socket.socket) -> None:
-        ending = False
+        """One connection: its first line is a follow request (the connection becomes a stream) or
+        another request, answered with one line."""
         try:
             first, rest = _read_line(conn)
-            request = json.loads(first or b"{}")
-            op = request.get("op")
-            if op == "follow":
-                offsets = {str(k): int(v) for k, v in (request.get("offsets") or {}).items()}
-                self.hub.follow(conn, offsets, bool(request.get("pinged")), rest)
+            request = decode_request(first or b"{}")
+            if isinstance(request, FollowRequest):
+                self.hub.follow(conn, dict(request.offsets), request.pinged, rest)
                 return
-            if op == "start":
-                answer = self.start([str(s) for s in request.get("tasks") or []], request.get("secrets") or {})
-            elif op == "stop":
-                if request.get("retire"):
-                    retire(self.run_dir, str(request["retire"]))
-                grace = request.get("grace")
-                answer = self.stop([str(s) for s in request.get("tasks") or []],
-                                   float(grace) if grace is not None else None)
-                if request.get("exit"):
-                    with self._start_lock:  # a batch being spawned ends first, and is stopped with the rest
-                        self._stop_all("the job ended", wait=True)
-                    ending = True
-            elif op == "status":
-                answer = {"pid": os.getpid(), "tasks": {s: {"pid": r.pid, "done": r.done.is_set(),
-                                                            "adopted": r.adopted}
-                                                        for s, r in self.runners.items()}}
-            else:
-                answer = {"error": "unknown request %r" % (op,)}
+            answer = {"error": request.why} if isinstance(request, Malformed) else self.handle(request)
+            then = answer.pop(THEN_KEY, None)
             conn.sendall((json.dumps(answer) + "\n").encode())
-            if ending:
-                self._exit.set()  # after the answer went out: the process ends soon after this
+            if callable(then):
+                then()  # after the answer went out: the process ends soon after this
         except (OSError, ValueError, TypeError) as exc:
             with contextlib.suppress(OSError):
                 conn.sendall((json.dumps({"error": str(exc)}) + "\n").encode())

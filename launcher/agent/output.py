@@ -16,7 +16,7 @@ from launcher import events
 from launcher.agent.agentlog import warn
 from launcher.agent.metricregex import MetricRegexes
 from launcher.agent.spec import AgentSpec
-from launcher.protocol.lines import Note, Unwritten
+from launcher.protocol.agentlines import Note, Unwritten
 
 MAX_LINE_BYTES = 1024 * 1024
 MALFORMED_REPORT_EVERY = 100

@@ -5,7 +5,7 @@ host's task ports at the addresses TF_CONFIG will use, while those hosts hold th
 (``PortHold``): the preflight verb keeps the ports it checked (given and picked) listening and
 answers each connection with a line naming its host, so a wrong ``tf_address`` that leads to
 another machine's listener is told apart from the right one. Phase 2 (``probe``): on the
-launcher's ``ReachRequest`` line (launcher/protocol/lines.py) the verb connects to every pair it
+launcher's ``ReachRequest`` line (launcher/protocol/agentlines.py) the verb connects to every pair it
 was sent, all at once, and answers the failures on one ``ReachAnswer`` line. The ports are let go
 on the launcher's next line (or EOF), which comes only once every host answered: the tasks need
 them free.
@@ -23,7 +23,8 @@ import sys
 import threading
 import time
 
-from launcher.protocol.lines import Malformed, ReachAnswer, ReachRequest, decode_agent_input
+from launcher.protocol.agentlines import ReachAnswer, ReachRequest, decode_agent_input
+from launcher.protocol.message import Malformed
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

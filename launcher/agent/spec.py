@@ -38,7 +38,9 @@ _WRAPPER = ('[ -z "$2" ] || { echo 0 >"$2"; } 2>/dev/null; read _ 2>/dev/null; e
 
 @dataclass
 class AgentSpec:
-    """One task as the agent runs it: the contents of ``tasks/<slug>/spec.json``."""
+    """One task as the agent runs it: the contents of ``tasks/<slug>/spec.json``. The launcher
+    builds it (``launcher/supervise/agentspec.py``) and sends ``to_dict()``; the agent writes that
+    to the file and reads it back with ``load``."""
 
     run: str
     task: str
@@ -65,6 +67,20 @@ class AgentSpec:
     outputs: str = ""
     #: the host's preemption_notice command (run every few seconds; exit 0: the host is about to go)
     preemption_notice: str = ""
+
+    def to_dict(self) -> Dict[str, Any]:
+        """What ``spec.json`` holds (the agent writes it with sorted keys: ``agentfiles.write_specs``);
+        ``from_dict`` reads it back."""
+        return {
+            "run": self.run, "task": self.task, "host": self.host,
+            "incarnation": self.incarnation, "restarts": self.restarts,
+            "command": self.command, "workdir": self.workdir, "env": dict(self.env), "gpus": list(self.gpus),
+            "grace_seconds": self.grace_seconds, "orphan_grace_seconds": self.orphan_grace_seconds,
+            "sample_interval": self.sample_interval, "metrics": dict(self.metrics), "setup": list(self.setup),
+            "shell": self.shell, "autolog": self.autolog, "script_in_env": self.script_in_env,
+            "container": dict(self.container) if self.container is not None else None,
+            "outputs": self.outputs, "preemption_notice": self.preemption_notice,
+        }
 
     @classmethod
     def from_dict(cls, obj: Dict[str, Any]) -> "AgentSpec":

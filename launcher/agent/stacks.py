@@ -29,7 +29,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from launcher.agent import stackmodel as sm
 from launcher.agent.output import last_state
@@ -316,10 +316,8 @@ def _read_json(path: str) -> Optional[dict]:
     return data if isinstance(data, dict) else None
 
 
-def answer(run_dir: str, request: dict) -> dict:
-    """The answer to a ``stacks`` request (follow channel) or verb: ``{"stacks": [TaskStacks JSON]}``."""
-    tasks = request.get("tasks") or None
-    timeout = float(request.get("timeout") or DEFAULT_TIMEOUT)
-    captures = capture_host(run_dir, [str(t) for t in tasks] if tasks else None, bool(request.get("native")),
-                            timeout)
+def answer(run_dir: str, tasks: List[str], native: bool, timeout: Optional[float]) -> Dict[str, Any]:
+    """The answer to a ``stacks`` request or verb: ``{"stacks": [TaskStacks JSON]}`` of ``tasks``
+    (none: every task)."""
+    captures = capture_host(run_dir, tasks or None, native, timeout or DEFAULT_TIMEOUT)
     return {"stacks": [c.to_json() for c in captures]}

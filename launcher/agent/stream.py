@@ -6,7 +6,7 @@ the size the file had when it joined, then gets every later line pushed: each li
 once, in file order per task, with no file polling. A ``Heartbeat`` (the host's time) goes out
 every second, busy or not (the launcher estimates the host's clock from it and tells a dead link
 by its absence). Any bytes a follower sends are pings: the launcher still reads it. The lines
-are the agent stream of ``launcher/protocol/lines.py``.
+are the agent stream of ``launcher/protocol/agentlines.py``.
 
 Stdlib-only, Python >= 3.9 (runs on hosts from the agent zipapp).
 """
@@ -20,7 +20,8 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Union
 
-from launcher.protocol.lines import AgentAnswer, AgentRequest, Heartbeat, Malformed, decode_agent_input
+from launcher.protocol.agentlines import AgentAnswer, AgentOp, AgentRequest, Heartbeat, decode_agent_input
+from launcher.protocol.message import Malformed
 
 HEARTBEAT_SECONDS = 1.0
 #: a ping this recent means the launcher still reads its follower (it pings every second)
@@ -70,7 +71,7 @@ class Follower:
 
 class EventHub:
     def __init__(self, tasks_dir: str, lock: Any,
-                 on_request: Optional[Callable[[Dict[str, Any]], Dict[str, Any]]] = None) -> None:
+                 on_request: Optional[Callable[[AgentOp], Dict[str, Any]]] = None) -> None:
         self.tasks_dir = tasks_dir
         self.lock = lock  # shared with every EventWriter of the host agent
         self.on_request = on_request  # a follower's requests: each answered (AgentAnswer) on its stream
@@ -136,12 +137,13 @@ class EventHub:
                 sock.close()
 
     def _answer(self, follower: Follower, request: Union[AgentRequest, Malformed]) -> None:
-        if isinstance(request, Malformed):  # a bad request is answered, never fatal to the stream
-            answer: Dict[str, Any] = {"error": request.why}
+        asked = request.request if isinstance(request, AgentRequest) else request
+        if isinstance(asked, Malformed):  # a bad request is answered, never fatal to the stream
+            answer: Dict[str, Any] = {"error": asked.why}
         else:
             try:
                 assert self.on_request is not None
-                answer = self.on_request(request.body)
+                answer = self.on_request(asked)
             except Exception as exc:
                 answer = {"error": "%s: %s" % (type(exc).__name__, exc)}
         then = answer.pop(THEN_KEY, None)  # what to do once the answer is queued (the agent's end)

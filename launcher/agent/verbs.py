@@ -20,7 +20,6 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Dict, List, Optional
 
-    from launcher.agent.runner import TaskRunner
 
 LEASE_CHECK_SECONDS = 0.5
 VERBS = ("serve", "run", "follow", "start", "stop", "ports", "sweep", "preflight", "stacks")
@@ -30,14 +29,16 @@ VERBS = ("serve", "run", "follow", "start", "stop", "ports", "sweep", "preflight
 
 
 def cmd_run(task_dir: str) -> int:
-    """Supervise the single task of ``task_dir`` until it ends: the host agent's runner, sampler and
-    lease rules for one task, in this process (tests and tools; ``up`` uses the host agent)."""
+    """Supervise the single task of ``task_dir`` until it ends: the host agent's runner, sampling
+    loop and orphan rule for one task, in this process (tests and tools; ``up`` uses the host agent)."""
     import signal
     import threading
 
+    from launcher.agent.orphanrule import OrphanRule
     from launcher.agent.output import EventWriter
     from launcher.agent.procs import _become_subreaper, _write_atomic, hush, spawnable_signals
     from launcher.agent.runner import TaskRunner
+    from launcher.agent.sampleloop import sample_tasks
     from launcher.agent.spec import AgentSpec
 
     try:
@@ -63,57 +64,15 @@ def cmd_run(task_dir: str) -> int:
         return 0
     waiter = threading.Thread(target=runner.wait, name="wait", daemon=True)
     waiter.start()
-    sampler = threading.Thread(target=_sample_one, args=(runner,), name="sampler", daemon=True)
-    sampler.start()
-    started = _now()
-    detached_seen = 0.0
+    threading.Thread(target=sample_tasks, args=(lambda: [] if runner.done.is_set() else [runner], runner.done),
+                     name="sampler", daemon=True).start()
+    orphans = OrphanRule(run_dir, spec.orphan_grace_seconds)
     while not runner.done.wait(LEASE_CHECK_SECONDS if not stop_reason else 0.05):
         if stop_reason:
             runner.request_stop(stop_reason[0])
-            continue
-        now = _now()
-        if os.path.exists(os.path.join(run_dir, "detached")):
-            detached_seen = now
-            continue
-        try:
-            lease = os.stat(os.path.join(run_dir, "lease")).st_mtime
-        except OSError:
-            lease = 0.0
-        if now - max(lease, started, detached_seen) > spec.orphan_grace_seconds:
+        elif orphans.lost():
             runner.request_stop("launcher lost for %g s" % spec.orphan_grace_seconds)
     return 0
-
-
-def _now() -> float:
-    import time
-
-    return time.time()
-
-
-def _sample_one(runner: TaskRunner) -> None:
-    from launcher import events
-    from launcher.agent.agentfiles import make_sampler
-
-    sampler = make_sampler() if runner.pid is not None else None
-    if sampler is None:
-        return
-    try:
-        sampler.sample({0: (runner.sample_root, list(runner.spec.gpus))})  # the baseline of the first sample
-    except Exception as exc:  # a broken sampler must never take the task down
-        warn("agent: sampling unavailable: %s" % exc)
-        return
-    interval = max(0.05, runner.spec.sample_interval)
-    while not runner.exited.wait(interval):
-        try:
-            sample = sampler.sample({0: (runner.sample_root, list(runner.spec.gpus))})[0]
-        except Exception:
-            continue
-        if runner.exited.is_set():
-            return
-        runner.writer.write(events.sample_event(
-            runner.spec.run, runner.spec.task, cpu_percent=sample.get("cpu_percent"),
-            rss_bytes=sample.get("rss_bytes"), gpus=sample.get("gpus"), source=str(sample.get("source", "")),
-            host=sample.get("host")))
 
 
 # -- sweep ------------------------------------------------------------------------------------------
@@ -322,9 +281,12 @@ def _one_answer(args: argparse.Namespace) -> int:
         _print_json(cmd_ports(args.bind, args.check, args.pick))
     elif args.verb == "start":
         from launcher.agent.clients import cmd_start
+        from launcher.protocol.agentlines import StartRequest, decode_request
 
-        payload = json.loads(sys.stdin.buffer.read() or b"{}")
-        answer = cmd_start(os.path.abspath(args.run_dir), payload, spawn=not args.no_spawn)
+        request = decode_request(sys.stdin.buffer.read().strip() or b"{}", op=StartRequest.OP)
+        if not isinstance(request, StartRequest):
+            raise ValueError("not a start request on stdin: %s" % getattr(request, "why", request))
+        answer = cmd_start(os.path.abspath(args.run_dir), request, spawn=not args.no_spawn)
         _print_json(answer)
         return 1 if answer.get("error") else 0
     elif args.verb == "stop":
@@ -349,6 +311,5 @@ def _one_answer(args: argparse.Namespace) -> int:
     elif args.verb == "stacks":
         from launcher.agent import stacks
 
-        _print_json(stacks.answer(os.path.abspath(args.run_dir), {"tasks": args.tasks, "native": args.native,
-                                                           "timeout": args.timeout}))
+        _print_json(stacks.answer(os.path.abspath(args.run_dir), args.tasks, args.native, args.timeout))
     return 0

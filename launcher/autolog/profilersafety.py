@@ -13,7 +13,7 @@ a metric value ``PROFILER_UNSAFE`` = 1 goes out once, which `distlaunch profile`
 the run's events (launcher/tfprofiler/safety.py): the profile's ``strategy`` need not say
 ``multi_worker_mirrored`` for the task to be spared.
 
-Stdlib-only at import and Python >= 3.9; the launcher imports ``PROFILER_UNSAFE`` from here, so
+Stdlib-only at import and Python >= 3.9 (the value's name is in ``launcher/protocol/metricnames.py``);
 autolog's recorder (its reader thread, its exit flush) is imported only where it is used.
 """
 
@@ -25,8 +25,8 @@ import os
 import re
 from typing import Any, Callable, Optional, Tuple
 
-#: the metric value (1) a task sends when a profiler capture would crash it
-PROFILER_UNSAFE = "profiler_unsafe"
+from launcher.protocol.metricnames import PROFILER_UNSAFE
+
 _JOB = re.compile(r"/job:([^/]+)")
 _TASK = re.compile(r"/task:(\d+)")
 

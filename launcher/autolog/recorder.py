@@ -35,7 +35,8 @@ from collections import deque
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from launcher import report
-from launcher.autolog.steptime import STEP_IS_CALLS, clock
+from launcher.autolog.steptime import clock
+from launcher.protocol.metricnames import STEP_IS_CALLS
 
 #: agent -> task: seconds between optimizer reads (the profile's ``sample_interval``)
 INTERVAL_ENV = "DISTLAUNCH_SAMPLE_INTERVAL"

@@ -21,7 +21,8 @@ The clock the patches of ``launcher.autolog.stepwatch`` feed. What is measured, 
 Shares are over the steps that ended in the last ``WINDOW_S`` seconds and sum to 1; a job younger
 than that: over the steps since its train calls stopped tracing (``StepClock.origin``). The reader
 thread turns them into metric values (``step_time/input`` ... ``step_time/seconds_per_step``) and,
-on a coordinator, each worker's ``closures_per_s/worker:N`` and ``closure_latency_s/worker:N``.
+on a coordinator, each worker's ``closures_per_s/worker:N`` and ``closure_latency_s/worker:N``
+(their names: ``launcher/protocol/metricnames.py``).
 
 Stdlib-only at import (Python >= 3.9); ``stepwatch`` does the TensorFlow parts.
 """
@@ -33,6 +34,8 @@ import threading
 import time
 from collections import deque
 from typing import Callable, Deque, Dict, List, NamedTuple, Optional, Tuple
+
+from launcher.protocol.metricnames import CLOSURE_LATENCY_S, CLOSURES_PER_S, STEP_TIME, UNTIMED_CALLS
 
 #: the window the shares are over (seconds of steps that ended, newest last)
 WINDOW_S = 10.0
@@ -47,18 +50,8 @@ MAX_EVERY = 256
 #: steps may take batches an input pipeline buffered while the function traced; a short job has
 #: few calls to sample), and they cost a few milliseconds once
 TIMED_FIRST = 20
-#: value names in the metric events (the launcher reads them back: launcher/telemetry/steptime.py)
-PREFIX = "step_time/"
-PARTS = ("input", "compute", "peers", "other")
 #: agent -> task: the port autolog starts TensorFlow's profiler server on (`distlaunch profile`)
 PROFILER_PORT_ENV = "DISTLAUNCH_PROFILER_PORT"
-CLOSURES = "closures_per_s/"
-LATENCY = "closure_latency_s/"
-#: sent, until a split is, by a task whose train calls were none timed yet (their number): the
-#: launcher says why it has no split (a job of two calls: the first traces, the second the twin)
-UNTIMED = PREFIX + "untimed_calls"
-#: a metric value (1) beside a step that counts train calls, where no optimizer or global step gives one
-STEP_IS_CALLS = "step_is_calls"
 
 _now = time.perf_counter
 #: the attribute patches sets on a tf.function known to train (its value says how it holds its loss)
@@ -190,9 +183,9 @@ class StepClock:
         split = shares(base, now, self.ratios) if base is not None else None
         if split is not None:
             self.splits += 1
-            values.update({PREFIX + name: round(value, 4) for name, value in split.items()})
+            values.update({STEP_TIME + name: round(value, 4) for name, value in split.items()})
         elif self.splits == 0 and now.calls > 0:
-            values[UNTIMED] = float(now.calls)
+            values[UNTIMED_CALLS] = float(now.calls)
         values.update(self._closure_values(now.at))
         return values
 
@@ -211,9 +204,9 @@ class StepClock:
         for worker, (count, seconds) in current.items():
             done = count - before.get(worker, (0.0, 0.0))[0]
             spent = seconds - before.get(worker, (0.0, 0.0))[1]
-            values[CLOSURES + "worker:%d" % worker] = round(done / span, 3)
+            values[CLOSURES_PER_S + "worker:%d" % worker] = round(done / span, 3)
             if done > 0:
-                values[LATENCY + "worker:%d" % worker] = round(spent / done, 5)
+                values[CLOSURE_LATENCY_S + "worker:%d" % worker] = round(spent / done, 5)
         return values
 
 

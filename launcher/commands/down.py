@@ -25,7 +25,7 @@ from launcher.commands import notice
 from launcher.commands.runhosts import connect_sessions
 from launcher.commands.status import RunSummary, list_runs, require_task, summarize_run
 from launcher.errors import HostError, HostGone, UserError
-from launcher.protocol.lines import Request
+from launcher.protocol.controllines import Request
 from launcher.remote.session import HostSession
 from launcher.runclean import remove_run_dir
 from launcher.rundir import (

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 
 from launcher.errors import UserError
-from launcher.protocol.lines import Request
+from launcher.protocol.controllines import Request
 from launcher.rundir import find_run, read_state
 from launcher.supervise import controlclient
 

@@ -27,7 +27,7 @@ from typing import Any
 
 from launcher.commands import notice
 from launcher.errors import UserError
-from launcher.protocol.lines import job_exit_code
+from launcher.protocol.controllines import job_exit_code
 from launcher.rundir import SUPERVISOR_LOG, pid_alive, read_state
 from launcher.supervise.daemon import unblock_signals
 from launcher.supervise.remotejob import RemoteJob

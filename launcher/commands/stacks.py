@@ -17,7 +17,7 @@ from typing import Any
 
 from launcher.agent.stackmodel import UNKNOWN, TaskStacks, task_sort_key
 from launcher.errors import UserError
-from launcher.protocol.lines import Request
+from launcher.protocol.controllines import Request
 from launcher.rundir import RunDir, find_run, read_state
 from launcher.supervise import controlclient
 from launcher.supervise.stackcapture import capture_by_verb

@@ -28,7 +28,7 @@ from launcher.plan import build_plan
 from launcher.profile.containeropts import container_warnings
 from launcher.profile.overrides import mask_secrets, overrides_from
 from launcher.profile.reader import load_profile
-from launcher.protocol.lines import job_exit_code
+from launcher.protocol.controllines import job_exit_code
 from launcher.remote.preflight import Preflight, prepare_hosts
 from launcher.rundir import (
     RunDir,

@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from launcher.agent.reach import CONNECT_SECONDS
 from launcher.model import Plan
 from launcher.plan import host_port
-from launcher.protocol.lines import ReachAnswer, ReachRequest, decode_agent
+from launcher.protocol.agentlines import ReachAnswer, ReachRequest, decode_agent
 from launcher.remote.channel import AgentChannel
 
 #: how long a host may take to answer, beyond the connections' own timeout

@@ -20,6 +20,7 @@ from launcher.agent.containercheck import PULL_SECONDS, TF_SECONDS
 from launcher.agent.taskcontainer import SWEEP_SECONDS
 from launcher.errors import HostError
 from launcher.model import HostConfig
+from launcher.protocol.agentlines import StartRequest
 from launcher.remote.agentpack import build_agent_zipapp
 from launcher.remote.channel import BOOTSTRAP, AgentChannel
 from launcher.runclean import HOST_FILES, HOST_PREFIXES, HOST_TREES
@@ -330,16 +331,15 @@ class HostSession:
             extra = ("--no-spawn",)
         return f"DISTLAUNCH_RUN_ID={shlex.quote(self.run_id)} " + self._agent_cmd(verb, *args, *extra)
 
-    def start_tasks(self, specs: Mapping[str, Mapping[str, Any]],
-                    secrets: Mapping[str, Mapping[str, str]] | None = None) -> dict[str, int]:
-        """Write the specs and have the host agent start those tasks, in their order, in one round
-        trip (the host agent is started first if none serves). ``secrets`` (slug -> env) travel on
-        stdin into the agent's memory, never into a file or a command line. Returns slug -> pid."""
-        if not specs:
+    def start_tasks(self, request: StartRequest) -> dict[str, int]:
+        """Write the request's specs and have the host agent start its tasks, in their order, in one
+        round trip, by the agent's `start` verb (the host agent is started first if none serves).
+        Its secrets (slug -> env) travel on stdin into the agent's memory, never into a file or a
+        command line. Returns slug -> pid."""
+        if not request.tasks:
             return {}
-        payload = {"specs": dict(specs), "tasks": list(specs), "secrets": dict(secrets or {})}
-        result = self.host.run(self._client_cmd("start", "--run-dir", self.base_dir),
-                               timeout=60, stdin=(json.dumps(payload) + "\n").encode())
+        result = self.host.run(self._client_cmd("start", "--run-dir", self.base_dir), timeout=60,
+                               stdin=request.encode())
         lines = [ln for ln in result.stdout.splitlines() if ln.strip()]
         try:
             answer: dict[str, Any] = json.loads(lines[-1]) if lines else {}
@@ -347,7 +347,7 @@ class HostSession:
             answer = {}
         if not result.ok and not answer.get("error"):
             answer["error"] = (result.stderr.strip().splitlines() or ["no answer"])[-1]
-        return self.started(answer, list(specs))
+        return self.started(answer, list(request.tasks))
 
     def started(self, answer: Mapping[str, Any], slugs: list[str]) -> dict[str, int]:
         """The pids of the host agent's answer to a start (by the `start` verb or over the follow

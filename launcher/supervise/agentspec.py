@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Protocol
 
-from launcher.agent.spec import SCRIPT_VAR, task_script
+from launcher.agent.spec import SCRIPT_VAR, AgentSpec, task_script
 from launcher.autolog.steptime import PROFILER_PORT_ENV
 from launcher.model import Plan
 from launcher.plan import render_command, split_secrets, task_container, tf_config
@@ -34,7 +34,7 @@ class SpecSource(Protocol):
     def profiler_ports(self) -> dict[str, int]: ...
 
 
-def agent_spec(sup: SpecSource, rt: TaskRuntime) -> dict[str, Any]:
+def agent_spec(sup: SpecSource, rt: TaskRuntime) -> AgentSpec:
     spec = rt.spec
     profile = sup.plan.profile
     env, _secret = split_secrets(spec.env, profile.secrets)  # secrets go by stdin, not spec.json
@@ -50,21 +50,20 @@ def agent_spec(sup: SpecSource, rt: TaskRuntime) -> dict[str, Any]:
     command = _command(sup, rt)
     secret = _secret_script(sup, rt) is not None
     container = task_container(sup.plan, spec)
-    return {
-        "run": sup.run_id, "task": spec.task_id, "host": spec.host,
-        "incarnation": rt.incarnation, "restarts": rt.restarts,
-        "command": mask_secrets(command, set(profile.secrets)) if secret else command,
-        "workdir": spec.workdir, "env": env, "gpus": list(spec.gpus),
-        "grace_seconds": spec.grace_seconds,
-        "orphan_grace_seconds": profile.orphan_grace_seconds,
-        "sample_interval": profile.sample_interval, "metrics": patterns,
-        "setup": [mask_secrets(line, set(profile.secrets)) for line in spec.setup] if secret
-        else list(spec.setup),
-        "shell": spec.shell or "", "autolog": spec.autolog, "script_in_env": secret,
-        "container": container.to_json() if container is not None else None,
-        "outputs": sup.sessions[spec.host].outputs_dir,
-        "preemption_notice": profile.hosts[spec.host].preemption_notice or "",
-    }
+    return AgentSpec(
+        run=sup.run_id, task=spec.task_id, host=spec.host,
+        incarnation=rt.incarnation, restarts=rt.restarts,
+        command=mask_secrets(command, set(profile.secrets)) if secret else command,
+        workdir=spec.workdir, env=env, gpus=list(spec.gpus),
+        grace_seconds=spec.grace_seconds,
+        orphan_grace_seconds=profile.orphan_grace_seconds,
+        sample_interval=profile.sample_interval, metrics=patterns,
+        setup=[mask_secrets(line, set(profile.secrets)) for line in spec.setup] if secret else list(spec.setup),
+        shell=spec.shell or "", autolog=spec.autolog, script_in_env=secret,
+        container=container.to_json() if container is not None else None,
+        outputs=sup.sessions[spec.host].outputs_dir,
+        preemption_notice=profile.hosts[spec.host].preemption_notice or "",
+    )
 
 
 def _command(sup: SpecSource, rt: TaskRuntime) -> str:

@@ -17,13 +17,13 @@ import struct
 from pathlib import Path
 
 from launcher.paths import state_home
-from launcher.protocol import lines
-from launcher.protocol.lines import Answer, Request
+from launcher.protocol import controllines
+from launcher.protocol.controllines import Answer, Request
 
 
 def socket_path(run_id: str) -> Path:
-    """The run's control socket (``lines.socket_path`` under this user's state dir)."""
-    return Path(lines.socket_path(run_id, os.fspath(state_home())))
+    """The run's control socket (``controllines.socket_path`` under this user's state dir)."""
+    return Path(controllines.socket_path(run_id, os.fspath(state_home())))
 
 
 def peer_uid(conn: socket.socket) -> int:
@@ -61,7 +61,7 @@ def ask(run_id: str, request: Request, timeout: float = 5.0) -> Answer | None:
             line = sock.makefile("rb").readline()
     except OSError:
         return None
-    answer = lines.decode_answer(line)
+    answer = controllines.decode_answer(line)
     return answer if isinstance(answer, Answer) else None
 
 

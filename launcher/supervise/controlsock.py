@@ -1,5 +1,5 @@
 """The supervisor's end of a run's control socket (a client's end is controlclient.py; the lines
-both speak are launcher/protocol/lines.py): the dashboard, `--no-tui` and `attach` follow its
+both speak are launcher/protocol/controllines.py): the dashboard, `--no-tui` and `attach` follow its
 events here, and `distlaunch restart`, `stop`, `down` and `stacks` ask it to act.
 
 The supervisor listens on a unix socket named after the run id, a file in a 0700 directory of
@@ -32,8 +32,8 @@ from launcher.agent.stackmodel import TaskStacks
 from launcher.errors import UserError
 from launcher.paths import state_home
 from launcher.privatedir import ensure_private_dir
-from launcher.protocol import lines
-from launcher.protocol.lines import MAX_SOCKET_PATH, Answer, Dropped, End, Hello, Live, Request
+from launcher.protocol import controllines
+from launcher.protocol.controllines import MAX_SOCKET_PATH, Answer, Dropped, End, Hello, Live, Request
 from launcher.rundir import EVENTS_FILE
 from launcher.supervise.controlclient import peer_uid, socket_path
 from launcher.supervise.core import LineFeed
@@ -83,7 +83,8 @@ def listen(run_id: str) -> ControlListener:
                 "dir being too deep for a socket path)")
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        if path.parent == Path(lines.control_dirs(os.fspath(state_home()))[0]):  # under the state dir: make it first
+        # under the state dir: make it first
+        if path.parent == Path(controllines.control_dirs(os.fspath(state_home()))[0]):
             path.parent.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         ensure_private_dir(path.parent, hint)
         with contextlib.suppress(FileNotFoundError):
@@ -133,7 +134,7 @@ class ControlServer:
                  exit_code: Callable[[str | None], int] | None = None,
                  listener: ControlListener | None = None) -> None:
         self.control = control
-        self._exit_code = exit_code or lines.job_exit_code
+        self._exit_code = exit_code or controllines.job_exit_code
         self._listener = listener if listener is not None else listen(run_id)
         self._sock = self._listener.sock
         self._closed = False
@@ -179,7 +180,7 @@ class ControlServer:
                 line = _read_request(conn, time.monotonic() + REQUEST_DEADLINE_S)
             finally:
                 self._pending.release()
-            request = lines.decode_request(line)
+            request = controllines.decode_request(line)
             if not isinstance(request, Request):
                 answer = Answer(False, f"{request.why}: {request.line[:200]!r}")
             elif request.action == "stacks":

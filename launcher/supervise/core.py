@@ -95,7 +95,7 @@ MAX_BACKLOG = 20_000
 class LineFeed:
     """What a client of the supervisor reads (the follow socket, controlsock.py): every event
     published after it subscribed as its JSON line, and the ``Launched`` marker line
-    (protocol/lines.py), in batches."""
+    (protocol/controllines.py), in batches."""
 
     def __init__(self) -> None:
         self._queue: queue.SimpleQueue[list[str] | None] = queue.SimpleQueue()

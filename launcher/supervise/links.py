@@ -2,9 +2,9 @@
 
 A follower stream per host delivers the agents' event lines; each is decoded, checked against the
 task's sequence numbers (an event resent after an attach is dropped, a gap is told), its time
-corrected by the host's clock offset, and handed to the loop in batches. Requests (``start``) ride
+corrected by the host's clock offset, and handed to the loop in batches. Requests (``start``, ``stop``, ``stacks``) ride
 the same channel with an id and wait for their answer (the lines are the agent stream of
-launcher/protocol/lines.py). A stream that closes or falls silent is reconnected with back-off
+launcher/protocol/agentlines.py). A stream that closes or falls silent is reconnected with back-off
 and resumed from the offsets already received.
 """
 
@@ -22,8 +22,9 @@ from typing import Any, Protocol
 from launcher import events as ev
 from launcher.errors import HostError, HostGone
 from launcher.events import Event, EventDecodeError
-from launcher.protocol.lines import (
+from launcher.protocol.agentlines import (
     AgentAnswer,
+    AgentOp,
     AgentRequest,
     Heartbeat,
     Note,
@@ -157,7 +158,7 @@ class HostLinks:
         for stream in self.streams.values():
             stream.close()
 
-    def ask_agent(self, host: str, request: dict[str, Any],
+    def ask_agent(self, host: str, request: AgentOp,
                   timeout: float = AGENT_REQUEST_SECONDS) -> dict[str, Any] | None:
         """Send ``request`` on the host's follow channel (an ``AgentRequest``) and wait for its
         ``AgentAnswer``; None when there is no live channel to send it on, or it ended before the

@@ -2,7 +2,7 @@
 JobControl over the supervisor's control socket (controlclient.py), so the dashboard, the
 `--no-tui` lines and `--json` read and act on it exactly as they did in-process.
 
-One connection follows the events (the follow stream of launcher/protocol/lines.py: hello,
+One connection follows the events (the follow stream of launcher/protocol/controllines.py: hello,
 history, live, the live events, end); each action is a request of its own, as `distlaunch
 restart` sends it.
 """
@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from launcher.agent.stackmodel import UNKNOWN, TaskStacks
 from launcher.errors import HostError
 from launcher.events import Event, EventDecodeError
-from launcher.protocol.lines import Answer, Dropped, End, Hello, Launched, Live, Request, decode_follow
+from launcher.protocol.controllines import Answer, Dropped, End, Hello, Launched, Live, Request, decode_follow
 from launcher.supervise import controlclient
 
 #: the longest line read from the follow socket (an event line is far shorter)

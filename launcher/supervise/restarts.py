@@ -17,6 +17,7 @@ from typing import Any, Protocol
 from launcher import events as ev
 from launcher.events import Event
 from launcher.model import START_ORDER, Plan
+from launcher.protocol.agentlines import AgentOp, StartRequest
 from launcher.remote.session import HostSession
 from launcher.rundir import DOWN_MARKER, RunDir
 from launcher.supervise.agentspec import SpecSource, agent_spec, task_secrets
@@ -81,7 +82,7 @@ class RestartOwner(SpecSource, Protocol):
     def publish(self, event: Event, line: str | None = None) -> None: ...
     def publish_many(self, batch: list[tuple[Event, str | None]]) -> None: ...
     def on_hosts(self, fn: Callable[[HostSession], None], hosts: list[str] | None = None) -> None: ...
-    def ask_agent(self, host: str, request: dict[str, Any], timeout: float = ...) -> dict[str, Any] | None: ...
+    def ask_agent(self, host: str, request: AgentOp, timeout: float = ...) -> dict[str, Any] | None: ...
     def write_state(self) -> None: ...
     def reachable(self, host: str) -> bool: ...
     def in_job(self, host: str) -> bool: ...
@@ -414,12 +415,12 @@ class Restarts:
         open follow channel where there is one (no SSH exec, no interpreter to boot), else with
         the `start` verb; one round trip either way."""
         secrets = {rt.spec.slug: task_secrets(self.sup, rt) for rt in rts}
-        specs = {rt.spec.slug: agent_spec(self.sup, rt) for rt in rts}
+        specs = {rt.spec.slug: agent_spec(self.sup, rt).to_dict() for rt in rts}
         secrets = {slug: env for slug, env in secrets.items() if env}
-        answer = self.sup.ask_agent(session.name, {"op": "start", "specs": specs, "tasks": list(specs),
-                                                   "secrets": secrets})
+        request = StartRequest(tuple(specs), secrets, specs)
+        answer = self.sup.ask_agent(session.name, request)
         if answer is None:
-            session.start_tasks(specs, secrets)
+            session.start_tasks(request)
         else:
             session.started(answer, list(specs))
 

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from launcher import events as ev
 from launcher.agent.stackmodel import UNKNOWN, TaskStacks, suspect, user_frame
 from launcher.errors import HostError
+from launcher.protocol.agentlines import AgentOp, StacksRequest
 from launcher.telemetry.stacktext import render, to_json
 
 if TYPE_CHECKING:
@@ -44,7 +45,7 @@ class CaptureOwner(Protocol):
     @property
     def tails(self) -> OutputTails: ...
     def notice(self, message: str) -> None: ...
-    def ask_agent(self, host: str, request: dict[str, Any], timeout: float = ...) -> dict[str, Any] | None: ...
+    def ask_agent(self, host: str, request: AgentOp, timeout: float = ...) -> dict[str, Any] | None: ...
     def call(self, fn: Callable[[], None]) -> None: ...
     def publish(self, event: ev.Event, line: str | None = None) -> None: ...
 
@@ -103,7 +104,7 @@ def capture_stacks(sup: CaptureOwner, tasks: list[str] | None = None, native: bo
     placement = {task_id: rt.spec.host for task_id, rt in sup.tasks.items()}
 
     def ask(host: str, wanted: list[str]) -> Any:
-        request = {"op": "stacks", "tasks": wanted, "native": native, "timeout": max(1.0, timeout - MARGIN_SECONDS)}
+        request = StacksRequest(tuple(wanted), native, max(1.0, timeout - MARGIN_SECONDS))
         return sup.ask_agent(host, request, timeout=timeout)
 
     asked_at = time.time()  # the states were read after this: told as of then

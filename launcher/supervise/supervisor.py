@@ -22,7 +22,8 @@ from launcher.agent.stackmodel import TaskStacks
 from launcher.events import Event
 from launcher.model import Plan, Profile
 from launcher.profile.overrides import mask_secrets
-from launcher.protocol.lines import Launched
+from launcher.protocol.agentlines import AgentOp
+from launcher.protocol.controllines import Launched
 from launcher.remote.session import HostSession
 from launcher.rundir import RunDir, host_to_json
 from launcher.supervise.attachstate import arm_watchdog, fold_task_states
@@ -156,7 +157,7 @@ class Supervisor:
     def on_events(self, events: Iterable[tuple[Event, str | None]]) -> None:
         self.restarts.on_events(events)
 
-    def ask_agent(self, host: str, request: dict[str, Any],
+    def ask_agent(self, host: str, request: AgentOp,
                   timeout: float = AGENT_REQUEST_SECONDS) -> dict[str, Any] | None:
         return self.links.ask_agent(host, request, timeout)
 

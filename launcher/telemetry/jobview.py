@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from launcher import events as ev
-from launcher.autolog.steptime import STEP_IS_CALLS
 from launcher.events import Event
+from launcher.protocol.metricnames import STEP_IS_CALLS
 from launcher.telemetry import eventcheck
 from launcher.telemetry.placementview import (  # noqa: F401  (their old home: readers import them from here)
     IMBALANCE_RATIO,

@@ -2,7 +2,8 @@
 
 Autolog measures the split in each task (``launcher/autolog/steptime.py``: what each part is and
 where it comes from) and sends it as metric values ``step_time/input`` ... ``step_time/other``
-(shares of the step over the last ten seconds) and ``step_time/seconds_per_step``; a
+(shares of the step over the last ten seconds) and ``step_time/seconds_per_step``
+(``launcher/protocol/metricnames.py`` declares every such name); a
 ParameterServerStrategy coordinator also sends ``closures_per_s/worker:N`` and
 ``closure_latency_s/worker:N``. This module keeps them per task and judges each task against the
 others, which only the launcher sees together:
@@ -33,12 +34,15 @@ from dataclasses import dataclass, field
 from statistics import median
 from typing import Any
 
-from launcher.autolog.steptime import UNTIMED
+from launcher.protocol.metricnames import (
+    CLOSURE_LATENCY_S,
+    CLOSURES_PER_S,
+    PARTS,
+    SECONDS_PER_STEP,
+    STEP_TIME,
+    UNTIMED_CALLS,
+)
 
-PREFIX = "step_time/"
-PARTS = ("input", "compute", "peers", "other")
-CLOSURES = "closures_per_s/"
-LATENCY = "closure_latency_s/"
 HISTORY_POINTS = 300
 #: a split or closure rate older than this (seconds, event time) is no longer "now"
 FRESH_S = 30.0
@@ -94,22 +98,22 @@ class StepTimes:
     def apply(self, task_id: str, ts: float, values: Mapping[str, Any]) -> bool:
         """Take a metric event's values; True when they held a split or closures."""
         changed = False
-        parts = {p: values.get(PREFIX + p) for p in PARTS}
+        parts = {p: values.get(STEP_TIME + p) for p in PARTS}
         if all(isinstance(v, (int, float)) for v in parts.values()):
-            sps = values.get(PREFIX + "seconds_per_step")
+            sps = values.get(SECONDS_PER_STEP)
             split = Split(**{p: float(v) for p, v in parts.items() if v is not None},
                           seconds_per_step=float(sps) if isinstance(sps, (int, float)) else None, ts=ts)
             self.splits[task_id] = split
             self.history.setdefault(task_id, deque(maxlen=HISTORY_POINTS)).append(split)
             self.untimed.pop(task_id, None)
             changed = True
-        elif isinstance(values.get(UNTIMED), (int, float)) and task_id not in self.splits:
-            self.untimed[task_id] = int(values[UNTIMED])
+        elif isinstance(values.get(UNTIMED_CALLS), (int, float)) and task_id not in self.splits:
+            self.untimed[task_id] = int(values[UNTIMED_CALLS])
             changed = True
         for name, value in values.items():
-            if name.startswith(CLOSURES) and isinstance(value, (int, float)):
-                worker = name[len(CLOSURES):]
-                latency = values.get(LATENCY + worker)
+            if name.startswith(CLOSURES_PER_S) and isinstance(value, (int, float)):
+                worker = name[len(CLOSURES_PER_S):]
+                latency = values.get(CLOSURE_LATENCY_S + worker)
                 self.closures[worker] = Closures(float(value), float(latency) if isinstance(
                     latency, (int, float)) else None, ts)
                 changed = True

@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from launcher import events as ev
-from launcher.autolog.profilersafety import PROFILER_UNSAFE
 from launcher.events import EventDecodeError
 from launcher.privatedir import open_trusted
+from launcher.protocol.metricnames import PROFILER_UNSAFE
 from launcher.rundir import EVENTS_FILE
 from launcher.telemetry.eventcheck import decode_checked
 

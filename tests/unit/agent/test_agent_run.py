@@ -565,3 +565,5 @@ def test_samples_carry_the_whole_machines_cpu_and_memory(host):
     samples = [e for e in host.run_to_end(task_dir) if e["kind"] == "sample"]
     machine = [s["host"] for s in samples if s.get("host")]
     assert machine and all(m["mem_total_bytes"] > m["mem_used_bytes"] > 0 and m["cpus"] >= 1 for m in machine)
+    # the host agent's sampling loop: the process state too (the `run` verb's own copy had dropped it)
+    assert samples and all(s.get("proc_state") for s in samples), samples

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from launcher.agent import clients
+from launcher.protocol.agentlines import StartRequest, StatusRequest
 from launcher.remote import agentpack
 
 
@@ -111,6 +112,17 @@ def start_tasks(pyz: Path, run_dir: Path, commands: dict[str, str]) -> dict:
                          input=json.dumps({"specs": specs}).encode(), capture_output=True, timeout=60, check=True,
                          env=dict(os.environ, DISTLAUNCH_RUN_ID=RUN_ID))
     return json.loads(out.stdout)
+
+
+def test_the_start_verb_reads_the_start_request_the_launcher_writes_on_its_stdin(run_dir, pyz):
+    """HostSession.start_tasks, where no follow channel is open: the request's own bytes, op included."""
+    spec = {"run": RUN_ID, "task": "worker:0", "command": "true", "workdir": str(run_dir), "autolog": False}
+    request = StartRequest(("worker-0",), {"worker-0": {"A": "1"}}, {"worker-0": spec})
+    out = subprocess.run([sys.executable, str(pyz), "start", "--run-dir", str(run_dir)], input=request.encode(),
+                         capture_output=True, timeout=60, check=True, env=dict(os.environ, DISTLAUNCH_RUN_ID=RUN_ID))
+    answer = json.loads(out.stdout)
+    assert set(answer["pids"]) == {"worker-0"} and answer["errors"] == {}, answer
+    assert json.loads((run_dir / "tasks" / "worker-0" / "spec.json").read_text()) == spec
 
 
 def end_agent(pyz: Path, run_dir: Path) -> None:
@@ -376,7 +388,7 @@ def test_a_host_agent_under_a_storm_of_sigchld_still_answers_and_exits(tmp_path,
     assert len(agent) == 1
     try:
         for _ in range(10):  # each round trip goes through the agent's main loop and its locks
-            assert clients.request(str(tmp_path), {"op": "status"}, spawn=False, timeout=10)["pid"] == agent[0]
+            assert clients.request(str(tmp_path), StatusRequest(), spawn=False, timeout=10)["pid"] == agent[0]
             time.sleep(0.3)
         os.kill(agent[0], signal.SIGTERM)
         deadline = time.monotonic() + 20

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from launcher.autolog import steptime
-from launcher.autolog.steptime import TIMED_FIRST, UNTIMED, Snapshot, StepClock, inside_ratios, shares
+from launcher.autolog.steptime import TIMED_FIRST, Snapshot, StepClock, inside_ratios, shares
+from launcher.protocol.metricnames import SECONDS_PER_STEP, STEP_TIME, UNTIMED_CALLS
 
 
 def snap(at: float, last_end: float, calls: int, call_s: float, *, sampled: int | None = None, eager_input: float = 0.0,
@@ -106,10 +107,10 @@ def test_a_job_shorter_than_the_window_is_split_from_what_was_seen(monkeypatch: 
         t += 0.03
     now[0] = t
     values = clock.tick(None)
-    assert clock.calls == 12 and values[steptime.PREFIX + "seconds_per_step"] == pytest.approx(0.03)
-    assert values[steptime.PREFIX + "compute"] == pytest.approx(2 / 3, abs=1e-3)
-    assert values[steptime.PREFIX + "other"] == pytest.approx(1 / 3, abs=1e-3)
-    assert UNTIMED not in values
+    assert clock.calls == 12 and values[SECONDS_PER_STEP] == pytest.approx(0.03)
+    assert values[STEP_TIME + "compute"] == pytest.approx(2 / 3, abs=1e-3)
+    assert values[STEP_TIME + "other"] == pytest.approx(1 / 3, abs=1e-3)
+    assert UNTIMED_CALLS not in values
 
 
 def test_train_calls_none_timed_are_said_until_a_split_is(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -121,10 +122,10 @@ def test_train_calls_none_timed_are_said_until_a_split_is(monkeypatch: pytest.Mo
     clock.skip()
     clock.first_call(101.0)  # two calls, both tracing: a job that ends here has no split
     now[0] = 101.0
-    assert clock.tick(2) == {UNTIMED: 2.0}
+    assert clock.tick(2) == {UNTIMED_CALLS: 2.0}
     clock.skip()
     clock.call_done(101.0, 101.02, counted=True)
     now[0] = 101.05
-    assert UNTIMED not in clock.tick(3) and clock.splits == 1
+    assert UNTIMED_CALLS not in clock.tick(3) and clock.splits == 1
     now[0] = 112.0  # no call for over a window: no split now, and no "untimed" (a split was given)
     assert clock.tick(3) == {}

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import pytest
 
 from launcher.agent.reach import PortHold, probe
-from launcher.protocol.lines import ReachAnswer
+from launcher.protocol.agentlines import ReachAnswer
 from launcher.remote.channel import AgentChannel
 
 PREFIX = ReachAnswer.PREFIX  # what the launcher's request and the verb's answer start with

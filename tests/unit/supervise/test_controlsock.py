@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from launcher.errors import UserError
-from launcher.protocol.lines import Answer, Request
+from launcher.protocol.controllines import Answer, Request
 from launcher.supervise import controlclient, controlsock
 
 NOBODY = 65534

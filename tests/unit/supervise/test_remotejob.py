@@ -20,18 +20,18 @@ import pytest
 from launcher import events as ev
 from launcher.agent.stackmodel import TaskStacks
 from launcher.errors import HostError
-from launcher.protocol.lines import (
+from launcher.protocol.controllines import (
     Answer,
     Dropped,
     End,
     Hello,
     Launched,
     Live,
-    Malformed,
     Request,
     decode_request,
     job_exit_code,
 )
+from launcher.protocol.message import Malformed
 from launcher.rundir import EVENTS_FILE
 from launcher.supervise import controlclient, controlsock
 from launcher.supervise.core import LineFeed

@@ -63,8 +63,8 @@ def test_a_task_kept_keeps_its_runtime_under_its_new_spec_and_port(tmp_path: Pat
     assert sup.plan is new and sup.tasks["worker:1"] is rt
     assert (rt.spec, rt.port, rt.state, rt.restarts, rt.incarnation) == (moved, 4321, ev.RUNNING, 2, 2)
     spec = agent_spec(sup, rt)  # what the task's next start runs
-    assert spec["command"] == "python train.py --moved --port 4321"
-    assert json.loads(spec["env"]["TF_CONFIG"])["cluster"]["worker"] == ["localhost:2000", "127.0.0.2:4321"]
+    assert spec.command == "python train.py --moved --port 4321"
+    assert json.loads(spec.env["TF_CONFIG"])["cluster"]["worker"] == ["localhost:2000", "127.0.0.2:4321"]
     assert sup.watchdog.stall_seconds == {"worker:0": 60.0, "worker:1": 5.0}
     assert sup.outputs._on_nan == {"worker:0": "warn", "worker:1": "stop"}
     sup.write_state()

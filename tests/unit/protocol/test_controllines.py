@@ -1,6 +1,7 @@
-"""Both line protocols (launcher/protocol/lines.py): every message's bytes as distlaunch wrote them
-before the module existed (a supervisor or agents of a run the previous version started must still
-understand and be understood), every message's round trip, and what malformed lines decode to."""
+"""The control socket's lines (launcher/protocol/controllines.py): every message's bytes as
+distlaunch wrote them before the module existed (a supervisor of a run the previous version started
+must still understand and be understood), every message's round trip, and what malformed lines
+decode to. Both protocol modules on Python 3.9 with the stdlib alone, and what importing them loads."""
 
 from __future__ import annotations
 
@@ -11,38 +12,25 @@ from pathlib import Path
 
 import pytest
 
-from launcher.protocol import lines
-from launcher.protocol.lines import (
-    AgentAnswer,
-    AgentRequest,
+from launcher.protocol import controllines as lines
+from launcher.protocol.controllines import (
     Answer,
     Dropped,
     End,
-    Heartbeat,
     Hello,
     Launched,
     Live,
-    Malformed,
-    Message,
-    Note,
-    Ping,
-    Preempted,
-    ReachAnswer,
-    ReachRequest,
     Request,
-    Unwritten,
-    decode_agent,
-    decode_agent_input,
     decode_answer,
     decode_follow,
     decode_request,
     job_exit_code,
 )
+from launcher.protocol.message import Malformed, Message
 
 EVENT = '{"v":1,"ts":1.5,"run":"r","task":"worker:0","kind":"log","stream":"stdout","line":"x","seq":3}'
 
-#: each message and its bytes, as controlsock.py, remotejob.py, core.py, agent/stream.py,
-#: agent/output.py, links.py and agent/reach.py wrote them as literals before
+#: each message and its bytes, as controlsock.py, remotejob.py and core.py wrote them as literals before
 WIRE: list[tuple[Message, bytes]] = [
     (Hello("r-1", 4242, False), b'#hello {"run_id": "r-1", "supervisor_pid": 4242, "launched": false}\n'),
     (Live(), b"#live\n"),
@@ -65,21 +53,6 @@ WIRE: list[tuple[Message, bytes]] = [
      b'{"ok": true, "note": "the supervisor goes on without clients"}\n'),
     (Answer(True, stacks=[{"task": "worker:0"}], path="/r/stacks/1.json"),
      b'{"ok": true, "stacks": [{"task": "worker:0"}], "path": "/r/stacks/1.json"}\n'),
-    (Ping(), b"\n"),
-    (AgentRequest({"op": "start", "tasks": ["worker-0"]}, 7), b'{"op":"start","tasks":["worker-0"],"id":7}\n'),
-    (AgentAnswer({"pids": {"worker-0": 12}}, 7), b'#re {"pids": {"worker-0": 12}, "id": 7}\n'),
-    (AgentAnswer({"error": "JSONDecodeError: ..."}, None), b'#re {"error": "JSONDecodeError: ...", "id": null}\n'),
-    (Heartbeat(1700000000.25), b"#hb 1700000000.250\n"),
-    (Note("worker:0", "events_unwritten", True, "disk full"),
-     b'#note {"task": "worker:0", "condition": "events_unwritten", "active": true, "reason": "disk full"}\n'),
-    (Unwritten(EVENT), b"#unwritten " + EVENT.encode() + b"\n"),
-    (Preempted("preemption notice (curl -sf meta/preempted): TRUE"),
-     b"#preempt preemption notice (curl -sf meta/preempted): TRUE\n"),
-    (ReachRequest([{"task": "ps:0", "address": "10.0.0.2", "port": 2222}]),
-     b'#reach {"targets": [{"task": "ps:0", "address": "10.0.0.2", "port": 2222}]}\n'),
-    (ReachAnswer([{"task": "ps:0", "error": "refused"}]),
-     b'#reach {"failed": [{"task": "ps:0", "error": "refused"}]}\n'),
-    (ReachAnswer(error="bad reach request: x"), b'#reach {"error": "bad reach request: x"}\n'),
 ]
 
 
@@ -90,11 +63,7 @@ def _decode(message: Message, line: bytes) -> object:
         return decode_request(line.rstrip(b"\n"))
     if isinstance(message, Answer):
         return decode_answer(line)
-    if isinstance(message, (Ping, AgentRequest, ReachRequest)):
-        return decode_agent_input(line.rstrip(b"\n"))
-    if isinstance(message, (Hello, Live, Launched, End, Dropped)):
-        return decode_follow(text)
-    return decode_agent(text.rstrip("\n"))
+    return decode_follow(text)
 
 
 @pytest.mark.parametrize(("message", "wire"), WIRE, ids=[f"{i}-{type(m).__name__}" for i, (m, _) in enumerate(WIRE)])
@@ -114,7 +83,6 @@ def test_every_message_class_is_pinned_above() -> None:
 def test_an_event_line_comes_back_as_it_came() -> None:
     assert decode_follow(EVENT) == EVENT
     assert decode_follow(EVENT + "\n") == EVENT + "\n"  # a reader's line, newline and all: Event.from_json takes it
-    assert decode_agent(EVENT) == EVENT
 
 
 @pytest.mark.parametrize(("line", "meant"), [
@@ -140,56 +108,6 @@ def test_follow_lines_with_bodies_of_the_wrong_kind_read_leniently() -> None:
     assert decode_follow('#hello {"run_id": 5, "supervisor_pid": "12", "launched": 1}') == Hello("", None, True)
     assert decode_follow("#dropped") == Dropped("")
     assert decode_follow("#live now\n") == Live()
-
-
-@pytest.mark.parametrize(("line", "meant"), [
-    ("#hb", Heartbeat),
-    ("#hb soon", Heartbeat),
-    ("#re", AgentAnswer),
-    ("#re {broken", AgentAnswer),
-    ('#re ["not", "an", "object"]', AgentAnswer),
-    ("#note {}", Note),
-    ('#note {"task": "worker:0"}', Note),
-    ("#note nonsense", Note),
-    ("#reach {", ReachAnswer),
-    ("#hbx 1.0", None),
-    ("#unknown", None),
-    ("", None),
-])
-def test_malformed_agent_lines(line: str, meant: type | None) -> None:
-    decoded = decode_agent(line)
-    assert isinstance(decoded, Malformed)
-    assert decoded.meant is meant and decoded.line == line and decoded.why
-
-
-def test_agent_lines_read_as_the_launcher_read_them() -> None:
-    assert decode_agent('#re {"id": "7", "ok": 1}') == AgentAnswer({"ok": 1}, None)  # an id it never sent
-    assert decode_agent('#note {"task": 3, "condition": "c", "reason": null}') == Note("3", "c", False, "")
-    assert decode_agent('#reach {"failed": "x"}') == ReachAnswer([], "")
-    assert decode_agent("#unwritten") == Unwritten("")  # no event in it: the event decoder says so
-
-
-@pytest.mark.parametrize(("line", "meant"), [
-    (b"{", AgentRequest),
-    (b'{"op": "start"', AgentRequest),
-    (b"#reach", ReachRequest),
-    (b"#reach {broken", ReachRequest),
-    (b'#reach {"targets": {"a": 1}}', ReachRequest),
-    (b"ping", None),
-    (b"#re {}", None),
-])
-def test_malformed_agent_input(line: bytes, meant: type | None) -> None:
-    decoded = decode_agent_input(line)
-    assert isinstance(decoded, Malformed)
-    assert decoded.meant is meant and decoded.why
-
-
-def test_a_request_that_does_not_parse_says_why_as_the_agent_answered_before() -> None:
-    decoded = decode_agent_input(b'{"op": "start",}')
-    assert isinstance(decoded, Malformed)
-    assert decoded.why.startswith("JSONDecodeError: ")
-    assert decode_agent_input(b'{"op": "stop", "id": "x"}') == AgentRequest({"op": "stop"}, None)
-    assert decode_agent_input(b"#reach {}") == ReachRequest([])
 
 
 def test_requests_and_answers_with_fields_of_the_wrong_type_read_them_as_absent() -> None:
@@ -240,21 +158,25 @@ def test_the_socket_address(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
 
 
 PY39 = os.path.expanduser("~/.pyenv/versions/3.9.18/bin/python3.9")
+#: what importing the protocol package's modules loads of distlaunch
+LOADED = ["launcher", "launcher.events", "launcher.protocol", "launcher.protocol.agentlines",
+          "launcher.protocol.controllines", "launcher.protocol.message", "launcher.protocol.metricnames"]
 
 ON_OLD_PYTHON = """
 import sys
 sys.path.insert(0, sys.argv[1])
 import launcher.events
-from launcher.protocol import lines as L
-assert set(m for m in sys.modules if m.startswith("launcher")) == {"launcher", "launcher.events", "launcher.protocol",
-                                                                   "launcher.protocol.lines"}
-for message, decode in [(L.Hello("r", 1, True), L.decode_follow), (L.End("Failed", 130), L.decode_follow),
-                        (L.Heartbeat(2.5), L.decode_agent), (L.Note("w:0", "c", True), L.decode_agent),
-                        (L.AgentAnswer({"pids": {}}, 3), L.decode_agent)]:
+from launcher.protocol import agentlines as A, controllines as C, metricnames
+assert set(m for m in sys.modules if m.startswith("launcher")) == set(LOADED)
+for message, decode in [(C.Hello("r", 1, True), C.decode_follow), (C.End("Failed", 130), C.decode_follow),
+                        (A.Heartbeat(2.5), A.decode_agent), (A.Note("w:0", "c", True), A.decode_agent),
+                        (A.AgentAnswer({"pids": {}}, 3), A.decode_agent)]:
     assert decode(message.line()) == message, message
-assert L.decode_agent_input(L.AgentRequest({"op": "start"}, 1).encode()[:-1]) == L.AgentRequest({"op": "start"}, 1)
-assert L.decode_request(L.Request("stacks", tasks=("a",)).encode()) == L.Request("stacks", tasks=("a",))
-assert isinstance(L.decode_agent("#re {"), L.Malformed)
+start = A.AgentRequest(A.StartRequest(("w-0",), {}, {"w-0": {"run": "r"}}), 1)
+assert A.decode_agent_input(start.encode()[:-1]) == start
+assert A.decode_request(A.StopRequest(("w-0",), 2.0, True).encode()) == A.StopRequest(("w-0",), 2.0, True)
+assert C.decode_request(C.Request("stacks", tasks=("a",)).encode()) == C.Request("stacks", tasks=("a",))
+assert isinstance(A.decode_agent("#re {"), A.Malformed)
 print("ok")
 """
 
@@ -262,14 +184,15 @@ print("ok")
 @pytest.mark.skipif(not os.path.exists(PY39), reason="no Python 3.9 interpreter here")
 def test_the_protocol_runs_on_python_3_9_with_the_stdlib_alone() -> None:
     root = str(Path(lines.__file__).resolve().parents[2])
-    done = subprocess.run([PY39, "-I", "-c", ON_OLD_PYTHON, root], capture_output=True, text=True, timeout=60)
+    code = ON_OLD_PYTHON.replace("set(LOADED)", repr(set(LOADED)))
+    done = subprocess.run([PY39, "-I", "-c", code, root], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout == "ok\n"
 
 
 def test_importing_the_protocol_loads_no_launcher_side_module() -> None:
-    code = ("import sys; import launcher.protocol.lines; "
-            "print(sorted(m for m in sys.modules if m.startswith(('launcher', 'tui'))))")
+    code = ("import sys; import launcher.protocol.agentlines, launcher.protocol.controllines, "
+            "launcher.protocol.metricnames; print(sorted(m for m in sys.modules if m.startswith(('launcher', 'tui'))))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                           cwd=Path(lines.__file__).resolve().parents[2])
-    assert done.stdout.strip() == "['launcher', 'launcher.events', 'launcher.protocol', 'launcher.protocol.lines']"
+    assert done.stdout.strip() == str(LOADED)
