@@ -23,7 +23,6 @@ from launcher import events as ev
 from launcher.errors import UserError
 from launcher.paths import runs_root
 from launcher.privatedir import DamagedFile, UnsafePath, open_trusted, read_trusted_json, trusted_dir
-from launcher.protocol.metricnames import PARTS
 from launcher.rundir import (
     EVENTS_FILE,
     LATEST_LINK,

@@ -27,9 +27,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from launcher import events as ev
+from launcher.protocol.metricnames import PARTS
 from launcher.telemetry import celltext as fmt
 from launcher.telemetry.jobview import TaskView, task_sort_key
-from launcher.telemetry.steptime import PARTS, StepTimes, bar
+from launcher.telemetry.steptime import StepTimes, bar
 
 Cell = tuple[str, str]
 """(text, style): compared as plain tuples, no Text built to compare."""
