@@ -47,7 +47,6 @@ from launcher.agent.procs import (
     _reap_adopted,
     _write_atomic,
     hush,
-    pid_alive,
     spawnable_signals,
 )
 from launcher.agent.runner import TaskRunner, read_task_file
@@ -476,12 +475,3 @@ def _touch(path: str) -> None:
         os.utime(path, None)
     except OSError:
         pass
-
-
-def agent_pid_alive(run_dir: str) -> Optional[int]:
-    try:
-        with open(os.path.join(run_dir, PID_NAME), encoding="ascii") as f:
-            pid = int(f.read().strip())
-    except (OSError, ValueError):
-        return None
-    return pid if pid_alive(pid) else None
