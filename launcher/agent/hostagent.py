@@ -15,8 +15,8 @@ one, and a lock that is free means it died. It listens on ``agent.sock`` in the 
 
 On start it adopts the live tasks of a predecessor that was killed (``runner.TaskRunner.adopt``);
 a task that died meanwhile gets its final event from the exit status its wrapper left. Without a
-launcher (no fresh follower, no ``lease`` touch) for ``orphan_grace_seconds`` and no ``detached``
-file, it stops its tasks. It exits when no task runs and no follower has come for a while, and at once
+launcher (no fresh follower, no ``lease`` touch) for ``orphan_grace_seconds``, it stops
+its tasks. It exits when no task runs and no follower has come for a while, and at once
 when the orphan rule stopped its tasks and no follower came since (nothing of the run lingers).
 
 Stdlib-only, Python >= 3.9 (runs on hosts from the agent zipapp).
@@ -79,14 +79,13 @@ class HostAgent:
         self._runners_lock = threading.Lock()
         self._start_lock = threading.Lock()
         self._started_at = time.time()
-        self._detached_seen_at = 0.0
         self._last_touch = 0.0
         self._exit = threading.Event()
         self._reap_needed = False  # set by the SIGCHLD handler
         self._exit_signalled = False  # set by the SIGTERM/SIGINT handler
         self._orphan_grace = DEFAULT_ORPHAN_GRACE
         self._orphaned_at: Optional[float] = None  # when the orphan rule last stopped the tasks
-        self._present_mono = time.monotonic()  # when a supervisor (or the detached mark) was last seen
+        self._present_mono = time.monotonic()  # when a supervisor was last seen
 
     # -- life -------------------------------------------------------------------------------------
 
@@ -187,17 +186,13 @@ class HostAgent:
         touch it), or by this agent's own monotonic clock, whichever says so first (a wall clock
         set back must not keep tasks a moved run replaced)."""
         mono = time.monotonic()
-        if os.path.exists(os.path.join(self.run_dir, "detached")):
-            self._detached_seen_at = now
-            self._present_mono = mono
-            return False
         try:
             lease = os.stat(os.path.join(self.run_dir, "lease")).st_mtime
         except OSError:
             lease = 0.0
         if mono - self._present_mono > self._orphan_grace:
             return True
-        return now - max(lease, self._started_at, self._detached_seen_at) > self._orphan_grace
+        return now - max(lease, self._started_at) > self._orphan_grace
 
     def _active(self) -> List[TaskRunner]:
         with self._runners_lock:

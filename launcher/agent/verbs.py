@@ -66,20 +66,16 @@ def cmd_run(task_dir: str) -> int:
     sampler = threading.Thread(target=_sample_one, args=(runner,), name="sampler", daemon=True)
     sampler.start()
     started = _now()
-    detached_seen = 0.0
     while not runner.done.wait(LEASE_CHECK_SECONDS if not stop_reason else 0.05):
         if stop_reason:
             runner.request_stop(stop_reason[0])
             continue
         now = _now()
-        if os.path.exists(os.path.join(run_dir, "detached")):
-            detached_seen = now
-            continue
         try:
             lease = os.stat(os.path.join(run_dir, "lease")).st_mtime
         except OSError:
             lease = 0.0
-        if now - max(lease, started, detached_seen) > spec.orphan_grace_seconds:
+        if now - max(lease, started) > spec.orphan_grace_seconds:
             runner.request_stop("launcher lost for %g s" % spec.orphan_grace_seconds)
     return 0
 
