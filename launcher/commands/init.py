@@ -21,6 +21,7 @@ from launcher.agent.containeradapters import ADAPTERS, DEFAULT_RUNTIME
 from launcher.agent.containerrt import image_problem
 from launcher.commands.initguess import Guess, guess_strategy
 from launcher.errors import UserError
+from launcher.model import RESTART_POLICIES
 from launcher.profile import hostlist
 
 #: what each strategy restarts when a task fails (launcher/supervise/policy.py), for the profile's comments
@@ -246,7 +247,7 @@ def profile_text(script: Path, target: Path, guess: Guess, shape: Shape, hosts: 
                      "# python: left out, tasks use the interpreter distlaunch runs under; set it to use another.")
     lines += [
         'env = { TF_CPP_MIN_LOG_LEVEL = "2" }',
-        'restart = "on-failure"          # never | on-failure | always | exit-code',
+        f'restart = "on-failure"          # {" | ".join(RESTART_POLICIES)}',
         "max_restarts = 3                # per task",
         "",
     ]
