@@ -218,13 +218,15 @@ def test_the_zipapp_ships_exactly_the_host_side_code():
     assert shipped == expected - set(agentpack.NOT_SHIPPED)
 
 
-#: the archive is uploaded on every host's one exec of a launch (bytecode included): 441 KiB today
+#: the archive is uploaded on every host's one exec of a launch (bytecode included): 492 KiB today
+#: (the agent's own detail, moved from docs/ARCHITECTURE.md into its module docstrings, ~14 KiB with
+#: their bytecode copies, took it past the 480 KiB before)
 #: (taskcgroup.py, the sweep's sessions and cgroups, took it past 320 KiB; tasks in containers,
 #: issue 38: containerrt, taskcontainer and containercheck, ~44 KiB, and autolog's step time,
 #: ~20 KiB, past the 336 KiB this was before; the protocol package, both line protocols, ~19 KiB,
 #: past the 416 KiB before that; the container runtimes as one adapter class each, ~6 KiB, and autolog's
 #: last reading at exit and train calls recognised without an optimizer, past the 448 KiB before that)
-MAX_ZIPAPP_BYTES = 480 * 1024
+MAX_ZIPAPP_BYTES = 512 * 1024
 
 
 def test_the_zipapp_stays_small():
