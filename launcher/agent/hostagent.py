@@ -11,7 +11,7 @@ one, and a lock that is free means it died. It listens on ``agent.sock`` in the 
   each wrote its final event; with ``exit`` the agent then stops everything left and exits;
 * ``status``: the tasks it supervises and their pids;
 * ``stacks`` {tasks, native, timeout} (on a follow channel): every task's stacks and process
-  state (``launcher.agent.stacks``).
+  state (``launcher.agent.stackreader``).
 
 On start it adopts the live tasks of a predecessor that was killed (``runner.TaskRunner.adopt``);
 a task that died meanwhile gets its final event from the exit status its wrapper left. Without a
@@ -382,9 +382,9 @@ class HostAgent:
         """A request that came as a JSON line on a follower's connection (the launcher's `start`
         rides the open follow channel: no SSH exec, no interpreter to boot)."""
         if request.get("op") == "stacks":
-            from launcher.agent import stacks
+            from launcher.agent import stackreader
 
-            return stacks.answer(self.run_dir, request)
+            return stackreader.answer(self.run_dir, request)
         if request.get("op") == "stop":  # the job's end: no exec, no interpreter to boot per host
             grace = request.get("grace")
             answer = self.stop([str(s) for s in request.get("tasks") or []],

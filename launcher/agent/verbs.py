@@ -30,8 +30,8 @@ The verbs:
   ``{"container", "cmdline"}`` entries), removed first with ``--kill``
 * ``stacks --run-dir R [--tasks a,b] [--native] [--timeout S]``: ``{"stacks": [TaskStacks JSON]}``:
   every (or these; task ids or slugs) task's stacks and process state, read as the ``stacks``
-  request reads them (``launcher.agent.stacks``); ``distlaunch stacks`` runs it, one exec per host, when no launcher
-  follows the run
+  request reads them (``launcher.agent.stackreader``); ``distlaunch stacks`` runs it, one exec per
+  host, when no launcher follows the run
 * ``preflight [--cwd DIR] [--checks JSON] [--bind ADDR --check P,P --pick N] [--tensorflow] [--facts
   JSON] [--listen TOKEN] [--then-follow --run-dir R]``: ``{"python": "3.11.7", "psutil": bool,
   "pynvml": bool}``; with ``--checks`` also ``"failed": [...]``, with ``--bind`` also ``"ports"``,
@@ -389,8 +389,8 @@ def _one_answer(args: argparse.Namespace) -> int:
         _print_json(cmd_sweep(args.run_id, args.kill, args.grace,
                               os.path.abspath(args.run_dir) if args.run_dir else None))
     elif args.verb == "stacks":
-        from launcher.agent import stacks
+        from launcher.agent import stackreader
 
-        _print_json(stacks.answer(os.path.abspath(args.run_dir), {"tasks": args.tasks, "native": args.native,
+        _print_json(stackreader.answer(os.path.abspath(args.run_dir), {"tasks": args.tasks, "native": args.native,
                                                            "timeout": args.timeout}))
     return 0
