@@ -278,7 +278,7 @@ def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
         preflight.add_argument("--run-dir", default=None)
         preflight.add_argument("--listen", default=None, metavar="TOKEN",
                                help="hold the checked and picked ports open, greeting with TOKEN, and answer "
-                                    "reach requests on stdin until another line or EOF (launcher/agent/reach.py)")
+                                    "reach requests on stdin until another line or EOF (launcher/agent/reachcheck.py)")
         preflight.add_argument("--facts", default=None, metavar="JSON",
                                help='JSON {"paths": [...], "gpus": bool}: also free space at the paths, free memory, '
                                     "the clock and (if asked) the GPUs (launcher/agent/hostfacts.py)")
@@ -343,7 +343,7 @@ def _one_answer(args: argparse.Namespace) -> int:
             answer["facts"] = host_facts(json.loads(args.facts))
         hold = None
         if args.listen is not None and ports is not None:
-            from launcher.agent.reach import PortHold
+            from launcher.agent.reachcheck import PortHold
 
             busy = set(answer["ports"]["busy"])
             hold = PortHold(args.bind, [p for p in args.check if p not in busy], args.listen, bound=picked)
@@ -353,7 +353,7 @@ def _one_answer(args: argparse.Namespace) -> int:
             from launcher.agent.clients import follow_when_asked
         first = None
         if hold is not None:
-            from launcher.agent.reach import hold_until_released
+            from launcher.agent.reachcheck import hold_until_released
 
             first = hold_until_released(hold)
         if args.then_follow:
