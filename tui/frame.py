@@ -17,7 +17,7 @@ from textual.widgets import ContentSwitcher, Footer, Input
 
 from tui.charts import LossChart, RateChart, TaskSparklines
 from tui.header import JobHeader
-from tui.hosts import HostsPanel
+from tui.hosts_view import HostsPanel
 from tui.log_pane import LogPane
 from tui.placement import PlacementPanel
 from tui.task_table import TaskTable
