@@ -45,7 +45,7 @@ from tui.header import JobHeader
 from tui.hosts_view import HostsPanel
 from tui.live_feed import LiveFeed, StreamEnded
 from tui.log_pane import SHOW_STARTUP_KEY, LogPane
-from tui.placement import PlacementPanel
+from tui.placement_view import PlacementPanel
 from tui.replay import ReplaySource
 from tui.task_table import TaskTable
 from tui.timeline_view import TimelinePanel
