@@ -15,7 +15,7 @@ from textual.widgets import Sparkline, Static
 from textual_plotext.plot import Plot
 
 from launcher.telemetry.jobview import JobView, TaskView, task_sort_key
-from launcher.telemetry.steptime import PARTS, StepTimes
+from launcher.telemetry.stepverdict import PARTS, StepTimes
 from tui import format as fmt
 from tui.format import SPARK_LEVELS
 

@@ -24,7 +24,7 @@ from textual.strip import Strip
 
 from launcher import events as ev
 from launcher.telemetry.jobview import JobView, TaskView, task_sort_key
-from launcher.telemetry.steptime import StepTimes, bar
+from launcher.telemetry.stepverdict import StepTimes, bar
 from tui import format as fmt
 
 # (key, label, width including a one-cell gap, right-aligned)

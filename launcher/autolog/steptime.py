@@ -47,7 +47,7 @@ MAX_EVERY = 256
 #: steps may take batches an input pipeline buffered while the function traced; a short job has
 #: few calls to sample), and they cost a few milliseconds once
 TIMED_FIRST = 20
-#: value names in the metric events (the launcher reads them back: launcher/telemetry/steptime.py)
+#: value names in the metric events (the launcher reads them back: launcher/telemetry/stepverdict.py)
 PREFIX = "step_time/"
 PARTS = ("input", "compute", "peers", "other")
 #: agent -> task: the port autolog starts TensorFlow's profiler server on (`distlaunch profile`)

@@ -36,7 +36,7 @@ from launcher.rundir import (
 )
 from launcher.telemetry import eventcheck
 from launcher.telemetry.jobview import JobView
-from launcher.telemetry.steptime import PARTS
+from launcher.telemetry.stepverdict import PARTS
 from launcher.telemetry.timeline import Timeline, TimelineEntry, clock_text
 
 
