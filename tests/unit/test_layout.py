@@ -174,6 +174,16 @@ def test_packages_are_the_folders_of_launcher_its_loose_modules_and_tui():
     assert _cycles(packages) == [["launcher.remote", "launcher.runclean", "launcher.supervise"]]
 
 
+def test_no_two_modules_share_a_file_name():
+    """A name says what a module is: two ``stacks.py`` (the verb, the agent's reader) made every
+    import and every path in the docs a question. ``__init__`` and ``__main__`` excepted."""
+    by_name: dict[str, list[str]] = {}
+    for name, path in MODULES.items():
+        if path.stem not in ("__init__", "__main__"):
+            by_name.setdefault(path.name, []).append(name)
+    assert {n: m for n, m in by_name.items() if len(m) > 1} == {}
+
+
 def test_at_most_12_loose_modules_at_the_top_of_launcher():
     loose = sorted(p.name for p in (ROOT / "launcher").glob("*.py") if p.name != "__init__.py")
     assert len(loose) <= MAX_LOOSE_MODULES, loose
