@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test screenshot screenshots docs docs-serve docs-check lint typecheck unit integration container-image bench clean
+.PHONY: demo test sizes screenshot screenshots docs docs-serve docs-check lint typecheck unit integration container-image bench clean
 
 $(STAMP): pyproject.toml
 	@test -n "$(PYTHON)" || { echo "make: need python3.11 (or python3 >= 3.11) on PATH"; exit 2; }
@@ -23,6 +23,10 @@ demo: $(STAMP)
 ## set up, lint, type-check, build the docs strictly and run every test
 test: $(STAMP) lint typecheck docs-check
 	$(BIN)/python -m pytest -q -ra
+
+## the largest modules and classes: a report to read, never a gate (docs/contributing.md)
+sizes: $(STAMP)
+	$(BIN)/python -m tests.sizes
 
 ## redraw docs/dashboard.svg (README's picture): the real dashboard replaying docs/demo-run.events.jsonl
 screenshot: $(STAMP)

@@ -8,13 +8,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Literal, get_args
 
 from launcher.agent.containerrt import ContainerSpec
 
 Strategy = Literal["parameter_server", "multi_worker_mirrored", "custom"]
 SuccessPolicy = Literal["chief", "all_workers"]
+#: a task's restart policy: what each does is supervise/policy.py's wants_restart; docs/contributing.md
+#: lists what a new value needs (its TFJob name in export/tfjob.py, tests that fail without it)
 RestartPolicy = Literal["never", "on-failure", "always", "exit-code"]
+RESTART_POLICIES: tuple[RestartPolicy, ...] = get_args(RestartPolicy)
 HostKeyPolicy = Literal["reject", "accept-new"]
 Transport = Literal["ssh", "openssh", "local", "slurm"]
 #: transports that reach a host over SSH: the built-in client (paramiko) and the system ssh client

@@ -56,8 +56,7 @@ class Layout:
 
 #: a host run dir (launcher/remote/session.py, the host agent): on SSH hosts and, for local hosts,
 #: under the launcher run dir's hosts/
-HOST_FILES = frozenset({"agent.pyz", "agent.pyz.tmp", SOCKET_NAME, LOCK_NAME, PID_NAME, "agent.log", "lease",
-                        "detached"})
+HOST_FILES = frozenset({"agent.pyz", "agent.pyz.tmp", SOCKET_NAME, LOCK_NAME, PID_NAME, "agent.log", "lease"})
 HOST_PREFIXES = (f"{PID_NAME}.tmp.", "agent.pyz.tmp-")  # uploads: agent.pyz.tmp-<writer's pid>
 HOST_TREES = frozenset({"tasks"})
 HOST_LAYOUT = Layout(files=HOST_FILES, prefixes=HOST_PREFIXES, trees=HOST_TREES)

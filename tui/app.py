@@ -42,10 +42,10 @@ from tui.charts import LossChart, RateChart, TaskSparklines
 from tui.commands import DashboardCommands
 from tui.frame import FLUSH_HZ, GC_THRESHOLD, RATE_CHART_MIN_HEIGHT, DashboardResult, LeaveAction, dashboard_widgets
 from tui.header import JobHeader
-from tui.hosts import HostsPanel
+from tui.hosts_view import HostsPanel
 from tui.live_feed import LiveFeed, StreamEnded
 from tui.log_pane import SHOW_STARTUP_KEY, LogPane
-from tui.placement import PlacementPanel
+from tui.placement_view import PlacementPanel
 from tui.replay import ReplaySource
 from tui.task_table import TaskTable
 from tui.timeline_view import TimelinePanel

@@ -16,7 +16,7 @@ from textual_plotext.plot import Plot
 
 from launcher.protocol.metricnames import PARTS
 from launcher.telemetry.jobview import JobView, TaskView, task_sort_key
-from launcher.telemetry.steptime import StepTimes
+from launcher.telemetry.stepverdict import StepTimes
 from tui import format as fmt
 from tui.format import SPARK_LEVELS
 

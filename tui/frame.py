@@ -17,9 +17,9 @@ from textual.widgets import ContentSwitcher, Footer, Input
 
 from tui.charts import LossChart, RateChart, TaskSparklines
 from tui.header import JobHeader
-from tui.hosts import HostsPanel
+from tui.hosts_view import HostsPanel
 from tui.log_pane import LogPane
-from tui.placement import PlacementPanel
+from tui.placement_view import PlacementPanel
 from tui.task_table import TaskTable
 from tui.timeline_view import TimelinePanel
 

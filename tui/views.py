@@ -23,9 +23,9 @@ from launcher.telemetry.jobview import JobView
 from tui.charts import LossChart, RateChart, TaskSparklines
 from tui.frame import CHART_EVERY, RATE_CHART_MIN_HEIGHT, TABLE_SHARE
 from tui.header import JobHeader, header_text
-from tui.hosts import HostsPanel
+from tui.hosts_view import HostsPanel
 from tui.log_pane import LogPane
-from tui.placement import PlacementPanel
+from tui.placement_view import PlacementPanel
 from tui.task_table import TABLE_WIDTH, TaskTable
 from tui.timeline_view import TimelinePanel
 

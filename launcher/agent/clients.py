@@ -145,7 +145,7 @@ def follow_when_asked(run_dir: str, first: Optional[bytes] = None) -> int:
     zipapp is looked into for autolog's hook here, while the launcher still decides, so the host
     agent forked from here inherits both."""
     autolog_site_dir()
-    if first is None:  # else the reach check (launcher/agent/reach.py) read it already
+    if first is None:  # else the reach check (launcher/agent/reachcheck.py) read it already
         try:
             first = os.read(0, 65536)
         except OSError:

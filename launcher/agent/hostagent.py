@@ -44,7 +44,6 @@ from launcher.agent.procs import (
     _reap_adopted,
     _write_atomic,
     hush,
-    pid_alive,
     spawnable_signals,
 )
 from launcher.agent.runner import TaskRunner, read_task_file
@@ -347,9 +346,9 @@ class HostAgent:
                 answer[THEN_KEY] = self._exit.set
             return answer
         if isinstance(request, StacksRequest):
-            from launcher.agent import stacks
+            from launcher.agent import stackreader
 
-            return stacks.answer(self.run_dir, list(request.tasks), request.native, request.timeout)
+            return stackreader.answer(self.run_dir, list(request.tasks), request.native, request.timeout)
         if isinstance(request, StatusRequest):
             return {"pid": os.getpid(), "tasks": {s: {"pid": r.pid, "done": r.done.is_set(), "adopted": r.adopted}
                                                   for s, r in self.runners.items()}}
@@ -406,12 +405,3 @@ def _touch(path: str) -> None:
         os.utime(path, None)
     except OSError:
         pass
-
-
-def agent_pid_alive(run_dir: str) -> Optional[int]:
-    try:
-        with open(os.path.join(run_dir, PID_NAME), encoding="ascii") as f:
-            pid = int(f.read().strip())
-    except (OSError, ValueError):
-        return None
-    return pid if pid_alive(pid) else None

@@ -2,10 +2,9 @@
 
 One rule for the host agent and for the single-task ``run`` verb. A supervisor is seen as a fresh
 follower (the host agent says so: ``present``), a touch of the run's ``lease`` file since the last
-look (the host agent touches it while a follower is fresh; for ``run`` it is the only sign), or the
-``detached`` marker an older distlaunch left (it turns the rule off). The grace is judged by the
-lease's time and by this process's monotonic clock, whichever says so first: a wall clock set back
-must not keep tasks that a moved run replaced.
+look (the host agent touches it while a follower is fresh; for ``run`` it is the only sign). The
+grace is judged by the lease's time and by this process's monotonic clock, whichever says so
+first: a wall clock set back must not keep tasks that a moved run replaced.
 
 Stdlib-only, Python >= 3.9 (runs on hosts from the agent zipapp).
 """
@@ -17,7 +16,6 @@ import time
 from typing import Optional
 
 LEASE_NAME = "lease"
-DETACHED_NAME = "detached"
 
 
 class OrphanRule:
@@ -25,8 +23,7 @@ class OrphanRule:
         self.run_dir = run_dir
         self.grace = grace
         self._started_at = time.time()
-        self._detached_seen_at = 0.0
-        self._present_mono = time.monotonic()  # when a supervisor (or the detached marker) was last seen
+        self._present_mono = time.monotonic()  # when a supervisor was last seen
         self._lease_seen: Optional[float] = None  # the lease's time at the last look
 
     def present(self) -> None:
@@ -37,10 +34,6 @@ class OrphanRule:
         """No supervisor for the grace."""
         now = time.time() if now is None else now
         mono = time.monotonic()
-        if os.path.exists(os.path.join(self.run_dir, DETACHED_NAME)):
-            self._detached_seen_at = now
-            self._present_mono = mono
-            return False
         try:
             lease = os.stat(os.path.join(self.run_dir, LEASE_NAME)).st_mtime
         except OSError:
@@ -50,4 +43,4 @@ class OrphanRule:
         self._lease_seen = lease
         if mono - self._present_mono > self.grace:
             return True
-        return now - max(lease, self._started_at, self._detached_seen_at) > self.grace
+        return now - max(lease, self._started_at) > self.grace

@@ -22,7 +22,7 @@ SPAWN_LOCK = threading.Lock()
 
 
 def default_signals() -> None:
-    """No signal ignored or blocked (ARCHITECTURE.md, How a task runs): a preexec_fn for a process
+    """No signal ignored or blocked (launcher/agent/runner.py): a preexec_fn for a process
     started from one that may ignore some (a launcher under `nohup`), and the first thing an agent
     does, on its main thread before any other (``spawnable_signals``)."""
     for signum in signal.valid_signals():

@@ -6,6 +6,38 @@ them is killed, the task's writes do not fail, and an agent that adopts the task
 pipes again through ``/proc/<pid>/fd``. Output written while no agent read it waits in the
 pipe (up to the pipe's size: then the task's next write blocks until an agent reads again).
 
+The host agent runs each task as ``/bin/sh -c WRAPPER distlaunch-task <exit file> <task argv>`` in
+its own session and process group, the task argv being the role's ``shell`` (default ``/bin/sh -c``)
+with its ``setup`` lines and command. The wrapper waits for the task's shell, writes its exit status
+to ``exit_status`` and dies of the same signal (or exits with the same code), so the parent sees
+what it saw before the wrapper existed. One waiter thread per task
+blocks in ``waitpid``; two reader threads per task read the pipes (a batch of tasks is started
+first, their threads after); one sampler thread samples all tasks per ``sample_interval``
+(``sampling.HostSampler``: one walk of /proc for all process trees, one query per GPU in use, one
+machine reading); it loads its modules (psutil) one interval after the first tasks started, not
+while they start, and its first pass is the baseline of the first sample, which comes one interval
+later (two after the start). The agent's signal handlers (SIGTERM, SIGINT, SIGCHLD) only set flags
+that the main loop reads every 0.5 s: a handler runs on the main thread between two bytecodes, so
+one that takes a lock can deadlock against the code it interrupted (the SIGCHLD handler once did,
+under a burst of orphans ending). A task starts with every signal at its default and none blocked
+(``procs.default_signals``, the Popen's ``preexec_fn``; ``LocalHost.start_detached`` uses it too): a
+signal its parent ignores (the agent's SIGHUP, a launcher's SIGINT and SIGHUP under ``nohup ... &``)
+would stay ignored through the exec, and a non-interactive shell cannot undo that (POSIX keeps a
+signal ignored on entry ignored, ``trap`` included); Popen's ``restore_signals`` covers SIGPIPE and
+SIGXFSZ only.
+
+When the host agent dies (SIGKILL included) its tasks keep running and the follower's stream ends.
+The launcher follows again (``HostLinks``: ``_on_stream_closed``, ``reconnect``,
+``_resume_stream``); the ``follow`` verb finds no agent answering, starts one (``spawn_agent``; the
+flock decides if two try), and the new agent, before it listens, adopts each task whose last state
+is not final: if ``task.json``'s pid lives, it reopens the task's pipes through
+``/proc/<pid>/fd/<n>`` (checking they are pipes), writes a log line "a new host agent adopted this
+task", and watches the pid (no longer its child: polled). When an adopted task ends, its exit status
+comes from ``exit_status``; when the wrapper was killed too (no file), the task fails with "exit
+status unknown". A task that ended while no agent ran is ended the same way at once and goes through
+its restart policy. **Output the task wrote while no agent ran is delivered from the pipe if it fit
+in it; a line the killed agent had half read is lost.**
+
 Stdlib-only, Python >= 3.9 (runs on hosts from the agent zipapp).
 """
 

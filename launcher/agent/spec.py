@@ -256,7 +256,7 @@ def task_variables(spec: AgentSpec, secrets: Optional[Dict[str, str]] = None, ta
                    inherited_pythonpath: str = "") -> Dict[str, str]:
     """What distlaunch itself gives a task: the spec's env, its secrets (``secrets``, else the
     ``DISTLAUNCH_SECRETS`` the agent was started with), the distlaunch variables; with autolog on,
-    where its faulthandler writes stacks (``task_dir``/stacks.txt, ``launcher.agent.stacks``). A
+    where its faulthandler writes stacks (``task_dir``/stacks.txt, ``launcher.agent.stackreader``). A
     container gets exactly these names (their values never on its command line)."""
     env = dict(spec.env)
     env.update(secrets if secrets is not None else task_secrets(spec.task))

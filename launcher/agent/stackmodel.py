@@ -2,7 +2,7 @@
 
 A capture is a list of ``TaskStacks``, one per task: the process's state as /proc shows it, its
 wchan, and the Python threads (frames oldest first, newest LAST, as Python prints them) that
-py-spy or faulthandler read. The host agent builds them (``launcher/agent/stacks.py``), the
+py-spy or faulthandler read. The host agent builds them (``launcher/agent/stackreader.py``), the
 launcher gathers them, and ``distlaunch stacks``, the stall capture and the dashboard's stacks
 view read them with ``group``, ``suspect`` and ``user_frame``.
 

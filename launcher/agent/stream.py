@@ -8,6 +8,25 @@ every second, busy or not (the launcher estimates the host's clock from it and t
 by its absence). Any bytes a follower sends are pings: the launcher still reads it. The lines
 are the agent stream of ``launcher/protocol/agentlines.py``.
 
+All of the host agent's ``EventWriter``s share one lock with the ``EventHub``. A follower
+(``follow`` verb, run over SSH or locally by the launcher) connects to ``agent.sock`` and sends its
+per-task byte offsets; under the lock the hub notes each file's size and registers it, then sends
+each file from its offset to that size (catch-up) and afterwards every line a writer appends, at
+most one send per follower every 20 ms (lines that come meanwhile go out together: one SSH packet
+and one wake-up of the launcher for many lines), plus ``#hb <host time>`` every second. On the
+launcher, lines that arrive while the supervisor loop is busy reach it in one call
+(``HostLinks.on_lines``, which hands them to ``Restarts.on_events`` decoded); it publishes runs of
+metric and log events together (one write per run-dir file, one item per subscriber feed) and
+publishes and acts on a task's state change in its place, so the run dir and every feed keep the
+stream's order. Each line reaches a follower exactly once, in file order per task, with no file
+polling. What the follow verb reads on stdin goes to the agent as is: an empty line is a ping (the
+launcher sends one every second), a JSON line is a request (the launcher's ``start``, with the specs
+and secrets, or ``stacks``), answered with a ``#re <json>`` line on the same stream; so a
+start costs no SSH exec and no Python boot. The launcher sends both under one lock per host, so a
+ping never lands inside a request, and falls back to the ``start`` verb when the host has no live
+stream or it ends before the answer; while a fresh ping came (or an unpinged follower is connected)
+the agent touches ``lease``.
+
 Stdlib-only, Python >= 3.9 (runs on hosts from the agent zipapp).
 """
 

@@ -9,6 +9,58 @@ container is force-removed when it ends, and ``sweep`` removes whatever carries 
 The agent learns the container's main process as the host sees it (``host_pid_argv``) and samples,
 reads stacks of and judges OOM kills by that process tree.
 
+A role with ``container`` (DESIGN.md section 4) reaches the agent as ``spec.json``'s ``container``
+(the ``containerrt.ContainerSpec`` JSON) and ``outputs``. The task still runs under the wrapper in
+its own session and group; only its command becomes the runtime's ``run`` (the adapter's run
+command, built in ``agent/taskcontainer.py``): host network (and IPC), ``--init``, the name
+``dl-<run>-<task>-<incarnation>`` (a new one per incarnation) and the labels ``distlaunch.run`` /
+``distlaunch.task``, ``--user`` the agent's uid:gid, the host run dir (agent.pyz with autolog and
+report.py, the task dir and its stacks file, ``{run_dir}``), the agent's code where it lies
+elsewhere, the workdir and the outputs mounted at the same paths (plus the spec's ``mounts``), the
+plan's GPUs as the runtime's flags (the adapter's environment numbers them from 0 inside docker),
+and the task's shell with its setup lines and its command, ``exec``'d where it is one simple command
+(``spec.exec_last``), so a stop signal reaches the program. Where it is not (``a && b``, a pipe),
+the init signals the command's whole process group: docker's init is tini, given
+``TINI_KILL_PROCESS_GROUP=1``; podman's (catatonit) reads no variable, so the command runs under a
+second ``/run/podman-init -g --`` (catatonit >= 0.1.4 and tini both take ``-g``; built and
+unit-tested, not run here). HOME inside is ``<task dir>/home`` (made 0700 by the agent, mounted with
+the run dir): the agent's uid has no passwd entry in the image, where HOME would be ``/``; it goes
+by value (``-e HOME=PATH``), as the client's own HOME must stay (docker's config, podman's storage
+live there), and a HOME in the task's env wins. The task's variables (``spec.task_variables``: the
+spec's env, its secrets, TF_CONFIG, DISTLAUNCH_*, PYTHONPATH) go in by name only (``-e NAME``):
+their values are in the client's environment, never on a command line; the agent's own environment
+stays outside. The profile refuses a container ``options`` or ``mounts`` value that holds a value
+from the launcher's environment (``${env:...}``), and an option giving a secret-looking variable its
+value (``-e API_TOKEN=...``): both would be in spec.json and on the command line, unmasked.
+``{python}`` is ``python3`` (the image's) unless the profile names one; the host agent itself runs
+on the host's interpreter (``plan.agent_python``). ``pull = "always"`` pulls in the preflight; a
+task's own start (a restart too) then runs what the host has, so no restart runs a newer image than
+its peers.
+
+Where a daemon owns the container (docker, podman) the client in the task's group is not the task:
+the runner polls the adapter's host pid after the start (and after an adoption), for as long as the
+task runs (0.2 s, doubling to 5 s between looks), for the container's main process as the host sees
+it (docker-init; the task's Python is its descendant), keeps it in ``task.json`` (``container``,
+``host_pid``), and samples that process tree (CPU, RSS, the OOM watch's cgroup counters); ``stacks``
+reads the Python under it (py-spy from the host; autolog's faulthandler writes the pid its namespace
+gives it, which ``stacks.ns_pid`` maps). A stop is the runtime's ``stop -t <grace>`` (then ``kill``,
+then the client's group), never a signal to the client alone; every incarnation's container is
+force-removed when it ends, and confirmed gone (10 s at most) before the task's final event, which
+may restart the task: the next incarnation must not meet the last one still holding its host-network
+ports. Tasks stopped with no agent to run them (``stop`` verb, ``_stop_unsupervised``) get the
+runtime's ``stop -t <grace>`` for the containers ``task.json`` names (all of a runtime in one call,
+so the graces run side by side), then their removal, and only then the client's group its SIGKILL.
+``sweep`` removes every container labelled with the run, asking the daemon runtimes the run's specs
+name and docker and podman wherever they are on the PATH (the task dirs may be gone; one of those
+that does not answer is no leftover); the sweep verb's timeout covers the processes' grace and, per
+runtime, a list, the removal and a list again. So ``docker ps -a --filter label=distlaunch.run=RUN``
+is empty after success, failure, ``down`` and the orphan rule. ``docker run`` exiting 125 with the
+client's own error line (or 126/127 with the daemon's words; a program in the container may exit 125
+itself) is a permanent failure whose reason is "container did not start: <the daemon's words>"
+(``taskcontainer.start_failure``; the cause keeps it, and the signature ``container_start`` reads
+the same from the output). apptainer, enroot and pyxis run the container as the client's own child:
+the group's signals and sampling work as for a bare task.
+
 Stdlib-only, Python >= 3.9 (runs on hosts from the agent zipapp).
 """
 

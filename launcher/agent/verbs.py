@@ -1,6 +1,52 @@
-"""The agent's command line: ``python agent.pyz VERB ...`` (docs/ARCHITECTURE.md lists the verbs).
+"""The agent's command line: ``python agent.pyz VERB ...``.
 
 Every verb except ``serve``, ``run`` and ``follow`` prints one JSON object.
+
+The verbs:
+
+* ``serve --run-dir R``: be the host agent of ``R`` (foreground; exits at once if one already holds
+  the lock)
+* ``start --run-dir R [--run-id ID] [--no-spawn]``: stdin ``{"specs": {slug: spec}, "tasks": [slug],
+  "secrets": {slug: env}}``: write the specs (0600) and have the host agent start the tasks in that
+  order; answers ``{"pids": {slug: pid}, "errors": {...}}``; secrets stay in the agent's memory
+* ``follow --run-dir R [--offset SLUG=BYTES ...] [--pinged] [--run-id ID] [--no-spawn]``: relay the
+  host agent's stream (catch-up from the offsets, then pushed lines and ``#hb``) to stdout and
+  stdin's pings to it; with ``--pinged``, exit after 30 s without a ping; exit when the agent goes
+  away or on stdin EOF
+* ``stop (--run-dir R --tasks a,b | --task-dir D) [--grace S] [--exit]``: stop those tasks (SIGTERM
+  group, grace, SIGKILL group) and answer once each wrote its final event; ``--exit``: then end the
+  host agent. With no agent serving: kill each task's group (or its ``run`` agent) and write
+  ``stopped`` where the last state was not final
+* ``run --task-dir D``: one task in the foreground with the same runner, sampler and lease rule,
+  without a host agent (tests, tools)
+* ``ports --bind ADDR [--check P,P] [--pick N]``: ``{"busy": [...], "picked": [...]}``: which given
+  ports cannot be bound, and N free ones
+* ``sweep --run-id ID [--run-dir R] [--kill] [--grace S]``: ``{"left": [{"pid", "cmdline"}]}``:
+  processes whose environment has ``DISTLAUNCH_RUN_ID=ID`` (the host agent and the tasks); with
+  ``--run-dir`` also those in each task's session or own cgroup as ``task.json`` recorded them
+  (``taskcgroup.py``: ``env -i``, ``setpgid``, ``setsid``; never its own ancestors, nor a process
+  naming another run); with ``--kill`` they are terminated first and the emptied task cgroups
+  removed; with ``--run-dir`` also the containers labelled with the run (docker, podman:
+  ``{"container", "cmdline"}`` entries), removed first with ``--kill``
+* ``stacks --run-dir R [--tasks a,b] [--native] [--timeout S]``: ``{"stacks": [TaskStacks JSON]}``:
+  every (or these; task ids or slugs) task's stacks and process state, read as the ``stacks``
+  request reads them (``launcher.agent.stackreader``); ``distlaunch stacks`` runs it, one exec per
+  host, when no launcher follows the run
+* ``preflight [--cwd DIR] [--checks JSON] [--bind ADDR --check P,P --pick N] [--tensorflow] [--facts
+  JSON] [--listen TOKEN] [--then-follow --run-dir R]``: ``{"python": "3.11.7", "psutil": bool,
+  "pynvml": bool}``; with ``--checks`` also ``"failed": [...]``, with ``--bind`` also ``"ports"``,
+  with ``--tensorflow`` also ``"tensorflow"``, with ``--facts {"paths": [...], "gpus": bool}`` also
+  ``"facts"`` (``disk`` per path, ``mem_available_bytes``, ``gpus`` when asked, ``time``), with
+  ``--listen`` also ``"listening"`` and ``"listen_failed"`` (then ``#reach`` lines on stdin are
+  answered until another line or EOF), with ``--containers JSON`` also ``"containers"`` (each image:
+  ``present``, ``pulled``, ``digest``, ``tensorflow`` or ``tf_error``, ``error``;
+  ``agent/containercheck.py``): preflight's one round trip per host. ``--then-follow``: afterwards
+  wait for a first line on stdin and then start the host agent of R and follow it (pinged), passing
+  that line on; EOF first: exit 0, no agent started (a launch's one exec: ``launcher.remote.channel``)
+
+``follow`` and ``start`` pass ``--run-id`` so the host agent they may start has
+``DISTLAUNCH_RUN_ID`` in its environment (``sweep`` finds it); the verbs themselves do not carry it.
+
 Stdlib-only, Python >= 3.9 (runs on hosts from the agent zipapp).
 """
 
@@ -195,7 +241,7 @@ def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
         preflight.add_argument("--run-dir", default=None)
         preflight.add_argument("--listen", default=None, metavar="TOKEN",
                                help="hold the checked and picked ports open, greeting with TOKEN, and answer "
-                                    "reach requests on stdin until another line or EOF (launcher/agent/reach.py)")
+                                    "reach requests on stdin until another line or EOF (launcher/agent/reachcheck.py)")
         preflight.add_argument("--facts", default=None, metavar="JSON",
                                help='JSON {"paths": [...], "gpus": bool}: also free space at the paths, free memory, '
                                     "the clock and (if asked) the GPUs (launcher/agent/hostfacts.py)")
@@ -260,7 +306,7 @@ def _one_answer(args: argparse.Namespace) -> int:
             answer["facts"] = host_facts(json.loads(args.facts))
         hold = None
         if args.listen is not None and ports is not None:
-            from launcher.agent.reach import PortHold
+            from launcher.agent.reachcheck import PortHold
 
             busy = set(answer["ports"]["busy"])
             hold = PortHold(args.bind, [p for p in args.check if p not in busy], args.listen, bound=picked)
@@ -270,7 +316,7 @@ def _one_answer(args: argparse.Namespace) -> int:
             from launcher.agent.clients import follow_when_asked
         first = None
         if hold is not None:
-            from launcher.agent.reach import hold_until_released
+            from launcher.agent.reachcheck import hold_until_released
 
             first = hold_until_released(hold)
         if args.then_follow:
@@ -309,7 +355,7 @@ def _one_answer(args: argparse.Namespace) -> int:
         _print_json(cmd_sweep(args.run_id, args.kill, args.grace,
                               os.path.abspath(args.run_dir) if args.run_dir else None))
     elif args.verb == "stacks":
-        from launcher.agent import stacks
+        from launcher.agent import stackreader
 
-        _print_json(stacks.answer(os.path.abspath(args.run_dir), args.tasks, args.native, args.timeout))
+        _print_json(stackreader.answer(os.path.abspath(args.run_dir), args.tasks, args.native, args.timeout))
     return 0

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 WATCHED = ("tensorflow", "keras", "tf_keras")
 #: "0" / "false" turns autolog off for a process (the agent sets it from the profile's ``autolog``)
 ENABLE_ENV = "DISTLAUNCH_AUTOLOG"
-#: the file faulthandler dumps every thread's stack into on STACKS_SIGNAL (launcher/agent/stacks.py)
+#: the file faulthandler dumps every thread's stack into on STACKS_SIGNAL (launcher/agent/stackreader.py)
 STACKS_ENV = "DISTLAUNCH_STACKS_FILE"
 #: SIGUSR2 (12 on Linux): TensorFlow, Keras and absl handle only SIGTERM, SIGINT and fault signals,
 #: and SIGUSR1 is what Slurm's --signal and preemption helpers commonly send

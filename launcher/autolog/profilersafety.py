@@ -4,8 +4,17 @@ TensorFlow's profiler (2.21 at least) kills a task whose collective ops complete
 with another task, the collective leader: a MultiWorkerMirrored worker other than chief:0 (or
 worker:0 where there is no chief) dies of SIGSEGV or SIGABRT (``free(): invalid size``) when its
 host tracer stops, and the job fails with it. No tracer option avoids it but one that records
-nothing on the host (docs/ARCHITECTURE.md, "Profiling", has the evidence). So
+nothing on the host (tests/data/steptime/profiler_crash.py has the evidence). So
 `distlaunch profile` does not capture such a task.
+
+So ``launcher/tfprofiler/safety.py`` never captures such a task: with ``strategy =
+"multi_worker_mirrored"``, every worker but the leader; with any strategy, a task whose autolog saw
+``Context.configure_collective_ops`` name another task as leader
+(``launcher/autolog/profilersafety.py``, watched once the profiler server started: a metric value
+``profiler_unsafe`` = 1, read back from events.jsonl, only lines holding that name decoded). One
+line each says why and what to do instead; the others are captured. A task whose capture failed
+because it ended meanwhile is said to have ended (its ``state`` event since the capture began,
+waited for up to 3 s), never what its port's silence looked like.
 
 A strategy says so as it starts: ``Context.configure_collective_ops(collective_leader=...)``
 (what MultiWorkerMirroredStrategy calls in a cluster). When the leader it names is not this task,

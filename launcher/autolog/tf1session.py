@@ -85,11 +85,6 @@ class _Look:
 
 
 _sessions: "weakref.WeakKeyDictionary[Any, _SessionWatch]" = weakref.WeakKeyDictionary()
-
-
-def has_sessions() -> bool:
-    """Whether a TF1 session ran here (its runs send what autolog has, on the training thread)."""
-    return len(_sessions) > 0
 _value_names: "Set[str]" = set()
 
 

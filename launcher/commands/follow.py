@@ -276,7 +276,7 @@ def _dashboard(job: RemoteJob, shown: Shown, signals: ClientSignals, relay: LogR
         raise UserError(f"{exc}; the job goes on: `distlaunch attach {job.run_id}` shows it again") from None
     finally:
         relay.resume()
-    if result.action == "detach" or job.leaving:
+    if result.action == "detach":
         return "detach"
     if result.action == "teardown" and not result.teardown_requested:
         return "teardown"

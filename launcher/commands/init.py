@@ -21,6 +21,7 @@ from launcher.agent.containeradapters import ADAPTERS, DEFAULT_RUNTIME
 from launcher.agent.containerrt import image_problem
 from launcher.commands.initguess import Guess, guess_strategy
 from launcher.errors import UserError
+from launcher.model import RESTART_POLICIES
 from launcher.profile import hostlist
 from launcher.remote import kerasfit
 from launcher.remote.kerasfit import keras_fit_line
@@ -257,7 +258,7 @@ def profile_text(script: Path, target: Path, guess: Guess, shape: Shape, hosts: 
     else:
         lines.append('env = { TF_CPP_MIN_LOG_LEVEL = "2" }')
     lines += [
-        'restart = "on-failure"          # never | on-failure | always | exit-code',
+        f'restart = "on-failure"          # {" | ".join(RESTART_POLICIES)}',
         "max_restarts = 3                # per task",
         "",
     ]

@@ -1,7 +1,7 @@
 """``distlaunch stacks [RUN] [TASK...] [--native]``: every live task's stacks and process state.
 
 With a live launcher the CLI asks it over its control socket (the launcher asks the host agents
-over its open follow channels: no new SSH exec); without one (a detached run) it connects to the
+over its open follow channels: no new SSH exec); without one (its supervisor gone) it connects to the
 run's hosts itself and runs the agent's ``stacks`` verb, one exec per host, all in parallel.
 Exit 0 when every live task answered, 1 when some did not (named on stderr), 2 for a mistake.
 """

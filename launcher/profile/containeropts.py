@@ -120,6 +120,8 @@ _SRUN = _syntax(
            "u:unbuffered v:verbose w:nodelist x:exclude",
     short_equals=False, prefixes=True, env="export container-env")
 
+#: per runtime (every name of containeradapters.ADAPTERS, tests/unit/profile/test_container_options.py
+#: checks): how its command line reads flags; which flags set variables is what the secret refusal reads
 SYNTAX: dict[str, Syntax] = {"docker": _OCI, "podman": _OCI, "apptainer": _APPTAINER, "enroot": _ENROOT,
                              "pyxis": _SRUN}
 
@@ -127,7 +129,7 @@ SYNTAX: dict[str, Syntax] = {"docker": _OCI, "podman": _OCI, "apptainer": _APPTA
 def parse_options(runtime: str, words: Sequence[str]) -> list[Option]:
     """``words`` as ``runtime`` reads them. A flag the table does not know is read as a switch, so
     the word after it is still looked at (the runtime itself would refuse the flag)."""
-    syntax = SYNTAX.get(runtime, _OCI)
+    syntax = SYNTAX[runtime]
     found: list[Option] = []
     i = 0
     while i < len(words):
@@ -217,7 +219,7 @@ def secret_problem(runtime: str, words: Sequence[str]) -> str | None:
     name looks secret (TOKEN, SECRET, PASSWORD, KEY) given a value by an environment flag, or by a
     word no flag takes (``-ie API_TOKEN=x`` on apptainer, where -e is --cleanenv), or a flag whose
     value is a password. The message names the variable or flag, never the value."""
-    syntax = SYNTAX.get(runtime, _OCI)
+    syntax = SYNTAX[runtime]
     for option in parse_options(runtime, words):
         if option.value is None:
             continue
@@ -353,7 +355,8 @@ _OCI_RULES: dict[str, _Rule] = {
     "--detach": _switch("makes the runtime return at once: the task would end while its container "
                         "runs on, unsupervised"),
 }
-#: per runtime: canonical flag -> the warning it deserves (or None for a harmless value)
+#: per runtime (every name of ADAPTERS, as SYNTAX): canonical flag -> the warning it deserves (or None
+#: for a harmless value); {} for a runtime whose options undo nothing distlaunch promises
 RULES: dict[str, dict[str, _Rule]] = {
     "docker": _OCI_RULES,
     "podman": _OCI_RULES,
@@ -368,7 +371,7 @@ RULES: dict[str, dict[str, _Rule]] = {
 
 def option_warnings(runtime: str, words: Sequence[str]) -> list[str]:
     """One line for each option that undoes something distlaunch promises of a container."""
-    rules = RULES.get(runtime, {})
+    rules = RULES[runtime]
     lines: list[str] = []
     for option in parse_options(runtime, words):
         rule = rules.get(option.flag or "")

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from launcher.agent.containerrt import PULL_POLICIES, RUNTIMES
-from launcher.model import ROLES
+from launcher.model import RESTART_POLICIES, ROLES
 from launcher.profile.names import (
     ADDRESS_PATTERN,
     JOB_NAME_PATTERN,
@@ -139,7 +139,7 @@ TASK_KEYS = Table(
             "({profile_dir} allowed).", default="."),
         Key("env", "env", "Environment variables for the task (values that look like secrets are masked)."),
         Key("restart", "choice", "When a failed task is restarted (exit-code: only when killed by a signal).",
-            default="on-failure", choices=("never", "on-failure", "always", "exit-code")),
+            default="on-failure", choices=RESTART_POLICIES),
         Key("max_restarts", "integer", "Restarts each task may spend.", default=3, minimum=0),
         Key("grace_seconds", "number", "Seconds between SIGTERM and SIGKILL when a task is stopped.",
             default=10.0),

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, cast
 
+from launcher.agent.containeradapters import ADAPTERS
 from launcher.agent.containerrt import DAEMON_RUNTIMES, ContainerSpec, image_problem, mount_problem
 from launcher.model import (
     ROLES,
@@ -38,6 +39,17 @@ from launcher.profile.keys import (
     SINGLE_TASK_ROLES,
 )
 from launcher.profile.names import MAX_TASKS
+
+#: runtimes of ssh and local hosts: all but those that run a container as a Slurm step (pyxis)
+HOST_RUNTIMES = tuple(name for name, adapter in ADAPTERS.items() if not adapter.slurm_step)
+#: runtimes that run an image file as the client's own child: Slurm tasks may use them too
+FILE_RUNTIMES = tuple(name for name in HOST_RUNTIMES if not ADAPTERS[name].daemon)
+
+
+def _either(names: tuple[str, ...]) -> str:
+    """``"a", "b" or "c"``."""
+    quoted = [f'"{name}"' for name in names]
+    return " or ".join([", ".join(quoted[:-1]), quoted[-1]] if len(quoted) > 1 else quoted)
 
 
 @dataclass(frozen=True)
@@ -118,10 +130,10 @@ class RolesReader:
         if self.on_slurm and runtime in DAEMON_RUNTIMES:
             raise self.checker.fail((*ckey, "runtime"), f'"{runtime}" cannot run Slurm tasks (its daemon, not the job '
                                     'step, would own the container); use "pyxis" (srun --container-image, the default '
-                                    'on Slurm), "apptainer" or "enroot"')
+                                    f'on Slurm), {_either(FILE_RUNTIMES)}')
         if not self.on_slurm and runtime == "pyxis":
             raise self.checker.fail((*ckey, "runtime"), '"pyxis" runs containers through srun and needs [slurm]; on '
-                                    'ssh and local hosts use "docker", "podman", "apptainer" or "enroot"')
+                                    f'ssh and local hosts use {_either(HOST_RUNTIMES)}')
         problem = image_problem(image, runtime)
         if problem is not None:
             raise self.checker.fail((*ckey, "image"), problem)

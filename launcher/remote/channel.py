@@ -10,6 +10,46 @@ is left without a host agent.
 
 ``AgentChannel`` is the launcher's side: it holds the first line for the preflight and every
 later line until the supervisor attaches its handlers (``attach``), then passes them straight on.
+
+``up`` without ``[sync]`` (``preflight._fast_preflight``, ``HostSession.open_channel``,
+``launcher/remote/channel.py``) runs ONE command per host, and its channel is never closed between
+preflight and the end of the job:
+
+1. The shell makes the host run dir (0700) and the outputs (exit 98 names them), then ``exec``s the
+   host's python with a bootstrap (``agentchannel.BOOTSTRAP``) that reads exactly the agent's size
+   from stdin, writes ``agent.pyz`` (0600, through ``agent.pyz.tmp-<pid>``, removed if the write
+   fails) and runs ``preflight ... --then-follow`` from it in the same interpreter: one Python boot
+   per host for the whole launch.
+2. ``preflight`` prints its answer (python, TensorFlow's version from package metadata, failed path
+   checks, busy and picked ports) as the first line; the launcher reads it from the channel
+   (``AgentChannel.first_line``). A host without that python ends with 127 and is named.
+3. The verb then imports the host agent's modules and waits on stdin. The launcher judges every
+   host's answer; if any host has a problem it closes every channel, the verbs end on EOF, and no
+   host agent was ever started. With several hosts the verb runs with ``--listen HOST``: its answer
+   also names the ports it now holds open (``listening``; the checked ones and the picked ones,
+   whose bound sockets it kept), each connection greeted with ``distlaunch-reach HOST`` by one
+   accept thread. The launcher sends every host at once a ``#reach {"targets": [...]}`` line (the
+   other hosts' cluster tasks at their TF_CONFIG address and port, ``launcher/remote/reach.py``);
+   the verb connects to all of them in parallel (non-blocking, 3 s), reads each greeting (another
+   host's greeting there: a wrong ``tf_address``), and answers one ``#reach {"failed": [...]}`` line
+   (``AgentChannel.ask``). Any failed pair stops the launch as above, one line per pair. The ports
+   stay held until the next line on stdin, which the launcher sends only once every host answered;
+   the verb then closes them before it forks the host agent, so the tasks find them free.
+4. Otherwise the supervisor takes each channel as that host's follow stream (``take_channel``; lines
+   that came before are held by ``AgentChannel`` and handed over in order) and sends its first line
+   there: the ``start`` request of the first role. On that line the verb forks the host agent
+   (inheriting the imported modules), connects to it and follows it as ``follow --pinged`` does,
+   passing the line on; the ``#re`` answer and the tasks' events come back on the same channel.
+
+Before, a launch cost three execs per host (upload and preflight, ``follow``, ``start``), each
+booting a Python there. Slurm hosts, whose host agent must be a step of its own, and ``up`` with
+``[sync]`` (which runs between upload and preflight) keep the step-by-step path: upload, preflight,
+then ``follow`` and ``start`` as verbs. The reach check is the same there: the preflight verb runs
+as a channel of its own (``HostSession.open_preflight``; for Slurm in a launch,
+``open_channel(follow=False)``), answers ``#reach`` as above, and ends on EOF when the launcher
+closes it after the check. A plan with one host has no pairs and skips it; local-transport hosts
+count as hosts. The SSH socket runs with ``TCP_NODELAY``: an exec's several small packets otherwise
+wait for delayed ACKs (~40 ms a round trip on Linux).
 """
 
 from __future__ import annotations

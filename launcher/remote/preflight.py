@@ -2,6 +2,33 @@
 
 Used by `check` (which only reports) and by `up` (which stops at the first problem, before
 anything is started anywhere). Hosts are checked in parallel, one thread each.
+
+Before anything starts (``check`` and ``up``), per host and in parallel: connect (a missing
+``identity_file`` is named here), run each interpreter (``check`` imports TensorFlow unless the
+strategy is custom; ``up`` reads its version from the package metadata, in the same exec as the
+rest: ``launcher.remote.channel``), upload the agent, then ONE agent ``preflight`` call that checks the ports and the
+paths ``launcher/remote/taskcheck.py`` derives from the plan: each role's ``workdir`` is a
+directory; its command's script (the first non-option argument after ``{python}``, when it ends in
+``.py``) exists in the workdir; ``-m module`` is importable by that interpreter from the workdir; a
+command without ``{python}`` has its first word as a program (on the PATH as the task's shell sees
+it, builtins included, or a path that is executable). Modules and programs are looked up in the
+role's ``shell`` after its ``setup`` lines (exit 97 of the check script: the setup failed). This
+runs after ``[sync]``, which creates workdirs. Commands that only a shell can judge (``exec $X``,
+``cd a && b``, placeholders in the name) are left to the start. Each problem is one line naming
+host, role(s), path and the profile key to fix; roles that share a mistake share its line.
+
+Then the hosts together: with several hosts, every host reaches every other host's task ports
+(``launcher.remote.channel``); a failing pair is "host a cannot reach worker:0 at
+127.0.0.3:33751 (timed out: a firewall?)" or "(refused)". Last, ``launcher/remote/parity.py`` puts
+the hosts side by side from their answers: Python, TensorFlow (with CUDA/cuDNN where ``check``
+imported a GPU build), GPUs (read only where tasks are given GPUs, or by ``check``: importing pynvml
+costs 0.2-0.4 s), free space at the outputs and the run dir, free memory and the clock offset (the
+answer's ``time`` minus its arrival: a little low by the travel time). TensorFlow major.minor
+differing is an error for a TensorFlow strategy unless ``allow_version_skew``; patch levels, Python
+and CUDA builds differing, free space under ``min_free_disk``, a clock past 2 s and GPUs holding
+other processes' memory are warnings (the last an error with ``gpu_busy = "refuse"``); a GPU index
+the host does not have is an error. ``up`` tells the warnings once, ``check`` prints the table (a
+differing column's header says "differs"), ``check --json`` prints it as JSON.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Reachability between hosts before anything starts: every host opens TCP to every other host's
 task ports at the addresses TF_CONFIG will use, while those hosts hold them open.
 
-The launcher's side of launcher/agent/reach.py. Each host's preflight verb holds its tasks' ports
+The launcher's side of launcher/agent/reachcheck.py. Each host's preflight verb holds its tasks' ports
 (phase 1, its answer names them); here every host is sent the pairs it must reach on the same
 channel (phase 2) and answers which failed. Both launch paths use this: the one exec per host
 (the channel becomes the follow channel, whose next line lets the ports go) and the step-by-step
@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 
-from launcher.agent.reach import CONNECT_SECONDS
+from launcher.agent.reachcheck import CONNECT_SECONDS
 from launcher.model import Plan
 from launcher.plan import host_port
 from launcher.protocol.agentlines import ReachAnswer, ReachRequest, decode_agent

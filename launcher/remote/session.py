@@ -138,7 +138,7 @@ class HostSession:
         """Shell for a fresh private run dir and the outputs (and no upload a killed writer left)."""
         base = shlex.quote(self.base_dir)
         outputs = f" && mkdir -p -- {shlex.quote(self.outputs_dir)}" if self.outputs_dir else ""
-        return (f"rm -rf -- {base}/tasks {base}/lease {base}/detached && "
+        return (f"rm -rf -- {base}/tasks {base}/lease && "
                 f"mkdir -p -m 700 {base} && chmod 700 {base}{outputs} && {stale_upload_cleanup(self.pyz)}")
 
     def _prepare_script(self) -> str:
@@ -310,10 +310,6 @@ class HostSession:
         Relative paths are judged from the host run dir, where the agents start tasks from."""
         return self.agent("preflight", *self._preflight_args(bind, check, pick, path_checks),
                           timeout=self._preflight_timeout(60.0))
-
-    def set_detached(self, detached: bool) -> None:
-        marker = shlex.quote(f"{self.base_dir}/detached")
-        self.host.run(f"touch {marker}" if detached else f"rm -f {marker}", timeout=30)
 
     # -- the host agent ---------------------------------------------------------------------------
 

@@ -21,8 +21,6 @@ class JobControl(Protocol):
 
     def teardown(self) -> None: ...
 
-    def detach(self) -> None: ...
-
     def capture_stacks(self, tasks: list[str] | None = None, native: bool = False,
                        timeout: float = 10.0) -> list[TaskStacks]:
         """Every live task's stacks (or those of `tasks`), taken on their hosts now. Blocks for up

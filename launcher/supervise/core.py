@@ -113,10 +113,6 @@ class LineFeed:
             return
         self._queue.put(lines)
 
-    def backlog(self) -> int:
-        """Batches not yet taken: a client that stopped reading makes this grow."""
-        return self._queue.qsize()
-
     def batches(self) -> Iterator[list[str]]:
         while True:
             item = self._queue.get()

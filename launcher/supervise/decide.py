@@ -186,8 +186,8 @@ def _on_end(plan: Plan, states: JobFacts, event: TaskEnded) -> list[Decision]:
         if job_succeeded(profile.success_policy, {t: f.state for t, f in states.tasks.items()}):
             decider = "all workers" if profile.success_policy == "all_workers" else event.task
             return [Succeed(f"{decider} exited 0")]
-        if spec.restart == "always":
-            return _restart(plan, states, event.task, "exited 0 (restart policy always)")
+        if wants_restart(spec.restart, 0, True):
+            return _restart(plan, states, event.task, f"exited 0 (restart policy {spec.restart})")
         return []
     if event.state == ev.STOPPED and event.down_requested:
         return [GiveUp("stopped by `distlaunch down`")]

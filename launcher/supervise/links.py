@@ -79,8 +79,6 @@ class HostLinks:
         self.sup = sup
         hosts = list(hosts)
         self.streams: dict[str, LineStream] = {}
-        #: hosts attach could not reach: their `detached` marker is removed once they answer
-        self.undetach: set[str] = set()
         self.offsets: dict[str, dict[str, int]] = {h: {} for h in hosts}
         self.host_up: dict[str, bool] = dict.fromkeys(hosts, True)
         self._clocks = {h: HostClock() for h in hosts}
@@ -147,7 +145,6 @@ class HostLinks:
     def reconnect_unreachable(self, host: str, why: str) -> None:
         """Attach: a host that did not answer is reconnected in the background."""
         self.host_up[host] = False
-        self.undetach.add(host)
         self._last_heard.setdefault(host, time.monotonic())  # lost after host_lost_seconds from here at most
         self.sup.call(functools.partial(self.sup.host_link, host, False, f"{why}; reconnecting"))
         self.sup.call(functools.partial(self.sup.publish, ev.host_event(self.sup.run_id, host, ev.HOST_UNREACHABLE,
@@ -356,9 +353,6 @@ class HostLinks:
                 if host in self.retired:  # back after the run left it: it runs nothing of the run again
                     self.sup.host_returned(host)
                     return
-                if host in self.undetach:
-                    session.set_detached(False)
-                    self.undetach.discard(host)
             except HostGone as exc:  # e.g. the Slurm allocation ended: the job cannot go on
                 self.sup.call(functools.partial(self.sup.finish, ev.JOB_FAILED, str(exc)))
                 return

@@ -17,17 +17,18 @@ QuickFailures = list[tuple[int | None, float]]
 
 
 def wants_restart(policy: RestartPolicy, exit_code: int | None, succeeded: bool) -> bool:
-    """Does the task's own policy ask for a restart after it ended this way?"""
+    """Does the task's own policy ask for a restart after it ended this way? (``exit_code`` None:
+    killed by a signal.) Every value of ``RestartPolicy`` is answered here; another is a ValueError."""
     if policy == "always":
         return True
-    if succeeded:
+    if policy == "never" or succeeded:
         return False
     if policy == "on-failure":
         return True
     if policy == "exit-code":
         # killed by a signal (OOM killer, preemption, kill -9) is retryable; 1-127 is the script's verdict
         return exit_code is None or exit_code >= 128
-    return False
+    raise ValueError(f"restart policy {policy!r} has no rule in wants_restart")
 
 
 def why_not_restarted(policy: RestartPolicy, exit_code: int | None) -> str:

@@ -41,7 +41,6 @@ class RemoteJob:
         self.note: str | None = None  # why the supervisor let this client go, if it did
         self.launched = threading.Event()
         self.live = threading.Event()  # the history has been read
-        self.leaving = False  # the user chose to leave the job running (the dashboard's detach)
         self._closed = False
 
     @classmethod
@@ -131,10 +130,6 @@ class RemoteJob:
 
     def teardown(self, reason: str = "torn down from the dashboard", origin: str = "") -> None:
         self._ask(Request("teardown", reason=reason, origin=origin))
-
-    def detach(self) -> None:
-        """Leave the job running: it stays supervised; only this client goes."""
-        self.leaving = True
 
     def capture_stacks(self, tasks: list[str] | None = None, native: bool = False,
                        timeout: float = 10.0) -> list[TaskStacks]:

@@ -280,7 +280,7 @@ class Restarts:
         sup.write_state()
 
     def resume(self, group: list[str], due: float, counted: bool = True) -> None:
-        """A restart the last supervisor had scheduled when it detached: due at the same time (or now)."""
+        """A restart the run's last supervisor had scheduled (state.json): due at the same time (or now)."""
         if not group:
             return
         for task_id in group:
@@ -337,7 +337,7 @@ class Restarts:
     def restart_now(self, group: list[str]) -> None:
         sup = self.sup
         if sup.end.finishing:
-            return  # a detach keeps it in state.json for `attach`; a teardown makes it moot
+            return  # the job's end makes it moot
         if not any(g is group for g, _ in self.pending):
             return  # cancelled: a host left the job, and the re-plan restarts what it needs
         # a member that ended on a host the job left cannot start there again: it stays ended

@@ -2,7 +2,7 @@
 channels (``capture_stacks``: no SSH exec), by the CLI over each host's transport when no
 launcher follows (``capture_by_verb``), and once per stall episode (``StallCapture``).
 
-Each host answers for all its tasks at once (``launcher/agent/stacks.py``, its tasks read in
+Each host answers for all its tasks at once (``launcher/agent/stackreader.py``, its tasks read in
 parallel), and all hosts are asked in parallel; a host that does not answer in time gets a
 capture per task that says so. What a live launcher's capture saw of each process's state is
 also kept for the causes of failures to come (``OutputTails.note_states``): a peer seen stopped

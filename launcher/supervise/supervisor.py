@@ -145,7 +145,7 @@ class Supervisor:
 
     @property
     def finishing(self) -> bool:
-        """The job's end is decided (or a detach is under way): nothing restarts from here on."""
+        """The job's end is decided: nothing restarts from here on."""
         return self.end.finishing
 
     def finish(self, state: str, reason: str) -> None:
@@ -285,9 +285,6 @@ class Supervisor:
         self.outputs.replay(history)
         self.loop.start(self._loop_begins, self._tick)
         reachable = [h for h in self.sessions if h not in unreachable and h not in gone]
-        # a run an older distlaunch left detached has a `detached` marker on its hosts (the orphan
-        # rule off): a supervisor follows it now, so the rule applies again
-        self.on_hosts(lambda s: s.set_detached(False), reachable)
         for name in reachable:
             self.links.start_follower(name)
         for name, why in unreachable.items():

@@ -72,8 +72,7 @@ class Teardown:
 
     def may_start(self, members: list[TaskRuntime]) -> bool:
         """Before a restart starts ``members`` (on its thread): either the job ended before this
-        start (False: start nothing), or its end now waits for ``start_done``. A detach (also
-        finishing) still lets the restart happen."""
+        start (False: start nothing), or its end now waits for ``start_done``."""
         with self._start_gate:
             if self.end is not None:
                 return False

@@ -30,7 +30,7 @@ from launcher import events as ev
 from launcher.protocol.metricnames import PARTS
 from launcher.telemetry import celltext as fmt
 from launcher.telemetry.jobview import TaskView, task_sort_key
-from launcher.telemetry.steptime import StepTimes, bar
+from launcher.telemetry.stepverdict import StepTimes, bar
 
 Cell = tuple[str, str]
 """(text, style): compared as plain tuples, no Text built to compare."""

@@ -25,7 +25,7 @@ from launcher.telemetry.placementview import (  # noqa: F401  (their old home: r
     task_sort_key,
 )
 from launcher.telemetry.steprate import StepRate
-from launcher.telemetry.steptime import StepTimes
+from launcher.telemetry.stepverdict import StepTimes
 from launcher.telemetry.timeline import Timeline
 
 HISTORY_POINTS = 120  # points kept per sparkline series (steps/s, GPU util) per task

@@ -12,7 +12,7 @@ from typing import TextIO
 from launcher import events as ev
 from launcher.events import Event
 from launcher.telemetry.jobview import FAILURE_TAIL_LINES, JobView
-from launcher.telemetry.steptime import percent_text
+from launcher.telemetry.stepverdict import percent_text
 from launcher.telemetry.tfnoise import hidden_note, split_startup
 from launcher.telemetry.timeline import stacks_text
 

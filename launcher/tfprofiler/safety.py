@@ -6,8 +6,8 @@ over RPC, so each one starts on a thread of the task's and ends on a gRPC thread
 tracer's collection of such split events, as the capture stops, ends in SIGSEGV or SIGABRT
 (``free(): invalid size``); the job fails with it. The leader, a parameter server job's tasks and
 tasks that run no collectives are captured safely. No tracer option helps but a host tracer that
-records nothing (docs/ARCHITECTURE.md, "Profiling"). So such a task is not captured: one line says
-why and what to do instead, and the others are captured.
+records nothing (tests/data/steptime/profiler_crash.py has the evidence). So such a task is not
+captured: one line says why and what to do instead, and the others are captured.
 
 A task is such a task when the profile says ``strategy = "multi_worker_mirrored"`` and it is a
 worker other than the leader, or when autolog saw its strategy configure collectives led by

@@ -7,7 +7,6 @@ Commands are shell strings whose profile values are already quoted by the caller
 
 from __future__ import annotations
 
-import signal
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable
@@ -90,10 +89,6 @@ class Host(ABC):
         """Run a shell command to completion and capture its (small) output."""
 
     @abstractmethod
-    def put_file(self, data: bytes, remote_path: str, mode: int = 0o644) -> None:
-        """Write ``data`` to ``remote_path`` (parent dirs created), atomically where possible."""
-
-    @abstractmethod
     def home(self) -> str:
         """The absolute home directory on the host."""
 
@@ -106,11 +101,6 @@ class Host(ABC):
     def stream_lines(self, command: str, on_line: Callable[[str], None],
                      on_close: Callable[[int | None], None] | None = None) -> LineStream:
         """Start ``command`` and feed each stdout line (without newline) to ``on_line``."""
-
-    @abstractmethod
-    def kill_group(self, pgid: int, sig: int = signal.SIGTERM) -> None:
-        """Send ``sig`` to the process group ``pgid``; a group that is gone is not an error."""
-
 
 class CommandTimeout(HostError):
     """A command run with ``Host.run`` did not finish within its timeout."""
@@ -194,10 +184,6 @@ class TailBuffer:
     def text(self) -> str:
         with self._lock:
             return self._data.decode("utf-8", errors="replace")
-
-
-def signal_name(sig: int) -> str:
-    return signal.Signals(sig).name.removeprefix("SIG")
 
 
 class ReaderLineStream(LineStream):

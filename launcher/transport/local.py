@@ -143,20 +143,6 @@ class LocalHost(Host):
         return run_process(["/bin/sh", "-c", command], timeout, stdin,
                            f"host {self.name}: `{head(command)}` did not finish within {timeout:g}s")
 
-    def put_file(self, data: bytes, remote_path: str, mode: int = 0o644) -> None:
-        path = os.path.expanduser(remote_path)
-        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-        tmp = f"{path}.tmp-{os.getpid()}-{threading.get_ident()}"
-        try:
-            with open(tmp, "wb") as out:
-                out.write(data)
-            os.chmod(tmp, mode)
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
-
     def home(self) -> str:
         return os.path.expanduser("~")
 
@@ -176,7 +162,3 @@ class LocalHost(Host):
     def stream_lines(self, command: str, on_line: Callable[[str], None],
                      on_close: Callable[[int | None], None] | None = None) -> LineStream:
         return LocalLineStream(command, on_line, on_close)
-
-    def kill_group(self, pgid: int, sig: int = signal.SIGTERM) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pgid, sig)

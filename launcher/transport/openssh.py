@@ -14,14 +14,11 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-import posixpath
 import re
-import shlex
 import shutil
 import subprocess
 import sys
 import tempfile
-import uuid
 from collections.abc import Callable
 
 from launcher.errors import HostError
@@ -237,16 +234,6 @@ class OpenSshHost(shellcmds.ShellHost):
             if _SSH_FAILURE.match(last):
                 raise HostError(f"{self.label}: connection lost while running `{head(command)}` ({last})")
         return result
-
-    def put_file(self, data: bytes, remote_path: str, mode: int = 0o644) -> None:
-        """Over stdin (``cat``) to a temporary name, then renamed: no SFTP needed."""
-        path = self._absolute(remote_path)
-        tmp = f"{path}.tmp-{uuid.uuid4().hex[:12]}"
-        parent = posixpath.dirname(path)
-        script = shellcmds.put_from_stdin(tmp, path, mode)
-        if parent:
-            script = f"mkdir -p {shlex.quote(parent)} && {{ {script}; }}"
-        self._check(script, f"write {path}", timeout=max(60.0, len(data) / 1e6), stdin=data)
 
     def stream_lines(self, command: str, on_line: Callable[[str], None],
                      on_close: Callable[[int | None], None] | None = None) -> LineStream:

@@ -6,13 +6,12 @@ import getpass
 import os
 import posixpath
 import shlex
-import signal
 from collections.abc import Callable
 
 from launcher.errors import HostError
 from launcher.model import HostConfig
 from launcher.transport import sshconfig
-from launcher.transport.base import CommandResult, Host, head, signal_name
+from launcher.transport.base import CommandResult, Host, head
 
 
 def sh(command: str) -> str:
@@ -38,16 +37,9 @@ def detached(command: str, log: str, cwd: str | None) -> str:
     return "\n".join(lines)
 
 
-def put_from_stdin(tmp: str, path: str, mode: int) -> str:
-    """Write stdin to ``path`` through ``tmp`` (atomic rename), with ``mode``."""
-    q_tmp, q_path = shlex.quote(tmp), shlex.quote(path)
-    return (f"umask 077; cat > {q_tmp} && chmod {mode:o} {q_tmp} && mv -f {q_tmp} {q_path} "
-            f"|| {{ rm -f {q_tmp}; exit 1; }}")
-
-
 class ShellHost(Host):
-    """What both SSH hosts build the same way on ``run``: the route, the home, absolute paths, a
-    detached start and a group kill. Subclasses set ``config`` and ``label`` and implement the rest."""
+    """What both SSH hosts build the same way on ``run``: the route, the home, absolute paths and
+    a detached start. Subclasses set ``config`` and ``label`` and implement the rest."""
 
     def __init__(self, config: HostConfig, on_notice: Callable[[str], None] | None) -> None:
         self.name = config.name
@@ -114,9 +106,3 @@ class ShellHost(Host):
         except (IndexError, ValueError):
             raise HostError(f"{self.label}: cannot start `{head(command)}`: no pid reported "
                             f"({result.stderr.strip() or result.stdout.strip()!r})") from None
-
-    def kill_group(self, pgid: int, sig: int = signal.SIGTERM) -> None:
-        result = self.run(f"kill -s {signal_name(sig)} -- -{int(pgid)}", timeout=30.0)
-        if not result.ok and "no such process" not in result.stderr.lower():
-            detail = (result.stderr.strip().splitlines() or [f"exit code {result.exit_code}"])[-1]
-            raise HostError(f"{self.label}: cannot signal process group {pgid}: {detail}")

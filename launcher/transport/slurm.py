@@ -29,7 +29,7 @@ from collections.abc import Callable
 
 from launcher.errors import HostError, HostGone
 from launcher.model import HostConfig
-from launcher.transport.base import CommandResult, LineStream, head, signal_name
+from launcher.transport.base import CommandResult, LineStream, head
 from launcher.transport.local import LocalHost
 
 #: how long a detached step may take to report its pid (slurmctld may be busy)
@@ -142,18 +142,6 @@ class SlurmHost(LocalHost):
             self._home = home
         return self._home
 
-    def put_file(self, data: bytes, remote_path: str, mode: int = 0o644) -> None:
-        """Through the step's stdin (``cat``): node-local paths need not be shared with this machine."""
-        path = remote_path if not remote_path.startswith("~/") else self.home() + remote_path[1:]
-        tmp = f"{path}.tmp-{os.getpid()}-{threading.get_ident()}"
-        q_tmp, q_path = shlex.quote(tmp), shlex.quote(path)
-        result = self.run(f"mkdir -p \"$(dirname {q_path})\" && cat > {q_tmp} && chmod {mode:o} {q_tmp} "
-                          f"&& mv -f {q_tmp} {q_path} || {{ rm -f {q_tmp}; exit 1; }}",
-                          timeout=max(60.0, len(data) / 1e6), stdin=data)
-        if not result.ok:
-            detail = (result.stderr.strip().splitlines() or [f"exit code {result.exit_code}"])[-1]
-            raise HostError(f"{self.label}: cannot write {path}: {detail}")
-
     def start_detached(self, command: str, log_path: str, cwd: str | None = None) -> int:
         """One step that lasts as long as ``command``: a session leader on the node (pid == pgid)
         whose output goes to ``log_path`` there; its pid is the step's first line of output."""
@@ -203,13 +191,6 @@ class SlurmHost(LocalHost):
     def stream_lines(self, command: str, on_line: Callable[[str], None],
                      on_close: Callable[[int | None], None] | None = None) -> LineStream:
         return super().stream_lines(self._step(command), on_line, on_close)
-
-    def kill_group(self, pgid: int, sig: int = signal.SIGTERM) -> None:
-        result = self.run(f"kill -s {signal_name(sig)} -- -{int(pgid)}", timeout=60.0)
-        if not result.ok and "no such process" not in result.stderr.lower():
-            detail = (result.stderr.strip().splitlines() or [f"exit code {result.exit_code}"])[-1]
-            raise HostError(f"{self.label}: cannot signal process group {pgid}: {detail}")
-
 
 def _drain_and_reap(proc: subprocess.Popen[bytes]) -> None:
     assert proc.stdout is not None

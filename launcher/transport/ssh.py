@@ -5,12 +5,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import posixpath
-import shlex
 import socket
 import threading
 import time
-import uuid
 from collections.abc import Callable
 
 import fabric
@@ -145,7 +142,7 @@ class _SshLineStream(ReaderLineStream):
 class SshHost(shellcmds.ShellHost):
     """A host reached over one SSH connection (Fabric ``Connection`` on paramiko).
 
-    Short commands, SFTP and at most one long stream share the connection, each on its own
+    Short commands and at most one long stream share the connection, each on its own
     channel; sshd's ``MaxSessions`` (default 10) caps the channels open at once, which this usage
     stays far below. Host keys come only from the profile's known_hosts (see known_hosts.py).
     """
@@ -156,8 +153,6 @@ class SshHost(shellcmds.ShellHost):
         self._jumps: list[fabric.Connection] = []
         self._watches: list[sshauth.KeepaliveWatch] = []
         self._channel_lock = threading.Lock()
-        self._sftp: paramiko.SFTPClient | None = None
-        self._no_sftp = False  # set once the server refused the sftp subsystem
 
     @property
     def label(self) -> str:
@@ -245,15 +240,11 @@ class SshHost(shellcmds.ShellHost):
         self.notice(notice)
 
     def close(self) -> None:
-        sftp, self._sftp = self._sftp, None
         connection, self._connection = self._connection, None
         jumps, self._jumps = self._jumps, []
         for watch in self._watches:
             watch.stop()
         self._watches.clear()
-        if sftp is not None:
-            with contextlib.suppress(Exception):
-                sftp.close()
         for link in [connection, *reversed(jumps)]:
             if link is not None:
                 with contextlib.suppress(Exception):
@@ -318,51 +309,6 @@ class SshHost(shellcmds.ShellHost):
 
     def _timed_out(self, command: str, timeout: float) -> CommandTimeout:
         return CommandTimeout(f"{self.label}: `{head(command)}` did not finish within {timeout:g}s")
-
-    def put_file(self, data: bytes, remote_path: str, mode: int = 0o644) -> None:
-        """SFTP where the server offers it; else ``cat`` on an exec channel (hosts whose sshd has
-        no ``Subsystem sftp`` line), so a missing subsystem costs speed, not the upload."""
-        path = self._absolute(remote_path)
-        parent = posixpath.dirname(path)
-        if parent:
-            self._check(f"mkdir -p {shlex.quote(parent)}", f"create {parent}")
-        tmp = f"{path}.tmp-{uuid.uuid4().hex[:12]}"
-        try:
-            sftp = None if self._no_sftp else self._sftp_client()
-        except (OSError, paramiko.SSHException, EOFError):
-            if not self.connected:
-                raise HostError(f"{self.label}: connection lost while writing {path}") from None
-            self._no_sftp = True  # the server refused the sftp subsystem
-            sftp = None
-        if sftp is None:
-            self._put_by_exec(data, tmp, path, mode)
-            return
-        try:
-            with sftp.open(tmp, "wb") as remote:
-                remote.set_pipelined(True)
-                remote.write(data)
-            sftp.chmod(tmp, mode)
-            sftp.posix_rename(tmp, path)
-        except (OSError, paramiko.SSHException, EOFError) as exc:
-            with contextlib.suppress(Exception):
-                self.run(f"rm -f {shlex.quote(tmp)}", timeout=10.0)
-            raise HostError(f"{self.label}: cannot write {path}: {exc}") from exc
-
-    def _put_by_exec(self, data: bytes, tmp: str, path: str, mode: int) -> None:
-        result = self.run(shellcmds.put_from_stdin(tmp, path, mode), timeout=max(60.0, len(data) / 1e6), stdin=data)
-        if not result.ok:
-            detail = (result.stderr.strip().splitlines() or [f"exit code {result.exit_code}"])[-1]
-            raise HostError(f"{self.label}: cannot write {path} (no SFTP subsystem there, "
-                            f"so through `cat`): {detail}")
-
-    def _sftp_client(self) -> paramiko.SFTPClient:
-        if self._sftp is None or self._sftp.get_channel() is None or self._sftp.get_channel().closed:
-            if not self.connected:
-                self.connect()
-            assert self._connection is not None
-            with self._channel_lock:
-                self._sftp = self._connection.client.open_sftp()
-        return self._sftp
 
     def stream_lines(self, command: str, on_line: Callable[[str], None],
                      on_close: Callable[[int | None], None] | None = None) -> LineStream:

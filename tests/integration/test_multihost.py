@@ -245,5 +245,4 @@ def test_attach_while_a_host_is_cut_off_follows_the_others_and_catches_up(tmp_pa
     assert seen == agent_events(lab, "b", run_id, "worker-0")  # every event once, in order
     assert [e["step"] for e in seen if e["kind"] == "metric"] == list(range(400))
     assert not [e for e in events if e["kind"] == "state" and e["state"] == "restarting"]
-    assert not (lab.run_dir("b", run_id) / "detached").exists()
     assert pids_with_run_id(run_id) == []

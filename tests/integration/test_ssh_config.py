@@ -214,22 +214,6 @@ def test_an_encrypted_key_without_agent_is_one_line(tmp_path: Path, private_sshd
     assert f"ssh-add {key}" in message and "\n" not in message
 
 
-def test_files_reach_a_host_without_sftp(tmp_path: Path) -> None:
-    require_sshd()
-    with PrivateSshd(sftp=False) as server:
-        host = SshHost(server.host_config("nosftp"))
-        target = tmp_path / "deep" / "agent.pyz"
-        payload = bytes(range(256)) * 4096  # binary, 1 MiB
-        try:
-            host.put_file(payload, str(target), mode=0o600)
-            assert host._no_sftp  # the server refused the subsystem, and cat took over
-        finally:
-            host.close()
-        assert target.read_bytes() == payload
-        assert target.stat().st_mode & 0o777 == 0o600
-        assert list(target.parent.iterdir()) == [target]  # no temporary file left
-
-
 def test_two_jump_hosts_are_chained_in_order(tmp_path: Path) -> None:
     require_sshd()
     with PrivateSshd(log_level="DEBUG1") as first, PrivateSshd(log_level="DEBUG1") as second, \

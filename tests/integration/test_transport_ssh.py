@@ -166,7 +166,6 @@ def test_commands_from_many_threads_share_the_connection_beside_a_stream(server:
         with ThreadPoolExecutor(max_workers=8) as pool:
             results = list(pool.map(lambda i: host.run(f"echo {i}").stdout, range(40)))
         assert results == [f"{i}\n" for i in range(40)]
-        host.put_file(b"x", str(server.dir / "sub" / "f"))
         assert lines == ["started"]
         assert stream.alive
     finally:

@@ -21,7 +21,7 @@ from tests.tui.tui_support import (
 )
 from tui.actions import NOT_IN_REPLAY
 from tui.frame import DashboardResult
-from tui.placement import TOTAL_ROW
+from tui.placement_view import TOTAL_ROW
 from tui.screens import ConfirmScreen, HelpScreen, QuitScreen
 
 SIZES = [(100, 30), (200, 50)]

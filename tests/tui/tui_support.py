@@ -102,9 +102,6 @@ class RecordingControl:
     def teardown(self) -> None:
         self.calls.append(("teardown",))
 
-    def detach(self) -> None:
-        self.calls.append(("detach",))
-
     def capture_stacks(self, tasks: list[str] | None = None, native: bool = False,
                        timeout: float = 10.0) -> list[TaskStacks]:
         self.calls.append(("capture_stacks", ",".join(tasks) if tasks is not None else "*",

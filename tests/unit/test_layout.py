@@ -1,5 +1,7 @@
 """The layout's rules (docs/ARCHITECTURE.md, "What may import what"), checked on the source tree.
 
+Sizes are not among them: ``python -m tests.sizes`` reports them (docs/contributing.md).
+
 Every import counts, also one inside a function or under ``TYPE_CHECKING``: a lazy import is still
 a dependency a reader has to follow.
 """
@@ -12,10 +14,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from launcher.remote import agentpack
+from tests import sizes
 
 ROOT = Path(__file__).resolve().parents[2]
-MAX_MODULE_LINES = 500
-MAX_CLASS_LINES = 400
 MAX_LOOSE_MODULES = 12
 #: what runs on each host and inside the tasks (the agent zipapp holds exactly these)
 HOST_PACKAGES = ("launcher.agent", "launcher.autolog", "launcher.protocol")
@@ -131,16 +132,15 @@ def _is_host_code(name: str) -> bool:
     return name in HOST_MODULES or any(name == p or name.startswith(p + ".") for p in HOST_PACKAGES)
 
 
-def test_no_module_over_500_lines_and_no_class_over_400():
-    too_long = []
-    for name, path in MODULES.items():
-        text = path.read_text()
-        if text.count("\n") > MAX_MODULE_LINES:
-            too_long.append(f"{name}: {text.count(chr(10))} lines")
-        for node in ast.walk(ast.parse(text)):
-            if isinstance(node, ast.ClassDef) and node.end_lineno - node.lineno + 1 > MAX_CLASS_LINES:
-                too_long.append(f"{name}.{node.name}: {node.end_lineno - node.lineno + 1} lines")
-    assert too_long == []
+def test_the_size_report_measures_every_module_and_class_and_fails_on_none(capsys):
+    """Sizes are a report (``python -m tests.sizes``), not a gate: split by concept, not by count."""
+    modules, classes = sizes.measure()
+    assert {s.name for s in modules} == set(MODULES)
+    assert [s.lines for s in classes] == sorted((s.lines for s in classes), reverse=True)
+    assert "launcher.supervise.supervisor.Supervisor" in {s.name for s in classes}
+    print(sizes.report(top=5))
+    out = capsys.readouterr().out
+    assert f"{modules[0].lines:5d}  {modules[0].name}" in out and classes[0].name in out
 
 
 def test_no_import_circle_lazy_imports_included():
@@ -172,6 +172,16 @@ def test_packages_are_the_folders_of_launcher_its_loose_modules_and_tui():
                         "launcher.runclean": {"launcher.supervise"}, "tui": {"launcher.plan"},
                         "launcher.plan": set()}
     assert _cycles(packages) == [["launcher.remote", "launcher.runclean", "launcher.supervise"]]
+
+
+def test_no_two_modules_share_a_file_name():
+    """A name says what a module is: two ``stacks.py`` (the verb, the agent's reader) made every
+    import and every path in the docs a question. ``__init__`` and ``__main__`` excepted."""
+    by_name: dict[str, list[str]] = {}
+    for name, path in MODULES.items():
+        if path.stem not in ("__init__", "__main__"):
+            by_name.setdefault(path.name, []).append(name)
+    assert {n: m for n, m in by_name.items() if len(m) > 1} == {}
 
 
 def test_at_most_12_loose_modules_at_the_top_of_launcher():
@@ -218,15 +228,18 @@ def test_the_zipapp_ships_exactly_the_host_side_code():
     assert shipped == expected - set(agentpack.NOT_SHIPPED)
 
 
-#: the archive is uploaded on every host's one exec of a launch (bytecode included): 441 KiB today
+#: the archive is uploaded on every host's one exec of a launch (bytecode included): 492 KiB today
+#: (the agent's own detail, moved from docs/ARCHITECTURE.md into its module docstrings, ~14 KiB with
+#: their bytecode copies, took it past the 480 KiB before)
 #: (taskcgroup.py, the sweep's sessions and cgroups, took it past 320 KiB; tasks in containers,
 #: issue 38: containerrt, taskcontainer and containercheck, ~44 KiB, and autolog's step time,
 #: ~20 KiB, past the 336 KiB this was before; the protocol package, both line protocols, ~19 KiB,
 #: past the 416 KiB before that; the container runtimes as one adapter class each, ~6 KiB, and autolog's
 #: last reading at exit and train calls recognised without an optimizer, past the 448 KiB before that;
-#: the protocol modules split by concept, the typed agent requests and the metric names, ~12 KiB, past
-#: the 480 KiB before that)
-MAX_ZIPAPP_BYTES = 500 * 1024
+#: the protocol modules split by concept, the typed agent requests and the metric names, ~12 KiB, and
+#: the detail of docs/ARCHITECTURE.md moved into the shipped modules' docstrings, ~12 KiB, past the
+#: 480 KiB before that)
+MAX_ZIPAPP_BYTES = 512 * 1024
 
 
 def test_the_zipapp_stays_small():

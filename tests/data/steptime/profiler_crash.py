@@ -9,8 +9,29 @@ worker), each task with ``tf.profiler.experimental.server.start(port)`` and a cu
 all-reduce; after a warm-up it captures the chosen tasks (``leader``: the first task, the
 collective leader; ``others``: the other one) 2 s at a time, a second apart, and prints a line
 ``RESULT ...``: each capture's outcome and each task's exit status (-11: SIGSEGV, -6: SIGABRT).
-TensorFlow's client prints its own lines too: ``... 2>&1 | grep ^RESULT``. Findings (issue 46 §2)
-are in docs/ARCHITECTURE.md, "Profiling: the tasks a capture would crash".
+TensorFlow's client prints its own lines too: ``... 2>&1 | grep ^RESULT``.
+
+What it found (issue 46 §2; launcher/autolog/profilersafety.py and launcher/tfprofiler/safety.py act
+on it):
+
+TensorFlow 2.21's profiler server kills a MultiWorkerMirrored worker other than the collective
+leader (``chief:0``, else ``worker:0``) as a capture stops: SIGSEGV in ``TraceMeRecorder::Consume``
+-> ``SplitEventTracker::FindStartAndMerge`` (the core's crashing thread:
+``ProfilerServiceImpl::Profile`` -> ``ProfilerSession::CollectData`` -> ``HostTracer::Stop``), or
+SIGABRT with ``free(): invalid size``; the job fails with it. As far as found: such a worker
+completes each collective's parameters with the leader over RPC, so its
+``CollectiveExecutor::CompleteParams`` activity starts on a ``collective_ops`` thread and ends on a
+gRPC thread (``tf_GrpcWorkerEnvQueues``; on the leader both ends stay on one thread), and the host
+tracer's merging of such cross-thread events at collection corrupts memory. ``tf.py_function`` is no
+part of it. This script reproduces it without distlaunch (two workers,
+or a chief and a worker, on this 2-core machine; 2 s captures a second apart, up to 8 a run): with
+the non-leader captured, 15 of 30 runs lost it (14 of them within 3 captures), whatever the input
+(``py_function``, ``numpy_function``, none) and with a chief too; the leader alone: 33 captures in 5
+runs, and in every run above, never. No option is safe and useful: TensorFlow 2.21's client drops
+every ``ProfilerOptions`` field (its log: ``host_tracer_level expects an i value``, for any Python
+type), so the script's ``--client raw`` sends the ``Profile`` request itself: ``host_tracer_level``
+1 crashed 3 runs of 4 at the first capture; 0 survived 24 captures but records nothing on a CPU
+host.
 
 ``--client tf`` captures with ``tf.profiler.experimental.client.trace`` (TensorFlow 2.21 drops
 every ``ProfilerOptions`` field it is given: its log says ``host_tracer_level expects an i

@@ -356,20 +356,6 @@ def test_lease_touches_keep_the_task_alive(host):
     assert final_state(task_dir)["reason"] == "stopped on request"
 
 
-def test_detached_run_ignores_the_lease(host):
-    (host.root / "detached").touch()
-    task_dir = host.task("exec sleep 120", orphan_grace_seconds=1)
-    agent = host.start(task_dir)
-    wait_for(lambda: "running" in states(read_events(task_dir)), 30, "running")
-    deadline = time.monotonic() + 3.0
-    while time.monotonic() < deadline:
-        assert final_state(task_dir) is None and agent.poll() is None
-        time.sleep(0.1)
-    agent.send_signal(signal.SIGTERM)
-    assert agent.wait(10) == 0
-    assert final_state(task_dir)["reason"] == "stopped on request"
-
-
 def test_workdir_that_does_not_exist_fails_with_a_reason(host):
     final = host.run_to_end(host.task("true", workdir="/nonexistent/dir"))[-1]
     assert final["state"] == "failed" and "could not start" in final["reason"]

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from launcher.agent import stackmodel as sm
-from launcher.agent import stacks
+from launcher.agent import stackreader
 from launcher.autolog.hook import STACKS_ENV
 
 HUNG = """\
@@ -40,7 +40,7 @@ def task(tmp_path: Path) -> Iterator[tuple[Path, subprocess.Popen[bytes]]]:
     """A task as the agent starts one: a shell leading its own process group, the Python under it,
     with autolog's faulthandler writing into the task dir."""
     (tmp_path / "hung.py").write_text(HUNG)
-    env = {**os.environ, "REPO": REPO, STACKS_ENV: str(tmp_path / stacks.STACKS_FILE)}
+    env = {**os.environ, "REPO": REPO, STACKS_ENV: str(tmp_path / stackreader.STACKS_FILE)}
     proc = subprocess.Popen(["/bin/sh", "-c", f"{sys.executable} {tmp_path / 'hung.py'}; :"], env=env,
                             stdout=subprocess.PIPE, start_new_session=True)
     assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
@@ -54,20 +54,21 @@ def task(tmp_path: Path) -> Iterator[tuple[Path, subprocess.Popen[bytes]]]:
 def test_the_tasks_python_under_its_shell_is_found_and_read_both_ways(task: tuple[Path, subprocess.Popen[bytes]]
                                                                        ) -> None:
     task_dir, proc = task
-    pid = stacks.main_python(proc.pid)
+    pid = stackreader.main_python(proc.pid)
     assert pid is not None and pid != proc.pid
-    assert stacks._caught(pid, stacks.STACKS_SIGNAL) and not stacks._caught(proc.pid, stacks.STACKS_SIGNAL)
+    dump_signal = stackreader.STACKS_SIGNAL
+    assert stackreader._caught(pid, dump_signal) and not stackreader._caught(proc.pid, dump_signal)
     deadline = time.monotonic() + 20
-    spy = stacks.find_pyspy(pid)
+    spy = stackreader.find_pyspy(pid)
     assert spy is not None, "py-spy is a dependency: beside the venv's Python"
-    threads, error = stacks.run_pyspy(spy, pid, False, False, deadline)
+    threads, error = stackreader.run_pyspy(spy, pid, False, False, deadline)
     frame = sm.user_frame(threads[0]) if threads else None
     assert not error and frame is not None and frame.function == "wait_for_peer"
-    threads, error = stacks.read_faulthandler(str(task_dir), pid, deadline)
+    threads, error = stackreader.read_faulthandler(str(task_dir), pid, deadline)
     assert not error, error
     assert [f.function for f in threads[0].frames] == ["<module>", "wait_for_peer"]
     # a pid without the handler is never signalled (SIGUSR2 would end it)
-    threads, error = stacks.read_faulthandler(str(task_dir), proc.pid, deadline)
+    threads, error = stackreader.read_faulthandler(str(task_dir), proc.pid, deadline)
     assert threads == [] and "not set up in pid" in error
     assert proc.poll() is None
 
@@ -75,19 +76,19 @@ def test_the_tasks_python_under_its_shell_is_found_and_read_both_ways(task: tupl
 def test_py_spy_can_be_hidden_and_a_stopped_process_is_read_without_blocking(
         task: tuple[Path, subprocess.Popen[bytes]], monkeypatch: pytest.MonkeyPatch) -> None:
     _, proc = task
-    pid = stacks.main_python(proc.pid)
+    pid = stackreader.main_python(proc.pid)
     assert pid is not None
-    spy = stacks.find_pyspy(pid)
-    monkeypatch.setenv(stacks.PYSPY_ENV, "/nonexistent")
-    assert stacks.find_pyspy(pid) is None
+    spy = stackreader.find_pyspy(pid)
+    monkeypatch.setenv(stackreader.PYSPY_ENV, "/nonexistent")
+    assert stackreader.find_pyspy(pid) is None
     assert spy is not None
     os.kill(pid, signal.SIGSTOP)
     try:
         deadline = time.monotonic() + 10
-        while (stacks._stat(pid) or ("?",))[0] != "T":  # the kernel stops it asynchronously
+        while (stackreader._stat(pid) or ("?",))[0] != "T":  # the kernel stops it asynchronously
             assert time.monotonic() < deadline, "the process did not stop"
             time.sleep(0.01)
-        threads, error = stacks.run_pyspy(spy, pid, False, True, time.monotonic() + 20)
+        threads, error = stackreader.run_pyspy(spy, pid, False, True, time.monotonic() + 20)
         assert threads and not error
     finally:
         os.kill(pid, signal.SIGCONT)

@@ -31,7 +31,7 @@ def test_runs_come_newest_first_with_times_from_the_first_and_last_events(tmp_pa
     assert (old.job_state, old.job_reason, old.started, old.duration_s) == \
         (ev.JOB_FAILED, "worker:0 failed", 1000.0, 90.0)
     assert (old.hosts, old.tasks, old.restarts, old.live) == (["a", "b"], 2, 3, None)
-    assert (new.job_state, new.duration_s, new.live) == (ev.JOB_RUNNING, 30.0, "lost")  # no launcher, not detached
+    assert (new.job_state, new.duration_s, new.live) == (ev.JOB_RUNNING, 30.0, "lost")  # no supervisor answers
 
 
 def test_a_torn_last_line_and_unreadable_run_dirs_are_tolerated(tmp_path: Path) -> None:

@@ -16,7 +16,8 @@ import yaml
 from launcher.agent.containerrt import ContainerSpec
 from launcher.cli import main
 from launcher.errors import ProfileError, UserError
-from launcher.export.tfjob import job_name, tfjob_manifest, tfjob_yaml
+from launcher.export.tfjob import RESTART_POLICIES, job_name, tfjob_manifest, tfjob_yaml
+from launcher.model import RESTART_POLICIES as PROFILE_RESTART_POLICIES
 from launcher.model import (
     HostConfig,
     LogPolicy,
@@ -145,6 +146,13 @@ def test_ps_profile_has_one_replica_spec_per_role_with_the_crd_keys() -> None:
         "Chief": 1, "PS": 2, "Worker": 3, "Evaluator": 1}
     assert {k: v["restartPolicy"] for k, v in replicas.items()} == {
         "Chief": "OnFailure", "PS": "Always", "Worker": "Never", "Evaluator": "ExitCode"}
+
+
+def test_every_restart_policy_of_a_profile_has_its_tfjob_restart_policy() -> None:
+    """A value added to model.RestartPolicy needs its entry in tfjob.RESTART_POLICIES (else a KeyError
+    at export time), one of the values the operator knows."""
+    assert set(RESTART_POLICIES) == set(PROFILE_RESTART_POLICIES)
+    assert set(RESTART_POLICIES.values()) <= {"Never", "OnFailure", "Always", "ExitCode"}
 
 
 def test_container_is_named_tensorflow_and_carries_image_command_env_port_gpus() -> None:

@@ -3,12 +3,15 @@
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 import pytest
 
-from launcher.cli import main
-from launcher.profile.containeropts import Option, option_warnings, parse_options, secret_problem
+from launcher.agent.containeradapters import ADAPTERS
+from launcher.cli import build_parser, main
+from launcher.profile.containeropts import RULES, SYNTAX, Option, option_warnings, parse_options, secret_problem
+from launcher.profile.keys import CONTAINER_KEYS
 
 HOSTS = '[hosts.h]\naddress = "localhost"\ntransport = "local"\n'
 
@@ -194,3 +197,35 @@ def test_harmless_options_give_no_warning(tmp_path: Path, capsys: pytest.Capture
     assert warnings(tmp_path, capsys, profile_text(container(options))) == []
     assert option_warnings("apptainer", ["--net=false", "-B", "/data", "--pid"]) == []
     assert option_warnings("pyxis", ["--export=ALL,FOO", "--container-mounts=/data:/data"]) == []
+
+
+# -- a runtime added to containeradapters.ADAPTERS: every place that must name it (docs/contributing.md) ---
+
+
+@pytest.mark.parametrize("runtime", list(ADAPTERS))
+def test_every_runtime_has_a_flag_table_and_a_warning_table(runtime: str) -> None:
+    assert runtime in SYNTAX, f"add {runtime!r} to containeropts.SYNTAX: how its command line reads flags"
+    assert runtime in RULES, f"add {runtime!r} to containeropts.RULES ({{}} when no option undoes a promise)"
+
+
+@pytest.mark.parametrize("runtime", list(ADAPTERS))
+def test_every_runtime_refuses_a_secret_in_each_flag_that_sets_variables(runtime: str) -> None:
+    syntax = SYNTAX[runtime]
+    assert syntax.env, f"containeropts.SYNTAX[{runtime!r}].env names no flag that sets variables"
+    for flag in syntax.env:
+        problem = secret_problem(runtime, [flag, "API_TOKEN=s3cr3t"])
+        assert problem is not None and "API_TOKEN" in problem and "s3cr3t" not in problem, (flag, problem)
+
+
+def _help(verb: str) -> str:
+    parser = build_parser()
+    verbs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return verbs.choices[verb].format_help()
+
+
+@pytest.mark.parametrize("runtime", list(ADAPTERS))
+def test_every_runtime_is_named_where_users_read_the_choices(runtime: str) -> None:
+    assert CONTAINER_KEYS["runtime"].choices == tuple(ADAPTERS)
+    assert runtime in CONTAINER_KEYS["runtime"].doc, "profile/keys.py: the runtime key's help names each runtime"
+    if not ADAPTERS[runtime].slurm_step:  # what `init --runtime` offers
+        assert runtime in _help("init"), "cli.py: init --runtime's help names every runtime it takes"

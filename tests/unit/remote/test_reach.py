@@ -1,4 +1,4 @@
-"""The reach check on a host (launcher/agent/reach.py): held ports greet with their host's token,
+"""The reach check on a host (launcher/agent/reachcheck.py): held ports greet with their host's token,
 probes tell reached, refused, timed out and "another host's port" apart, and the verb's second
 phase answers `#reach` lines on stdin, then lets the ports go on the next line."""
 
@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from launcher.agent.reach import PortHold, probe
+from launcher.agent.reachcheck import PortHold, probe
 from launcher.protocol.agentlines import ReachAnswer
 from launcher.remote.channel import AgentChannel
 

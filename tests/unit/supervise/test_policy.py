@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from launcher.model import RestartPolicy, TaskSpec
+from launcher.model import RESTART_POLICIES, RestartPolicy, TaskSpec
 from launcher.supervise.policy import (
     BACKOFF_FIRST,
     BACKOFF_MAX,
@@ -23,7 +23,7 @@ from launcher.supervise.policy import (
 PS_JOB = ["ps:0", "ps:1", "worker:0", "worker:1", "chief:0", "evaluator:0"]
 
 
-@pytest.mark.parametrize(("policy", "exit_code", "succeeded", "expected"), [
+WANTS_RESTART: list[tuple[RestartPolicy, int | None, bool, bool]] = [
     ("never", 1, False, False),
     ("never", 137, False, False),
     ("never", 0, True, False),
@@ -40,10 +40,27 @@ PS_JOB = ["ps:0", "ps:1", "worker:0", "worker:1", "chief:0", "evaluator:0"]
     ("exit-code", 143, False, True),
     ("exit-code", None, False, True),  # no exit code at all: the agent or host was lost, so retry
     ("exit-code", 0, True, False),
-])
+]
+
+
+@pytest.mark.parametrize(("policy", "exit_code", "succeeded", "expected"), WANTS_RESTART)
 def test_wants_restart_follows_each_policy(policy: RestartPolicy, exit_code: int | None, succeeded: bool,
                                            expected: bool) -> None:
     assert wants_restart(policy, exit_code, succeeded) is expected
+
+
+@pytest.mark.parametrize("policy", RESTART_POLICIES)
+def test_every_restart_policy_has_a_rule_and_rows_in_the_table_above(policy: RestartPolicy) -> None:
+    """A value added to model.RestartPolicy needs its rule in wants_restart and its rows here."""
+    for exit_code, succeeded in ((0, True), (1, False), (137, False), (None, False)):
+        assert isinstance(wants_restart(policy, exit_code, succeeded), bool)
+    assert policy in {row[0] for row in WANTS_RESTART}, f"add {policy!r} rows to WANTS_RESTART"
+    assert why_not_restarted(policy, 1)
+
+
+def test_a_policy_without_a_rule_is_an_error_not_a_quiet_no() -> None:
+    with pytest.raises(ValueError, match="'sometimes' has no rule"):
+        wants_restart("sometimes", 1, False)  # type: ignore[arg-type]
 
 
 def test_why_not_restarted_names_the_policy_and_the_permanent_code() -> None:

@@ -210,14 +210,12 @@ def test_actions_are_requests_of_their_own_and_a_refusal_is_an_error(run_id: str
         with pytest.raises(HostError, match="no task worker:9"):
             job.restart_task("worker:9")
         captured = job.capture_stacks(["worker:0"], native=True, timeout=3.0)
-        job.detach()  # the dashboard's "leave running": nothing is asked of the supervisor
         job.close()
     assert server.requests[1:] == [
         Request("restart", task="worker:1"), Request("stop", task="worker:2"),
         Request("teardown", reason="stopped by SIGTERM", origin="SIGTERM"), Request("restart", task="worker:9"),
         Request("stacks", tasks=("worker:0",), native=True, timeout_s=3.0)]
     assert [(c.task, c.pid, c.state) for c in captured] == [("worker:0", 12, "sleeping")]
-    assert job.leaving
     with pytest.raises(HostError, match="does not answer"):  # the supervisor is gone
         job.restart_task("worker:1")
     assert [c.note for c in job.capture_stacks(["worker:0", "ps:0"], timeout=0.5)] == \

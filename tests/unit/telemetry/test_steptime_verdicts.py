@@ -8,7 +8,7 @@ import io
 from launcher import events as ev
 from launcher.telemetry.jobview import JobView
 from launcher.telemetry.printer import ProgressPrinter
-from launcher.telemetry.steptime import StepTimes, bar
+from launcher.telemetry.stepverdict import StepTimes, bar
 
 
 def split(input: float = 0.0, compute: float = 0.0, peers: float = 0.0, other: float = 0.0,
