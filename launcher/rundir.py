@@ -29,7 +29,7 @@ from launcher.agent import pid_alive
 from launcher.errors import UserError
 from launcher.events import Event, EventDecodeError, LogEvent
 from launcher.model import HostConfig, SshSettings
-from launcher.paths import LATEST_LINK, runs_root
+from launcher.paths import LATEST_LINK, private_state_dir, runs_root
 from launcher.privatedir import (
     DamagedFile,
     check_ancestry,
@@ -106,6 +106,7 @@ class RunDir:
     def create(cls, run_id: str, path: Path | None = None) -> RunDir:
         target = Path(os.path.abspath((path if path is not None else runs_root() / run_id).expanduser()))
         target = target.parent.resolve() / target.name  # a link at the last component is refused, not followed
+        private_state_dir("runs")
         check_ancestry(target, "run dir")  # no other user can rename it away and put theirs in its place
         target.parent.mkdir(parents=True, exist_ok=True, mode=PRIVATE_DIR)  # a new root only: never chmod a user's dir
         _make_run_dir(target, run_id)
@@ -335,7 +336,7 @@ def _link_into_root(run_id: str, target: Path) -> None:
     ``distlaunch runs`` lists it and its id finds it."""
     link = runs_root() / run_id
     try:
-        link.parent.mkdir(parents=True, exist_ok=True, mode=PRIVATE_DIR)
+        private_state_dir("runs")
         if not link.exists() and not link.is_symlink():
             link.symlink_to(target)
     except OSError:

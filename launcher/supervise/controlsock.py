@@ -30,7 +30,7 @@ from typing import Protocol
 
 from launcher.agent.stackmodel import TaskStacks
 from launcher.errors import UserError
-from launcher.paths import state_home
+from launcher.paths import private_state_dir, state_home
 from launcher.privatedir import ensure_private_dir
 from launcher.protocol import lines
 from launcher.protocol.lines import MAX_SOCKET_PATH, Answer, Dropped, End, Hello, Live, Request
@@ -84,7 +84,7 @@ def listen(run_id: str) -> ControlListener:
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         if path.parent == Path(lines.control_dirs(os.fspath(state_home()))[0]):  # under the state dir: make it first
-            path.parent.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            private_state_dir()
         ensure_private_dir(path.parent, hint)
         with contextlib.suppress(FileNotFoundError):
             if stat.S_ISSOCK(os.lstat(path).st_mode):
