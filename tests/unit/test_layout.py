@@ -223,8 +223,9 @@ def test_the_zipapp_ships_exactly_the_host_side_code():
 #: issue 38: containerrt, taskcontainer and containercheck, ~44 KiB, and autolog's step time,
 #: ~20 KiB, past the 336 KiB this was before; the protocol package, both line protocols, ~19 KiB,
 #: past the 416 KiB before that; the container runtimes as one adapter class each, ~6 KiB, and autolog's
-#: last reading at exit and train calls recognised without an optimizer, past the 448 KiB before that)
-MAX_ZIPAPP_BYTES = 480 * 1024
+#: last reading at exit and train calls recognised without an optimizer, past the 448 KiB before that;
+#: a preemption notice bounded in bytes and time, and a retired mark never waited on, past 480 KiB)
+MAX_ZIPAPP_BYTES = 484 * 1024
 
 
 def test_the_zipapp_stays_small():
