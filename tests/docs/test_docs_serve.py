@@ -4,6 +4,7 @@ showed. The recipe is run with mkdocs replaced by `echo`, while this test holds 
 
 from __future__ import annotations
 
+import contextlib
 import re
 import shutil
 import socket
@@ -30,10 +31,8 @@ def test_docs_serve_picks_a_free_port_each_time() -> None:
         pytest.skip("needs make")
     squatter = socket.socket()
     try:
-        try:
+        with contextlib.suppress(OSError):  # taken already: the recipe must not want it either way
             squatter.bind(("127.0.0.1", 8000))  # what another user did first
-        except OSError:
-            pass  # taken already: the recipe must not want it either way
         first, second = _dev_addr(), _dev_addr()
     finally:
         squatter.close()
