@@ -64,7 +64,8 @@ HOST_TREES = frozenset({"tasks"})
 HOST_LAYOUT = Layout(files=HOST_FILES, prefixes=HOST_PREFIXES, trees=HOST_TREES)
 #: the launcher's run dir (launcher/rundir.py); "ssh": the openssh transport's control sockets
 RUN_LAYOUT = Layout(
-    files=frozenset({EVENTS_FILE, STATE_FILE, STATE_FILE + ".tmp", PROFILE_FILE, RESOLVED_FILE, SUPERVISOR_LOG,
+    files=frozenset({EVENTS_FILE, STATE_FILE, STATE_FILE + ".tmp", PROFILE_FILE, RESOLVED_FILE, RESOLVED_FILE + ".tmp",
+                     SUPERVISOR_LOG,
                      SUPERVISOR_LOCK, NOTIFY_LOG, DOWN_MARKER}),
     trees=frozenset({"logs", STACKS_DIR, "ssh"}),
     dirs={"hosts": Layout(each=HOST_LAYOUT)},

@@ -31,7 +31,7 @@ from typing import Protocol
 from launcher.agent.stackmodel import TaskStacks
 from launcher.errors import UserError
 from launcher.paths import private_state_dir, state_home
-from launcher.privatedir import ensure_private_dir
+from launcher.privatedir import ensure_private_dir, open_trusted
 from launcher.protocol import lines
 from launcher.protocol.lines import MAX_SOCKET_PATH, Answer, Dropped, End, Hello, Live, Request
 from launcher.rundir import EVENTS_FILE
@@ -308,8 +308,8 @@ def _watch_client(conn: socket.socket, feed: LineFeed, gone: threading.Event) ->
 def _send_history(conn: socket.socket, path: Path, size: int | None) -> None:
     """events.jsonl's first ``size`` bytes (all of it when None), whole lines only."""
     try:
-        fh = path.open("rb")
-    except FileNotFoundError:
+        fh = open_trusted(path, "the run's events")  # never a FIFO or a link planted there
+    except (FileNotFoundError, UserError):
         return
     with fh:
         left = size if size is not None else -1
