@@ -116,3 +116,13 @@ def test_the_retired_mark_is_read_back_as_written_and_shown_safely(tmp_path: Pat
     assert retired_reason(str(tmp_path)) is None
     retire(str(tmp_path), "drained: \x1b]0;owned\x07 maintenance")
     assert retired_reason(str(tmp_path)) == "drained: \\x1b]0;owned\\x07 maintenance"
+
+
+def test_status_shows_a_hosts_reason_escaped() -> None:
+    """Issue 59, item 7: a reason recorded before the agent escaped it (or by another writer) is
+    still written out when `status` shows it."""
+    from launcher.commands.status import hosts_text
+
+    lines = hosts_text({"b": {"state": "drained", "reason": "notice (x): \x1b]52;c;ZXZpbA==\x07 \x1b[2J", "since": None}},
+                       0.0)
+    assert lines == ["host b: drained (notice (x): \\x1b]52;c;ZXZpbA==\\x07 \\x1b[2J)"]
