@@ -40,7 +40,7 @@ docs: $(STAMP)
 	$(BIN)/python -m launcher.docsgen
 	$(MKDOCS) build --strict
 
-## the same, served on http://127.0.0.1:8000 while you edit
+## the same, served on 127.0.0.1 (a port free at the time, printed) while you edit
 docs-serve: $(STAMP)
 	$(BIN)/python -m launcher.docsgen
 	@# a port free now, never a fixed one another user could take first and serve their page on

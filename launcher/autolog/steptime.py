@@ -52,6 +52,8 @@ PREFIX = "step_time/"
 PARTS = ("input", "compute", "peers", "other")
 #: agent -> task: the port autolog starts TensorFlow's profiler server on (`distlaunch profile`)
 PROFILER_PORT_ENV = "DISTLAUNCH_PROFILER_PORT"
+#: the file in a task's dir that asks for its profiler server (launcher/commands/profile.py)
+PROFILER_WANTED = "profiler-wanted"
 CLOSURES = "closures_per_s/"
 LATENCY = "closure_latency_s/"
 #: sent, until a split is, by a task whose train calls were none timed yet (their number): the
