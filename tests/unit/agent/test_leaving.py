@@ -123,6 +123,6 @@ def test_status_shows_a_hosts_reason_escaped() -> None:
     still written out when `status` shows it."""
     from launcher.commands.status import hosts_text
 
-    lines = hosts_text({"b": {"state": "drained", "reason": "notice (x): \x1b]52;c;ZXZpbA==\x07 \x1b[2J", "since": None}},
-                       0.0)
+    reason = "notice (x): \x1b]52;c;ZXZpbA==\x07 \x1b[2J"
+    lines = hosts_text({"b": {"state": "drained", "reason": reason, "since": None}}, 0.0)
     assert lines == ["host b: drained (notice (x): \\x1b]52;c;ZXZpbA==\\x07 \\x1b[2J)"]
