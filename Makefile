@@ -44,10 +44,11 @@ docs: $(STAMP)
 	$(BIN)/python -m launcher.docsgen
 	$(MKDOCS) build --strict
 
-## the same, served on http://127.0.0.1:8000 while you edit
+## the same, served on 127.0.0.1 (a port free at the time, printed) while you edit
 docs-serve: $(STAMP)
 	$(BIN)/python -m launcher.docsgen
-	$(MKDOCS) serve --strict --dev-addr 127.0.0.1:8000
+	@# a port free now, never a fixed one another user could take first and serve their page on
+	$(MKDOCS) serve --strict --dev-addr 127.0.0.1:$$($(BIN)/python -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 
 ## what `make test` checks of the docs: the generated pages current, no broken link, no page outside the nav
 docs-check: $(STAMP)

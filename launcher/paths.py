@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import traceback
@@ -25,6 +26,27 @@ def state_home() -> Path:
     xdg = os.environ.get("XDG_STATE_HOME")
     base = Path(xdg).expanduser() if xdg else Path.home() / ".local" / "state"
     return base / "distlaunch"
+
+
+def private_state_dir(*parts: str) -> Path:
+    """``state_home()/parts...``, the state dir and each level under it made 0700 whatever the
+    umask (a umask of 002 under a group shared with others once left them 0775, and the agent
+    archive cached there open to the group); an existing level of the user's that is not a link is
+    made 0700 again. Folders above the state dir are the user's to choose and left as they are."""
+    home = state_home()
+    home.parent.mkdir(parents=True, exist_ok=True)
+    level = home
+    for part in ("", *parts):
+        level = level / part if part else level
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(level, 0o700)
+        fd = os.open(level, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            if os.fstat(fd).st_uid == os.geteuid():
+                os.fchmod(fd, 0o700)
+        finally:
+            os.close(fd)
+    return level
 
 
 def runs_root() -> Path:
@@ -52,8 +74,7 @@ def log_internal_error(header: str) -> Path:
     A log that cannot be written loses the entry, never the caller."""
     log = internal_log_path()
     try:
-        log.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        os.chmod(log.parent, 0o700)
+        private_state_dir()
         with open(log, "a", encoding="utf-8", opener=lambda p, f: os.open(p, f, 0o600)) as fh:
             os.fchmod(fh.fileno(), 0o600)
             fh.write(header.rstrip("\n") + "\n")

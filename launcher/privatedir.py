@@ -64,6 +64,47 @@ def private_group(gid: int) -> bool:
     return group.gr_name == user.pw_name and gid == user.pw_gid and set(group.gr_mem) <= {user.pw_name}
 
 
+def ancestry_problem(path: str | os.PathLike[str]) -> tuple[str, str] | None:
+    """The first folder above ``path`` (resolved) that another user could use to swap ``path``
+    away, and what is wrong with it, as OpenSSH's StrictModes judges a home: each must be a
+    folder of the user's or root's that no one else may write, unless it is root's or the user's
+    and sticky (``/tmp``: others may add names but never rename or remove the user's). Group
+    write is accepted on a group that is the user's alone. None when the whole chain is safe."""
+    real = os.path.realpath(os.fspath(path))
+    parent = os.path.dirname(real)
+    while True:
+        try:
+            st = os.lstat(parent)
+        except FileNotFoundError:  # made later, 0700, under the first folder that is there
+            parent = os.path.dirname(parent)
+            continue
+        except OSError as exc:
+            return parent, f"not to be checked ({exc.strerror})"
+        mode = stat.S_IMODE(st.st_mode)
+        if st.st_uid not in (0, os.geteuid()):
+            return parent, f"owned by {owner_name(st.st_uid)}, who could swap what is in it"
+        writers = mode & 0o022
+        if writers == 0o020 and private_group(st.st_gid):
+            writers = 0
+        if writers and not mode & stat.S_ISVTX:
+            who = "group and others" if writers == 0o022 else ("group" if writers & 0o020 else "others")
+            return parent, f"writable by {who} (mode {mode:04o}, not sticky), who could swap what is in it"
+        if parent == "/":
+            return None
+        parent = os.path.dirname(parent)
+
+
+def check_ancestry(path: str | os.PathLike[str], what: str) -> None:
+    """``path``'s folders judged as ``ancestry_problem`` does; one line (UnsafePath) naming the
+    culprit folder and the fix when another user could swap ``path`` (``what``: "run dir")."""
+    found = ancestry_problem(path)
+    if found is not None:
+        folder, problem = found
+        raise UnsafePath(f"{path}: the folder {folder} above it is {problem}; distlaunch keeps a {what} only "
+                         "where every folder above it is yours or root's and no one else can write it: choose a folder "
+                         "under your home, or leave the run dir out (the state root is private)")
+
+
 def _fix(problem: str, path: str, chmod: str) -> str:
     if problem.startswith("owned by"):
         return "remove it (its owner or root can)"

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from launcher.agent.hostagent import LOCK_NAME, PID_NAME, SOCKET_NAME
+from launcher.agent.leaving import RETIRED_NAME
 from launcher.errors import UserError
 from launcher.privatedir import owner_name
 from launcher.rundir import (
@@ -56,13 +57,15 @@ class Layout:
 
 #: a host run dir (launcher/remote/session.py, the host agent): on SSH hosts and, for local hosts,
 #: under the launcher run dir's hosts/
-HOST_FILES = frozenset({"agent.pyz", "agent.pyz.tmp", SOCKET_NAME, LOCK_NAME, PID_NAME, "agent.log", "lease"})
+HOST_FILES = frozenset({"agent.pyz", "agent.pyz.tmp", SOCKET_NAME, LOCK_NAME, PID_NAME, "agent.log", "lease",
+                        RETIRED_NAME, RETIRED_NAME + ".tmp"})
 HOST_PREFIXES = (f"{PID_NAME}.tmp.", "agent.pyz.tmp-")  # uploads: agent.pyz.tmp-<writer's pid>
 HOST_TREES = frozenset({"tasks"})
 HOST_LAYOUT = Layout(files=HOST_FILES, prefixes=HOST_PREFIXES, trees=HOST_TREES)
 #: the launcher's run dir (launcher/rundir.py); "ssh": the openssh transport's control sockets
 RUN_LAYOUT = Layout(
-    files=frozenset({EVENTS_FILE, STATE_FILE, STATE_FILE + ".tmp", PROFILE_FILE, RESOLVED_FILE, SUPERVISOR_LOG,
+    files=frozenset({EVENTS_FILE, STATE_FILE, STATE_FILE + ".tmp", PROFILE_FILE, RESOLVED_FILE, RESOLVED_FILE + ".tmp",
+                     SUPERVISOR_LOG,
                      SUPERVISOR_LOCK, NOTIFY_LOG, DOWN_MARKER}),
     trees=frozenset({"logs", STACKS_DIR, "ssh"}),
     dirs={"hosts": Layout(each=HOST_LAYOUT)},

@@ -17,7 +17,6 @@ import errno
 import json
 import os
 import secrets
-import stat
 import threading
 import time
 from collections import deque
@@ -30,8 +29,15 @@ from launcher.agent import pid_alive
 from launcher.errors import UserError
 from launcher.events import Event, EventDecodeError, LogEvent
 from launcher.model import HostConfig, SshSettings
-from launcher.paths import LATEST_LINK, runs_root
-from launcher.privatedir import DamagedFile, open_trusted, owner_name, read_trusted_json, trusted_dir
+from launcher.paths import LATEST_LINK, private_state_dir, runs_root
+from launcher.privatedir import (
+    DamagedFile,
+    check_ancestry,
+    open_trusted,
+    owner_name,
+    read_trusted_json,
+    trusted_dir,
+)
 from launcher.telemetry.eventcheck import decode_checked
 
 PRIVATE_DIR = 0o700
@@ -52,6 +58,9 @@ RUN_MARKER = ".distlaunch-run"
 STACKS_DIR = "stacks"
 #: lines kept in memory while the run dir cannot be written (disk full), written once it can
 PENDING_LINES = 100_000
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_APPEND_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_NEW_FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def private_opener(path: str, flags: int) -> int:
@@ -82,6 +91,7 @@ class RunDir:
         self._events_file = path / EVENTS_FILE
         self._lock = threading.Lock()
         self._fds: dict[str, int] = {}  # file name -> fd opened for appending
+        self._dir_fd: int | None = None  # the run dir, held: its files are reached through it, never by path
         #: (file, text) writes that failed and wait for space, oldest first
         self._pending: deque[tuple[Path, str]] = deque()  # (file, one or more whole lines)
         self._pending_lines = 0
@@ -96,6 +106,8 @@ class RunDir:
     def create(cls, run_id: str, path: Path | None = None) -> RunDir:
         target = Path(os.path.abspath((path if path is not None else runs_root() / run_id).expanduser()))
         target = target.parent.resolve() / target.name  # a link at the last component is refused, not followed
+        private_state_dir("runs")
+        check_ancestry(target, "run dir")  # no other user can rename it away and put theirs in its place
         target.parent.mkdir(parents=True, exist_ok=True, mode=PRIVATE_DIR)  # a new root only: never chmod a user's dir
         _make_run_dir(target, run_id)
         make_private_dir(target / "logs")
@@ -156,9 +168,10 @@ class RunDir:
     def _write(self, target: Path, text: str) -> None:
         """Append ``text`` whole or not at all: a failed write is cut back off, so a full disk
         never leaves half a line for the next one to be glued to."""
-        fd = self._fds.get(target.name)
+        name = os.path.relpath(target, self.path)
+        fd = self._fds.get(name)
         if fd is None:
-            fd = self._fds[target.name] = os.open(target, os.O_WRONLY | os.O_APPEND | os.O_CREAT, PRIVATE_FILE)
+            fd = self._fds[name] = os.open(name, _APPEND_FLAGS, PRIVATE_FILE, dir_fd=self._held())
         data = text.encode("utf-8")
         written = 0
         try:
@@ -169,6 +182,13 @@ class RunDir:
                 with contextlib.suppress(OSError):
                     os.ftruncate(fd, os.fstat(fd).st_size - written)
             raise
+
+    def _held(self) -> int:
+        """The run dir as a descriptor, opened once (not through a link) and kept: a folder swapped
+        in at its path later is never written to."""
+        if self._dir_fd is None:
+            self._dir_fd = os.open(self.path, _DIR_FLAGS)
+        return self._dir_fd
 
     def _flush_pending(self) -> None:
         while self._pending:
@@ -229,14 +249,19 @@ class RunDir:
         state = self._state_pending
         if state is None:
             return
-        tmp = self.path / (STATE_FILE + ".tmp")
+        tmp = STATE_FILE + ".tmp"
         try:
-            with open(tmp, "w", encoding="utf-8", opener=private_opener) as fh:
+            folder = self._held()
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp, dir_fd=folder)  # made new below: never a link or file planted there
+            fd = os.open(tmp, _NEW_FILE_FLAGS, PRIVATE_FILE, dir_fd=folder)
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
                 fh.write(json.dumps(state, indent=2, sort_keys=True))
-            os.replace(tmp, self.path / STATE_FILE)
+            os.replace(tmp, STATE_FILE, src_dir_fd=folder, dst_dir_fd=folder)
         except OSError as exc:
             with contextlib.suppress(OSError):
-                tmp.unlink()
+                if self._dir_fd is not None:
+                    os.unlink(tmp, dir_fd=self._dir_fd)
             if not self._state_failing:
                 self._state_failing = True
                 what = "the disk is full" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else exc.strerror or str(exc)
@@ -256,6 +281,10 @@ class RunDir:
                 with contextlib.suppress(OSError):
                     os.close(fd)
             self._fds.clear()
+            if self._dir_fd is not None:
+                with contextlib.suppress(OSError):
+                    os.close(self._dir_fd)
+                self._dir_fd = None
 
     def write_stacks(self, captured_at: float, as_json: str, as_text: str) -> str:
         """One capture of every task's stacks as ``stacks/<UTC time>.json`` and ``.txt`` (0600 files
@@ -302,35 +331,12 @@ def _make_run_dir(target: Path, run_id: str) -> None:
         os.close(fd)
 
 
-def check_new_run_dir(path: Path) -> None:
-    """``up --run-dir``: a new directory, or an empty one of the user's that is not a symlink.
-    distlaunch makes it private and, on `prune`, removes it: never a folder holding other files."""
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return
-    fix = "give a new or empty directory (distlaunch makes it 0700 and `prune` removes it)"
-    if stat.S_ISLNK(st.st_mode):
-        raise UserError(f"--run-dir {path}: a symbolic link (to {os.readlink(path)}); {fix}, not a link")
-    if not stat.S_ISDIR(st.st_mode):
-        raise UserError(f"--run-dir {path}: not a directory; {fix}")
-    if st.st_uid != os.geteuid():
-        raise UserError(f"--run-dir {path}: owned by {owner_name(st.st_uid)}, not by you; {fix} of yours")
-    try:
-        entries = sorted(os.listdir(path))
-    except OSError as exc:
-        raise UserError(f"--run-dir {path}: cannot be read ({exc.strerror}); {fix}") from None
-    if entries:
-        raise UserError(f"--run-dir {path}: not empty ({len(entries)} entries, e.g. {entries[0]!r}); {fix}, "
-                        "e.g. a new folder under it")
-
-
 def _link_into_root(run_id: str, target: Path) -> None:
     """A run kept outside the state root (``--run-dir``) gets a link there named by its id, so that
     ``distlaunch runs`` lists it and its id finds it."""
     link = runs_root() / run_id
     try:
-        link.parent.mkdir(parents=True, exist_ok=True, mode=PRIVATE_DIR)
+        private_state_dir("runs")
         if not link.exists() and not link.is_symlink():
             link.symlink_to(target)
     except OSError:
@@ -447,6 +453,7 @@ def trusted_run_dir(path: Path) -> Path:
     """``path`` resolved, if it and its state.json are the user's and no one else can write them
     (and that state is readable: ``read_state``)."""
     real = trusted_dir(path, "run directory")
+    check_ancestry(real, "run dir")
     read_state(real)
     return real
 

@@ -11,15 +11,17 @@ for the next experiment while this run goes on.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
+import os
 import subprocess
 from pathlib import Path
 from typing import Any
 
 from launcher.model import Overrides, Profile
 from launcher.plan import MASK, is_secret
-from launcher.privatedir import read_trusted_text
+from launcher.privatedir import DamagedFile, read_trusted_json, read_trusted_text
 from launcher.profile.overrides import mask_secrets
 from launcher.profile.reader import load_profile
 from launcher.rundir import private_opener
@@ -80,16 +82,24 @@ def git_state(folder: Path) -> dict[str, Any] | None:
 
 def record_placement(run_dir: Path, placement: dict[str, dict[str, Any]], moves: list[dict[str, Any]]) -> None:
     """Keep in resolved.json where each task runs now (``placement``: task -> host, address, port)
-    and the moves that led there (lost or drained hosts), written whole (0600)."""
+    and the moves that led there (lost or drained hosts), written whole (0600). A record that is
+    not a regular file of the user's (a FIFO: never waited on), not UTF-8 JSON or not an object is
+    UserError, one line, and left as it is."""
     path = run_dir / RESOLVED_FILE
     try:
-        record = json.loads(read_trusted_text(path, "the run's record"))
-    except (FileNotFoundError, ValueError):
+        record = read_trusted_json(path, "the run's record", fix="restore it or remove it", runs=False)
+    except FileNotFoundError:
         return
+    if not isinstance(record, dict):
+        raise DamagedFile(f"{path}: the run's record is not a JSON object; restore it or remove it",
+                          "not a JSON object")
     record["placement"] = placement
     record["moves"] = moves
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8", opener=private_opener) as fh:
+    with contextlib.suppress(FileNotFoundError):
+        tmp.unlink()  # made new below: never a link or a FIFO left there
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    with open(tmp, "w", encoding="utf-8", opener=lambda p, _f: os.open(p, flags, 0o600)) as fh:
         fh.write(json.dumps(record, indent=2, sort_keys=True) + "\n")
     tmp.replace(path)
 

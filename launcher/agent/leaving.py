@@ -1,29 +1,28 @@
 """A host leaving the run: the preemption notice the agent watches for, and the mark a host
 keeps once the run moved off it.
 
-``PreemptionWatch`` runs the host's ``preemption_notice`` command every POLL_SECONDS while tasks
-run (in a process group of its own, killed after COMMAND_TIMEOUT); exit 0 means the host is about
-to go, and the agent tells its followers (``Preempted``) so the supervisor drains the host. A
-command that hangs, fails or is missing is a "no": a notice that cannot be read never stops a task.
-
-``retire`` writes ``retired`` in the host run dir when the supervisor moved the run off the host
-(lost, then back; or drained): from then on the agent starts nothing of the run there, whoever asks.
-
-Stdlib-only, Python >= 3.9 (runs on hosts from the agent zipapp).
+``PreemptionWatch`` runs the host's ``preemption_notice`` every POLL_SECONDS while tasks run;
+exit 0: the host is about to go, and the supervisor drains it (``Preempted``). A command that
+hangs, fails or is missing is a "no". ``retire`` writes ``retired`` in the host run dir once the
+run moved off the host: from then on the agent starts nothing of the run there. Stdlib-only.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import select
 import signal
+import stat
 import subprocess
 import threading
+import time
 from typing import Callable, List, Optional
 
 RETIRED_NAME = "retired"
 POLL_SECONDS = 5.0
 COMMAND_TIMEOUT = 10.0
+OUTPUT_BYTES = 4096
 
 
 def retire(run_dir: str, reason: str) -> None:
@@ -36,32 +35,62 @@ def retire(run_dir: str, reason: str) -> None:
 
 
 def retired_reason(run_dir: str) -> Optional[str]:
-    """Why the run left this host, or None while it has not."""
+    """Why the run left this host, or None while it has not; anything but a regular file there
+    (a FIFO, a link) is read as retired, never waited on."""
     try:
-        with open(os.path.join(run_dir, RETIRED_NAME), encoding="utf-8", errors="replace") as f:
-            return f.read().strip() or "the run moved off this host"
-    except OSError:
+        fd = os.open(os.path.join(run_dir, RETIRED_NAME), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
         return None
+    except OSError as exc:
+        return "%s/%s: %s" % (run_dir, RETIRED_NAME, exc.strerror)
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return "%s/%s: not a regular file; remove it" % (run_dir, RETIRED_NAME)
+        return shown(f.read(4096).decode("utf-8", "replace").strip()) or "the run moved off this host"
+
+
+def shown(text: str) -> str:
+    """``text`` with what a terminal would act on written out (``\\x1b``): shown, never obeyed."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def notice_says_go(command: str, timeout: float = COMMAND_TIMEOUT) -> Optional[str]:
-    """Run ``command`` once: the first line it printed (or a plain phrase) when it exited 0, else None."""
+    """Run ``command`` once: the first line it printed (or a plain phrase) when it exited 0, else
+    None. At most OUTPUT_BYTES of output are kept, and it takes at most ``timeout``, even when a
+    background child holds the output; what is left of its process group is killed."""
     try:
         proc = subprocess.Popen(["/bin/sh", "-c", command], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.DEVNULL, start_new_session=True)
     except OSError:
         return None
+    out, fd, code = b"", proc.stdout.fileno(), None  # type: ignore[union-attr]
+    deadline = time.monotonic() + timeout
     try:
-        out, _ = proc.communicate(timeout=timeout)
+        while code is None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            if select.select([fd], [], [], min(left, 0.2))[0]:
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    code = proc.wait(left)
+                out += chunk[:OUTPUT_BYTES - len(out)]
+            elif proc.poll() is not None:  # ended; a background child may hold the output
+                code = proc.returncode
+                if select.select([fd], [], [], 0)[0]:
+                    out += os.read(fd, OUTPUT_BYTES)[:OUTPUT_BYTES - len(out)]
     except subprocess.TimeoutExpired:
+        return None
+    finally:
+        proc.stdout.close()  # type: ignore[union-attr]
         with contextlib.suppress(OSError):
             os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        return None
-    if proc.returncode != 0:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(5)
+    if code != 0:
         return None
     first = out.decode("utf-8", "replace").strip().splitlines()[:1]
-    return first[0][:200] if first else "the host is about to go"
+    return shown(first[0][:200]) if first else "the host is about to go"
 
 
 class PreemptionWatch:
@@ -84,5 +113,5 @@ class PreemptionWatch:
             for command in self._commands():
                 said = notice_says_go(command)
                 if said is not None:
-                    self._on_notice("preemption notice (%s): %s" % (command, said))
+                    self._on_notice("preemption notice (%s): %s" % (shown(command), said))
                     break

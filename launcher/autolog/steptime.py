@@ -52,6 +52,8 @@ MAX_EVERY = 256
 TIMED_FIRST = 20
 #: agent -> task: the port autolog starts TensorFlow's profiler server on (`distlaunch profile`)
 PROFILER_PORT_ENV = "DISTLAUNCH_PROFILER_PORT"
+#: the file in a task's dir that asks for its profiler server (launcher/commands/profile.py)
+PROFILER_WANTED = "profiler-wanted"
 
 _now = time.perf_counter
 #: the attribute patches sets on a tf.function known to train (its value says how it holds its loss)

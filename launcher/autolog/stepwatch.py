@@ -20,6 +20,8 @@ from __future__ import annotations
 import functools
 import itertools
 import os
+import threading
+import time
 import weakref
 from typing import Any, Callable, Dict, Tuple
 
@@ -76,19 +78,29 @@ def install(module: Callable[[str], Any], wrap: Callable[..., None]) -> None:
 
 
 def start_profiler_server(module: Callable[[str], Any]) -> None:
-    """TensorFlow's profiler server on the port the plan gave this task (a capture needs it)."""
+    """TensorFlow's profiler server on the port the plan gave this task, started only once a
+    capture asks for it (``steptime.PROFILER_WANTED`` appears in the task's dir: `distlaunch profile`
+    makes it), never by default: it answers anyone who reaches the port."""
     port = os.environ.pop(steptime.PROFILER_PORT_ENV, None)  # not for the task's own children
-    if not port:
+    stacks = os.environ.get("DISTLAUNCH_STACKS_FILE")
+    if not port or not stacks:
         return
-    try:
-        module("tensorflow.python.profiler.profiler_v2").start_server(int(port))
-    except Exception as exc:  # the port taken meanwhile, a TensorFlow without it: no captures
-        autolog.degraded("start the profiler server on port %s" % port, exc)
-        return
-    try:  # and whether a capture would crash this task (a collective leader elsewhere)
+    try:  # whether a capture would crash this task (a collective leader elsewhere): from the start
         profilersafety.watch(module)
     except Exception as exc:
         autolog.degraded("tell whether a profiler capture is safe here", exc)
+    wanted = os.path.join(os.path.dirname(stacks), steptime.PROFILER_WANTED)
+    threading.Thread(target=_serve_when_asked, args=(module, int(port), wanted), name="distlaunch-profiler",
+                     daemon=True).start()
+
+
+def _serve_when_asked(module: Callable[[str], Any], port: int, wanted: str) -> None:
+    while not os.path.exists(wanted):
+        time.sleep(0.5)
+    try:
+        module("tensorflow.python.profiler.profiler_v2").start_server(port)
+    except Exception as exc:  # the port taken meanwhile, a TensorFlow without it: no captures
+        autolog.degraded("start the profiler server on port %s" % port, exc)
 
 
 def _replace(owner: Any, name: str, part: str) -> None:

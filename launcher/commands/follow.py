@@ -27,6 +27,7 @@ from typing import Any
 
 from launcher.commands import notice
 from launcher.errors import UserError
+from launcher.privatedir import open_trusted
 from launcher.protocol.controllines import job_exit_code
 from launcher.rundir import SUPERVISOR_LOG, pid_alive, read_state
 from launcher.supervise.daemon import unblock_signals
@@ -68,10 +69,10 @@ class LogRelay:
                 self._offset = size
                 return
             try:
-                with self.path.open("rb") as fh:
+                with open_trusted(self.path, "the supervisor's output") as fh:  # never a FIFO or a link
                     fh.seek(self._offset)
                     data = fh.read(size - self._offset)
-            except OSError:
+            except (OSError, UserError):
                 return
             cut = data.rfind(b"\n") + 1  # whole lines only; the rest comes with the next read
             if not cut:

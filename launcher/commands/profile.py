@@ -20,17 +20,28 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from launcher.autolog.steptime import PROFILER_WANTED
 from launcher.commands.runhosts import open_sessions
 from launcher.commands.stacks import split_targets
 from launcher.errors import UserError
 from launcher.rundir import find_run, read_state
 from launcher.tfprofiler.analysis import TaskProfile, analyze, summary_lines
-from launcher.tfprofiler.capture import FILES_WAIT_S, Outcome, Target, local_files, match, output_to_log, trace
+from launcher.tfprofiler.capture import (
+    FILES_WAIT_S,
+    SERVER_START_S,
+    Outcome,
+    Target,
+    local_files,
+    match,
+    output_to_log,
+    trace,
+)
 from launcher.tfprofiler.fetch import fetch_remote
 from launcher.tfprofiler.place import make_capture_folder
 from launcher.tfprofiler.safety import ended_since, events_size, refusals
@@ -159,13 +170,15 @@ def capture(state: dict[str, Any], targets: list[Target], folder: Path, seconds:
             ) -> tuple[dict[str, Path], dict[str, str], list[str], list[str]]:
     """The capture of ``targets`` into ``folder``: each one's file, why the others have none, the
     lines of hosts whose files could not be had, and notes."""
-    outcome = trace(targets, folder, seconds)
+    asked, asked_problems = ask_servers(state, targets)
+    outcome = trace(targets, folder, seconds, SERVER_START_S if asked else 0.0)
     files, problems = _collect(state, targets, outcome, folder)
+    problems = asked_problems + problems
     reasons = dict(outcome.reasons)
     notes: list[str] = []
     late = [t for t in targets if t.task in outcome.asked and t.task not in files and t.task not in reasons]
     if outcome.answered and late and len(late) < len(targets):  # the joint capture missed a server: once more
-        again = trace(late, folder, seconds)
+        again = trace(late, folder, seconds, SERVER_START_S if asked else 0.0)
         reasons.update(again.reasons)
         more, more_problems = _collect(state, late, again, folder)
         files.update(more)
@@ -173,6 +186,39 @@ def capture(state: dict[str, Any], targets: list[Target], folder: Path, seconds:
         notes = [f"{t.task} was captured {seconds:g} s after the others (the joint capture missed it)"
                  for t in late if t.task in more]
     return files, reasons, problems, notes
+
+
+def ask_servers(state: dict[str, Any], targets: list[Target]) -> tuple[bool, list[str]]:
+    """Ask each target's profiler server to start (autolog starts it only when asked: it answers
+    anyone who reaches its port): ``PROFILER_WANTED`` made in each task's dir on its host. Whether
+    any was asked, and one line per host that could not be."""
+    hosts: dict[str, Any] = state.get("hosts") or {}
+    tasks: dict[str, Any] = state.get("tasks") or {}
+    paths: dict[str, list[str]] = {}
+    for target in targets:
+        info, base = tasks.get(target.task) or {}, (hosts.get(target.host) or {}).get("base_dir")
+        if base and info.get("slug"):
+            paths.setdefault(target.host, []).append(f"{base}/tasks/{info['slug']}/{PROFILER_WANTED}")
+    if not paths:
+        return False, []
+    sessions, problems = open_sessions({**state, "hosts": {h: hosts[h] for h in paths}})
+    lines = [f"host {h}: its profiler servers could not be asked to start ({why})" for h, why in problems.items()]
+    try:
+        for name, session in sessions.items():
+            if name in problems:
+                continue
+            try:
+                result = session.host.run("touch -- " + " ".join(shlex.quote(p) for p in paths[name]), timeout=30)
+            except UserError as exc:
+                result = None
+                lines.append(f"host {name}: its profiler servers could not be asked to start ({one_line(exc)})")
+            if result is not None and not result.ok:
+                lines.append(f"host {name}: its profiler servers could not be asked to start "
+                             f"({' '.join(result.stderr.split())[:200]})")
+    finally:
+        for session in sessions.values():
+            session.host.close()
+    return True, lines
 
 
 def _collect(state: dict[str, Any], targets: list[Target], outcome: Outcome, folder: Path

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from launcher import events as ev
+from launcher.agent.leaving import shown
 from launcher.errors import UserError
 from launcher.paths import runs_root
 from launcher.privatedir import DamagedFile, UnsafePath, open_trusted, read_trusted_json, trusted_dir
@@ -112,7 +113,7 @@ def hosts_text(hosts: dict[str, dict[str, Any]], now: float) -> list[str]:
             continue
         since = info.get("since")
         ago = f" for {max(0.0, now - since):.0f} s" if isinstance(since, (int, float)) else ""
-        out.append(f"host {name}: {info['state']}{ago}" + (f" ({info['reason']})" if info.get("reason") else ""))
+        out.append(f"host {name}: {info['state']}{ago}" + (f" ({shown(info['reason'])})" if info.get("reason") else ""))
     return out
 
 
@@ -139,9 +140,9 @@ def run_status(args: argparse.Namespace) -> int:
     if summary["supervisor_alive"]:
         who += f", supervisor pid {summary['supervisor_pid']}"
     print(f"run {summary['run']}  ({summary['name']}, {summary['strategy']}, {who})")
-    print(f"job {job['state']}" + (f": {job['reason']}" if job.get("reason") else ""))
+    print(f"job {job['state']}" + (f": {shown(job['reason'])}" if job.get("reason") else ""))
     if job.get("root_cause"):
-        print(f"root cause: {job['root_cause']}")
+        print(f"root cause: {shown(job['root_cause'])}")
     if summary["supervision"] == "lost":
         print(f"(lost: task states as last seen by its supervisor; `distlaunch attach {summary['run']}` within the "
               "orphan grace takes the job over, `distlaunch down` cleans up)")
@@ -155,9 +156,9 @@ def run_status(args: argparse.Namespace) -> int:
         if t.get("moved_from"):
             print(f"{task_id} moved from {t['moved_from']} to {t['host']}")
         if t.get("cause"):
-            print(f"{task_id} {'failed' if t['state'] == 'failed' else 'last failed'}: {t['cause']}")
+            print(f"{task_id} {'failed' if t['state'] == 'failed' else 'last failed'}: {shown(t['cause'])}")
         for condition, reason in t.get("conditions", {}).items():
-            print(f"{task_id} {condition}: {reason}")
+            print(f"{task_id} {condition}: {shown(reason)}")
     for task_id, n in summary["lost_events"].items():
         print(f"warning: {task_id}: {n} event(s) never reached the launcher (gaps in its sequence numbers)")
     return 0

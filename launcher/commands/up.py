@@ -21,6 +21,7 @@ from pathlib import Path
 from launcher import events as ev
 from launcher.commands import notice
 from launcher.commands.check import exposure_warnings
+from launcher.commands.rundirplace import check_new_run_dir
 from launcher.errors import HostError, UserError
 from launcher.model import Plan
 from launcher.paths import check_run_id, runs_root
@@ -30,11 +31,7 @@ from launcher.profile.overrides import mask_secrets, overrides_from
 from launcher.profile.reader import load_profile
 from launcher.protocol.controllines import job_exit_code
 from launcher.remote.preflight import Preflight, prepare_hosts
-from launcher.rundir import (
-    RunDir,
-    check_new_run_dir,
-    new_run_id,
-)
+from launcher.rundir import RunDir, new_run_id
 from launcher.runrecord import write_record
 from launcher.supervise import controlsock, daemon
 from launcher.supervise.notify import Notifier, NotifyFollower

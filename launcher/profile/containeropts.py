@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import csv
 import posixpath
+import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -250,6 +251,9 @@ def missing_value_problem(runtime: str, words: Sequence[str]) -> str | None:
 _FALSE = ("false", "0", "f", "no")
 _UNCONFINED = ("unconfined", "label=disable", "label:disable")
 _RUNTIME_SOCKETS = ("docker.sock", "podman.sock", "containerd.sock")
+_RUNTIME_DIRS = ("docker", "containerd", "podman", "crio", "cri-dockerd", "k3s", "snapd")
+#: a process's root as /proc shows it (``/proc/1/root``, ``/proc/self/root``): the host's files
+_PROC_ROOT = re.compile(r"/proc/[^/]+/root(/.*)?")
 
 
 def _on(option: Option) -> bool:
@@ -260,12 +264,28 @@ def _is_root(path: str) -> bool:
     return path.startswith("/") and posixpath.normpath("/" + path.lstrip("/")) == "/"
 
 
+def _holds_runtime_socket(path: str) -> bool:
+    """``/run``, ``/var/run`` and the folders in them where runtimes keep their sockets
+    (``/run/docker``, ``/var/run/containerd``, ``/run/user/<uid>`` for rootless podman ...)."""
+    parts = path.strip("/").split("/")
+    if parts[:2] == ["var", "run"]:
+        parts = parts[1:]
+    if parts[:1] != ["run"]:
+        return False
+    return len(parts) == 1 or parts[1] in _RUNTIME_DIRS or (parts[1] == "user" and len(parts) <= 3)
+
+
 def mount_warning(source: str, shown: str) -> str | None:
-    """A warning for a bind of ``source`` (the host path): the whole host, or a runtime's socket."""
-    if _is_root(source):
+    """A warning for a bind of ``source`` (the host path): the whole host (``/``, or a process's
+    view of it, ``/proc/1/root``), or a runtime's socket or a folder holding one (``/run``)."""
+    path = posixpath.normpath("/" + source.lstrip("/")) if source.startswith("/") else source
+    if _is_root(source) or _PROC_ROOT.fullmatch(path):
         return f"{shown} mounts the host's whole file system into the container"
     if source.rstrip("/").endswith(_RUNTIME_SOCKETS):
         return f"{shown} gives the task the container runtime's socket, with which it can start a root container"
+    if source.startswith("/") and _holds_runtime_socket(path):
+        return (f"{shown} gives the task the folder of the container runtime's socket, with which it can "
+                "start a root container")
     return None
 
 

@@ -39,6 +39,8 @@ class HostsReader:
     through ``checker``, the file's one-line error."""
 
     checker: Checker
+    #: the values taken from the launcher's environment (``${env:...}``), refused in a notice
+    secrets: frozenset[str] = frozenset()
 
     def ssh_settings(self, table: Mapping[str, Any], key: KeyPath, base: SshSettings) -> SshSettings:
         if key == ("ssh",):
@@ -80,6 +82,11 @@ class HostsReader:
         if value is not None and not value.strip():
             raise self.checker.fail((*key, "preemption_notice"), "is empty; give a shell command that exits 0 "
                                     "when the host is about to go, or leave the key out")
+        if value is not None and any(secret in value for secret in self.secrets if secret):
+            raise self.checker.fail((*key, "preemption_notice"), "holds a value from the launcher's environment "
+                                    "(${env:...}), which every user would see in `ps` while the agent runs it, and "
+                                    "the run's files and events would keep; have the command read the secret on "
+                                    "the host itself (a 0600 file of yours, e.g. $(cat ~/.config/token))")
         return value
 
     def default_preemption_notice(self, defaults: Mapping[str, Any], ssh: Mapping[str, Any]) -> str | None:

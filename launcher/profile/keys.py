@@ -214,8 +214,9 @@ HOST_KEYS = Table(
             "[defaults] and role env win over them."),
         _preemption_notice("Shell command the host's agent runs every few seconds while the job runs; exit 0 "
                            "says this host is about to go (a cloud preemption notice, a maintenance window), "
-                           "and its tasks move off it as planned, not as failures. Default: the one under "
-                           "[defaults] or [ssh]."),
+                           "and its tasks move off it as planned, not as failures; the first 4 KiB of its "
+                           "output are read, within 10 s. No ${env:...} value: every user sees the command in "
+                           "`ps` (read a secret on the host instead). Default: the one under [defaults] or [ssh]."),
         *SSH_KEYS.keys,
     ),
 )

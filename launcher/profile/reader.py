@@ -124,7 +124,7 @@ class ProfileReader:
         if problem is not None:
             raise self.checker.fail(("name",), f"(from the file name {path.name}) {problem}: set name = \"...\"")
         role_reader = RolesReader(self.checker, on_slurm="slurm" in data, secrets=self.secrets)
-        host_reader = HostsReader(self.checker)
+        host_reader = HostsReader(self.checker, self.secrets)
         defaults_table = self.checker.table(data, "defaults", ())
         ssh_table = self.checker.table(data, "ssh", ())
         defaults = role_reader.task_settings(defaults_table, ("defaults",), None)

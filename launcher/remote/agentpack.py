@@ -14,6 +14,7 @@ import importlib.util
 import io
 import os
 import shlex
+import stat
 import sys
 import threading
 from collections.abc import Mapping
@@ -109,12 +110,18 @@ def build_agent_zipapp() -> bytes:
     Built once per process from this source tree, and kept in the state dir under a hash of the
     sources, this packer and this interpreter's bytecode version and optimization level:
     compiling and packing it cost every `up` ~80 ms of CPU before its first host was prepared.
-    A kept archive that is not a whole zip file (a crash mid-write) is built again."""
+    A kept archive is used only when it is a regular file of the user's that no one else may read
+    or write, in the private state dir, and holds exactly these sources (each bytecode file made
+    from its source): anything else (a crash mid-write, a file another user put there) is built
+    again and replaced, since this archive runs as the user on every host."""
     files = agent_sources()
-    cached = _cache_path(files)
+    try:
+        cached = _cache_path(files)
+    except OSError:  # no state dir to keep it in: the cache only saves time
+        return pack_zipapp(with_bytecode(files))
     with contextlib.suppress(OSError):
-        data = cached.read_bytes()
-        if _whole_zip(data):
+        data = _read_own(cached)
+        if _whole_zip(data) and _holds(data, files):
             return data
     data = pack_zipapp(with_bytecode(files))
     _store(cached, data)
@@ -126,14 +133,51 @@ KEEP_ARCHIVES = 8
 
 
 def _cache_path(files: Mapping[str, bytes]) -> Path:
-    from launcher.paths import state_home
-
     digest = hashlib.sha256(importlib.util.MAGIC_NUMBER + b"O%d" % sys.flags.optimize)
     digest.update(Path(__file__).read_bytes())  # how it is packed
     for name in sorted(files):
         digest.update(b"%d:%s\0" % (len(files[name]), name.encode()))
         digest.update(files[name])
-    return state_home() / "cache" / f"agent-{digest.hexdigest()[:24]}.pyz"
+    from launcher.paths import private_state_dir
+
+    return private_state_dir("cache") / f"agent-{digest.hexdigest()[:24]}.pyz"
+
+
+def _read_own(path: Path) -> bytes:
+    """``path``'s bytes if it is a regular file of the user's, mode 0600 or tighter, not a link
+    (judged on what was opened); OSError otherwise."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as fh:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
+            raise OSError(f"{path}: not a private file of yours")
+        return fh.read()
+
+
+def _holds(data: bytes, files: Mapping[str, bytes]) -> bool:
+    """Whether the archive ``data`` holds exactly ``files`` and their bytecode, each ``.pyc``
+    carrying its source's hash (PEP 552), nothing else."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            names = set(archive.namelist())
+            wanted = set(with_bytecode_names(files))
+            if names != wanted:
+                return False
+            for name, source in files.items():
+                if archive.read(name) != source:
+                    return False
+                if name + "c" in wanted and archive.read(name + "c")[8:16] != importlib.util.source_hash(source):
+                    return False
+    except (zipfile.BadZipFile, KeyError, ValueError, OSError):
+        return False
+    return True
+
+
+def with_bytecode_names(files: Mapping[str, bytes]) -> list[str]:
+    """The names ``with_bytecode(files)`` has, without compiling anything."""
+    return [*files, *(name + "c" for name in files if name.startswith("launcher/") and name.endswith(".py"))]
 
 
 def _whole_zip(data: bytes) -> bool:
@@ -146,8 +190,7 @@ def _store(path: Path, data: bytes) -> None:
     cache only saves time. Older archives beyond KEEP_ARCHIVES go."""
     tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(tmp, "wb") as f:
+        with open(tmp, "wb", opener=lambda p, f: os.open(p, f | os.O_EXCL | os.O_NOFOLLOW, 0o600)) as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())

@@ -47,7 +47,7 @@ from typing import Any, TypeVar
 from launcher.agent.netcheck import TF_DISTRIBUTIONS
 from launcher.errors import HostError, UserError
 from launcher.model import Plan, TaskSpec
-from launcher.paths import state_home
+from launcher.paths import private_state_dir
 from launcher.placement import is_rehearsal, rehearsal
 from launcher.plan import agent_python, task_container
 from launcher.remote.agentpack import build_agent_zipapp
@@ -482,7 +482,7 @@ def preflight_plan(plan: Plan, as_json: bool = False) -> list[str]:
             print(f"distlaunch: {msg}", file=sys.stderr, flush=True)
 
     try:
-        pre = prepare_hosts(plan, "preflight", state_home() / "preflight", notice, progress, import_tf=True)
+        pre = prepare_hosts(plan, "preflight", private_state_dir("preflight"), notice, progress, import_tf=True)
     except PreflightError as exc:
         if as_json:
             print(json.dumps(as_json_table(exc.rows, exc.warnings, exc.problems)))

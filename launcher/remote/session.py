@@ -139,7 +139,7 @@ class HostSession:
         base = shlex.quote(self.base_dir)
         outputs = f" && mkdir -p -- {shlex.quote(self.outputs_dir)}" if self.outputs_dir else ""
         return (f"rm -rf -- {base}/tasks {base}/lease && "
-                f"mkdir -p -m 700 {base} && chmod 700 {base}{outputs} && {stale_upload_cleanup(self.pyz)}")
+                f"(umask 077 && mkdir -p -- {base}) && chmod 700 {base}{outputs} && {stale_upload_cleanup(self.pyz)}")
 
     def _prepare_script(self) -> str:
         """Shell for a fresh private run dir, the outputs, and the agent zipapp from stdin: written

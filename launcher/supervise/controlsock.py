@@ -30,8 +30,8 @@ from typing import Protocol
 
 from launcher.agent.stackmodel import TaskStacks
 from launcher.errors import UserError
-from launcher.paths import state_home
-from launcher.privatedir import ensure_private_dir
+from launcher.paths import private_state_dir, state_home
+from launcher.privatedir import ensure_private_dir, open_trusted
 from launcher.protocol import controllines
 from launcher.protocol.controllines import MAX_SOCKET_PATH, Answer, Dropped, End, Hello, Live, Request
 from launcher.rundir import EVENTS_FILE
@@ -83,9 +83,8 @@ def listen(run_id: str) -> ControlListener:
                 "dir being too deep for a socket path)")
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        # under the state dir: make it first
-        if path.parent == Path(controllines.control_dirs(os.fspath(state_home()))[0]):
-            path.parent.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if path.parent == Path(controllines.control_dirs(os.fspath(state_home()))[0]):  # under the state dir
+            private_state_dir()
         ensure_private_dir(path.parent, hint)
         with contextlib.suppress(FileNotFoundError):
             if stat.S_ISSOCK(os.lstat(path).st_mode):
@@ -309,8 +308,8 @@ def _watch_client(conn: socket.socket, feed: LineFeed, gone: threading.Event) ->
 def _send_history(conn: socket.socket, path: Path, size: int | None) -> None:
     """events.jsonl's first ``size`` bytes (all of it when None), whole lines only."""
     try:
-        fh = path.open("rb")
-    except FileNotFoundError:
+        fh = open_trusted(path, "the run's events")  # never a FIFO or a link planted there
+    except (FileNotFoundError, UserError):
         return
     with fh:
         left = size if size is not None else -1

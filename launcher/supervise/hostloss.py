@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from launcher import events as ev
-from launcher.errors import HostError
+from launcher.errors import HostError, UserError
 from launcher.events import Event
 from launcher.model import Plan
 from launcher.placement import drop_tasks, move_tasks, tasks_on
@@ -272,7 +272,7 @@ class HostLoss:
                      for t, rt in sup.tasks.items()}
         try:
             record_placement(sup.rundir.path, placement, self.moves)
-        except OSError as exc:
+        except (OSError, UserError) as exc:  # a FIFO or damaged record never holds up a move
             sup.notice(f"could not update the run record: {exc}")
 
     def _stop_drained(self, host: str, tasks: tuple[str, ...], then: Callable[[], None]) -> None:

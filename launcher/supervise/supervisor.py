@@ -18,6 +18,7 @@ from concurrent.futures import Future
 from typing import Any
 
 from launcher import events as ev
+from launcher.agent.leaving import shown
 from launcher.agent.stackmodel import TaskStacks
 from launcher.events import Event
 from launcher.model import Plan, Profile
@@ -190,6 +191,7 @@ class Supervisor:
         """The host's preemption_notice fired (said again at every poll): drained once."""
         if host in self.hosts.gone or self.finishing:
             return
+        why = mask_secrets(shown(why), set(self.plan.profile.secrets))  # an agent's words: never obeyed by a terminal
         self.publish(ev.action_event(self.run_id, "drain", host, why))
         error = self.hosts.drain(host, why)
         if error is not None:
@@ -197,7 +199,7 @@ class Supervisor:
 
     def drain(self, host: str, reason: str, timeout: float = 10.0) -> str | None:
         """The operator's drain (any thread but the loop): why it was refused, or None."""
-        return self.hosts.drain_request(host, reason, timeout)
+        return self.hosts.drain_request(host, shown(reason), timeout)
 
     @property
     def lost_events(self) -> dict[str, int]:

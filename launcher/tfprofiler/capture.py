@@ -46,6 +46,8 @@ TRACE_GRACE_S = 5.0
 FILES_WAIT_S = 5.0
 #: and after a late client was killed (the servers that answered may yet write)
 LATE_FILES_WAIT_S = 2.0
+#: seconds a task's profiler server may take to start once asked (autolog looks twice a second)
+SERVER_START_S = 5.0
 #: seconds TensorFlow may take to import in the client's process
 IMPORT_TIMEOUT_S = 120.0
 #: the client's log, in the capture folder
@@ -158,16 +160,29 @@ def probe(targets: list[Target]) -> dict[str, str]:
             for t in targets if found.get(t.task) != ""}
 
 
-def trace(targets: list[Target], folder: Path, seconds: float) -> Outcome:
+def probe_until_up(targets: list[Target], within_s: float = SERVER_START_S) -> dict[str, str]:
+    """``probe``, again while some port has nothing listening yet, for up to ``within_s``: a
+    server starts only once the capture asked for it (autolog)."""
+    deadline = time.monotonic() + within_s
+    while True:
+        reasons = probe(targets)
+        waiting = [t for t in targets if reasons.get(t.task, "").startswith("nothing listens there")]
+        if not waiting or time.monotonic() >= deadline:
+            return reasons
+        time.sleep(0.25)
+
+
+def trace(targets: list[Target], folder: Path, seconds: float, start_s: float = 0.0) -> Outcome:
     """Capture every target for ``seconds``; each server writes its file under ``folder`` on its host.
-    Bounded by the capture's length and a few seconds once TensorFlow is imported."""
+    Bounded by the capture's length and a few seconds once TensorFlow is imported; ``start_s``:
+    how long servers just asked to start may take to listen."""
     limit = seconds + TRACE_GRACE_S
     log = open_log(folder, CLIENT_LOG)
     try:
         start = os.fstat(log).st_size
         client = _Client(folder, seconds, limit, log)  # TensorFlow imports there while the ports are checked
         try:
-            reasons = probe(targets)
+            reasons = probe_until_up(targets, start_s)
             live = [t for t in targets if t.task not in reasons]
             if not live:
                 return Outcome("unreached", reasons, [])

@@ -120,9 +120,9 @@ def make_capture_folder(outputs: Path, names: list[str]) -> Path:
     return Path(path)
 
 
-def write_new_file(folder: Path, parts: list[str], data: bytes) -> bool:
-    """Write ``data`` to ``folder/<parts...>`` (its folders made as ``open_subdir`` makes them), a new
-    0600 file; False when a file (or anything) is there already: nothing is ever written over."""
+def open_new_file(folder: Path, parts: list[str]) -> int | None:
+    """``folder/<parts...>`` (its folders made as ``open_subdir`` makes them) as a new 0600 file
+    open for writing; None when a file (or anything) is there already: nothing is ever written over."""
     *dirs, leaf = parts
     _check_name(leaf)
     with opened(folder) as top:
@@ -133,12 +133,34 @@ def write_new_file(folder: Path, parts: list[str], data: bytes) -> bool:
                 os.close(current)
                 current, path = nxt, os.path.join(path, name)
             try:
-                out = os.open(leaf, _NEW_FILE_FLAGS, FILE_MODE, dir_fd=current)
+                return os.open(leaf, _NEW_FILE_FLAGS, FILE_MODE, dir_fd=current)
             except FileExistsError:
-                return False
-            with os.fdopen(out, "wb") as fh:
-                fh.write(data)
-            return True
+                return None
+        finally:
+            os.close(current)
+
+
+def write_new_file(folder: Path, parts: list[str], data: bytes) -> bool:
+    """Write ``data`` to ``folder/<parts...>`` as ``open_new_file`` opens it; False when anything is there."""
+    out = open_new_file(folder, parts)
+    if out is None:
+        return False
+    with os.fdopen(out, "wb") as fh:
+        fh.write(data)
+    return True
+
+
+def remove_file(folder: Path, parts: list[str]) -> None:
+    """Remove ``folder/<parts...>`` (a file ``open_new_file`` made), reached as it reached it."""
+    *dirs, leaf = parts
+    with opened(folder) as top:
+        current, path = os.dup(top), str(folder)
+        try:
+            for name in dirs:
+                nxt = open_subdir(current, name, path)
+                os.close(current)
+                current, path = nxt, os.path.join(path, name)
+            os.unlink(leaf, dir_fd=current)
         finally:
             os.close(current)
 

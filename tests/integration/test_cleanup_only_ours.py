@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from launcher.agent.leaving import retire
 from tests.integration.jobtools import cli, kill_run_processes, pids_with_run_id
 from tests.integration.otheruser import as_other, require_other_user, shared_tmp
 from tests.profiles import build_profile, local_host
@@ -133,3 +134,17 @@ def test_down_refuses_a_host_run_dir_that_is_a_link(tmp_path: Path, run_id: str,
     down = cli("down", run_id, timeout=60)
     assert f"host here: cannot remove {host_dir}: a symbolic link; left in place" in down.stderr, down.stderr
     assert host_dir.is_symlink() and sorted(os.listdir(elsewhere)) == kept
+
+
+def test_down_removes_the_retired_mark_a_drain_wrote(tmp_path: Path, run_id: str, distlaunch_home: Path) -> None:
+    """Issue 59, item 12: after a drain, `down` kept the drained host's run dir for ``retired``,
+    which distlaunch itself wrote there (the agent's ``retire``, as a drain leaves it)."""
+    code, err = _up(tmp_path, run_id)
+    assert code == 0, err[-2000:]
+    host_dir = distlaunch_home / "runs" / run_id / "hosts" / "here"
+    retire(str(host_dir), "drained by the operator")
+    (host_dir / "retired.tmp").write_text("a retire cut short")
+    down = cli("down", run_id, timeout=60)
+    assert down.returncode == 0, down.stderr
+    assert "kept" not in down.stderr, down.stderr
+    assert not host_dir.exists()

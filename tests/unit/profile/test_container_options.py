@@ -151,6 +151,13 @@ def test_names_and_plain_values_stay_allowed(runtime: str, words: list[str]) -> 
     ('["-v", "/:/host"]', "-v /:/host mounts the host's whole file system into the container"),
     ('["--mount", "type=bind,source=/,target=/host,readonly"]', "mounts the host's whole file system"),
     ('["-v", "/var/run/docker.sock:/var/run/docker.sock"]', "gives the task the container runtime's socket"),
+    # issue 59, item 10: the folders that hold a runtime's socket, and the host's root through /proc
+    ('["-v", "/var/run:/var/run"]', "-v /var/run:/var/run gives the task the folder of the container runtime's socket"),
+    ('["-v", "/run:/run:ro"]', "gives the task the folder of the container runtime's socket"),
+    ('["-v", "/run/docker/:/x"]', "gives the task the folder of the container runtime's socket"),
+    ('["--mount", "type=bind,src=/run,dst=/run"]', "gives the task the folder of the container runtime's socket"),
+    ('["-v", "/proc/1/root:/host"]', "-v /proc/1/root:/host mounts the host's whole file system into the container"),
+    ('["-v", "/proc/self/root/etc:/h"]', "mounts the host's whole file system"),
     ('["--pid=host"]', "--pid host shares the host's pid namespace with the task"),
     ('["--network", "bridge"]', "--network bridge takes the container off the host's network, which distlaunch needs"),
     ('["--net=none"]', "--net none takes the container off the host's network"),
@@ -196,6 +203,7 @@ def test_harmless_options_give_no_warning(tmp_path: Path, capsys: pytest.Capture
                '"--security-opt", "no-new-privileges"]')
     assert warnings(tmp_path, capsys, profile_text(container(options))) == []
     assert option_warnings("apptainer", ["--net=false", "-B", "/data", "--pid"]) == []
+    assert option_warnings("docker", ["-v", "/run/media/disk:/data", "-v", "/proc/cpuinfo:/c", "-v", "/runs:/r"]) == []
     assert option_warnings("pyxis", ["--export=ALL,FOO", "--container-mounts=/data:/data"]) == []
 
 

@@ -6,20 +6,25 @@ host); a host's answer is also crafted, as a host that does not run that script 
 from __future__ import annotations
 
 import base64
+import json
 import os
 import secrets
 import subprocess
+import sys
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
+from launcher.tfprofiler import fetch as fetch_module
 from launcher.tfprofiler.capture import Target
 from launcher.tfprofiler.fetch import fetch_remote
-from launcher.transport import CommandResult
+from launcher.transport import CommandResult, LineSplitter
 
 STAMP = "2026_01_31_12_00_00"
+REPO = Path(__file__).resolve().parents[2]
 
 
 class ShellHost:
@@ -37,8 +42,31 @@ class ShellHost:
                               capture_output=True, text=True, timeout=timeout)
         return CommandResult(done.returncode, done.stdout, done.stderr)
 
+    def stream_lines(self, command: str, on_line: Callable[[str], None]) -> FinishedStream:
+        """The answer of ``run`` fed line by line through the transports' own splitter (whose line
+        bound is what keeps a stream's memory small)."""
+        result = self.run(command, timeout=60)
+        splitter = LineSplitter(on_line)
+        splitter.feed(result.stdout.encode())
+        splitter.finish()
+        return FinishedStream(result.exit_code, result.stderr)
+
     def close(self) -> None:
         pass
+
+
+class FinishedStream:
+    def __init__(self, code: int, stderr: str) -> None:
+        self.code, self.stderr = code, stderr
+
+    def wait(self, timeout: float | None = None) -> int:
+        return self.code
+
+    def close(self) -> None:
+        pass
+
+    def stderr_tail(self) -> str:
+        return self.stderr
 
 
 @pytest.fixture
@@ -130,3 +158,71 @@ def test_nothing_is_written_over_or_through_a_link(monkeypatch: pytest.MonkeyPat
     assert list(target.iterdir()) == []
     assert [line for line in lines if "a symbolic link" in line], lines
     assert all("\n" not in line for line in lines)
+
+
+# --- issue 59, item 9: what one host may send is bounded in files, bytes and memory ---
+
+def test_a_host_that_sends_thousands_of_stamp_folders_gets_a_bounded_number_written(
+        monkeypatch: pytest.MonkeyPatch, folder: Path, tmp_path: Path) -> None:
+    mine = Target("worker:1", "h2", "10.0.0.2", 40001)
+    answer = "".join(f"{b64(f'plugins/profile/{n:06d}/{mine.file_name}'.encode())} {b64(b'x')}\n"
+                     for n in range(20_000))
+    lines = fetch(monkeypatch, ShellHost(folder, tmp_path, canned=answer), [mine])
+    assert len(every_file(folder)) == fetch_module.MAX_FILES
+    assert any(f"more than {fetch_module.MAX_FILES} capture files" in line for line in lines), lines
+
+
+def test_a_file_over_the_bound_is_not_kept(monkeypatch: pytest.MonkeyPatch, folder: Path, tmp_path: Path) -> None:
+    mine = Target("worker:1", "h2", "10.0.0.2", 40001)
+    monkeypatch.setattr(fetch_module, "MAX_FILE_BYTES", 1000)
+    name = b64(f"plugins/profile/{STAMP}/{mine.file_name}".encode())
+    answer = "".join(f"{name} {b64(bytes(300))}\n" for _ in range(5))  # 1500 bytes in five parts
+    lines = fetch(monkeypatch, ShellHost(folder, tmp_path, canned=answer), [mine])
+    assert every_file(folder) == []
+    assert len(lines) == 1 and "was not copied: more than" in lines[0], lines
+
+
+_COPY = """
+import json, resource, sys
+from pathlib import Path
+from launcher.model import HostConfig
+from launcher.tfprofiler.fetch import _fetch_one
+from launcher.transport.local import LocalHost
+
+class Elsewhere(LocalHost):  # the same path on "another host": the folder argv[3] here
+    def stream_lines(self, command, on_line, on_close=None):
+        return super().stream_lines(command.replace(sys.argv[1], sys.argv[3]), on_line, on_close)
+
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+lines = _fetch_one(Elsewhere(HostConfig(name="h2", address="localhost", transport="local")), "h2",
+                   {sys.argv[2]}, Path(sys.argv[1]))
+print(json.dumps({"lines": lines, "grew_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before}))
+"""
+
+
+def test_a_big_capture_is_copied_whole_through_a_bounded_stream(folder: Path, tmp_path: Path) -> None:
+    """A real shell runs the real script on a 96 MiB capture: copied byte for byte, in lines the
+    stream bounds, so the launcher's memory never holds the file (it once held it twice over)."""
+    mine = Target("worker:1", "h2", "10.0.0.2", 40001)
+    remote = tmp_path / "remote"
+    (remote / "plugins" / "profile" / STAMP).mkdir(parents=True)
+    source = remote / "plugins" / "profile" / STAMP / mine.file_name
+    block = os.urandom(1 << 20)
+    with source.open("wb") as fh:
+        for _ in range(96):
+            fh.write(block)
+    done = subprocess.run([sys.executable, "-c", _COPY, str(folder), mine.file_name, str(remote)],
+                          capture_output=True, text=True, timeout=120, cwd=REPO,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["lines"] == []
+    copied = folder / "plugins" / "profile" / STAMP / mine.file_name
+    assert copied.stat().st_size == source.stat().st_size
+    with copied.open("rb") as got, source.open("rb") as want:
+        while True:
+            a, b = got.read(1 << 20), want.read(1 << 20)
+            assert a == b
+            if not a:
+                break
+    assert result["grew_kib"] < 48 * 1024, result
