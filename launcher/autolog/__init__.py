@@ -32,7 +32,10 @@ two reads of the reader (TensorFlow's PSS tutorial: 21 steps in a second or two)
 split: at the end of Keras ``fit`` (the callback's ``on_train_end``), after
 ``ClusterCoordinator.join`` (while flushing costs at most 5 % of the time), at TF1
 ``Session.close``, and at interpreter exit (an ``atexit`` handler that asks the reader thread to
-read, waits at most 5 s and never raises, once, only in the process that loaded autolog). The
+read, waits at most 5 s and never raises, once, only in the process that loaded autolog). A step
+sent never goes back, but for the exit's reading: it is the step the script ended with, sent even
+below one sent before (Keras 3's ``iterations`` under ParameterServerStrategy can go back for good
+when two workers' increments overlap), so the dashboard ends on the script's own count. The
 ``[metrics]`` number rules live in ``launcher/agent/metricregex.py``, shared with ``distlaunch check
 --metrics-sample`` (``launcher/commands/check.py``).
 

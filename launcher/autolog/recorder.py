@@ -122,13 +122,16 @@ _newest_step = [-1]
 
 
 def note(step: Any = None, loss: Any = None, values: Optional[Dict[str, Any]] = None,
-         now: bool = False) -> None:
-    """Store the newest values (references, converted at emit) and emit when due."""
+         now: bool = False, final: bool = False) -> None:
+    """Store the newest values (references, converted at emit) and emit when due. ``final``: the
+    step the script ends with (the exit's reading), sent even where it is below one sent before."""
     r = reporter
     if isinstance(step, numbers.Integral):
         # sources disagree by a step or two (a summary written for the step just run, a global
-        # step read after it): the line carries the newest step known, never an older one
-        if step < _newest_step[0]:
+        # step read after it): the line carries the newest step known, never an older one; but a
+        # counter may go back for good (Keras 3's iterations under ParameterServerStrategy: two
+        # workers' read-then-assign increments overwrite each other), and the end is what it says
+        if step < _newest_step[0] and not final:
             step = None
         else:
             _newest_step[0] = int(step)
@@ -242,7 +245,8 @@ class StepReader:
         self.steps_are_calls = best is None and self.counts_calls and clock.calls > 0  # no step variable
         return clock.calls if self.steps_are_calls else best
 
-    def tick(self) -> None:
+    def tick(self, final: bool = False) -> None:
+        """One reading; ``final``: the exit's, whose step is sent as the one the script ended with."""
         step = self.step_now = self.read_step()  # once a tick: the hooks read it here
         for hook in list(self.tick_hooks):
             hook()
@@ -256,9 +260,9 @@ class StepReader:
             if loss is not None:
                 self._last_loss_ref = value
                 break
-        if step is not None and step != self._last_step:
+        if step is not None and (step != self._last_step or (final and step != _newest_step[0])):
             self._last_step = step
-            note(step=step, loss=loss, now=True)
+            note(step=step, loss=loss, now=True, final=final)
         elif loss is not None:
             note(loss=loss, now=True)
 
@@ -290,7 +294,8 @@ def flush(where: str, wait_s: float = FLUSH_WAIT_S, at_exit: bool = False) -> bo
 
 
 def _read_last(where: str, at_exit: bool) -> None:
-    for part in [reader.tick, *(exit_reads if at_exit else ()), reporter.emit]:  # emit: what is pending
+    read: Callable[[], None] = (lambda: reader.tick(final=True)) if at_exit else reader.tick
+    for part in [read, *(exit_reads if at_exit else ()), reporter.emit]:  # emit: what is pending
         try:
             part()
         except Exception as exc:

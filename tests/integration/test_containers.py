@@ -140,7 +140,11 @@ def release(tmp: Path) -> None:
 def assert_autolog_and_success(events: list[dict[str, Any]]) -> None:
     assert [e["state"] for e in events if e["kind"] == "job"][-1] == "Succeeded"
     steps = [e["step"] for e in events if e["kind"] == "metric" and e["task"] == "chief:0" and e["step"] is not None]
-    assert steps and max(steps) >= 30, steps
+    said = [e["line"] for e in events if e["kind"] == "log" and e["task"] == "chief:0"
+            and e["line"].startswith("done at step ")]
+    # the dashboard ends where the script does (not at 2 * steps: Keras 3's iterations lose increments
+    # when two workers' steps overlap, tests/data/containers/ps_release.py)
+    assert said and steps and steps[-1] == int(said[-1].split()[-1]), (said, steps)
     losses = [e["loss"] for e in events if e["kind"] == "metric" and e["task"] == "chief:0" and e["loss"] is not None]
     assert losses, "no loss from autolog"
     placed = [v for e in events if e["kind"] == "placement" and e["task"] == "chief:0" for v in e["variables"]]

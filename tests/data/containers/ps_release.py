@@ -1,7 +1,7 @@
 """ParameterServerStrategy in a container, unmodified (no distlaunch import: autolog reports its
 step, loss and placement). ps and workers serve; the chief trains ``--steps`` steps, waits in
 ``wait_for_release`` until the file ``--release`` exists (the test takes stacks and kills a worker
-meanwhile), trains ``--steps`` more, and exits 0."""
+meanwhile), trains ``--steps`` more, prints the step its optimizer ended at, and exits 0."""
 
 import argparse
 import os
@@ -66,4 +66,6 @@ train(args.steps)
 print(f"waiting for {args.release}", flush=True)
 wait_for_release(args.release)
 train(args.steps)
-print("done", flush=True)
+# the step it ended at, as the script sees it: Keras 3 counts iterations by read-then-assign, so
+# two workers' increments may overwrite each other and it is not 2 * steps
+print(f"done at step {int(optimizer.iterations)}", flush=True)

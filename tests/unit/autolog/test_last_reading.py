@@ -72,6 +72,25 @@ def test_the_exit_reads_and_sends_the_last_step_and_loss() -> None:
     assert "distlaunch autolog" not in done.stderr, done.stderr
 
 
+def test_the_exit_sends_the_step_the_script_ended_with_even_below_one_a_tick_read() -> None:
+    """Issue 62: Keras 3 counts ``iterations`` by reading and assigning (``assign(self + 1)``), so
+    under ParameterServerStrategy two workers' increments overwrite each other and a late one can
+    set the counter back. A tick that read the higher value must not outlast the end: the last
+    step sent is the one the script ends with."""
+    done, _ = run("""
+        optimizer = Optimizer()
+        recorder.reader.add_optimizer(optimizer)
+        optimizer.iterations.value = 31
+        recorder.reader.tick()  # a tick reads 31 and sends it
+        optimizer.iterations.value = 30  # a racing increment's late assign sets it back
+        print("ended at step %d" % optimizer.iterations.value, flush=True)
+    """)
+    assert done.returncode == 0, done.stderr
+    steps = [line["step"] for line in metric_lines(done.stdout) if line["step"] is not None]
+    assert steps == [31, 30], done.stdout
+    assert "ended at step 30" in done.stdout
+
+
 def test_an_exit_whose_read_hangs_ends_in_bounded_time_with_its_own_code() -> None:
     done, took = run("""
         optimizer = Optimizer("hang")  # the reader holds optimizers weakly
