@@ -135,7 +135,8 @@ def run_status(args: argparse.Namespace) -> int:
         print(json.dumps(summary, indent=2))
         return 0
     job = summary["job"]
-    who = {"live": "supervised, a client follows", "supervised": "supervised, no client",
+    # the words `runs` and the docs use, then what they mean
+    who = {"live": "live: a client follows", "supervised": "supervised: no client",
            "lost": "lost: no supervisor"}.get(summary["supervision"] or "", "ended")
     if summary["supervisor_alive"]:
         who += f", supervisor pid {summary['supervisor_pid']}"

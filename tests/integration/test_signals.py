@@ -142,7 +142,7 @@ def test_sighup_ends_the_client_only_and_attach_follows_the_supervised_job(tmp_p
         state = json.loads((run_dir / "state.json").read_text())
         assert state["outcome"] is None and "detached" not in state
         status = cli("status", str(run_dir), timeout=60)
-        assert "supervised, no client" in status.stdout.splitlines()[0], status.stdout
+        assert "supervised: no client" in status.stdout.splitlines()[0], status.stdout
         assert_no_noise(tmp_path / "up.log")
 
         attacher = start_cli("attach", str(run_dir), "--no-tui", log=tmp_path / "attach.log")

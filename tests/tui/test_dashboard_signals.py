@@ -87,7 +87,7 @@ def test_the_terminal_going_away_leaves_the_job_supervised(tmp_path: Path) -> No
         assert last == {"worker:0": "running", "worker:1": "running"}
         assert len(pids_with_run_id(run_id)) >= 4  # the supervisor, the host agent and both tasks go on
         status = cli("status", str(run_dir), timeout=60)
-        assert "supervised, no client" in status.stdout.splitlines()[0], status.stdout
+        assert "supervised: no client" in status.stdout.splitlines()[0], status.stdout
         log = tmp_path / "home" / "distlaunch.log"
         assert not log.exists() or "Traceback" not in log.read_text()
         down = cli("down", str(run_dir), timeout=120)
