@@ -221,6 +221,12 @@ async def test_command_palette_lists_the_actions() -> None:
         await hits[0].command()
         await pilot.pause()
         assert app.widgets.views.current == "placement"
+        await pilot.press("question_mark")  # opened over a modal, a command still acts on the dashboard
+        assert isinstance(app.screen, HelpScreen)
+        hits = [hit async for hit in DashboardCommands(app.screen).search("hosts")]
+        await hits[0].command()
+        await pilot.pause()
+        assert app.widgets.views.current == "hosts"
 
 
 async def test_log_pane_follows_pauses_searches_and_marks_stderr() -> None:

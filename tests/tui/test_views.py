@@ -167,6 +167,25 @@ async def test_e_lists_the_history_newest_first_and_follows_new_entries() -> Non
         assert app.widgets.views.current == "dashboard"
 
 
+async def test_the_dashboard_keys_reach_their_target_while_the_timeline_has_the_focus() -> None:
+    """The keys are the screen's, not the table's: `/`, `s` and `t` act from wherever the focus is."""
+    events = recorded_job(steps=3)
+    app = make_app(events)
+    async with app.run_test(size=(200, 50)) as pilot:
+        await load(pilot, app, len(events))
+        await pilot.press("e")
+        assert app.focused is app.widgets.timeline_panel
+        axis = app.widgets.loss_chart.x_axis
+        await pilot.press("t")
+        assert app.widgets.loss_chart.x_axis != axis
+        sort = app.widgets.table.sort_column
+        await pilot.press("s")
+        assert app.widgets.table.sort_column != sort
+        await pilot.press("slash", *"ps")
+        assert app.widgets.views.current == "dashboard"
+        assert sorted(app.widgets.table.row_keys) == ["ps:0", "ps:1"]
+
+
 async def test_ctrl_s_saves_an_svg_screenshot_into_the_run_dir(tmp_path: Path) -> None:
     events = recorded_job(steps=2)
     app = make_app(events, run_dir=tmp_path)
