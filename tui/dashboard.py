@@ -127,15 +127,14 @@ class DashboardScreen(Screen[None]):
             w.task_filter.display = bool(message.value.strip())  # a kept filter stays in sight
             w.table.focus()
 
+    def on_log_pane_search_closed(self) -> None:
+        self.widgets.table.focus()
+
     def on_key(self, event: events.Key) -> None:
-        """Escape closes the log search or the task filter (clearing it) and goes back to the table."""
+        """Escape closes the task filter (clearing it) and goes back to the table (the log pane
+        closes its own search)."""
         w = self.widgets
-        search = w.log_pane.search_input
-        if event.key == "escape" and search.has_focus:
-            search.value = ""
-            search.display = False
-            w.table.focus()
-        elif event.key == "escape" and (w.task_filter.has_focus or w.task_filter.display):
+        if event.key == "escape" and (w.task_filter.has_focus or w.task_filter.display):
             w.task_filter.value = ""  # Input.Changed clears the table's filter
             w.task_filter.display = False
             w.table.focus()
@@ -209,9 +208,7 @@ class DashboardScreen(Screen[None]):
 
     def action_search(self) -> None:
         self.widgets.views.current = "dashboard"
-        search = self.widgets.log_pane.search_input
-        search.display = True
-        self._focus_now(search)
+        self._focus_now(self.widgets.log_pane.open_search())
 
     def action_toggle_startup_lines(self) -> None:
         state, pane = self.state, self.widgets.log_pane

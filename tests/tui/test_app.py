@@ -257,6 +257,11 @@ async def test_log_pane_follows_pauses_searches_and_marks_stderr() -> None:
         assert app.focused is app.widgets.table
         await pilot.press("ctrl+f", "escape")
         assert len(log_lines(app)) == 7
+        assert app.focused is app.widgets.table and not app.widgets.log_pane.search_input.display
+        # with a kept task filter in sight, escape in the search closes the search only
+        await pilot.press("slash", *"worker", "enter", "ctrl+f", "escape")
+        assert app.widgets.task_filter.display and app.widgets.task_filter.value == "worker"
+        assert app.focused is app.widgets.table and not app.widgets.log_pane.search_input.display
 
 
 async def test_logs_view_hides_the_table_and_keeps_selection_keys() -> None:
