@@ -90,7 +90,6 @@ class DashboardScreen(Screen[None]):
         self.job_actions = JobActions(self.state, w, self)
         w.rate_chart.display = self.size.height >= RATE_CHART_MIN_HEIGHT
         w.task_filter.display = False
-        w.log_pane.search_input.display = False
         w.table.focus()
         self.set_interval(1 / FLUSH_HZ, self.flush)
 

@@ -1,10 +1,11 @@
 """The dashboard's frame: its widget tree, the state its screen and parts share, how the user left it.
 
 `DashboardState` is the job's picture and how the stream stands (no Textual in it); the app
-(app.py) makes it and folds the events into it, the dashboard screen (dashboard.py) draws it and
-acts on it. `DashboardWidgets` names the widgets of the tree, found once when the screen mounts.
-The parts (views.py: drawing; actions.py: acting on the job) take these two and the Textual
-screen they run on, so none of them imports the screen or copies Textual's signatures.
+(app.py) makes it, its live feed (live_feed.py) folds the events into it, and the dashboard
+screen (dashboard.py) draws it and acts on it. `DashboardWidgets` names the widgets of the tree,
+found once when the screen mounts. The parts (views.py: drawing; actions.py: acting on the job)
+take these two and the Textual screen they run on, so none of them imports the screen or copies
+Textual's signatures.
 """
 
 from __future__ import annotations

@@ -166,6 +166,9 @@ class LogPane(Vertical):
     def search_input(self) -> Input:
         return self.query_one("#log-search", Input)
 
+    def on_mount(self) -> None:
+        self.search_input.display = False
+
     def open_search(self) -> Input:
         """Show the search box; the caller focuses the box returned."""
         search = self.search_input
