@@ -120,6 +120,7 @@ async def take(events: list[Event], out: Path, size: tuple[int, int] = SIZE, sho
         deadline = time.monotonic() + TIMEOUT
         await _until(pilot, lambda: app.state.view.events_applied >= len(events), "the dashboard did not take the "
                      "recording in", deadline)
+        app.dashboard.flush(force_chart=True)  # the table's rows are there before `down` moves in them
         if shot.select is not None:
             for _ in range(len(app.state.view.tasks)):
                 if app.widgets.table.selected_task == shot.select:
