@@ -10,6 +10,7 @@ from textual import events
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.geometry import Region
+from textual.message import Message
 from textual.strip import Strip
 from textual.widget import Widget
 from textual.widgets import Input, Static
@@ -133,7 +134,11 @@ class _LogEntry:
 
 class LogPane(Vertical):
     """Shows one task's log. While paused it stops writing (the view holds still) and counts
-    what it missed; resuming writes the missed lines."""
+    what it missed; resuming writes the missed lines. It owns its search box: shown by
+    `open_search`, closed and cleared by escape while it has the focus (then `SearchClosed`)."""
+
+    class SearchClosed(Message):
+        """Escape closed the log search: whoever holds the focus elsewhere takes it back."""
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
@@ -160,6 +165,23 @@ class LogPane(Vertical):
     @property
     def search_input(self) -> Input:
         return self.query_one("#log-search", Input)
+
+    def on_mount(self) -> None:
+        self.search_input.display = False
+
+    def open_search(self) -> Input:
+        """Show the search box; the caller focuses the box returned."""
+        search = self.search_input
+        search.display = True
+        return search
+
+    def on_key(self, event: events.Key) -> None:
+        search = self.search_input
+        if event.key == "escape" and search.has_focus:
+            event.stop()  # the screen's escape clears the task filter: not this one's job
+            search.value = ""  # Input.Changed clears the query
+            search.display = False
+            self.post_message(self.SearchClosed())
 
     def show_task(self, view: JobView, task_id: str | None) -> None:
         """Redraw from scratch: another task, or another search."""

@@ -118,26 +118,27 @@ async def take(events: list[Event], out: Path, size: tuple[int, int] = SIZE, sho
                        hosts_total=max(1, len(hosts)), clock=lambda: now, run_dir=shot.run_dir)
     async with app.run_test(size=size) as pilot:
         deadline = time.monotonic() + TIMEOUT
-        await _until(pilot, lambda: app.view.events_applied >= len(events), "the dashboard did not take the "
+        await _until(pilot, lambda: app.state.view.events_applied >= len(events), "the dashboard did not take the "
                      "recording in", deadline)
+        app.dashboard.flush(force_chart=True)  # the table's rows are there before `down` moves in them
         if shot.select is not None:
-            for _ in range(len(app.view.tasks)):
-                if app.table.selected_task == shot.select:
+            for _ in range(len(app.state.view.tasks)):
+                if app.widgets.table.selected_task == shot.select:
                     break
                 await pilot.press("down")
                 await pilot.pause()
-        app.flush(force_chart=True)
+        app.dashboard.flush(force_chart=True)
         await pilot.pause()
-        await _until(pilot, lambda: app.loss_chart.up_to_date and app.rate_chart.up_to_date,  # thread workers
-                     "the charts were not drawn", deadline)
-        app.flush(force_chart=True)
+        charts = (app.widgets.loss_chart, app.widgets.rate_chart)  # drawn by thread workers
+        await _until(pilot, lambda: all(chart.up_to_date for chart in charts), "the charts were not drawn", deadline)
+        app.dashboard.flush(force_chart=True)
         for key in shot.keys:
             await pilot.press(key)
             await pilot.pause()
         if isinstance(app.screen, StacksScreen):
             screen = app.screen
             await _until(pilot, lambda: screen.captures >= 1, "the stacks view showed no capture", deadline)
-        app.flush(force_chart=True)
+        app.dashboard.flush(force_chart=True)
         app.clear_notifications()
         await pilot.pause()
         saved = app.save_screenshot(out.name, str(out.parent))

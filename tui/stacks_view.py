@@ -9,10 +9,6 @@ job has ended, the view shows the last capture kept in the run dir (`s` shows it
 from __future__ import annotations
 
 import contextlib
-import threading
-from collections.abc import Callable
-from pathlib import Path
-from typing import Protocol
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -23,11 +19,9 @@ from textual.widgets import Static
 
 from launcher.agent.stackmodel import DISK_WAIT, FROZEN_STATES, ZOMBIE, TaskStacks, group, suspect, user_frame
 from launcher.events import StacksEvent
-from launcher.supervise.control import JobControl
-from launcher.telemetry.jobview import JobView
 from launcher.telemetry.stacktext import frame_line, header, thread_lines
+from tui.frame import DashboardState
 from tui.stacks_data import Capture, Fetch, NoCapture, clock_time, live_fetch, stored_fetch
-from tui.task_table import TaskTable
 
 SUSPECT_STYLE = "bold white on red"
 USER_FRAME_STYLE = "bold black on yellow"
@@ -226,26 +220,13 @@ class StacksScreen(ModalScreen[None]):
         self.action_refresh_stacks()
 
 
-class StacksOwner(Protocol):
-    """What the stacks view is opened from: the dashboard's job, its state and selected task."""
-
-    control: JobControl | None
-    view: JobView
-    lock: threading.Lock
-    live: bool
-    clock: Callable[[], float]
-    run_dir: Path | None
-    stream_ended: bool
-    table: TaskTable
-
-
-def stacks_screen(app: StacksOwner, whole_job: bool) -> StacksScreen:
-    """The view for the app's job: a live capture while the job runs, else the run dir's last one."""
-    running = app.live and app.control is not None and not app.view.ended and not app.stream_ended
+def stacks_screen(state: DashboardState, selected: str | None, whole_job: bool) -> StacksScreen:
+    """The view for the dashboard's job: a live capture while the job runs, else the run dir's last one."""
+    running = state.live and state.control is not None and not state.view.ended and not state.stream_ended
 
     def last_event() -> StacksEvent | None:
-        with app.lock:
-            return app.view.last_stacks
+        with state.lock:
+            return state.view.last_stacks
 
-    live = live_fetch(app.control, app.clock) if running and app.control is not None else None
-    return StacksScreen(live, stored_fetch(app.run_dir, last_event), app.table.selected_task, whole_job)
+    live = live_fetch(state.control, state.clock) if running and state.control is not None else None
+    return StacksScreen(live, stored_fetch(state.run_dir, last_event), selected, whole_job)

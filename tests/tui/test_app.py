@@ -20,6 +20,7 @@ from tests.tui.tui_support import (
     wait_until,
 )
 from tui.actions import NOT_IN_REPLAY
+from tui.dashboard import dashboard_bindings
 from tui.frame import DashboardResult
 from tui.placement_view import TOTAL_ROW
 from tui.screens import ConfirmScreen, HelpScreen, QuitScreen
@@ -29,7 +30,7 @@ DATA = Path(__file__).resolve().parents[1] / "data" / "tf_startup"
 
 
 def cell(app, task_id: str, column: str):
-    return app.table.get_cell(task_id, column)
+    return app.widgets.table.get_cell(task_id, column)
 
 
 def toasts(app) -> list[str]:
@@ -37,7 +38,7 @@ def toasts(app) -> list[str]:
 
 
 def log_lines(app) -> list[str]:
-    return app.log_pane.lines.plain_lines
+    return app.widgets.log_pane.lines.plain_lines
 
 
 @pytest.mark.parametrize("size", SIZES)
@@ -47,18 +48,18 @@ async def test_rows_appear_and_cells_follow_metrics(size) -> None:
     async with source_app.run_test(size=size) as pilot:
         app = source_app
         await load(pilot, app, len(events))
-        assert app.table.row_keys == ["chief:0", "ps:0", "ps:1", "worker:0", "worker:1"]
+        assert app.widgets.table.row_keys == ["chief:0", "ps:0", "ps:1", "worker:0", "worker:1"]
         assert cell(app, "chief:0", "step").plain == "30"
         assert cell(app, "worker:0", "gpu").plain == "███▍   83"  # bar and number
         assert cell(app, "worker:0", "gpu_mem").plain == "3.0G/16G"
         assert cell(app, "ps:0", "gpu").plain == "—"
         assert cell(app, "ps:0", "rss").plain == "286M"
-        source = app.source
+        source = app.state.source
         assert isinstance(source, MemorySource)
         source.push(ev.metric_event(RUN, "chief:0", step=40, loss=0.125, ts=T0 + 5))
         await wait_until(pilot, lambda: cell(app, "chief:0", "step").plain == "40")
         assert cell(app, "chief:0", "loss").plain == "0.125"
-        header = str(app.header.render())
+        header = str(app.widgets.header.render())
         assert "step 40" in header and "hosts 2/2 up" in header and "parameter_server" in header
 
 
@@ -90,14 +91,14 @@ async def test_placement_view_sums_bytes_per_ps_and_warns() -> None:
     async with app.run_test(size=(100, 30)) as pilot:
         await load(pilot, app, len(events))
         await pilot.press("p")
-        table = app.placement_panel.query_one("#placement-table", DataTable)
+        table = app.widgets.placement_panel.query_one("#placement-table", DataTable)
         assert table.get_cell(TOTAL_ROW, "ps:0") == "11M"  # 12,005,120 bytes
         assert table.get_cell(TOTAL_ROW, "ps:1") == "50K"  # 51,712 bytes
         assert table.get_cell("embedding", "ps:0") == "11M" and table.get_cell("embedding", "ps:1") == ""
-        summary = str(app.placement_panel.query_one("#placement-summary", Static).render())
+        summary = str(app.widgets.placement_panel.query_one("#placement-summary", Static).render())
         assert "ps:0 holds" in summary
         await pilot.press("p")
-        assert app.views.current == "dashboard"
+        assert app.widgets.views.current == "dashboard"
 
 
 @pytest.mark.parametrize(("key", "call"), [("r", ("restart_task", "ps:0")), ("x", ("stop_task", "ps:0"))])
@@ -108,7 +109,7 @@ async def test_task_actions_ask_then_call_control_for_the_selected_task(key, cal
     async with app.run_test(size=(100, 30)) as pilot:
         await load(pilot, app, len(events))
         await pilot.press("down")
-        assert app.selected_task == "ps:0"
+        assert app.state.selected_task == "ps:0"
         await pilot.press(key)
         assert isinstance(app.screen, ConfirmScreen)
         assert control.calls == []
@@ -180,12 +181,12 @@ async def test_replay_refuses_actions_and_quits_directly() -> None:
     app = make_app(events, control=None, live=False, hold_open=False)
     async with app.run_test(size=(100, 30)) as pilot:
         await load(pilot, app, len(events))
-        await wait_until(pilot, lambda: app.stream_ended)
+        await wait_until(pilot, lambda: app.state.stream_ended)
         for key in ("r", "x", "D"):
             await pilot.press(key)
             assert not isinstance(app.screen, ConfirmScreen)
         assert toasts(app).count(NOT_IN_REPLAY) == 3
-        assert "elapsed 3s" in str(app.header.render())  # replay time, not the wall clock
+        assert "elapsed 3s" in str(app.widgets.header.render())  # replay time, not the wall clock
         await pilot.press("q")
         await wait_until(pilot, lambda: app.return_value is not None)
     assert app.return_value == DashboardResult("quit")
@@ -198,9 +199,9 @@ async def test_help_lists_every_binding_description() -> None:
         assert isinstance(app.screen, HelpScreen)
         help_text = app.screen.query_one("#help-text", Static)
         await pilot.pause()
-        assert help_text.size.width > 40 and help_text.size.height >= len(app.action_bindings())
+        assert help_text.size.width > 40 and help_text.size.height >= len(dashboard_bindings())
         text = str(help_text.render())
-        for binding in app.action_bindings():
+        for binding in dashboard_bindings():
             assert binding.description in text
             assert binding.id
         await pilot.press("escape")
@@ -219,7 +220,13 @@ async def test_command_palette_lists_the_actions() -> None:
         assert hits
         await hits[0].command()
         await pilot.pause()
-        assert app.views.current == "placement"
+        assert app.widgets.views.current == "placement"
+        await pilot.press("question_mark")  # opened over a modal, a command still acts on the dashboard
+        assert isinstance(app.screen, HelpScreen)
+        hits = [hit async for hit in DashboardCommands(app.screen).search("hosts")]
+        await hits[0].command()
+        await pilot.pause()
+        assert app.widgets.views.current == "hosts"
 
 
 async def test_log_pane_follows_pauses_searches_and_marks_stderr() -> None:
@@ -229,15 +236,15 @@ async def test_log_pane_follows_pauses_searches_and_marks_stderr() -> None:
         await load(pilot, app, len(events))
         for _ in range(4):
             await pilot.press("down")
-        assert app.selected_task == "worker:1"
+        assert app.state.selected_task == "worker:1"
         assert log_lines(app)[-1] == "ResourceExhaustedError: OOM"
-        assert "red" in str(app.log_pane.lines.texts[-1].style)
-        assert "red" not in str(app.log_pane.lines.texts[-2].style)
+        assert "red" in str(app.widgets.log_pane.lines.texts[-1].style)
+        assert "red" not in str(app.widgets.log_pane.lines.texts[-2].style)
         # pause: new lines are held back and counted, resume writes them
         await pilot.press("f")
-        assert isinstance(app.source, MemorySource)
-        app.source.push(ev.log_event(RUN, "worker:1", "stdout", "after pause", ts=T0 + 30))
-        await wait_until(pilot, lambda: "1 new" in str(app.log_pane.query_one("#log-title").render()))
+        assert isinstance(app.state.source, MemorySource)
+        app.state.source.push(ev.log_event(RUN, "worker:1", "stdout", "after pause", ts=T0 + 30))
+        await wait_until(pilot, lambda: "1 new" in str(app.widgets.log_pane.query_one("#log-title").render()))
         assert "after pause" not in log_lines(app)
         await pilot.press("space")
         assert log_lines(app)[-1] == "after pause"
@@ -247,9 +254,14 @@ async def test_log_pane_follows_pauses_searches_and_marks_stderr() -> None:
         await pilot.press(*"batch 3")
         assert log_lines(app) == ["worker batch 3"]
         await pilot.press("enter")
-        assert app.focused is app.table
+        assert app.focused is app.widgets.table
         await pilot.press("ctrl+f", "escape")
         assert len(log_lines(app)) == 7
+        assert app.focused is app.widgets.table and not app.widgets.log_pane.search_input.display
+        # with a kept task filter in sight, escape in the search closes the search only
+        await pilot.press("slash", *"worker", "enter", "ctrl+f", "escape")
+        assert app.widgets.task_filter.display and app.widgets.task_filter.value == "worker"
+        assert app.focused is app.widgets.table and not app.widgets.log_pane.search_input.display
 
 
 async def test_logs_view_hides_the_table_and_keeps_selection_keys() -> None:
@@ -258,10 +270,10 @@ async def test_logs_view_hides_the_table_and_keeps_selection_keys() -> None:
     async with app.run_test(size=(100, 30)) as pilot:
         await load(pilot, app, len(events))
         await pilot.press("l")
-        assert not app.table.display or app.dashboard.has_class("logs-only")
+        assert not app.widgets.table.display or app.widgets.dashboard.has_class("logs-only")
         await pilot.press("down")
-        assert app.selected_task == "ps:0"
-        assert "log ps:0" in str(app.log_pane.query_one("#log-title").render())
+        assert app.state.selected_task == "ps:0"
+        assert "log ps:0" in str(app.widgets.log_pane.query_one("#log-title").render())
 
 
 async def test_ctrl_q_asks_like_q_while_the_job_runs() -> None:
@@ -285,21 +297,21 @@ async def test_tensorflow_start_up_lines_fold_into_one_line_and_v_shows_them() -
     app = make_app(events)
     async with app.run_test(size=(100, 40)) as pilot:
         await load(pilot, app, len(events))
-        assert app.selected_task == "chief:0"
+        assert app.state.selected_task == "chief:0"
         note = f"{len(noise)} TensorFlow start-up lines hidden; press v to show"
         assert log_lines(app) == ["chief step 10 loss 2.000", "chief step 20 loss 1.000", note,
                                   "resumed from step 20"]
         # a line that arrives later is counted in the same note
-        assert isinstance(app.source, MemorySource)
-        app.source.push(ev.log_event(RUN, "chief:0", "stderr", noise[0], ts=T0 + 22))
-        app.source.push(ev.log_event(RUN, "chief:0", "stdout", "step 40", ts=T0 + 22))
+        assert isinstance(app.state.source, MemorySource)
+        app.state.source.push(ev.log_event(RUN, "chief:0", "stderr", noise[0], ts=T0 + 22))
+        app.state.source.push(ev.log_event(RUN, "chief:0", "stdout", "step 40", ts=T0 + 22))
         await wait_until(pilot, lambda: log_lines(app)[-1] == "step 40")
         assert log_lines(app)[2] == note.replace(str(len(noise)), str(len(noise) + 1))
         await pilot.press("v")
         assert log_lines(app) == ["chief step 10 loss 2.000", "chief step 20 loss 1.000", *noise,
                                   "resumed from step 20", noise[0], "step 40"]
-        assert "dim" in str(app.log_pane.lines.texts[2].style)
-        assert "start-up lines shown" in str(app.log_pane.query_one("#log-title").render())
+        assert "dim" in str(app.widgets.log_pane.lines.texts[2].style)
+        assert "start-up lines shown" in str(app.widgets.log_pane.query_one("#log-title").render())
         await pilot.press("v")
         assert sum("start-up lines hidden" in line for line in log_lines(app)) == 1
-        assert len(app.view.log("chief:0").lines) == 2 + len(noise) + 3
+        assert len(app.state.view.log("chief:0").lines) == 2 + len(noise) + 3

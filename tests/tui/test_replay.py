@@ -64,8 +64,8 @@ async def test_dashboard_replays_a_file(tmp_path: Path) -> None:
     app = DashboardApp(source, None, title="mnist-ps", strategy="parameter_server", hosts_total=2, live=False)
     async with app.run_test(size=(100, 30)) as pilot:
         await load(pilot, app, len(recorded))
-        assert app.table.get_cell("chief:0", "step").plain == "40"
-        assert "Failed" in str(app.header.render())
+        assert app.widgets.table.get_cell("chief:0", "step").plain == "40"
+        assert "Failed" in str(app.widgets.header.render())
 
 
 def _slow_recording(tmp_path: Path, seconds: int = 40) -> Path:
@@ -124,21 +124,21 @@ async def test_dashboard_replay_keys_pause_seek_and_show_the_speed(tmp_path: Pat
                 await pilot.pause(0.02)
 
         def step() -> int:
-            text = app.table.get_cell("chief:0", "step").plain if app.table.row_count else ""
+            text = app.widgets.table.get_cell("chief:0", "step").plain if app.widgets.table.row_count else ""
             return int(text) if text.isdigit() else 0
 
         await until(lambda: step() >= 1)
-        assert "(replay 1x)" in str(app.header.render())
+        assert "(replay 1x)" in str(app.widgets.header.render())
         await pilot.press("space")
-        await until(lambda: "(replay 1x, paused)" in str(app.header.render()))
+        await until(lambda: "(replay 1x, paused)" in str(app.widgets.header.render()))
         await pilot.press("plus", "plus")
-        await until(lambda: "(replay 4x, paused)" in str(app.header.render()))
+        await until(lambda: "(replay 4x, paused)" in str(app.widgets.header.render()))
         await pilot.press("right", "right")  # 20 s forwards, while paused: the skipped events come at once
         await until(lambda: step() >= 15)
         assert step() < 24
         await pilot.press("left")  # back 10 s: the picture is rebuilt from the start of the recording
         await until(lambda: source.generation == 1 and 0 < step() < 15)
         await pilot.press("minus")
-        await until(lambda: "(replay 2x, paused)" in str(app.header.render()))
+        await until(lambda: "(replay 2x, paused)" in str(app.widgets.header.render()))
         await pilot.press("space")
-        await until(lambda: "paused" not in str(app.header.render()))
+        await until(lambda: "paused" not in str(app.widgets.header.render()))

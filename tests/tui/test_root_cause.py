@@ -13,10 +13,10 @@ async def test_header_shows_the_root_cause_of_a_failed_job() -> None:
     app = make_app(events)
     async with app.run_test(size=(200, 50)) as pilot:
         await load(pilot, app, len(events))
-        assert "root cause" not in str(app.header.render())  # failed tasks, but the job goes on
-        app.source.push(ev.job_event(RUN, ev.JOB_FAILED, "worker:0 failed", ts=T0 + 21))
+        assert "root cause" not in str(app.widgets.header.render())  # failed tasks, but the job goes on
+        app.state.source.push(ev.job_event(RUN, ev.JOB_FAILED, "worker:0 failed", ts=T0 + 21))
         await load(pilot, app, len(events) + 1)
-        assert "root cause: worker:1 failed first (exited with 1)" in str(app.header.render())
+        assert "root cause: worker:1 failed first (exited with 1)" in str(app.widgets.header.render())
 
 
 async def test_header_points_at_the_culprit_and_the_task_detail_shows_the_cause() -> None:
@@ -28,9 +28,9 @@ async def test_header_points_at_the_culprit_and_the_task_detail_shows_the_cause(
     async with app.run_test(size=(200, 50)) as pilot:
         await load(pilot, app, len(events))
         assert "root cause: ps:0 (worker:0 failed first: exit code 1: lost contact with ps:0)" in \
-            str(app.header.render())
+            str(app.widgets.header.render())
         for _ in range(3):
             await pilot.press("down")
-        assert app.selected_task == "worker:0"
+        assert app.state.selected_task == "worker:0"
         await wait_until(pilot, lambda: "failed: lost contact with ps:0" in
-                         str(app.log_pane.query_one("#log-title").render()))
+                         str(app.widgets.log_pane.query_one("#log-title").render()))

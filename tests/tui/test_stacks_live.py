@@ -103,12 +103,13 @@ async def test_a_stall_says_where_and_its_capture_replays(tmp_path: Path) -> Non
     with hung_job(tmp_path, stall_seconds=2) as (sup, feed, run_dir):
         app = DashboardApp(feed, sup, title="stacks", strategy="custom", hosts_total=1, run_dir=run_dir)
         async with app.run_test(size=(140, 50)) as pilot:
-            await wait_until(pilot, lambda: f"worker:1 stalled at step 5 in {WHERE}" in str(app.header.render()),
+            header = app.widgets.header
+            await wait_until(pilot, lambda: f"worker:1 stalled at step 5 in {WHERE}" in str(header.render()),
                              timeout=60)
     replay = DashboardApp(ReplaySource(run_dir / "events.jsonl", speed=0), None, title="stacks", strategy="custom",
                           hosts_total=1, live=False, run_dir=run_dir)
     async with replay.run_test(size=(140, 50)) as pilot:
-        await wait_until(pilot, lambda: replay.stream_ended)
+        await wait_until(pilot, lambda: replay.state.stream_ended)
         await pilot.press("K")
         await wait_until(pilot, lambda: isinstance(replay.screen, StacksScreen) and replay.screen.captures >= 1)
         screen = replay.screen

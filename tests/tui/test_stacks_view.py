@@ -91,7 +91,7 @@ async def test_k_captures_the_selected_task_and_a_widens_to_the_whole_job() -> N
     control = RecordingControl(odd_one_out())
     async with dashboard(control) as (app, pilot):
         await pilot.press("down")  # worker:1
-        await wait_until(pilot, lambda: app.selected_task == "worker:1")
+        await wait_until(pilot, lambda: app.state.selected_task == "worker:1")
         screen = await open_stacks(pilot, "k")
         assert captured(control) == [("capture_stacks", "worker:1", "")]
         assert screen.title_text.startswith("stacks of 1 task, ")
@@ -156,7 +156,7 @@ async def test_replay_shows_the_capture_stored_at_the_stall(tmp_path: Path) -> N
     write_capture(tmp_path, odd_one_out())
     async with dashboard(None, live=False, hold_open=False, run_dir=tmp_path) as (app, pilot):
         await pilot.press("down")
-        await wait_until(pilot, lambda: app.selected_task == "worker:1")
+        await wait_until(pilot, lambda: app.state.selected_task == "worker:1")
         screen = await open_stacks(pilot, "k")
         assert screen.title_text.splitlines() == [
             "stacks of 1 task, taken 22:13:31 (1 group)",
@@ -177,17 +177,18 @@ async def test_replay_without_a_capture_says_so(tmp_path: Path) -> None:
 
 async def test_the_stall_line_says_where_the_task_hangs() -> None:
     async with dashboard(RecordingControl()) as (app, pilot):
-        header = app.header.render()
+        header = app.widgets.header.render()
         assert "worker:1 stalled at step 5 in wait_for_peer (hang.py:4)" in str(header)
         await pilot.press("down")
-        await wait_until(pilot, lambda: app.selected_task == "worker:1")
-        app.flush()
-        assert "STALLED at step 5 in wait_for_peer (hang.py:4)" in str(app.log_pane.query_one("#log-title").render())
+        await wait_until(pilot, lambda: app.state.selected_task == "worker:1")
+        app.dashboard.flush()
+        log_title = app.widgets.log_pane.query_one("#log-title")
+        assert "STALLED at step 5 in wait_for_peer (hang.py:4)" in str(log_title.render())
 
 
 async def test_before_the_capture_the_stall_line_gives_the_reason() -> None:
     async with dashboard(RecordingControl(), stall_events(with_stacks=False)) as (app, _pilot):
-        assert "worker:1 stalled: step 5 has not advanced for 5s" in str(app.header.render())
+        assert "worker:1 stalled: step 5 has not advanced for 5s" in str(app.widgets.header.render())
 
 
 def test_the_stall_line_goes_with_the_stall() -> None:

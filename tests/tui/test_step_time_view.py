@@ -23,20 +23,20 @@ async def test_table_and_detail_show_where_the_step_time_goes() -> None:
     app = make_app(events, clock=lambda: now[0])
     async with app.run_test(size=(220, 50)) as pilot:
         await load(pilot, app, len(events))
-        assert app.table.get_cell("worker:0", "split").plain == "—"
-        source = app.source
+        assert app.widgets.table.get_cell("worker:0", "split").plain == "—"
+        source = app.state.source
         assert isinstance(source, MemorySource)
         source.push(ev.metric_event(RUN, "worker:0", step=40, loss=0.1, ts=T0 + 4,
                                     values=split(0.02, 0.04, 0.94, 0.0)))
         source.push(ev.metric_event(RUN, "worker:1", step=40, loss=0.1, ts=T0 + 4,
                                     values=split(0.71, 0.07, 0.21, 0.01)))
-        await wait_until(pilot, lambda: app.table.get_cell("worker:0", "split").plain.endswith("wait worker:1"))
-        bar = app.table.get_cell("worker:0", "split").plain[:8]
+        await wait_until(pilot, lambda: app.widgets.table.get_cell("worker:0", "split").plain.endswith("wait worker:1"))
+        bar = app.widgets.table.get_cell("worker:0", "split").plain[:8]
         assert bar.count("p") >= 7, bar  # peers fills the bar: drawn as magenta blocks
-        assert app.table.get_cell("worker:1", "split").plain.endswith("input")
+        assert app.widgets.table.get_cell("worker:1", "split").plain.endswith("input")
         await pilot.press("down", "down", "down", "down")  # to worker:1 (chief, ps:0, ps:1, worker:0, worker:1)
-        await wait_until(pilot, lambda: "worker:1 step time" in str(app.sparklines.split.render()))
-        detail = str(app.sparklines.split.render())
+        await wait_until(pilot, lambda: "worker:1 step time" in str(app.widgets.sparklines.split.render()))
+        detail = str(app.widgets.sparklines.split.render())
         assert "input-bound" in detail and "71%" in detail and "31.0 ms/step" in detail
 
 

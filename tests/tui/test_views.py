@@ -10,7 +10,7 @@ from tests.tui.tui_support import RUN, T0, MemorySource, load, make_app, recorde
 
 
 def _push(app, event: ev.Event) -> None:
-    source = app.source
+    source = app.state.source
     assert isinstance(source, MemorySource)
     source.push(event)
 
@@ -24,9 +24,9 @@ async def test_log_pane_shows_the_first_row_even_when_another_task_spoke_first()
     app = make_app(events)
     async with app.run_test(size=(100, 30)) as pilot:
         await load(pilot, app, len(events))
-        assert app.table.row_keys[0] == "chief:0"
-        await wait_until(pilot, lambda: app.selected_task == "chief:0")
-        assert app.log_pane.lines.plain_lines == ["chief is up"]
+        assert app.widgets.table.row_keys[0] == "chief:0"
+        await wait_until(pilot, lambda: app.state.selected_task == "chief:0")
+        assert app.widgets.log_pane.lines.plain_lines == ["chief is up"]
 
 
 async def test_table_takes_the_rows_it_needs_up_to_a_share_of_the_screen() -> None:
@@ -34,11 +34,11 @@ async def test_table_takes_the_rows_it_needs_up_to_a_share_of_the_screen() -> No
     app = make_app(events)
     async with app.run_test(size=(200, 50)) as pilot:
         await load(pilot, app, len(events))
-        assert app.table.size.height == 6  # header + 5 tasks; the panes below get the rest
+        assert app.widgets.table.size.height == 6  # header + 5 tasks; the panes below get the rest
         for i in range(2, 60):
             _push(app, ev.state_event(RUN, f"worker:{i}", ev.RUNNING, host="cpu1", ts=T0 + 20))
-        await wait_until(pilot, lambda: app.table.row_count == 63)
-        await wait_until(pilot, lambda: app.table.size.height == int(50 * 0.45))
+        await wait_until(pilot, lambda: app.widgets.table.row_count == 63)
+        await wait_until(pilot, lambda: app.widgets.table.size.height == int(50 * 0.45))
 
 
 async def test_condition_flags_appear_and_clear_in_the_row() -> None:
@@ -46,14 +46,14 @@ async def test_condition_flags_appear_and_clear_in_the_row() -> None:
     app = make_app(events)
     async with app.run_test(size=(200, 50)) as pilot:
         await load(pilot, app, len(events))
-        assert app.table.get_cell("worker:0", "flags").plain == ""
+        assert app.widgets.table.get_cell("worker:0", "flags").plain == ""
         _push(app, ev.condition_event(RUN, "worker:0", ev.STALLED, True, "no step for 60s", ts=T0 + 20))
         _push(app, ev.condition_event(RUN, "worker:0", ev.STRAGGLER, True, "3x slower", ts=T0 + 20))
-        await wait_until(pilot, lambda: app.table.get_cell("worker:0", "flags").plain == "STALL SLOW")
+        await wait_until(pilot, lambda: app.widgets.table.get_cell("worker:0", "flags").plain == "STALL SLOW")
         _push(app, ev.condition_event(RUN, "worker:0", ev.STALLED, False, ts=T0 + 21))
-        await wait_until(pilot, lambda: app.table.get_cell("worker:0", "flags").plain == "SLOW")
-        assert app.table.get_cell("worker:0", "trend").plain.strip() != ""  # steps/s sparkline
-        assert app.table.get_cell("ps:0", "cpu").plain.endswith(" 12")
+        await wait_until(pilot, lambda: app.widgets.table.get_cell("worker:0", "flags").plain == "SLOW")
+        assert app.widgets.table.get_cell("worker:0", "trend").plain.strip() != ""  # steps/s sparkline
+        assert app.widgets.table.get_cell("ps:0", "cpu").plain.endswith(" 12")
 
 
 async def test_a_nan_loss_shows_like_a_stall_in_the_row_and_the_hosts_view() -> None:
@@ -64,18 +64,19 @@ async def test_a_nan_loss_shows_like_a_stall_in_the_row_and_the_hosts_view() -> 
         _push(app, ev.condition_event(RUN, "worker:1", ev.STALLED, True, "no step for 60s", ts=T0 + 20))
         _push(app, ev.metric_event(RUN, "worker:0", step=6, loss=float("nan"), ts=T0 + 20))
         _push(app, ev.condition_event(RUN, "worker:0", ev.NAN_LOSS, True, "loss is NaN since step 6", ts=T0 + 20))
-        await wait_until(pilot, lambda: app.table.get_cell("worker:0", "flags").plain == "NAN")
-        assert app.table.get_cell("worker:0", "loss").plain == "nan"  # not the last finite loss
-        stall, nan = app.table.get_cell("worker:1", "flags"), app.table.get_cell("worker:0", "flags")
+        await wait_until(pilot, lambda: app.widgets.table.get_cell("worker:0", "flags").plain == "NAN")
+        assert app.widgets.table.get_cell("worker:0", "loss").plain == "nan"  # not the last finite loss
+        stall, nan = app.widgets.table.get_cell("worker:1", "flags"), app.widgets.table.get_cell("worker:0", "flags")
         assert nan.style == stall.style != ""  # the same mark as a stall
         await pilot.press("h")
-        worker0 = next(line for line in app.hosts_panel.plain.splitlines() if line.strip().startswith("worker:0"))
+        hosts_lines = app.widgets.hosts_panel.plain.splitlines()
+        worker0 = next(line for line in hosts_lines if line.strip().startswith("worker:0"))
         assert worker0.rstrip().endswith("NAN_LOSS")
         await pilot.press("h")
         _push(app, ev.condition_event(RUN, "worker:0", ev.NAN_LOSS, False, "recovered at step 9", ts=T0 + 21))
         _push(app, ev.metric_event(RUN, "worker:0", step=9, loss=0.25, ts=T0 + 21))
-        await wait_until(pilot, lambda: app.table.get_cell("worker:0", "flags").plain == "")
-        await wait_until(pilot, lambda: app.table.get_cell("worker:0", "loss").plain == "0.25")
+        await wait_until(pilot, lambda: app.widgets.table.get_cell("worker:0", "flags").plain == "")
+        await wait_until(pilot, lambda: app.widgets.table.get_cell("worker:0", "loss").plain == "0.25")
 
 
 async def test_slash_filters_as_you_type_and_escape_clears() -> None:
@@ -84,19 +85,19 @@ async def test_slash_filters_as_you_type_and_escape_clears() -> None:
     async with app.run_test(size=(100, 30)) as pilot:
         await load(pilot, app, len(events))
         await pilot.press("slash", *"work")
-        assert app.table.row_keys == ["worker:0", "worker:1"]
+        assert app.widgets.table.row_keys == ["worker:0", "worker:1"]
         await pilot.press("backspace", "backspace", "backspace", "backspace", *"cpu1")
-        assert app.table.row_keys == ["ps:1", "worker:1"]  # by host
+        assert app.widgets.table.row_keys == ["ps:1", "worker:1"]  # by host
         await pilot.press(*" fail")
-        assert app.table.row_keys == ["worker:1"]  # every word must match: host and state
-        assert app.selected_task == "worker:1"  # the cursor moves to what is left
+        assert app.widgets.table.row_keys == ["worker:1"]  # every word must match: host and state
+        assert app.state.selected_task == "worker:1"  # the cursor moves to what is left
         await pilot.press("enter")
-        assert app.focused is app.table and app.task_filter.display  # the kept filter stays in sight
+        assert app.focused is app.widgets.table and app.widgets.task_filter.display  # the kept filter stays in sight
         await pilot.press("escape")
-        assert app.table.row_keys == ["chief:0", "ps:0", "ps:1", "worker:0", "worker:1"]
-        assert not app.task_filter.display
+        assert app.widgets.table.row_keys == ["chief:0", "ps:0", "ps:1", "worker:0", "worker:1"]
+        assert not app.widgets.task_filter.display
         await pilot.press("slash", *"nothing-like-this")
-        assert app.table.row_count == 0 and app.table.selected_task is None
+        assert app.widgets.table.row_count == 0 and app.widgets.table.selected_task is None
 
 
 async def test_s_cycles_the_sort_column_and_capital_s_reverses() -> None:
@@ -105,21 +106,21 @@ async def test_s_cycles_the_sort_column_and_capital_s_reverses() -> None:
     async with app.run_test(size=(200, 50)) as pilot:
         await load(pilot, app, len(events))
         await pilot.press("s")
-        assert app.table.sort_column == "host"
-        assert app.table.row_keys == ["ps:1", "worker:1", "chief:0", "ps:0", "worker:0"]
+        assert app.widgets.table.sort_column == "host"
+        assert app.widgets.table.row_keys == ["ps:1", "worker:1", "chief:0", "ps:0", "worker:0"]
         await pilot.press("s")
-        assert app.table.sort_column == "state"
-        assert app.table.row_keys[0] == "worker:1"  # failed first
+        assert app.widgets.table.sort_column == "state"
+        assert app.widgets.table.row_keys[0] == "worker:1"  # failed first
         await pilot.press("s", "s")
-        assert app.table.sort_column == "loss"
+        assert app.widgets.table.sort_column == "loss"
         await pilot.press("s")
-        assert app.table.sort_column == "gpu"
-        assert app.table.row_keys[0] == "worker:0"  # the only task with a GPU; the rest have none
+        assert app.widgets.table.sort_column == "gpu"
+        assert app.widgets.table.row_keys[0] == "worker:0"  # the only task with a GPU; the rest have none
         await pilot.press("S")
-        assert app.table.row_keys[0] == "worker:0" and app.table.sort_reverse
-        assert "gpu%▼" in app.table._header.plain
+        assert app.widgets.table.row_keys[0] == "worker:0" and app.widgets.table.sort_reverse
+        assert "gpu%▼" in app.widgets.table._header.plain
         await pilot.press("s")
-        assert app.table.sort_column == "task" and app.table.row_keys[0] == "chief:0"
+        assert app.widgets.table.sort_column == "task" and app.widgets.table.row_keys[0] == "chief:0"
 
 
 async def test_h_shows_hosts_with_their_tasks_and_gpus() -> None:
@@ -128,24 +129,24 @@ async def test_h_shows_hosts_with_their_tasks_and_gpus() -> None:
     async with app.run_test(size=(200, 50)) as pilot:
         await load(pilot, app, len(events))
         await pilot.press("h")
-        assert app.views.current == "hosts"
-        text = app.hosts_panel.plain
+        assert app.widgets.views.current == "hosts"
+        text = app.widgets.hosts_panel.plain
         gpu1 = text[text.index("gpu1"):]
         cpu1 = text[text.index("cpu1"):text.index("gpu1")]
         assert "no GPU" in cpu1 and "ps:1" in cpu1 and "worker:1" in cpu1
         gpu_line = next(line for line in gpu1.splitlines() if "GPU0" in line)
         assert "83%" in gpu_line and "3.0G/16G" in gpu_line and gpu_line.rstrip().endswith("worker:0")
         assert "2/3 tasks running" not in text and "3/3 tasks running" in gpu1
-        app.view.machines["gpu1"] = {"cpu_percent": 62.5, "cpus": 16, "mem_used_bytes": 12 * 2**30,
+        app.state.view.machines["gpu1"] = {"cpu_percent": 62.5, "cpus": 16, "mem_used_bytes": 12 * 2**30,
                                      "mem_total_bytes": 64 * 2**30}
-        app.hosts_panel.sync(app.view)
-        text = app.hosts_panel.plain
+        app.widgets.hosts_panel.sync(app.state.view)
+        text = app.widgets.hosts_panel.plain
         machine = next(line for line in text[text.index("gpu1"):].splitlines() if "host CPU" in line)
         assert "62%" in machine or "63%" in machine
         assert "of 16 cores" in machine and "12G/64G" in machine
         assert "host CPU" not in text[text.index("cpu1"):text.index("gpu1")]  # no reading: no line
         await pilot.press("h")
-        assert app.views.current == "dashboard"
+        assert app.widgets.views.current == "dashboard"
 
 
 async def test_e_lists_the_history_newest_first_and_follows_new_entries() -> None:
@@ -154,16 +155,35 @@ async def test_e_lists_the_history_newest_first_and_follows_new_entries() -> Non
     async with app.run_test(size=(200, 50)) as pilot:
         await load(pilot, app, len(events))
         await pilot.press("e")
-        assert app.views.current == "timeline"
-        lines = app.timeline_panel.plain_lines
+        assert app.widgets.views.current == "timeline"
+        lines = app.widgets.timeline_panel.plain_lines
         assert "worker:1" in lines[0] and "failed, exit code 1: exited with 1" in lines[0]
         assert "job Created" in lines[-1]
         _push(app, ev.condition_event(RUN, "worker:0", ev.STALLED, True, "no step for 60s", ts=T0 + 20))
         _push(app, ev.action_event(RUN, "restart", "worker:0", ts=T0 + 21))
-        await wait_until(pilot, lambda: "operator: restart worker:0" in app.timeline_panel.plain_lines[0])
-        assert "stalled raised: no step for 60s" in app.timeline_panel.plain_lines[1]
+        await wait_until(pilot, lambda: "operator: restart worker:0" in app.widgets.timeline_panel.plain_lines[0])
+        assert "stalled raised: no step for 60s" in app.widgets.timeline_panel.plain_lines[1]
         await pilot.press("e")
-        assert app.views.current == "dashboard"
+        assert app.widgets.views.current == "dashboard"
+
+
+async def test_the_dashboard_keys_reach_their_target_while_the_timeline_has_the_focus() -> None:
+    """The keys are the screen's, not the table's: `/`, `s` and `t` act from wherever the focus is."""
+    events = recorded_job(steps=3)
+    app = make_app(events)
+    async with app.run_test(size=(200, 50)) as pilot:
+        await load(pilot, app, len(events))
+        await pilot.press("e")
+        assert app.focused is app.widgets.timeline_panel
+        axis = app.widgets.loss_chart.x_axis
+        await pilot.press("t")
+        assert app.widgets.loss_chart.x_axis != axis
+        sort = app.widgets.table.sort_column
+        await pilot.press("s")
+        assert app.widgets.table.sort_column != sort
+        await pilot.press("slash", *"ps")
+        assert app.widgets.views.current == "dashboard"
+        assert sorted(app.widgets.table.row_keys) == ["ps:0", "ps:1"]
 
 
 async def test_ctrl_s_saves_an_svg_screenshot_into_the_run_dir(tmp_path: Path) -> None:
@@ -182,24 +202,24 @@ async def test_charts_draw_every_loss_and_every_trainers_rate_and_t_switches_the
     app = make_app(events)
     async with app.run_test(size=(200, 50)) as pilot:
         await load(pilot, app, len(events))
-        assert [name for name, _xs, _ys in app.loss_chart._series] == ["chief:0", "worker:0", "worker:1"]
-        assert app.loss_chart._series[0][1][:2] == [10.0, 20.0]  # x: steps
-        assert [name for name, _xs, _ys in app.rate_chart._series] == ["chief:0", "worker:0", "worker:1"]
-        assert "steps/s vs seconds" in app.rate_chart.render().plain
-        plain = app.loss_chart.render().plain
+        assert [name for name, _xs, _ys in app.widgets.loss_chart._series] == ["chief:0", "worker:0", "worker:1"]
+        assert app.widgets.loss_chart._series[0][1][:2] == [10.0, 20.0]  # x: steps
+        assert [name for name, _xs, _ys in app.widgets.rate_chart._series] == ["chief:0", "worker:0", "worker:1"]
+        assert "steps/s vs seconds" in app.widgets.rate_chart.render().plain
+        plain = app.widgets.loss_chart.render().plain
         assert "loss vs step" in plain and "chief:0" in plain and "worker:1" in plain  # legend
-        styles = {str(span.style) for span in app.loss_chart.render().spans}
+        styles = {str(span.style) for span in app.widgets.loss_chart.render().spans}
         assert len(styles) >= 3  # one colour per task
         await pilot.press("t")
-        await wait_until(pilot, lambda: app.loss_chart.up_to_date and "loss vs seconds" in
-                         app.loss_chart.render().plain)
-        assert app.loss_chart._series[0][1][:2] == [2.0, 3.0]  # x: seconds since the job began
+        await wait_until(pilot, lambda: app.widgets.loss_chart.up_to_date and "loss vs seconds" in
+                         app.widgets.loss_chart.render().plain)
+        assert app.widgets.loss_chart._series[0][1][:2] == [2.0, 3.0]  # x: seconds since the job began
 
 
 async def folded(pilot, app, count: int) -> None:
     """Every event folded in and flushed to the screen (a job too short for the charts' own wait)."""
-    await wait_until(pilot, lambda: app.view.events_applied >= count)
-    app.flush()
+    await wait_until(pilot, lambda: app.state.view.events_applied >= count)
+    app.dashboard.flush()
     await pilot.pause()
 
 
@@ -213,13 +233,14 @@ async def test_a_silent_host_greys_its_tasks_and_the_hosts_view_says_lost_draine
     app = make_app(events)
     async with app.run_test(size=(200, 50)) as pilot:
         await folded(pilot, app, len(events))
-        app.table.sync(app.view, T0 + 40, {"worker:1"})
+        app.widgets.table.sync(app.state.view, T0 + 40, {"worker:1"})
         # its last CPU is not shown as live: greyed, "last seen", its host's state beside it
-        assert app.table.get_cell("worker:1", "cpu").plain == app.table.get_cell("worker:1", "gpu").plain
-        assert "97" not in app.table.get_cell("worker:1", "cpu").plain
-        assert app.table.get_cell("worker:1", "host").plain == "b (unreachable)"
-        assert app.table.get_cell("worker:1", "split").plain.startswith("last seen")
-        assert app.table.get_cell("worker:1", "step").plain == "40"
+        table = app.widgets.table
+        assert table.get_cell("worker:1", "cpu").plain == table.get_cell("worker:1", "gpu").plain
+        assert "97" not in app.widgets.table.get_cell("worker:1", "cpu").plain
+        assert app.widgets.table.get_cell("worker:1", "host").plain == "b (unreachable)"
+        assert app.widgets.table.get_cell("worker:1", "split").plain.startswith("last seen")
+        assert app.widgets.table.get_cell("worker:1", "step").plain == "40"
         more = [ev.host_event(RUN, "b", ev.HOST_LOST, "no contact for 120 s", ts=T0 + 121),
                 ev.state_event(RUN, "worker:1", ev.LOST, host="b", ts=T0 + 121),
                 ev.state_event(RUN, "worker:1", ev.RUNNING, host="c", pid=9, ts=T0 + 125, moved_from="b"),
@@ -228,8 +249,8 @@ async def test_a_silent_host_greys_its_tasks_and_the_hosts_view_says_lost_draine
             _push(app, event)
         await folded(pilot, app, len(events) + len(more))
         await pilot.press("h")
-        text = app.hosts_panel.plain
+        text = app.widgets.hosts_panel.plain
         assert "LOST (no contact for 120 s)" in text[text.index("b "):]
         assert "DRAINED (maintenance)" in text[text.index("a "):]
         assert "worker:1" in text[text.index("c "):]  # the spare took the moved task
-        assert app.view.tasks["worker:1"].moved_from == "b" and app.view.tasks["worker:1"].host_down is None
+        assert app.state.view.tasks["worker:1"].moved_from == "b" and app.state.view.tasks["worker:1"].host_down is None

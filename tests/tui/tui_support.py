@@ -133,8 +133,9 @@ async def wait_until(pilot, predicate: Callable[[], bool], timeout: float = 5.0)
 
 async def load(pilot, app: DashboardApp, count: int) -> None:
     """Wait until `count` events are folded in, then flush them to the screen."""
-    await wait_until(pilot, lambda: app.view.events_applied >= count)
-    app.flush(force_chart=True)
+    await wait_until(pilot, lambda: app.state.view.events_applied >= count)
+    app.dashboard.flush(force_chart=True)
     await pilot.pause()
-    await wait_until(pilot, lambda: app.loss_chart.up_to_date and app.rate_chart.up_to_date)  # thread workers
+    charts = (app.widgets.loss_chart, app.widgets.rate_chart)  # drawn by thread workers
+    await wait_until(pilot, lambda: all(chart.up_to_date for chart in charts))
     await pilot.pause()
