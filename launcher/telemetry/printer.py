@@ -231,7 +231,8 @@ def _state_text(event: ev.StateEvent, paint: Callable[[object], str] = str) -> s
         extras.append(f"exit {event.exit_code}")
     if event.reason:
         extras.append(event.reason)
-    cause = f": {event.cause}" if event.cause else ""
+    # the cause, unless it only repeats the reason ("exit code 1 ...: exit code 1")
+    cause = f": {event.cause}" if event.cause and event.cause != event.reason else ""
     return text + (f" ({', '.join(extras)})" if extras else "") + cause
 
 

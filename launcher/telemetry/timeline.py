@@ -106,7 +106,12 @@ def state_text(event: ev.StateEvent) -> str:
     if state == ev.RESTARTING:
         parts.append(f"restart {event.restarts or 0}")
     text = ", ".join(parts)
-    return f"{text}: {reason}" if reason else text
+    # a failure says its cause, as the header and --no-tui do (the reason is only how it exited);
+    # never "exit code 1: exit code 1"
+    why = (event.cause or reason) if state == ev.FAILED else reason
+    if why and code is not None and why == f"exit code {code}":
+        why = ""
+    return f"{text}: {why}" if why else text
 
 
 def _state_severity(state: str) -> str:

@@ -165,3 +165,14 @@ def test_the_progress_line_comes_on_its_interval_without_events_and_a_hung_task_
         hold.set()
         reader.join(10)
     assert not reader.is_alive()
+
+
+def test_a_failure_line_says_its_cause_once() -> None:
+    from launcher.telemetry.printer import _state_text
+
+    bare = ev.state_event("r", "worker:0", ev.FAILED, host="local", exit_code=1, reason="exit code 1",
+                          cause="exit code 1")
+    assert _state_text(bare) == "worker:0     failed (on local, exit 1, exit code 1)"
+    told = ev.state_event("r", "worker:0", ev.FAILED, host="local", exit_code=1, reason="exit code 1",
+                          cause="ValueError: bad at t.py:3")
+    assert _state_text(told) == "worker:0     failed (on local, exit 1, exit code 1): ValueError: bad at t.py:3"

@@ -90,3 +90,16 @@ def test_events_cli_names_an_unknown_task(tmp_path: Path, capsys: pytest.Capture
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no task 'worker:9'" in err and "ps:0, worker:0" in err
 
+
+
+def test_a_failure_says_its_cause_never_exit_code_twice() -> None:
+    from launcher.telemetry.timeline import state_text
+
+    failed = ev.state_event(RUN, "worker:0", ev.FAILED, exit_code=1, reason="exit code 1",
+                            cause="ValueError: bad value at train.py:3")
+    assert state_text(failed) == "failed, exit code 1: ValueError: bad value at train.py:3"  # as the header says
+    bare = ev.state_event(RUN, "worker:0", ev.FAILED, exit_code=1, reason="exit code 1", cause="exit code 1")
+    assert state_text(bare) == "failed, exit code 1"
+    killed = ev.state_event(RUN, "worker:0", ev.FAILED, reason="killed by SIGKILL",
+                            cause="killed by SIGKILL (not by distlaunch)")
+    assert state_text(killed) == "failed: killed by SIGKILL (not by distlaunch)"
