@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from launcher.agent.leaving import shown as shown_text
 from launcher.commands import notice
 from launcher.errors import UserError
 from launcher.privatedir import open_trusted
@@ -202,7 +203,35 @@ def _follow(run_id: str, child: int | None, shown: Shown, detach: bool, attach: 
         _print_lines(job, shown, signals)
     if signals.hung_up and signals.signum is None:
         return 0  # nobody reads what this client would say; the job stays supervised
-    return _ended(job, child, signals, relay)
+    code = _ended(job, child, signals, relay)
+    if shown.tui:  # the screen is gone: what --no-tui would have ended with, in one line
+        line = result_line(run_dir)
+        if line is not None:
+            with contextlib.suppress(OSError):
+                print(line, flush=True)
+    return code
+
+
+def result_line(run_dir: Path) -> str | None:
+    """The run, how its job ended, and the step and loss its deciding task got to: what a user
+    sees in the terminal once the dashboard is gone (None where the run's files cannot say)."""
+    from launcher.commands.status import summarize
+    from launcher.supervise.policy import deciding_task
+
+    try:
+        summary = summarize(run_dir)
+    except (OSError, ValueError, UserError):
+        return None
+    job, tasks = summary["job"], summary["tasks"]
+    text = f"run {summary['run']}: job {job['state']}" + (f": {shown_text(job['reason'])}" if job["reason"] else "")
+    decider = deciding_task(tasks)
+    seen = tasks.get(decider) if decider else None
+    if seen and seen.get("step") is not None:
+        loss = seen.get("loss")
+        text += f" (step {seen['step']}" + (f", loss {loss:.4g}" if isinstance(loss, float) else "") + ")"
+    if job.get("root_cause"):
+        text += f"; root cause: {shown_text(job['root_cause'])}"
+    return text + f"; `distlaunch status {summary['run']}` for more"
 
 
 def _connect(run_id: str, child: int | None, supervisor: int | None = None) -> RemoteJob | None:

@@ -104,7 +104,11 @@ def test_dashboard_in_tmux_shows_rising_steps_and_leaves_nothing(tmp_path: Path)
                  60, "the ps row to show stopped")
         _tmux(socket, "send-keys", "-t", "e2e", "q")
         wait_for(lambda: "EXIT=" in _tmux(socket, "capture-pane", "-p", "-t", "e2e"), 60, "the CLI to exit")
-        assert "EXIT=0" in _tmux(socket, "capture-pane", "-p", "-t", "e2e")
+        left = _tmux(socket, "capture-pane", "-p", "-J", "-t", "e2e")
+        assert "EXIT=0" in left
+        # the screen gone, one line says what --no-tui would have ended with (issue 56)
+        assert re.search(rf"run {run_id}: job Succeeded: chief:0 exited 0 \(step 3\d\d, loss [\d.e+-]+\); "
+                         rf"`distlaunch status {run_id}` for more", left), left
         assert pids_with_run_id(run_id) == []
     finally:
         _tmux(socket, "kill-server")
