@@ -319,6 +319,8 @@ class SampleEvent(Event):
         "cpu_percent": _NUMBER, "cpus": (int, _NULL), "mem_used_bytes": _NUMBER, "mem_total_bytes": _NUMBER})
     #: the process state last seen (R, S, D, ...)
     proc_state = _Field[str](_TEXT, "")
+    #: the process the task's command started (below its wrapper shell): what py-spy, gdb or kill take
+    main_pid = _Field[Optional[int]]((int, _NULL))
 
 
 class PlacementEvent(Event):

@@ -57,7 +57,7 @@ def sample_tasks(active: Callable[[], List[TaskRunner]], stop: threading.Event) 
                 runner.spec.run, runner.spec.task, cpu_percent=sample.get("cpu_percent"),
                 rss_bytes=sample.get("rss_bytes"), gpus=sample.get("gpus"),
                 source=str(sample.get("source", "")), host=sample.get("host"),
-                proc_state=sample.get("proc_state")))
+                proc_state=sample.get("proc_state"), main_pid=sample.get("main_pid")))
 
 
 def make_sampler() -> Any:

@@ -256,6 +256,31 @@ def tree_state(pids: "set[int]", states: Dict[int, str]) -> Optional[str]:
     return "S" if letters - {""} else None
 
 
+#: what a task's wrapper and its command's shell are: the program a user means is below them
+SHELLS = frozenset({"sh", "dash", "bash", "zsh", "ksh", "ash", "busybox"})
+
+
+def _comm(pid: int) -> str:
+    try:
+        with open("/proc/%d/comm" % pid) as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def program_pid(root: int, children: Dict[int, List[int]], stats: Dict[int, Tuple[int, int, float]]) -> int:
+    """The process a task's command started: from the tree's root (the wrapper shell, which is the
+    process group a stop signals) down through shells that each have one child; the pid a user
+    hands py-spy, gdb or kill -STOP, and the one ``stacks`` reads."""
+    pid = root
+    for _ in range(8):
+        kids = [c for c in children.get(pid, []) if c in stats]
+        if len(kids) != 1 or _comm(pid) not in SHELLS:
+            break
+        pid = kids[0]
+    return pid
+
+
 class HostSampler:
     """Samples every task of a host in one pass: one /proc walk for all process trees, one GPU
     query per GPU in use, one machine reading. ``sample({key: (root pid, gpu indices)})``
@@ -310,7 +335,8 @@ class HostSampler:
             source = ("psutil" if self._psutil is not None else "proc") + (
                 "+" + (self._gpu_mode or GPU_NONE) if gpu_indices else "")
             out[key] = {"cpu_percent": cpu_percent, "rss_bytes": rss_bytes, "gpus": gpus, "source": source,
-                        "host": host, "pids": sorted(pids), "proc_state": tree_state(pids, states)}
+                        "host": host, "pids": sorted(pids), "proc_state": tree_state(pids, states),
+                        "main_pid": program_pid(_root, children, stats) if reading else None}
         for key in [k for k in self._prev if k not in tasks]:
             del self._prev[key]
         return out

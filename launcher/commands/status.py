@@ -71,6 +71,8 @@ def summarize(path: Path) -> dict[str, Any]:
             "profiler_port": info.get("profiler_port"),
             "state": seen.state if seen else info.get("state"),
             "pid": (seen.pid if seen else None) or info.get("pid"),
+            # the program below the wrapper shell, as the pid column shows it: py-spy, gdb, kill -STOP
+            "main_pid": seen.main_pid if seen else None,
             "restarts": seen.restarts if seen else info.get("restarts", 0),
             "step": seen.step if seen else None, "loss": seen.loss if seen else None,
             "step_is_calls": bool(seen and seen.step_is_calls),  # the step counts train calls

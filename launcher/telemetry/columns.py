@@ -116,6 +116,11 @@ def split_cell(task: TaskView, times: StepTimes | None, now: float) -> Cell:
     return f"{cells} {short}", "split"
 
 
+def shown_pid(task: TaskView) -> int | None:
+    """The program's pid where a sample said it, else the task's (its wrapper shell's)."""
+    return task.main_pid if task.main_pid is not None else task.pid
+
+
 def gpu_mem_text(task: TaskView) -> str:
     if task.has_gpu and task.gpu_mem_used is not None:
         return f"{fmt.human_bytes(task.gpu_mem_used)}/{fmt.human_bytes(task.gpu_mem_total)}"
@@ -230,9 +235,9 @@ COLUMNS: tuple[Column, ...] = (
            cell=lambda t, _now, _s: (fmt.human_bytes(t.rss_bytes), ""),
            silent=no_reading, sort=None, shows=("rss_bytes",), status=None),
     Column(key="pid", label="pid", width=8, right=True,
-           cell=lambda t, _now, _s: (str(t.pid) if t.pid is not None else fmt.MISSING, "dim"),
-           silent=no_reading, sort=None, shows=("pid",),
-           status=Listed("PID", lambda _id, j: str(j["pid"] or "-"))),
+           cell=lambda t, _now, _s: (str(shown_pid(t)) if shown_pid(t) is not None else fmt.MISSING, "dim"),
+           silent=no_reading, sort=None, shows=("pid", "main_pid"),
+           status=Listed("PID", lambda _id, j: str(j.get("main_pid") or j["pid"] or "-"))),
     Column(key="age", label="age", width=5, right=True,
            cell=lambda t, now, _s: (age_text(t, now), stale_or(t, now, "dim")),
            silent=lambda t, now: (age_text(t, now), STALE_STYLE),

@@ -86,6 +86,8 @@ class TaskView:
     state: str = ev.PENDING
     host: str | None = None
     pid: int | None = None
+    #: the program's own pid, below the wrapper shell (sample events): the pid column shows it
+    main_pid: int | None = None
     restarts: int = 0
     exit_code: int | None = None
     reason: str = ""
@@ -378,6 +380,8 @@ class JobView:
         task.host = event.host or task.host
         pid = event.pid
         task.pid = pid if pid is not None else (None if task.state in ev.FINAL_TASK_STATES else task.pid)
+        if pid is not None or task.state in ev.FINAL_TASK_STATES:
+            task.main_pid = None  # a new incarnation, or none: its program is not known yet
         task.restarts = event.restarts or task.restarts
         task.exit_code = event.exit_code
         task.reason = event.reason
@@ -454,6 +458,8 @@ class JobView:
         if machine is not None and task.host:
             self.machines[task.host] = machine
         task.cpu_percent = self.step_times.cpu[task.task_id] = event.cpu_percent
+        if event.main_pid is not None and task.state not in ev.FINAL_TASK_STATES:
+            task.main_pid = event.main_pid
         if machine is not None and isinstance(machine.get("cpus"), int):
             self.step_times.cores[task.task_id] = machine["cpus"]
         task.rss_bytes = int(event.rss_bytes) if event.rss_bytes is not None else None

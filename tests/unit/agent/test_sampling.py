@@ -180,3 +180,41 @@ def test_host_reading_is_the_whole_machine(busy_tree: subprocess.Popen[str]) -> 
     assert host["cpus"] == os.cpu_count()
     # the busy child keeps at least part of one core busy: the machine is not idle
     assert 100.0 / host["cpus"] * 0.3 <= host["cpu_percent"] <= 100.0
+
+
+def test_the_program_pid_is_below_the_wrapper_and_its_shell() -> None:
+    """Issue 56: the pid shown was the wrapper shell's, which py-spy, gdb -p or kill -STOP cannot use."""
+    from launcher.agent.readings import scan_stats
+    from launcher.agent.sampling import HostSampler, program_pid
+    from launcher.agent.spec import _WRAPPER
+
+    # the wrapper shell, the command's shell (`sleep; true` keeps it from exec'ing), the program
+    proc = subprocess.Popen(["/bin/sh", "-c", _WRAPPER, "distlaunch-task", os.devnull, "",
+                             "/bin/sh", "-c", f"{sys.executable} -c 'import time; time.sleep(30)'; true"],
+                            stdin=subprocess.DEVNULL, start_new_session=True)
+    try:
+        def found() -> int | None:
+            stats = scan_stats()
+            children: dict[int, list[int]] = {}
+            for pid, (ppid, _, _) in stats.items():
+                children.setdefault(ppid, []).append(pid)
+            pid = program_pid(proc.pid, children, stats)
+            return pid if pid != proc.pid and _exe(pid) == os.path.realpath(sys.executable) else None
+
+        deadline = time.monotonic() + 20
+        while (main := found()) is None:
+            assert time.monotonic() < deadline, "the program under the two shells never showed"
+            time.sleep(0.05)
+        assert main != proc.pid
+        sample = HostSampler().sample({"t": (proc.pid, [])})["t"]
+        assert sample["main_pid"] == main and proc.pid in sample["pids"]
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+
+
+def _exe(pid: int) -> str:
+    with contextlib.suppress(OSError):
+        return os.path.realpath(f"/proc/{pid}/exe")
+    return ""

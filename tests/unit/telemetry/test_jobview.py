@@ -186,3 +186,17 @@ def test_rate_points_cover_the_whole_run_with_bounded_memory() -> None:
     assert len(points) <= RATE_POINTS
     assert points[0][0] < 5 and points[-1][0] > 195  # from the start to now
     assert all(abs(rate - 100) < 1 for _ts, rate in points)
+
+
+def test_the_pid_shown_is_the_program_below_the_wrapper_once_a_sample_says_it() -> None:
+    from launcher.telemetry.columns import BY_KEY, shown_pid
+
+    view = JobView()
+    view.apply(ev.state_event("r", "worker:0", ev.RUNNING, host="h", pid=100))
+    task = view.tasks["worker:0"]
+    assert shown_pid(task) == 100  # the wrapper's, until a sample names the program
+    view.apply(ev.sample_event("r", "worker:0", cpu_percent=1.0, rss_bytes=1, main_pid=102))
+    assert shown_pid(task) == 102
+    assert BY_KEY["pid"].cell(task, 0.0, None)[0] == "102"
+    view.apply(ev.state_event("r", "worker:0", ev.RUNNING, host="h", pid=200, restarts=1))  # restarted
+    assert shown_pid(task) == 200
