@@ -24,11 +24,15 @@ from launcher.model import (
 from launcher.profile.keys import (
     ENV_NAME_PATTERN,
     SSH_KEYS,
+    TOP_KEYS,
     Key,
     Table,
 )
 from launcher.profile.names import PROBLEMS
 from launcher.profile.sizes import parse_size
+
+#: the kinds of key that are tables themselves (never "moved above the first table")
+_TABLE_KINDS = ("table", "tables", "table_list", "regex_map")
 
 TRANSPORTS: tuple[Transport, ...] = ("ssh", "openssh", "local")  # "slurm" comes from [slurm], not per host
 
@@ -150,6 +154,10 @@ class Checker:
         for name, value in table.items():
             if name not in spec.names:
                 where = f"[{'.'.join(key)}]" if key else "the top level"
+                if key and name in TOP_KEYS.names and TOP_KEYS[name].kind not in _TABLE_KINDS:
+                    # TOML puts every key after a [table] header into that table
+                    raise self.fail((*key, name), f"a top-level key, not one of {where}: move it above the "
+                                                  "first [table] of the profile")
                 raise self.fail((*key, name), f"unknown key in {where}; {suggest(name, spec.names)}")
             self.check_value(value, spec[name], (*key, name))
 

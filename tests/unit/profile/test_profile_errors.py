@@ -223,3 +223,16 @@ def test_tfconfig_port_picked_at_launch(tmp_path: Path, capsys: pytest.CaptureFi
     assert '"localhost:<picked at launch>"' in out
     assert err == ("distlaunch: note: the ports of worker are picked at launch (no `port` in their role): "
                    "`distlaunch status --json` shows them once the job runs\n")
+
+
+@pytest.mark.parametrize(("table", "key", "value"), [
+    ("[defaults]\ncommand = \"true\"\n", "straggler_ratio", "0.7"),
+    ("[hosts.local]\naddress = \"localhost\"\ntransport = \"local\"\n", "spares", '["b"]'),
+])
+def test_a_top_level_key_under_a_table_says_to_move_it(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                         table: str, key: str, value: str) -> None:
+    name = table.splitlines()[0].strip("[]")
+    _, err = check_error(tmp_path, capsys, 'name = "x"\n' + table + f"{key} = {value}\n"
+                         + '[hosts.h]\naddress = "localhost"\ntransport = "local"\n[roles.worker]\nhosts = ["h"]\n')
+    assert err.endswith(f"{name}.{key}: a top-level key, not one of [{name}]: move it above the first [table] "
+                        "of the profile"), err
