@@ -225,10 +225,13 @@ def test_check_lists_the_spares(tmp_path: Path, capsys: pytest.CaptureFixture[st
     # each key only in its own table
     ({"top": 'preemption_notice = "x"'}, "preemption_notice: unknown key in the top level"),
     ({"defaults": "min_count = 1"}, "defaults.min_count: unknown key in [defaults]"),
-    ({"defaults": 'spares = ["s"]'}, "defaults.spares: unknown key in [defaults]"),
-    ({"hosts": '[hosts.t]\naddress = "x"\nhost_lost_seconds = 10'}, "hosts.t.host_lost_seconds: unknown key "
-     "in [hosts.t]"),
-    ({"worker": 'on_host_lost = "fail"'}, "roles.worker.on_host_lost: unknown key in [roles.worker]"),
+    # a top-level key under a table: TOML put it there (issue 56)
+    ({"defaults": 'spares = ["s"]'}, "defaults.spares: a top-level key, not one of [defaults]: move it above "
+     "the first [table]"),
+    ({"hosts": '[hosts.t]\naddress = "x"\nhost_lost_seconds = 10'}, "hosts.t.host_lost_seconds: a top-level "
+     "key, not one of [hosts.t]: move it above the first [table]"),
+    ({"worker": 'on_host_lost = "fail"'}, "roles.worker.on_host_lost: a top-level key, not one of "
+     "[roles.worker]: move it above the first [table]"),
 ])
 def test_mistakes_are_one_line_naming_the_key_and_the_fix(tmp_path: Path, parts: dict[str, str],
                                                          expected: str) -> None:
