@@ -225,7 +225,8 @@ COLUMNS: tuple[Column, ...] = (
            cell=lambda t, _now, _s: (percent_cell(t.cpu_percent), "green"),
            silent=no_reading, sort=None, shows=("cpu_percent",), status=None),
     Column(key="gpu", label="gpu%", width=10, right=False,
-           cell=lambda t, _now, _s: (percent_cell(t.gpu_util) if t.has_gpu else fmt.MISSING, "magenta"),
+           # no GPU: a dim dash, not a magenta one (under the cursor it read as a red block)
+           cell=lambda t, _now, _s: (percent_cell(t.gpu_util), "magenta") if t.has_gpu else (fmt.MISSING, "dim"),
            silent=no_reading, sort=lambda t, _now: t.gpu_util if t.has_gpu else None,
            shows=("gpu_util", "has_gpu"), status=None),
     Column(key="gpu_mem", label="gpu mem", width=10, right=True,
