@@ -23,12 +23,12 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 from launcher.commands.runhosts import open_sessions
 from launcher.commands.stacks import split_targets
 from launcher.errors import UserError
-from launcher.rundir import find_run, read_state
+from launcher.rundir import find_run
+from launcher.runstate import RunState, load_run_state
 from launcher.tfprofiler.analysis import TaskProfile, analyze, summary_lines
 from launcher.tfprofiler.capture import FILES_WAIT_S, Outcome, Target, local_files, match, output_to_log, trace
 from launcher.tfprofiler.fetch import fetch_remote
@@ -40,42 +40,39 @@ MIN_SECONDS = 0.01
 MAX_SECONDS = 60.0
 
 
-def outputs_of(state: dict[str, Any]) -> Path:
+def outputs_of(state: RunState) -> Path:
     """The outputs of the run's local host, if any, else ``~/distlaunch/outputs/<name>``."""
-    hosts = state.get("hosts") or {}
-    local = [h for h in hosts.values() if isinstance(h, dict)
-             and (h.get("config") or {}).get("transport") == "local" and h.get("outputs_dir")]
-    return Path(str(local[0]["outputs_dir"])) if local else \
-        Path.home() / "distlaunch" / "outputs" / str(state.get("name") or "job")
+    local = [h for h in state.hosts.values() if (h.config or {}).get("transport") == "local" and h.outputs_dir]
+    return Path(local[0].outputs_dir) if local else Path.home() / "distlaunch" / "outputs" / (state.name or "job")
 
 
-def folder_names(state: dict[str, Any], when: float) -> list[str]:
+def folder_names(state: RunState, when: float) -> list[str]:
     """The levels of a capture folder under the outputs: ``profile``, the run id, the UTC time."""
-    return ["profile", str(state["run_id"]), time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(when))]
+    return ["profile", state.run_id, time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(when))]
 
 
-def capture_folder(state: dict[str, Any], when: float) -> Path:
+def capture_folder(state: RunState, when: float) -> Path:
     """``{outputs}/profile/<run id>/<UTC>`` (``make_capture_folder`` makes it)."""
     return outputs_of(state).joinpath(*folder_names(state, when))
 
 
-def targets_of(state: dict[str, Any], tasks: list[str]) -> list[Target]:
-    run_id = state["run_id"]
-    known: dict[str, Any] = state.get("tasks") or {}
+def targets_of(state: RunState, tasks: list[str]) -> list[Target]:
+    run_id = state.run_id
+    known = state.tasks
     unknown = [t for t in tasks if t not in known]
     if unknown:
         raise UserError(f"run {run_id} has no task {unknown[0]!r}; its tasks: " + ", ".join(known))
-    chosen = tasks or [t for t, info in known.items() if info.get("state") in ("running", "starting")]
+    chosen = tasks or [t for t, info in known.items() if info.state in ("running", "starting")]
     if not chosen:
         raise UserError(f"run {run_id} has no running task to profile; `distlaunch status {run_id}` shows its tasks")
     out = []
     for task in chosen:
         info = known[task]
-        port = info.get("profiler_port")
-        if not isinstance(port, int):
+        port = info.profiler_port
+        if port is None:
             raise UserError(f"{task} of run {run_id} has no profiler port (a run started before `profile` "
                             "existed, or with autolog = false): start the job again to profile it")
-        out.append(Target(task, str(info.get("host") or ""), str(info.get("address") or "localhost"), port))
+        out.append(Target(task, info.host, info.address or "localhost", port))
     return out
 
 
@@ -107,7 +104,7 @@ def run_profile(args: argparse.Namespace) -> int:
     run, tasks = split_targets(list(args.targets))
     seconds = parse_seconds(str(args.seconds))
     path = find_run(run)
-    state = read_state(path)
+    state = load_run_state(path)
     targets = targets_of(state, tasks)
     refused = refusals(state, path, [t.task for t in targets])  # a capture would crash them
     targets = [t for t in targets if t.task not in refused]
@@ -129,12 +126,12 @@ def run_profile(args: argparse.Namespace) -> int:
         for target in targets:
             if target.task in files:
                 try:
-                    profiles.append(analyze(target.task, files[target.task], str(state.get("strategy") or "")))
+                    profiles.append(analyze(target.task, files[target.task], state.strategy or ""))
                 except Exception as exc:  # a TensorFlow whose converter lacks a tool: the capture is kept
                     problems.append(f"{target.task}: TensorFlow could not analyse its capture ({one_line(exc)})")
     missing = [t for t in targets if t.task not in files]
     if args.json:
-        print(json.dumps({"run": state["run_id"], "logdir": str(folder), "seconds": seconds, "started": when,
+        print(json.dumps({"run": state.run_id, "logdir": str(folder), "seconds": seconds, "started": when,
                           "tasks": [p.as_json() for p in profiles], "missing": [t.task for t in missing],
                           "refused": refused, "problems": problems, "notes": notes}, indent=2))
     else:
@@ -155,7 +152,7 @@ def run_profile(args: argparse.Namespace) -> int:
     return 1 if missing or problems or (refused and tasks) else 0
 
 
-def capture(state: dict[str, Any], targets: list[Target], folder: Path, seconds: float
+def capture(state: RunState, targets: list[Target], folder: Path, seconds: float
             ) -> tuple[dict[str, Path], dict[str, str], list[str], list[str]]:
     """The capture of ``targets`` into ``folder``: each one's file, why the others have none, the
     lines of hosts whose files could not be had, and notes."""
@@ -175,7 +172,7 @@ def capture(state: dict[str, Any], targets: list[Target], folder: Path, seconds:
     return files, reasons, problems, notes
 
 
-def _collect(state: dict[str, Any], targets: list[Target], outcome: Outcome, folder: Path
+def _collect(state: RunState, targets: list[Target], outcome: Outcome, folder: Path
              ) -> tuple[dict[str, Path], list[str]]:
     """The files of the ``targets`` the client asked, here and copied from their hosts."""
     asked = [t for t in targets if t.task in outcome.asked]

@@ -35,6 +35,7 @@ from launcher.placement import drop_tasks, move_tasks, tasks_on
 from launcher.remote.session import HostSession
 from launcher.rundir import RunDir
 from launcher.runrecord import record_placement
+from launcher.runstate import HostStateRecord
 from launcher.supervise.core import TaskRuntime
 from launcher.supervise.decide import GiveUp
 from launcher.supervise.hostworker import HostWorker
@@ -121,26 +122,27 @@ class HostLoss:
 
     # -- what is reported -----------------------------------------------------------------------------
 
-    def as_json(self) -> dict[str, dict[str, Any]]:
-        out: dict[str, dict[str, Any]] = {}
+    def records(self) -> dict[str, HostStateRecord]:
+        """Each host's state for state.json; an unreachable one's silence so far, where known."""
+        out: dict[str, HostStateRecord] = {}
         for host, st in self.states.items():
-            out[host] = {"state": st.state, "reason": st.reason, "since": st.since}
             silent = self.sup.links.silent_for(host)
-            if st.state == ev.HOST_UNREACHABLE and silent is not None:
-                out[host]["last_contact_s"] = round(silent, 1)
+            out[host] = HostStateRecord(st.state, st.reason, st.since,
+                                        round(silent, 1) if st.state == ev.HOST_UNREACHABLE and silent is not None
+                                        else None)
         return out
 
-    def resume(self, recorded: Mapping[str, Any], losses: int, moves: list[dict[str, Any]],
+    def resume(self, recorded: Mapping[str, HostStateRecord], losses: int, moves: list[dict[str, Any]],
                left_behind: Mapping[str, list[str]], spares: list[str] | None) -> list[str]:
         """Attach: the host states the last supervisor had reached; returns the hosts out of the job."""
-        self.moves = [m for m in moves if isinstance(m, dict)]
-        self.left_behind = {str(h): [str(s) for s in v] for h, v in left_behind.items() if isinstance(v, list)}
+        self.moves = list(moves)
+        self.left_behind = {h: list(v) for h, v in left_behind.items()}
         for host, info in recorded.items():
-            if host in self.states and isinstance(info, dict):
-                self.states[host] = HostState(str(info.get("state") or ev.HOST_UP), str(info.get("reason") or ""),
-                                              float(info.get("since") or time.time()))
+            if host in self.states:
+                self.states[host] = HostState(info.state or ev.HOST_UP, info.reason,
+                                              info.since if info.since else time.time())
         self.gone = {h for h, st in self.states.items() if st.state in (ev.HOST_LOST, ev.HOST_DRAINED)}
-        if isinstance(spares, list):  # those still unused (one that was unreachable then is one still)
+        if spares is not None:  # those still unused (one that was unreachable then is one still)
             self.spares = [s for s in self.spares if s in spares and s not in self.gone]
         else:
             self.spares = [s for s in self.spares if self.states[s].state == ev.HOST_SPARE]

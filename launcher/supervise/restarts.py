@@ -19,6 +19,7 @@ from launcher.events import Event
 from launcher.model import START_ORDER, Plan
 from launcher.remote.session import HostSession
 from launcher.rundir import DOWN_MARKER, RunDir
+from launcher.runstate import PendingRecord
 from launcher.supervise.agentspec import SpecSource, agent_spec, task_secrets
 from launcher.supervise.core import TaskRuntime
 from launcher.supervise.decide import (
@@ -289,6 +290,10 @@ class Restarts:
         if not counted:
             self._uncounted.append(group)
         self.sup.after(max(0.0, due - time.time()), lambda: self.restart_now(group))
+
+    def pending_records(self) -> list[PendingRecord]:
+        """The restarts scheduled and not yet carried out, for state.json."""
+        return [PendingRecord(group, due, self.counted(group)) for group, due in self.pending]
 
     def counted(self, group: list[str]) -> bool:
         return not any(g is group for g in self._uncounted)

@@ -25,6 +25,7 @@ from launcher.profile.overrides import mask_secrets
 from launcher.protocol.lines import Launched
 from launcher.remote.session import HostSession
 from launcher.rundir import RunDir, host_to_json
+from launcher.runstate import HostRecord, RunState, TaskRecord
 from launcher.supervise.attachstate import arm_watchdog, fold_task_states
 from launcher.supervise.core import Feed, LineFeed, Loop, Publisher, TaskRuntime
 from launcher.supervise.hostloss import HostLoss
@@ -241,37 +242,19 @@ class Supervisor:
                 line_feed.put_lines([Launched().line()])
         self.restarts.launched()
 
-    def resume(self, state: dict[str, Any], history: list[Event],
-               unreachable: Mapping[str, str] | None = None) -> None:
+    def resume(self, state: RunState, history: list[Event], unreachable: Mapping[str, str] | None = None) -> None:
         """Take over a running job from its state.json (attach): replay ``history`` to the
         subscribers, then follow every host from the offsets the last launcher had reached.
         Hosts in ``unreachable`` (name -> why) are reconnected in the background instead."""
         unreachable = dict(unreachable or {})
-        for task_id, info in state.get("tasks", {}).items():
-            rt = self.tasks.get(task_id)
-            if rt is None:
-                continue
-            rt.state = str(info.get("state") or ev.PENDING)
-            rt.restarts = int(info.get("restarts") or 0)
-            rt.incarnation = int(info.get("incarnation") or rt.restarts)
-            rt.pid = info.get("pid")
-        fold_task_states(self.tasks, history)
-        self.job_state = str(state.get("job_state") or ev.JOB_RUNNING)
-        self.job_restarts = int(state.get("job_restarts") or 0)
-        for pending in state.get("pending_restarts") or []:
-            self.restarts.resume([str(t) for t in pending.get("tasks", []) if t in self.tasks],
-                                 float(pending.get("due") or 0.0), pending.get("counted") is not False)
-        self.restarts.moved_from.update({str(t): str(h) for t, h in (state.get("moved_from") or {}).items()})
-        self.links.resume_from(state.get("offsets") or {}, history, state.get("lost_events") or {})
-        if state.get("boot_id") == boot_id():  # this machine's monotonic clock still counts from the same zero
+        self._resume_tasks(state, history)
+        self.links.resume_from(state.offsets, history, state.lost_events)
+        if state.boot_id == boot_id():  # this machine's monotonic clock still counts from the same zero
             # only for hosts already silent then: another host's time may be hours old (state.json
             # is not written at each line), and counting from it would lose it at once
-            silent = {h for h, info in (state.get("host_states") or {}).items()
-                      if isinstance(info, dict) and info.get("state") == ev.HOST_UNREACHABLE}
-            self.links.heard_at({str(h): float(t) for h, t in (state.get("last_contact") or {}).items()
-                                 if h in silent})
-        gone = self.hosts.resume(state.get("host_states") or {}, int(state.get("host_losses") or 0),
-                                 state.get("moves") or [], state.get("left_behind") or {}, state.get("spares"))
+            silent = {h for h, info in state.host_states.items() if info.state == ev.HOST_UNREACHABLE}
+            self.links.heard_at({h: t for h, t in state.last_contact.items() if h in silent})
+        gone = self.hosts.resume(state.host_states, state.host_losses, state.moves, state.left_behind, state.spares)
         for host in gone:  # out of the job: only retired if it answers
             self.links.retired.add(host)
             self.links.host_up[host] = False
@@ -283,7 +266,27 @@ class Supervisor:
         arm_watchdog(self.tasks, self.watchdog, history)
         self.outputs.replay(history)
         self.loop.start(self._loop_begins, self._tick)
-        reachable = [h for h in self.sessions if h not in unreachable and h not in gone]
+        self._follow_again([h for h in self.sessions if h not in unreachable and h not in gone], unreachable)
+
+    def _resume_tasks(self, state: RunState, history: list[Event]) -> None:
+        """Each task's runtime, the job's counters and the restarts under way as the last
+        supervisor left them (its history has the word on the tasks' later states)."""
+        for task_id, info in state.tasks.items():
+            rt = self.tasks.get(task_id)
+            if rt is None:
+                continue
+            rt.state = info.state or ev.PENDING
+            rt.restarts = info.restarts
+            rt.incarnation = info.incarnation or rt.restarts
+            rt.pid = info.pid
+        fold_task_states(self.tasks, history)
+        self.job_state = state.job_state or ev.JOB_RUNNING
+        self.job_restarts = state.job_restarts
+        for pending in state.pending_restarts:
+            self.restarts.resume([t for t in pending.tasks if t in self.tasks], pending.due, pending.counted)
+        self.restarts.moved_from.update(state.moved_from)
+
+    def _follow_again(self, reachable: list[str], unreachable: Mapping[str, str]) -> None:
         # a run an older distlaunch left detached has a `detached` marker on its hosts (the orphan
         # rule off): a supervisor follows it now, so the rule applies again
         self.on_hosts(lambda s: s.set_detached(False), reachable)
@@ -391,42 +394,40 @@ class Supervisor:
         return capture_stacks(self, tasks, native, timeout)
 
     def write_state(self) -> None:
+        self.rundir.write_state(self.run_state().to_json())
+
+    def run_state(self) -> RunState:
+        """The job as state.json records it (runstate.py)."""
         profile = self.profile
-        state = {
-            "run_id": self.run_id,
-            "profile": str(profile.path),
+        return RunState(
+            run_id=self.run_id,
+            profile=str(profile.path),
             # a secret given by --set is not kept (a supervisor that takes the run over needs it again)
-            "overrides": {"set": [mask_secrets(item, set(profile.secrets)) for item in profile.overrides.sets],
-                          "args": list(profile.overrides.args)},
-            "name": profile.name,
-            "strategy": profile.strategy,
-            "job_state": self.job_state,
-            "job_reason": self.job_reason,
-            "job_restarts": self.job_restarts,
-            "outcome": self.outcome,
-            "supervisor_pid": os.getpid(),
-            "launcher_pid": os.getpid(),  # the name readers before the supervisor process knew
-            "clients": self.clients,
-            "updated": time.time(),
-            "hosts": {h: {"config": host_to_json(s.config), "base_dir": s.base_dir, "python": s.python,
-                          "outputs_dir": s.outputs_dir}
-                      for h, s in self.sessions.items()},
-            "tasks": {t: {"host": rt.spec.host, "slug": rt.spec.slug, "address": rt.spec.address,
-                          "port": rt.port, "pid": rt.pid, "state": rt.state, "restarts": rt.restarts,
-                          "incarnation": rt.incarnation, "python": rt.spec.python,
-                          "profiler_port": self.profiler_ports.get(t)}
-                      for t, rt in self.tasks.items()},
-            "offsets": self.links.offsets,
-            "pending_restarts": [{"tasks": g, "due": due, "counted": self.restarts.counted(g)}
-                                 for g, due in self.restarts.pending],
-            "lost_events": self.lost_events,
-            "host_states": self.hosts.as_json(),
-            "host_losses": self.hosts.losses,
-            "spares": list(self.hosts.spares),
-            "moves": self.hosts.moves,
-            "left_behind": self.hosts.left_behind,
-            "moved_from": dict(self.restarts.moved_from),
-            "last_contact": self.links.last_contact(),
-            "boot_id": boot_id(),
-        }
-        self.rundir.write_state(state)
+            overrides_set=[mask_secrets(item, set(profile.secrets)) for item in profile.overrides.sets],
+            overrides_args=list(profile.overrides.args),
+            name=profile.name,
+            strategy=profile.strategy,
+            job_state=self.job_state,
+            job_reason=self.job_reason,
+            job_restarts=self.job_restarts,
+            outcome=self.outcome,
+            supervisor_pid=os.getpid(),
+            clients=self.clients,
+            updated=time.time(),
+            hosts={h: HostRecord(host_to_json(s.config), s.base_dir, s.python, s.outputs_dir)
+                   for h, s in self.sessions.items()},
+            tasks={t: TaskRecord(rt.spec.host, rt.spec.slug, rt.spec.address, rt.port, rt.pid, rt.state, rt.restarts,
+                                 rt.incarnation, rt.spec.python, self.profiler_ports.get(t))
+                   for t, rt in self.tasks.items()},
+            offsets=self.links.offsets,
+            pending_restarts=self.restarts.pending_records(),
+            lost_events=self.lost_events,
+            host_states=self.hosts.records(),
+            host_losses=self.hosts.losses,
+            spares=list(self.hosts.spares),
+            moves=self.hosts.moves,
+            left_behind=self.hosts.left_behind,
+            moved_from=dict(self.restarts.moved_from),
+            last_contact=self.links.last_contact(),
+            boot_id=boot_id(),
+        )
