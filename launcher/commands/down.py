@@ -85,7 +85,7 @@ def run_down(args: argparse.Namespace) -> int:
         slugs = [t.slug for t in state.tasks.values() if t.host == session.name]
         try:
             if not torn_down:  # else the check behind it is the sweep alone (it kills what it finds)
-                session.stop_agents(slugs, grace, exit_agent=True)
+                session.stop_tasks(slugs, grace, exit_agent=True)
             left = session.sweep(kill=True)
         except HostGone as exc:  # its allocation ended under us (Slurm said so): nothing is left there
             notice(str(exc))

@@ -287,7 +287,7 @@ class HostLoss:
 
         def work() -> None:
             try:
-                session.stop_agents(slugs, grace)
+                session.stop_tasks(slugs, grace)
             except HostError as exc:
                 # not known stopped: no move before the orphan rule has stopped them there, so the
                 # host goes the way of a lost one (it is lost after host_lost_seconds without contact)

@@ -387,7 +387,7 @@ class Restarts:
             running = {h: [rt.spec.slug for rt in members if rt.spec.host == h and rt.expected_stop]
                        for h in sup.sessions}
             grace = max(rt.spec.grace_seconds for rt in members)
-            sup.on_hosts(lambda s: s.stop_agents(running[s.name], grace), [h for h, v in running.items() if v])
+            sup.on_hosts(lambda s: s.stop_tasks(running[s.name], grace), [h for h, v in running.items() if v])
             if sup.end.may_start(members):  # either the job ended before this start, or its end waits for it
                 try:
                     self.start_tasks(members)
@@ -441,4 +441,4 @@ class Restarts:
         rt = self.sup.tasks[task_id]
         rt.expected_stop = True
         session = self.sup.sessions[rt.spec.host]
-        self.sup.workers[rt.spec.host].submit(session.stop_agents, [rt.spec.slug], rt.spec.grace_seconds)
+        self.sup.workers[rt.spec.host].submit(session.stop_tasks, [rt.spec.slug], rt.spec.grace_seconds)

@@ -49,7 +49,7 @@ class Teardown:
     def __init__(self, sup: EndOwner) -> None:
         self.sup = sup
         self.finishing = False
-        self.end: tuple[str, str] | None = None  # the job's end, decided; published once no start is in flight
+        self.decided: tuple[str, str] | None = None  # the job's end; published once no start is in flight
         self._ended = False
         self._starting = 0  # restarts now starting agents; under _start_gate with finishing
         self._start_gate = threading.Lock()
@@ -62,7 +62,7 @@ class Teardown:
             if self.finishing:
                 return
             self.finishing = True
-            self.end = (state, reason)
+            self.decided = (state, reason)
             busy = self._starting > 0
         if busy or any(rt.launch_pending for rt in self.sup.tasks.values()):
             self.sup.after(DRAIN_SECONDS, self._end_job)  # an agent that never reports must not hold the end
@@ -74,7 +74,7 @@ class Teardown:
         start (False: start nothing), or its end now waits for ``start_done``. A detach (also
         finishing) still lets the restart happen."""
         with self._start_gate:
-            if self.end is not None:
+            if self.decided is not None:
                 return False
             self._starting += 1
             for rt in members:
@@ -90,16 +90,16 @@ class Teardown:
     def maybe_end_job(self) -> None:
         """Publish a decided end once no restart is starting agents and every agent a restart
         launched has reported its task running (or ended): its events then precede the end."""
-        if self.end is None or self._ended or self._starting:
+        if self.decided is None or self._ended or self._starting:
             return
         if not any(rt.launch_pending for rt in self.sup.tasks.values()):
             self._end_job()
 
     def _end_job(self) -> None:
-        if self._ended or self.end is None:
+        if self._ended or self.decided is None:
             return
         self._ended = True
-        state, reason = self.end
+        state, reason = self.decided
         self.sup.ended(state, reason)
         self.sup.publish(ev.job_event(self.sup.run_id, state, reason))
         for rt in self.sup.tasks.values():
@@ -122,7 +122,7 @@ class Teardown:
             except HostError:  # no answer in time on the channel: the verb, which also waits
                 answer = None
             if answer is None or "error" in answer:
-                session.stop_agents(by_host[session.name], grace, exit_agent=True)
+                session.stop_tasks(by_host[session.name], grace, exit_agent=True)
 
         try:
             sup.on_hosts(stop, hosts)
