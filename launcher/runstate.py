@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from launcher.agent import pid_alive
 from launcher.errors import UserError
-from launcher.rundir import STATE_FILE, pid_alive, read_state
+from launcher.rundir import STATE_FILE, read_state
 
 T = TypeVar("T")
 U = TypeVar("U")

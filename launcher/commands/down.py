@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from launcher import events as ev
+from launcher.agent import pid_alive
 from launcher.commands import notice
 from launcher.commands.runhosts import connect_sessions
 from launcher.commands.status import RunSummary, list_runs, require_task, summarize_run
@@ -34,7 +35,6 @@ from launcher.rundir import (
     RunDir,
     find_run,
     outside_state_dir,
-    pid_alive,
     unlink_from_root,
 )
 from launcher.runstate import load_run_state

@@ -25,10 +25,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from launcher.agent import pid_alive
 from launcher.commands import notice
 from launcher.errors import UserError
 from launcher.protocol.lines import job_exit_code
-from launcher.rundir import SUPERVISOR_LOG, pid_alive
+from launcher.rundir import SUPERVISOR_LOG
 from launcher.runstate import load_run_state
 from launcher.supervise.daemon import unblock_signals
 from launcher.supervise.remotejob import RemoteJob

@@ -27,9 +27,10 @@ from launcher.remote.session import HostSession
 from launcher.rundir import RunDir, host_to_json
 from launcher.runstate import HostRecord, RunState, TaskRecord
 from launcher.supervise.attachstate import arm_watchdog, fold_task_states
-from launcher.supervise.core import Feed, LineFeed, Loop, Publisher, TaskRuntime
+from launcher.supervise.core import Feed, LineFeed, Loop, Publisher
 from launcher.supervise.hostloss import HostLoss
 from launcher.supervise.hostworker import HostWorker
+from launcher.supervise.lifecycle import Lifecycle, TaskRuntime
 from launcher.supervise.links import AGENT_REQUEST_SECONDS, HostLinks
 from launcher.supervise.outputpolicy import OutputPolicy
 from launcher.supervise.restarts import Restarts
@@ -65,8 +66,7 @@ class Supervisor:
         self._notice = on_notice or (lambda _msg: None)
         rundir.on_problem = self._notice  # a full disk on the launcher is told, never fatal
         self.tasks: dict[str, TaskRuntime] = {t.task_id: TaskRuntime(t, ports[t.task_id]) for t in plan.tasks}
-        self.job_state = ev.JOB_CREATED
-        self.job_reason = ""
+        self.life = Lifecycle(lambda: self.tasks)  # the one writer of the tasks' and the job's phases
         self.job_restarts = 0
         self.leftovers: dict[str, list[dict[str, Any]]] = {}
         self.outcome: str | None = None  # Succeeded / Failed, once wait() returns
@@ -84,7 +84,7 @@ class Supervisor:
         self.links = HostLinks(self, sessions)
         self.end = Teardown(self)
         self.restarts = Restarts(self)
-        self.hosts = HostLoss(self)  # hosts lost, drained or given notice: moves, shrinks
+        self.hosts = HostLoss(self, self.links, self.restarts)  # hosts lost, drained or given notice: moves, shrinks
         self.stall_stacks = StallCapture(self)  # every task's stacks once per stall episode
 
     # -- the plan, a value ----------------------------------------------------------------------------
@@ -92,6 +92,14 @@ class Supervisor:
     @property
     def profile(self) -> Profile:
         return self.plan.profile
+
+    @property
+    def job_state(self) -> str:
+        return str(self.life.job)
+
+    @property
+    def job_reason(self) -> str:
+        return self.life.job_reason
 
     def replace_plan(self, plan: Plan, ports: Mapping[str, int] | None = None) -> None:
         """Take ``plan`` as the job's plan from now on (on the loop, or before the launch): the
@@ -152,7 +160,7 @@ class Supervisor:
         self.end.finish(state, reason)
 
     def ended(self, state: str, reason: str) -> None:
-        self.job_state, self.job_reason = state, reason
+        self.life.job_to(state, reason)
 
     def on_events(self, events: Iterable[tuple[Event, str | None]]) -> None:
         self.restarts.on_events(events)
@@ -273,14 +281,10 @@ class Supervisor:
         supervisor left them (its history has the word on the tasks' later states)."""
         for task_id, info in state.tasks.items():
             rt = self.tasks.get(task_id)
-            if rt is None:
-                continue
-            rt.state = info.state or ev.PENDING
-            rt.restarts = info.restarts
-            rt.incarnation = info.incarnation or rt.restarts
-            rt.pid = info.pid
-        fold_task_states(self.tasks, history)
-        self.job_state = state.job_state or ev.JOB_RUNNING
+            if rt is not None:
+                self.life.restore(rt, info.state, info.restarts, info.incarnation or None, info.pid)
+        fold_task_states(self.life, self.tasks, history)
+        self.life.restore_job(state.job_state)
         self.job_restarts = state.job_restarts
         for pending in state.pending_restarts:
             self.restarts.resume([t for t in pending.tasks if t in self.tasks], pending.due, pending.counted)
@@ -416,8 +420,8 @@ class Supervisor:
             updated=time.time(),
             hosts={h: HostRecord(host_to_json(s.config), s.base_dir, s.python, s.outputs_dir)
                    for h, s in self.sessions.items()},
-            tasks={t: TaskRecord(rt.spec.host, rt.spec.slug, rt.spec.address, rt.port, rt.pid, rt.state, rt.restarts,
-                                 rt.incarnation, rt.spec.python, self.profiler_ports.get(t))
+            tasks={t: TaskRecord(rt.spec.host, rt.spec.slug, rt.spec.address, rt.port, rt.pid, str(rt.phase),
+                                 rt.restarts, rt.incarnation, rt.spec.python, self.profiler_ports.get(t))
                    for t, rt in self.tasks.items()},
             offsets=self.links.offsets,
             pending_restarts=self.restarts.pending_records(),

@@ -15,7 +15,7 @@ from launcher import events as ev
 from launcher.errors import HostError
 from launcher.events import Event
 from launcher.remote.session import HostSession
-from launcher.supervise.core import TaskRuntime
+from launcher.supervise.lifecycle import Lifecycle, TaskRuntime
 
 #: how long teardown waits for the agents' final events before it sweeps anyway
 DRAIN_SECONDS = 5.0
@@ -32,6 +32,8 @@ class EndOwner(Protocol):
     def sessions(self) -> Mapping[str, HostSession]: ...
     @property
     def leftovers(self) -> dict[str, list[dict[str, Any]]]: ...
+    @property
+    def life(self) -> Lifecycle: ...
     def call(self, fn: Callable[[], None]) -> None: ...
     def after(self, delay: float, fn: Callable[[], None]) -> None: ...
     def publish(self, event: Event, line: str | None = None) -> None: ...
@@ -64,7 +66,7 @@ class Teardown:
             self.finishing = True
             self.decided = (state, reason)
             busy = self._starting > 0
-        if busy or any(rt.launch_pending for rt in self.sup.tasks.values()):
+        if busy or self.sup.life.awaiting_launch():
             self.sup.after(DRAIN_SECONDS, self._end_job)  # an agent that never reports must not hold the end
         else:
             self._end_job()
@@ -78,7 +80,7 @@ class Teardown:
                 return False
             self._starting += 1
             for rt in members:
-                rt.launch_pending = True
+                self.sup.life.launching(rt)
             return True
 
     def start_done(self) -> None:
@@ -92,7 +94,7 @@ class Teardown:
         launched has reported its task running (or ended): its events then precede the end."""
         if self.decided is None or self._ended or self._starting:
             return
-        if not any(rt.launch_pending for rt in self.sup.tasks.values()):
+        if not self.sup.life.awaiting_launch():
             self._end_job()
 
     def _end_job(self) -> None:
@@ -104,7 +106,7 @@ class Teardown:
         self.sup.publish(ev.job_event(self.sup.run_id, state, reason))
         for rt in self.sup.tasks.values():
             if not rt.final:
-                rt.expected_stop = True
+                self.sup.life.ask_stop(rt, "the job's end")
         threading.Thread(target=self._teardown_blocking, args=(state,), name="teardown", daemon=True).start()
 
     def _teardown_blocking(self, state: str) -> None:
@@ -147,6 +149,6 @@ class Teardown:
     def _mark_unreported_stopped(self) -> None:
         for task_id, rt in self.sup.tasks.items():
             if not rt.final:
-                rt.state = ev.STOPPED
+                self.sup.life.stopped_unreported(rt)
                 self.sup.publish(ev.state_event(self.sup.run_id, task_id, ev.STOPPED, host=rt.spec.host,
                                                 restarts=rt.restarts, reason="stopped (no final event received)"))
