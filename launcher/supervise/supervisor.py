@@ -254,20 +254,10 @@ class Supervisor:
         """Take over a running job from its state.json (attach): replay ``history`` to the
         subscribers, then follow every host from the offsets the last launcher had reached.
         Hosts in ``unreachable`` (name -> why) are reconnected in the background instead."""
-        unreachable = dict(unreachable or {})
         self._resume_tasks(state, history)
         self.links.resume_from(state.offsets, history, state.lost_events)
-        if state.boot_id == boot_id():  # this machine's monotonic clock still counts from the same zero
-            # only for hosts already silent then: another host's time may be hours old (state.json
-            # is not written at each line), and counting from it would lose it at once
-            silent = {h for h, info in state.host_states.items() if info.state == ev.HOST_UNREACHABLE}
-            self.links.heard_at({h: t for h, t in state.last_contact.items() if h in silent})
-        gone = self.hosts.resume(state.host_states, state.host_losses, state.moves, state.left_behind, state.spares)
-        for host in gone:  # out of the job: only retired if it answers
-            self.links.retired.add(host)
-            self.links.host_up[host] = False
-            unreachable.pop(host, None)
-            self.workers[host].submit(self.links.reconnect, host, 1.0)
+        gone = self._resume_hosts(state)
+        unreachable = {h: why for h, why in (unreachable or {}).items() if h not in gone}
         for feed in self.publisher.feeds:
             for event in history:
                 feed.put(event)
@@ -289,6 +279,20 @@ class Supervisor:
         for pending in state.pending_restarts:
             self.restarts.resume([t for t in pending.tasks if t in self.tasks], pending.due, pending.counted)
         self.restarts.moved_from.update(state.moved_from)
+
+    def _resume_hosts(self, state: RunState) -> list[str]:
+        """The hosts' states and moves as the last supervisor left them; the hosts out of the job,
+        which are only watched for their return (then retired)."""
+        if state.boot_id == boot_id():  # this machine's monotonic clock still counts from the same zero
+            # only for hosts already silent then: another host's time may be hours old (state.json
+            # is not written at each line), and counting from it would lose it at once
+            silent = {h for h, info in state.host_states.items() if info.state == ev.HOST_UNREACHABLE}
+            self.links.heard_at({h: t for h, t in state.last_contact.items() if h in silent})
+        gone = self.hosts.resume(state.host_states, state.host_losses, state.moves, state.left_behind, state.spares)
+        for host in gone:
+            self.links.retire(host)
+            self.workers[host].submit(self.links.reconnect, host, 1.0)
+        return gone
 
     def _follow_again(self, reachable: list[str], unreachable: Mapping[str, str]) -> None:
         # a run an older distlaunch left detached has a `detached` marker on its hosts (the orphan

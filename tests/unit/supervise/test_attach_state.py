@@ -36,5 +36,5 @@ def test_a_launcher_restarting_mark_keeps_the_tasks_state(tmp_path: Path) -> Non
     sup = _supervisor(tmp_path, [])
     rt = sup.tasks["worker:0"]
     fold_task_states(sup.life, sup.tasks, [_state(ev.RUNNING, 0, pid=100), _state(ev.FAILED, 0, exit_code=3),
-                           _state(ev.RESTARTING, 0)])
+                                           _state(ev.RESTARTING, 0)])
     assert (rt.phase, rt.restarts, rt.pid) == (ev.FAILED, 0, 100)
