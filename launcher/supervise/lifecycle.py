@@ -141,6 +141,7 @@ class Lifecycle:
         self._tasks = tasks
         self.job = JobPhase.CREATED
         self.job_reason = ""
+        self.job_restarts = 0  # restarts scheduled that count against backoff_limit
 
     # -- the job --------------------------------------------------------------------------------------
 
@@ -153,18 +154,34 @@ class Lifecycle:
         if reason is not None:
             self.job_reason = reason
 
-    def restore_job(self, phase: str | None, reason: str | None = None) -> None:
+    def restart_counted(self) -> None:
+        """A group restart that counts against backoff_limit is scheduled."""
+        self.job_restarts += 1
+
+    def restart_uncounted(self) -> None:
+        """A counted restart was cancelled before it was carried out: it spent nothing."""
+        self.job_restarts = max(0, self.job_restarts - 1)
+
+    def restore_job(self, phase: str | None, restarts: int, reason: str | None = None) -> None:
         """Attach: the phase the last supervisor had reached (Running where it recorded none)."""
+        self.job_restarts = restarts
         self.job = JobPhase(phase) if phase is not None and phase in JOB_PHASES else JobPhase.RUNNING
         if reason is not None:
             self.job_reason = reason
 
     # -- a task's phase -------------------------------------------------------------------------------
 
-    def reported(self, rt: TaskRuntime, state: str) -> None:
-        """The task's agent reported ``state``: it is the task's phase from now on (an agent's word
-        is the truth of its task, even where it skips a phase)."""
-        rt.phase = TaskPhase(state)
+    def reported(self, rt: TaskRuntime, event: ev.StateEvent) -> None:
+        """The task's agent reported its state: the task's phase from now on (an agent's word is the
+        truth of its task, even where it skips a phase), with its pid, and when this incarnation
+        started or how it ended."""
+        rt.phase = TaskPhase(event.state)
+        if event.pid is not None:
+            rt.pid = event.pid
+        if rt.phase is TaskPhase.STARTING:
+            rt.started_at = event.ts
+        elif rt.phase in FINAL:
+            rt.exit_code = event.exit_code
 
     def restore(self, rt: TaskRuntime, state: str | None, restarts: int, incarnation: int | None,
                 pid: int | None) -> None:

@@ -77,7 +77,6 @@ class RestartOwner(SpecSource, Protocol):
     def end(self) -> Teardown: ...
     @property
     def life(self) -> Lifecycle: ...
-    job_restarts: int
     def call(self, fn: Callable[[], None]) -> None: ...
     def after(self, delay: float, fn: Callable[[], None]) -> None: ...
     def publish(self, event: Event, line: str | None = None) -> None: ...
@@ -144,23 +143,16 @@ class Restarts:
         """A task's state event from its agent, already published."""
         sup = self.sup
         state = event.state
-        sup.life.reported(rt, state)
+        sup.life.reported(rt, event)
         if state != ev.RUNNING:
             sup.watchdog.forget(rt.spec.task_id)
         if sup.life.launch_reported(rt, state, event.restarts):
             sup.end.maybe_end_job()
-        if event.pid is not None:
-            rt.pid = event.pid
-        if state in (ev.STARTING, ev.RUNNING):
-            if state == ev.STARTING:
-                rt.started_at = event.ts
-            if state == ev.RUNNING:
-                sup.life.restart_over(rt)
-                self._maybe_running()
+        if state == ev.RUNNING:
+            sup.life.restart_over(rt)
+            self._maybe_running()
+        if not rt.final:
             return
-        if state not in ev.FINAL_TASK_STATES:
-            return
-        rt.exit_code = event.exit_code
         sup.write_state()
         if all(t.final for t in sup.tasks.values()):
             sup.end.all_final.set()
@@ -204,7 +196,7 @@ class Restarts:
         return JobFacts({t: TaskFacts(rt.phase, rt.restarts, rt.exit_code, rt.stop_asked is not None, rt.restart,
                                       list(rt.quick_failures))
                          for t, rt in sup.tasks.items()},
-                        sup.life.job, sup.job_restarts, sup.end.finishing)
+                        sup.life.job, sup.life.job_restarts, sup.end.finishing)
 
     def _decide(self, event: PolicyEvent) -> list[Decision]:
         return decide(self.sup.plan, self.facts(), event)
@@ -256,7 +248,7 @@ class Restarts:
         sup = self.sup
         group = list(restart.tasks)
         why = f"{restart.trigger} {restart.why}"
-        sup.job_restarts += 1
+        sup.life.restart_counted()
         sup.life.job_to(JobPhase.RESTARTING)
         sup.publish(ev.job_event(sup.run_id, ev.JOB_RESTARTING,
                                  f"{why}; restarting {', '.join(group)} in {restart.delay:g}s"))
@@ -304,7 +296,7 @@ class Restarts:
         for pending in self.pending:
             if cancelled(pending):
                 if pending.counted:  # scheduled, never carried out: it spent nothing
-                    self.sup.job_restarts = max(0, self.sup.job_restarts - 1)
+                    self.sup.life.restart_uncounted()
                 for task_id in pending.tasks:
                     rt = self.sup.tasks.get(task_id)
                     if rt is not None:

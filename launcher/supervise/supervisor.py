@@ -67,7 +67,6 @@ class Supervisor:
         rundir.on_problem = self._notice  # a full disk on the launcher is told, never fatal
         self.tasks: dict[str, TaskRuntime] = {t.task_id: TaskRuntime(t, ports[t.task_id]) for t in plan.tasks}
         self.life = Lifecycle(lambda: self.tasks)  # the one writer of the tasks' and the job's phases
-        self.job_restarts = 0
         self.leftovers: dict[str, list[dict[str, Any]]] = {}
         self.outcome: str | None = None  # Succeeded / Failed, once wait() returns
         #: clients that follow the job over the control socket (the dashboard, --no-tui, attach)
@@ -100,6 +99,10 @@ class Supervisor:
     @property
     def job_reason(self) -> str:
         return self.life.job_reason
+
+    @property
+    def job_restarts(self) -> int:
+        return self.life.job_restarts
 
     def replace_plan(self, plan: Plan, ports: Mapping[str, int] | None = None) -> None:
         """Take ``plan`` as the job's plan from now on (on the loop, or before the launch): the
@@ -274,8 +277,7 @@ class Supervisor:
             if rt is not None:
                 self.life.restore(rt, info.state, info.restarts, info.incarnation or None, info.pid)
         fold_task_states(self.life, self.tasks, history)
-        self.life.restore_job(state.job_state)
-        self.job_restarts = state.job_restarts
+        self.life.restore_job(state.job_state, state.job_restarts)
         for pending in state.pending_restarts:
             self.restarts.resume([t for t in pending.tasks if t in self.tasks], pending.due, pending.counted)
         self.restarts.moved_from.update(state.moved_from)

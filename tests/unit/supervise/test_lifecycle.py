@@ -17,7 +17,7 @@ from launcher.supervise.lifecycle import (
     RestartStage,
     TaskPhase,
 )
-from tests.unit.supervise.test_sequence import _supervisor
+from tests.unit.supervise.test_sequence import RUN, _supervisor
 
 
 def test_the_phases_are_the_states_the_events_carry() -> None:
@@ -41,7 +41,8 @@ def test_a_restart_runs_its_course_and_a_scheduled_one_outlives_a_running_report
     sup = _supervisor(tmp_path, [])
     life, rt = sup.life, sup.tasks["worker:0"]
     life.schedule([rt])
-    life.reported(rt, ev.RUNNING)  # the incarnation before the restart: the restart still stands
+    life.reported(rt, ev.state_event(RUN, "worker:0", ev.RUNNING, host="local", restarts=0, pid=7))
+    assert (rt.phase, rt.pid) == (TaskPhase.RUNNING, 7)  # the incarnation before the restart: it still stands
     life.restart_over(rt)
     assert rt.restart is RestartStage.SCHEDULED and rt.restarting
     life.ask_stop(rt, "restart")
@@ -53,6 +54,18 @@ def test_a_restart_runs_its_course_and_a_scheduled_one_outlives_a_running_report
     assert life.launch_reported(rt, ev.RUNNING, 1) and not life.awaiting_launch()
     life.restart_over(rt)
     assert rt.restart is None and not rt.restarting
+
+
+def test_an_end_reported_carries_its_exit_code_and_a_count_cancelled_spends_nothing(tmp_path: Path) -> None:
+    sup = _supervisor(tmp_path, [])
+    life, rt = sup.life, sup.tasks["worker:0"]
+    life.reported(rt, ev.state_event(RUN, "worker:0", ev.STARTING, host="local", restarts=0, ts=100.0))
+    life.reported(rt, ev.state_event(RUN, "worker:0", ev.FAILED, host="local", restarts=0, exit_code=3))
+    assert (rt.phase, rt.started_at, rt.exit_code, rt.final) == (TaskPhase.FAILED, 100.0, 3, True)
+    life.restart_counted()
+    life.restart_uncounted()
+    life.restart_uncounted()
+    assert life.job_restarts == 0
 
 
 def test_a_lost_task_was_not_asked_to_stop_and_an_unreported_one_is_stopped(tmp_path: Path) -> None:
