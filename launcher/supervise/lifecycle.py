@@ -25,12 +25,14 @@ from launcher.model import TaskSpec
 class TaskPhase(StrEnum):
     """A task's phase, spelled as its ``state`` events spell it::
 
-        PENDING -> STARTING -> RUNNING -> SUCCEEDED | FAILED | STOPPED      (the three ends)
-        PENDING | STARTING | RUNNING -> LOST                                (its host lost for good)
-        an end or LOST -> STARTING                                          (a restart or a move: a new incarnation)
+        PENDING -> STARTING -> RUNNING -> SUCCEEDED | FAILED | STOPPED    (the ends)
+        PENDING | STARTING | RUNNING -> LOST                              (its host lost for good)
+        an end | LOST -> STARTING -> ...                                  (a restart or a move: a new incarnation)
 
-    A task may end from any live phase (a start that fails, a stop before it ran). The
-    ``restarting`` state event a scheduled restart publishes is no phase: the task keeps its
+    A task may end from any live phase (a start that fails, a stop before it ran), and a task
+    ended while its restart was under way is lost with its host. A report may skip a phase (a
+    line lost on the way: ``seq`` tells it), so RUNNING may follow any phase but RUNNING itself.
+    The ``restarting`` state event a scheduled restart publishes is no phase: the task keeps its
     phase, and its ``TaskRuntime.restart`` says ``SCHEDULED``."""
 
     PENDING = ev.PENDING
@@ -46,15 +48,15 @@ TASK_PHASES = frozenset(p.value for p in TaskPhase)
 ENDS = frozenset({TaskPhase.SUCCEEDED, TaskPhase.FAILED, TaskPhase.STOPPED})
 #: no incarnation runs: an end, or lost with its host (ev.FINAL_TASK_STATES)
 FINAL = ENDS | {TaskPhase.LOST}
-LIVE = frozenset({TaskPhase.PENDING, TaskPhase.STARTING, TaskPhase.RUNNING})
 
-#: the moves a task's phase makes (the same phase again is no move)
+#: the moves a task's phase makes (the same phase again is no move); the supervisor's own
+#: conclusions (LOST, a teardown's STOPPED) are checked against it, an agent's report is the truth
 TASK_MOVES: Mapping[TaskPhase, frozenset[TaskPhase]] = {
     TaskPhase.PENDING: frozenset({TaskPhase.STARTING, TaskPhase.RUNNING, *ENDS, TaskPhase.LOST}),
     TaskPhase.STARTING: frozenset({TaskPhase.RUNNING, *ENDS, TaskPhase.LOST}),
     TaskPhase.RUNNING: frozenset({*ENDS, TaskPhase.LOST}),
-    **{end: frozenset({TaskPhase.STARTING, TaskPhase.RUNNING, TaskPhase.LOST, *ENDS}) for end in ENDS},
-    TaskPhase.LOST: frozenset({TaskPhase.STARTING, TaskPhase.RUNNING, *ENDS}),
+    **{end: frozenset({TaskPhase.STARTING, TaskPhase.RUNNING, TaskPhase.LOST}) for end in ENDS},
+    TaskPhase.LOST: frozenset({TaskPhase.STARTING, TaskPhase.RUNNING}),
 }
 
 

@@ -16,6 +16,7 @@ from launcher.supervise.lifecycle import (
     Lifecycle,
     RestartStage,
     TaskPhase,
+    TaskRuntime,
 )
 from tests.unit.supervise.test_sequence import RUN, _supervisor
 
@@ -74,5 +75,9 @@ def test_a_lost_task_was_not_asked_to_stop_and_an_unreported_one_is_stopped(tmp_
     life.ask_stop(rt, "move")
     life.lost(rt)
     assert (rt.phase, rt.stop_asked, rt.final) == (TaskPhase.LOST, None, True)
-    life.stopped_unreported(rt)  # the teardown's word on a task whose end never came
-    assert rt.phase is TaskPhase.STOPPED
+    with pytest.raises(ValueError, match="worker:0 cannot go from lost to stopped"):
+        life.stopped_unreported(rt)  # lost is an end of its own: the teardown has no word on it
+    other = TaskRuntime(rt.spec, 1235)
+    life.reported(other, ev.state_event(RUN, "worker:0", ev.RUNNING, host="local", restarts=0))
+    life.stopped_unreported(other)  # the teardown's word on a task whose end never came
+    assert other.phase is TaskPhase.STOPPED
