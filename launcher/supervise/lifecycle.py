@@ -176,13 +176,15 @@ class Lifecycle:
     def reported(self, rt: TaskRuntime, event: ev.StateEvent) -> None:
         """The task's agent reported its state: the task's phase from now on (an agent's word is the
         truth of its task, even where it skips a phase), with its pid, and when this incarnation
-        started or how it ended."""
-        rt.phase = TaskPhase(event.state)
+        started or how it ended. A state no task phase spells (``restarting`` is the supervisor's
+        word, not an agent's) changes no phase."""
+        if event.state in TASK_PHASES:
+            rt.phase = TaskPhase(event.state)
         if event.pid is not None:
             rt.pid = event.pid
-        if rt.phase is TaskPhase.STARTING:
+        if event.state == TaskPhase.STARTING:
             rt.started_at = event.ts
-        elif rt.phase in FINAL:
+        elif event.state in FINAL:
             rt.exit_code = event.exit_code
 
     def restore(self, rt: TaskRuntime, state: str | None, restarts: int, incarnation: int | None,

@@ -151,7 +151,7 @@ class Restarts:
         if state == ev.RUNNING:
             sup.life.restart_over(rt)
             self._maybe_running()
-        if not rt.final:
+        if state not in ev.FINAL_TASK_STATES:
             return
         sup.write_state()
         if all(t.final for t in sup.tasks.values()):

@@ -81,3 +81,11 @@ def test_a_lost_task_was_not_asked_to_stop_and_an_unreported_one_is_stopped(tmp_
     life.reported(other, ev.state_event(RUN, "worker:0", ev.RUNNING, host="local", restarts=0))
     life.stopped_unreported(other)  # the teardown's word on a task whose end never came
     assert other.phase is TaskPhase.STOPPED
+
+
+def test_a_state_no_phase_spells_changes_no_phase(tmp_path: Path) -> None:
+    sup = _supervisor(tmp_path, [])
+    life, rt = sup.life, sup.tasks["worker:0"]
+    life.reported(rt, ev.state_event(RUN, "worker:0", ev.FAILED, host="local", restarts=0, exit_code=1))
+    life.reported(rt, ev.state_event(RUN, "worker:0", ev.RESTARTING, host="local", restarts=0, pid=9))
+    assert (rt.phase, rt.exit_code, rt.pid) == (TaskPhase.FAILED, 1, 9)
