@@ -1,10 +1,11 @@
-"""The task state machine and the executor of the restart policy's decisions.
+"""The executor of the restart policy's decisions.
 
-Task events from the links are published here, in order, and a task's state change updates its
-runtime; what a task's end, a stall, an output policy or the operator's request means for the job
-is decided by ``decide`` (decide.py, a pure function) and carried out here: a restart group is
-marked, told and scheduled after its back-off, then stopped and started on its own thread unless
-the job ended meanwhile; a stop goes to the task's host; the job's end goes to the teardown.
+Task events from the links are published here, in order, and a task's state change goes to the
+lifecycle (lifecycle.py, the one writer of the tasks' and the job's phases); what a task's end,
+a stall, an output policy or the operator's request means for the job is decided by ``decide``
+(decide.py, a pure function) and carried out here: a restart group is marked, told and
+scheduled after its back-off, then stopped and started on its own thread unless the job ended
+meanwhile; a stop goes to the task's host; the job's end goes to the teardown.
 """
 
 from __future__ import annotations
@@ -89,8 +90,9 @@ class RestartOwner(SpecSource, Protocol):
 
 
 class Restarts:
-    """Task states, and what the policy decides of them: restarts after their back-off, stops,
-    the job's end; stalls judged about once a second; the operator's restart and stop."""
+    """What the policy decides of the tasks' events: restarts after their back-off (each a
+    ``PendingRestart`` until carried out), stops, the job's end; stalls judged about once a
+    second; the operator's restart and stop."""
 
     def __init__(self, sup: RestartOwner) -> None:
         self.sup = sup
