@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Mapping
-from typing import Any
 
 from launcher.model import Plan, TaskSpec
 from launcher.plan import place_task, tf_address
@@ -82,14 +81,14 @@ def role_size(plan: Plan, role: str) -> int:
     return sum(1 for t in plan.tasks if t.role == role)
 
 
-def recorded_placement(plan: Plan, recorded: Mapping[str, Mapping[str, Any]],
+def recorded_placement(plan: Plan, recorded: Mapping[str, str],
                        addresses: Mapping[str, str] | None = None) -> Plan:
-    """The plan a run had reached, from the profile's ``plan`` and state.json's ``tasks`` (task ->
-    {host, address, port, ...}): tasks it dropped are left out, tasks it moved are on their new
-    host. A task whose recorded host is not in the profile raises KeyError."""
+    """The plan a run had reached, from the profile's ``plan`` and each task's host in state.json
+    (task -> host, "" for not recorded): tasks it dropped are left out, tasks it moved are on their
+    new host. A task whose recorded host is not in the profile raises KeyError."""
     kept = drop_tasks(plan, [t.task_id for t in plan.tasks if t.task_id not in recorded])
     for spec in list(kept.tasks):
-        host = str(recorded[spec.task_id].get("host") or spec.host)
+        host = recorded[spec.task_id] or spec.host
         if host != spec.host:
             kept = move_tasks(kept, [spec.task_id], host, addresses)
     return kept

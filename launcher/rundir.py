@@ -25,7 +25,6 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from launcher.agent import pid_alive
 from launcher.errors import UserError
 from launcher.events import Event, EventDecodeError, LogEvent
 from launcher.model import HostConfig, SshSettings
@@ -470,23 +469,3 @@ def host_from_json(data: dict[str, Any]) -> HostConfig:
                       ssh=ssh, gpus=tuple(data.get("gpus", ())), tf_address=data.get("tf_address"),
                       env=dict(data.get("env") or {}), group=data.get("group"),
                       slurm_job_id=data.get("slurm_job_id"))
-
-
-def supervision(state: dict[str, Any]) -> str | None:
-    """How a run that has not ended is watched: "live" (its supervisor runs and a client follows
-    it), "supervised" (its supervisor runs, no client), "lost" (no supervisor: its agents stop
-    its tasks after the orphan grace, `attach` within it takes it over, `down` cleans up);
-    None once it ended."""
-    if state.get("outcome") is not None:
-        return None
-    if not supervisor_alive(state):
-        return "lost"
-    clients = state.get("clients")
-    return "live" if isinstance(clients, int) and clients > 0 else "supervised"
-
-
-def supervisor_alive(state: dict[str, Any]) -> bool:
-    """Does the run's supervisor still supervise it (its process exists and the run has not ended)?
-    ``launcher_pid``: the same pid, as runs of distlaunch before the supervisor process recorded it."""
-    pid = state.get("supervisor_pid", state.get("launcher_pid"))
-    return isinstance(pid, int) and pid_alive(pid) and state.get("outcome") is None

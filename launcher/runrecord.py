@@ -25,6 +25,7 @@ from launcher.privatedir import DamagedFile, read_trusted_json, read_trusted_tex
 from launcher.profile.overrides import mask_secrets
 from launcher.profile.reader import load_profile
 from launcher.rundir import private_opener
+from launcher.runstate import RunState
 
 PROFILE_FILE = "profile.toml"
 RESOLVED_FILE = "resolved.json"
@@ -104,14 +105,12 @@ def record_placement(run_dir: Path, placement: dict[str, dict[str, Any]], moves:
     tmp.replace(path)
 
 
-def load_recorded_profile(run_dir: Path, state: dict[str, Any]) -> Profile:
+def load_recorded_profile(run_dir: Path, state: RunState) -> Profile:
     """The profile a run started with; runs recorded before the record existed read the file."""
-    path = Path(str(state["profile"]))
+    path = Path(str(state.profile))
     try:  # its commands and python run again: only from a file of the user's no one else can write
         text = read_trusted_text(run_dir / PROFILE_FILE, "the run's recorded profile",
                                  fix="restore it, or stop the run with `distlaunch down`")
     except FileNotFoundError:
         return load_profile(path)
-    overrides = state.get("overrides") or {}
-    return load_profile(path, Overrides(tuple(overrides.get("set", ())), tuple(overrides.get("args", ()))),
-                        text=text)
+    return load_profile(path, Overrides(tuple(state.overrides_set), tuple(state.overrides_args)), text=text)

@@ -19,7 +19,6 @@ import contextlib
 import signal
 import sys
 from pathlib import Path
-from typing import Any
 
 from launcher import events as ev
 from launcher.commands import notice
@@ -38,11 +37,10 @@ from launcher.rundir import (
     RunDir,
     find_run,
     read_events,
-    read_state,
     skipped_note,
-    supervisor_alive,
 )
 from launcher.runrecord import load_recorded_profile
+from launcher.runstate import RunState, load_run_state
 from launcher.supervise import controlsock, daemon
 from launcher.supervise.stopsignals import JobSignals
 from launcher.supervise.supervisor import Supervisor
@@ -51,19 +49,18 @@ from launcher.transport import sshconfig
 
 
 def attach_run(path: Path, tui: bool, as_json: bool = False) -> int:
-    state = read_state(path)
-    run_id = str(state["run_id"])
-    if state.get("outcome") in (ev.JOB_SUCCEEDED, ev.JOB_FAILED):
-        raise UserError(f"run {run_id} already ended ({state['outcome']}); see it with `distlaunch replay {run_id}`")
+    state = load_run_state(path)
+    run_id = state.run_id
+    if state.outcome in (ev.JOB_SUCCEEDED, ev.JOB_FAILED):
+        raise UserError(f"run {run_id} already ended ({state.outcome}); see it with `distlaunch replay {run_id}`")
     if as_json:
         mute()
     shown = Shown(tui=tui and not as_json and sys.stdin.isatty() and sys.stdout.isatty(), json=as_json,
-                  title=str(state.get("name") or run_id), strategy=str(state.get("strategy") or ""),
-                  hosts_total=len(state.get("hosts") or {}))
-    if supervisor_alive(state):  # follow the live supervisor: history first, then live
+                  title=state.name or run_id, strategy=state.strategy or "", hosts_total=len(state.hosts))
+    if state.supervisor_alive():  # follow the live supervisor: history first, then live
         return follow_supervisor(run_id, path, child=None, shown=shown, attach=True)
     # its supervisor is gone (killed, the machine rebooted): a new one adopts the run
-    masked = [item.partition("=")[0] for item in (state.get("overrides") or {}).get("set", []) if "****" in str(item)]
+    masked = [item.partition("=")[0] for item in state.overrides_set if "****" in item]
     if masked:
         raise UserError(f"run {run_id} was started with a secret in --set {', '.join(masked)}, which is kept "
                         "nowhere, so no new supervisor can restart its tasks; stop it with `distlaunch down "
@@ -71,9 +68,9 @@ def attach_run(path: Path, tui: bool, as_json: bool = False) -> int:
     profile = load_recorded_profile(path, state)  # as the run started: the file may have been edited since
     addresses = sshconfig.resolve_addresses(profile)
     plan = build_plan(profile, addresses)
-    known = set(state.get("tasks", {}))
+    known = set(state.tasks)
     try:  # where the run has moved tasks off a lost host, or gone on without them
-        plan = recorded_placement(plan, state.get("tasks", {}), addresses)
+        plan = recorded_placement(plan, {t: r.host for t, r in state.tasks.items()}, addresses)
     except KeyError:
         known = set()
     if {t.task_id for t in plan.tasks} != known:
@@ -88,14 +85,14 @@ def attach_run(path: Path, tui: bool, as_json: bool = False) -> int:
     return follow_supervisor(run_id, path, child=child, shown=shown, attach=True, log_from=log_from)
 
 
-def adopt_run(path: Path, state: dict[str, Any], plan: Plan) -> int:
+def adopt_run(path: Path, state: RunState, plan: Plan) -> int:
     """The supervisor process of a run whose supervisor died: reconnect every host, follow each
     agent's event file from where the last supervisor stopped (so the history is complete and
     policies apply again), supervise to the end."""
-    run_id = str(state["run_id"])
-    ports = {t: int(info["port"]) for t, info in state["tasks"].items()}
+    run_id = state.run_id
+    ports = {t: info.port for t, info in state.tasks.items() if info.port is not None}
     listener = controlsock.listen(run_id)  # first: a supervisor no client can reach must not adopt the run
-    print(f"... reconnecting to {len(state.get('hosts', {}))} host(s) of {run_id}", file=sys.stderr, flush=True)
+    print(f"... reconnecting to {len(state.hosts)} host(s) of {run_id}", file=sys.stderr, flush=True)
     sessions, unreachable = open_sessions(state)
     if unreachable and len(unreachable) == len(sessions):
         for session in sessions.values():
@@ -106,8 +103,7 @@ def adopt_run(path: Path, state: dict[str, Any], plan: Plan) -> int:
         notice(f"{why}; attached without it, reconnecting in the background")
     rundir = RunDir.open(path)
     sup = Supervisor(plan, rundir, sessions, ports, on_notice=notice)
-    sup.profiler_ports = {t: int(info["profiler_port"]) for t, info in state["tasks"].items()
-                          if isinstance(info.get("profiler_port"), int)}
+    sup.profiler_ports = {t: info.profiler_port for t, info in state.tasks.items() if info.profiler_port is not None}
     history = list(read_events(path))
     notifying = follow_notify(sup, history_until=max((e.ts for e in history), default=None))
     signals = JobSignals(run_id)
@@ -140,13 +136,12 @@ def run_replay(args: argparse.Namespace) -> int:
     from tui.replay import ReplaySource
 
     path = find_run(args.run)
-    state = read_state(path)
+    state = load_run_state(path)
     with contextlib.suppress(FileNotFoundError), open_trusted(path / EVENTS_FILE, "the run's events"):
         pass  # a FIFO, a link or another's file there: one line now, not a dashboard that waits on it
     source = ReplaySource(path / EVENTS_FILE, speed=args.speed)
-    hosts = state.get("hosts")
-    run_dashboard(source, None, title=str(state.get("name")), strategy=str(state.get("strategy")),
-                  hosts_total=len(hosts) if isinstance(hosts, dict) else 0, live=False, run_dir=path)
+    run_dashboard(source, None, title=str(state.name), strategy=str(state.strategy), hosts_total=len(state.hosts),
+                  live=False, run_dir=path)
     note = skipped_note(source.skipped_lines, path / EVENTS_FILE)  # of the lines replayed before the end
     if note is not None:
         print(note, file=sys.stderr)

@@ -35,9 +35,10 @@ def task_ids(prefix: str = "", parsed_args: argparse.Namespace | None = None, **
     ids: list[str] = []
     with contextlib.suppress(Exception):  # a half-typed line must never print a traceback into the shell
         if getattr(parsed_args, "run", None):
-            from launcher.rundir import find_run, read_state
+            from launcher.rundir import find_run
+            from launcher.runstate import load_run_state
 
-            ids = list(read_state(find_run(parsed_args.run)).get("tasks", {}))  # type: ignore[union-attr]
+            ids = list(load_run_state(find_run(parsed_args.run)).tasks)  # type: ignore[union-attr]
         elif getattr(parsed_args, "profile", None):
             from launcher.plan import build_plan
             from launcher.profile.reader import load_profile
@@ -55,9 +56,10 @@ def stacks_targets(prefix: str = "", parsed_args: argparse.Namespace | None = No
     run, tasks = split_targets(given)
     ids: list[str] = []
     with contextlib.suppress(Exception):
-        from launcher.rundir import find_run, read_state
+        from launcher.rundir import find_run
+        from launcher.runstate import load_run_state
 
-        ids = [t for t in read_state(find_run(run)).get("tasks", {}) if t not in tasks]
+        ids = [t for t in load_run_state(find_run(run)).tasks if t not in tasks]
     words = ids if given else run_ids(prefix) + ids
     return [w for w in words if w.startswith(prefix)]
 

@@ -15,12 +15,14 @@ run id or path), like any other run named there.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from launcher import events as ev
+from launcher.agent import pid_alive
 from launcher.commands import notice
 from launcher.commands.runhosts import connect_sessions
 from launcher.commands.status import RunSummary, list_runs, require_task, summarize_run
@@ -33,11 +35,9 @@ from launcher.rundir import (
     RunDir,
     find_run,
     outside_state_dir,
-    pid_alive,
-    read_state,
-    supervisor_alive,
     unlink_from_root,
 )
+from launcher.runstate import load_run_state
 from launcher.supervise import controlclient
 from launcher.telemetry.progressline import Progress
 
@@ -47,25 +47,25 @@ LAUNCHER_TEARDOWN_SECONDS = 120.0
 
 def run_down(args: argparse.Namespace) -> int:
     path = find_run(args.run)
-    state = read_state(path)
-    run_id = str(state["run_id"])
+    state = load_run_state(path)
+    run_id = state.run_id
     try:
         (path / DOWN_MARKER).touch()
     except OSError as exc:  # a full disk: the stop goes on, only the marker is missing
         notice(f"cannot mark {path} as being downed ({exc.strerror}); stopping it all the same")
     torn_down = False  # the supervisor's own teardown stopped every agent and swept every host
     if controlclient.ask(run_id, Request("teardown", reason="stopped by `distlaunch down`")) is not None:
-        pid = state.get("supervisor_pid", state.get("launcher_pid"))
+        pid = state.supervisor_pid
         print(f"asked the supervisor of {run_id} (pid {pid}) to tear down")
         # its own teardown stops and sweeps every host: wait for it, then check behind it (on Slurm
         # the allocation may end with the supervisor, and a check's steps with it)
         deadline = time.monotonic() + LAUNCHER_TEARDOWN_SECONDS
-        while supervisor_alive(read_state(path)) and time.monotonic() < deadline:
+        while load_run_state(path).supervisor_alive() and time.monotonic() < deadline:
             time.sleep(0.2)
-        after = read_state(path)  # `outcome` is written once its teardown swept every host
-        torn_down = not supervisor_alive(after) and after.get("outcome") is not None
+        after = load_run_state(path)  # `outcome` is written once its teardown swept every host
+        torn_down = not after.supervisor_alive() and after.outcome is not None
         # then the process itself ends ([notify] of the job's end runs first, bounded by its timeout)
-        while isinstance(pid, int) and pid_alive(pid) and time.monotonic() < deadline:
+        while pid is not None and pid_alive(pid) and time.monotonic() < deadline:
             time.sleep(0.1)
     gone: list[str] = []  # hosts whose Slurm allocation ended: nothing of the run can be left there
     sessions = connect_sessions(state, gone)
@@ -82,10 +82,10 @@ def run_down(args: argparse.Namespace) -> int:
     removed: list[str] = []
 
     def down(session: HostSession) -> None:
-        slugs = [t["slug"] for t in state.get("tasks", {}).values() if t["host"] == session.name]
+        slugs = [t.slug for t in state.tasks.values() if t.host == session.name]
         try:
             if not torn_down:  # else the check behind it is the sweep alone (it kills what it finds)
-                session.stop_agents(slugs, grace, exit_agent=True)
+                session.stop_tasks(slugs, grace, exit_agent=True)
             left = session.sweep(kill=True)
         except HostGone as exc:  # its allocation ended under us (Slurm said so): nothing is left there
             notice(str(exc))
@@ -123,37 +123,37 @@ def run_down(args: argparse.Namespace) -> int:
         kept += f"; {path} kept: outside the state dir (remove it yourself or `distlaunch prune {run_id}`)"
     ended = (f" ({len(gone)} of them in a Slurm allocation that ended, which Slurm ends every process of)"
              if gone else "")
-    print(f"{run_id}: stopped on {len(state.get('hosts') or {})} host(s){ended}; no process of the run is left{kept}")
+    print(f"{run_id}: stopped on {len(state.hosts)} host(s){ended}; no process of the run is left{kept}")
     return 0
 
 
 def _record_stopped_by_down(path: Path) -> None:
     """A run no supervisor follows (lost) ends with its `down`: the job event and
     state.json say why, so that `runs` shows it ended and `prune` may take it."""
-    state = read_state(path)
-    if supervisor_alive(state) or state.get("job_state") in (ev.JOB_SUCCEEDED, ev.JOB_FAILED):
+    state = load_run_state(path)
+    if state.supervisor_alive() or state.job_state in (ev.JOB_SUCCEEDED, ev.JOB_FAILED):
         return  # a launcher recorded its own end
     reason = "stopped by `distlaunch down`"
     rundir = RunDir.open(path)
     rundir.on_problem = notice  # a full disk: said, and the stop still counts
     try:
-        rundir.append(ev.job_event(str(state["run_id"]), ev.JOB_FAILED, reason))
-        rundir.write_state({**state, "job_state": ev.JOB_FAILED, "job_reason": reason})
+        rundir.append(ev.job_event(state.run_id, ev.JOB_FAILED, reason))
+        rundir.write_state(dataclasses.replace(state, job_state=ev.JOB_FAILED, job_reason=reason).to_json())
     finally:
         rundir.close()
 
 
 def run_restart(args: argparse.Namespace) -> int:
     path = find_run(args.run)
-    state = read_state(path)
+    state = load_run_state(path)
     require_task(state, args.task)
-    answer = controlclient.ask(str(state["run_id"]), Request("restart", task=args.task))
+    answer = controlclient.ask(state.run_id, Request("restart", task=args.task))
     if answer is None:
-        raise UserError(f"run {state['run_id']} has no live launcher; `distlaunch attach {state['run_id']}` "
+        raise UserError(f"run {state.run_id} has no live launcher; `distlaunch attach {state.run_id}` "
                         "first, then restart from there")
     if not answer.ok:
         raise UserError(f"restart refused: {answer.error}")
-    print(f"restart of {args.task} requested; watch it with `distlaunch status {state['run_id']}`")
+    print(f"restart of {args.task} requested; watch it with `distlaunch status {state.run_id}`")
     return 0
 
 
@@ -188,12 +188,11 @@ def remove_run(run: RunSummary) -> list[str]:
     """Every host's run dir first, then the launcher's: a failure keeps the record for another try.
     Only what distlaunch wrote goes (launcher/runclean.py); the paths left, each with its folder."""
     path = Path(run.dir)
-    state = read_state(path)
-    remote = {name: info for name, info in (state.get("hosts") or {}).items()
-              if not str(info.get("base_dir", "")).startswith(str(path) + "/")}
+    state = load_run_state(path)
+    remote = {name: info for name, info in state.hosts.items() if not info.base_dir.startswith(str(path) + "/")}
     left: list[str] = []
     if remote:
-        sessions = connect_sessions({**state, "hosts": remote})
+        sessions = connect_sessions(dataclasses.replace(state, hosts=remote))
         try:
             for session in sessions.values():
                 left += [f"{session.name}:{session.base_dir}/{name}" for name in session.remove_run_dir()]

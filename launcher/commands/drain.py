@@ -8,15 +8,16 @@ import argparse
 
 from launcher.errors import UserError
 from launcher.protocol.controllines import Request
-from launcher.rundir import find_run, read_state
+from launcher.rundir import find_run
+from launcher.runstate import load_run_state
 from launcher.supervise import controlclient
 
 
 def run_drain(args: argparse.Namespace) -> int:
     path = find_run(args.run)
-    state = read_state(path)
-    run_id = str(state["run_id"])
-    hosts = state.get("hosts") or {}
+    state = load_run_state(path)
+    run_id = state.run_id
+    hosts = state.hosts
     if args.host not in hosts:
         raise UserError(f"run {run_id} has no host {args.host!r}; its hosts: {', '.join(sorted(hosts)) or 'none'}")
     reason = args.reason or "drained by the user"

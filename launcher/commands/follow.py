@@ -25,12 +25,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from launcher.agent import pid_alive
 from launcher.agent.leaving import shown as shown_text
 from launcher.commands import notice
 from launcher.errors import UserError
 from launcher.privatedir import open_trusted
 from launcher.protocol.controllines import job_exit_code
-from launcher.rundir import SUPERVISOR_LOG, pid_alive, read_state
+from launcher.rundir import SUPERVISOR_LOG
+from launcher.runstate import load_run_state
 from launcher.supervise.daemon import unblock_signals
 from launcher.supervise.remotejob import RemoteJob
 from launcher.supervise.stopsignals import STOP_REASONS, StopSignals
@@ -253,9 +255,7 @@ def _connect(run_id: str, child: int | None, supervisor: int | None = None) -> R
 
 def _recorded_supervisor(run_dir: Path) -> int | None:
     with contextlib.suppress(OSError, ValueError, UserError):
-        state = read_state(run_dir)
-        pid = state.get("supervisor_pid", state.get("launcher_pid"))
-        return pid if isinstance(pid, int) else None
+        return load_run_state(run_dir).supervisor_pid
     return None
 
 

@@ -19,18 +19,19 @@ each, naming it and why).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import shlex
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 from launcher.autolog.steptime import PROFILER_WANTED
 from launcher.commands.runhosts import open_sessions
 from launcher.commands.stacks import split_targets
 from launcher.errors import UserError
-from launcher.rundir import find_run, read_state
+from launcher.rundir import find_run
+from launcher.runstate import RunState, load_run_state
 from launcher.tfprofiler.analysis import TaskProfile, analyze, summary_lines
 from launcher.tfprofiler.capture import (
     FILES_WAIT_S,
@@ -51,42 +52,39 @@ MIN_SECONDS = 0.01
 MAX_SECONDS = 60.0
 
 
-def outputs_of(state: dict[str, Any]) -> Path:
+def outputs_of(state: RunState) -> Path:
     """The outputs of the run's local host, if any, else ``~/distlaunch/outputs/<name>``."""
-    hosts = state.get("hosts") or {}
-    local = [h for h in hosts.values() if isinstance(h, dict)
-             and (h.get("config") or {}).get("transport") == "local" and h.get("outputs_dir")]
-    return Path(str(local[0]["outputs_dir"])) if local else \
-        Path.home() / "distlaunch" / "outputs" / str(state.get("name") or "job")
+    local = [h for h in state.hosts.values() if (h.config or {}).get("transport") == "local" and h.outputs_dir]
+    return Path(local[0].outputs_dir) if local else Path.home() / "distlaunch" / "outputs" / (state.name or "job")
 
 
-def folder_names(state: dict[str, Any], when: float) -> list[str]:
+def folder_names(state: RunState, when: float) -> list[str]:
     """The levels of a capture folder under the outputs: ``profile``, the run id, the UTC time."""
-    return ["profile", str(state["run_id"]), time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(when))]
+    return ["profile", state.run_id, time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(when))]
 
 
-def capture_folder(state: dict[str, Any], when: float) -> Path:
+def capture_folder(state: RunState, when: float) -> Path:
     """``{outputs}/profile/<run id>/<UTC>`` (``make_capture_folder`` makes it)."""
     return outputs_of(state).joinpath(*folder_names(state, when))
 
 
-def targets_of(state: dict[str, Any], tasks: list[str]) -> list[Target]:
-    run_id = state["run_id"]
-    known: dict[str, Any] = state.get("tasks") or {}
+def targets_of(state: RunState, tasks: list[str]) -> list[Target]:
+    run_id = state.run_id
+    known = state.tasks
     unknown = [t for t in tasks if t not in known]
     if unknown:
         raise UserError(f"run {run_id} has no task {unknown[0]!r}; its tasks: " + ", ".join(known))
-    chosen = tasks or [t for t, info in known.items() if info.get("state") in ("running", "starting")]
+    chosen = tasks or [t for t, info in known.items() if info.state in ("running", "starting")]
     if not chosen:
         raise UserError(f"run {run_id} has no running task to profile; `distlaunch status {run_id}` shows its tasks")
     out = []
     for task in chosen:
         info = known[task]
-        port = info.get("profiler_port")
-        if not isinstance(port, int):
+        port = info.profiler_port
+        if port is None:
             raise UserError(f"{task} of run {run_id} has no profiler port (a run started before `profile` "
                             "existed, or with autolog = false): start the job again to profile it")
-        out.append(Target(task, str(info.get("host") or ""), str(info.get("address") or "localhost"), port))
+        out.append(Target(task, info.host, info.address or "localhost", port))
     return out
 
 
@@ -118,7 +116,7 @@ def run_profile(args: argparse.Namespace) -> int:
     run, tasks = split_targets(list(args.targets))
     seconds = parse_seconds(str(args.seconds))
     path = find_run(run)
-    state = read_state(path)
+    state = load_run_state(path)
     targets = targets_of(state, tasks)
     refused = refusals(state, path, [t.task for t in targets])  # a capture would crash them
     targets = [t for t in targets if t.task not in refused]
@@ -140,12 +138,12 @@ def run_profile(args: argparse.Namespace) -> int:
         for target in targets:
             if target.task in files:
                 try:
-                    profiles.append(analyze(target.task, files[target.task], str(state.get("strategy") or "")))
+                    profiles.append(analyze(target.task, files[target.task], state.strategy or ""))
                 except Exception as exc:  # a TensorFlow whose converter lacks a tool: the capture is kept
                     problems.append(f"{target.task}: TensorFlow could not analyse its capture ({one_line(exc)})")
     missing = [t for t in targets if t.task not in files]
     if args.json:
-        print(json.dumps({"run": state["run_id"], "logdir": str(folder), "seconds": seconds, "started": when,
+        print(json.dumps({"run": state.run_id, "logdir": str(folder), "seconds": seconds, "started": when,
                           "tasks": [p.as_json() for p in profiles], "missing": [t.task for t in missing],
                           "refused": refused, "problems": problems, "notes": notes}, indent=2))
     else:
@@ -166,7 +164,7 @@ def run_profile(args: argparse.Namespace) -> int:
     return 1 if missing or problems or (refused and tasks) else 0
 
 
-def capture(state: dict[str, Any], targets: list[Target], folder: Path, seconds: float
+def capture(state: RunState, targets: list[Target], folder: Path, seconds: float
             ) -> tuple[dict[str, Path], dict[str, str], list[str], list[str]]:
     """The capture of ``targets`` into ``folder``: each one's file, why the others have none, the
     lines of hosts whose files could not be had, and notes."""
@@ -188,20 +186,18 @@ def capture(state: dict[str, Any], targets: list[Target], folder: Path, seconds:
     return files, reasons, problems, notes
 
 
-def ask_servers(state: dict[str, Any], targets: list[Target]) -> tuple[bool, list[str]]:
+def ask_servers(state: RunState, targets: list[Target]) -> tuple[bool, list[str]]:
     """Ask each target's profiler server to start (autolog starts it only when asked: it answers
     anyone who reaches its port): ``PROFILER_WANTED`` made in each task's dir on its host. Whether
     any was asked, and one line per host that could not be."""
-    hosts: dict[str, Any] = state.get("hosts") or {}
-    tasks: dict[str, Any] = state.get("tasks") or {}
     paths: dict[str, list[str]] = {}
     for target in targets:
-        info, base = tasks.get(target.task) or {}, (hosts.get(target.host) or {}).get("base_dir")
-        if base and info.get("slug"):
-            paths.setdefault(target.host, []).append(f"{base}/tasks/{info['slug']}/{PROFILER_WANTED}")
+        info, host = state.tasks.get(target.task), state.hosts.get(target.host)
+        if info is not None and host is not None and host.base_dir and info.slug:
+            paths.setdefault(target.host, []).append(f"{host.base_dir}/tasks/{info.slug}/{PROFILER_WANTED}")
     if not paths:
         return False, []
-    sessions, problems = open_sessions({**state, "hosts": {h: hosts[h] for h in paths}})
+    sessions, problems = open_sessions(dataclasses.replace(state, hosts={h: state.hosts[h] for h in paths}))
     lines = [f"host {h}: its profiler servers could not be asked to start ({why})" for h, why in problems.items()]
     try:
         for name, session in sessions.items():
@@ -221,7 +217,7 @@ def ask_servers(state: dict[str, Any], targets: list[Target]) -> tuple[bool, lis
     return True, lines
 
 
-def _collect(state: dict[str, Any], targets: list[Target], outcome: Outcome, folder: Path
+def _collect(state: RunState, targets: list[Target], outcome: Outcome, folder: Path
              ) -> tuple[dict[str, Path], list[str]]:
     """The files of the ``targets`` the client asked, here and copied from their hosts."""
     asked = [t for t in targets if t.task in outcome.asked]

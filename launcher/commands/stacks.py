@@ -13,12 +13,12 @@ import contextlib
 import re
 import sys
 import time
-from typing import Any
 
 from launcher.agent.stackmodel import UNKNOWN, TaskStacks, task_sort_key
 from launcher.errors import UserError
 from launcher.protocol.controllines import Request
-from launcher.rundir import RunDir, find_run, read_state
+from launcher.rundir import RunDir, find_run
+from launcher.runstate import RunState, load_run_state
 from launcher.supervise import controlclient
 from launcher.supervise.stackcapture import capture_by_verb
 from launcher.telemetry.stacktext import render, to_json
@@ -39,9 +39,9 @@ def split_targets(targets: list[str]) -> tuple[str | None, list[str]]:
 def run_stacks(args: argparse.Namespace) -> int:
     run, tasks = split_targets(list(args.targets))
     path = find_run(run)
-    state = read_state(path)
-    run_id = str(state["run_id"])
-    known: dict[str, Any] = state.get("tasks", {})
+    state = load_run_state(path)
+    run_id = state.run_id
+    known = state.tasks
     unknown = [t for t in tasks if t not in known]
     if unknown:
         raise UserError(f"run {run_id} has no task {unknown[0]!r}; its tasks: " + ", ".join(known))
@@ -78,10 +78,10 @@ def _from_launcher(run_id: str, tasks: list[str], native: bool,
     return [TaskStacks.from_json(item) for item in answer.stacks or []], answer.path
 
 
-def _from_hosts(state: dict[str, Any], tasks: list[str], native: bool, timeout: float) -> list[TaskStacks]:
+def _from_hosts(state: RunState, tasks: list[str], native: bool, timeout: float) -> list[TaskStacks]:
     from launcher.commands.runhosts import open_sessions  # the transports' modules, only on this path
 
-    placement = {task: str(info["host"]) for task, info in state.get("tasks", {}).items()
+    placement = {task: info.host for task, info in state.tasks.items()
                  if not tasks or task in tasks}
     sessions, problems = open_sessions(state)
     try:

@@ -30,20 +30,18 @@ from launcher.rundir import (
     STATE_FILE,
     EventLines,
     find_run,
-    read_state,
     skipped_note,
-    supervision,
-    supervisor_alive,
 )
+from launcher.runstate import HostStateRecord, RunState, StateFieldError, load_run_state
 from launcher.telemetry import eventcheck
 from launcher.telemetry.columns import status_rows
 from launcher.telemetry.jobview import JobView
 from launcher.telemetry.timeline import Timeline, TimelineEntry, clock_text
 
 
-def require_task(state: dict[str, Any], task: str) -> None:
-    if task not in state.get("tasks", {}):
-        raise UserError(f"run {state['run_id']} has no task {task!r}; its tasks: " + ", ".join(state.get("tasks", {})))
+def require_task(state: RunState, task: str) -> None:
+    if task not in state.tasks:
+        raise UserError(f"run {state.run_id} has no task {task!r}; its tasks: " + ", ".join(state.tasks))
 
 
 def summarize(path: Path) -> dict[str, Any]:
@@ -54,26 +52,26 @@ def summarize(path: Path) -> dict[str, Any]:
     launcher's event times share): a live launcher writes each metric to events.jsonl as it comes,
     so a task whose step stopped moving reads 0. Without a live launcher no one records the steps
     any more, and the rate is null, as for a task not running."""
-    state = read_state(path)
+    state = load_run_state(path)
     view = JobView()
     lines = EventLines(path)
     for event in lines:
         view.apply(event)
-    alive = supervisor_alive(state)
+    alive = state.supervisor_alive()
     now = view.rate_clock(time.time())
     tasks: dict[str, dict[str, Any]] = {}
     cpu = {t: v.cpu_percent for t, v in view.tasks.items()}
-    for task_id, info in _tables(state.get("tasks")).items():
+    for task_id, info in state.tasks.items():
         seen = view.tasks.get(task_id)
         closures = view.step_times.closures.get(task_id)
         tasks[task_id] = {
-            "host": info.get("host"), "address": info.get("address"), "port": info.get("port"),
-            "profiler_port": info.get("profiler_port"),
-            "state": seen.state if seen else info.get("state"),
-            "pid": (seen.pid if seen else None) or info.get("pid"),
+            "host": info.host or None, "address": info.address or None, "port": info.port,
+            "profiler_port": info.profiler_port,
+            "state": seen.state if seen else info.state or None,
+            "pid": (seen.pid if seen else None) or info.pid,
             # the program below the wrapper shell, as the pid column shows it: py-spy, gdb, kill -STOP
             "main_pid": seen.main_pid if seen else None,
-            "restarts": seen.restarts if seen else info.get("restarts", 0),
+            "restarts": seen.restarts if seen else info.restarts,
             "step": seen.step if seen else None, "loss": seen.loss if seen else None,
             "step_is_calls": bool(seen and seen.step_is_calls),  # the step counts train calls
             "nonfinite_loss": seen.nonfinite_loss if seen else None,
@@ -88,23 +86,23 @@ def summarize(path: Path) -> dict[str, Any]:
             "closure_latency_s": closures.latency_s if closures else None,
             "moved_from": seen.moved_from if seen else None}
     job = ({"state": view.state, "reason": view.reason, "root_cause": view.failure_cause} if view.events_applied
-           else {"state": state.get("job_state"), "reason": state.get("job_reason", ""), "root_cause": ""})
-    return {"run": state["run_id"], "dir": str(path), "profile": state.get("profile"),
-            "name": state.get("name"), "strategy": state.get("strategy"), "job": job,
-            "supervision": supervision(state) if job["state"] not in (ev.JOB_SUCCEEDED, ev.JOB_FAILED) else None,
-            "supervisor_pid": state.get("supervisor_pid", state.get("launcher_pid")),
-            "launcher_pid": state.get("supervisor_pid", state.get("launcher_pid")),
+           else {"state": state.job_state, "reason": state.job_reason, "root_cause": ""})
+    return {"run": state.run_id, "dir": str(path), "profile": state.profile,
+            "name": state.name, "strategy": state.strategy, "job": job,
+            "supervision": state.supervision() if job["state"] not in (ev.JOB_SUCCEEDED, ev.JOB_FAILED) else None,
+            "supervisor_pid": state.supervisor_pid,
+            "launcher_pid": state.supervisor_pid,
             "supervisor_alive": alive, "launcher_alive": alive,
             "tasks": tasks, "hosts": _hosts(state), "lost_events": view.lost_events, "skipped_lines": lines.skipped}
 
 
-def _hosts(state: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def _hosts(state: RunState) -> dict[str, dict[str, Any]]:
     """Each host's state (up / unreachable / lost / drained / spare), reason and since when (unix time)."""
-    recorded = _tables(state.get("host_states"))
-    return {name: {"state": str(recorded.get(name, {}).get("state") or "up"),
-                   "reason": str(recorded.get(name, {}).get("reason") or ""),
-                   "since": recorded.get(name, {}).get("since")}
-            for name in _tables(state.get("hosts"))}
+    none = HostStateRecord()
+    return {name: {"state": state.host_states.get(name, none).state or "up",
+                   "reason": state.host_states.get(name, none).reason,
+                   "since": state.host_states.get(name, none).since}
+            for name in state.hosts}
 
 
 def hosts_text(hosts: dict[str, dict[str, Any]], now: float) -> list[str]:
@@ -119,9 +117,6 @@ def hosts_text(hosts: dict[str, dict[str, Any]], now: float) -> list[str]:
     return out
 
 
-def _tables(value: object) -> dict[str, dict[str, Any]]:
-    """The entries of a state.json table (``tasks``, ``hosts``) that are objects; {} for no table."""
-    return {str(k): v for k, v in value.items() if isinstance(v, dict)} if isinstance(value, dict) else {}
 
 
 def _warn(note: str | None) -> None:
@@ -169,7 +164,7 @@ def run_status(args: argparse.Namespace) -> int:
 
 def run_logs(args: argparse.Namespace) -> int:
     path = find_run(args.run)
-    state = read_state(path)
+    state = load_run_state(path)
     require_task(state, args.task)
     log = path / "logs" / f"{args.task.replace(':', '-')}.log"
     offset = 0
@@ -183,8 +178,7 @@ def run_logs(args: argparse.Namespace) -> int:
                 offset += len(chunk)
         if not args.follow:
             return 0
-        current = read_state(path)
-        if not supervisor_alive(current):
+        if not load_run_state(path).supervisor_alive():
             return 0
         time.sleep(0.25)
 
@@ -245,15 +239,21 @@ def summarize_run(path: Path, now: float) -> RunSummary:
     is listed as ``unreadable``, with why in its reason. UnsafePath: the run dir, its state.json or
     events.jsonl is not the user's alone, or not a regular file (never opened so as to block)."""
     trusted_dir(path, "run directory")
+    state: RunState | None = None
     try:
-        state: Any = read_trusted_json(path / STATE_FILE, "the run state")
-        problem = None if isinstance(state, dict) and isinstance(state.get("run_id"), str) else "no run_id"
+        data = read_trusted_json(path / STATE_FILE, "the run state")
+        if isinstance(data, dict) and isinstance(data.get("run_id"), str):
+            state, problem = RunState.from_json(data), None
+        else:
+            problem = "no run_id"
     except DamagedFile as exc:  # not UTF-8, not JSON
         problem = exc.reason
+    except StateFieldError as exc:
+        problem = str(exc)
     except OSError as exc:
         problem = exc.strerror or str(exc)
     ends = _EventEnds(path / EVENTS_FILE)
-    if problem is not None:
+    if state is None:
         mtime: float | None = None
         with contextlib.suppress(OSError):
             mtime = (path / STATE_FILE).stat().st_mtime
@@ -264,27 +264,25 @@ def summarize_run(path: Path, now: float) -> RunSummary:
     if started is None:
         with contextlib.suppress(OSError):
             started = (path / STATE_FILE).stat().st_mtime
-    job_state = str(state.get("job_state") or "")
-    job_reason = str(state.get("job_reason") or "")
+    job_state = state.job_state or ""
+    job_reason = state.job_reason
     if ends.last_job is not None:  # newer than state.json, which is written less often than events
         job_state = ends.last_job.state or job_state
         job_reason = ends.last_job.reason or job_reason
     ended = job_state in (ev.JOB_SUCCEEDED, ev.JOB_FAILED)
     end = ends.last.ts if (ends.last and ended) else now
-    tasks = _tables(state.get("tasks"))
-    live = None if ended else (supervision(state) or "lost")
-    hosts = state.get("hosts")
+    live = None if ended else (state.supervision() or "lost")
     return RunSummary(
-        run=str(state["run_id"]),
+        run=state.run_id,
         dir=str(path),
-        profile=str(state.get("name") or ""),
+        profile=state.name or "",
         job_state=job_state or "unknown",
         job_reason=job_reason,
         started=started,
         duration_s=max(0.0, end - started) if (started is not None and end is not None) else None,
-        hosts=sorted(str(h) for h in hosts) if isinstance(hosts, dict | list) else [],
-        tasks=len(tasks),
-        restarts=sum(eventcheck.as_int(t.get("restarts"), 0) for t in tasks.values()),
+        hosts=sorted(state.hosts),
+        tasks=len(state.tasks),
+        restarts=sum(t.restarts for t in state.tasks.values()),
         live=live,
         skipped_lines=ends.skipped,
     )
@@ -371,9 +369,8 @@ def run_runs(args: argparse.Namespace) -> int:
 
 def run_events(args: argparse.Namespace) -> int:
     path = find_run(args.run)
-    state = read_state(path)
-    tasks = state.get("tasks")
-    if args.task and isinstance(tasks, dict) and args.task not in tasks:
+    tasks = load_run_state(path).tasks
+    if args.task and args.task not in tasks:
         known = ", ".join(sorted(tasks)) or "none"
         raise UserError(f"run {path.name} has no task {args.task!r} (its tasks: {known})")
     timeline = Timeline(limit=None)

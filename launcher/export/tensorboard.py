@@ -25,7 +25,8 @@ from typing import IO, Any
 
 from launcher import events as ev
 from launcher.errors import UserError
-from launcher.rundir import EventLines, find_run, read_state
+from launcher.rundir import EventLines, find_run
+from launcher.runstate import load_run_state
 from launcher.telemetry.progressline import Progress
 
 
@@ -76,8 +77,7 @@ class _EventFile:
 def export_tensorboard(run_dir: Path, target: Path, progress: Progress | None = None) -> ExportResult:
     """Write every task's scalars of the run at ``run_dir`` under ``target/<run id>/``; ``progress``
     counts the events read."""
-    state = read_state(run_dir)
-    run_id = str(state["run_id"])
+    run_id = load_run_state(run_dir).run_id
     out = target.expanduser() / run_id
     streams: dict[str, _TaskStream] = {}
     files: dict[str, _EventFile] = {}

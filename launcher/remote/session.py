@@ -355,7 +355,7 @@ class HostSession:
             raise HostError(f"host {self.name}: " + "; ".join(f"{s}: {why}" for s, why in problems.items()))
         return {str(k): int(v) for k, v in (answer.get("pids") or {}).items() if isinstance(v, int)}
 
-    def stop_agents(self, slugs: Iterable[str], grace: float, exit_agent: bool = False) -> None:
+    def stop_tasks(self, slugs: Iterable[str], grace: float, exit_agent: bool = False) -> None:
         """Stop several tasks at once and wait for their final events; with ``exit_agent`` the host
         agent then ends too (the job is over). Without a live host agent the verb stops the groups."""
         tasks = ",".join(slugs)

@@ -16,7 +16,7 @@ from launcher.model import Plan
 from launcher.plan import render_command, split_secrets, task_container, tf_config
 from launcher.profile.overrides import mask_secrets
 from launcher.remote.session import HostSession
-from launcher.supervise.core import TaskRuntime
+from launcher.supervise.lifecycle import TaskRuntime
 
 
 class SpecSource(Protocol):

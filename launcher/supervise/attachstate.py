@@ -7,11 +7,11 @@ from collections.abc import Iterable, Mapping
 
 from launcher import events as ev
 from launcher.events import Event
-from launcher.supervise.core import TaskRuntime
+from launcher.supervise.lifecycle import Lifecycle, TaskRuntime
 from launcher.telemetry.watchdog import Watchdog
 
 
-def fold_task_states(tasks: Mapping[str, TaskRuntime], history: Iterable[Event]) -> None:
+def fold_task_states(life: Lifecycle, tasks: Mapping[str, TaskRuntime], history: Iterable[Event]) -> None:
     """Each task's state, pid and restarts as its events last told them. state.json is written on
     a task's end, not on every start, so after a restart it can still say ``failed`` for a task
     that runs again: a chief taken for failed was never watched for a stall, and the job waited
@@ -25,14 +25,11 @@ def fold_task_states(tasks: Mapping[str, TaskRuntime], history: Iterable[Event])
         if rt is None or state == ev.RESTARTING:
             continue
         restarts = event.restarts
-        if restarts is not None:
-            if restarts < rt.restarts:
-                continue  # an earlier incarnation's late word
-            rt.restarts = restarts
-            rt.incarnation = max(rt.incarnation, restarts)
-        rt.state = state
-        if event.pid is not None:
-            rt.pid = event.pid
+        if restarts is not None and restarts < rt.restarts:
+            continue  # an earlier incarnation's late word
+        count = rt.restarts if restarts is None else restarts
+        life.restore(rt, state, count, max(rt.incarnation, count) if restarts is not None else rt.incarnation,
+                     event.pid)
 
 
 def arm_watchdog(tasks: Mapping[str, TaskRuntime], watchdog: Watchdog, history: Iterable[Event]) -> None:
@@ -50,5 +47,5 @@ def arm_watchdog(tasks: Mapping[str, TaskRuntime], watchdog: Watchdog, history: 
     now = time.monotonic()
     for task_id, step in last_step.items():
         rt = tasks.get(task_id)
-        if rt is not None and rt.state == ev.RUNNING:
+        if rt is not None and rt.phase == ev.RUNNING:
             watchdog.on_step(task_id, step, now)

@@ -1,5 +1,5 @@
-"""The supervisor's parts that every other part uses: each task's runtime facts, the one loop,
-and the publishing of events to the run dir and to the consumers' feeds.
+"""The supervisor's parts that every other part uses: the one loop, and the publishing of events
+to the run dir and to the consumers' feeds.
 
 One loop thread owns all state. Agents' events arrive from per-host follower streams and
 commands from the CLI/TUI arrive as callables, both through one inbox queue (``Loop``); blocking
@@ -8,12 +8,14 @@ host operations run on one worker thread per host, so a slow host never stalls t
 The supervisor is composed of parts, each an object of its own module with a narrow interface
 (a ``Protocol`` of what it uses of the coordinator, never the coordinator's class):
 
-    core.py        this: TaskRuntime, Loop (inbox, timers), Publisher (run dir, feeds)
+    lifecycle.py   start here: a task's and the job's phases, their moves, the restarts under way
+                   as values, TaskRuntime, and Lifecycle, the one writer of all of it
+    core.py        this: Loop (inbox, timers), Publisher (run dir, feeds)
     links.py       HostLinks: the hosts' event streams and agent requests (follow, decode, seq,
                    clock, reconnect with back-off)
     decide.py      the restart policy, a pure function: (plan, task states, event) -> decisions
-    restarts.py    Restarts: the task state machine and the executor of decide()'s decisions
-                   (back-off timers, group stop and start, stalls, the operator's restart and stop)
+    restarts.py    Restarts: the executor of decide()'s decisions (task events in; back-off
+                   timers, group stop and start, stalls, the operator's restart and stop)
     teardown.py    Teardown: the job's end: finish, teardown, sweep
     stackcapture.py, notify.py, controlsock.py: stacks, notify commands, the control server
     supervisor.py  Supervisor, the coordinator: owns the plan (a value it may replace) and the
@@ -27,34 +29,10 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 
-from launcher import events as ev
 from launcher.events import Event
-from launcher.model import TaskSpec
 from launcher.paths import log_internal_error
 from launcher.rundir import RunDir
-
-
-@dataclass
-class TaskRuntime:
-    spec: TaskSpec
-    port: int
-    state: str = ev.PENDING
-    restarts: int = 0
-    incarnation: int = 0
-    pid: int | None = None
-    exit_code: int | None = None
-    expected_stop: bool = False  # the supervisor asked for this stop: not a failure
-    restarting: bool = False
-    restart_pending: bool = False  # a restart is scheduled but not yet carried out
-    started_at: float | None = None  # the agent's time of this incarnation's `starting`
-    launch_pending: bool = False  # a restart launched its agent, which has not reported running yet
-    quick_failures: list[tuple[int | None, float]] = field(default_factory=list)  # (exit, uptime) in a row
-
-    @property
-    def final(self) -> bool:
-        return self.state in ev.FINAL_TASK_STATES
 
 
 class Feed:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from launcher import events as ev
 from launcher.model import Plan
+from launcher.supervise.lifecycle import RestartStage
 from launcher.supervise.policy import (
     QuickFailures,
     backoff_delay,
@@ -30,19 +31,28 @@ from launcher.supervise.policy import (
 
 @dataclass(frozen=True)
 class TaskFacts:
-    """What the policy reads of one task (the supervisor's ``TaskRuntime`` has these fields too)."""
+    """What the policy reads of one task: its phase and the values beside it (lifecycle.py)."""
 
-    state: str = ev.PENDING
+    state: str = ev.PENDING  # its phase (a TaskPhase)
     restarts: int = 0
     exit_code: int | None = None
-    expected_stop: bool = False  # the supervisor asked for this stop: not a failure
-    restarting: bool = False  # in a restart group that has not reached running again
-    restart_pending: bool = False  # in a group restart scheduled but not yet carried out
+    stop_asked: bool = False  # the supervisor asked for this stop: not a failure
+    restart: RestartStage | None = None  # the restart of its group it is in, if any
     quick_failures: QuickFailures = field(default_factory=list)
 
     @property
     def final(self) -> bool:
         return self.state in ev.FINAL_TASK_STATES
+
+    @property
+    def restarting(self) -> bool:
+        """In a group restart that has not reached running again."""
+        return self.restart is not None
+
+    @property
+    def restart_pending(self) -> bool:
+        """In a group restart scheduled but not yet carried out."""
+        return self.restart is RestartStage.SCHEDULED
 
 
 @dataclass(frozen=True)
@@ -178,7 +188,7 @@ def decide(plan: Plan, states: JobFacts, event: PolicyEvent) -> list[Decision]:
 
 def _on_end(plan: Plan, states: JobFacts, event: TaskEnded) -> list[Decision]:
     facts = states.tasks[event.task]
-    if facts.expected_stop or states.finishing:
+    if facts.stop_asked or states.finishing:
         return []
     spec = plan.task(event.task)
     profile = plan.profile

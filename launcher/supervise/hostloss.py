@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from launcher import events as ev
@@ -35,10 +35,10 @@ from launcher.placement import drop_tasks, move_tasks, tasks_on
 from launcher.remote.session import HostSession
 from launcher.rundir import RunDir
 from launcher.runrecord import record_placement
-from launcher.supervise.core import TaskRuntime
-from launcher.supervise.decide import GiveUp
+from launcher.runstate import HostStateRecord
+from launcher.supervise.decide import GiveUp, JobFacts
 from launcher.supervise.hostworker import HostWorker
-from launcher.supervise.links import HostLinks
+from launcher.supervise.lifecycle import ENDS, JobPhase, Lifecycle, TaskRuntime
 from launcher.supervise.replan import (
     HostGone,
     Move,
@@ -49,7 +49,6 @@ from launcher.supervise.replan import (
     lost_after,
     recovery_set,
 )
-from launcher.supervise.restarts import Restarts
 from launcher.telemetry.watchdog import Watchdog
 
 #: a moved task gets two ports on its new host: TF_CONFIG's and its profiler server's
@@ -62,6 +61,33 @@ class HostState:
     state: str
     reason: str = ""
     since: float = 0.0  # wall time of the change, for people
+
+
+@dataclass
+class Recovery:
+    """A move or shrink under way (one at a time): the host it answers, and the tasks its restart
+    starts (decided when it began: a peer that exits 0 on the planned stop still starts again)."""
+
+    gone: HostGone
+    restarts: list[str] = field(default_factory=list)
+
+
+class LinkView(Protocol):
+    """What the host-loss part uses of the hosts' links (links.py)."""
+
+    def is_up(self, host: str) -> bool: ...
+    def silent_for(self, host: str) -> float | None: ...
+    def retire(self, host: str) -> None: ...
+    def forget_task(self, task: str) -> None: ...
+
+
+class RestartView(Protocol):
+    """What the host-loss part uses of the restarts (restarts.py)."""
+
+    def facts(self) -> JobFacts: ...
+    def restart_planned(self, group: list[str], why: str) -> None: ...
+    def cancel_pending(self, tasks: Collection[str] | None = None) -> None: ...
+    def moved(self, task: str, from_host: str) -> None: ...
 
 
 class LossOwner(Protocol):
@@ -80,16 +106,15 @@ class LossOwner(Protocol):
     @property
     def workers(self) -> Mapping[str, HostWorker]: ...
     @property
-    def links(self) -> HostLinks: ...
-    @property
-    def restarts(self) -> Restarts: ...
+    def life(self) -> Lifecycle: ...
     @property
     def profiler_ports(self) -> dict[str, int]: ...
     @property
     def watchdog(self) -> Watchdog: ...
     @property
     def finishing(self) -> bool: ...
-    job_state: str
+    @property
+    def job_state(self) -> str: ...
     def call(self, fn: Callable[[], None]) -> None: ...
     def publish(self, event: Event, line: str | None = None) -> None: ...
     def notice(self, message: str) -> None: ...
@@ -99,8 +124,10 @@ class LossOwner(Protocol):
 
 
 class HostLoss:
-    def __init__(self, sup: LossOwner) -> None:
+    def __init__(self, sup: LossOwner, links: LinkView, restarts: RestartView) -> None:
         self.sup = sup
+        self.links = links
+        self.restarts = restarts
         profile = sup.plan.profile
         self.spares = [s for s in profile.spares if s in sup.sessions]
         now = time.time()
@@ -112,35 +139,35 @@ class HostLoss:
         self.left_behind: dict[str, list[str]] = {}
         #: every move and shrink so far, for the run record (resolved.json)
         self.moves: list[dict[str, Any]] = []
-        self._busy = False  # a move or shrink is being carried out (one at a time)
-        self._current: HostGone | None = None  # what the move under way is for
-        self._recovering: list[str] = []  # the tasks its restart starts
-        #: a re-plan's restart not carried out because another host went meanwhile: the next one does it
-        self._carry: set[str] = set()
-        self._queued: list[HostGone] = []
+        self.under_way: Recovery | None = None
+        #: hosts gone while a recovery was under way: each is decided on the plan the one before made
+        self.waiting: list[HostGone] = []
+        #: tasks a recovery's restart left to the next one (another host went meanwhile)
+        self.carried: set[str] = set()
 
     # -- what is reported -----------------------------------------------------------------------------
 
-    def as_json(self) -> dict[str, dict[str, Any]]:
-        out: dict[str, dict[str, Any]] = {}
+    def records(self) -> dict[str, HostStateRecord]:
+        """Each host's state for state.json; an unreachable one's silence so far, where known."""
+        out: dict[str, HostStateRecord] = {}
         for host, st in self.states.items():
-            out[host] = {"state": st.state, "reason": st.reason, "since": st.since}
-            silent = self.sup.links.silent_for(host)
-            if st.state == ev.HOST_UNREACHABLE and silent is not None:
-                out[host]["last_contact_s"] = round(silent, 1)
+            silent = self.links.silent_for(host)
+            out[host] = HostStateRecord(st.state, st.reason, st.since,
+                                        round(silent, 1) if st.state == ev.HOST_UNREACHABLE and silent is not None
+                                        else None)
         return out
 
-    def resume(self, recorded: Mapping[str, Any], losses: int, moves: list[dict[str, Any]],
+    def resume(self, recorded: Mapping[str, HostStateRecord], losses: int, moves: list[dict[str, Any]],
                left_behind: Mapping[str, list[str]], spares: list[str] | None) -> list[str]:
         """Attach: the host states the last supervisor had reached; returns the hosts out of the job."""
-        self.moves = [m for m in moves if isinstance(m, dict)]
-        self.left_behind = {str(h): [str(s) for s in v] for h, v in left_behind.items() if isinstance(v, list)}
+        self.moves = list(moves)
+        self.left_behind = {h: list(v) for h, v in left_behind.items()}
         for host, info in recorded.items():
-            if host in self.states and isinstance(info, dict):
-                self.states[host] = HostState(str(info.get("state") or ev.HOST_UP), str(info.get("reason") or ""),
-                                              float(info.get("since") or time.time()))
+            if host in self.states:
+                self.states[host] = HostState(info.state or ev.HOST_UP, info.reason,
+                                              info.since if info.since else time.time())
         self.gone = {h for h, st in self.states.items() if st.state in (ev.HOST_LOST, ev.HOST_DRAINED)}
-        if isinstance(spares, list):  # those still unused (one that was unreachable then is one still)
+        if spares is not None:  # those still unused (one that was unreachable then is one still)
             self.spares = [s for s in self.spares if s in spares and s not in self.gone]
         else:
             self.spares = [s for s in self.spares if self.states[s].state == ev.HOST_SPARE]
@@ -170,7 +197,7 @@ class HostLoss:
         sup.write_state()
 
     def reachable(self, host: str) -> bool:
-        return host not in self.gone and self.sup.links.host_up.get(host, False)
+        return host not in self.gone and self.links.is_up(host)
 
     # -- lost -----------------------------------------------------------------------------------------
 
@@ -179,9 +206,9 @@ class HostLoss:
         if self.sup.finishing:
             return
         for host in list(self.states):
-            if host in self.gone or self.sup.links.host_up.get(host, True):
+            if host in self.gone or self.links.is_up(host):
                 continue
-            silent = self.sup.links.silent_for(host)
+            silent = self.links.silent_for(host)
             if silent is not None and silent >= lost_after(self.sup.plan, host):
                 self.lose(host, f"no contact for {silent:.0f} s")
 
@@ -190,16 +217,15 @@ class HostLoss:
         if host in self.gone:
             return
         self.gone.add(host)
-        sup.links.retire(host)
+        self.links.retire(host)
         self._set(host, ev.HOST_LOST, why)
         what = f"host {host} lost ({why})"
         self.left_behind[host] = [sup.tasks[t].spec.slug for t in tasks_on(sup.plan, host)]
         for task_id in tasks_on(sup.plan, host):
             rt = sup.tasks[task_id]
-            if rt.state in (ev.SUCCEEDED, ev.FAILED, ev.STOPPED) and not rt.restarting:
+            if rt.phase in ENDS and not rt.restarting:
                 continue
-            rt.state = ev.LOST
-            rt.expected_stop = False
+            sup.life.lost(rt)
             sup.watchdog.forget(task_id)
             sup.publish(ev.state_event(sup.run_id, task_id, ev.LOST, host=host, restarts=rt.restarts, reason=what))
         sup.write_state()
@@ -242,7 +268,7 @@ class HostLoss:
         sup.write_state()
         if host in self.spares:
             self.spares.remove(host)
-            sup.links.retire(host)
+            self.links.retire(host)
             sup.workers[host].submit(self.host_returned, host)
             return None
         self._decide(HostGone(host, reason, drained=True))
@@ -285,7 +311,7 @@ class HostLoss:
 
         def work() -> None:
             try:
-                session.stop_agents(slugs, grace)
+                session.stop_tasks(slugs, grace)
             except HostError as exc:
                 # not known stopped: no move before the orphan rule has stopped them there, so the
                 # host goes the way of a lost one (it is lost after host_lost_seconds without contact)
@@ -293,7 +319,7 @@ class HostLoss:
                 sup.call(lambda: self._drain_failed(host, said))
                 return
             sup.call(then)
-            sup.call(lambda: sup.links.retire(host))
+            sup.call(lambda: self.links.retire(host))
             self.host_returned(host)
 
         sup.workers[host].submit(work)
@@ -302,60 +328,55 @@ class HostLoss:
         """On the loop: the drained host did not confirm its tasks stopped: undo the move under way;
         the host is lost when it has been silent for host_lost_seconds (or answers again)."""
         self.sup.notice(said)
-        self._busy = False
+        self.under_way = None
         self.losses -= 1
-        self._current = None
         self.gone.discard(host)
         self.states[host] = HostState(ev.HOST_UNREACHABLE, said, time.time())
         self.sup.write_state()
-        if self._queued:
-            self._decide(self._queued.pop(0))
+        if self.waiting:
+            self._decide(self.waiting.pop(0))
 
     # -- the decision and its carrying out ------------------------------------------------------------
 
     def _decide(self, gone: HostGone) -> None:
-        if self._busy:  # one move at a time: the next is decided on the plan the first made
-            self._queued.append(gone)
+        if self.under_way is not None:  # one at a time: the next is decided on the plan the first made
+            self.waiting.append(gone)
             return
         sup = self.sup
-        decision = decide_host_gone(sup.plan, sup.restarts.facts(),
+        decision = decide_host_gone(sup.plan, self.restarts.facts(),
                                     gone, Room(tuple(s for s in self.spares if self.reachable(s)), self.losses))
         if isinstance(decision, Nothing):
             sup.notice(f"host {gone.host} left the job; none of its tasks was still needed")
             if gone.drained:
                 self._stop_drained(gone.host, (), lambda: None)
-            carried = [t for t in sup.plan.tasks if t.task_id in self._carry]
-            self._carry = set()
+            carried = [t for t in sup.plan.tasks if t.task_id in self.carried]
+            self.carried = set()
             if carried:  # the restart the move before this one left to it
-                sup.restarts.restart_planned([t.task_id for t in carried], "restarting after the hosts left")
+                self.restarts.restart_planned([t.task_id for t in carried], "restarting after the hosts left")
             return
         if isinstance(decision, GiveUp):
-            sup.restarts.cancel_pending()
+            self.restarts.cancel_pending()
             if gone.drained:  # its tasks' ends are planned, and the teardown reaches the host to stop them
                 self.gone.discard(gone.host)
                 for task_id in tasks_on(sup.plan, gone.host):
-                    sup.tasks[task_id].expected_stop = True
+                    sup.life.ask_stop(sup.tasks[task_id], "drain")
             sup.finish(ev.JOB_FAILED, decision.cause)
             return
-        self._busy = True
-        self._current = gone
         self.losses += 1
         # the whole recovery set's ends from here on are planned (an MWMS peer saving and exiting 42)
         changed = decision.tasks if isinstance(decision, Move) else ()
         after = self._next_plan(decision)
         recovering = {*recovery_set(after, changed, self._states()), *decision.tasks,
-                      *(t for t in self._carry if t in sup.tasks)}
-        self._carry = set()
-        # what restarts is decided now: a peer that exits 0 on the planned stop still starts again
-        self._recovering = [t.task_id for t in after.tasks if t.task_id in recovering]
-        sup.restarts.cancel_pending(recovering)
+                      *(t for t in self.carried if t in sup.tasks)}
+        self.carried = set()
+        self.under_way = Recovery(gone, [t.task_id for t in after.tasks if t.task_id in recovering])
+        self.restarts.cancel_pending(recovering)
         for task_id in recovering:
             rt = sup.tasks[task_id]
-            rt.restarting = True
-            rt.restart_pending = True
+            sup.life.schedule([rt])
             if not rt.final:
-                rt.expected_stop = True
-        sup.job_state = ev.JOB_RESTARTING
+                sup.life.ask_stop(rt, "move")
+        sup.life.job_to(JobPhase.RESTARTING)
         sup.publish(ev.job_event(sup.run_id, ev.JOB_RESTARTING, self._describe(decision)))
         sup.write_state()
 
@@ -377,7 +398,7 @@ class HostLoss:
         return spare in self.spares and self.reachable(spare)
 
     def _states(self) -> dict[str, str]:
-        return {t: rt.state for t, rt in self.sup.tasks.items()}
+        return {t: str(rt.phase) for t, rt in self.sup.tasks.items()}
 
     def _next_plan(self, decision: Move | Shrink) -> Plan:
         if isinstance(decision, Move):
@@ -415,20 +436,19 @@ class HostLoss:
             self.states[move.to_host] = HostState(ev.HOST_UNREACHABLE, f"failed as a replacement: {why}",
                                                   time.time())
         self.sup.notice(f"spare host {move.to_host} cannot take {', '.join(move.tasks)} ({why}); trying the next")
-        self._busy = False
+        current, self.under_way = self.under_way, None
         self.losses -= 1
-        if self._current is not None:
-            self._decide(self._current)
+        if current is not None:
+            self._decide(current.gone)
 
     def _apply(self, after: Plan, ports: dict[str, int], leaving: tuple[str, ...], moved: tuple[str, ...],
                why: str, move: Move | None = None, profiler: list[int] | None = None) -> None:
         """On the loop: take the new plan, say what moved, restart the recovery set (not counted)."""
         sup = self.sup
         if move is not None and not self._usable(move.to_host):  # the spare left while its ports were picked
-            self._busy = False
             self._spare_failed(move, "it left the job meanwhile")
             return
-        self._busy = False
+        recovery, self.under_way = self.under_way, None
         if sup.finishing:
             return
         before = sup.plan
@@ -436,12 +456,12 @@ class HostLoss:
         for task_id, port in zip(moved, profiler or [], strict=False):
             sup.profiler_ports[task_id] = port
         for task_id in leaving:
-            sup.links.forget_task(task_id)
+            self.links.forget_task(task_id)
         if move is not None:
             self.spares.remove(move.to_host)
             self._set(move.to_host, ev.HOST_UP, f"replaces {move.from_host}")
             for task_id in moved:
-                sup.restarts.moved_from[task_id] = move.from_host
+                self.restarts.moved(task_id, move.from_host)
                 sup.notice(f"{task_id} moved from {move.from_host} to {move.to_host} ({why})")
                 self.moves.append({"task": task_id, "from": move.from_host, "to": move.to_host, "why": why,
                                    "ts": time.time()})
@@ -453,13 +473,13 @@ class HostLoss:
             sup.notice(f"the job goes on without {', '.join(leaving)} ({why}); "
                        + ", ".join(f"{role}: {sum(1 for t in after.tasks if t.role == role)} task(s)"
                                    for role in sorted({t.split(':', 1)[0] for t in leaving})))
-        group = [t for t in self._recovering if t in sup.tasks]
+        group = [t for t in (recovery.restarts if recovery else []) if t in sup.tasks]
         if before.tasks != after.tasks:
             sup.write_state()
-        if self._queued:  # another host went meanwhile: its re-plan restarts these too, once
-            self._carry.update(group)
-            self._decide(self._queued.pop(0))
+        if self.waiting:  # another host went meanwhile: its re-plan restarts these too, once
+            self.carried.update(group)
+            self._decide(self.waiting.pop(0))
             return
         if group:
-            sup.restarts.restart_planned(group, self._describe(move) if move else f"going on without "
+            self.restarts.restart_planned(group, self._describe(move) if move else f"going on without "
                                          f"{', '.join(leaving)} ({why})")

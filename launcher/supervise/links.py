@@ -91,6 +91,10 @@ class HostLinks:
         #: hosts out of the job (lost, drained): never followed again, only retired if they come back
         self.retired: set[str] = set()
 
+    def is_up(self, host: str) -> bool:
+        """The host's stream is up (False for a host the links do not know)."""
+        return self.host_up.get(host, False)
+
     def silent_for(self, host: str) -> float | None:
         """Seconds since the host's last line while its link is down (None while it is up)."""
         if self.host_up.get(host, True) and host not in self.retired:

@@ -1,10 +1,11 @@
-"""The task state machine and the executor of the restart policy's decisions.
+"""The executor of the restart policy's decisions.
 
-Task events from the links are published here, in order, and a task's state change updates its
-runtime; what a task's end, a stall, an output policy or the operator's request means for the job
-is decided by ``decide`` (decide.py, a pure function) and carried out here: a restart group is
-marked, told and scheduled after its back-off, then stopped and started on its own thread unless
-the job ended meanwhile; a stop goes to the task's host; the job's end goes to the teardown.
+Task events from the links are published here, in order, and a task's state change goes to the
+lifecycle (lifecycle.py, the one writer of the tasks' and the job's phases); what a task's end,
+a stall, an output policy or the operator's request means for the job is decided by ``decide``
+(decide.py, a pure function) and carried out here: a restart group is marked, told and
+scheduled after its back-off, then stopped and started on its own thread unless the job ended
+meanwhile; a stop goes to the task's host; the job's end goes to the teardown.
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ from launcher.model import START_ORDER, Plan
 from launcher.protocol.agentlines import AgentOp, StartRequest
 from launcher.remote.session import HostSession
 from launcher.rundir import DOWN_MARKER, RunDir
+from launcher.runstate import PendingRecord
 from launcher.supervise.agentspec import SpecSource, agent_spec, task_secrets
-from launcher.supervise.core import TaskRuntime
 from launcher.supervise.decide import (
     Decision,
     ForgetProgress,
@@ -40,6 +41,7 @@ from launcher.supervise.decide import (
     decide,
 )
 from launcher.supervise.hostworker import HostWorker
+from launcher.supervise.lifecycle import JobPhase, Lifecycle, PendingRestart, TaskRuntime
 from launcher.supervise.outputpolicy import OutputPolicy
 from launcher.supervise.policy import restart_group
 from launcher.supervise.replan import lost_after
@@ -75,8 +77,8 @@ class RestartOwner(SpecSource, Protocol):
     def stall_stacks(self) -> StallCapture: ...
     @property
     def end(self) -> Teardown: ...
-    job_state: str
-    job_restarts: int
+    @property
+    def life(self) -> Lifecycle: ...
     def call(self, fn: Callable[[], None]) -> None: ...
     def after(self, delay: float, fn: Callable[[], None]) -> None: ...
     def publish(self, event: Event, line: str | None = None) -> None: ...
@@ -89,20 +91,16 @@ class RestartOwner(SpecSource, Protocol):
 
 
 class Restarts:
-    """Task states, and what the policy decides of them: restarts after their back-off, stops,
-    the job's end; stalls judged about once a second; the operator's restart and stop."""
+    """What the policy decides of the tasks' events: restarts after their back-off (each a
+    ``PendingRestart`` until carried out), stops, the job's end; stalls judged about once a
+    second; the operator's restart and stop."""
 
     def __init__(self, sup: RestartOwner) -> None:
         self.sup = sup
-        #: scheduled group restarts (tasks, due time): kept in state.json so `attach` carries them out
-        self.pending: list[tuple[list[str], float]] = []
+        #: group restarts scheduled and not carried out yet: kept in state.json so `attach` carries them out
+        self.pending: list[PendingRestart] = []
         #: set (on the loop) while `launch` still starts tasks: a restart due meanwhile waits for its end
         self.launching = False
-        self._after_launch: list[list[str]] = []
-        #: groups whose restart waits for a host that does not answer (until it does, or is lost)
-        self._held: list[list[str]] = []
-        #: restarts after a host left (moves, shrinks): not counted against max_restarts or backoff_limit
-        self._uncounted: list[list[str]] = []
         #: task -> the host it left, until its first running event there (which carries ``moved_from``)
         self.moved_from: dict[str, str] = {}
         self._next_watch = 0.0
@@ -140,7 +138,7 @@ class Restarts:
                     self._carry_out(decisions)
             if isinstance(event, ev.MetricEvent) and known:
                 step = event.step
-                if step is not None and sup.tasks[str(event.task)].state == ev.RUNNING:
+                if step is not None and sup.tasks[str(event.task)].phase == ev.RUNNING:
                     sup.watchdog.on_step(str(event.task), step, time.monotonic())
         sup.publish_many(held)
 
@@ -148,31 +146,23 @@ class Restarts:
         """A task's state event from its agent, already published."""
         sup = self.sup
         state = event.state
-        rt.state = state
+        sup.life.reported(rt, event)
         if state != ev.RUNNING:
             sup.watchdog.forget(rt.spec.task_id)
-        if rt.launch_pending and state != ev.STARTING and event.restarts == rt.restarts:
-            rt.launch_pending = False  # running, or already ended: this incarnation has reported
+        if sup.life.launch_reported(rt, state, event.restarts):
             sup.end.maybe_end_job()
-        if event.pid is not None:
-            rt.pid = event.pid
-        if state in (ev.STARTING, ev.RUNNING):
-            if state == ev.STARTING:
-                rt.started_at = event.ts
-            if state == ev.RUNNING:
-                rt.restarting = False
-                self._maybe_running()
-            return
+        if state == ev.RUNNING:
+            sup.life.restart_over(rt)
+            self._maybe_running()
         if state not in ev.FINAL_TASK_STATES:
             return
-        rt.exit_code = event.exit_code
         sup.write_state()
         if all(t.final for t in sup.tasks.values()):
             sup.end.all_final.set()
         if state == ev.FAILED and self._hold_for_peers(rt):
             return
         facts = self.facts()
-        rt.expected_stop = False
+        sup.life.end_taken(rt)
         uptime = None if rt.started_at is None else event.ts - rt.started_at  # None: started before us (attach)
         self._carry_out(decide(sup.plan, facts, TaskEnded(
             rt.spec.task_id, state, reason=event.reason, permanent=event.permanent,
@@ -185,20 +175,16 @@ class Restarts:
         for it. Its group restarts, not counted, once the host answers; if the host is lost, the
         re-plan restarts it instead."""
         sup = self.sup
-        if rt.expected_stop or sup.end.finishing:
+        if rt.stop_asked is not None or sup.end.finishing:
             return False
         group = [t for t in restart_group(sup.plan.profile.strategy, rt.spec.task_id, sup.tasks) if t in sup.tasks]
         silent = sorted({sup.tasks[t].spec.host for t in group
                          if sup.in_job(sup.tasks[t].spec.host) and not sup.reachable(sup.tasks[t].spec.host)})
         if not silent:
             return False
-        for task_id in group:
-            sup.tasks[task_id].restarting = True
-            sup.tasks[task_id].restart_pending = True
-        self.pending.append((group, time.time()))
-        self._uncounted.append(group)
-        self._held.append(group)
-        sup.job_state = ev.JOB_RESTARTING
+        sup.life.schedule(sup.tasks[t] for t in group)
+        self.pending.append(PendingRestart(group, time.time(), counted=False, waiting_for=tuple(silent)))
+        sup.life.job_to(JobPhase.RESTARTING)
         limit = max(lost_after(sup.plan, h) for h in silent)
         sup.publish(ev.job_event(sup.run_id, ev.JOB_RESTARTING,
                                  f"{rt.spec.task_id} failed while host {', '.join(silent)} does not answer; "
@@ -210,10 +196,10 @@ class Restarts:
     def facts(self) -> JobFacts:
         """The job as the policy (decide.py) sees it now."""
         sup = self.sup
-        return JobFacts({t: TaskFacts(rt.state, rt.restarts, rt.exit_code, rt.expected_stop, rt.restarting,
-                                      rt.restart_pending, list(rt.quick_failures))
+        return JobFacts({t: TaskFacts(rt.phase, rt.restarts, rt.exit_code, rt.stop_asked is not None, rt.restart,
+                                      list(rt.quick_failures))
                          for t, rt in sup.tasks.items()},
-                        sup.job_state, sup.job_restarts, sup.end.finishing)
+                        sup.life.job, sup.life.job_restarts, sup.end.finishing)
 
     def _decide(self, event: PolicyEvent) -> list[Decision]:
         return decide(self.sup.plan, self.facts(), event)
@@ -224,8 +210,8 @@ class Restarts:
         for decision in decisions:
             if isinstance(decision, TrackCrashes):
                 rt = sup.tasks[decision.task]
-                rt.restarting = False  # a restart carried out ended here, even if it never reached running
-                rt.quick_failures = list(decision.quick_failures)
+                sup.life.restart_over(rt)  # a restart carried out ended here, even if it never reached running
+                sup.life.track_crashes(rt, decision.quick_failures)
             elif isinstance(decision, ForgetProgress):
                 sup.watchdog.forget(decision.task)
             elif isinstance(decision, RestartGroup):
@@ -241,7 +227,7 @@ class Restarts:
         """Judge stalls and stragglers about once a second, only while the job runs."""
         sup = self.sup
         now = time.monotonic()
-        if now < self._next_watch or sup.end.finishing or sup.job_state != ev.JOB_RUNNING:
+        if now < self._next_watch or sup.end.finishing or sup.life.job != JobPhase.RUNNING:
             return
         self._next_watch = now + WATCHDOG_SECONDS
         for change in sup.watchdog.check(now):
@@ -265,92 +251,92 @@ class Restarts:
         sup = self.sup
         group = list(restart.tasks)
         why = f"{restart.trigger} {restart.why}"
-        sup.job_restarts += 1
-        sup.job_state = ev.JOB_RESTARTING
+        sup.life.restart_counted()
+        sup.life.job_to(JobPhase.RESTARTING)
         sup.publish(ev.job_event(sup.run_id, ev.JOB_RESTARTING,
                                  f"{why}; restarting {', '.join(group)} in {restart.delay:g}s"))
         for task_id in group:
             member = sup.tasks[task_id]
-            member.restarting = True
-            member.restart_pending = True
+            sup.life.schedule([member])
             sup.publish(ev.state_event(sup.run_id, task_id, ev.RESTARTING, host=member.spec.host,
                                        restarts=member.restarts, reason=why))
-        self.pending.append((group, time.time() + restart.delay))
-        sup.after(restart.delay, lambda: self.restart_now(group))
+        pending = PendingRestart(group, time.time() + restart.delay)
+        self.pending.append(pending)
+        sup.after(restart.delay, lambda: self.restart_now(pending))
         sup.write_state()
 
     def resume(self, group: list[str], due: float, counted: bool = True) -> None:
         """A restart the run's last supervisor had scheduled (state.json): due at the same time (or now)."""
         if not group:
             return
-        for task_id in group:
-            self.sup.tasks[task_id].restarting = True
-            self.sup.tasks[task_id].restart_pending = True
-        self.pending.append((group, due))
-        if not counted:
-            self._uncounted.append(group)
-        self.sup.after(max(0.0, due - time.time()), lambda: self.restart_now(group))
+        self.sup.life.schedule(self.sup.tasks[t] for t in group)
+        pending = PendingRestart(group, due, counted)
+        self.pending.append(pending)
+        self.sup.after(max(0.0, due - time.time()), lambda: self.restart_now(pending))
 
-    def counted(self, group: list[str]) -> bool:
-        return not any(g is group for g in self._uncounted)
+    def pending_records(self) -> list[PendingRecord]:
+        """The restarts scheduled and not yet carried out, for state.json."""
+        return [PendingRecord(p.tasks, p.due, p.counted) for p in self.pending]
+
+    def moved(self, task: str, from_host: str) -> None:
+        """``task`` left ``from_host``: its first running event where it went says so."""
+        self.moved_from[task] = from_host
 
     def restart_planned(self, group: list[str], why: str) -> None:
         """Restart ``group`` now, after a host left the job: its members are already marked; the
         restart counts against neither max_restarts nor backoff_limit."""
-        self.pending.append((group, time.time()))
-        self._uncounted.append(group)
+        pending = PendingRestart(group, time.time(), counted=False)
+        self.pending.append(pending)
         self.sup.write_state()
-        self.restart_now(group)
+        self.restart_now(pending)
 
     def cancel_pending(self, tasks: Collection[str] | None = None) -> None:
         """Drop the restarts scheduled or held that restart any of ``tasks`` (None: all): a host
         left, and the re-plan's restart of these tasks replaces them."""
-        def cancelled(group: list[str]) -> bool:
-            return tasks is None or any(t in tasks for t in group)
+        def cancelled(pending: PendingRestart) -> bool:
+            return tasks is None or any(t in tasks for t in pending.tasks)
 
-        for group, _due in self.pending:
-            if cancelled(group):
-                if self.counted(group):  # scheduled, never carried out: it spent nothing
-                    self.sup.job_restarts = max(0, self.sup.job_restarts - 1)
-                for task_id in group:
+        for pending in self.pending:
+            if cancelled(pending):
+                if pending.counted:  # scheduled, never carried out: it spent nothing
+                    self.sup.life.restart_uncounted()
+                for task_id in pending.tasks:
                     rt = self.sup.tasks.get(task_id)
                     if rt is not None:
-                        rt.restart_pending = False
-        self.pending = [(g, due) for g, due in self.pending if not cancelled(g)]
-        self._held = [g for g in self._held if not cancelled(g)]
-        self._uncounted = [g for g in self._uncounted if not cancelled(g)]
-        self._after_launch = [g for g in self._after_launch if not cancelled(g)]
+                        self.sup.life.dropped(rt)
+        self.pending = [p for p in self.pending if not cancelled(p)]
 
     def host_back(self) -> None:
-        """A host answers again: the restarts held for it go now (those whose hosts all answer)."""
-        held, self._held = self._held, []
-        for group in held:
-            self.restart_now(group)
+        """A host answers again: the restarts held for hosts go now (those whose hosts all answer)."""
+        for pending in [p for p in self.pending if p.waiting_for]:
+            pending.waiting_for = ()
+            self.restart_now(pending)
 
     def launched(self) -> None:
         """The launch has started every task: the restarts that fell due meanwhile go now."""
         self.launching = False
-        groups, self._after_launch = self._after_launch, []
-        for group in groups:
-            self.restart_now(group)
+        for pending in [p for p in self.pending if p.after_launch]:
+            pending.after_launch = False
+            self.restart_now(pending)
 
-    def restart_now(self, group: list[str]) -> None:
+    def restart_now(self, pending: PendingRestart) -> None:
         sup = self.sup
         if sup.end.finishing:
             return  # the job's end makes it moot
-        if not any(g is group for g, _ in self.pending):
+        if pending not in self.pending:
             return  # cancelled: a host left the job, and the re-plan restarts what it needs
         # a member that ended on a host the job left cannot start there again: it stays ended
-        group[:] = [t for t in group if t in sup.tasks
-                    and not (sup.tasks[t].final and not sup.in_job(sup.tasks[t].spec.host))]
+        pending.tasks = [t for t in pending.tasks if t in sup.tasks
+                         and not (sup.tasks[t].final and not sup.in_job(sup.tasks[t].spec.host))]
+        group = pending.tasks
         down = sorted({sup.tasks[t].spec.host for t in group if not sup.reachable(sup.tasks[t].spec.host)})
         if down:
             # stopping a task of a host that does not answer would hang, and starting its peers
             # without it would fail again: the restart waits for the host, or for its loss
-            if not any(g is group for g in self._held):
-                self._held.append(group)
+            if not pending.waiting_for:
+                pending.waiting_for = tuple(down)
                 limit = max(lost_after(sup.plan, h) for h in down)
-                sup.job_state = ev.JOB_RESTARTING
+                sup.life.job_to(JobPhase.RESTARTING)
                 sup.publish(ev.job_event(sup.run_id, ev.JOB_RESTARTING,
                                          f"restart of {', '.join(group)} waits for host {', '.join(down)}, which "
                                          f"does not answer (lost after {limit:g} s without contact)"))
@@ -360,19 +346,14 @@ class Restarts:
             # group now would race the launch's own start of a member that has not started yet (the
             # agent refuses a second start, and the launch failed), and the member it then starts
             # would not be stopped. After the launch, the group is stopped and started as usual.
-            self._after_launch.append(group)
+            pending.after_launch = True
             return
-        counted = self.counted(group)
-        self.pending = [(g, due) for g, due in self.pending if g is not group]
-        self._uncounted = [g for g in self._uncounted if g is not group]
+        self.pending = [p for p in self.pending if p is not pending]
         members = [sup.tasks[t] for t in group if t in sup.tasks]
         for rt in members:
             if not rt.final:
-                rt.expected_stop = True
-            if counted:
-                rt.restarts += 1
-            rt.incarnation += 1
-            rt.restart_pending = False
+                sup.life.ask_stop(rt, "restart")
+            sup.life.carried_out(rt, pending.counted)
         threading.Thread(target=self._restart_blocking, args=(members,), name="restart", daemon=True).start()
 
     def _restart_blocking(self, members: list[TaskRuntime]) -> None:
@@ -380,16 +361,16 @@ class Restarts:
         whole grace period, and a job that ended must not start anything again)."""
         sup = self.sup
         try:
-            running = {h: [rt.spec.slug for rt in members if rt.spec.host == h and rt.expected_stop]
+            running = {h: [rt.spec.slug for rt in members if rt.spec.host == h and rt.stop_asked is not None]
                        for h in sup.sessions}
             grace = max(rt.spec.grace_seconds for rt in members)
-            sup.on_hosts(lambda s: s.stop_agents(running[s.name], grace), [h for h, v in running.items() if v])
+            sup.on_hosts(lambda s: s.stop_tasks(running[s.name], grace), [h for h, v in running.items() if v])
             if sup.end.may_start(members):  # either the job ended before this start, or its end waits for it
                 try:
                     self.start_tasks(members)
                 except BaseException:
                     for rt in members:
-                        rt.launch_pending = False
+                        sup.life.launch_failed(rt)
                     raise
                 finally:
                     sup.call(sup.end.start_done)
@@ -426,15 +407,15 @@ class Restarts:
 
     def _maybe_running(self) -> None:
         sup = self.sup
-        if sup.end.finishing or sup.job_state == ev.JOB_RUNNING:
+        if sup.end.finishing or sup.life.job == JobPhase.RUNNING:
             return
-        if all(rt.state == ev.RUNNING or rt.final for rt in sup.tasks.values()):
-            sup.job_state = ev.JOB_RUNNING
+        if all(rt.phase == ev.RUNNING or rt.final for rt in sup.tasks.values()):
+            sup.life.job_to(JobPhase.RUNNING)
             sup.publish(ev.job_event(sup.run_id, ev.JOB_RUNNING, ""))
             sup.write_state()  # `runs` and `status` of a run without events read the job state here
 
     def _stop(self, task_id: str) -> None:
         rt = self.sup.tasks[task_id]
-        rt.expected_stop = True
+        self.sup.life.ask_stop(rt, "stop")
         session = self.sup.sessions[rt.spec.host]
-        self.sup.workers[rt.spec.host].submit(session.stop_agents, [rt.spec.slug], rt.spec.grace_seconds)
+        self.sup.workers[rt.spec.host].submit(session.stop_tasks, [rt.spec.slug], rt.spec.grace_seconds)

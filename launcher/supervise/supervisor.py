@@ -27,10 +27,12 @@ from launcher.protocol.agentlines import AgentOp
 from launcher.protocol.controllines import Launched
 from launcher.remote.session import HostSession
 from launcher.rundir import RunDir, host_to_json
+from launcher.runstate import HostRecord, RunState, TaskRecord
 from launcher.supervise.attachstate import arm_watchdog, fold_task_states
-from launcher.supervise.core import Feed, LineFeed, Loop, Publisher, TaskRuntime
+from launcher.supervise.core import Feed, LineFeed, Loop, Publisher
 from launcher.supervise.hostloss import HostLoss
 from launcher.supervise.hostworker import HostWorker
+from launcher.supervise.lifecycle import Lifecycle, TaskRuntime
 from launcher.supervise.links import AGENT_REQUEST_SECONDS, HostLinks
 from launcher.supervise.outputpolicy import OutputPolicy
 from launcher.supervise.restarts import Restarts
@@ -66,9 +68,7 @@ class Supervisor:
         self._notice = on_notice or (lambda _msg: None)
         rundir.on_problem = self._notice  # a full disk on the launcher is told, never fatal
         self.tasks: dict[str, TaskRuntime] = {t.task_id: TaskRuntime(t, ports[t.task_id]) for t in plan.tasks}
-        self.job_state = ev.JOB_CREATED
-        self.job_reason = ""
-        self.job_restarts = 0
+        self.life = Lifecycle(lambda: self.tasks)  # the one writer of the tasks' and the job's phases
         self.leftovers: dict[str, list[dict[str, Any]]] = {}
         self.outcome: str | None = None  # Succeeded / Failed, once wait() returns
         #: clients that follow the job over the control socket (the dashboard, --no-tui, attach)
@@ -85,7 +85,7 @@ class Supervisor:
         self.links = HostLinks(self, sessions)
         self.end = Teardown(self)
         self.restarts = Restarts(self)
-        self.hosts = HostLoss(self)  # hosts lost, drained or given notice: moves, shrinks
+        self.hosts = HostLoss(self, self.links, self.restarts)  # hosts lost, drained or given notice: moves, shrinks
         self.stall_stacks = StallCapture(self)  # every task's stacks once per stall episode
 
     # -- the plan, a value ----------------------------------------------------------------------------
@@ -93,6 +93,18 @@ class Supervisor:
     @property
     def profile(self) -> Profile:
         return self.plan.profile
+
+    @property
+    def job_state(self) -> str:
+        return str(self.life.job)
+
+    @property
+    def job_reason(self) -> str:
+        return self.life.job_reason
+
+    @property
+    def job_restarts(self) -> int:
+        return self.life.job_restarts
 
     def replace_plan(self, plan: Plan, ports: Mapping[str, int] | None = None) -> None:
         """Take ``plan`` as the job's plan from now on (on the loop, or before the launch): the
@@ -153,7 +165,7 @@ class Supervisor:
         self.end.finish(state, reason)
 
     def ended(self, state: str, reason: str) -> None:
-        self.job_state, self.job_reason = state, reason
+        self.life.job_to(state, reason)
 
     def on_events(self, events: Iterable[tuple[Event, str | None]]) -> None:
         self.restarts.on_events(events)
@@ -244,49 +256,50 @@ class Supervisor:
                 line_feed.put_lines([Launched().line()])
         self.restarts.launched()
 
-    def resume(self, state: dict[str, Any], history: list[Event],
-               unreachable: Mapping[str, str] | None = None) -> None:
+    def resume(self, state: RunState, history: list[Event], unreachable: Mapping[str, str] | None = None) -> None:
         """Take over a running job from its state.json (attach): replay ``history`` to the
         subscribers, then follow every host from the offsets the last launcher had reached.
         Hosts in ``unreachable`` (name -> why) are reconnected in the background instead."""
-        unreachable = dict(unreachable or {})
-        for task_id, info in state.get("tasks", {}).items():
-            rt = self.tasks.get(task_id)
-            if rt is None:
-                continue
-            rt.state = str(info.get("state") or ev.PENDING)
-            rt.restarts = int(info.get("restarts") or 0)
-            rt.incarnation = int(info.get("incarnation") or rt.restarts)
-            rt.pid = info.get("pid")
-        fold_task_states(self.tasks, history)
-        self.job_state = str(state.get("job_state") or ev.JOB_RUNNING)
-        self.job_restarts = int(state.get("job_restarts") or 0)
-        for pending in state.get("pending_restarts") or []:
-            self.restarts.resume([str(t) for t in pending.get("tasks", []) if t in self.tasks],
-                                 float(pending.get("due") or 0.0), pending.get("counted") is not False)
-        self.restarts.moved_from.update({str(t): str(h) for t, h in (state.get("moved_from") or {}).items()})
-        self.links.resume_from(state.get("offsets") or {}, history, state.get("lost_events") or {})
-        if state.get("boot_id") == boot_id():  # this machine's monotonic clock still counts from the same zero
-            # only for hosts already silent then: another host's time may be hours old (state.json
-            # is not written at each line), and counting from it would lose it at once
-            silent = {h for h, info in (state.get("host_states") or {}).items()
-                      if isinstance(info, dict) and info.get("state") == ev.HOST_UNREACHABLE}
-            self.links.heard_at({str(h): float(t) for h, t in (state.get("last_contact") or {}).items()
-                                 if h in silent})
-        gone = self.hosts.resume(state.get("host_states") or {}, int(state.get("host_losses") or 0),
-                                 state.get("moves") or [], state.get("left_behind") or {}, state.get("spares"))
-        for host in gone:  # out of the job: only retired if it answers
-            self.links.retired.add(host)
-            self.links.host_up[host] = False
-            unreachable.pop(host, None)
-            self.workers[host].submit(self.links.reconnect, host, 1.0)
+        self._resume_tasks(state, history)
+        self.links.resume_from(state.offsets, history, state.lost_events)
+        gone = self._resume_hosts(state)
+        unreachable = {h: why for h, why in (unreachable or {}).items() if h not in gone}
         for feed in self.publisher.feeds:
             for event in history:
                 feed.put(event)
         arm_watchdog(self.tasks, self.watchdog, history)
         self.outputs.replay(history)
         self.loop.start(self._loop_begins, self._tick)
-        reachable = [h for h in self.sessions if h not in unreachable and h not in gone]
+        self._follow_again([h for h in self.sessions if h not in unreachable and h not in gone], unreachable)
+
+    def _resume_tasks(self, state: RunState, history: list[Event]) -> None:
+        """Each task's runtime, the job's counters and the restarts under way as the last
+        supervisor left them (its history has the word on the tasks' later states)."""
+        for task_id, info in state.tasks.items():
+            rt = self.tasks.get(task_id)
+            if rt is not None:
+                self.life.restore(rt, info.state, info.restarts, info.incarnation or None, info.pid)
+        fold_task_states(self.life, self.tasks, history)
+        self.life.restore_job(state.job_state, state.job_restarts)
+        for pending in state.pending_restarts:
+            self.restarts.resume([t for t in pending.tasks if t in self.tasks], pending.due, pending.counted)
+        self.restarts.moved_from.update(state.moved_from)
+
+    def _resume_hosts(self, state: RunState) -> list[str]:
+        """The hosts' states and moves as the last supervisor left them; the hosts out of the job,
+        which are only watched for their return (then retired)."""
+        if state.boot_id == boot_id():  # this machine's monotonic clock still counts from the same zero
+            # only for hosts already silent then: another host's time may be hours old (state.json
+            # is not written at each line), and counting from it would lose it at once
+            silent = {h for h, info in state.host_states.items() if info.state == ev.HOST_UNREACHABLE}
+            self.links.heard_at({h: t for h, t in state.last_contact.items() if h in silent})
+        gone = self.hosts.resume(state.host_states, state.host_losses, state.moves, state.left_behind, state.spares)
+        for host in gone:
+            self.links.retire(host)
+            self.workers[host].submit(self.links.reconnect, host, 1.0)
+        return gone
+
+    def _follow_again(self, reachable: list[str], unreachable: Mapping[str, str]) -> None:
         for name in reachable:
             self.links.start_follower(name)
         for name, why in unreachable.items():
@@ -391,42 +404,40 @@ class Supervisor:
         return capture_stacks(self, tasks, native, timeout)
 
     def write_state(self) -> None:
+        self.rundir.write_state(self.run_state().to_json())
+
+    def run_state(self) -> RunState:
+        """The job as state.json records it (runstate.py)."""
         profile = self.profile
-        state = {
-            "run_id": self.run_id,
-            "profile": str(profile.path),
+        return RunState(
+            run_id=self.run_id,
+            profile=str(profile.path),
             # a secret given by --set is not kept (a supervisor that takes the run over needs it again)
-            "overrides": {"set": [mask_secrets(item, set(profile.secrets)) for item in profile.overrides.sets],
-                          "args": list(profile.overrides.args)},
-            "name": profile.name,
-            "strategy": profile.strategy,
-            "job_state": self.job_state,
-            "job_reason": self.job_reason,
-            "job_restarts": self.job_restarts,
-            "outcome": self.outcome,
-            "supervisor_pid": os.getpid(),
-            "launcher_pid": os.getpid(),  # the name readers before the supervisor process knew
-            "clients": self.clients,
-            "updated": time.time(),
-            "hosts": {h: {"config": host_to_json(s.config), "base_dir": s.base_dir, "python": s.python,
-                          "outputs_dir": s.outputs_dir}
-                      for h, s in self.sessions.items()},
-            "tasks": {t: {"host": rt.spec.host, "slug": rt.spec.slug, "address": rt.spec.address,
-                          "port": rt.port, "pid": rt.pid, "state": rt.state, "restarts": rt.restarts,
-                          "incarnation": rt.incarnation, "python": rt.spec.python,
-                          "profiler_port": self.profiler_ports.get(t)}
-                      for t, rt in self.tasks.items()},
-            "offsets": self.links.offsets,
-            "pending_restarts": [{"tasks": g, "due": due, "counted": self.restarts.counted(g)}
-                                 for g, due in self.restarts.pending],
-            "lost_events": self.lost_events,
-            "host_states": self.hosts.as_json(),
-            "host_losses": self.hosts.losses,
-            "spares": list(self.hosts.spares),
-            "moves": self.hosts.moves,
-            "left_behind": self.hosts.left_behind,
-            "moved_from": dict(self.restarts.moved_from),
-            "last_contact": self.links.last_contact(),
-            "boot_id": boot_id(),
-        }
-        self.rundir.write_state(state)
+            overrides_set=[mask_secrets(item, set(profile.secrets)) for item in profile.overrides.sets],
+            overrides_args=list(profile.overrides.args),
+            name=profile.name,
+            strategy=profile.strategy,
+            job_state=self.job_state,
+            job_reason=self.job_reason,
+            job_restarts=self.job_restarts,
+            outcome=self.outcome,
+            supervisor_pid=os.getpid(),
+            clients=self.clients,
+            updated=time.time(),
+            hosts={h: HostRecord(host_to_json(s.config), s.base_dir, s.python, s.outputs_dir)
+                   for h, s in self.sessions.items()},
+            tasks={t: TaskRecord(rt.spec.host, rt.spec.slug, rt.spec.address, rt.port, rt.pid, str(rt.phase),
+                                 rt.restarts, rt.incarnation, rt.spec.python, self.profiler_ports.get(t))
+                   for t, rt in self.tasks.items()},
+            offsets=self.links.offsets,
+            pending_restarts=self.restarts.pending_records(),
+            lost_events=self.lost_events,
+            host_states=self.hosts.records(),
+            host_losses=self.hosts.losses,
+            spares=list(self.hosts.spares),
+            moves=self.hosts.moves,
+            left_behind=self.hosts.left_behind,
+            moved_from=dict(self.restarts.moved_from),
+            last_contact=self.links.last_contact(),
+            boot_id=boot_id(),
+        )

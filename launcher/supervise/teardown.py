@@ -16,7 +16,7 @@ from launcher.errors import HostError
 from launcher.events import Event
 from launcher.protocol.agentlines import AgentOp, StopRequest
 from launcher.remote.session import HostSession
-from launcher.supervise.core import TaskRuntime
+from launcher.supervise.lifecycle import Lifecycle, TaskRuntime
 
 #: how long teardown waits for the agents' final events before it sweeps anyway
 DRAIN_SECONDS = 5.0
@@ -33,6 +33,8 @@ class EndOwner(Protocol):
     def sessions(self) -> Mapping[str, HostSession]: ...
     @property
     def leftovers(self) -> dict[str, list[dict[str, Any]]]: ...
+    @property
+    def life(self) -> Lifecycle: ...
     def call(self, fn: Callable[[], None]) -> None: ...
     def after(self, delay: float, fn: Callable[[], None]) -> None: ...
     def publish(self, event: Event, line: str | None = None) -> None: ...
@@ -50,7 +52,7 @@ class Teardown:
     def __init__(self, sup: EndOwner) -> None:
         self.sup = sup
         self.finishing = False
-        self.end: tuple[str, str] | None = None  # the job's end, decided; published once no start is in flight
+        self.decided: tuple[str, str] | None = None  # the job's end; published once no start is in flight
         self._ended = False
         self._starting = 0  # restarts now starting agents; under _start_gate with finishing
         self._start_gate = threading.Lock()
@@ -63,9 +65,9 @@ class Teardown:
             if self.finishing:
                 return
             self.finishing = True
-            self.end = (state, reason)
+            self.decided = (state, reason)
             busy = self._starting > 0
-        if busy or any(rt.launch_pending for rt in self.sup.tasks.values()):
+        if busy or self.sup.life.awaiting_launch():
             self.sup.after(DRAIN_SECONDS, self._end_job)  # an agent that never reports must not hold the end
         else:
             self._end_job()
@@ -74,11 +76,11 @@ class Teardown:
         """Before a restart starts ``members`` (on its thread): either the job ended before this
         start (False: start nothing), or its end now waits for ``start_done``."""
         with self._start_gate:
-            if self.end is not None:
+            if self.decided is not None:
                 return False
             self._starting += 1
             for rt in members:
-                rt.launch_pending = True
+                self.sup.life.launching(rt)
             return True
 
     def start_done(self) -> None:
@@ -90,21 +92,21 @@ class Teardown:
     def maybe_end_job(self) -> None:
         """Publish a decided end once no restart is starting agents and every agent a restart
         launched has reported its task running (or ended): its events then precede the end."""
-        if self.end is None or self._ended or self._starting:
+        if self.decided is None or self._ended or self._starting:
             return
-        if not any(rt.launch_pending for rt in self.sup.tasks.values()):
+        if not self.sup.life.awaiting_launch():
             self._end_job()
 
     def _end_job(self) -> None:
-        if self._ended or self.end is None:
+        if self._ended or self.decided is None:
             return
         self._ended = True
-        state, reason = self.end
+        state, reason = self.decided
         self.sup.ended(state, reason)
         self.sup.publish(ev.job_event(self.sup.run_id, state, reason))
         for rt in self.sup.tasks.values():
             if not rt.final:
-                rt.expected_stop = True
+                self.sup.life.ask_stop(rt, "the job's end")
         threading.Thread(target=self._teardown_blocking, args=(state,), name="teardown", daemon=True).start()
 
     def _teardown_blocking(self, state: str) -> None:
@@ -122,7 +124,7 @@ class Teardown:
             except HostError:  # no answer in time on the channel: the verb, which also waits
                 answer = None
             if answer is None or "error" in answer:
-                session.stop_agents(by_host[session.name], grace, exit_agent=True)
+                session.stop_tasks(by_host[session.name], grace, exit_agent=True)
 
         try:
             sup.on_hosts(stop, hosts)
@@ -147,6 +149,6 @@ class Teardown:
     def _mark_unreported_stopped(self) -> None:
         for task_id, rt in self.sup.tasks.items():
             if not rt.final:
-                rt.state = ev.STOPPED
+                self.sup.life.stopped_unreported(rt)
                 self.sup.publish(ev.state_event(self.sup.run_id, task_id, ev.STOPPED, host=rt.spec.host,
                                                 restarts=rt.restarts, reason="stopped (no final event received)"))

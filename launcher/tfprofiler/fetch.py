@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
+import dataclasses
 import os
 import re
 import shlex
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from launcher.errors import UserError
+from launcher.runstate import RunState
 from launcher.tfprofiler.capture import Target
 from launcher.tfprofiler.place import open_new_file, remove_file
 
@@ -162,20 +164,24 @@ def store(host: str, output: str, wanted: set[str], logdir: Path) -> tuple[list[
 
 #: opens the sessions of a run's hosts (``commands.runhosts.open_sessions``): the sessions by host
 #: name, and why each host that could not be reached was not
-SessionOpener = Callable[[dict[str, Any]], tuple[dict[str, Any], dict[str, str]]]
+SessionOpener = Callable[[RunState], tuple[dict[str, Any], dict[str, str]]]
 
 
-def fetch_remote(state: dict[str, Any], targets: list[Target], logdir: Path,
+def fetch_remote(state: RunState, targets: list[Target], logdir: Path,
                  open_sessions: SessionOpener) -> list[str]:
     """Copy the files the servers of tasks on other hosts wrote under ``logdir`` there into
     ``logdir`` here; one line per host whose files could not be had. ``open_sessions`` reaches
     the hosts (the caller's: this package knows no command)."""
-    hosts = state.get("hosts") or {}
-    remote = sorted({t.host for t in targets
-                     if ((hosts.get(t.host) or {}).get("config") or {}).get("transport") != "local"})
+    hosts = state.hosts
+
+    def transport(host: str) -> object:
+        record = hosts.get(host)
+        return (record.config or {}).get("transport") if record is not None else None
+
+    remote = sorted({t.host for t in targets if transport(t.host) != "local"})
     if not remote:
         return []
-    sessions, problems = open_sessions({**state, "hosts": {h: hosts[h] for h in remote if h in hosts}})
+    sessions, problems = open_sessions(dataclasses.replace(state, hosts={h: hosts[h] for h in remote if h in hosts}))
     lines = [f"host {h}: {why}" for h, why in problems.items()]
     try:
         for name, session in sessions.items():

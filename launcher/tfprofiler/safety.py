@@ -22,13 +22,13 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
 
 from launcher import events as ev
 from launcher.events import EventDecodeError
 from launcher.privatedir import open_trusted
 from launcher.protocol.metricnames import PROFILER_UNSAFE
 from launcher.rundir import EVENTS_FILE
+from launcher.runstate import RunState
 from launcher.telemetry.eventcheck import decode_checked
 
 #: how long to wait for the state events of tasks whose capture failed (the supervisor writes them
@@ -43,13 +43,13 @@ def collective_leader(tasks: Iterable[str]) -> str:
     return "chief:0" if any(t.startswith("chief:") for t in tasks) else "worker:0"
 
 
-def refusals(state: dict[str, Any], run_dir: Path, chosen: list[str]) -> dict[str, str]:
+def refusals(state: RunState, run_dir: Path, chosen: list[str]) -> dict[str, str]:
     """The one-line reason not to capture each of ``chosen`` that a capture would crash."""
-    tasks = list(state.get("tasks") or {})
+    tasks = list(state.tasks)
     leader = collective_leader(tasks)
-    declared = state.get("strategy") == "multi_worker_mirrored"
+    declared = state.strategy == "multi_worker_mirrored"
     flagged = flagged_tasks(run_dir, chosen)
-    run = str(state.get("run_id") or "")
+    run = state.run_id
     return {task: refusal(task, leader, run) for task in chosen
             if task != leader and (task in flagged or (declared and task.startswith("worker:")))}
 

@@ -105,3 +105,25 @@ def test_up_takes_only_a_run_id_never_a_path_out_of_the_state_root(distlaunch_ho
     line = error_line(cli("up", str(profile), "--no-tui", "--run-id", run_id, timeout=120))
     assert f"--run-id {run_id!r}: not a run id" in line
     assert sorted(p.name for p in distlaunch_home.iterdir() if p.name != "distlaunch.log") == []
+
+
+#: host-loss fields of state.json with a type no reader takes (issue 59, item 8)
+WRONG_TYPES = {
+    "moved_from": ("moved_from", ["worker:0", "a"]),
+    "host_losses": ("host_losses", "1"),
+    "since": ("host_states.local.since", {"local": {"state": "up", "reason": "", "since": "yesterday"}}),
+    "left_behind": ("left_behind.local", {"local": "worker-0"}),
+    "moves": ("moves[0]", ["worker:0"]),
+    "last_contact": ("last_contact.local", {"local": None}),
+}
+
+
+@pytest.mark.parametrize("key", list(WRONG_TYPES))
+def test_attach_to_a_state_json_with_a_wrong_type_names_the_file_and_field(run_dir: Path, key: str) -> None:
+    field, value = WRONG_TYPES[key]
+    state = json.loads((run_dir / "state.json").read_text())
+    state.update({"outcome": None, "job_state": "Running", key if key != "since" else "host_states": value})
+    private(run_dir / "state.json", json.dumps(state).encode())
+    line = error_line(cli("attach", RUN_ID, "--no-tui", timeout=60))
+    assert f"{run_dir / 'state.json'}: unreadable run state (field {field} is " in line, line
+    assert f"rm -r {run_dir}" in line

@@ -31,6 +31,7 @@ from launcher.supervise.decide import (
     decide,
     out_of_restarts,
 )
+from launcher.supervise.lifecycle import RestartStage
 
 PSS = {"ps": 2, "worker": 2, "chief": 1}
 MWMS = {"worker": 3, "chief": 1, "evaluator": 1}
@@ -87,7 +88,8 @@ def test_a_failure_restarts_the_strategys_group_after_the_first_backoff(
 def test_members_already_restarting_are_left_out_of_the_group(tmp_path: Path) -> None:
     plan = _plan(tmp_path, MWMS, "multi_worker_mirrored")
     # the failed task's own restart ended with its failure; worker:2 is in another restart still
-    job = _job(plan, worker_1=_failed(1, restarting=True), worker_2=TaskFacts(ev.RUNNING, restarting=True))
+    job = _job(plan, worker_1=_failed(1, restart=RestartStage.UNDER_WAY),
+               worker_2=TaskFacts(ev.RUNNING, restart=RestartStage.UNDER_WAY))
     restart = _only(decide(plan, job, TaskEnded("worker:1", ev.FAILED)))
     assert restart == [RestartGroup("worker:1", ("worker:1", "worker:0", "chief:0"), 1.0, "failed (exit code 1)")]
 
@@ -190,9 +192,9 @@ def test_every_allowed_attempt_quick_is_a_crash_loop(tmp_path: Path) -> None:
     (TaskEnded("worker:0", ev.STOPPED, down_requested=True), TaskFacts(ev.STOPPED),
      [GiveUp("stopped by `distlaunch down`")]),
     # stopped by the supervisor (a restart, a manual stop): not a failure
-    (TaskEnded("worker:0", ev.FAILED), _failed(143, expected_stop=True), []),
+    (TaskEnded("worker:0", ev.FAILED), _failed(143, stop_asked=True), []),
     # in a group restart already scheduled (a chief crashing because its ps died)
-    (TaskEnded("worker:0", ev.FAILED), _failed(1, restart_pending=True), []),
+    (TaskEnded("worker:0", ev.FAILED), _failed(1, restart=RestartStage.SCHEDULED), []),
 ])
 def test_ends_that_are_decided_before_the_restart_policy(tmp_path: Path, event: TaskEnded, facts: TaskFacts,
                                                          expected: list[Decision]) -> None:
@@ -232,7 +234,7 @@ def test_the_success_policy_ends_the_job(tmp_path: Path, roles: dict[str, int], 
     ("restart", TaskFacts(ev.RUNNING), ev.JOB_RUNNING, 0,
      [ForgetProgress("worker:1"), RestartGroup("worker:1", ("worker:1",), 0.0, "stall: no step for 60 s")]),
     ("warn", TaskFacts(ev.RUNNING), ev.JOB_RUNNING, 0, []),
-    ("restart", TaskFacts(ev.RUNNING, restarting=True), ev.JOB_RUNNING, 0, []),
+    ("restart", TaskFacts(ev.RUNNING, restart=RestartStage.UNDER_WAY), ev.JOB_RUNNING, 0, []),
     ("restart", TaskFacts(ev.RUNNING), ev.JOB_RESTARTING, 0, []),
     ("restart", TaskFacts(ev.RUNNING, restarts=2), ev.JOB_RUNNING, 0,
      [GiveUp("worker:1 stalled (no step for 60 s) after 2 restarts (max_restarts = 2)")]),
@@ -259,7 +261,7 @@ def test_a_nan_loss_under_on_nan_stop_gives_up(tmp_path: Path) -> None:
     # no max_restarts for the operator's own restart
     (RestartRequested("ps:0"), TaskFacts(ev.RUNNING, restarts=9), [RestartGroup("ps:0", ("ps:0", "chief:0"), 0.0,
                                                                                 "restart requested")]),
-    (RestartRequested("ps:0"), TaskFacts(ev.RUNNING, restarting=True), []),
+    (RestartRequested("ps:0"), TaskFacts(ev.RUNNING, restart=RestartStage.UNDER_WAY), []),
     (RestartRequested("nope:0"), TaskFacts(ev.RUNNING), []),
     (StopRequested("ps:0"), TaskFacts(ev.RUNNING), [Stop("ps:0")]),
     (StopRequested("ps:0"), TaskFacts(ev.FAILED), []),

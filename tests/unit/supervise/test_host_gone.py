@@ -14,6 +14,7 @@ from launcher.model import Plan
 from launcher.placement import drop_tasks, is_rehearsal, move_tasks, moved_from, recorded_placement, rehearsal
 from launcher.plan import build_plan, tf_config
 from launcher.profile.reader import load_profile
+from launcher.runstate import RunState
 from launcher.supervise.decide import GiveUp, JobFacts, TaskFacts
 from launcher.supervise.policy import deciding_task, job_succeeded
 from launcher.supervise.replan import (
@@ -131,10 +132,11 @@ def test_a_moved_task_is_placed_as_the_builder_places_it_and_every_tf_config_fol
 
 def test_the_recorded_placement_is_the_plan_attach_adopts(tmp_path: Path) -> None:
     plan = _plan(tmp_path, "parameter_server", PSS, 'spares = ["d"]')
-    state = json.loads(json.dumps({t.task_id: {"host": t.host} for t in plan.tasks}))
-    state["worker:0"]["host"] = "d"
-    del state["worker:1"]
-    adopted = recorded_placement(plan, state)
+    state = RunState.from_json(json.loads(json.dumps(
+        {"run_id": "r", "tasks": {t.task_id: {"host": t.host} for t in plan.tasks}})))
+    state.tasks["worker:0"].host = "d"
+    del state.tasks["worker:1"]
+    adopted = recorded_placement(plan, {t: r.host for t, r in state.tasks.items()})
     assert {t.task_id: t.host for t in adopted.tasks} == {"ps:0": "a", "worker:0": "d", "chief:0": "a"}
 
 

@@ -18,6 +18,7 @@ from launcher.profile.reader import load_profile
 from launcher.remote.session import HostSession
 from launcher.rundir import RunDir
 from launcher.supervise.agentspec import agent_spec
+from launcher.supervise.lifecycle import TaskPhase
 from launcher.supervise.supervisor import Supervisor
 from launcher.transport import make_host
 
@@ -55,13 +56,13 @@ def test_a_task_kept_keeps_its_runtime_under_its_new_spec_and_port(tmp_path: Pat
     plan = _plan(tmp_path, 2)
     sup = _supervisor(tmp_path, plan)
     rt = sup.tasks["worker:1"]
-    rt.state, rt.restarts, rt.incarnation = ev.RUNNING, 2, 2
+    rt.phase, rt.restarts, rt.incarnation = TaskPhase.RUNNING, 2, 2
     moved = replace(plan.task("worker:1"), address="127.0.0.2", stall_seconds=5.0, on_nan="stop",
                     command="python train.py --moved --port {port}")
     new = replace(plan, tasks=tuple(moved if t.task_id == "worker:1" else t for t in plan.tasks))
     sup.replace_plan(new, {"worker:1": 4321})
     assert sup.plan is new and sup.tasks["worker:1"] is rt
-    assert (rt.spec, rt.port, rt.state, rt.restarts, rt.incarnation) == (moved, 4321, ev.RUNNING, 2, 2)
+    assert (rt.spec, rt.port, rt.phase, rt.restarts, rt.incarnation) == (moved, 4321, ev.RUNNING, 2, 2)
     spec = agent_spec(sup, rt)  # what the task's next start runs
     assert spec.command == "python train.py --moved --port 4321"
     assert json.loads(spec.env["TF_CONFIG"])["cluster"]["worker"] == ["localhost:2000", "127.0.0.2:4321"]
@@ -78,7 +79,7 @@ def test_tasks_added_start_pending_and_tasks_dropped_are_gone(tmp_path: Path) ->
     grown = _plan(tmp_path, 3, "grown.toml")
     sup.replace_plan(grown, {"worker:2": 2002})
     assert list(sup.tasks) == ["worker:0", "worker:1", "worker:2"]
-    assert sup.tasks["worker:0"].restarts == 1 and sup.tasks["worker:2"].state == ev.PENDING
+    assert sup.tasks["worker:0"].restarts == 1 and sup.tasks["worker:2"].phase == ev.PENDING
     assert sup.watchdog.workers == ["worker:0", "worker:1", "worker:2"]
     assert sup.restarts.facts().tasks.keys() == {"worker:0", "worker:1", "worker:2"}  # the policy's view
     sup.replace_plan(_plan(tmp_path, 1, "shrunk.toml"))

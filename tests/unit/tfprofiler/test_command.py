@@ -11,16 +11,18 @@ import pytest
 from launcher.commands.profile import capture_folder, parse_seconds, targets_of
 from launcher.errors import UserError
 from launcher.remote.preflight import Preflight, _judge_host
+from launcher.runstate import RunState
 from launcher.tfprofiler.capture import Target, match
 
-STATE = {"run_id": "r1", "name": "job", "hosts": {"a": {"config": {"transport": "local"}, "outputs_dir": "/o/job"}},
+STATE = RunState.from_json({
+    "run_id": "r1", "name": "job", "hosts": {"a": {"config": {"transport": "local"}, "outputs_dir": "/o/job"}},
          "tasks": {"worker:0": {"host": "a", "address": "10.0.0.1", "port": 2222, "state": "running",
                                 "profiler_port": 40001},
                    "worker:1": {"host": "b", "address": "10.0.0.2", "port": 2222, "state": "running",
                                 "profiler_port": 40001},
                    "ps:0": {"host": "a", "address": "10.0.0.1", "port": 2223, "state": "succeeded",
                             "profiler_port": 40002},
-                   "old:0": {"host": "a", "address": "10.0.0.1", "port": 2224, "state": "running"}}}
+                   "old:0": {"host": "a", "address": "10.0.0.1", "port": 2224, "state": "running"}}})
 
 
 def test_running_tasks_by_default_and_one_line_mistakes() -> None:

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from launcher.runstate import RunState
 from launcher.tfprofiler import fetch as fetch_module
 from launcher.tfprofiler.capture import Target
 from launcher.tfprofiler.fetch import fetch_remote
@@ -77,11 +78,11 @@ def folder(tmp_path: Path) -> Path:
 
 
 def fetch(monkeypatch: pytest.MonkeyPatch, host: ShellHost, targets: list[Target]) -> list[str]:
-    def sessions(state: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
-        return {name: SimpleNamespace(host=host) for name in state["hosts"]}, {}
+    def sessions(state: RunState) -> tuple[dict[str, Any], dict[str, str]]:
+        return {name: SimpleNamespace(host=host) for name in state.hosts}, {}
 
     hosts = {"h1": {"config": {"transport": "local"}}, "h2": {"config": {"transport": "ssh"}}}
-    state = {"run_id": "r1", "hosts": hosts}
+    state = RunState.from_json({"run_id": "r1", "hosts": hosts})
     return fetch_remote(state, targets, host.folder, sessions)
 
 

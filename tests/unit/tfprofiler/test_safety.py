@@ -15,6 +15,7 @@ import pytest
 from launcher import events as ev
 from launcher.autolog.profilersafety import PROFILER_UNSAFE
 from launcher.commands import profile as command
+from launcher.runstate import RunState
 from launcher.tfprofiler.analysis import TaskProfile
 from launcher.tfprofiler.capture import Target
 from launcher.tfprofiler.safety import collective_leader, ended_since, events_size, refusals
@@ -24,8 +25,8 @@ TWO = ["worker:0", "worker:1"]
 THREE = ["worker:0", "worker:1", "worker:2"]
 
 
-def state(strategy: str, tasks: list[str]) -> dict[str, Any]:
-    return {"run_id": "r1", "strategy": strategy, "tasks": {t: {} for t in tasks}}
+def state(strategy: str, tasks: list[str]) -> RunState:
+    return RunState.from_json({"run_id": "r1", "strategy": strategy, "tasks": {t: {} for t in tasks}})
 
 
 def write_events(run_dir: Path, *events: ev.Event) -> None:

@@ -1,0 +1,73 @@
+"""state.json as one record: what the supervisor writes reads back to the same bytes, old files
+still read, and a field of the wrong type is named, never taken."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from launcher.errors import UserError
+from launcher.rundir import RunDir
+from launcher.runstate import RunState, StateFieldError, load_run_state
+
+#: a state.json as a supervisor writes it mid-run (after a move)
+WRITTEN = {
+    "run_id": "r1", "profile": "/p/job.toml", "overrides": {"set": ["roles.worker.count=2"], "args": ["--lr"]},
+    "name": "job", "strategy": "parameter_server", "job_state": "Running", "job_reason": "", "job_restarts": 1,
+    "outcome": None, "supervisor_pid": 4242, "launcher_pid": 4242, "clients": 1, "updated": 1700000000.5,
+    "hosts": {"a": {"config": {"name": "a", "address": "10.0.0.1"}, "base_dir": "/r/a", "python": "python3",
+                    "outputs_dir": "/o"}},
+    "tasks": {"worker:0": {"host": "a", "slug": "worker-0", "address": "10.0.0.1", "port": 2222, "pid": 77,
+                           "state": "running", "restarts": 1, "incarnation": 2, "python": "python3",
+                           "profiler_port": None}},
+    "offsets": {"a": {"worker-0": 1234}},
+    "pending_restarts": [{"tasks": ["worker:0"], "due": 1700000001.0, "counted": False}],
+    "lost_events": {"worker:0": 2},
+    "host_states": {"a": {"state": "up", "reason": "replaces b", "since": 1700000000.0},
+                    "b": {"state": "unreachable", "reason": "eof", "since": 1700000000.0, "last_contact_s": 3.5}},
+    "host_losses": 1, "spares": [],
+    "moves": [{"task": "worker:0", "from": "b", "to": "a", "why": "lost", "ts": 1700000000.0}],
+    "left_behind": {"b": ["worker-0"]}, "moved_from": {"worker:0": "b"}, "last_contact": {"b": 123.25},
+    "boot_id": "boot",
+}
+
+
+def test_what_the_supervisor_writes_reads_back_to_the_same_bytes(tmp_path: Path) -> None:
+    state = RunState.from_json(WRITTEN)
+    assert json.dumps(state.to_json(), sort_keys=True) == json.dumps(WRITTEN, sort_keys=True)
+    assert (state.pending_restarts[0].counted, state.host_states["b"].last_contact_s) == (False, 3.5)
+
+
+def test_a_file_from_before_the_supervisor_process_names_its_pid_launcher_pid() -> None:
+    old = {"run_id": "r1", "launcher_pid": 99, "tasks": {"ps:0": {"host": "a", "port": 2222}}}
+    state = RunState.from_json(old)
+    assert (state.supervisor_pid, state.tasks["ps:0"].port, state.tasks["ps:0"].incarnation) == (99, 2222, None)
+    assert (state.spares, state.hosts, state.job_reason) == (None, {}, "")  # missing keys: their defaults
+
+
+@pytest.mark.parametrize(("patch", "field"), [
+    ({"moved_from": ["worker:0"]}, "moved_from"),
+    ({"host_losses": 1.5}, "host_losses"),
+    ({"host_states": {"a": {"since": "now"}}}, "host_states.a.since"),
+    ({"left_behind": {"b": [1]}}, "left_behind.b[0]"),
+    ({"moves": [{"task": "worker:0", "ts": "x"}]}, "moves[0].ts"),
+    ({"last_contact": {"b": True}}, "last_contact.b"),
+    ({"tasks": {"worker:0": {"port": "2222"}}}, "tasks.worker:0.port"),
+    ({"pending_restarts": [{"tasks": "worker:0"}]}, "pending_restarts[0].tasks"),
+])
+def test_a_field_of_the_wrong_type_is_named(patch: dict[str, object], field: str) -> None:
+    with pytest.raises(StateFieldError) as raised:
+        RunState.from_json({**WRITTEN, **patch})
+    assert raised.value.where == field
+
+
+def test_the_reader_says_which_file_and_field_in_one_line(tmp_path: Path) -> None:
+    rd = RunDir(tmp_path, "r1")
+    rd.write_state({**WRITTEN, "moved_from": "b"})
+    with pytest.raises(UserError) as raised:
+        load_run_state(tmp_path)
+    message = str(raised.value)
+    assert message.startswith(f"{tmp_path / 'state.json'}: unreadable run state (field moved_from is a string, "
+                              "not an object)") and "\n" not in message
