@@ -92,8 +92,9 @@ def _table(value: object, where: str, read: Callable[[object, str], T]) -> dict[
 
 
 def _key(data: Mapping[str, Any], key: str, where: str, read: Callable[[object, str], T], default: U) -> T | U:
-    """``data[key]`` read by ``read``; ``default`` where an older distlaunch did not write it."""
-    if key not in data:
+    """``data[key]`` read by ``read``; ``default`` where an older distlaunch did not write it, or
+    wrote null for a field that has a value when it has none (a task's host: "")."""
+    if key not in data or (data[key] is None and default is not None):
         return default
     return read(data[key], f"{where}{key}")
 
