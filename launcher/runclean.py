@@ -32,8 +32,8 @@ from launcher.rundir import (
     STATE_FILE,
     SUPERVISOR_LOCK,
     SUPERVISOR_LOG,
-    outside_state_dir,
 )
+from launcher.runlookup import outside_state_dir
 from launcher.runrecord import PROFILE_FILE, RESOLVED_FILE
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC

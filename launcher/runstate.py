@@ -12,12 +12,13 @@ before the supervisor was a process of its own, is read here and nowhere else.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 from launcher.agent import pid_alive
 from launcher.errors import UserError
+from launcher.model import HostConfig, SshSettings
 from launcher.rundir import STATE_FILE, read_state
 
 T = TypeVar("T")
@@ -106,7 +107,7 @@ def _key(data: Mapping[str, Any], key: str, where: str, read: Callable[[object, 
 class HostRecord:
     """How to reach one host of the run again (``runhosts.open_sessions``)."""
 
-    config: dict[str, Any] | None = None  # rundir.host_to_json's HostConfig
+    config: dict[str, Any] | None = None  # host_to_json's HostConfig
     base_dir: str = ""
     python: str = ""
     outputs_dir: str = ""
@@ -340,3 +341,17 @@ def load_run_state(path: Path) -> RunState:
         raise UserError(f"{path / STATE_FILE}: unreadable run state ({exc}); distlaunch cannot use this run: "
                         f"restore the file, or remove the run dir (`rm -r {path}`) once none of its tasks "
                         "runs") from None
+
+
+def host_to_json(host: HostConfig) -> dict[str, Any]:
+    return asdict(host)
+
+
+def host_from_json(data: dict[str, Any]) -> HostConfig:
+    ssh_data = dict(data.get("ssh", {}))
+    ssh_data["unset"] = tuple(ssh_data.get("unset", ()))
+    ssh = SshSettings(**ssh_data)
+    return HostConfig(name=data["name"], address=data["address"], transport=data.get("transport", "ssh"),
+                      ssh=ssh, gpus=tuple(data.get("gpus", ())), tf_address=data.get("tf_address"),
+                      env=dict(data.get("env") or {}), group=data.get("group"),
+                      slurm_job_id=data.get("slurm_job_id"))

@@ -31,14 +31,8 @@ from launcher.placement import recorded_placement
 from launcher.plan import build_plan
 from launcher.privatedir import open_trusted
 from launcher.remote.preflight import PreflightError
-from launcher.rundir import (
-    EVENTS_FILE,
-    SUPERVISOR_LOG,
-    RunDir,
-    find_run,
-    read_events,
-    skipped_note,
-)
+from launcher.rundir import EVENTS_FILE, SUPERVISOR_LOG, RunDir
+from launcher.runlookup import find_run, read_events, skipped_note
 from launcher.runrecord import load_recorded_profile
 from launcher.runstate import RunState, load_run_state
 from launcher.supervise import controlsock, daemon

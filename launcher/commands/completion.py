@@ -35,7 +35,7 @@ def task_ids(prefix: str = "", parsed_args: argparse.Namespace | None = None, **
     ids: list[str] = []
     with contextlib.suppress(Exception):  # a half-typed line must never print a traceback into the shell
         if getattr(parsed_args, "run", None):
-            from launcher.rundir import find_run
+            from launcher.runlookup import find_run
             from launcher.runstate import load_run_state
 
             ids = list(load_run_state(find_run(parsed_args.run)).tasks)  # type: ignore[union-attr]
@@ -56,7 +56,7 @@ def stacks_targets(prefix: str = "", parsed_args: argparse.Namespace | None = No
     run, tasks = split_targets(given)
     ids: list[str] = []
     with contextlib.suppress(Exception):
-        from launcher.rundir import find_run
+        from launcher.runlookup import find_run
         from launcher.runstate import load_run_state
 
         ids = [t for t in load_run_state(find_run(run)).tasks if t not in tasks]

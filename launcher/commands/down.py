@@ -30,13 +30,8 @@ from launcher.errors import HostError, HostGone, UserError
 from launcher.protocol.controllines import Request
 from launcher.remote.session import HostSession
 from launcher.runclean import remove_run_dir
-from launcher.rundir import (
-    DOWN_MARKER,
-    RunDir,
-    find_run,
-    outside_state_dir,
-    unlink_from_root,
-)
+from launcher.rundir import DOWN_MARKER, RunDir, unlink_from_root
+from launcher.runlookup import find_run, outside_state_dir
 from launcher.runstate import load_run_state
 from launcher.supervise import controlclient
 from launcher.telemetry.progressline import Progress

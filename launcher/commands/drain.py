@@ -8,7 +8,7 @@ import argparse
 
 from launcher.errors import UserError
 from launcher.protocol.controllines import Request
-from launcher.rundir import find_run
+from launcher.runlookup import find_run
 from launcher.runstate import load_run_state
 from launcher.supervise import controlclient
 

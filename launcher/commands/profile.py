@@ -30,7 +30,7 @@ from launcher.autolog.steptime import PROFILER_WANTED
 from launcher.commands.runhosts import open_sessions
 from launcher.commands.stacks import split_targets
 from launcher.errors import UserError
-from launcher.rundir import find_run
+from launcher.runlookup import find_run
 from launcher.runstate import RunState, load_run_state
 from launcher.tfprofiler.analysis import TaskProfile, analyze, summary_lines
 from launcher.tfprofiler.capture import (

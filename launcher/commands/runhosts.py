@@ -9,8 +9,7 @@ from launcher.commands import notice
 from launcher.errors import HostError, HostGone
 from launcher.remote.preflight import PreflightError
 from launcher.remote.session import HostSession
-from launcher.rundir import host_from_json
-from launcher.runstate import HostRecord, RunState
+from launcher.runstate import HostRecord, RunState, host_from_json
 from launcher.transport import make_host
 
 

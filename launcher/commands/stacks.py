@@ -17,7 +17,8 @@ import time
 from launcher.agent.stackmodel import UNKNOWN, TaskStacks, task_sort_key
 from launcher.errors import UserError
 from launcher.protocol.controllines import Request
-from launcher.rundir import RunDir, find_run
+from launcher.rundir import RunDir
+from launcher.runlookup import find_run
 from launcher.runstate import RunState, load_run_state
 from launcher.supervise import controlclient
 from launcher.supervise.stackcapture import capture_by_verb

@@ -24,14 +24,8 @@ from launcher.agent.leaving import shown
 from launcher.errors import UserError
 from launcher.paths import runs_root
 from launcher.privatedir import DamagedFile, UnsafePath, open_trusted, read_trusted_json, trusted_dir
-from launcher.rundir import (
-    EVENTS_FILE,
-    LATEST_LINK,
-    STATE_FILE,
-    EventLines,
-    find_run,
-    skipped_note,
-)
+from launcher.rundir import EVENTS_FILE, LATEST_LINK, STATE_FILE
+from launcher.runlookup import EventLines, find_run, skipped_note
 from launcher.runstate import HostStateRecord, RunState, StateFieldError, load_run_state
 from launcher.telemetry import eventcheck
 from launcher.telemetry.columns import status_rows

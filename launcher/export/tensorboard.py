@@ -25,7 +25,7 @@ from typing import IO, Any
 
 from launcher import events as ev
 from launcher.errors import UserError
-from launcher.rundir import EventLines, find_run
+from launcher.runlookup import EventLines, find_run
 from launcher.runstate import load_run_state
 from launcher.telemetry.progressline import Progress
 

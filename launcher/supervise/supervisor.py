@@ -26,8 +26,8 @@ from launcher.profile.overrides import mask_secrets
 from launcher.protocol.agentlines import AgentOp
 from launcher.protocol.controllines import Launched
 from launcher.remote.session import HostSession
-from launcher.rundir import RunDir, host_to_json
-from launcher.runstate import HostRecord, RunState, TaskRecord
+from launcher.rundir import RunDir
+from launcher.runstate import HostRecord, RunState, TaskRecord, host_to_json
 from launcher.supervise.attachstate import arm_watchdog, fold_task_states
 from launcher.supervise.core import Feed, LineFeed, Loop, Publisher
 from launcher.supervise.hostloss import HostLoss

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from launcher import events as ev
-from launcher.rundir import read_events
+from launcher.runlookup import read_events
 from launcher.telemetry.jobview import JobView
 from tests.integration.jobtools import cli, kill_run_processes
 from tests.profiles import build_profile

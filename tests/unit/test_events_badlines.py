@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from launcher import events as ev
-from launcher.rundir import EventLines
+from launcher.runlookup import EventLines
 from launcher.telemetry import eventcheck
 from launcher.telemetry.jobview import JobView
 from launcher.telemetry.timeline import Timeline, clock_text

@@ -14,7 +14,8 @@ import pytest
 from launcher import events as ev
 from launcher.errors import UserError
 from launcher.paths import check_run_id
-from launcher.rundir import RunDir, find_run, new_run_id, read_events, read_state
+from launcher.rundir import RunDir, new_run_id, read_state
+from launcher.runlookup import find_run, read_events
 
 
 def test_events_logs_and_state_are_written_and_read_back(tmp_path: Path) -> None:

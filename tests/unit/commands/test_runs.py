@@ -58,7 +58,7 @@ def test_human_duration() -> None:
 
 def test_a_run_kept_elsewhere_is_listed_once_and_found_by_its_id(tmp_path: Path) -> None:
     from launcher.paths import runs_root
-    from launcher.rundir import find_run
+    from launcher.runlookup import find_run
 
     _run(runs_root(), "here", start=1000.0, end=1001.0, state=ev.JOB_SUCCEEDED).close()
     elsewhere = RunDir.create("there", tmp_path / "my-runs" / "there")

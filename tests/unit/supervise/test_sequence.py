@@ -12,7 +12,8 @@ from launcher.commands.status import summarize
 from launcher.plan import build_plan
 from launcher.profile.reader import load_profile
 from launcher.remote.session import HostSession
-from launcher.rundir import RunDir, read_events
+from launcher.rundir import RunDir
+from launcher.runlookup import read_events
 from launcher.supervise.supervisor import Supervisor
 from launcher.telemetry.jobview import JobView
 from launcher.transport import make_host
