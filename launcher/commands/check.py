@@ -46,8 +46,7 @@ def run_check(profile_path: Path, remote: bool = True, overrides: Overrides | No
     for warning in container_warnings(plan.profile):  # options that undo what distlaunch promises
         print(f"distlaunch: warning: {mask_secrets(warning, set(plan.profile.secrets))}", file=sys.stderr)
     if not remote or importlib.util.find_spec("launcher.remote.preflight") is None:
-        keras_warnings, keras_errors = kerasfit.judge(plan, {}, {})  # the hosts' TensorFlow, tf_keras not known
-        for warning in keras_warnings + keras_errors:
+        for warning in kerasfit.judge(plan, {}, {}):  # the hosts' TensorFlow and tf_keras not known
             print(f"distlaunch: warning: {warning}", file=sys.stderr)
         return 0
     preflight = importlib.import_module("launcher.remote.preflight")

@@ -5,7 +5,7 @@ under MultiWorkerMirroredStrategy with two workers or more (``ValueError: Attemp
 (PerReplica:...)``, keras-team/keras#20585) and does not run under ParameterServerStrategy at all.
 tf_keras (Keras 2) runs both when ``TF_USE_LEGACY_KERAS=1`` is in the task's environment.
 
-``judge`` finds a plan that would hit it: such a strategy, a task that would fit with Keras 3 (its
+``judge`` warns of a plan that would hit it: such a strategy, a task that would fit with Keras 3 (its
 script calls ``.fit(`` and imports Keras or ``tf.keras``, not ``tf_keras``; read where the launcher
 can read it), no ``TF_USE_LEGACY_KERAS`` in its env, and TensorFlow 2.16 or later on its host (or a
 version not known). One line says the fix, and whether tf_keras is importable on each host
@@ -121,16 +121,16 @@ def _keras3(version: str | None) -> bool:
     return (major, minor) >= KERAS3_SINCE
 
 
-def judge(plan: Plan, tensorflow: Mapping[str, str | None],
-          tf_keras: Mapping[str, bool | None]) -> tuple[list[str], list[str]]:
-    """(warnings, errors): one line per script that would fit with Keras 3 under the plan's strategy,
-    naming the fix; an error where it calls ``tf.keras`` (the fix is sure), a warning where it imports
-    Keras 3 itself (it may work around it). ``tensorflow``: each host's TensorFlow version (None: not
-    known); ``tf_keras``: whether tf_keras is importable there (None: not known)."""
+def judge(plan: Plan, tensorflow: Mapping[str, str | None], tf_keras: Mapping[str, bool | None]) -> list[str]:
+    """Warnings, one line per script that would fit with Keras 3 under the plan's strategy, naming
+    the fix. Warnings, not errors: a script may work around keras-team/keras#20585 itself (as
+    examples/mwms_keras.py does); where it does not, its first failure ends the job with the same
+    fix as its cause (launcher/telemetry/signatures.py), and any ``TF_USE_LEGACY_KERAS`` in the env
+    says the user chose. ``tensorflow``: each host's TensorFlow version (None: not known);
+    ``tf_keras``: whether tf_keras is importable there (None: not known)."""
     what = multi_worker_what(plan)
     if what is None:
-        return [], []
-    warnings: list[str] = []
+        return []
     lines = []
     legacy_hosts = sorted({t.host for t in plan.tasks if legacy_keras_on(t.env) and tf_keras.get(t.host) is False
                            and _keras3(tensorflow.get(t.host)) and tensorflow.get(t.host)})
@@ -158,8 +158,7 @@ def judge(plan: Plan, tensorflow: Mapping[str, str | None],
             lines.append(f"{script.name}:{fit.line} calls Keras fit under {what}, which Keras 3 (tf.keras since "
                          f"TensorFlow 2.16) cannot run: add {LEGACY_KERAS_ENV} = \"1\" to [defaults] env{tail}")
         else:
-            warnings.append(f"{script.name}:{fit.line} calls Keras 3 fit (import keras) under {what}, which fails "
-                            "unless the script works around keras-team/keras#20585: import tf_keras as keras, or "
-                            f"set {LEGACY_KERAS_ENV} = \"0\" in [defaults] env to say it does")
-    return warnings, lines
-
+            lines.append(f"{script.name}:{fit.line} calls Keras 3 fit (import keras) under {what}, which fails "
+                         "unless the script works around keras-team/keras#20585: import tf_keras as keras, or "
+                         f"set {LEGACY_KERAS_ENV} = \"0\" in [defaults] env to say it does")
+    return lines

@@ -7,7 +7,7 @@ across hosts breaks a TensorFlow strategy's job (an error unless ``allow_version
 levels and Python differing are warnings, so are low disk space (``min_free_disk``) and a clock
 more than ``hostclock.TOLERANCE_S`` off; GPUs a task is given that the host lacks are an error,
 GPUs holding other processes' memory a warning or an error (``gpu_busy``); a script that would
-``fit`` with Keras 3 under a multi-worker strategy an error naming the fix (launcher/remote/kerasfit.py).
+``fit`` with Keras 3 under a multi-worker strategy a warning naming the fix (launcher/remote/kerasfit.py).
 """
 
 from __future__ import annotations
@@ -158,10 +158,7 @@ def judge(plan: Plan, rows: Sequence[HostRow]) -> tuple[list[str], list[str]]:
             ahead = "ahead of" if row.clock_offset > 0 else "behind"
             warnings.append(f"host {row.host}: clock is {abs(row.clock_offset):.0f} s {ahead} the launcher's; "
                             "event times, stall detection and the timeline depend on it: sync it (NTP)")
-    keras_warnings, keras_errors = kerasfit.judge(plan, {r.host: r.tensorflow for r in rows},
-                                                  {r.host: r.tf_keras for r in rows})
-    warnings += keras_warnings
-    errors += keras_errors
+    warnings += kerasfit.judge(plan, {r.host: r.tensorflow for r in rows}, {r.host: r.tf_keras for r in rows})
     gpu_warnings, gpu_errors = _judge_gpus(plan, rows)
     return warnings + gpu_warnings, errors + gpu_errors
 
