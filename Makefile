@@ -3,21 +3,32 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+# what `make demo` needs: distlaunch and TensorFlow, not the test tools (`make test` adds them)
+DEMO_STAMP := $(VENV)/.installed-demo
+# the build backend's banner about editable installs says nothing a user can act on
+PIP_INSTALL = PYTHONWARNINGS=ignore $(BIN)/python -m pip install -q
 
 .PHONY: demo test sizes screenshot screenshots docs docs-serve docs-check lint typecheck unit integration container-image bench clean
 
-$(STAMP): pyproject.toml
+$(BIN)/python:
 	@test -n "$(PYTHON)" || { echo "make: need python3.11 (or python3 >= 3.11) on PATH"; exit 2; }
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[cpu,test]' --config-settings editable_mode=compat
+	$(PIP_INSTALL) --upgrade pip
+
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(PIP_INSTALL) -e '.[cpu,test]' --config-settings editable_mode=compat
 	@# bytecode for our own modules, as a wheel install has it: every `distlaunch` command (and each
 	@# completion) then starts without compiling them, also where PYTHONDONTWRITEBYTECODE is set
+	$(BIN)/python -m compileall -q launcher tui
+	@touch $@ $(DEMO_STAMP)
+
+$(DEMO_STAMP): pyproject.toml | $(BIN)/python
+	$(PIP_INSTALL) -e '.[cpu]' --config-settings editable_mode=compat
 	$(BIN)/python -m compileall -q launcher tui
 	@touch $@
 
 ## set up and run the embedded default job (cluster_profiles/local.toml) with the dashboard
-demo: $(STAMP)
+demo: $(DEMO_STAMP)
 	$(BIN)/distlaunch up cluster_profiles/local.toml
 
 ## set up, lint, type-check, build the docs strictly and run every test
