@@ -46,6 +46,7 @@ class Timeline:
         """Entries ever added: a reader that remembers it knows whether anything is new."""
         self._task_state: dict[str, tuple[str, int]] = {}
         self._job_state: str | None = None
+        self._raised: set[tuple[str | None, str | None]] = set()  # (task, condition) raised, not cleared
 
     def add(self, event: Event) -> TimelineEntry | None:
         """Fold one event; returns the entry it made, or None when it changed nothing."""
@@ -58,7 +59,9 @@ class Timeline:
         elif isinstance(event, ev.HostEvent):
             entry = _host(event)
         elif isinstance(event, ev.ConditionEvent):
-            entry = _condition(event)
+            key = (event.task, event.condition)
+            entry = _condition(event, again=bool(event.active) and key in self._raised)
+            (self._raised.add if event.active else self._raised.discard)(key)
         elif isinstance(event, ev.StacksEvent):
             entry = TimelineEntry(event.ts, ev.STACKS, event.task, stacks_text(event), "warning")
         elif isinstance(event, ev.ActionEvent):
@@ -140,9 +143,12 @@ def stacks_text(event: ev.StacksEvent) -> str:
     return text + f"; {event.path}"
 
 
-def _condition(event: ev.ConditionEvent) -> TimelineEntry:
+def _condition(event: ev.ConditionEvent, again: bool = False) -> TimelineEntry:
+    """A condition raised or cleared; ``again``: raised while it already was (a stall's second word,
+    once its stacks are taken, says where), said as more about it, not as a second raise."""
     name, active, reason = event.condition or "condition", event.active, event.reason
-    text = f"{name} {'raised' if active else 'cleared'}" + (f": {reason}" if reason else "")
+    verb = "still raised" if again else "raised" if active else "cleared"
+    text = f"{name} {verb}" + (f": {reason}" if reason else "")
     return TimelineEntry(event.ts, ev.CONDITION, event.task, text, "warning" if active else "info")
 
 

@@ -103,3 +103,17 @@ def test_a_failure_says_its_cause_never_exit_code_twice() -> None:
     killed = ev.state_event(RUN, "worker:0", ev.FAILED, reason="killed by SIGKILL",
                             cause="killed by SIGKILL (not by distlaunch)")
     assert state_text(killed) == "failed: killed by SIGKILL (not by distlaunch)"
+
+
+def test_a_stall_said_again_with_its_stacks_is_not_a_second_raise() -> None:
+    timeline = Timeline()
+    timeline.add(ev.condition_event(RUN, "worker:1", ev.STALLED, True, "step 812 has not advanced for 60s", ts=1.0))
+    timeline.add(ev.condition_event(RUN, "worker:1", ev.STALLED, True, "step 812 ... in wait (hang.py:4); stacks in s",
+                                    ts=2.0))
+    timeline.add(ev.condition_event(RUN, "worker:1", ev.STALLED, False, "step advanced to 813", ts=3.0))
+    timeline.add(ev.condition_event(RUN, "worker:1", ev.STALLED, True, "step 900 has not advanced for 60s", ts=4.0))
+    assert [e.text for e in timeline.newest_first()][::-1] == [
+        "stalled raised: step 812 has not advanced for 60s",
+        "stalled still raised: step 812 ... in wait (hang.py:4); stacks in s",
+        "stalled cleared: step advanced to 813",
+        "stalled raised: step 900 has not advanced for 60s"]
