@@ -48,7 +48,9 @@ ACTION = "action"
 # extension: every task's stacks were captured (at a stall or on request): `path` of the capture
 # in the run dir, `suspect` (a task id or null) and `frame` (its innermost frame of user code)
 STACKS = "stacks"
-KINDS = (JOB, STATE, METRIC, SAMPLE, PLACEMENT, LOG, HOST, CONDITION, ACTION, STACKS)
+#: a checkpoint a task wrote (autolog, or the profile's ``checkpoint_dir`` watched by the agent)
+CHECKPOINT = "checkpoint"
+KINDS = (JOB, STATE, METRIC, SAMPLE, PLACEMENT, LOG, HOST, CONDITION, ACTION, STACKS, CHECKPOINT)
 
 # task conditions
 STALLED = "stalled"
@@ -358,9 +360,27 @@ class StacksEvent(Event):
     reason = _Field[str](_TEXT, "")
 
 
+class CheckpointEvent(Event):
+    """A complete checkpoint on the task's host: ``directory`` as the task's host names it, ``files``
+    relative to it (what makes this checkpoint, its ``checkpoint`` state file included), ``api``
+    which writer made it (``backup_and_restore``, ``model_checkpoint``, ``checkpoint_manager``,
+    ``checkpoint``, ``saver``, ``preemption``, ``watched``)."""
+
+    step = _Field[Optional[int]]((int, _NULL))
+    epoch = _Field[Optional[int]]((int, _NULL))
+    directory = _Field[str]((str,))
+    files = _Field[List[str]]((list, _NULL), [])
+    bytes = _Field[Optional[int]]((int, _NULL))
+    #: seconds the write took
+    seconds = _Field[Optional[float]](_NUMBER)
+    api = _Field[str](_TEXT, "")
+    host = _Field[Optional[str]](_TEXT)
+
+
 KIND_CLASSES: Dict[str, Type[Event]] = {JOB: JobEvent, STATE: StateEvent, METRIC: MetricEvent, SAMPLE: SampleEvent,
                                  PLACEMENT: PlacementEvent, LOG: LogEvent, HOST: HostEvent,
-                                 CONDITION: ConditionEvent, ACTION: ActionEvent, STACKS: StacksEvent}
+                                 CONDITION: ConditionEvent, ACTION: ActionEvent, STACKS: StacksEvent,
+                                 CHECKPOINT: CheckpointEvent}
 #: every event's own fields: ``seq``, where an agent wrote it
 _BASE_FIELDS: Dict[str, _Field[Any]] = {"seq": _Field[Optional[int]]((int,), required=False)}
 _BASE_FIELDS["seq"].name = "seq"
@@ -475,3 +495,11 @@ def stacks_event(run: str, task: str | None, path: str, suspect: str | None = No
     """``task``: the task whose stall made the capture (None: taken on request)."""
     return StacksEvent(STACKS, run, task, ts if ts is not None else time.time(),
                  {"path": path, "suspect": suspect, "frame": frame, "reason": reason})
+
+
+def checkpoint_event(run: str, task: str, directory: str, *, step: int | None = None, epoch: int | None = None,
+                     files: list[str] | None = None, nbytes: int | None = None, seconds: float | None = None,
+                     api: str = "", host: str | None = None, ts: float | None = None) -> CheckpointEvent:
+    return CheckpointEvent(CHECKPOINT, run, task, ts if ts is not None else time.time(),
+                           {"step": step, "epoch": epoch, "directory": directory, "files": list(files or []),
+                            "bytes": nbytes, "seconds": seconds, "api": api, "host": host})

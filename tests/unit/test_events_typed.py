@@ -62,6 +62,11 @@ CASES: list[tuple[ev.Event, str]] = [
     (ev.stacks_event("r1", None, "stacks/2.json", ts=T),
      '{"v":2,"ts":1700000000.5,"run":"r1","task":null,"kind":"stacks","path":"stacks/2.json","suspect":null,'
      '"frame":null,"reason":""}'),
+    (ev.checkpoint_event("r1", "worker:0", "/data/ckpt", step=200, epoch=2, files=["checkpoint", "ckpt-2.index"],
+                         nbytes=4096, seconds=0.25, api="checkpoint_manager", host="a", ts=T),
+     '{"v":2,"ts":1700000000.5,"run":"r1","task":"worker:0","kind":"checkpoint","step":200,"epoch":2,'
+     '"directory":"/data/ckpt","files":["checkpoint","ckpt-2.index"],"bytes":4096,"seconds":0.25,'
+     '"api":"checkpoint_manager","host":"a"}'),
 ]
 
 
