@@ -197,6 +197,8 @@ class OutputInterpreter:
                 else:
                     self._explicit.add("placement")
                 event = events.placement_event(spec.run, spec.task, variables)
+            elif kind == "checkpoint":
+                event = _checkpoint_from_report(spec.run, spec.task, spec.host, spec.workdir, obj)
             else:
                 raise ValueError("unknown kind %r" % (kind,))
         except (ValueError, TypeError) as exc:
@@ -332,3 +334,35 @@ def last_state(events_path: str) -> Optional[str]:
             continue
     return None
 
+
+
+def _checkpoint_from_report(run: str, task: str, host: str, workdir: str, obj: Dict[str, Any]) -> events.Event:
+    """The ``checkpoint`` event of a task's report line (autolog's, or a script's own): a relative
+    directory taken from the task's working directory, its numbers checked."""
+    directory = obj.get("directory")
+    if not isinstance(directory, str) or not directory:
+        raise ValueError("checkpoint directory is not a path")
+    files = obj.get("files") or []
+    if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
+        raise ValueError("checkpoint files is not a list of names")
+
+    def whole(name: str) -> Optional[int]:
+        value = obj.get(name)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError("checkpoint %s is not a number" % name)
+        return int(value)
+
+    seconds = obj.get("seconds")
+    if seconds is not None and (isinstance(seconds, bool) or not isinstance(seconds, (int, float))):
+        raise ValueError("checkpoint seconds is not a number")
+    where = os.path.normpath(os.path.join(workdir or "/", os.path.expanduser(directory)))
+    event = events.checkpoint_event(run, task, where,
+                                    step=whole("step"), epoch=whole("epoch"), files=files,
+                                    nbytes=whole("bytes"), seconds=None if seconds is None else float(seconds),
+                                    api=str(obj.get("api") or ""), host=host)
+    problem = event.problem()
+    if problem is not None:
+        raise ValueError(problem)
+    return event
