@@ -29,7 +29,7 @@ def _check(args: argparse.Namespace) -> int:
     from launcher.commands.check import run_check
 
     return run_check(Path(args.profile), remote=not args.no_remote, overrides=overrides_from(args),
-                     as_json=args.json)
+                     as_json=args.json, firewall=args.firewall)
 
 
 def _tfconfig(args: argparse.Namespace) -> int:
@@ -176,6 +176,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="instead: run the profile's [metrics] regexes over a saved log and show what each gives")
     p.add_argument("--json", action="store_true",
                    help="print the hosts side by side (versions, GPUs, free space, clocks) as JSON, not the plan")
+    p.add_argument("--firewall", action="store_true",
+                   help="instead: print iptables rules that let only you and the job's hosts reach its task ports")
     _add_overrides(p)
     p.set_defaults(handler=_check)
 

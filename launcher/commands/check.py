@@ -8,7 +8,6 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import io
-import ipaddress
 import json
 import sys
 from collections.abc import Sequence
@@ -16,6 +15,7 @@ from pathlib import Path
 from typing import TextIO
 
 from launcher.agent.metricregex import MetricRegexes
+from launcher.commands.exposure import exposure_warnings, firewall_rules, local_users_warning
 from launcher.errors import HostError, UserError
 from launcher.events import REPORT_PREFIX
 from launcher.model import SSH_TRANSPORTS, START_ORDER, Overrides, Plan, TaskSpec
@@ -28,21 +28,28 @@ from launcher.transport import sshconfig
 
 
 def run_check(profile_path: Path, remote: bool = True, overrides: Overrides | None = None,
-              as_json: bool = False) -> int:
+              as_json: bool = False, firewall: bool = False) -> int:
     """Validate the profile, print the plan, and (with ``remote``) preflight every host.
 
     Returns 0 when all is well, 2 when the preflight found problems; profile mistakes raise
     ``ProfileError``, which the CLI prints as one line. ``as_json``: instead of the plan, the
-    hosts side by side as one JSON object (launcher/remote/parity.py).
+    hosts side by side as one JSON object (launcher/remote/parity.py). ``firewall``: instead,
+    the iptables rules that keep other users off the task ports (launcher/commands/exposure.py).
     """
     profile = load_profile(profile_path, overrides)
     plan = build_plan(profile, sshconfig.resolve_addresses(profile))
+    if firewall:
+        sys.stdout.write(firewall_rules(plan))
+        return 0
     shown = io.StringIO()
     print_plan(plan, shown)
     if not as_json:
         sys.stdout.write(mask_secrets(shown.getvalue(), set(plan.profile.secrets)))
     for warning in exposure_warnings(plan):
         print(f"distlaunch: warning: {warning}", file=sys.stderr)
+    shared = local_users_warning(plan, str(profile_path))
+    if shared is not None:
+        print(f"distlaunch: warning: {shared}", file=sys.stderr)
     for warning in container_warnings(plan.profile):  # options that undo what distlaunch promises
         print(f"distlaunch: warning: {mask_secrets(warning, set(plan.profile.secrets))}", file=sys.stderr)
     if not remote or importlib.util.find_spec("launcher.remote.preflight") is None:
@@ -153,27 +160,6 @@ def _table(rows: Sequence[tuple[str, ...]]) -> str:
         cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=False)]
         lines.append("  ".join([*cells, row[-1]]).rstrip() + "\n")
     return "".join(lines)
-
-
-def exposure_warnings(plan: Plan) -> list[str]:
-    """One line per address that is a public IP: TensorFlow's gRPC ports have no authentication.
-
-    Host names are not resolved (check must not depend on DNS); only IP literals are judged.
-    """
-    warnings = []
-    seen: dict[str, list[str]] = {}
-    for task in plan.tasks:
-        seen.setdefault(task.address, []).append(task.task_id)
-    for address, task_ids in seen.items():
-        try:
-            ip = ipaddress.ip_address(address)
-        except ValueError:
-            continue
-        if ip.is_private or ip.is_loopback or ip.is_link_local:
-            continue
-        warnings.append(f"{', '.join(task_ids)} listen on {address}, not a private address; "
-                        "TensorFlow's gRPC ports have no authentication: use a private network")
-    return warnings
 
 
 #: lines printed per regex outcome before the rest is only counted

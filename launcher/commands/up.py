@@ -20,7 +20,7 @@ from pathlib import Path
 
 from launcher import events as ev
 from launcher.commands import notice
-from launcher.commands.check import exposure_warnings
+from launcher.commands.exposure import exposure_warnings, local_users_warning
 from launcher.commands.rundirplace import check_new_run_dir
 from launcher.errors import HostError, UserError
 from launcher.model import Plan
@@ -58,6 +58,9 @@ def run_up(args: argparse.Namespace) -> int:
     plan = build_plan(profile, sshconfig.resolve_addresses(profile))
     for warning in exposure_warnings(plan):
         notice(f"warning: {warning}")
+    shared = local_users_warning(plan, args.profile)
+    if shared is not None:
+        notice(f"warning: {shared}")
     for warning in container_warnings(profile):  # options that undo what distlaunch promises
         notice(f"warning: {mask_secrets(warning, set(profile.secrets))}")
     raise_open_files_limit(len({t.host for t in plan.tasks}))
