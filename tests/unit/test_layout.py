@@ -238,8 +238,10 @@ def test_the_zipapp_ships_exactly_the_host_side_code():
 #: last reading at exit and train calls recognised without an optimizer, past the 448 KiB before that;
 #: the protocol modules split by concept, the typed agent requests and the metric names, ~12 KiB, the
 #: detail of docs/ARCHITECTURE.md moved into the shipped modules' docstrings, ~12 KiB, and a preemption
-#: notice bounded in bytes and time, a retired mark never waited on, ~4 KiB, past the 480 KiB before)
-MAX_ZIPAPP_BYTES = 512 * 1024
+#: notice bounded in bytes and time, a retired mark never waited on, ~4 KiB, past the 480 KiB before;
+#: issue 54's checkpoints: the event kind, the agent's checkpoint line and watched directories,
+#: autolog's checkpoint writers, past the 512 KiB before)
+MAX_ZIPAPP_BYTES = 576 * 1024
 
 
 def test_the_zipapp_stays_small():
