@@ -122,6 +122,11 @@ def _export(args: argparse.Namespace) -> int:
         from launcher.export.sbatch import run_export_sbatch
 
         return run_export_sbatch(Path(args.profile), Path(args.output) if args.output else None)
+    if args.target == "jobset":
+        from launcher.export.jobset import run_export_jobset
+
+        return run_export_jobset(Path(args.profile), image=args.image, namespace=args.namespace, queue=args.queue,
+                                 suspend=args.suspend, output=Path(args.output) if args.output else None)
     from launcher.export.tfjob import run_export_tfjob
 
     return run_export_tfjob(Path(args.profile), image=args.image, namespace=args.namespace,
@@ -307,6 +312,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="container image of every pod (default: each role's container image in the profile, "
                         "else tensorflow/tensorflow:latest)")
     t.add_argument("--namespace", default=None, help="Kubernetes namespace")
+    t.add_argument("-o", "--output", default=None, help="write to FILE instead of stdout")
+    t.set_defaults(handler=_export)
+    t = exp.add_parser("jobset", help="a Kubernetes JobSet manifest (YAML), TF_CONFIG from stable pod names")
+    t.add_argument("profile", help="cluster profile (TOML)")
+    t.add_argument("--image", default=None,
+                   help="container image of every pod (default: each role's container image in the profile, "
+                        "else tensorflow/tensorflow:latest)")
+    t.add_argument("--namespace", default=None, help="Kubernetes namespace")
+    t.add_argument("--queue", default=None, help="Kueue LocalQueue to submit to (adds its label; starts suspended)")
+    t.add_argument("--suspend", action="store_true", help="write it suspended, to be started later")
     t.add_argument("-o", "--output", default=None, help="write to FILE instead of stdout")
     t.set_defaults(handler=_export)
     t = exp.add_parser("sbatch", help="a Slurm batch script that runs the job in its own allocation")

@@ -114,9 +114,9 @@ def tfjob_yaml(profile: Profile, *, image: str | None, namespace: str | None) ->
 def build_tfjob(profile: Profile, *, image: str | None, namespace: str | None) -> TfJobExport:
     """``image``: every pod's (``--image``); None: each role's container image, else DEFAULT_IMAGE."""
     if image is not None:
-        _check_image(image)
+        check_image(image)
     if namespace is not None:
-        _check_namespace(namespace)
+        check_namespace(namespace)
     unknown = sorted(set(profile.roles) - set(ROLES))
     if unknown:
         raise ProfileError(f"{profile.path}: role {unknown[0]!r} has no TFJob replica type; "
@@ -141,7 +141,7 @@ def build_tfjob(profile: Profile, *, image: str | None, namespace: str | None) -
         placeholders |= used
         secrets.extend(k for k in role.settings.env if is_secret(k) and k not in secrets)
         if not PurePosixPath(role.settings.workdir).is_absolute():
-            relative_workdirs.append(f"{role_name} ({_one_line(role.settings.workdir)})")
+            relative_workdirs.append(f"{role_name} ({one_line(role.settings.workdir)})")
 
     metadata: dict[str, Any] = {"name": job}
     if namespace is not None:
@@ -279,8 +279,8 @@ def _header(profile: Profile, *, job: str, images: dict[str, str], namespace: st
             secrets: list[str], relative_workdirs: list[str]) -> tuple[str, ...]:
     ns = namespace or "<namespace>"
     lines = [
-        f'Kubeflow TFJob for distlaunch profile "{_one_line(profile.name)}"',
-        f"({_one_line(str(profile.path))}), written by `distlaunch export tfjob`.",
+        f'Kubeflow TFJob for distlaunch profile "{one_line(profile.name)}"',
+        f"({one_line(str(profile.path))}), written by `distlaunch export tfjob`.",
         "Apply with `kubectl apply -f FILE`; needs the Kubeflow training operator.",
         "",
         "TF_CONFIG is not set here: the training operator generates it for every pod, with the",
@@ -330,9 +330,9 @@ def _dropped(profile: Profile) -> list[str]:
             user = f"{host.ssh.user}@" if host.ssh.user else ""
             how = f"ssh {user}{host.address}:{host.ssh.ssh_port} and its [ssh] settings"
         gpus = f", gpus = {list(host.gpus)}" if host.gpus else ""
-        items.append(_one_line(f"  hosts.{host.name}: {how}{gpus}"))
+        items.append(one_line(f"  hosts.{host.name}: {how}{gpus}"))
     pinning = "; ".join(f"{r.name} on {', '.join(r.hosts)}" for r in profile.roles.values())
-    items.append(_one_line(f"roles.*.hosts, host pinning: {pinning}"))
+    items.append(one_line(f"roles.*.hosts, host pinning: {pinning}"))
     limits = ", ".join(f"{r.name} {r.settings.max_restarts}" for r in profile.roles.values())
     items.append(f"max_restarts per task ({limits}): only the job-wide runPolicy.backoffLimit applies")
     recovery = RECOVERY_BY_STRATEGY.get(profile.strategy)
@@ -380,22 +380,22 @@ def role_image(profile: Profile, role: RoleConfig, image: str | None) -> str:
 def _images_text(images: dict[str, str]) -> str:
     distinct = set(images.values())
     if len(distinct) == 1:
-        return f"The image ({_one_line(distinct.pop())})"
-    return "The images (" + "; ".join(f"{role}: {_one_line(image)}" for role, image in images.items()) + ")"
+        return f"The image ({one_line(distinct.pop())})"
+    return "The images (" + "; ".join(f"{role}: {one_line(image)}" for role, image in images.items()) + ")"
 
 
-def _check_image(image: str) -> None:
+def check_image(image: str) -> None:
     if not image or any(c.isspace() for c in image):
         raise UserError(f"--image {image!r} is not a container image reference; "
                         "give one like --image tensorflow/tensorflow:2.16.1")
 
 
-def _check_namespace(namespace: str) -> None:
+def check_namespace(namespace: str) -> None:
     if len(namespace) > MAX_NAME or not _DNS_LABEL.fullmatch(namespace):
         raise UserError(f"--namespace {namespace!r} is not a Kubernetes namespace name; use lowercase "
                         "letters, digits and '-', at most 63 characters")
 
 
-def _one_line(text: str) -> str:
+def one_line(text: str) -> str:
     """Text safe inside a one-line YAML comment."""
     return "".join(c if c.isprintable() else "?" for c in text)
