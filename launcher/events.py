@@ -318,7 +318,8 @@ class SampleEvent(Event):
     source = _Field[str](_TEXT, "")
     #: the machine's own numbers
     host = _Field[Optional[Dict[str, Any]]]((dict, _NULL), items={
-        "cpu_percent": _NUMBER, "cpus": (int, _NULL), "mem_used_bytes": _NUMBER, "mem_total_bytes": _NUMBER})
+        "cpu_percent": _NUMBER, "cpus": (int, _NULL), "mem_used_bytes": _NUMBER, "mem_total_bytes": _NUMBER,
+        "outputs_free_bytes": _NUMBER, "run_dir_free_bytes": _NUMBER})
     #: the process state last seen (R, S, D, ...)
     proc_state = _Field[str](_TEXT, "")
     #: the process the task's command started (below its wrapper shell): what py-spy, gdb or kill take

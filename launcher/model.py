@@ -33,6 +33,11 @@ OnHostLost = Literal["replace", "shrink", "fail"]
 ROLES = ("chief", "ps", "worker", "evaluator")
 #: the order tasks are listed and started in: ps first, then workers, evaluator, chief last
 START_ORDER = ("ps", "worker", "evaluator", "chief")
+#: what [notify] can tell about before a job dies (launcher/supervise/alerts.py)
+ALERT_NAMES = ("stall", "straggler", "nan", "host_unreachable", "host_lost", "moved", "drained", "throughput_drop",
+               "gpu_idle", "disk_low", "checkpoint_old")
+#: ...and what it tells about with no ``on`` key, besides task failures and the job's end
+DEFAULT_ALERTS = ("stall", "nan", "host_lost", "moved")
 
 
 @dataclass(frozen=True)
@@ -140,11 +145,21 @@ class LogPolicy:
 
 @dataclass(frozen=True)
 class NotifyConfig:
-    """[notify]: a command run on the launcher when the job ends or a task fails; the dashboard bell."""
+    """[notify]: a command run (and a webhook posted to) on the launcher when the job ends, a task
+    fails, or an alert starts or clears; the dashboard bell."""
 
     command: str | None = None
     timeout_seconds: float = 30.0
     bell: bool = True
+    webhook: str | None = None
+    on: tuple[str, ...] = DEFAULT_ALERTS
+    throughput_drop_percent: float = 50.0
+    throughput_window_seconds: float = 60.0
+    gpu_idle_minutes: float = 10.0
+    disk_low: int = 5 * 1024**3  # bytes
+    checkpoint_old_minutes: float = 60.0
+    #: an alert that cleared is not told again before this many minutes
+    repeat_minutes: float = 10.0
 
 
 @dataclass(frozen=True)

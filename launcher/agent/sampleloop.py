@@ -10,8 +10,9 @@ Stdlib-only, Python >= 3.9 (runs on hosts from the agent zipapp).
 from __future__ import annotations
 
 import importlib
+import os
 import threading
-from typing import Any, Callable, List
+from typing import Any, Callable, Dict, List, Optional
 
 from launcher import events
 from launcher.agent.agentlog import warn
@@ -56,7 +57,7 @@ def sample_tasks(active: Callable[[], List[TaskRunner]], stop: threading.Event) 
             runner.writer.write(events.sample_event(
                 runner.spec.run, runner.spec.task, cpu_percent=sample.get("cpu_percent"),
                 rss_bytes=sample.get("rss_bytes"), gpus=sample.get("gpus"),
-                source=str(sample.get("source", "")), host=sample.get("host"),
+                source=str(sample.get("source", "")), host=with_disk(sample.get("host"), runner),
                 proc_state=sample.get("proc_state"), main_pid=sample.get("main_pid")))
 
 
@@ -77,3 +78,31 @@ def _load_sampling() -> Any:
         return importlib.import_module("launcher.agent.sampling")
     except ImportError:
         return None
+
+
+def with_disk(host: Optional[Dict[str, Any]], runner: TaskRunner) -> Optional[Dict[str, Any]]:
+    """The host sample with the free bytes where the task writes: its job's ``outputs`` (the nearest
+    folder that exists) and its run dir (a statvfs each: microseconds)."""
+    if host is None:
+        return None
+    out = dict(host)
+    run_dir = os.path.dirname(os.path.dirname(os.path.abspath(runner.task_dir)))
+    for name, path in (("outputs_free_bytes", runner.spec.outputs), ("run_dir_free_bytes", run_dir)):
+        free = free_bytes(path) if path else None
+        if free is not None:
+            out[name] = free
+    return out
+
+
+def free_bytes(path: str) -> Optional[int]:
+    """Bytes an unprivileged writer may still use at ``path`` (or its nearest existing parent)."""
+    path = os.path.abspath(os.path.expanduser(path))
+    while True:
+        try:
+            st = os.statvfs(path)
+            return int(st.f_bavail * st.f_frsize)
+        except OSError:
+            parent = os.path.dirname(path)
+            if parent == path:
+                return None
+            path = parent

@@ -107,9 +107,11 @@ def print_plan(plan: Plan, out: TextIO) -> None:
         out.write(f"{role.name:<10} restart={settings.restart} max_restarts={settings.max_restarts} "
                   f"workdir={workdir} env: {shown}\n")
     notify = profile.notify
-    if notify.command:  # not its text: a webhook URL in it is a secret
-        out.write(f"\nnotify    [notify] command on each task failure and at the job's end "
-                  f"(killed after {notify.timeout_seconds:g}s)\n")
+    if notify.command or notify.webhook:  # not their text: a webhook URL is a secret
+        how = " and ".join(w for w, on in (("command", notify.command), ("webhook", notify.webhook)) if on)
+        alerts = ", ".join(notify.on) or "no alerts"
+        out.write(f"\nnotify    [notify] {how} on each task failure, at the job's end, and when these start and "
+                  f"clear: {alerts} (bounded by {notify.timeout_seconds:g}s)\n")
 
 
 def route_lines(plan: Plan) -> list[str]:

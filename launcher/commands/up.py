@@ -183,7 +183,7 @@ def raise_open_files_limit(hosts: int) -> None:
 def follow_notify(sup: Supervisor, history_until: float | None = None) -> NotifyFollower | None:
     """Run the profile's [notify] command for this job's task failures and its end (None: no command)."""
     config = sup.profile.notify
-    if not config.command:
+    if not config.command and not config.webhook:
         return None
     notifier = Notifier(config, run_id=sup.run_id, run_dir=sup.rundir.path, profile_name=sup.profile.name,
                         cwd=sup.profile.directory, on_warning=notice, history_until=history_until)

@@ -14,9 +14,11 @@ from launcher.agent.containerrt import PULL_POLICIES, RUNTIMES
 from launcher.model import RESTART_POLICIES, ROLES
 from launcher.profile.names import (
     ADDRESS_PATTERN,
+    ALERT_PATTERN,
     JOB_NAME_PATTERN,
     MAX_TASKS,
     USER_PATTERN,
+    WEBHOOK_PATTERN,
 )
 from launcher.profile.names import (  # re-exported: what a host's name in [hosts.NAME] may be
     HOST_NAME_PATTERN as HOST_NAME_PATTERN,
@@ -240,7 +242,7 @@ ROLE_KEYS = Table(
 )
 
 NOTIFY_KEYS = Table(
-    "Tell someone when the job ends or a task fails.",
+    "Tell someone when the job ends, a task fails, or an alert starts or clears.",
     (
         Key("command", "string", "Shell command run on the launcher when the job ends or a task fails; "
             "$DISTLAUNCH_EVENT, $DISTLAUNCH_JOB_STATE, $DISTLAUNCH_REASON, $DISTLAUNCH_RUN_ID, "
@@ -248,6 +250,25 @@ NOTIFY_KEYS = Table(
         Key("timeout_seconds", "number", "Seconds the command may take before it is killed.", default=30.0,
             positive=True),
         Key("bell", "boolean", "Ring the terminal bell in the dashboard when the job ends.", default=True),
+        Key("webhook", "string", "An http(s) URL that gets a JSON POST for each notification (Slack-style "
+            "`text`, plus `event`, `alert`, `active`, `task`, `host`, `figure`, `run`).", nonblank=True,
+            pattern=WEBHOOK_PATTERN),
+        Key("on", "string_list", "Alerts told when they start and when they clear, besides task failures and "
+            "the job's end: stall, straggler, nan, host_unreachable, host_lost, moved, drained, throughput_drop, "
+            "gpu_idle, disk_low, checkpoint_old.", default=["stall", "nan", "host_lost", "moved"],
+            expected='a list of alert names, e.g. ["stall", "nan", "throughput_drop"]', item_pattern=ALERT_PATTERN),
+        Key("throughput_drop_percent", "number", "throughput_drop: how far below the run's own recent steps/s.",
+            default=50.0, positive=True, maximum=100),
+        Key("throughput_window_seconds", "number", "throughput_drop: the window a rate is measured over; the "
+            "reference is the median of the ten before.", default=60.0, positive=True),
+        Key("gpu_idle_minutes", "number", "gpu_idle: minutes every GPU of a running task stays under 5%.",
+            default=10.0, positive=True),
+        Key("disk_low", "size", "disk_low: free space at outputs or the run dir on any host under this "
+            '(bytes, or a size like "5GiB").', default=5 * 1024**3),
+        Key("checkpoint_old_minutes", "number", "checkpoint_old: minutes since a running task's last checkpoint.",
+            default=60.0, positive=True),
+        Key("repeat_minutes", "number", "An alert that cleared is not told again before this many minutes.",
+            default=10.0),
     ),
 )
 

@@ -27,6 +27,11 @@ USER_PATTERN = r"^(?:[A-Za-z0-9_][A-Za-z0-9_.@+-]*)?$"
 #: spaces around it are dropped
 ADDRESS_PATTERN = r"^\s*[A-Za-z0-9_.:%\[\],][A-Za-z0-9_.:%\[\],-]*\s*$"
 
+#: a [notify] webhook: an http(s) URL, no spaces
+WEBHOOK_PATTERN = r"^https?://\S+$"
+#: one name of ``[notify] on`` (launcher/model.py ALERT_NAMES)
+ALERT_PATTERN = (r"^(stall|straggler|nan|host_unreachable|host_lost|moved|drained|throughput_drop|gpu_idle|disk_low"
+                 r"|checkpoint_old)$")
 _USER_CHARS = "letters, digits and . _ - @ +"
 _USER_CHAR = r"[A-Za-z0-9_.@+-]"
 _ADDRESS_CHARS = "letters, digits and . _ - : % [ ] ,"
@@ -89,10 +94,17 @@ def address_problem(address: str) -> str | None:
             f"({_bad_chars(address, _ADDRESS_CHAR)}); an address may use only {_ADDRESS_CHARS}")
 
 
+def webhook_problem(url: str) -> str | None:
+    if re.fullmatch(WEBHOOK_PATTERN, url):
+        return None
+    return f"{url!r} is no http(s) URL; give one like \"https://hooks.example/T0/B0/x\""
+
+
 #: each pattern a key may declare (keys.Key.pattern), with the function that words a mismatch
 PROBLEMS: dict[str, Callable[[str], str | None]] = {
     HOST_NAME_PATTERN: host_name_problem,
     JOB_NAME_PATTERN: job_name_problem,
     USER_PATTERN: user_problem,
     ADDRESS_PATTERN: address_problem,
+    WEBHOOK_PATTERN: webhook_problem,
 }

@@ -16,6 +16,7 @@ from typing import Any, cast
 
 from launcher.errors import ProfileError
 from launcher.model import (
+    ALERT_NAMES,
     GpuBusy,
     LogPolicy,
     MetricsConfig,
@@ -33,6 +34,7 @@ from launcher.profile.checks import (
     Checker,
     _get,
     show_value,
+    suggest,
 )
 from launcher.profile.hosts import HostsReader
 from launcher.profile.keys import (
@@ -208,8 +210,24 @@ class ProfileReader:
         command: str | None = table.get("command")
         if command is not None and not command.strip():
             raise self.checker.fail((*key, "command"), "is empty; give a shell command, or leave [notify] out")
-        return NotifyConfig(command=command, timeout_seconds=float(_get(table, NOTIFY_KEYS, "timeout_seconds")),
-                            bell=bool(_get(table, NOTIFY_KEYS, "bell")))
+        webhook: str | None = table.get("webhook")  # its pattern is checked with the table
+        on = tuple(_get(table, NOTIFY_KEYS, "on"))
+        for name in on:
+            if name not in ALERT_NAMES:
+                raise self.checker.fail((*key, "on"), f"no alert {name!r}; {suggest(name, ALERT_NAMES)}")
+
+        def number(name: str) -> float:
+            return float(_get(table, NOTIFY_KEYS, name))
+
+        disk_low = parse_size(_get(table, NOTIFY_KEYS, "disk_low"))
+        return NotifyConfig(command=command, timeout_seconds=number("timeout_seconds"),
+                            bell=bool(_get(table, NOTIFY_KEYS, "bell")), webhook=webhook, on=on,
+                            throughput_drop_percent=number("throughput_drop_percent"),
+                            throughput_window_seconds=number("throughput_window_seconds"),
+                            gpu_idle_minutes=number("gpu_idle_minutes"),
+                            disk_low=int(disk_low if disk_low is not None else 0),
+                            checkpoint_old_minutes=number("checkpoint_old_minutes"),
+                            repeat_minutes=number("repeat_minutes"))
 
     def metrics(self, table: Mapping[str, Any]) -> MetricsConfig:
         patterns: dict[str, str] = {}

@@ -1,23 +1,35 @@
-"""[notify]: run the profile's command on the launcher when the job ends or a task fails.
+"""[notify]: run the profile's command (and post to its webhook) on the launcher when the job ends,
+a task fails, or an alert starts or clears (``alerts.py``).
 
 The command gets what happened in its environment (``DISTLAUNCH_EVENT`` = ``job_ended`` or
 ``task_failed``, ``DISTLAUNCH_JOB_STATE``, ``DISTLAUNCH_REASON``, ``DISTLAUNCH_RUN_ID``,
 ``DISTLAUNCH_RUN_DIR``, ``DISTLAUNCH_PROFILE``, ``DISTLAUNCH_TASK``, ``DISTLAUNCH_HOST``,
 ``DISTLAUNCH_EXIT_CODE``, ``DISTLAUNCH_CAUSE``: the failed task's cause, or at the job's end its root
-cause) on top of the launcher's own environment; the profile's task ``env``
+cause; for an alert ``DISTLAUNCH_EVENT=alert``, ``DISTLAUNCH_ALERT``, ``DISTLAUNCH_ACTIVE`` (1: started,
+0: cleared), ``DISTLAUNCH_SUBJECT``, ``DISTLAUNCH_FIGURE``, ``DISTLAUNCH_MESSAGE``: one line with the
+command to look) on top of the launcher's own environment; the profile's task ``env``
 (where secrets live) is never passed. It cannot hurt the job: it runs in its own session with
 its output in ``<run dir>/notify.log``, is killed after ``timeout_seconds``, and its first
-failure gives one warning (later ones are only logged).
+failure gives one warning (later ones are only logged). A webhook gets the same as JSON (with a
+Slack-style ``text``), bounded by the same timeout.
+
+Never a flood: an alert that cleared is not told again for ``repeat_minutes`` (nor its next clear),
+and at most ``BURST`` alerts go out in ``BURST_SECONDS``; what is held back is written to the
+notify log and counted in the next one that goes out.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
 import threading
 import time
+import urllib.error
+import urllib.request
+from collections import deque
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -25,12 +37,17 @@ from launcher import events as ev
 from launcher.events import Event
 from launcher.model import NotifyConfig
 from launcher.rundir import NOTIFY_LOG, private_opener
+from launcher.supervise.alerts import Alert, AlertWatch, Thresholds
 from launcher.telemetry.jobview import root_cause_text
 
 #: set to 1 in a notify command's environment: the teardown sweep leaves such processes alone
 NOTIFY_MARKER = "DISTLAUNCH_NOTIFY"
 JOB_ENDED = "job_ended"
 TASK_FAILED = "task_failed"
+ALERT = "alert"
+#: at most this many alerts in BURST_SECONDS; the rest are logged and counted
+BURST = 6
+BURST_SECONDS = 600.0
 
 
 class Notifier:
@@ -38,8 +55,19 @@ class Notifier:
 
     def __init__(self, config: NotifyConfig, *, run_id: str, run_dir: Path, profile_name: str, cwd: Path,
                  on_warning: Callable[[str], None], history_until: float | None = None) -> None:
-        assert config.command is not None
+        assert config.command is not None or config.webhook is not None
         self.command = config.command
+        self.webhook = config.webhook
+        self.watch = AlertWatch(config.on, Thresholds(
+            throughput_drop_percent=config.throughput_drop_percent,
+            throughput_window_seconds=config.throughput_window_seconds,
+            gpu_idle_minutes=config.gpu_idle_minutes, disk_low_bytes=config.disk_low,
+            checkpoint_old_minutes=config.checkpoint_old_minutes))
+        self.repeat_seconds = config.repeat_minutes * 60
+        self._cleared_at: dict[tuple[str, str], float] = {}
+        self._held: set[tuple[str, str]] = set()  # started within repeat_seconds of a clear: its clear is held too
+        self._sent: deque[float] = deque()
+        self._held_back = 0
         self.timeout = config.timeout_seconds
         self.run_id = run_id
         self.run_dir = run_dir
@@ -67,6 +95,10 @@ class Notifier:
 
     def _consume(self, events: Iterable[Event]) -> None:
         for event in events:
+            old = self._history_until is not None and event.ts <= self._history_until
+            for alert in self.watch.feed(event):
+                if not old:
+                    self._alert(alert)
             if isinstance(event, ev.JobEvent):
                 self.job_state = event.state or self.job_state
                 self.job_reason = event.reason
@@ -85,6 +117,39 @@ class Notifier:
             why = event.reason or f"exit code {event.exit_code}"
             self.first_failure = (at, root_cause_text(str(event.task), why, event.cause, event.culprit or None))
 
+    def _alert(self, alert: Alert) -> None:
+        key = (alert.name, alert.subject)
+        line = alert.line(self.run_id)
+        if alert.active and not alert.one_shot:
+            cleared = self._cleared_at.get(key)
+            if cleared is not None and alert.ts - cleared < self.repeat_seconds:
+                self._held.add(key)
+                self._log(f"held back (again within {self.repeat_seconds / 60:g} min of its clear): {line}")
+                return
+        elif not alert.active:
+            self._cleared_at[key] = alert.ts
+            if key in self._held:
+                self._held.discard(key)
+                self._log(f"held back (its start was): {line}")
+                return
+        while self._sent and self._sent[0] < alert.ts - BURST_SECONDS:
+            self._sent.popleft()
+        if len(self._sent) >= BURST:
+            self._held_back += 1
+            self._log(f"held back ({BURST} alerts in {BURST_SECONDS / 60:g} min already): {line}")
+            return
+        self._sent.append(alert.ts)
+        if self._held_back:
+            line += f" [{self._held_back} more alert(s) held back: {self.run_dir / NOTIFY_LOG}]"
+            self._held_back = 0
+        self.fire_async(ALERT, task=alert.subject if ":" in alert.subject else "",
+                        host=alert.host, reason=alert.figure, alert=alert.name,
+                        active="1" if alert.active else "0", subject=alert.subject, message=line)
+
+    def _log(self, text: str) -> None:
+        with contextlib.suppress(OSError), open(self.run_dir / NOTIFY_LOG, "ab", opener=private_opener) as out:
+            out.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} {text}\n".encode())
+
     def job_ended(self) -> None:
         """After the job was torn down (so the teardown sweep never meets the command): notify its end."""
         if self.ended:
@@ -101,8 +166,9 @@ class Notifier:
         thread.start()
 
     def fire(self, what: str, *, task: str = "", host: str = "", reason: str = "", exit_code: str = "",
-             cause: str = "") -> None:
-        env = dict(os.environ)
+             cause: str = "", alert: str = "", active: str = "", subject: str = "", message: str = "") -> None:
+        if not message:
+            message = _message(self.run_id, what, self.job_state, task, reason, cause)
         info = {
             "DISTLAUNCH_EVENT": what,
             "DISTLAUNCH_JOB_STATE": self.job_state,
@@ -114,11 +180,21 @@ class Notifier:
             "DISTLAUNCH_HOST": host,
             "DISTLAUNCH_EXIT_CODE": exit_code,
             "DISTLAUNCH_CAUSE": cause,
+            "DISTLAUNCH_ALERT": alert,
+            "DISTLAUNCH_ACTIVE": active,
+            "DISTLAUNCH_SUBJECT": subject,
+            "DISTLAUNCH_FIGURE": reason if what == ALERT else "",
+            "DISTLAUNCH_MESSAGE": message,
         }
-        env.update(info)
-        env[NOTIFY_MARKER] = "1"
         with self._lock:
             self.fired.append(info)
+        if self.webhook is not None:
+            self._post(what, info)
+        if self.command is None:
+            return
+        env = dict(os.environ)
+        env.update(info)
+        env[NOTIFY_MARKER] = "1"
         log = self.run_dir / NOTIFY_LOG
         problem = ""
         try:
@@ -143,6 +219,24 @@ class Notifier:
         if problem:
             self._warn_once(f"the [notify] command {problem} (output in {log}); the job is not affected")
 
+    def _post(self, what: str, info: dict[str, str]) -> None:
+        """The webhook's JSON POST; a failure is logged (and warned once), never raised."""
+        body = {key.removeprefix("DISTLAUNCH_").lower(): value for key, value in info.items()}
+        body["text"] = info["DISTLAUNCH_MESSAGE"]
+        request = urllib.request.Request(str(self.webhook), data=json.dumps(body).encode(), method="POST",
+                                         headers={"Content-Type": "application/json"})
+        problem = ""
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as answer:
+                answer.read(4096)
+        except urllib.error.HTTPError as exc:
+            problem = f"answered HTTP {exc.code}"
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            problem = f"could not be reached ({getattr(exc, 'reason', exc)})"
+        self._log(f"webhook {what}: {problem or 'sent'}")
+        if problem:
+            self._warn_once(f"the [notify] webhook {problem}; the job is not affected")
+
     def _warn_once(self, message: str) -> None:
         with self._lock:
             if self._warned:
@@ -156,6 +250,14 @@ class Notifier:
             pending = list(self._pending)
         for thread in pending:
             thread.join()
+
+
+def _message(run_id: str, what: str, job_state: str, task: str, reason: str, cause: str) -> str:
+    if what == JOB_ENDED:
+        why = f": {cause or reason}" if (cause or reason) else ""
+        return f"{run_id}: job {job_state}{why}"
+    why = cause or reason
+    return f"{run_id}: {task} failed{': ' + why if why else ''} (`distlaunch attach {run_id}`)"
 
 
 class NotifyFollower:

@@ -234,7 +234,8 @@ def leaf_keys(table: Table = TOP_KEYS, path: tuple[str, ...] = ()) -> list[tuple
 GOOD_VALUES: dict[str, object] = {"runtime": "podman", "mounts": ["/data:/data:ro"]}
 #: the same for keys of the other tables: a spare is a host no role uses ("s", which with_value adds),
 #: host_lost_seconds is more than orphan_grace_seconds (60), min_count at most count (1)
-GOOD_OTHER_VALUES: dict[str, object] = {"spares": ["s"], "host_lost_seconds": 90.5, "min_count": 1}
+GOOD_OTHER_VALUES: dict[str, object] = {"spares": ["s"], "host_lost_seconds": 90.5, "min_count": 1,
+                                        "webhook": "http://127.0.0.1:9/hook", "on": ["gpu_idle"]}
 
 
 def good_value(key: Key) -> object:
@@ -394,5 +395,6 @@ def test_check_says_a_notify_command_is_set_without_showing_it(tmp_path: Path,
     path.write_text(to_toml(data), encoding="utf-8")
     assert main(["check", "--no-remote", str(path)]) == 0
     out = capsys.readouterr().out
-    assert "[notify] command on each task failure and at the job's end (killed after 5s)" in out
+    assert ("[notify] command on each task failure, at the job's end, and when these start and clear: "
+            "stall, nan, host_lost, moved (bounded by 5s)") in out
     assert "s3cret" not in out
