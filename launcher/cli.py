@@ -69,7 +69,7 @@ def _runs(args: argparse.Namespace) -> int:
 
 
 def _logs(args: argparse.Namespace) -> int:
-    from launcher.commands.status import run_logs
+    from launcher.commands.logs import run_logs
 
     return run_logs(args)
 
@@ -221,10 +221,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(handler=_runs)
 
-    p = sub.add_parser("logs", help="one task's output")
+    p = sub.add_parser("logs", help="one task's output, or every task's merged in time order (--all)")
     p.add_argument("run", help="run id or run directory")
-    p.add_argument("task", help="task id, e.g. worker:1")
+    p.add_argument("task", nargs="?", default=None, help="task id, e.g. worker:1 (or --all)")
     p.add_argument("-f", "--follow", action="store_true", help="keep printing new output")
+    p.add_argument("--all", action="store_true", help="every task's lines in time order, each with its time and task")
+    p.add_argument("--grep", metavar="REGEX", default=None, help="with --all: only lines this regex finds")
+    p.add_argument("--task", dest="task_filter", action="append", metavar="TASK",
+                   help="with --all: only these tasks or roles (worker:1, ps; repeatable or comma-separated)")
+    p.add_argument("--stderr", action="store_true", help="with --all: only lines the tasks wrote to stderr")
     p.set_defaults(handler=_logs)
 
     p = sub.add_parser("restart", help="restart one task by hand")

@@ -156,27 +156,6 @@ def run_status(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_logs(args: argparse.Namespace) -> int:
-    path = find_run(args.run)
-    state = load_run_state(path)
-    require_task(state, args.task)
-    log = path / "logs" / f"{args.task.replace(':', '-')}.log"
-    offset = 0
-    while True:
-        with contextlib.suppress(FileNotFoundError), open_trusted(log, f"the log of {args.task}") as fh:
-            fh.seek(offset)
-            chunk = fh.read()
-            if chunk:
-                sys.stdout.write(chunk.decode("utf-8", errors="replace"))
-                sys.stdout.flush()
-                offset += len(chunk)
-        if not args.follow:
-            return 0
-        if not load_run_state(path).supervisor_alive():
-            return 0
-        time.sleep(0.25)
-
-
 #: how far from the end of events.jsonl the last complete line is looked for
 _TAIL_BYTES = 64 * 1024
 
