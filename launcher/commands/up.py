@@ -123,7 +123,7 @@ def _prepare_and_supervise(plan: Plan, rundir: RunDir, listener: controlsock.Con
         except StoppedBeforeStart as stop:
             if pre is not None:
                 pre.close()
-            rundir.append(ev.job_event(run_id, ev.JOB_FAILED, f"{stop} before any task started"))
+            rundir.append(ev.job_event(run_id, ev.JOB_STOPPED, f"{stop} before any task started"))
             rundir.close()
             notice(f"{stop} before any task started; nothing runs on any host")
             return signals.exit_code or 1

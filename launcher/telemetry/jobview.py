@@ -212,7 +212,7 @@ class JobView:
 
     @property
     def ended(self) -> bool:
-        return self.state in (ev.JOB_SUCCEEDED, ev.JOB_FAILED)
+        return self.state in ev.JOB_ENDS
 
     @property
     def total_restarts(self) -> int:
@@ -355,7 +355,8 @@ class JobView:
             self.end_ts = event.ts
             why = f": {self.reason}" if self.reason else ""
             self.notices.append(Notice(f"Job {state}{why}",
-                                       "information" if state == ev.JOB_SUCCEEDED else "error"))
+                                       "error" if state == ev.JOB_FAILED else
+                                       "warning" if state == ev.JOB_STOPPED else "information"))
 
     def _apply_host(self, event: ev.HostEvent) -> None:
         """A host's link went down, came back, or the host left the job: its tasks' last readings
