@@ -76,10 +76,10 @@ def outputs_creatable_script(outputs: str) -> str:
     """Shell that creates nothing and fails, saying why on stderr, unless ``outputs`` is a writable
     directory or could be made as one: its nearest existing parent is a directory the user may
     write (what `check` asks; `up` makes them)."""
-    quoted = shlex.quote(outputs)
-    return (f'{{ p={quoted}; while [ ! -e "$p" ] && [ ! -L "$p" ]; do p=$(dirname -- "$p"); done; '
-            f'if [ ! -d "$p" ] || [ ! -w "$p" ] || [ ! -x "$p" ]; then '
-            f'echo "the outputs {outputs}: $p is not a directory this user may write" >&2; false; fi; }}')
+    quoted = shlex.quote(outputs)  # the path only ever as a quoted word: never read as shell
+    return (f'{{ o={quoted}; p="$o"; while [ ! -e "$p" ] && [ ! -L "$p" ]; do p=$(dirname -- "$p"); done; '
+            'if [ ! -d "$p" ] || [ ! -w "$p" ] || [ ! -x "$p" ]; then '
+            'printf "%s\\n" "the outputs $o: $p is not a directory this user may write" >&2; false; fi; }')
 
 
 class HostSession:
