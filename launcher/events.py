@@ -64,11 +64,9 @@ JOB_RUNNING = "Running"
 JOB_RESTARTING = "Restarting"
 JOB_SUCCEEDED = "Succeeded"
 JOB_FAILED = "Failed"
-#: stopped on purpose (`down`, the dashboard's teardown, a stop signal): no failure. Runs recorded
-#: before this state said Failed for such a stop, and still read so
+#: stopped on purpose (down, a teardown, a stop signal); older runs said Failed
 JOB_STOPPED = "Stopped"
 JOB_STATES = (JOB_CREATED, JOB_RUNNING, JOB_RESTARTING, JOB_SUCCEEDED, JOB_FAILED, JOB_STOPPED)
-#: the job's ends: once one is recorded the job is over
 JOB_ENDS = (JOB_SUCCEEDED, JOB_FAILED, JOB_STOPPED)
 
 # task states
