@@ -64,7 +64,10 @@ JOB_RUNNING = "Running"
 JOB_RESTARTING = "Restarting"
 JOB_SUCCEEDED = "Succeeded"
 JOB_FAILED = "Failed"
-JOB_STATES = (JOB_CREATED, JOB_RUNNING, JOB_RESTARTING, JOB_SUCCEEDED, JOB_FAILED)
+#: stopped on purpose (down, a teardown, a stop signal); older runs said Failed
+JOB_STOPPED = "Stopped"
+JOB_STATES = (JOB_CREATED, JOB_RUNNING, JOB_RESTARTING, JOB_SUCCEEDED, JOB_FAILED, JOB_STOPPED)
+JOB_ENDS = (JOB_SUCCEEDED, JOB_FAILED, JOB_STOPPED)
 
 # task states
 PENDING = "pending"

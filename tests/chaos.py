@@ -113,7 +113,7 @@ class ChaosReport:
     def problems(self) -> list[str]:
         """The invariants that do not hold, in words (empty: all hold)."""
         found = []
-        if self.command_outcome not in (ev.JOB_SUCCEEDED, ev.JOB_FAILED):
+        if self.command_outcome not in ev.JOB_ENDS:
             found.append(f"the job did not end within the bound ({self.command_outcome})")
         if self.duplicates:
             found.append(f"{len(self.duplicates)} agent event(s) received more than once: {self.duplicates[:5]}")
@@ -258,7 +258,7 @@ class ChaosRun:
         return {}
 
     def _job_ended(self) -> bool:
-        return self._state().get("outcome") in (ev.JOB_SUCCEEDED, ev.JOB_FAILED)
+        return self._state().get("outcome") in ev.JOB_ENDS
 
     def _supervisor(self) -> int | None:
         pid = self._state().get("supervisor_pid")
@@ -415,7 +415,7 @@ class ChaosRun:
     def _judge(self, hung: bool) -> ChaosReport:
         events = read_events(self.run_dir)
         state = self._state()
-        ends = [e for e in events if e["kind"] == "job" and e.get("state") in (ev.JOB_SUCCEEDED, ev.JOB_FAILED)]
+        ends = [e for e in events if e["kind"] == "job" and e.get("state") in ev.JOB_ENDS]
         outcome = "hung" if hung else str(state.get("outcome") or (ends[-1]["state"] if ends else "no end"))
         written = Counter((e["task"], e["seq"]) for e in self.agent_events() if isinstance(e.get("seq"), int))
         received = Counter((e["task"], e["seq"]) for e in events
@@ -458,7 +458,7 @@ class ChaosRun:
         wrote after the link came back were received (a launcher killed during the cut never says
         "up"; the one attached after it simply follows). kill_launcher was judged when attach took over."""
         end_ts = max((e["ts"] for e in events if e["kind"] == "job"
-                      and e.get("state") in (ev.JOB_SUCCEEDED, ev.JOB_FAILED)), default=float("inf"))
+                      and e.get("state") in ev.JOB_ENDS), default=float("inf"))
         for fault in self.faults:
             if fault.skipped or fault.kind == "kill_launcher":
                 continue

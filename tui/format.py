@@ -27,6 +27,7 @@ JOB_STATE_STYLES = {
     ev.JOB_RESTARTING: "bold yellow",
     ev.JOB_SUCCEEDED: "bold blue",
     ev.JOB_FAILED: "bold red",
+    ev.JOB_STOPPED: "bold yellow",
 }
 
 

@@ -45,7 +45,7 @@ from launcher.transport import sshconfig
 def attach_run(path: Path, tui: bool, as_json: bool = False) -> int:
     state = load_run_state(path)
     run_id = state.run_id
-    if state.outcome in (ev.JOB_SUCCEEDED, ev.JOB_FAILED):
+    if state.outcome in ev.JOB_ENDS:
         raise UserError(f"run {run_id} already ended ({state.outcome}); see it with `distlaunch replay {run_id}`")
     if as_json:
         mute()

@@ -2,7 +2,7 @@
 
 `distlaunch prune`: remove finished runs on this machine and their run dirs on every host they used.
 
-A run is removed only when it has ended (Succeeded or Failed) or its supervisor died long enough
+A run is removed only when it has ended (Succeeded, Failed or Stopped) or its supervisor died long enough
 ago that no task of it can still run; live and supervised runs are never touched, and neither are
 the jobs' outputs, which live outside run dirs. A run whose host cannot be reached is kept, so
 nothing is left behind on that host unnoticed: prune again later.
@@ -126,14 +126,14 @@ def _record_stopped_by_down(path: Path) -> None:
     """A run no supervisor follows (lost) ends with its `down`: the job event and
     state.json say why, so that `runs` shows it ended and `prune` may take it."""
     state = load_run_state(path)
-    if state.supervisor_alive() or state.job_state in (ev.JOB_SUCCEEDED, ev.JOB_FAILED):
+    if state.supervisor_alive() or state.job_state in ev.JOB_ENDS:
         return  # a launcher recorded its own end
     reason = "stopped by `distlaunch down`"
     rundir = RunDir.open(path)
     rundir.on_problem = notice  # a full disk: said, and the stop still counts
     try:
-        rundir.append(ev.job_event(state.run_id, ev.JOB_FAILED, reason))
-        rundir.write_state(dataclasses.replace(state, job_state=ev.JOB_FAILED, job_reason=reason).to_json())
+        rundir.append(ev.job_event(state.run_id, ev.JOB_STOPPED, reason))
+        rundir.write_state(dataclasses.replace(state, job_state=ev.JOB_STOPPED, job_reason=reason).to_json())
     finally:
         rundir.close()
 
@@ -166,7 +166,7 @@ def last_activity(run: RunSummary) -> float:
 def finished(run: RunSummary, now: float) -> bool:
     if run.live is not None:  # live, supervised or lost
         return False
-    return run.job_state in (ev.JOB_SUCCEEDED, ev.JOB_FAILED) or now - last_activity(run) > ABANDONED_AFTER_S
+    return run.job_state in ev.JOB_ENDS or now - last_activity(run) > ABANDONED_AFTER_S
 
 
 def select(runs: list[RunSummary], keep: int, older_than_days: float | None, now: float) -> list[RunSummary]:

@@ -69,7 +69,7 @@ def run_init(script: str | None, *, hosts: str | None, ps: int | None, workers: 
     container = container_choice(image, runtime)
     if script is None:
         raise UserError("name your training script: distlaunch init train.py "
-                        "(cluster_profiles/local.toml is a ready example to copy)")
+                        "(`distlaunch init --help` lists its options)")
     path = Path(script)
     try:
         source = path.read_bytes().decode("utf-8", errors="replace")
@@ -217,8 +217,8 @@ def profile_text(script: Path, target: Path, guess: Guess, shape: Shape, hosts: 
         f"#   distlaunch check {quoted_target}    # validate, preflight the hosts, print the plan",
         f"#   distlaunch up    {quoted_target}    # launch and watch it live",
         "# Editors check it after `distlaunch schema -o distlaunch-profile.schema.json` and a first line",
-        "# `#:schema ./distlaunch-profile.schema.json`. Every key: docs/reference/profile.md",
-        "# (docs/profiles.md shows them at work).",
+        "# `#:schema ./distlaunch-profile.schema.json`. Every key: the docs site's \"Key reference\" page",
+        "# (\"The profile, by example\" shows them at work); `distlaunch init --help` for init's options.",
         "",
         f"name = {_q(job_name(script))}",
         f"# Guessed from {script.name}: {guess.reason}.",

@@ -83,7 +83,7 @@ def summarize(path: Path) -> dict[str, Any]:
            else {"state": state.job_state, "reason": state.job_reason, "root_cause": ""})
     return {"run": state.run_id, "dir": str(path), "profile": state.profile,
             "name": state.name, "strategy": state.strategy, "job": job,
-            "supervision": state.supervision() if job["state"] not in (ev.JOB_SUCCEEDED, ev.JOB_FAILED) else None,
+            "supervision": state.supervision() if job["state"] not in ev.JOB_ENDS else None,
             "supervisor_pid": state.supervisor_pid,
             "launcher_pid": state.supervisor_pid,
             "supervisor_alive": alive, "launcher_alive": alive,
@@ -242,7 +242,7 @@ def summarize_run(path: Path, now: float) -> RunSummary:
     if ends.last_job is not None:  # newer than state.json, which is written less often than events
         job_state = ends.last_job.state or job_state
         job_reason = ends.last_job.reason or job_reason
-    ended = job_state in (ev.JOB_SUCCEEDED, ev.JOB_FAILED)
+    ended = job_state in ev.JOB_ENDS
     end = ends.last.ts if (ends.last and ended) else now
     live = None if ended else (state.supervision() or "lost")
     return RunSummary(

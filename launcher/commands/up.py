@@ -21,6 +21,7 @@ from pathlib import Path
 from launcher import events as ev
 from launcher.commands import notice
 from launcher.commands.exposure import exposure_warnings, local_users_warning
+from launcher.commands.outputsuse import outputs_in_use, where
 from launcher.commands.rundirplace import check_new_run_dir
 from launcher.errors import HostError, UserError
 from launcher.model import Plan
@@ -30,9 +31,10 @@ from launcher.profile.containeropts import container_warnings
 from launcher.profile.overrides import mask_secrets, overrides_from
 from launcher.profile.reader import load_profile
 from launcher.protocol.controllines import job_exit_code
-from launcher.remote.preflight import Preflight, prepare_hosts
+from launcher.remote.preflight import Preflight, PreflightError, prepare_hosts
 from launcher.rundir import RunDir, new_run_id
 from launcher.runrecord import write_record
+from launcher.runstate import host_to_json
 from launcher.supervise import controlsock, daemon
 from launcher.supervise.notify import Notifier, NotifyFollower
 from launcher.supervise.stopsignals import JobSignals, StoppedBeforeStart, StopSignals
@@ -119,6 +121,7 @@ def _prepare_and_supervise(plan: Plan, rundir: RunDir, listener: controlsock.Con
         pre: Preflight | None = None
         try:
             pre = prepare_hosts(plan, run_id, rundir.path / "hosts", notice, progress)
+            _refuse_outputs_in_use(run_id, pre)
             write_record(rundir.path, plan.profile, pre.versions)
             sup = Supervisor(plan, rundir, pre.sessions, pre.ports, on_notice=notice)
             sup.profiler_ports = dict(pre.profiler_ports)
@@ -126,12 +129,22 @@ def _prepare_and_supervise(plan: Plan, rundir: RunDir, listener: controlsock.Con
         except StoppedBeforeStart as stop:
             if pre is not None:
                 pre.close()
-            rundir.append(ev.job_event(run_id, ev.JOB_FAILED, f"{stop} before any task started"))
+            rundir.append(ev.job_event(run_id, ev.JOB_STOPPED, f"{stop} before any task started"))
             rundir.close()
             notice(f"{stop} before any task started; nothing runs on any host")
             return signals.exit_code or 1
         outcome = _supervise(plan, rundir, pre, sup, signals, progress, listener)
     return report_outcome(sup, outcome, signals.exit_code)
+
+
+def _refuse_outputs_in_use(run_id: str, pre: Preflight) -> None:
+    """Before any task starts: no other live run of the user's writes these outputs on these hosts
+    (two `make demo` at once under one account would checkpoint over each other)."""
+    ours = {name: (where(host_to_json(s.config)), s.outputs_dir) for name, s in pre.sessions.items()}
+    problems = outputs_in_use(run_id, ours)
+    if problems:
+        pre.close()
+        raise PreflightError(problems)
 
 
 def _supervise(plan: Plan, rundir: RunDir, pre: Preflight, sup: Supervisor, signals: JobSignals,

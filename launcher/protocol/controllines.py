@@ -25,17 +25,20 @@ import re
 from dataclasses import dataclass
 from typing import Any, Union
 
-from launcher.events import JOB_SUCCEEDED
+from launcher.events import JOB_STOPPED, JOB_SUCCEEDED
 from launcher.protocol.message import Malformed, Message, int_or_none, json_line, json_object, split_marker
 
 
 def job_exit_code(outcome: str | None, stopped: int | None = None) -> int:
     """The exit-code rule, for the supervisor, ``up`` and every client that followed a job to its
     end: 0 when the job succeeded; else ``stopped``, the code of the stop signal that ended it
-    (130 for SIGINT, 143 for SIGTERM) or the one the supervisor told; else 1."""
+    (130 for SIGINT, 143 for SIGTERM) or the one the supervisor told; else 143 for a job
+    Stopped without a signal (``down``, the dashboard): neither success nor failure; else 1."""
     if outcome == JOB_SUCCEEDED:
         return 0
-    return stopped if stopped is not None else 1
+    if stopped is not None:
+        return stopped
+    return 143 if outcome == JOB_STOPPED else 1
 
 
 # -- the control socket's address ------------------------------------------------------------------
@@ -197,8 +200,8 @@ class Launched(Message):
 
 @dataclass(frozen=True)
 class End(Message):
-    """The job ended: its outcome (``Succeeded``, ``Failed``) and the exit code of a client that
-    followed it (``job_exit_code``). Either may be None where the line did not say; the stream
+    """The job ended: its outcome (``Succeeded``, ``Failed``, ``Stopped``) and the exit code of a
+    client that followed it (``job_exit_code``). Either may be None where the line did not say; the stream
     is over all the same."""
 
     MARKER = "#end"

@@ -299,7 +299,8 @@ def prepare_hosts(plan: Plan, run_id: str, local_root: Path | None,
                   on_notice: Callable[[str], None], progress: Callable[[str], None],
                   import_tf: bool = False) -> Preflight:
     """Connect, check interpreters and ports, upload the agent: everything before the first task.
-    ``import_tf``: import TensorFlow on every host (`check`) instead of reading its version.
+    ``import_tf``: `check`: import TensorFlow on every host instead of reading its version, and
+    create no outputs there (only make sure they could be: `up` creates them).
     Spares are checked as hosts too, each with a task of every role rehearsed on it
     (``placement.rehearsal``); their sessions are kept, their rehearsed ports are not."""
     plan = rehearsal(plan)
@@ -337,7 +338,7 @@ def _stepwise_preflight(plan: Plan, run_id: str, local_root: Path | None, pre: P
         problems, pre.versions = check_pythons(plan, hosts, import_tf)
         if problems:
             raise PreflightError(problems)
-        _sessions(plan, run_id, local_root, pre, ask_gpus=import_tf)
+        _sessions(plan, run_id, local_root, pre, ask_gpus=import_tf, make_outputs=not import_tf)
         upload_problems = _parallel(pre.sessions, _upload, "uploading the agent")
         if upload_problems:
             raise PreflightError(upload_problems)
@@ -370,10 +371,12 @@ def judge_parity(plan: Plan, pre: Preflight) -> None:
         raise PreflightError(errors, pre.rows, pre.warnings)
 
 
-def _sessions(plan: Plan, run_id: str, local_root: Path | None, pre: Preflight, ask_gpus: bool = False) -> None:
+def _sessions(plan: Plan, run_id: str, local_root: Path | None, pre: Preflight, ask_gpus: bool = False,
+              make_outputs: bool = True) -> None:
     """A HostSession per host; in parallel, as finding a host's home directory is a round trip.
     ``ask_gpus``: every host's preflight reads its GPUs (else only where tasks are given some) and
-    imports TensorFlow in the tasks' images (else reads its package metadata there)."""
+    imports TensorFlow in the tasks' images (else reads its package metadata there).
+    ``make_outputs``: False for `check`, which creates no outputs (it checks that they could be)."""
     root = str(local_root) if local_root is not None else None
     images = container_checks(plan, "import" if ask_gpus else "metadata")
 
@@ -383,6 +386,7 @@ def _sessions(plan: Plan, run_id: str, local_root: Path | None, pre: Preflight, 
         outputs = remote_outputs_dir(host, config, plan.profile.outputs, plan.profile.directory)
         session = HostSession(config, host, run_id, base, _python_for(plan, name), outputs)
         session.ask_gpus = ask_gpus or any(t.gpus for t in plan.tasks if t.host == name)
+        session.make_outputs = make_outputs
         session.containers = images.get(name, [])
         return session
 

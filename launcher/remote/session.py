@@ -72,6 +72,16 @@ def stale_upload_cleanup(pyz: str) -> str:
             "done; :; }")
 
 
+def outputs_creatable_script(outputs: str) -> str:
+    """Shell that creates nothing and fails, saying why on stderr, unless ``outputs`` is a writable
+    directory or could be made as one: its nearest existing parent is a directory the user may
+    write (what `check` asks; `up` makes them)."""
+    quoted = shlex.quote(outputs)  # the path only ever as a quoted word: never read as shell
+    return (f'{{ o={quoted}; p="$o"; while [ ! -e "$p" ] && [ ! -L "$p" ]; do p=$(dirname -- "$p"); done; '
+            'if [ ! -d "$p" ] || [ ! -w "$p" ] || [ ! -x "$p" ]; then '
+            'printf "%s\\n" "the outputs $o: $p is not a directory this user may write" >&2; false; fi; }')
+
+
 class HostSession:
     def __init__(self, config: HostConfig, host: Host, run_id: str, base_dir: str, python: str,
                  outputs_dir: str = "") -> None:
@@ -82,6 +92,9 @@ class HostSession:
         self.python = python
         #: the job's outputs on this host: created before any task starts, never removed by distlaunch
         self.outputs_dir = outputs_dir
+        #: whether ``prepare`` creates the outputs (`up`); `check` starts nothing and creates nothing
+        #: there: it only makes sure they could be created (their nearest existing parent is writable)
+        self.make_outputs = True
         #: the channel ``open_channel`` left open, until the supervisor takes it as its follow channel
         self.channel: AgentChannel | None = None
         #: whether the preflight reads the host's GPUs too (`check`, or tasks here are given GPUs)
@@ -137,7 +150,12 @@ class HostSession:
     def _dirs_script(self) -> str:
         """Shell for a fresh private run dir and the outputs (and no upload a killed writer left)."""
         base = shlex.quote(self.base_dir)
-        outputs = f" && mkdir -p -- {shlex.quote(self.outputs_dir)}" if self.outputs_dir else ""
+        if not self.outputs_dir:
+            outputs = ""
+        elif self.make_outputs:
+            outputs = f" && mkdir -p -- {shlex.quote(self.outputs_dir)}"
+        else:
+            outputs = " && " + outputs_creatable_script(self.outputs_dir)
         return (f"rm -rf -- {base}/tasks {base}/lease && "
                 f"(umask 077 && mkdir -p -- {base}) && chmod 700 {base}{outputs} && {stale_upload_cleanup(self.pyz)}")
 

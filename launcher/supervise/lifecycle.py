@@ -65,7 +65,9 @@ class JobPhase(StrEnum):
 
         CREATED -> RUNNING <-> RESTARTING
         CREATED -> RESTARTING                (a task failed while the launch still started others)
-        any but an end -> SUCCEEDED | FAILED  (once: the job's end)
+        any but an end -> SUCCEEDED | FAILED | STOPPED  (once: the job's end)
+
+    STOPPED is an end asked for (``down``, the dashboard's teardown, a stop signal): no failure.
     """
 
     CREATED = ev.JOB_CREATED
@@ -73,10 +75,11 @@ class JobPhase(StrEnum):
     RESTARTING = ev.JOB_RESTARTING
     SUCCEEDED = ev.JOB_SUCCEEDED
     FAILED = ev.JOB_FAILED
+    STOPPED = ev.JOB_STOPPED
 
 
 JOB_PHASES = frozenset(p.value for p in JobPhase)
-JOB_ENDS = frozenset({JobPhase.SUCCEEDED, JobPhase.FAILED})
+JOB_ENDS = frozenset({JobPhase.SUCCEEDED, JobPhase.FAILED, JobPhase.STOPPED})
 
 #: the moves the job's phase makes (RESTARTING again: another restart scheduled meanwhile)
 JOB_MOVES: Mapping[JobPhase, frozenset[JobPhase]] = {
@@ -85,6 +88,7 @@ JOB_MOVES: Mapping[JobPhase, frozenset[JobPhase]] = {
     JobPhase.RESTARTING: frozenset({JobPhase.RUNNING, JobPhase.RESTARTING, *JOB_ENDS}),
     JobPhase.SUCCEEDED: frozenset(),
     JobPhase.FAILED: frozenset(),
+    JobPhase.STOPPED: frozenset(),
 }
 
 

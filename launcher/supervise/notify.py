@@ -102,7 +102,7 @@ class Notifier:
             if isinstance(event, ev.JobEvent):
                 self.job_state = event.state or self.job_state
                 self.job_reason = event.reason
-                self.ended = self.job_state in (ev.JOB_SUCCEEDED, ev.JOB_FAILED)
+                self.ended = self.job_state in ev.JOB_ENDS
             elif isinstance(event, ev.StateEvent) and event.state == ev.FAILED and event.task:
                 self._note_failure(event)
                 if self._history_until is not None and event.ts <= self._history_until:

@@ -70,7 +70,7 @@ class Supervisor:
         self.tasks: dict[str, TaskRuntime] = {t.task_id: TaskRuntime(t, ports[t.task_id]) for t in plan.tasks}
         self.life = Lifecycle(lambda: self.tasks)  # the one writer of the tasks' and the job's phases
         self.leftovers: dict[str, list[dict[str, Any]]] = {}
-        self.outcome: str | None = None  # Succeeded / Failed, once wait() returns
+        self.outcome: str | None = None  # Succeeded / Failed / Stopped, once wait() returns
         #: clients that follow the job over the control socket (the dashboard, --no-tui, attach)
         self.clients = 0
         self._launch_failed = False
@@ -330,8 +330,9 @@ class Supervisor:
         self.call(lambda: self._acted("stop", task_id, lambda: self.restarts.stop(task_id)))
 
     def teardown(self, reason: str = "torn down by the user", origin: str = "") -> None:
-        """``origin``: where the request came from when not the user's own keys (e.g. "SIGTERM")."""
-        self.call(lambda: self._acted("teardown", None, lambda: self.finish(ev.JOB_FAILED, reason), origin))
+        """Stop the job on purpose (``down``, the dashboard, a stop signal): it ends Stopped, not
+        Failed. ``origin``: where the request came from when not the user's own keys (e.g. "SIGTERM")."""
+        self.call(lambda: self._acted("teardown", None, lambda: self.finish(ev.JOB_STOPPED, reason), origin))
 
     def _acted(self, action: str, target: str | None, do: Callable[[], None], origin: str = "") -> None:
         """Record an operator's action in the event stream (the timeline shows it), then do it."""

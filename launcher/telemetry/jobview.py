@@ -212,7 +212,7 @@ class JobView:
 
     @property
     def ended(self) -> bool:
-        return self.state in (ev.JOB_SUCCEEDED, ev.JOB_FAILED)
+        return self.state in ev.JOB_ENDS
 
     @property
     def total_restarts(self) -> int:
@@ -298,6 +298,8 @@ class JobView:
             return
         if isinstance(event, ev.StacksEvent):
             self.last_stacks = event
+            if self.step_times.stalled and event.suspect:  # a stall's capture: who holds the job
+                self.step_times.stall_suspect = event.suspect
         if isinstance(event, ev.HostEvent):
             self._apply_host(event)
         if event.task is None:
@@ -325,6 +327,8 @@ class JobView:
                 task.conditions.pop(event.condition, None)
                 if event.condition == ev.STALLED:
                     task.stall_stacks = None
+            if event.condition == ev.STALLED:
+                self.step_times.stall(task.task_id, event.active)  # the verdicts blame the stalled task
         elif isinstance(event, ev.StacksEvent) and ev.STALLED in task.conditions:
             task.stall_stacks = event
 
@@ -355,7 +359,8 @@ class JobView:
             self.end_ts = event.ts
             why = f": {self.reason}" if self.reason else ""
             self.notices.append(Notice(f"Job {state}{why}",
-                                       "information" if state == ev.JOB_SUCCEEDED else "error"))
+                                       "error" if state == ev.JOB_FAILED else
+                                       "warning" if state == ev.JOB_STOPPED else "information"))
 
     def _apply_host(self, event: ev.HostEvent) -> None:
         """A host's link went down, came back, or the host left the job: its tasks' last readings
@@ -397,6 +402,7 @@ class JobView:
         if task.state != ev.RUNNING:
             task.step_rate.clear()
             task.conditions.clear()  # a stall or a slow pace belongs to the incarnation that had it
+            self.step_times.stall(task.task_id, False)
             task.stall_stacks = None
         if task.state == ev.STARTING:
             task.incarnation_log_start = self.log(task.task_id).total
@@ -458,6 +464,8 @@ class JobView:
         if machine is not None and task.host:
             self.machines[task.host] = machine
         task.cpu_percent = self.step_times.cpu[task.task_id] = event.cpu_percent
+        if event.proc_state:
+            self.step_times.proc_states[task.task_id] = event.proc_state
         if event.main_pid is not None and task.state not in ev.FINAL_TASK_STATES:
             task.main_pid = event.main_pid
         if machine is not None and isinstance(machine.get("cpus"), int):

@@ -21,6 +21,7 @@ PROGRESS_EVERY = 5.0
 STATE_COLORS = {
     ev.RUNNING: "36", ev.SUCCEEDED: "32", ev.FAILED: "31", ev.RESTARTING: "33",
     ev.JOB_RUNNING: "1;36", ev.JOB_SUCCEEDED: "1;32", ev.JOB_FAILED: "1;31", ev.JOB_RESTARTING: "1;33",
+    ev.JOB_STOPPED: "1;33",
 }
 
 
@@ -99,7 +100,7 @@ class ProgressPrinter:
         view.take_dirty()
         if isinstance(event, ev.JobEvent):
             state, reason = event.state, event.reason
-            if state in (ev.JOB_SUCCEEDED, ev.JOB_FAILED):
+            if state in ev.JOB_ENDS:
                 self.final_state = state
                 self.progress()
             self._print(f"job {self.paint(state)}" + (f": {reason}" if reason else ""))
@@ -245,7 +246,7 @@ class JsonPrinter:
 
     def consume(self, stream: Iterable[Event]) -> None:
         for event in stream:
-            if isinstance(event, ev.JobEvent) and event.state in (ev.JOB_SUCCEEDED, ev.JOB_FAILED):
+            if isinstance(event, ev.JobEvent) and event.state in ev.JOB_ENDS:
                 self.final_state = event.state
             self.out.write(event.to_json() + "\n")
             self.out.flush()

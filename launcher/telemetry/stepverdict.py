@@ -21,6 +21,13 @@ others, which only the launcher sees together:
   part and at least 40 %;
 - ``balanced``: none of these.
 
+A stall raised overrules the shares: they are the last window before the step stopped, and a
+frozen task's window says nothing of the freeze (its peer, waiting on the frozen one in its
+all-reduce, may even read as the one waited for). While a task is stalled, the culprit is the
+suspect the stall's stacks capture named, else a task whose process is stopped (state T, as the
+sampler saw it), else the stalled tasks themselves: a culprit reads ``stalled``, and a stalled
+task or one whose shares say it waits reads ``waiting for <culprit>``, never for a healthy peer.
+
 A task with train calls but no split yet (a job of two calls: the first traces its function, the
 second the timed twin) sends ``step_time/untimed_calls``; ``missing`` says so in words, so that
 status, ``--no-tui`` and the dashboard never leave the split out without a reason.
@@ -94,6 +101,30 @@ class StepTimes:
     cores: dict[str, int] = field(default_factory=dict)
     #: task id -> its train calls while none was timed (no split yet)
     untimed: dict[str, int] = field(default_factory=dict)
+    #: tasks with a stall raised (JobView keeps it with the `stalled` condition)
+    stalled: set[str] = field(default_factory=set)
+    #: the suspect the latest stall's stacks capture named, while a stall lasts
+    stall_suspect: str | None = None
+    #: each task's process state as last sampled (R, S, D, T, ...)
+    proc_states: dict[str, str] = field(default_factory=dict)
+
+    def stall(self, task_id: str, active: bool) -> None:
+        """A stall was raised on the task, or is over (its step advanced, or the task ended)."""
+        if active:
+            self.stalled.add(task_id)
+        else:
+            self.stalled.discard(task_id)
+        if not self.stalled:
+            self.stall_suspect = None
+
+    def stall_culprits(self) -> list[str]:
+        """Who holds the stalled job, best named first; empty while no stall is raised."""
+        if not self.stalled:
+            return []
+        if self.stall_suspect:
+            return [self.stall_suspect]
+        frozen = sorted(t for t, state in self.proc_states.items() if state[:1] in ("T", "t"))
+        return frozen or sorted(self.stalled)
 
     def apply(self, task_id: str, ts: float, values: Mapping[str, Any]) -> bool:
         """Take a metric event's values; True when they held a split or closures."""
@@ -137,6 +168,17 @@ class StepTimes:
 
     def verdict(self, task_id: str, *, now: float | None = None,
                 cpu: Mapping[str, float | None] | None = None) -> str | None:
+        judged = self._verdict(task_id, now, cpu)
+        culprits = self.stall_culprits()
+        if not culprits:
+            return judged
+        if task_id in culprits:
+            return "stalled"
+        if task_id in self.stalled or (judged or "").startswith("waiting for "):
+            return "waiting for " + culprits[0]
+        return judged
+
+    def _verdict(self, task_id: str, now: float | None, cpu: Mapping[str, float | None] | None) -> str | None:
         split = self.fresh(task_id, now)
         if split is None:
             if task_id in self.closures and task_id == self.slow_worker(now):

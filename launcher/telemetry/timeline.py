@@ -84,7 +84,7 @@ class Timeline:
         self._job_state = state
         reason = event.reason
         severity = "error" if state == ev.JOB_FAILED else \
-            "warning" if state == ev.JOB_RESTARTING else "info"
+            "warning" if state in (ev.JOB_RESTARTING, ev.JOB_STOPPED) else "info"
         return TimelineEntry(event.ts, ev.JOB, None, f"job {state}" + (f": {reason}" if reason else ""),
                              severity)
 

@@ -7,6 +7,7 @@ not autolog's wrapper."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 from pathlib import Path
@@ -15,6 +16,7 @@ import pytest
 
 from tests.integration.jobtools import (
     REPO,
+    cli,
     kill_run_processes,
     local_ps_profile,
     pids_with_run_id,
@@ -90,6 +92,13 @@ def test_a_frozen_parameter_server_is_named_as_the_suspect_of_the_stall(tmp_path
                                  and e.get("active") and "suspect ps:0: it is stopped" in str(e.get("reason")),
                                  60, "a stall line naming the frozen ps")
         assert stalled["task"] in ("chief:0", "worker:0"), stalled
+        # the step-time cells, from the last windows before the freeze, blame the frozen ps, never
+        # a healthy peer, once the stall is raised
+        status = json.loads(cli("status", str(run_dir), "--json", timeout=60).stdout)
+        verdicts = {t: (v.get("step_time") or {}).get("verdict") for t, v in status["tasks"].items()}
+        blamed = {t: v for t, v in verdicts.items() if v and v.startswith("waiting for ")}
+        assert all(v == "waiting for ps:0" for v in blamed.values()), verdicts
+        assert verdicts.get("ps:0") in (None, "stalled"), verdicts
     finally:
         kill_run_processes(run_id)
         if proc.poll() is None:

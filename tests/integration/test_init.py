@@ -7,12 +7,14 @@ import contextlib
 import json
 import os
 import shutil
+import sys
 import tomllib
 from pathlib import Path
 
 import pytest
 
-from tests.integration.jobtools import REPO, cli
+from tests.integration.jobtools import REPO, cli, kill_run_processes
+from tests.profiles import build_profile
 from tests.sshd import PrivateSshd
 
 DATA = REPO / "tests" / "data"
@@ -29,7 +31,7 @@ def test_init_writes_a_profile_that_check_passes(script: Path, strategy: str, ro
     project = tmp_path / "project"
     project.mkdir()
     shutil.copy(script, project / script.name)
-    # HOME: the profile's outputs (~/distlaunch/outputs/<name>, made by check) stay in tmp
+    # HOME: the profile's outputs (~/distlaunch/outputs/<name>, made only by up) would stay in tmp
     env = {"PYTHONPATH": str(REPO), "DISTLAUNCH_HOME": str(tmp_path / "state"), "HOME": str(tmp_path)}
     made = cli("init", script.name, cwd=project, env=env, timeout=60)
     assert made.returncode == 0, made.stderr
@@ -44,9 +46,35 @@ def test_init_writes_a_profile_that_check_passes(script: Path, strategy: str, ro
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert "preflight: all hosts reachable" in checked.stdout
     assert "workdirs and scripts found" in checked.stdout
-    assert (tmp_path / "distlaunch" / "outputs" / script.stem).is_dir()
+    assert not (tmp_path / "distlaunch").exists()  # check starts nothing and creates no outputs
     again = cli("init", script.name, cwd=project, env=env, timeout=60)
     assert again.returncode == 2 and again.stderr.count("\n") == 1 and "--force" in again.stderr
+
+
+def test_check_creates_no_outputs_and_up_does(tmp_path: Path) -> None:
+    """`check` starts nothing: the outputs are not made on any host, only found creatable (their
+    nearest existing parent writable); `up` makes them before the first task starts."""
+    outputs = tmp_path / "out" / "deep" / "job"
+    env = {"PYTHONPATH": str(REPO), "DISTLAUNCH_HOME": str(tmp_path / "state")}
+    profile = build_profile(tmp_path / "quick.toml", name="quick", strategy="custom", outputs=outputs,
+                            command="{python} -c pass", workdir=tmp_path, defaults={"python": sys.executable},
+                            restart="never", role_hosts=False)
+    checked = cli("check", str(profile), cwd=tmp_path, env=env, timeout=240)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert not (tmp_path / "out").exists()
+
+    (tmp_path / "afile").write_text("")  # a file where a directory would be made: even root cannot
+    refused = cli("check", str(profile), "--set", f'outputs="{tmp_path / "afile" / "job"}"', cwd=tmp_path,
+                  env=env, timeout=240)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert f"{tmp_path / 'afile'} is not a directory this user may write" in refused.stderr, refused.stderr
+
+    try:
+        up = cli("up", str(profile), "--no-tui", "--run-id", "it-outputs-made", cwd=tmp_path, env=env, timeout=240)
+        assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
+        assert outputs.is_dir()
+    finally:
+        kill_run_processes("it-outputs-made")
 
 
 def test_an_ssh_profile_from_init_validates(tmp_path: Path) -> None:

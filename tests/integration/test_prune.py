@@ -140,7 +140,7 @@ def test_down_stops_a_run_kept_outside_the_state_dir_but_leaves_its_dir(
         assert host_dir.is_dir() and (run_dir / "events.jsonl").is_file()
         assert not pids_with_run_id("it-down-out")
         ended = next(r for r in json.loads(cli("runs", "--json").stdout) if r["run"] == "it-down-out")
-        assert (ended["job_state"], ended["live"]) == ("Failed", None)  # no launcher: down recorded the end
+        assert (ended["job_state"], ended["live"]) == ("Stopped", None)  # no launcher: down recorded the end
         named = cli("prune", "it-down-out")
         assert named.returncode == 0 and not run_dir.exists(), named.stdout + named.stderr
     finally:

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from launcher.commands.follow import result_line
 from tests.integration.jobtools import (
     cli,
     kill_run_processes,
@@ -85,7 +86,7 @@ def test_a_stop_signal_tears_the_job_down_and_names_itself(tmp_path: Path, signu
         launcher.send_signal(signum)
         assert launcher.wait(timeout=60) == code
         end = job_end(run_dir)
-        assert (end["state"], end["reason"]) == ("Failed", reason)
+        assert (end["state"], end["reason"]) == ("Stopped", reason)  # on purpose: no failure
         assert actions(run_dir) == [("teardown", signal.Signals(signum).name)]
         final = {e["task"]: e["state"] for e in read_events(run_dir) if e["kind"] == "state"}
         assert final == {"worker:0": "stopped", "worker:1": "stopped"}
@@ -93,7 +94,7 @@ def test_a_stop_signal_tears_the_job_down_and_names_itself(tmp_path: Path, signu
         assert f"distlaunch: {reason}: tearing the job down" in (tmp_path / "up.log").read_text()
         assert_no_noise(tmp_path / "up.log")
         status = cli("status", str(run_dir), timeout=60)
-        assert f"job Failed: {reason}" in status.stdout, status.stdout
+        assert f"job Stopped: {reason}" in status.stdout, status.stdout
     finally:
         if launcher.poll() is None:
             launcher.kill()
@@ -112,7 +113,7 @@ def test_sigterm_twice_within_50ms_is_one_stop(tmp_path: Path, mode: str) -> Non
         os.kill(supervisor_pid(run_dir), signal.SIGTERM)  # systemd's control group: the supervisor too
         assert launcher.wait(timeout=60) == 143
         end = job_end(run_dir)
-        assert (end["state"], end["reason"]) == ("Failed", "stopped by SIGTERM")
+        assert (end["state"], end["reason"]) == ("Stopped", "stopped by SIGTERM")
         assert actions(run_dir) == [("teardown", "SIGTERM")]
         final = {e["task"]: e for e in read_events(run_dir) if e["kind"] == "state"}
         assert {t: e["state"] for t, e in final.items()} == {"worker:0": "stopped", "worker:1": "stopped"}
@@ -153,8 +154,16 @@ def test_sighup_ends_the_client_only_and_attach_follows_the_supervised_job(tmp_p
         assert all(os.path.exists(f"/proc/{pid}") for pid in task_pids.values())  # the same tasks
         down = cli("down", str(run_dir), timeout=120)
         assert down.returncode == 0, down.stdout + down.stderr
-        assert attacher.wait(timeout=60) == 1  # it followed the job to its end: Failed
-        assert "job Failed" in (tmp_path / "attach.log").read_text()
+        # it followed the job to its end: Stopped on purpose, neither a success (0) nor a failure (1)
+        assert attacher.wait(timeout=60) == 143
+        assert "job Stopped" in (tmp_path / "attach.log").read_text()
+        status_json = json.loads(cli("status", str(run_dir), "--json", timeout=60).stdout)
+        assert status_json["job"]["state"] == "Stopped", status_json["job"]
+        (listed,) = [r for r in json.loads(cli("runs", "--json", timeout=60).stdout) if r["run"] == run_id]
+        assert listed["job_state"] == "Stopped", listed
+        line = result_line(run_dir)  # what the dashboard prints on leaving
+        assert line is not None and f"run {run_id}: job Stopped: stopped by `distlaunch down`" in line, line
+        assert "root cause" not in line
         wait_for(lambda: not pids_with_run_id(run_id), 30, "no process of the run to be left")
     finally:
         for proc in (launcher, attacher):
@@ -233,7 +242,7 @@ def test_attach_leaves_on_sighup_and_stops_the_job_on_sigterm(tmp_path: Path) ->
         second.send_signal(signal.SIGTERM)
         assert second.wait(timeout=60) == 143
         end = job_end(run_dir)
-        assert (end["state"], end["reason"]) == ("Failed", "stopped by SIGTERM")
+        assert (end["state"], end["reason"]) == ("Stopped", "stopped by SIGTERM")
         assert actions(run_dir)[-1] == ("teardown", "SIGTERM")
         assert pids_with_run_id(run_id) == []
         for n in (1, 2):
@@ -299,7 +308,7 @@ def test_sigterm_during_the_preflight_starts_nothing_and_says_so(tmp_path: Path)
         launcher.send_signal(signal.SIGTERM)
         assert launcher.wait(timeout=60) == 143
         end = job_end(run_dir)
-        assert (end["state"], end["reason"]) == ("Failed", "stopped by SIGTERM before any task started")
+        assert (end["state"], end["reason"]) == ("Stopped", "stopped by SIGTERM before any task started")
         assert not (run_dir / "hosts" / "local" / "agent.pid").exists()  # no host agent was ever started
         wait_for(lambda: not pids_with_run_id(run_id), 10, "no process of the run to be left")
         assert "nothing runs on any host" in (tmp_path / "up.log").read_text()

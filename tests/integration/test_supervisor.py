@@ -54,7 +54,7 @@ def _running_pid(run_dir: Path, task: str, restarts: int = 0) -> int:
 
 
 def _job_end(run_dir: Path, timeout: float) -> dict[str, Any]:
-    return wait_for_event(run_dir, lambda e: e["kind"] == "job" and e["state"] in ("Succeeded", "Failed"),
+    return wait_for_event(run_dir, lambda e: e["kind"] == "job" and e["state"] in ("Succeeded", "Failed", "Stopped"),
                           timeout, "the job's end")
 
 

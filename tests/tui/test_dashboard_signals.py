@@ -63,7 +63,7 @@ def test_sigterm_with_the_dashboard_tears_down_and_quits(tmp_path: Path) -> None
         screen = _tmux(socket, "capture-pane", "-p", "-t", "sig")
         assert "EXIT=143" in screen and "Traceback" not in screen, screen
         job = [e for e in read_events(run_dir) if e["kind"] == "job"][-1]
-        assert (job["state"], job["reason"]) == ("Failed", "stopped by SIGTERM")
+        assert (job["state"], job["reason"]) == ("Stopped", "stopped by SIGTERM")
         assert actions(run_dir) == [("teardown", "SIGTERM")]
         assert pids_with_run_id(run_id) == []
     finally:

@@ -68,6 +68,20 @@ async def test_dashboard_replays_a_file(tmp_path: Path) -> None:
         assert "Failed" in str(app.widgets.header.render())
 
 
+async def test_the_header_says_a_stopped_job_is_stopped_and_an_old_down_still_reads(tmp_path: Path) -> None:
+    """A job stopped on purpose is Stopped in the header, in the colour of no failure; a run
+    recorded before Stopped existed (Failed: stopped by `distlaunch down`) still replays."""
+    for state, reason in ((ev.JOB_STOPPED, "stopped by `distlaunch down`"),
+                          (ev.JOB_FAILED, "stopped by `distlaunch down`")):
+        recorded = [*recorded_job(steps=4), ev.job_event(RUN, state, reason=reason, ts=T0 + 9)]
+        source = ReplaySource(write_run(tmp_path / f"{state}.jsonl", recorded), speed=0)
+        app = DashboardApp(source, None, title="mnist-ps", strategy="parameter_server", hosts_total=2, live=False)
+        async with app.run_test(size=(100, 30)) as pilot:
+            await load(pilot, app, len(recorded))
+            assert state in str(app.widgets.header.render())
+            assert app.state.view.ended
+
+
 def _slow_recording(tmp_path: Path, seconds: int = 40) -> Path:
     """One chief step per recorded second: at speed 1 the replay takes `seconds` seconds."""
     events = [ev.state_event(RUN, "chief:0", ev.RUNNING, host="gpu1", pid=1, ts=T0)]

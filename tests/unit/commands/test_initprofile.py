@@ -96,6 +96,22 @@ def test_a_ps_script_gets_chief_workers_and_ps_on_this_machine(tmp_path: Path, m
     assert all(t.workdir == str(tmp_path.resolve()) for t in plan.tasks)
 
 
+#: what a pip user has not got: folders of distlaunch's repository
+REPOSITORY_PATHS = ("docs/", "examples/", "cluster_profiles/", "tests/", "launcher/", ".md")
+
+
+@pytest.mark.parametrize("flags", [(), ("--hosts", "gpu[1-2]"), ("--image", "tensorflow/tensorflow:2.15.0")])
+def test_the_comments_point_at_nothing_only_a_clone_of_the_repository_has(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flags: tuple[str, ...]) -> None:
+    keras = ("import tensorflow as tf\ns = tf.distribute.MultiWorkerMirroredStrategy()\n"
+             "with s.scope():\n    m = tf.keras.Sequential()\nm.fit(x)\n")
+    for source in (PS_SOURCE, keras, (DATA / "tf1_between_graph.py").read_text(), "print(1)\n"):
+        target, _ = written(tmp_path, monkeypatch, source, *flags, "--force")
+        comments = [line for line in target.read_text().splitlines() if "#" in line]
+        assert not [line for line in comments if any(p in line for p in REPOSITORY_PATHS)]
+        assert any('"Key reference"' in line for line in comments)
+
+
 def test_a_tf1_script_gets_ps_and_workers_with_its_role_flags(tmp_path: Path,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     _, data = written(tmp_path, monkeypatch, (DATA / "tf1_between_graph.py").read_text())

@@ -29,13 +29,17 @@ def test_shipped_profile_passes_check(path: Path, capsys: pytest.CaptureFixture[
     assert err == ""  # shipped profiles use private addresses only
 
 
-def test_local_profile_tfconfig_is_exact(capsys: pytest.CaptureFixture[str]) -> None:
+def test_local_profile_picks_its_ports_at_launch(capsys: pytest.CaptureFixture[str]) -> None:
+    """Two `make demo` on one machine must not collide on fixed ports: the demo's ports are picked
+    free at launch, and `tfconfig` says so."""
+    assert all(t.port is None for t in build_plan(load_profile(PROFILES / "local.toml")).tasks)
     assert main(["tfconfig", str(PROFILES / "local.toml"), "worker:1"]) == 0
+    picked = "localhost:<picked at launch>"
     assert json.loads(capsys.readouterr().out) == {
         "cluster": {
-            "chief": ["localhost:22330"],
-            "worker": ["localhost:22320", "localhost:22321"],
-            "ps": ["localhost:22310"],
+            "chief": [picked],
+            "worker": [picked, picked],
+            "ps": [picked],
         },
         "task": {"type": "worker", "index": 1},
     }

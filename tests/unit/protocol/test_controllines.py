@@ -133,6 +133,8 @@ def test_requests_and_answers_with_fields_of_the_wrong_type_read_them_as_absent(
     ("Failed", None, 1),
     ("Failed", 130, 130),
     ("Failed", 143, 143),
+    ("Stopped", None, 143),  # stopped on purpose with no signal of this client's (down, the dashboard)
+    ("Stopped", 130, 130),  # by this client's Ctrl-C
     (None, None, 1),  # no outcome: the supervisor ended before the job did
     (None, 130, 130),
 ])

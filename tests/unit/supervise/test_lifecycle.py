@@ -38,6 +38,16 @@ def test_an_ended_job_moves_no_more(tmp_path: Path) -> None:
     assert (life.job, life.job_reason) == (JobPhase.FAILED, "worker:0 failed")
 
 
+def test_a_stopped_job_is_an_end_of_its_own_and_moves_no_more(tmp_path: Path) -> None:
+    life = Lifecycle(dict)
+    life.job_to(JobPhase.RUNNING)
+    life.job_to(ev.JOB_STOPPED, "stopped by `distlaunch down`")
+    assert (life.job, life.job_reason) == (JobPhase.STOPPED, "stopped by `distlaunch down`")
+    for phase in (JobPhase.RUNNING, JobPhase.FAILED, JobPhase.SUCCEEDED):
+        with pytest.raises(ValueError, match="from Stopped"):
+            life.job_to(phase)
+
+
 def test_a_restart_runs_its_course_and_a_scheduled_one_outlives_a_running_report(tmp_path: Path) -> None:
     sup = _supervisor(tmp_path, [])
     life, rt = sup.life, sup.tasks["worker:0"]

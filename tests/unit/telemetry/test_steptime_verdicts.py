@@ -129,3 +129,49 @@ def test_a_step_that_counts_calls_and_a_split_that_is_missing_are_said() -> None
     # a later step without the marker (a report() of the script's own): no longer calls
     view.apply(ev.metric_event("r", "worker:0", step=3, loss=0.4, ts=101.0, values=split(input=0.8, compute=0.2)))
     assert not view.tasks["worker:0"].step_is_calls and view.step_times.missing("worker:0") is None
+
+
+def _running(view: JobView, task: str, ts: float) -> None:
+    view.apply(ev.state_event("r", task, ev.RUNNING, host="h", pid=1, restarts=0, ts=ts))
+
+
+def test_a_raised_stall_blames_the_frozen_worker_not_its_healthy_peer() -> None:
+    """worker:1 frozen (kill -STOP) mid-training: its last window said it waited for worker:0; once
+    the stall is raised, no cell blames worker:0 for the 30 s that window stays fresh."""
+    from launcher.telemetry.columns import split_cell
+
+    view = JobView()
+    for task in ("worker:0", "worker:1"):
+        _running(view, task, 99.0)
+    view.apply(metric("worker:0", 100.0, split(input=0.5, compute=0.4, peers=0.1)))
+    view.apply(metric("worker:1", 100.0, split(input=0.02, compute=0.08, peers=0.9)))
+    times = view.step_times
+    assert times.verdict("worker:1", now=101.0) == "waiting for worker:0"  # before the freeze: true
+    view.apply(ev.sample_event("r", "worker:1", cpu_percent=0.0, rss_bytes=1, proc_state="T", ts=104.0))
+    view.apply(ev.condition_event("r", "worker:1", ev.STALLED, True, "step 70 has not advanced for 5s", ts=105.0))
+    view.apply(ev.condition_event("r", "worker:0", ev.STALLED, True, "step 70 has not advanced for 5s", ts=105.0))
+    assert times.verdict("worker:1", now=106.0) == "stalled"
+    assert times.verdict("worker:0", now=106.0) == "waiting for worker:1"
+    assert split_cell(view.tasks["worker:0"], times, 106.0)[0].endswith(" wait worker:1")
+    assert split_cell(view.tasks["worker:1"], times, 106.0)[0].endswith(" stalled")
+    assert "worker:0" not in str(times.as_json("worker:1", now=106.0))
+    for task in ("worker:0", "worker:1"):  # the step advances again: the shares judge once more
+        view.apply(ev.condition_event("r", task, ev.STALLED, False, "step advanced to 71", ts=120.0))
+    assert times.verdict("worker:1", now=121.0) == "waiting for worker:0"
+
+
+def test_a_stall_captures_suspect_is_the_culprit_and_an_ended_task_clears_its_stall() -> None:
+    view = JobView()
+    for task in ("worker:0", "worker:1"):
+        _running(view, task, 99.0)
+    view.apply(metric("worker:0", 100.0, split(input=0.02, compute=0.08, peers=0.9)))
+    view.apply(metric("worker:1", 100.0, split(input=0.5, compute=0.4, peers=0.1)))
+    times = view.step_times
+    view.apply(ev.condition_event("r", "worker:0", ev.STALLED, True, "step 70 has not advanced", ts=105.0))
+    assert times.verdict("worker:0", now=106.0) == "stalled"  # no suspect named yet: the stalled task
+    view.apply(ev.stacks_event("r", "worker:0", "stacks/1.txt", suspect="worker:1", ts=106.0))
+    assert times.verdict("worker:0", now=107.0) == "waiting for worker:1"
+    assert times.verdict("worker:1", now=107.0) == "stalled"
+    view.apply(ev.state_event("r", "worker:0", ev.FAILED, host="h", restarts=0, exit_code=1, ts=108.0))
+    assert not times.stalled and times.stall_suspect is None
+    assert times.verdict("worker:1", now=109.0) == "input-bound"  # its own shares again
