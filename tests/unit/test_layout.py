@@ -238,8 +238,9 @@ def test_the_zipapp_ships_exactly_the_host_side_code():
 #: last reading at exit and train calls recognised without an optimizer, past the 448 KiB before that;
 #: the protocol modules split by concept, the typed agent requests and the metric names, ~12 KiB, the
 #: detail of docs/ARCHITECTURE.md moved into the shipped modules' docstrings, ~12 KiB, and a preemption
-#: notice bounded in bytes and time, a retired mark never waited on, ~4 KiB, past the 480 KiB before)
-MAX_ZIPAPP_BYTES = 512 * 1024
+#: notice bounded in bytes and time, a retired mark never waited on, ~4 KiB, past the 480 KiB before;
+#: issue 54's checkpoint lines in the agent and autolog's checkpoint writers, ~27 KiB, past 512 KiB)
+MAX_ZIPAPP_BYTES = 560 * 1024
 
 
 def test_the_zipapp_stays_small():

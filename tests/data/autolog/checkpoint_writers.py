@@ -1,0 +1,76 @@
+"""Writes a few checkpoints with one API, named by argv[1], into ./ckpt-<api> (or $CKPT_DIR):
+unmodified TensorFlow / Keras code, no distlaunch import. Prints ``WROTE <step>`` after each
+checkpoint whose step it knows. Used by tests/integration/test_autolog_checkpoints.py."""
+
+import os
+import sys
+
+api = sys.argv[1]
+where = os.path.abspath(os.environ.get("CKPT_DIR") or "ckpt-" + api)
+os.makedirs(where, exist_ok=True)
+if api == "tf_keras_backup":
+    os.environ["TF_USE_LEGACY_KERAS"] = "1"
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+x = np.random.RandomState(0).rand(64, 4).astype("float32")
+y = x.sum(axis=1, keepdims=True)
+
+
+def keras_model(keras):
+    model = keras.Sequential([keras.Input(shape=(4,)), keras.layers.Dense(1)])
+    model.compile(optimizer=keras.optimizers.SGD(0.01), loss="mse")
+    return model
+
+
+if api in ("keras3_backup", "keras3_model_checkpoint"):
+    import keras
+
+    model = keras_model(keras)
+    if api == "keras3_backup":
+        callback = keras.callbacks.BackupAndRestore(backup_dir=where, delete_checkpoint=False)
+    else:
+        callback = keras.callbacks.ModelCheckpoint(os.path.join(where, "w{epoch:02d}.weights.h5"),
+                                                   save_weights_only=True)
+    model.fit(x, y, batch_size=16, epochs=3, verbose=0, callbacks=[callback])
+elif api == "tf_keras_backup":
+    keras = tf.keras
+    assert "tf_keras" in keras.__name__, keras.__name__
+    model = keras_model(keras)
+    model.fit(x, y, batch_size=16, epochs=3, verbose=0,
+              callbacks=[keras.callbacks.BackupAndRestore(backup_dir=where, delete_checkpoint=False)])
+elif api == "checkpoint_manager":
+    w = tf.Variable(tf.zeros([4, 1]))
+    optimizer = tf.keras.optimizers.SGD(0.01)
+    manager = tf.train.CheckpointManager(tf.train.Checkpoint(w=w, optimizer=optimizer), where, max_to_keep=2)
+    for step in range(1, 31):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean((tf.matmul(x, w) - y) ** 2)
+        optimizer.apply_gradients([(tape.gradient(loss, w), w)])
+        if step % 10 == 0:
+            manager.save()
+            print("WROTE %d" % step, flush=True)
+elif api == "saver":
+    tf.compat.v1.disable_eager_execution()
+    step_var = tf.compat.v1.train.get_or_create_global_step()
+    w = tf.compat.v1.get_variable("w", [4, 1])
+    loss = tf.reduce_mean((tf.matmul(x, w) - y) ** 2)
+    train = tf.compat.v1.train.GradientDescentOptimizer(0.01).minimize(loss, global_step=step_var)
+    saver = tf.compat.v1.train.Saver()
+    with tf.compat.v1.Session() as sess:
+        sess.run(tf.compat.v1.global_variables_initializer())
+        for _ in range(30):
+            sess.run(train)
+            step = sess.run(step_var)
+            if step % 10 == 0:
+                saver.save(sess, os.path.join(where, "model.ckpt"), global_step=step_var)
+                print("WROTE %d" % step, flush=True)
+elif api == "own_files":  # a format autolog does not know: the profile's checkpoint_dir is watched
+    for step in (10, 20):
+        part = os.path.join(where, "state-%d.npz" % step)
+        np.savez(part + ".tmp.npz", x=x)
+        os.replace(part + ".tmp.npz", part)
+        print("WROTE %d" % step, flush=True)
+else:
+    raise SystemExit("unknown api " + api)
