@@ -1,11 +1,14 @@
-"""Writes a few checkpoints with one API, named by argv[1], into ./ckpt-<api> (or $CKPT_DIR):
+"""Writes a few checkpoints with one API, named by argv[1] (or its index in APIS), into ./ckpt-<api>
+(or $CKPT_DIR):
 unmodified TensorFlow / Keras code, no distlaunch import. Prints ``WROTE <step>`` after each
 checkpoint whose step it knows. Used by tests/integration/test_autolog_checkpoints.py."""
 
 import os
 import sys
 
-api = sys.argv[1]
+#: the API of each worker index in tests/integration/test_autolog_checkpoints.py's job
+APIS = ["checkpoint_manager", "keras3_backup", "tf_keras_backup", "saver", "keras3_model_checkpoint"]
+api = APIS[int(sys.argv[1])] if sys.argv[1].isdigit() else sys.argv[1]
 where = os.path.abspath(os.environ.get("CKPT_DIR") or "ckpt-" + api)
 os.makedirs(where, exist_ok=True)
 if api == "tf_keras_backup":
