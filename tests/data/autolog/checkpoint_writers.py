@@ -54,6 +54,60 @@ elif api == "checkpoint_manager":
         if step % 10 == 0:
             manager.save()
             print("WROTE %d" % step, flush=True)
+elif api in ("checkpoint_save", "checkpoint_write"):
+    w = tf.Variable(tf.zeros([4, 1]))
+    optimizer = tf.keras.optimizers.SGD(0.01)
+    checkpoint = tf.train.Checkpoint(w=w, optimizer=optimizer)
+    for step in range(1, 21):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean((tf.matmul(x, w) - y) ** 2)
+        optimizer.apply_gradients([(tape.gradient(loss, w), w)])
+        if step % 10 == 0:
+            if api == "checkpoint_save":
+                checkpoint.save(os.path.join(where, "ckpt"))
+            else:
+                checkpoint.write(os.path.join(where, "step-%d" % step))
+            print("WROTE %d" % step, flush=True)
+elif api == "preemption":  # a preemption notice (the watcher fn) after step 20: the handler saves
+    import time
+
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    with strategy.scope():
+        w = tf.Variable(tf.zeros([4, 1]))
+        optimizer = tf.keras.optimizers.SGD(0.01)
+    noticed = [False]
+    config = tf.distribute.experimental.TerminationConfig(
+        termination_watcher_fn=lambda: noticed[0], exit_fn=lambda: None, grace_period=0)
+    handler = tf.distribute.experimental.PreemptionCheckpointHandler(
+        strategy.cluster_resolver, tf.train.Checkpoint(w=w, optimizer=optimizer), where, config)
+
+    @tf.function
+    def train_step():
+        def one():
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_mean((tf.matmul(x, w) - y) ** 2)
+            optimizer.apply_gradients([(tape.gradient(loss, w), w)])
+        strategy.run(one)
+
+    deadline = time.monotonic() + 60  # the watcher thread polls once a second
+    steps = 0
+    while tf.train.latest_checkpoint(where) is None and time.monotonic() < deadline:
+        handler.run(train_step)
+        steps += 1
+        noticed[0] = steps >= 20
+    print("WROTE %d" % steps, flush=True)
+elif api == "monitored_session":
+    tf.compat.v1.disable_eager_execution()
+    step_var = tf.compat.v1.train.get_or_create_global_step()
+    w = tf.compat.v1.get_variable("w", [4, 1])
+    loss = tf.reduce_mean((tf.matmul(x, w) - y) ** 2)
+    train = tf.compat.v1.train.GradientDescentOptimizer(0.01).minimize(loss, global_step=step_var)
+    hooks = [tf.compat.v1.train.StopAtStepHook(last_step=30)]
+    with tf.compat.v1.train.MonitoredTrainingSession(checkpoint_dir=where, save_checkpoint_steps=10,
+                                                     save_checkpoint_secs=None, save_summaries_steps=None,
+                                                     hooks=hooks) as sess:
+        while not sess.should_stop():
+            sess.run(train)
 elif api == "saver":
     tf.compat.v1.disable_eager_execution()
     step_var = tf.compat.v1.train.get_or_create_global_step()
