@@ -113,3 +113,27 @@ def test_a_watched_checkpoint_dir_reports_each_settled_file(job: tuple[Path, lis
     assert {e["directory"] for e in seen} == {str(work / "ckpt-own_files")}
     assert [e["files"] for e in seen] == [["state-10.npz"], ["state-20.npz"]]  # never the temporary name
     assert all(e["bytes"] > 0 for e in seen)
+
+
+def test_mwms_tf_keras_backup_is_reported_by_the_chief_only_in_the_real_directory(tmp_path: Path) -> None:
+    """TensorFlow's multi-worker Keras pattern: every worker names one backup_dir; tf_keras writes the
+    chief's (worker:0's) backup there and each other worker's into a temporary directory it deletes
+    at once. Only what remains is reported: the chief's, in the real directory."""
+    work = tmp_path / "work"
+    work.mkdir()
+    path = build_profile(tmp_path / "job.toml", name="autolog-mwms-backup", strategy="multi_worker_mirrored",
+                         command=f"{{python}} {SCRIPT} mwms_tf_keras_backup", workdir=work, env=ENV,
+                         restart="never", roles={"worker": 2}, role_hosts=False)
+    run_dir, run_id = tmp_path / "run", "it-al-ckpt-mwms"
+    try:
+        result = cli("up", str(path), "--no-tui", "--run-dir", str(run_dir), "--run-id", run_id, timeout=300)
+        assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+    finally:
+        kill_run_processes(run_id)
+    events = read_events(run_dir)
+    chief = _checkpoints(events, "worker:0")
+    assert [(e["api"], e["epoch"], e["step"]) for e in chief] == [("backup_and_restore", 1, 4),
+                                                                  ("backup_and_restore", 2, 8)]
+    assert {e["directory"] for e in chief} == {str(work / "ckpt-mwms_tf_keras_backup" / "chief")}
+    _on_disk(chief[-1]["directory"], chief[-1]["files"])
+    assert _checkpoints(events, "worker:1") == []  # its temporary copies are gone

@@ -11,7 +11,7 @@ APIS = ["checkpoint_manager", "keras3_backup", "tf_keras_backup", "saver", "kera
 api = APIS[int(sys.argv[1])] if sys.argv[1].isdigit() else sys.argv[1]
 where = os.path.abspath(os.environ.get("CKPT_DIR") or "ckpt-" + api)
 os.makedirs(where, exist_ok=True)
-if api == "tf_keras_backup":
+if api in ("tf_keras_backup", "mwms_tf_keras_backup"):
     os.environ["TF_USE_LEGACY_KERAS"] = "1"
 
 import numpy as np  # noqa: E402
@@ -37,6 +37,17 @@ if api in ("keras3_backup", "keras3_model_checkpoint"):
         callback = keras.callbacks.ModelCheckpoint(os.path.join(where, "w{epoch:02d}.weights.h5"),
                                                    save_weights_only=True)
     model.fit(x, y, batch_size=16, epochs=3, verbose=0, callbacks=[callback])
+elif api == "mwms_tf_keras_backup":  # TensorFlow's multi-worker Keras tutorial: one backup_dir for all
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    keras = tf.keras
+    assert "tf_keras" in keras.__name__, keras.__name__
+    with strategy.scope():
+        model = keras_model(keras)
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+    dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(16).repeat().with_options(options)
+    model.fit(dataset, epochs=2, steps_per_epoch=4, verbose=0,
+              callbacks=[keras.callbacks.BackupAndRestore(backup_dir=where, delete_checkpoint=False)])
 elif api == "tf_keras_backup":
     keras = tf.keras
     assert "tf_keras" in keras.__name__, keras.__name__
