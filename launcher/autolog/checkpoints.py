@@ -13,14 +13,15 @@ reports, once it returned, under its own ``api`` with what the inner calls wrote
 raised reports nothing.
 
 What one line says: ``directory`` (absolute), ``files`` (relative to it: the files of the prefix
-written, ``<prefix>.index`` / ``.data-*`` / ``.meta``, or the file written, and the ``checkpoint``
-state file, each only if it was written during the call: a ``write`` leaves the state file alone),
-``bytes``, ``seconds`` (the outermost call's time), ``step`` (the TF1 global step a ``Saver`` was
-given; else the optimizers' ``iterations`` read now; else the newest step autolog sent; never a
-``save_counter``) and, for Keras callbacks, ``epoch`` (1-based, as ``{epoch}`` in a
-``ModelCheckpoint`` path). A write nothing of which remains when the call returns (a non-chief MWMS
-worker's Keras temp directory, deleted once written; a ``save_best_only`` that did not save) is not
-reported: what a line names is on disk, in the real directory.
+written, ``<prefix>.index`` / ``.data-*`` / ``.meta``, or the file written, or the files under a
+folder written (a SavedModel), and the ``checkpoint`` state file, each only if it was written during
+the call: a ``write`` leaves the state file alone), ``bytes``, ``seconds`` (the outermost call's
+time), ``step`` (the TF1 global step a ``Saver`` was given; else the optimizers' ``iterations`` read
+now; else the newest step autolog sent; never a ``save_counter``) and, for Keras callbacks,
+``epoch`` (1-based, as ``{epoch}`` in a ``ModelCheckpoint`` path). A write nothing of which remains
+when the call returns (a non-chief MWMS worker's Keras temp directory, deleted once written; a
+``save_best_only`` that did not save) is not reported: what a line names is on disk, in the real
+directory.
 
 Per checkpoint: a ``listdir`` of the directory and a ``stat`` per file; nothing per step.
 Any error here goes to ``autolog.fail`` (the write itself is the original's, untouched).
@@ -119,9 +120,7 @@ def describe(frame: _Frame, seconds: float) -> Optional[Dict[str, Any]]:
         base = os.path.basename(path)
         for name in names:
             if name in (base, STATE_FILE) or name.startswith(base + "."):
-                size = _written_size(os.path.join(directory, name), since)
-                if size is not None:
-                    files[name] = size
+                files.update(_written(directory, name, since))
     if not files or set(files) == {STATE_FILE}:
         return None
     return {"kind": CHECKPOINT, "directory": directory, "files": sorted(files),
@@ -130,14 +129,22 @@ def describe(frame: _Frame, seconds: float) -> Optional[Dict[str, Any]]:
             "epoch": frame.epoch, "api": frame.api, "source": autolog.SOURCE}
 
 
-def _written_size(path: str, since: float) -> Optional[int]:
+def _written(directory: str, name: str, since: float) -> Dict[str, int]:
+    """``name`` (a file, or a folder such as a SavedModel: the files under it) -> size, each only if
+    written since ``since``."""
+    path = os.path.join(directory, name)
+    if os.path.isdir(path):
+        found: Dict[str, int] = {}
+        for root, _dirs, leaves in os.walk(path):
+            for leaf in leaves:
+                relative = os.path.relpath(os.path.join(root, leaf), directory)
+                found.update(_written(directory, relative, since))
+        return found
     try:
         st = os.stat(path)
     except OSError:
-        return None
-    if not os.path.isfile(path) or st.st_mtime < since:
-        return None
-    return int(st.st_size)
+        return {}
+    return {name: int(st.st_size)} if st.st_mtime >= since else {}
 
 
 def current_step() -> Optional[int]:

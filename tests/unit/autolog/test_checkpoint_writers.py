@@ -104,3 +104,18 @@ def test_a_write_that_raises_reports_nothing_and_raises_as_it_did(
     with pytest.raises(OSError, match="No space"):
         Full().write(str(tmp_path / "ckpt"))
     assert lines == [] and recorder._state.on is True
+
+
+def test_a_folder_written_lists_the_files_under_it(tmp_path: Path, lines: list[dict[str, Any]]) -> None:
+    class SavedModel:
+        def save(self, path: str) -> str:
+            os.makedirs(os.path.join(path, "variables"))
+            Path(path, "saved_model.pb").write_bytes(b"p" * 3)
+            Path(path, "variables", "variables.index").write_bytes(b"i" * 4)
+            return path
+
+    _wrap_method(SavedModel, "save", checkpoints.writer_wrapper("model_checkpoint", checkpoints._returned_path))
+    SavedModel().save(str(tmp_path / "model-01"))
+    [line] = lines
+    assert line["files"] == ["model-01/saved_model.pb", "model-01/variables/variables.index"]
+    assert line["bytes"] == 7 and line["directory"] == str(tmp_path)
