@@ -105,6 +105,8 @@ class TaskDefaults:
     stall_seconds: float = 600.0  # step not advancing this long -> stalled; 0 = off (ps: off unless set)
     on_stall: OnStall = "warn"
     on_nan: OnNan = "warn"  # a NaN or Inf loss: a condition (warn), or the job fails (stop)
+    #: a directory of checkpoints autolog cannot see, watched by the agent ("": none)
+    checkpoint_dir: str = ""
     container: ContainerSpec | None = None  # the task runs in this image (None: on the host)
 
 
@@ -259,6 +261,8 @@ class TaskSpec:
     stall_seconds: float = 0.0  # 0: no stall detection for this task
     on_stall: OnStall = "warn"
     on_nan: OnNan = "warn"
+    #: the profile's checkpoint_dir, {role} {index} {task} filled ({outputs} at launch); "": none
+    checkpoint_dir: str = ""
 
     @property
     def slug(self) -> str:

@@ -122,6 +122,8 @@ def place_task(profile: Profile, role: RoleConfig, index: int, host: HostConfig,
         stall_seconds=settings.stall_seconds,
         on_stall=settings.on_stall,
         on_nan=settings.on_nan,
+        checkpoint_dir=fill_placeholders(settings.checkpoint_dir, {
+            "role": role.name, "index": str(index), "task": task_id}, quote=False),
     )
 
 

@@ -249,6 +249,10 @@ class LogPane(Vertical):
         task = view.tasks.get(self.task_id) if self.task_id is not None else None
         if task is not None and (stall := stall_line(task)):
             title += "  STALLED" + stall.removeprefix("stalled")
+        if task is not None and task.checkpoint is not None:  # where a restart of it would resume from
+            point = task.checkpoint
+            copies = f" (+{len(task.checkpoint_copies)} copies)" if task.checkpoint_copies else ""
+            title += f"  checkpoint {'?' if point.step is None else point.step} at {task.checkpoint_where()}{copies}"
         if self.search_query:
             title += f"  filter: {self.search_query!r}"
         if self.show_startup:

@@ -38,7 +38,7 @@ RECORDING = DOCS / "demo-run.events.jsonl"
 SLOW_PEER = DOCS / "recordings" / "slow-peer"
 PICTURE = DOCS / "dashboard.svg"
 PICTURES = DOCS / "img"
-SIZE = (160, 46)
+SIZE = (168, 46)
 AT_SECONDS = 35.0
 """The moment pictured, in seconds after the run's first event: well into the demo's 45 s of training."""
 TIMEOUT = 60.0

@@ -124,7 +124,15 @@ class OutputInterpreter:
 
     def __init__(self, spec: AgentSpec, emit: Callable[[events.Event], None]) -> None:
         self._spec = spec
-        self._emit = emit
+        #: the newest step this task's metric events gave (a watched checkpoint's step)
+        self.last_step: Optional[int] = None
+
+        def emit_noting_step(event: events.Event) -> None:
+            if isinstance(event, events.MetricEvent) and event.step is not None:
+                self.last_step = event.step
+            emit(event)
+
+        self._emit = emit_noting_step
         self._lock = threading.Lock()
         self._malformed = 0
         self._regexes = MetricRegexes(spec.metrics)

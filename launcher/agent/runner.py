@@ -55,6 +55,7 @@ from typing import Any, Dict, List, Optional, Set, Tuple
 from launcher import events
 from launcher.agent import taskcgroup, taskcontainer
 from launcher.agent.agentlog import warn
+from launcher.agent.ckptwatch import CheckpointWatch, watched_directory
 from launcher.agent.oomcheck import OomWatch
 from launcher.agent.output import EventWriter, OutputInterpreter, read_lines
 from launcher.agent.procs import (
@@ -110,6 +111,13 @@ class TaskRunner:
         self._stop_reason: Optional[str] = None
         self._stopped = False  # a stop request came while the task still ran
         self._cgroup: Optional[str] = None  # the task's own cgroup (taskcgroup.py), where it has one
+        #: the profile's checkpoint_dir, watched by the sample loop and once more at the end
+        self._checkpoints: Optional[CheckpointWatch] = None
+        self._checkpoints_lock = threading.Lock()
+        if spec.checkpoint_dir:
+            self._checkpoints = CheckpointWatch(spec.run, spec.task, spec.host,
+                                                watched_directory(spec.workdir, spec.checkpoint_dir),
+                                                lambda: self._interpreter.last_step if self._interpreter else None)
         #: the task's container (docker, podman, ...), its name this incarnation and its main
         #: process as the host sees it (learned after the start; sampling and stacks use it)
         self.container = taskcontainer.container_of(spec)
@@ -190,6 +198,7 @@ class TaskRunner:
             self._task_info["container"] = self.container_name
         _write_atomic(os.path.join(self.task_dir, TASK_FILE), json.dumps(self._task_info))
         self._state(events.RUNNING, pid=proc.pid)
+        self.watch_checkpoints()  # what is there already: the newest is reported, the rest is old
         self._deferred_fds = (out_r, err_r)
         if not defer_readers:
             self.start_readers()
@@ -294,6 +303,19 @@ class TaskRunner:
         if not self.exited.wait(max(0.0, self.spec.grace_seconds)):
             _kill_group_for_good(self.pid, 0.0, self._reap)
 
+    def watch_checkpoints(self, final: bool = False) -> None:
+        """One scan of the profile's checkpoint_dir (sample loop: each pass; ``final``: at the task's
+        end, taking what is there as settled); never raises."""
+        if self._checkpoints is None:
+            return
+        with self._checkpoints_lock:
+            try:
+                for event in self._checkpoints.scan(final=final):
+                    self.writer.write(event)
+            except Exception as exc:  # a broken watch must never take the task down
+                self._checkpoints = None
+                warn("agent: checkpoint_dir of %s not watched any more: %s" % (self.spec.task, exc))
+
     def _reap(self) -> None:
         _reap_adopted(self._leaders)
 
@@ -323,6 +345,7 @@ class TaskRunner:
             reader.join(max(0.0, deadline - time.monotonic()))
         if self._interpreter is not None:
             self._interpreter.finish()
+        self.watch_checkpoints(final=True)  # what it wrote since the last sample pass
         self._remove_container()
         self._final(pid, returncode, exited_at)
         self.writer.close()

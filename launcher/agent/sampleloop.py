@@ -1,6 +1,6 @@
 """Samples of a host's running tasks: one pass over all of them every interval (the smallest of
 theirs), each turned into a ``sample`` event; the host agent and the single-task ``run`` verb run
-the same loop.
+the same loop. The same pass scans each task's ``checkpoint_dir`` (``launcher/agent/ckptwatch.py``).
 
 The sampler (``launcher.agent.sampling``) is optional in the zipapp: without it no samples go out.
 
@@ -32,13 +32,18 @@ def sample_tasks(active: Callable[[], List[TaskRunner]], stop: threading.Event) 
         runners = [r for r in active() if r.active and r.pid]
         if not runners:
             continue
+        for runner in runners:  # the profile's checkpoint_dir: a listdir where a task has one
+            runner.watch_checkpoints()
+        if sampler is False:
+            continue
         if sampler is None:
             # made one interval after the first tasks started, not while they start: its
             # modules (psutil among them) cost ~50 ms of CPU, and a launch's tasks start in that
             # window on every host. Its first pass is the baseline; samples follow from the next
             sampler = make_sampler()
             if sampler is None:
-                return
+                sampler = False  # no samples here; checkpoint_dir is still watched
+                continue
         try:
             found = sampler.sample({r: (r.sample_root, list(r.spec.gpus)) for r in runners})
         except Exception as exc:

@@ -67,6 +67,9 @@ class AgentSpec:
     outputs: str = ""
     #: the host's preemption_notice command (run every few seconds; exit 0: the host is about to go)
     preemption_notice: str = ""
+    #: a directory of checkpoints autolog cannot see (relative: to the workdir), watched by the
+    #: agent's sample loop (``launcher/agent/ckptwatch.py``); "": none
+    checkpoint_dir: str = ""
 
     def to_dict(self) -> Dict[str, Any]:
         """What ``spec.json`` holds (the agent writes it with sorted keys: ``agentfiles.write_specs``);
@@ -80,6 +83,7 @@ class AgentSpec:
             "shell": self.shell, "autolog": self.autolog, "script_in_env": self.script_in_env,
             "container": dict(self.container) if self.container is not None else None,
             "outputs": self.outputs, "preemption_notice": self.preemption_notice,
+            "checkpoint_dir": self.checkpoint_dir,
         }
 
     @classmethod
@@ -108,6 +112,7 @@ class AgentSpec:
             container=dict(obj["container"]) if isinstance(obj.get("container"), dict) else None,
             outputs=str(obj.get("outputs") or ""),
             preemption_notice=str(obj.get("preemption_notice") or ""),
+            checkpoint_dir=str(obj.get("checkpoint_dir") or ""),
         )
 
     @classmethod

@@ -14,7 +14,10 @@ optimizer's ``minimize`` / ``compute_gradients`` / ``apply_gradients`` remember 
 alongside once per report interval (only when the few extra ops it needs are stateless, need no feed
 and sit on the step's devices; the script gets exactly the structure it asked for), and a float
 scalar fetched alone after training is kept as ``values/<tensor name>`` (at most 8 names).
-``launcher/autolog/recorder.py`` holds the state (``fail`` turns autolog off, ``degraded`` says once
+Checkpoint writers (Keras ``BackupAndRestore`` / ``ModelCheckpoint``, ``CheckpointManager``,
+``Checkpoint``, TF1 ``Saver``, ``PreemptionCheckpointHandler``) report each checkpoint once written:
+``launcher/autolog/checkpoints.py``. ``launcher/autolog/recorder.py`` holds the state (``fail`` turns
+autolog off, ``degraded`` says once
 that one way of reading failed and leaves it on), one ``report._MetricReporter`` marked ``source =
 "autolog"`` and the step reader thread (optimizers by weak reference, the newest train-step
 results). Report lines carry ``"source": "autolog"``; the agent drops an autolog value whose name an

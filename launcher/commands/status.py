@@ -29,7 +29,7 @@ from launcher.runlookup import EventLines, find_run, skipped_note
 from launcher.runstate import HostStateRecord, RunState, StateFieldError, load_run_state
 from launcher.telemetry import eventcheck
 from launcher.telemetry.columns import status_rows
-from launcher.telemetry.jobview import JobView
+from launcher.telemetry.jobview import JobView, TaskView
 from launcher.telemetry.timeline import Timeline, TimelineEntry, clock_text
 
 
@@ -78,7 +78,10 @@ def summarize(path: Path) -> dict[str, Any]:
             "step_time_missing": view.step_times.missing(task_id),  # why it is null, where known
             "closures_per_s": closures.per_s if closures else None,
             "closure_latency_s": closures.latency_s if closures else None,
-            "moved_from": seen.moved_from if seen else None}
+            "moved_from": seen.moved_from if seen else None,
+            # issue 54: the last checkpoint (null: none yet) and the steps a loss now would redo
+            "checkpoint": _checkpoint_json(seen, wall_clock()) if seen else None,
+            "steps_at_risk": seen.steps_at_risk if seen else None}
     job = ({"state": view.state, "reason": view.reason, "root_cause": view.failure_cause} if view.events_applied
            else {"state": state.job_state, "reason": state.job_reason, "root_cause": ""})
     return {"run": state.run_id, "dir": str(path), "profile": state.profile,
@@ -88,6 +91,21 @@ def summarize(path: Path) -> dict[str, Any]:
             "launcher_pid": state.supervisor_pid,
             "supervisor_alive": alive, "launcher_alive": alive,
             "tasks": tasks, "hosts": _hosts(state), "lost_events": view.lost_events, "skipped_lines": lines.skipped}
+
+
+def wall_clock() -> float:
+    """Now, for a checkpoint's age (a test sets it)."""
+    return time.time()
+
+
+def _checkpoint_json(seen: TaskView, now: float) -> dict[str, Any] | None:
+    """A task's last checkpoint as ``status --json`` gives it: the event's fields, its age, its copies."""
+    point = seen.checkpoint
+    if point is None:
+        return None
+    return {"step": point.step, "epoch": point.epoch, "host": point.host, "directory": point.directory,
+            "files": list(point.files), "bytes": point.bytes, "seconds": point.seconds, "api": point.api,
+            "ts": point.ts, "age_s": max(0.0, now - point.ts), "copies": list(seen.checkpoint_copies)}
 
 
 def _hosts(state: RunState) -> dict[str, dict[str, Any]]:

@@ -42,6 +42,8 @@ COMMAND_PLACEHOLDERS = ("python", "role", "index", "task", "host", "port", "run_
 OUTPUTS_PLACEHOLDERS = ("name",)
 #: placeholders a workdir may use
 WORKDIR_PLACEHOLDERS = ("profile_dir",)
+#: placeholders a checkpoint_dir may use
+CHECKPOINT_DIR_PLACEHOLDERS = ("role", "index", "task", "outputs")
 #: ``{name}`` not preceded by ``$``, so shell's ``${VAR}`` is left alone
 PLACEHOLDER_RE = re.compile(r"(?<!\$)\{([A-Za-z_][A-Za-z0-9_]*)\}")
 

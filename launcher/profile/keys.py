@@ -163,6 +163,9 @@ TASK_KEYS = Table(
         Key("on_nan", "choice", "What a NaN or Inf loss does: warn (a nan_loss condition, cleared when the "
             "loss is finite again) or stop (the job is torn down and fails).", default="warn",
             choices=("warn", "stop")),
+        Key("checkpoint_dir", "string", "A directory the task writes checkpoints into that autolog cannot see "
+            "(a script that writes its own files): the agent watches it and reports each new complete one; "
+            "relative to the workdir; placeholders {role} {index} {task} {outputs}.", nonblank=True),
         Key("container", "table_or_false", CONTAINER_KEYS.doc, table=CONTAINER_KEYS),
     ),
 )

@@ -23,6 +23,7 @@ from launcher.model import (
 )
 from launcher.profile.checks import (
     _LOOPBACK_NAMES,
+    CHECKPOINT_DIR_PLACEHOLDERS,
     WORKDIR_PLACEHOLDERS,
     Checker,
     KeyPath,
@@ -79,6 +80,12 @@ class RolesReader:
         workdir: str | None = table.get("workdir")
         if workdir is not None:
             self.checker.check_placeholders(workdir, (*key, "workdir"), WORKDIR_PLACEHOLDERS)
+        checkpoint_dir: str | None = table.get("checkpoint_dir")
+        if checkpoint_dir is not None:
+            if not checkpoint_dir.strip():
+                raise self.checker.fail((*key, "checkpoint_dir"), "is empty; name a directory, e.g. \"ckpt\", "
+                                        "or leave the key out")
+            self.checker.check_placeholders(checkpoint_dir, (*key, "checkpoint_dir"), CHECKPOINT_DIR_PLACEHOLDERS)
         env = dict(base.env)
         env.update(self.checker.env(table, key))
         restart = cast(RestartPolicy | None, table.get("restart"))
@@ -109,6 +116,7 @@ class RolesReader:
             stall_seconds=base.stall_seconds if stall is None else float(stall),
             on_stall=base.on_stall if on_stall is None else on_stall,
             on_nan=base.on_nan if on_nan is None else on_nan,
+            checkpoint_dir=base.checkpoint_dir if checkpoint_dir is None else checkpoint_dir.strip(),
             container=self.container(table, key, base.container),
         )
 

@@ -13,7 +13,7 @@ from typing import Protocol
 from launcher.agent.spec import SCRIPT_VAR, AgentSpec, task_script
 from launcher.autolog.steptime import PROFILER_PORT_ENV
 from launcher.model import Plan
-from launcher.plan import render_command, split_secrets, task_container, tf_config
+from launcher.plan import fill_placeholders, render_command, split_secrets, task_container, tf_config
 from launcher.profile.overrides import mask_secrets
 from launcher.remote.session import HostSession
 from launcher.supervise.lifecycle import TaskRuntime
@@ -63,6 +63,8 @@ def agent_spec(sup: SpecSource, rt: TaskRuntime) -> AgentSpec:
         container=container.to_json() if container is not None else None,
         outputs=sup.sessions[spec.host].outputs_dir,
         preemption_notice=profile.hosts[spec.host].preemption_notice or "",
+        checkpoint_dir=fill_placeholders(spec.checkpoint_dir, {"outputs": sup.sessions[spec.host].outputs_dir},
+                                         quote=False),
     )
 
 

@@ -69,6 +69,7 @@ BAR_CELLS = 4
 TREND_CELLS = 8
 SPLIT_CELLS = 8
 STALE_STYLE = "bold black on yellow"
+NO_CHECKPOINT = "none yet"
 GREY = "dim"
 FLAG_NAMES = {ev.STALLED: "STALL", ev.STRAGGLER: "SLOW", ev.NAN_LOSS: "NAN", ev.LOG_POLICY: "LOG"}
 #: the stacked bar's letters (one a cell); the dashboard draws each as a coloured block
@@ -174,6 +175,33 @@ def step_time_text(task: TaskJson) -> str:
     return f"- ({task['step_time_missing']})" if task.get("step_time_missing") else "-"
 
 
+def checkpoint_cell(task: TaskView, now: float) -> Cell:
+    """The last checkpoint's step and age (``300 2m05s``), ``none yet`` before the first (a task
+    with no step, a parameter server, shows none)."""
+    point = task.checkpoint
+    if point is None:
+        return (NO_CHECKPOINT, "dim") if task.step is not None else (fmt.MISSING, "")
+    step = "?" if point.step is None else str(point.step)
+    return f"{step} {fmt.duration(max(0.0, now - point.ts))}", ""
+
+
+def checkpoint_text(task: TaskJson) -> str:
+    """``300 12s ago a:/data/ckpt`` (and its copies), ``none yet`` before the first (``-`` for a
+    task with no step)."""
+    point = task.get("checkpoint")
+    if not isinstance(point, dict):
+        return NO_CHECKPOINT if task.get("step") is not None else "-"
+    where = f"{point['host']}:{point['directory']}" if point.get("host") else str(point.get("directory"))
+    step = "?" if point.get("step") is None else str(point["step"])
+    text = f"{step} {fmt.duration(point.get('age_s'))} ago {where}"
+    copies = point.get("copies") or []
+    return text + (f" (copies: {', '.join(copies)})" if copies else "")
+
+
+def risk_text(task: TaskJson) -> str:
+    return "-" if task.get("steps_at_risk") is None else str(task["steps_at_risk"])
+
+
 def loss_text(task: TaskJson) -> str:
     return task.get("nonfinite_loss") or (f"{task['loss']:.4f}" if isinstance(task["loss"], float) else "-")
 
@@ -210,6 +238,11 @@ COLUMNS: tuple[Column, ...] = (
            silent=lambda t, _now: (step_cell(t)[0], GREY),
            sort=None, shows=("step", "step_is_calls"),
            status=Listed("STEP", lambda _id, j: step_text(j))),
+    Column(key="checkpoint", label="ckpt", width=10, right=True,
+           cell=lambda t, now, _s: checkpoint_cell(t, now),
+           silent=lambda t, now: (checkpoint_cell(t, now)[0], GREY),
+           sort=None, shows=("checkpoint", "checkpoint_copies"),
+           status=Listed("CHECKPOINT", lambda _id, j: checkpoint_text(j))),
     Column(key="loss", label="loss", width=8, right=True,
            cell=lambda t, _now, _s: (t.nonfinite_loss or fmt.loss(t.loss), "bold red" if t.nonfinite_loss else ""),
            silent=lambda t, _now: (fmt.loss(t.loss), GREY),
@@ -257,16 +290,21 @@ SORT_CYCLE = ("task", "host", "state", "rate", "loss", "gpu")
 """What ``s`` cycles through (each a column with a sort key); ``S`` reverses the order."""
 
 ADDRESS = Listed("ADDRESS", lambda _id, j: f"{j['address']}:{j['port']}")
-"""The one column only ``status`` has: where the task listens."""
+"""A column only ``status`` has: where the task listens."""
 
-STATUS_ORDER = ("task", "host", "address", "state", "pid", "restarts", "step", "loss", "split")
+RISK = Listed("AT RISK", lambda _id, j: risk_text(j))
+"""A column only ``status`` has: the steps a loss now would redo (the table shows step and ckpt side by side)."""
+
+STATUS_ORDER = ("task", "host", "address", "state", "pid", "restarts", "step", "loss", "checkpoint", "risk",
+                "split")
 """The columns of ``status``'s text table, in order."""
 
 
 def status_columns() -> list[Listed]:
     """``status``'s text table's columns, in `STATUS_ORDER`."""
     listed = {column.key: column.status for column in COLUMNS if column.status is not None}
-    return [ADDRESS if key == "address" else listed[key] for key in STATUS_ORDER]
+    listed.update(address=ADDRESS, risk=RISK)
+    return [listed[key] for key in STATUS_ORDER]
 
 
 def task_cells(task: TaskView, now: float, times: StepTimes | None = None) -> tuple[Cell, ...]:

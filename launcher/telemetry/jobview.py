@@ -133,10 +133,34 @@ class TaskView:
     rate_spacing: float = 1.0
     #: this incarnation's steps by event time: `steps_per_s` over a window ending at the caller's now
     step_rate: StepRate = field(default_factory=StepRate)
+    #: the newest checkpoint it wrote (a ``checkpoint`` event: step, directory, host, files), kept
+    #: across restarts: what a restart of it could resume from
+    checkpoint: ev.CheckpointEvent | None = None
+    #: where copies of that checkpoint are (``host:directory`` each), once something copies them
+    checkpoint_copies: list[str] = field(default_factory=list)
 
     @property
     def role(self) -> str:
         return self.task_id.partition(":")[0]
+
+    @property
+    def steps_at_risk(self) -> int | None:
+        """The work a loss of this task now would redo: steps since its last checkpoint (the current
+        step where no checkpoint is yet); None where a step is unknown."""
+        if self.step is None:
+            return None
+        if self.checkpoint is None:
+            return self.step
+        if self.checkpoint.step is None:
+            return None
+        return max(0, self.step - self.checkpoint.step)
+
+    def checkpoint_where(self) -> str | None:
+        """``host:directory`` of its last checkpoint (the directory alone where no host is known)."""
+        point = self.checkpoint
+        if point is None:
+            return None
+        return f"{point.host}:{point.directory}" if point.host else point.directory
 
     def age(self, now: float) -> float | None:
         return None if self.last_event_ts is None else max(0.0, now - self.last_event_ts)
@@ -320,6 +344,8 @@ class JobView:
         elif isinstance(event, ev.PlacementEvent):
             self.placement.apply(event.variables)
             self.placement_dirty = True
+        elif isinstance(event, ev.CheckpointEvent):
+            self._apply_checkpoint(task, event)
         elif isinstance(event, ev.ConditionEvent):
             if event.active:
                 task.conditions[event.condition] = event.reason
@@ -331,6 +357,12 @@ class JobView:
                 self.step_times.stall(task.task_id, event.active)  # the verdicts blame the stalled task
         elif isinstance(event, ev.StacksEvent) and ev.STALLED in task.conditions:
             task.stall_stacks = event
+
+    @staticmethod
+    def _apply_checkpoint(task: TaskView, event: ev.CheckpointEvent) -> None:
+        """The newest checkpoint is the task's last one; copies of the one before are not its copies."""
+        task.checkpoint = event
+        task.checkpoint_copies = []
 
     def _check_seq(self, task: TaskView, seq: int) -> None:
         if seq > task.last_seq + 1:

@@ -17,6 +17,8 @@ ROWS = {
         ('', ''),
         ('0', 'dim'),
         ('300', ''),
+        ('260 12s', ''),
+        ('40', ''),
         ('0.45', ''),
         ('0.0', ''),
         ('▄▄▄▄▄', 'cyan'),
@@ -35,6 +37,8 @@ ROWS = {
         ('', 'dim'),
         ('0', 'dim'),
         ('50c', 'dim'),
+        ('none yet', 'dim'),
+        ('50', 'dim'),
         ('—', 'dim'),
         ('—', 'dim'),
         ('—', 'dim'),
@@ -53,6 +57,8 @@ ROWS = {
         ('STALL', 'bold black on dark_orange'),
         ('0', 'dim'),
         ('7', ''),
+        ('none yet', 'dim'),
+        ('7', 'yellow'),
         ('nan', 'bold red'),
         ('—', ''),
         ('', 'cyan'),
@@ -73,6 +79,8 @@ ROWS = {
         ('—', ''),
         ('—', ''),
         ('—', ''),
+        ('—', ''),
+        ('—', ''),
         ('', 'cyan'),
         ('—', 'green'),
         ('—', 'dim'),
@@ -89,6 +97,8 @@ ROWS = {
         ('', ''),
         ('0', 'dim'),
         ('55', ''),
+        ('none yet', 'dim'),
+        ('55', 'yellow'),
         ('1.25', ''),
         ('—', ''),
         ('', 'cyan'),
@@ -115,6 +125,8 @@ ROWS = {
         ('—', 'dim'),
         ('—', 'dim'),
         ('—', 'dim'),
+        ('—', 'dim'),
+        ('—', 'dim'),
         ('30s', 'bold black on yellow'),
         ('last seen 30s ago', 'yellow'),
     ),
@@ -124,6 +136,8 @@ ROWS = {
         ('running', 'bold green'),
         ('', ''),
         ('0', 'dim'),
+        ('—', ''),
+        ('—', ''),
         ('—', ''),
         ('—', ''),
         ('—', ''),
@@ -145,6 +159,8 @@ ROWS = {
         ('—', ''),
         ('—', ''),
         ('—', ''),
+        ('—', ''),
+        ('—', ''),
         ('', 'cyan'),
         ('—', 'green'),
         ('—', 'dim'),
@@ -160,6 +176,8 @@ ROWS = {
         ('lost', ''),
         ('', ''),
         ('1', 'yellow'),
+        ('—', ''),
+        ('—', ''),
         ('—', ''),
         ('—', ''),
         ('—', ''),
@@ -205,5 +223,5 @@ def test_every_order_of_s_and_S_is_as_before() -> None:
 
 
 def test_the_header_marks_the_sort_column() -> None:
-    assert header_line().plain == ' task▲     host      state      flags       rst    step    loss   st/s trend    cpu%      gpu%        gpu mem    rss     pid  age step time              '
-    assert header_line("rate", True).plain == ' task      host      state      flags       rst    step    loss  st/s▼ trend    cpu%      gpu%        gpu mem    rss     pid  age step time              '
+    assert header_line().plain == ' task▲     host      state      flags       rst    step        ckpt at risk    loss   st/s trend    cpu%      gpu%        gpu mem    rss     pid  age step time              '
+    assert header_line("rate", True).plain == ' task      host      state      flags       rst    step        ckpt at risk    loss  st/s▼ trend    cpu%      gpu%        gpu mem    rss     pid  age step time              '

@@ -14,10 +14,12 @@ FULL = AgentSpec(run="r-1", task="worker:0", command="python3 t.py", workdir="/w
                  restarts=1, env={"TF_CONFIG": "{}"}, grace_seconds=5, orphan_grace_seconds=30.0,
                  sample_interval=0.5, metrics={"step": r"step (\d+)"}, gpus=[0, 1], setup=["source v/bin/activate"],
                  shell="bash -lc", autolog=False, script_in_env=True, container={"image": "i", "runtime": "docker"},
-                 outputs="/o", preemption_notice="true")
+                 outputs="/o", preemption_notice="true", checkpoint_dir="ckpt")
 
-#: the file as the launcher's dict literal made it before the record was built by the launcher
-FILE = ('{"autolog": false, "command": "python3 t.py", "container": {"image": "i", "runtime": "docker"}, '
+#: the file as the launcher's dict literal made it before the record was built by the launcher (and
+#: checkpoint_dir, issue 54)
+FILE = ('{"autolog": false, "checkpoint_dir": "ckpt", "command": "python3 t.py", '
+        '"container": {"image": "i", "runtime": "docker"}, '
         '"env": {"TF_CONFIG": "{}"}, "gpus": [0, 1], "grace_seconds": 5, "host": "h1", "incarnation": 2, '
         '"metrics": {"step": "step (\\\\d+)"}, "orphan_grace_seconds": 30.0, "outputs": "/o", '
         '"preemption_notice": "true", "restarts": 1, "run": "r-1", "sample_interval": 0.5, '

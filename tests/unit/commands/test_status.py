@@ -52,7 +52,8 @@ def test_status_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
     out = capsys.readouterr().out
     assert "job Succeeded: chief:0 exited 0" in out
     row = next(line for line in out.splitlines() if line.startswith("chief:0"))
-    assert row.split() == ["chief:0", "local", "localhost:2223", "succeeded", "12", "0", "40", "0.5000", "-"]
+    assert row.split() == ["chief:0", "local", "localhost:2223", "succeeded", "12", "0", "40", "0.5000",
+                           "none", "yet", "40", "-"]
 
 
 def test_status_says_a_step_that_counts_calls_and_why_a_split_is_missing(
@@ -67,7 +68,7 @@ def test_status_says_a_step_that_counts_calls_and_why_a_split_is_missing(
     assert chief["step_time_missing"].startswith("no step timed in 2 train calls"), chief
     assert main(["status", str(path)]) == 0
     row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("chief:0"))
-    assert " 2 (calls)  0.2500  - (no step timed in 2 train calls" in row, row
+    assert " 2 (calls)  0.2500  none yet    2        - (no step timed in 2 train calls" in row, row
 
 
 def test_status_of_an_unknown_run_is_a_user_error(capsys: pytest.CaptureFixture[str]) -> None:

@@ -69,3 +69,17 @@ def test_bad_values_are_one_line_naming_the_key(tmp_path: Path, capsys: pytest.C
     assert main(["check", "--no-remote", str(path)]) == 2
     out, err = capsys.readouterr()
     assert len(err.splitlines()) == 1 and culprit in err and "Traceback" not in err and out == ""
+
+
+def test_checkpoint_dir_is_per_role_with_the_tasks_placeholders_filled(tmp_path: Path) -> None:
+    """Issue 54 §1: a directory autolog cannot see, watched by the agent; {outputs} is filled at launch."""
+    plan = build_plan(load(tmp_path, defaults='checkpoint_dir = "ckpt/{task}"',
+                           worker='checkpoint_dir = "{outputs}/ckpt-{role}-{index}"'))
+    assert plan.task("ps:0").checkpoint_dir == "ckpt/ps:0"
+    assert plan.task("worker:1").checkpoint_dir == "{outputs}/ckpt-worker-1"
+    assert build_plan(load(tmp_path)).task("worker:0").checkpoint_dir == ""
+
+
+def test_checkpoint_dir_with_an_unknown_placeholder_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(Exception, match="checkpoint_dir"):
+        load(tmp_path, worker='checkpoint_dir = "ckpt/{port}"')

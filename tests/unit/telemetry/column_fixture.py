@@ -1,5 +1,5 @@
 """A job whose tasks stand in every situation a task-table row or a `status` line draws differently:
-running with GPUs and a split, counting calls, a NaN loss, stalled, failed, silent host, lost host,
+running with GPUs, a split and a checkpoint, counting calls, a NaN loss, stalled, failed, silent host, lost host,
 a ParameterServerStrategy worker's closures, one never heard of."""
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ def columns_events() -> list[ev.Event]:
                                            "step_time/peers": 0.0, "step_time/other": 0.1,
                                            "step_time/seconds_per_step": 0.05}))
         view.apply(ev.metric_event(RUN, "worker:0", step=10 * k, loss=None, ts=ts, values={"step_is_calls": 1}))
+    view.apply(ev.checkpoint_event(RUN, "chief:0", "/data/ckpt", step=260, files=["checkpoint", "ckpt-3.index"],
+                                   nbytes=4096, seconds=0.2, api="checkpoint_manager", host="b", ts=T0 + 18))
     view.apply(ev.sample_event(RUN, "chief:0", cpu_percent=123.0, rss_bytes=700 << 20, gpus=[gpu], ts=T0 + 25))
     view.apply(ev.sample_event(RUN, "worker:0", cpu_percent=40.0, rss_bytes=300 << 20, ts=T0 + 25))
     view.apply(ev.metric_event(RUN, "worker:1", step=7, loss=float("nan"), ts=T0 + 26))

@@ -100,6 +100,7 @@ def test_a_column_added_after_split_leaves_last_seen_where_it_was(monkeypatch: p
 def test_status_rows_follow_the_status_order() -> None:
     rows = columns.status_rows({"worker:0": {"host": None, "address": "h", "port": 1, "state": ev.RUNNING,
                                              "pid": None, "restarts": 0, "step": 3, "loss": None}})
-    assert rows == [("TASK", "HOST", "ADDRESS", "STATE", "PID", "RESTARTS", "STEP", "LOSS", "STEP TIME"),
-                    ("worker:0", "-", "h:1", "running", "-", "0", "3", "-", "-")]
+    assert rows == [("TASK", "HOST", "ADDRESS", "STATE", "PID", "RESTARTS", "STEP", "LOSS", "CHECKPOINT",
+                     "AT RISK", "STEP TIME"),
+                    ("worker:0", "-", "h:1", "running", "-", "0", "3", "-", "none yet", "-", "-")]
     assert isinstance(columns.ADDRESS, Listed)
