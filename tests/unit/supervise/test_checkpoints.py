@@ -1,0 +1,140 @@
+"""The checkpoint keeper's parts: the book, the pick, where a checkpoint goes on another host, and
+copies that are complete or absent (real files, a real shell on this machine)."""
+
+from __future__ import annotations
+
+import io
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from launcher.model import HostConfig
+from launcher.remote.session import HostSession
+from launcher.runstate import RunState
+from launcher.supervise.checkpoints import (
+    KEEP_RECORDS,
+    Checkpoint,
+    CheckpointBook,
+    extract_complete,
+    park_command,
+    pick,
+    push_command,
+    source_of,
+    state_text,
+    tar_files,
+    target_directory,
+)
+from launcher.transport.local import LocalHost
+
+FILES = ["ckpt-40.index", "ckpt-40.data-00000-of-00001", "checkpoint"]
+
+
+def cp(task: str = "worker:0", step: int = 40, host: str = "a", directory: str = "/d/a/ckpt") -> Checkpoint:
+    return Checkpoint(task, host, directory, [f.replace("40", str(step)) for f in FILES], step, ts=float(step))
+
+
+def session(name: str, outputs: str = "", **env: str) -> HostSession:
+    config = HostConfig(name=name, address="localhost", transport="local", env=dict(env))
+    return HostSession(config, LocalHost(config), "r", "/nonexistent", "python3", outputs)
+
+
+def test_the_book_keeps_each_tasks_newest_checkpoints_in_step_order() -> None:
+    book = CheckpointBook()
+    for step in (20, 60, 40, *range(80, 80 + 20 * KEEP_RECORDS, 20)):
+        book.add(cp(step=step))
+    book.add(cp(step=40, task="worker:1"))
+    steps = [c.step for c in book.history("worker:0")]
+    assert steps == sorted(steps, reverse=True) and len(steps) == KEEP_RECORDS
+    assert book.newest("worker:0") is book.history("worker:0")[0]
+    assert book.newest("ps:0") is None
+    again = CheckpointBook.from_json(RunState.from_json(
+        RunState("r", checkpoints=book.to_json()).to_json()).checkpoints)
+    assert again.to_json() == book.to_json()
+
+
+def test_the_source_is_the_chief_else_worker0_else_the_lone_task() -> None:
+    mwms = ["worker:0", "worker:1"]
+    assert source_of(mwms, mwms) == "worker:0"
+    pss = ["chief:0", "ps:0", "worker:0"]
+    assert source_of(["chief:0", "ps:0"], pss) == "chief:0"
+    assert source_of(["ps:0"], pss) == "ps:0"  # a lone ps restarted alone reads its own
+    assert source_of(["worker:1"], mwms) == "worker:1"
+
+
+def test_the_pick_is_the_newest_checkpoint_that_still_exists() -> None:
+    book = CheckpointBook()
+    for step in (20, 40, 60):
+        book.add(cp(step=step))
+    got = pick(book, "worker:0", lambda c: c.step != 60)
+    assert got is not None and got.step == 40
+    assert pick(book, "worker:0", lambda c: False) is None
+    assert pick(book, "worker:1", lambda c: True) is None
+
+
+def test_a_directory_is_named_on_the_target_as_its_host_names_its_roots() -> None:
+    a = session("a", "/home/u/out/job", CKPT_ROOT="/disk/a", OTHER="x")
+    b = session("b", "/srv/u/out/job", CKPT_ROOT="/disk/b")
+    assert target_directory("/disk/a/ckpt", a, b) == "/disk/b/ckpt"
+    assert target_directory("/home/u/out/job/ckpt/chief", a, b) == "/srv/u/out/job/ckpt/chief"
+    assert target_directory("/elsewhere/ckpt", a, b) == "/elsewhere/ckpt"  # same path on every host
+    assert target_directory("/disk/ab/ckpt", a, b) == "/disk/ab/ckpt"  # a root is a whole path component
+
+
+def test_the_state_file_names_the_checkpoint_relative_to_its_directory() -> None:
+    assert state_text(cp(step=40)) == 'model_checkpoint_path: "ckpt-40"\nall_model_checkpoint_paths: "ckpt-40"\n'
+    assert state_text(Checkpoint("worker:0", "a", "/d", ["weights.h5"])) is None
+
+
+def write_checkpoint(directory: Path, step: int) -> Checkpoint:
+    directory.mkdir(parents=True, exist_ok=True)
+    c = cp(step=step, directory=str(directory))
+    for name in c.files:
+        (directory / name).write_text(f"{name} of step {step}")
+    return c
+
+
+def test_a_copy_is_complete_or_absent(tmp_path: Path) -> None:
+    source = write_checkpoint(tmp_path / "src", 40)
+    data = tar_files(tmp_path / "src", source.files)
+    dest = tmp_path / "copies" / "worker-0" / "40"
+    extract_complete(data, source.files, dest)
+    assert sorted(p.name for p in dest.iterdir()) == sorted(source.files)
+    # cut short (a dropped link): nothing at all, no temp dir left
+    for cut in (data[: len(data) // 2], data[:700], b""):
+        other = tmp_path / "copies" / "worker-0" / "60"
+        with pytest.raises((ValueError, tarfile.TarError, OSError)):
+            extract_complete(cut, source.files, other)
+        assert not other.exists()
+    # a file missing, or one more than announced: refused
+    short = tar_files(tmp_path / "src", source.files[:2])
+    with pytest.raises(ValueError, match="lacks"):
+        extract_complete(short, source.files, tmp_path / "copies" / "x")
+    assert sorted(p.name for p in (tmp_path / "copies" / "worker-0").iterdir()) == ["40"]
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        tar.add(str(tmp_path / "src" / "checkpoint"), arcname="../escape")
+    with pytest.raises(ValueError, match="unexpected"):
+        extract_complete(buf.getvalue(), source.files, tmp_path / "copies" / "y")
+    assert not (tmp_path / "copies" / "y").exists() and not (tmp_path / "copies" / "escape").exists()
+
+
+def test_a_push_replaces_the_state_file_last_and_a_cut_push_changes_nothing(tmp_path: Path) -> None:
+    host = LocalHost(HostConfig(name="b", address="localhost", transport="local"))
+    target = tmp_path / "b" / "ckpt"
+    write_checkpoint(target, 20)
+    source = write_checkpoint(tmp_path / "a" / "ckpt", 40)
+    data = tar_files(tmp_path / "a" / "ckpt", source.files)
+    before = (target / "checkpoint").read_text()
+    cut = host.run(push_command(str(target), source.files, state_text(source)), stdin=data[:600])
+    assert not cut.ok
+    assert (target / "checkpoint").read_text() == before
+    assert not list(target.glob(".distlaunch-in.*"))
+    done = host.run(push_command(str(target), source.files, state_text(source)), stdin=data)
+    assert done.ok, done.stderr
+    assert (target / "checkpoint").read_text() == state_text(source)
+    assert (target / "ckpt-40.index").read_text() == "ckpt-40.index of step 40"
+    assert (target / "ckpt-20.index").exists()  # the older one is not read any more, not removed
+    assert not list(target.glob(".distlaunch-in.*"))
+    assert host.run(park_command(str(target))).ok
+    assert not (target / "checkpoint").exists() and list(target.glob("checkpoint.distlaunch-parked-*"))
