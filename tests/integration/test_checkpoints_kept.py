@@ -1,0 +1,125 @@
+"""Checkpoints the launcher keeps, with real TensorFlow on two hosts that each have their own disk.
+
+Hosts ``a`` and ``b`` are this machine, told apart by ``CKPT_ROOT`` (each host's own checkpoint
+directory): what matters is that a checkpoint written on a is not where b's tasks read. The job
+(tests/integration/ckpt_mwms_steps.py) is MultiWorkerMirrored: worker:0 keeps checkpoints,
+worker:1 keeps none, and a group that restores different steps exits 3 at once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.jobtools import (
+    REPO,
+    finish_up,
+    kill_run_processes,
+    launch_up,
+    pids_with_run_id,
+    read_events,
+    wait_for,
+    wait_for_event,
+)
+from tests.profiles import Host, build_profile
+
+pytestmark = pytest.mark.slow
+
+STEPS = 60
+
+
+def two_host_profile(tmp: Path) -> tuple[Path, Path, Path]:
+    roots = tmp / "disk-a", tmp / "disk-b"
+    hosts = [Host(name, options={"env": {"CKPT_ROOT": str(root)}}) for name, root in zip("ab", roots, strict=True)]
+    profile = build_profile(
+        tmp / "ckpt.toml", name="it-ckpt", strategy="multi_worker_mirrored", orphan_grace=30,
+        command=f"{sys.executable} -u tests/integration/ckpt_mwms_steps.py", workdir=REPO,
+        env={"STEPS": str(STEPS), "CKPT_EVERY": "20", "STEP_SECONDS": "0.15", "TF_CPP_MIN_LOG_LEVEL": "2"},
+        restart="on-failure", max_restarts=2, grace=2, hosts=hosts,
+        roles={"worker": {"count": 2, "hosts": ["a", "b"]}})
+    return profile, roots[0], roots[1]
+
+
+def lines_of(events: list[dict[str, Any]], task: str, pattern: str) -> list[int]:
+    return [int(m.group(1)) for e in events if e["kind"] == "log" and e["task"] == task
+            for m in [re.search(pattern, e["line"])] if m]
+
+
+def running_pid(run_dir: Path, task: str, restarts: int = 0) -> int:
+    event = wait_for_event(run_dir, lambda e: e["kind"] == "state" and e["task"] == task and e["state"] == "running"
+                           and e.get("restarts", 0) == restarts, 90, f"{task} running")
+    return int(event["pid"])
+
+
+def checkpoint_event(run_dir: Path) -> dict[str, Any]:
+    return wait_for_event(run_dir, lambda e: e["kind"] == "checkpoint" and e["task"] == "worker:0", 120,
+                          "worker:0's first checkpoint")
+
+
+def assert_resumed_together(run_dir: Path, events: list[dict[str, Any]]) -> int:
+    """Both workers restored the same step after the restart (> 0), and trained to the end."""
+    restored = {t: lines_of(events, t, r"restored step (\d+)") for t in ("worker:0", "worker:1")}
+    assert all(len(r) == 2 for r in restored.values()), restored
+    assert restored["worker:0"][1] == restored["worker:1"][1] > 0, restored
+    assert not any("restored different steps" in e.get("line", "") for e in events if e["kind"] == "log")
+    assert lines_of(events, "worker:0", r"finished at step (\d+)")[-1] == STEPS
+    assert [e for e in events if e["kind"] == "job"][-1]["state"] == "Succeeded"
+    said = [e["reason"] for e in events if e["kind"] == "job" and e["reason"].startswith("resuming")]
+    assert said and f"step {restored['worker:0'][1]}" in said[-1], said
+    return restored["worker:0"][1]
+
+
+def test_a_killed_worker_and_its_group_resume_from_worker0s_checkpoint(tmp_path: Path) -> None:
+    profile, _disk_a, disk_b = two_host_profile(tmp_path)
+    run_id = "it-ckpt-kill"
+    proc, run_dir = launch_up(tmp_path, profile, run_id)
+    try:
+        running_pid(run_dir, "worker:0")
+        pid1 = running_pid(run_dir, "worker:1")
+        checkpoint_event(run_dir)
+        os.kill(pid1, signal.SIGKILL)
+        assert finish_up(proc, tmp_path, 240) == 0, (tmp_path / "up.log").read_text()[-3000:]
+        events = read_events(run_dir)
+        step = assert_resumed_together(run_dir, events)
+        # worker:1's host got worker:0's checkpoint, in the layout CheckpointManager reads
+        assert (disk_b / "ckpt" / "checkpoint").is_file() and (disk_b / "ckpt" / f"ckpt-{step}.index").is_file()
+        assert not list((disk_b / "ckpt").glob(".distlaunch-in.*"))
+        assert pids_with_run_id(run_id) == []
+    finally:
+        kill_run_processes(run_id)
+
+
+def test_a_checkpoint_whose_disk_is_gone_comes_back_from_the_launchers_copy(tmp_path: Path) -> None:
+    profile, disk_a, _disk_b = two_host_profile(tmp_path)
+    run_id = "it-ckpt-copy"
+    proc, run_dir = launch_up(tmp_path, profile, run_id)
+    try:
+        pid0 = running_pid(run_dir, "worker:0")
+        checkpoint_event(run_dir)
+
+        def copied() -> list[dict[str, Any]]:
+            state = json.loads((run_dir / "state.json").read_text())
+            return [c for c in state.get("checkpoints", {}).get("worker:0", []) if c.get("copy")]
+
+        copies = wait_for(copied, 60, "a copy of worker:0's checkpoint off host a")
+        shutil.rmtree(disk_a / "ckpt")  # host a's disk lost what it had
+        os.kill(pid0, signal.SIGKILL)
+        assert finish_up(proc, tmp_path, 240) == 0, (tmp_path / "up.log").read_text()[-3000:]
+        events = read_events(run_dir)
+        step = assert_resumed_together(run_dir, events)
+        state = json.loads((run_dir / "state.json").read_text())
+        copied_steps = {c["step"] for c in state["checkpoints"]["worker:0"] if c.get("copy")}
+        assert step in copied_steps | {c["step"] for c in copies}
+        kept = run_dir / "checkpoints" / "worker-0"
+        assert 1 <= len([p for p in kept.iterdir() if not p.name.startswith(".")]) <= 2
+        assert pids_with_run_id(run_id) == []
+    finally:
+        kill_run_processes(run_id)
