@@ -22,7 +22,6 @@ A copy cut short leaves nothing; the next checkpoint is copied again.
 from __future__ import annotations
 
 import base64
-import contextlib
 import io
 import os
 import queue
@@ -33,7 +32,7 @@ import tarfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -368,8 +367,15 @@ class CheckpointKeeper:
         known = self.shared.get(key)
         if known is None:
             others = [h for h in self.sup.sessions if h != cp.host]
-            known = all(self.sees(cp.host, cp.directory, h) for h in others)
+            apart = [h for h in others if not self.sees(cp.host, cp.directory, h)]
+            known = not apart
             self.shared[key] = known
+            if apart:
+                self.sup.notice(f"checkpoints in {cp.directory} on {cp.host} are per host (not seen from "
+                                f"{', '.join(apart)}): distlaunch copies them to the launcher's machine and "
+                                "on to whoever restarts")
+            else:
+                self.sup.notice(f"checkpoints in {cp.directory} on {cp.host} are shared by every host")
         return known
 
     def sees(self, host: str, directory: str, other: str) -> bool:
@@ -418,6 +424,10 @@ class CheckpointKeeper:
             host = rt.spec.host
             where = target_directory(cp.directory, self.sup.sessions[cp.host], self.sup.sessions[host]) \
                 if cp.host in self.sup.sessions else cp.directory
+            mine = others.get(rt.spec.task_id)
+            if mine is not None and mine.host == host and mine.directory != where and mine.order > cp.order:
+                # a newer checkpoint of its own elsewhere: parked, so it does not resume alone from it
+                self.sup.sessions[host].host.run(park_command(mine.directory), timeout=30)
             on_source = self.sup.reachable(cp.host) and self._complete_on_host(cp)
             if on_source and host == cp.host and where == cp.directory:
                 continue
@@ -475,41 +485,3 @@ class CheckpointKeeper:
         sup = self.sup
         sup.call(lambda: sup.publish(ev.job_event(sup.run_id, ev.JOB_RESTARTING, words)))
         sup.notice(words)
-
-
-@dataclass
-class StorageFinding:
-    """Where the outputs dir lives: shared by every host, or per host (the hosts that do not see it)."""
-
-    shared: bool
-    apart: list[str] = field(default_factory=list)
-
-    def line(self) -> str:
-        if self.shared:
-            return "outputs is shared by every host: checkpoints there are read by whoever restarts"
-        return (f"outputs is per host ({_plural(self.apart)} do not see the first host's): distlaunch copies "
-                "checkpoints to the launcher's machine and on to whoever restarts")
-
-
-def probe_outputs(sessions: Mapping[str, HostSession]) -> StorageFinding | None:
-    """A token written in the first host's outputs dir, looked for in every other host's: None with
-    one host (nothing to share) or where a host did not answer."""
-    names = list(sessions)
-    if len(names) < 2:
-        return None
-    first = sessions[names[0]]
-    name = f".distlaunch-token-{secrets.token_hex(6)}"
-    token = f"{first.outputs_dir}/{name}"
-    try:
-        if not first.host.run(f"mkdir -p {shlex.quote(first.outputs_dir)} && : > {shlex.quote(token)}",
-                              timeout=30).ok:
-            return None
-        apart = [h for h in names[1:]
-                 if not sessions[h].host.run(f"test -f {shlex.quote(sessions[h].outputs_dir + '/' + name)}",
-                                             timeout=30).ok]
-    except Exception:
-        return None
-    finally:
-        with contextlib.suppress(Exception):
-            first.host.run(f"rm -f {shlex.quote(token)}", timeout=30)
-    return StorageFinding(not apart, apart)

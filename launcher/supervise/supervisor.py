@@ -26,10 +26,11 @@ from launcher.profile.overrides import mask_secrets
 from launcher.protocol.agentlines import AgentOp
 from launcher.protocol.controllines import Launched
 from launcher.remote.session import HostSession
+from launcher.remote.storage import probe_outputs
 from launcher.rundir import RunDir
 from launcher.runstate import HostRecord, RunState, TaskRecord, host_to_json
 from launcher.supervise.attachstate import arm_watchdog, fold_task_states
-from launcher.supervise.checkpoints import CheckpointBook, CheckpointKeeper, probe_outputs
+from launcher.supervise.checkpoints import CheckpointBook, CheckpointKeeper
 from launcher.supervise.core import Feed, LineFeed, Loop, Publisher
 from launcher.supervise.hostloss import HostLoss
 from launcher.supervise.hostworker import HostWorker

@@ -92,6 +92,7 @@ def test_a_killed_worker_and_its_group_resume_from_worker0s_checkpoint(tmp_path:
         # worker:1's host got worker:0's checkpoint, in the layout CheckpointManager reads
         assert (disk_b / "ckpt" / "checkpoint").is_file() and (disk_b / "ckpt" / f"ckpt-{step}.index").is_file()
         assert not list((disk_b / "ckpt").glob(".distlaunch-in.*"))
+        assert "ckpt on a are per host (not seen from b)" in (tmp_path / "up.log").read_text()
         assert pids_with_run_id(run_id) == []
     finally:
         kill_run_processes(run_id)
