@@ -270,6 +270,7 @@ class KeeperOwner(Protocol):
     def notice(self, message: str) -> None: ...
     def write_state(self) -> None: ...
     def reachable(self, host: str) -> bool: ...
+    def in_job(self, host: str) -> bool: ...
 
 
 class CheckpointKeeper:
@@ -366,7 +367,7 @@ class CheckpointKeeper:
         key = (cp.host, cp.directory)
         known = self.shared.get(key)
         if known is None:
-            others = [h for h in self.sup.sessions if h != cp.host]
+            others = [h for h in self.sup.sessions if h != cp.host and self.sup.in_job(h)]  # not a lost host
             apart = [h for h in others if not self.sees(cp.host, cp.directory, h)]
             known = not apart
             self.shared[key] = known
@@ -484,4 +485,3 @@ class CheckpointKeeper:
     def _say(self, words: str) -> None:
         sup = self.sup
         sup.call(lambda: sup.publish(ev.job_event(sup.run_id, ev.JOB_RESTARTING, words)))
-        sup.notice(words)

@@ -8,6 +8,7 @@ worker:1 keeps none, and a group that restores different steps exits 3 at once.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -124,3 +125,49 @@ def test_a_checkpoint_whose_disk_is_gone_comes_back_from_the_launchers_copy(tmp_
         assert pids_with_run_id(run_id) == []
     finally:
         kill_run_processes(run_id)
+
+
+@pytest.mark.netns
+@pytest.mark.sshd
+@pytest.mark.timeout(360)
+def test_the_source_host_lost_its_task_moves_to_the_spare_and_all_resume_from_the_copy(tmp_path: Path) -> None:
+    """worker:0's host a is cut for good after its checkpoint was copied off it: worker:0 moves to
+    the spare c, whose disk has nothing; c and b both get the launcher's copy and resume from it."""
+    from tests.netns import NetnsLab, require_netns
+    from tests.profiles import netns_hosts
+
+    require_netns()
+    with NetnsLab(3) as lab:
+        run_id = f"it-ckpt-spare-{lab.tag}"
+        disks = {name: tmp_path / f"disk-{name}" for name in ("a", "b", "c")}
+        hosts = [dataclasses.replace(h, options={**h.options, "env": {"CKPT_ROOT": str(disks[h.name])}})
+                 for h in netns_hosts(lab, "ssh")]
+        profile = build_profile(
+            tmp_path / "spare.toml", name="it-ckpt-spare", strategy="multi_worker_mirrored", orphan_grace=4,
+            top='host_lost_seconds = 8\nspares = ["c"]\n',
+            command="{python} -u tests/integration/ckpt_mwms_steps.py", defaults={"python": sys.executable},
+            workdir=REPO, env={"STEPS": str(STEPS), "CKPT_EVERY": "20", "STEP_SECONDS": "0.3",
+                               "TF_CPP_MIN_LOG_LEVEL": "2"},
+            restart="on-failure", max_restarts=2, grace=2, hosts=hosts,
+            roles={"worker": {"count": 2, "hosts": ["a", "b"]}})
+        proc, run_dir = launch_up(tmp_path, profile, run_id)
+        try:
+            checkpoint_event(run_dir)
+
+            def copied() -> list[dict[str, Any]]:
+                state = json.loads((run_dir / "state.json").read_text())
+                return [c for c in state.get("checkpoints", {}).get("worker:0", []) if c.get("copy")]
+
+            wait_for(copied, 60, "a copy of worker:0's checkpoint off host a")
+            lab.cut("a")
+            assert finish_up(proc, tmp_path, 300) == 0, (tmp_path / "up.log").read_text()[-4000:]
+            events = read_events(run_dir)
+            moved = [e for e in events if e["kind"] == "state" and e["task"] == "worker:0"
+                     and e["state"] == "running" and e.get("moved_from") == "a"]
+            assert moved and moved[0]["host"] == "c"
+            step = assert_resumed_together(run_dir, events)
+            assert (disks["c"] / "ckpt" / f"ckpt-{step}.index").is_file()
+            assert "not copied off" not in (tmp_path / "up.log").read_text()
+            assert pids_with_run_id(run_id) == []
+        finally:
+            kill_run_processes(run_id)
