@@ -38,6 +38,7 @@ from typing import Any, Protocol
 
 from launcher import events as ev
 from launcher.events import Event
+from launcher.model import Plan
 from launcher.remote.session import HostSession
 from launcher.rundir import RunDir
 from launcher.supervise.lifecycle import TaskRuntime
@@ -138,6 +139,24 @@ def source_of(group: Sequence[str], tasks: Iterable[str]) -> str:
         if source in known and (source in group or len(group) > 1):
             return source
     return group[0]
+
+
+def kept_off_host(task: str, tasks: Iterable[str], strategy: str) -> bool:
+    """Are ``task``'s checkpoints the ones a group resumes from (so worth a copy off their host)?
+    The chief's, else worker:0's; under strategy custom every task's (each restarts alone)."""
+    if strategy == "custom":
+        return True
+    known = set(tasks)
+    return task == ("chief:0" if "chief:0" in known else "worker:0")
+
+
+def restores(task: str, source: str, strategy: str) -> bool:
+    """Does ``task`` read ``source``'s checkpoint when it starts? Itself; under MultiWorkerMirrored
+    every worker and the chief (one model, replicated); under ParameterServer only the chief
+    (workers and ps get their variables from it)."""
+    if task == source:
+        return True
+    return strategy == "multi_worker_mirrored" and task.split(":")[0] in ("chief", "worker")
 
 
 def pick(book: CheckpointBook, source: str, usable: Callable[[Checkpoint], bool]) -> Checkpoint | None:
@@ -271,6 +290,8 @@ class KeeperOwner(Protocol):
     def write_state(self) -> None: ...
     def reachable(self, host: str) -> bool: ...
     def in_job(self, host: str) -> bool: ...
+    @property
+    def plan(self) -> Plan: ...
 
 
 class CheckpointKeeper:
@@ -296,7 +317,8 @@ class CheckpointKeeper:
         cp = checkpoint_of(event, rt.spec.host)
         with self.lock:
             self.book.add(cp)
-        if cp.task == source_of([cp.task], self.sup.tasks) and len(self.sup.sessions) > 1:
+        self.sup.write_state()  # `attach` keeps the record
+        if kept_off_host(cp.task, self.sup.tasks, self.sup.plan.profile.strategy) and len(self.sup.sessions) > 1:
             self._start_copier()
             self._queue.put(cp)
 
@@ -409,8 +431,9 @@ class CheckpointKeeper:
         thread). Members' hosts are where they start now (a move already re-planned them)."""
         if not members:
             return
+        source = source_of([rt.spec.task_id for rt in members], self.sup.tasks)
+        members = [rt for rt in members if restores(rt.spec.task_id, source, self.sup.plan.profile.strategy)]
         group = [rt.spec.task_id for rt in members]
-        source = source_of(group, self.sup.tasks)
         with self.lock:
             history = self.book.history(source)
             others = {t: self.book.newest(t) for t in group}
@@ -421,6 +444,7 @@ class CheckpointKeeper:
             self._from_scratch(members, source, history)
             return
         placed: list[str] = []
+        on_source = self.sup.reachable(cp.host) and self._complete_on_host(cp)
         for rt in members:
             host = rt.spec.host
             where = target_directory(cp.directory, self.sup.sessions[cp.host], self.sup.sessions[host]) \
@@ -429,7 +453,6 @@ class CheckpointKeeper:
             if mine is not None and mine.host == host and mine.directory != where and mine.order > cp.order:
                 # a newer checkpoint of its own elsewhere: parked, so it does not resume alone from it
                 self.sup.sessions[host].host.run(park_command(mine.directory), timeout=30)
-            on_source = self.sup.reachable(cp.host) and self._complete_on_host(cp)
             if on_source and host == cp.host and where == cp.directory:
                 continue
             if on_source and self.sees(cp.host, cp.directory, host):

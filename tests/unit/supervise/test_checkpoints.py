@@ -17,9 +17,11 @@ from launcher.supervise.checkpoints import (
     Checkpoint,
     CheckpointBook,
     extract_complete,
+    kept_off_host,
     park_command,
     pick,
     push_command,
+    restores,
     source_of,
     state_text,
     tar_files,
@@ -138,3 +140,18 @@ def test_a_push_replaces_the_state_file_last_and_a_cut_push_changes_nothing(tmp_
     assert not list(target.glob(".distlaunch-in.*"))
     assert host.run(park_command(str(target))).ok
     assert not (target / "checkpoint").exists() and list(target.glob("checkpoint.distlaunch-parked-*"))
+
+
+def test_copies_off_the_host_are_kept_of_the_checkpoints_groups_resume_from() -> None:
+    mwms, pss = ["worker:0", "worker:1"], ["chief:0", "ps:0", "worker:0"]
+    assert [t for t in mwms if kept_off_host(t, mwms, "multi_worker_mirrored")] == ["worker:0"]
+    assert [t for t in pss if kept_off_host(t, pss, "parameter_server")] == ["chief:0"]
+    assert all(kept_off_host(t, pss, "custom") for t in pss)
+
+
+def test_who_reads_the_sources_checkpoint() -> None:
+    assert restores("worker:1", "worker:0", "multi_worker_mirrored")
+    assert restores("worker:1", "chief:0", "multi_worker_mirrored")
+    assert not restores("ps:0", "chief:0", "parameter_server")
+    assert not restores("worker:0", "chief:0", "parameter_server")
+    assert restores("chief:0", "chief:0", "parameter_server")
