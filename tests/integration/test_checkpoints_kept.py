@@ -37,14 +37,14 @@ pytestmark = pytest.mark.slow
 STEPS = 60
 
 
-def two_host_profile(tmp: Path) -> tuple[Path, Path, Path]:
+def two_host_profile(tmp: Path, max_restarts: int = 2) -> tuple[Path, Path, Path]:
     roots = tmp / "disk-a", tmp / "disk-b"
     hosts = [Host(name, options={"env": {"CKPT_ROOT": str(root)}}) for name, root in zip("ab", roots, strict=True)]
     profile = build_profile(
         tmp / "ckpt.toml", name="it-ckpt", strategy="multi_worker_mirrored", orphan_grace=30,
         command=f"{sys.executable} -u tests/integration/ckpt_mwms_steps.py", workdir=REPO,
         env={"STEPS": str(STEPS), "CKPT_EVERY": "20", "STEP_SECONDS": "0.15", "TF_CPP_MIN_LOG_LEVEL": "2"},
-        restart="on-failure", max_restarts=2, grace=2, hosts=hosts,
+        restart="on-failure", max_restarts=max_restarts, grace=2, hosts=hosts,
         roles={"worker": {"count": 2, "hosts": ["a", "b"]}})
     return profile, roots[0], roots[1]
 
@@ -123,6 +123,44 @@ def test_a_checkpoint_whose_disk_is_gone_comes_back_from_the_launchers_copy(tmp_
         kept = run_dir / "checkpoints" / "worker-0"
         assert 1 <= len([p for p in kept.iterdir() if not p.name.startswith(".")]) <= 2
         assert pids_with_run_id(run_id) == []
+    finally:
+        kill_run_processes(run_id)
+
+
+def test_when_no_checkpoint_survives_every_worker_starts_from_scratch_together(tmp_path: Path) -> None:
+    """worker:1's host holds step 20 (put there at a first restart); then every copy of worker:0's
+    checkpoints is gone and worker:0 is killed: b's older checkpoint is parked, both start at 0."""
+    profile, disk_a, disk_b = two_host_profile(tmp_path, max_restarts=4)
+    run_id = "it-ckpt-none"
+    proc, run_dir = launch_up(tmp_path, profile, run_id)
+    try:
+        running_pid(run_dir, "worker:0")
+        os.kill(running_pid(run_dir, "worker:1"), signal.SIGKILL)  # before any checkpoint: nothing to align
+        pid0 = running_pid(run_dir, "worker:0", restarts=1)
+        wait_for_event(run_dir, lambda e: e["kind"] == "checkpoint" and e["step"] == 40, 120, "step 40 saved")
+
+        def copied_40() -> bool:
+            state = json.loads((run_dir / "state.json").read_text())
+            return any(c.get("copy") and c["step"] == 40 for c in state.get("checkpoints", {}).get("worker:0", []))
+
+        wait_for(copied_40, 60, "step 40 copied off host a")
+        os.kill(running_pid(run_dir, "worker:1", restarts=1), signal.SIGKILL)
+        # b now holds step 40, which worker:1 would resume from alone
+        wait_for(lambda: (disk_b / "ckpt" / "ckpt-40.index").is_file(), 60, "step 40 put on b")
+        running_pid(run_dir, "worker:1", restarts=2)
+        pid0 = running_pid(run_dir, "worker:0", restarts=2)
+        shutil.rmtree(disk_a / "ckpt")
+        shutil.rmtree(run_dir / "checkpoints")
+        os.kill(pid0, signal.SIGKILL)
+        assert finish_up(proc, tmp_path, 240) == 0, (tmp_path / "up.log").read_text()[-3000:]
+        events = read_events(run_dir)
+        restored = {t: lines_of(events, t, r"restored step (\d+)") for t in ("worker:0", "worker:1")}
+        assert restored["worker:0"][-1] == restored["worker:1"][-1] == 0, restored
+        said = [e["reason"] for e in events if e["kind"] == "job" and e["reason"].startswith("resuming")]
+        assert said[-1].startswith("resuming from step 0: no checkpoint of worker:0 survived host a"), said
+        assert lines_of(events, "worker:0", r"finished at step (\d+)")[-1] == STEPS
+        assert [e for e in events if e["kind"] == "job"][-1]["state"] == "Succeeded"
+        assert list((disk_b / "ckpt").glob("checkpoint.distlaunch-parked-*"))
     finally:
         kill_run_processes(run_id)
 
