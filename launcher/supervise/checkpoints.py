@@ -42,6 +42,7 @@ from launcher.model import Plan
 from launcher.remote.session import HostSession
 from launcher.rundir import RunDir
 from launcher.supervise.lifecycle import TaskRuntime
+from launcher.supervise.policy import deciding_task
 
 #: checkpoints remembered per task (newest last)
 KEEP_RECORDS = 4
@@ -53,6 +54,8 @@ STATE_FILE = "checkpoint"
 COPIES_DIR = "checkpoints"
 #: seconds one copy (or push) may take
 COPY_SECONDS = 600.0
+#: the largest checkpoint copied through the supervisor (it holds a copy in memory while it moves)
+COPY_LIMIT_BYTES = 1 << 30
 
 
 @dataclass
@@ -132,22 +135,20 @@ def checkpoint_of(event: ev.CheckpointEvent, host: str) -> Checkpoint:
 
 
 def source_of(group: Sequence[str], tasks: Iterable[str]) -> str:
-    """The task whose checkpoint everyone in ``group`` resumes from: chief:0 (PSS, MWMS with a
-    chief), else worker:0 (MWMS, BackupAndRestore's chief), else a lone task's own."""
-    known = set(tasks)
-    for source in ("chief:0", "worker:0"):
-        if source in known and (source in group or len(group) > 1):
-            return source
+    """The task whose checkpoint everyone in ``group`` resumes from: the one that saves, chief:0
+    (PSS, MWMS with a chief), else the first worker (MWMS, BackupAndRestore's chief; after a
+    shrink the first worker left), else a lone task's own."""
+    decider = deciding_task(tasks)
+    if decider is not None and (decider in group or len(group) > 1):
+        return decider
     return group[0]
 
 
 def kept_off_host(task: str, tasks: Iterable[str], strategy: str) -> bool:
     """Are ``task``'s checkpoints the ones a group resumes from (so worth a copy off their host)?
-    The chief's, else worker:0's; under strategy custom every task's (each restarts alone)."""
-    if strategy == "custom":
-        return True
-    known = set(tasks)
-    return task == ("chief:0" if "chief:0" in known else "worker:0")
+    The saver's (chief:0, else the first worker); under strategy custom every task's (each restarts
+    alone)."""
+    return strategy == "custom" or task == deciding_task(tasks)
 
 
 def restores(task: str, source: str, strategy: str) -> bool:
@@ -305,6 +306,7 @@ class CheckpointKeeper:
         self.shared: dict[tuple[str, str], bool] = {}
         self._queue: queue.Queue[Checkpoint | None] = queue.Queue()
         self._copier: threading.Thread | None = None
+        self._copied_once = self._failed_last = self._said_too_big = False
 
     # -- the record ---------------------------------------------------------------------------------
 
@@ -357,6 +359,13 @@ class CheckpointKeeper:
         try:
             if self.is_shared(cp):
                 return
+            if cp.nbytes is not None and cp.nbytes > COPY_LIMIT_BYTES:
+                if not self._said_too_big:
+                    self._said_too_big = True
+                    self.sup.notice(f"checkpoint {cp.label} of {cp.task} is {cp.nbytes} bytes, over the "
+                                    f"{COPY_LIMIT_BYTES >> 20} MiB distlaunch copies off a host: not copied; a "
+                                    "restart elsewhere cannot resume from it (put outputs on shared storage)")
+                return
             began = time.monotonic()
             data = self.pull(cp)
             slug = cp.task.replace(":", "-")
@@ -364,6 +373,7 @@ class CheckpointKeeper:
             extract_complete(data, cp.files, dest)
             seconds = time.monotonic() - began
         except Exception as exc:  # a dropped link, a full disk: no copy; the next checkpoint tries again
+            self._failed_last = True
             self.sup.notice(f"checkpoint {cp.label} of {cp.task} not copied off host {cp.host}: {exc}")
             return
         with self.lock:
@@ -372,8 +382,10 @@ class CheckpointKeeper:
                 if older.copy is not None and older.copy != cp.copy:
                     shutil.rmtree(older.copy, ignore_errors=True)
                     older.copy = None
-        self.sup.notice(f"checkpoint {cp.label} of {cp.task} copied off host {cp.host} to {dest} "
-                        f"({len(data)} bytes in {seconds:.2f} s)")
+        if not self._copied_once or self._failed_last:  # the first copy and a copy after a failure are said
+            self.sup.notice(f"checkpoint {cp.label} of {cp.task} copied off host {cp.host} to {dest} "
+                            f"({len(data)} bytes in {seconds:.2f} s); the newest {KEEP_COPIES} are kept")
+        self._copied_once, self._failed_last = True, False
         self.sup.call(self.sup.write_state)
 
     def pull(self, cp: Checkpoint) -> bytes:

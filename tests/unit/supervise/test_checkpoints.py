@@ -62,6 +62,8 @@ def test_the_source_is_the_chief_else_worker0_else_the_lone_task() -> None:
     assert source_of(["chief:0", "ps:0"], pss) == "chief:0"
     assert source_of(["ps:0"], pss) == "ps:0"  # a lone ps restarted alone reads its own
     assert source_of(["worker:1"], mwms) == "worker:1"
+    shrunk = ["worker:1", "worker:2"]  # worker:0's host lost, no spare: the first worker left saves
+    assert source_of(shrunk, shrunk) == "worker:1"
 
 
 def test_the_pick_is_the_newest_checkpoint_that_still_exists() -> None:
