@@ -255,8 +255,9 @@ def push_command(directory: str, files: Sequence[str], state: str | None) -> str
         last = f'mv -f "$t"/{STATE_FILE} {d}/{STATE_FILE}'
     else:
         last = "true"
+    extract = 'tar -xf - -C "$t"' if files else "true"  # no files: only the state file
     return (f"set -e; mkdir -p {d}; rm -rf {d}/.distlaunch-in.*; t=$(mktemp -d {d}/.distlaunch-in.XXXXXX); "
-            f"trap 'rm -rf \"$t\"' EXIT; tar -xf - -C \"$t\"; {moves}; {last}")
+            f"trap 'rm -rf \"$t\"' EXIT; {extract}; {moves}; {last}")
 
 
 def park_command(directory: str) -> str:
@@ -265,9 +266,10 @@ def park_command(directory: str) -> str:
     return f"if [ -f {d}/{STATE_FILE} ]; then mv -f {d}/{STATE_FILE} {parked}; fi"
 
 
-def exists_command(cp: Checkpoint) -> str:
-    tests = " && ".join(f"test -f {shlex.quote(cp.directory + '/' + f)}" for f in cp.files) or "false"
-    return tests
+def exists_command(cp: Checkpoint, directory: str | None = None) -> str:
+    """Exit 0 where every file of ``cp`` is in ``directory`` (default: where it was written)."""
+    where = cp.directory if directory is None else directory
+    return " && ".join(f"test -f {shlex.quote(where + '/' + f)}" for f in cp.files) or "false"
 
 
 def _plural(items: Sequence[str]) -> str:
@@ -428,15 +430,43 @@ class CheckpointKeeper:
 
     # -- before a start -----------------------------------------------------------------------------
 
-    def available(self, cp: Checkpoint) -> bool:
-        """``cp`` still exists: complete on its host (which answers), or as the launcher's copy."""
-        if cp.host in self.sup.sessions and self.sup.reachable(cp.host):
-            try:
-                if self.sup.sessions[cp.host].host.run(exists_command(cp), timeout=30).ok:
-                    return True
-            except Exception:
-                pass
+    def _has_files(self, host: str, directory: str, cp: Checkpoint) -> bool:
+        """Does ``host`` (which answers) see every file of ``cp`` in ``directory``?"""
+        if host not in self.sup.sessions or not self.sup.reachable(host):
+            return False
+        try:
+            return self.sup.sessions[host].host.run(exists_command(cp, directory), timeout=30).ok
+        except Exception:  # the host went quiet: it does not see them now
+            return False
+
+    def _has_copy(self, cp: Checkpoint) -> bool:
         return cp.copy is not None and all((Path(cp.copy) / f).is_file() for f in cp.files)
+
+    def _where(self, cp: Checkpoint, host: str) -> str:
+        if cp.host in self.sup.sessions and host in self.sup.sessions:
+            return target_directory(cp.directory, self.sup.sessions[cp.host], self.sup.sessions[host])
+        return cp.directory
+
+    def _ways(self, cp: Checkpoint, members: Sequence[TaskRuntime], newest: bool) -> dict[str, str] | None:
+        """How each member gets ``cp`` (task -> "there": it sees the files where it reads; "point":
+        it sees them, and its state file must name this older one; "host" / "copy": pushed from
+        the source host / the launcher's copy), or None when one member cannot get it."""
+        ways: dict[str, str] = {}
+        on_source: bool | None = None
+        for rt in members:
+            if self._has_files(rt.spec.host, self._where(cp, rt.spec.host), cp):
+                # same host, or storage the hosts share: the member reads the very files
+                ways[rt.spec.task_id] = "there" if newest else "point"
+                continue
+            if on_source is None:
+                on_source = self._has_files(cp.host, cp.directory, cp)
+            if on_source:
+                ways[rt.spec.task_id] = "host"
+            elif self._has_copy(cp):
+                ways[rt.spec.task_id] = "copy"
+            else:
+                return None
+        return ways
 
     def before_start(self, members: Sequence[TaskRuntime]) -> None:
         """Put one checkpoint where every member restores from, before they start (on a restart's
@@ -451,41 +481,50 @@ class CheckpointKeeper:
             others = {t: self.book.newest(t) for t in group}
         if not history and not any(others.values()):
             return  # no checkpoint was ever announced: nothing to align
-        cp = next((c for c in history if self.available(c)), None)
-        if cp is None:
+        chosen: tuple[Checkpoint, dict[str, str]] | None = None
+        for i, candidate in enumerate(history):
+            ways = self._ways(candidate, members, newest=i == 0)
+            if ways is not None:
+                chosen = (candidate, ways)
+                break
+        if chosen is None:
             self._from_scratch(members, source, history)
             return
+        cp, ways = chosen
         placed: list[str] = []
-        on_source = self.sup.reachable(cp.host) and self._complete_on_host(cp)
         for rt in members:
-            host = rt.spec.host
-            where = target_directory(cp.directory, self.sup.sessions[cp.host], self.sup.sessions[host]) \
-                if cp.host in self.sup.sessions else cp.directory
+            host, where, way = rt.spec.host, self._where(cp, rt.spec.host), ways[rt.spec.task_id]
             mine = others.get(rt.spec.task_id)
             if mine is not None and mine.host == host and mine.directory != where and mine.order > cp.order:
                 # a newer checkpoint of its own elsewhere: parked, so it does not resume alone from it
                 self.sup.sessions[host].host.run(park_command(mine.directory), timeout=30)
-            if on_source and host == cp.host and where == cp.directory:
+            if way == "there":
                 continue
-            if on_source and self.sees(cp.host, cp.directory, host):
-                continue  # shared storage: the member reads the very files
-            self.push(cp, host, where, from_host=on_source)
-            placed.append(f"{rt.spec.task_id} on {host}")
-        newest = history[0] if history else None
+            if way == "point":
+                self.point(cp, host, where)
+            else:
+                self.push(cp, host, where, from_host=way == "host")
+                placed.append(f"{rt.spec.task_id} on {host}")
+        newest = history[0]
         words = f"resuming {_plural(group)} from {cp.label} (checkpoint of {source}"
         words += f", put in place for {_plural(placed)})" if placed else ")"
-        if newest is not None and newest is not cp:
+        if newest is not cp:
             words += f"; {newest.label} of {source} did not survive host {newest.host}: {cp.label} is older"
-        behind = [f"{t} had {c.label}" for t, c in others.items() if c is not None and c.order > cp.order]
+        behind = [f"{t} had {c.label}" for t, c in others.items()
+                  if t != source and c is not None and c.order > cp.order]  # the source's is said above
         if behind:
             words += f"; goes back for {_plural(behind)}"
         self._say(words)
 
-    def _complete_on_host(self, cp: Checkpoint) -> bool:
-        try:
-            return self.sup.sessions[cp.host].host.run(exists_command(cp), timeout=30).ok
-        except Exception:
-            return False
+    def point(self, cp: Checkpoint, host: str, directory: str) -> None:
+        """The state file in ``directory`` on ``host`` names ``cp`` (an older one than it named)."""
+        state = state_text(cp)
+        if state is None:
+            return  # no TensorFlow state file to write: the files themselves are what is read
+        result = self.sup.sessions[host].host.run(push_command(directory, [], state), timeout=60, stdin=b"")
+        if not result.ok:
+            raise OSError(f"the checkpoint state file in {directory} on host {host} could not be written: "
+                          f"{result.stderr.strip()[-200:] or result.exit_code}")
 
     def push(self, cp: Checkpoint, host: str, directory: str, from_host: bool) -> None:
         """Write ``cp`` into ``directory`` on ``host``: files from a temp dir, the state file last."""

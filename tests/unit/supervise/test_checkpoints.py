@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import io
 import tarfile
+from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
+from launcher import events as ev
 from launcher.model import HostConfig
 from launcher.remote.session import HostSession
 from launcher.runstate import RunState
@@ -16,6 +20,7 @@ from launcher.supervise.checkpoints import (
     KEEP_RECORDS,
     Checkpoint,
     CheckpointBook,
+    CheckpointKeeper,
     extract_complete,
     kept_off_host,
     park_command,
@@ -157,3 +162,96 @@ def test_who_reads_the_sources_checkpoint() -> None:
     assert not restores("ps:0", "chief:0", "parameter_server")
     assert not restores("worker:0", "chief:0", "parameter_server")
     assert restores("chief:0", "chief:0", "parameter_server")
+
+
+# -- the keeper before a start: real files, a real shell per host, hosts told apart by CKPT_ROOT ---------
+
+
+class Owner:
+    """What the keeper uses of a supervisor: hosts a, b, c on this machine, some of them lost."""
+
+    def __init__(self, tmp: Path, roots: dict[str, Path], lost: set[str]) -> None:
+        self.run_id = "r"
+        self.sessions = {h: session(h, "", CKPT_ROOT=str(root)) for h, root in roots.items()}
+        self.tasks = {"worker:0": None, "worker:1": None}
+        self.plan = SimpleNamespace(profile=SimpleNamespace(strategy="multi_worker_mirrored"))
+        self.lost = lost
+        self.said: list[str] = []
+        self.rundir = SimpleNamespace(path=tmp / "run")
+
+    def call(self, fn: Callable[[], None]) -> None:
+        fn()
+
+    def publish(self, event: ev.Event, line: str | None = None) -> None:
+        self.said.append(str(event.data["reason"]))
+
+    def notice(self, message: str) -> None:
+        pass
+
+    def write_state(self) -> None:
+        pass
+
+    def reachable(self, host: str) -> bool:
+        return host not in self.lost
+
+    def in_job(self, host: str) -> bool:
+        return host not in self.lost
+
+
+def member(task: str, host: str) -> Any:
+    return SimpleNamespace(spec=SimpleNamespace(task_id=task, host=host))
+
+
+def keeper_on(tmp_path: Path, roots: dict[str, Path], lost: set[str]) -> tuple[CheckpointKeeper, Owner]:
+    owner = Owner(tmp_path, roots, lost)
+    return CheckpointKeeper(owner), owner  # type: ignore[arg-type]
+
+
+def test_a_lost_hosts_checkpoint_on_shared_storage_is_read_where_it_is(tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    keeper, owner = keeper_on(tmp_path, {h: shared for h in "abc"}, lost={"a"})
+    keeper.book.add(write_checkpoint(shared / "ckpt", 40))
+    before = (shared / "ckpt" / "checkpoint").read_text()
+    keeper.before_start([member("worker:0", "c"), member("worker:1", "b")])
+    assert (shared / "ckpt" / "checkpoint").read_text() == before  # nothing parked, nothing pushed
+    assert owner.said == ["resuming worker:0, worker:1 from step 40 (checkpoint of worker:0)"]
+
+
+def test_a_lost_hosts_checkpoint_comes_from_the_copy_to_every_member(tmp_path: Path) -> None:
+    roots = {h: tmp_path / f"disk-{h}" for h in "abc"}
+    keeper, owner = keeper_on(tmp_path, roots, lost={"a"})
+    old = write_checkpoint(roots["a"] / "ckpt", 20)
+    new = write_checkpoint(roots["a"] / "ckpt", 40)
+    old.copy = str(tmp_path / "copy-20")
+    extract_complete(tar_files(roots["a"] / "ckpt", old.files), old.files, Path(old.copy))
+    keeper.book.add(old)
+    keeper.book.add(new)  # never copied: host a took it along
+    keeper.before_start([member("worker:0", "c"), member("worker:1", "b")])
+    for host in "bc":
+        assert (roots[host] / "ckpt" / "checkpoint").read_text() == state_text(old)
+        assert (roots[host] / "ckpt" / "ckpt-20.index").read_text() == "ckpt-20.index of step 20"
+    assert owner.said == ["resuming worker:0, worker:1 from step 20 (checkpoint of worker:0, put in place for "
+                          "worker:0 on c, worker:1 on b); step 40 of worker:0 did not survive host a: step 20 is older"]
+
+
+def test_with_no_checkpoint_left_the_members_start_from_scratch_together(tmp_path: Path) -> None:
+    roots = {h: tmp_path / f"disk-{h}" for h in "abc"}
+    keeper, owner = keeper_on(tmp_path, roots, lost={"a"})
+    keeper.book.add(write_checkpoint(roots["a"] / "ckpt", 40))
+    write_checkpoint(roots["b"] / "ckpt", 20)  # worker:1's older one: it would resume alone from it
+    keeper.before_start([member("worker:0", "c"), member("worker:1", "b")])
+    assert not (roots["b"] / "ckpt" / "checkpoint").exists()
+    assert list((roots["b"] / "ckpt").glob("checkpoint.distlaunch-parked-*"))
+    assert owner.said == ["resuming from step 0: no checkpoint of worker:0 survived host a; worker:0, worker:1 "
+                          "start from scratch together"]
+
+
+def test_the_source_hosts_newest_checkpoint_is_pushed_to_the_other_members(tmp_path: Path) -> None:
+    roots = {h: tmp_path / f"disk-{h}" for h in "ab"}
+    keeper, owner = keeper_on(tmp_path, roots, lost=set())
+    keeper.book.add(write_checkpoint(roots["a"] / "ckpt", 40))
+    keeper.before_start([member("worker:1", "b"), member("worker:0", "a")])
+    assert (roots["b"] / "ckpt" / "ckpt-40.data-00000-of-00001").is_file()
+    assert (roots["b"] / "ckpt" / "checkpoint").read_text() == state_text(cp(step=40))
+    assert owner.said == ["resuming worker:1, worker:0 from step 40 (checkpoint of worker:0, put in place for "
+                          "worker:1 on b)"]
