@@ -22,6 +22,7 @@ import pytest
 
 from tests.integration.jobtools import (
     REPO,
+    cli,
     finish_up,
     kill_run_processes,
     launch_up,
@@ -76,6 +77,15 @@ def assert_resumed_together(run_dir: Path, events: list[dict[str, Any]]) -> int:
     said = [e["reason"] for e in events if e["kind"] == "job" and e["reason"].startswith("resuming")]
     assert said and f"step {restored['worker:0'][1]}" in said[-1], said
     return restored["worker:0"][1]
+
+
+def test_check_says_whether_the_hosts_share_the_outputs_dir(tmp_path: Path) -> None:
+    profile, _disk_a, _disk_b = two_host_profile(tmp_path)
+    result = cli("check", str(profile), timeout=120)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    # both hosts are this machine, and the outputs dir is named alike: one folder
+    assert "preflight: outputs is shared by every host: checkpoints there are read by whoever restarts" \
+        in result.stdout
 
 
 def test_a_killed_worker_and_its_group_resume_from_worker0s_checkpoint(tmp_path: Path) -> None:
