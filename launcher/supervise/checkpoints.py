@@ -5,12 +5,14 @@ MultiWorkerMirrored restarts its whole group, where worker:0 would resume from i
 worker:1 from nothing (a collective mismatch, a crash loop). So the supervisor keeps a record of
 the checkpoints tasks announce (``checkpoint`` events: the ``CheckpointBook``, kept in state.json),
 and before a group restarts or a task moves, ``CheckpointKeeper.before_start`` picks the newest
-complete checkpoint of the group's source (chief:0, else worker:0, else the task itself) that
-still exists (on its host, or as the launcher's copy) and puts it where each member restores
-from: the same directory as the member's host names it (``target_directory``), its files moved in
-from a temp dir and the ``checkpoint`` state file written last, so a member reads the old one or
-the new one and never half of one. Where none survives, the members' state files are parked and
-all start from scratch together; either way one line (a ``job`` event) says from which step.
+checkpoint of the group's source (``source_of``: the task that saves, else the task itself) that
+every member that reads it (``restores``) can get: it sees the files where it reads (the same host,
+or shared storage), or they can be pushed to it from the source's host or from the launcher's
+copy. It puts it where each member reads: the same directory as the member's host names it
+(``target_directory``), the files moved in from a temp dir and the ``checkpoint`` state file
+written last, so a member reads the old one or the new one and never half of one. Where none
+survives, the members' state files are parked and all start from scratch together; either way one
+line (a ``job`` event) says from which step.
 
 Where storage is per host (a token written in the checkpoint's directory is not seen from the
 other hosts), the keeper copies each new checkpoint of a source task off its host as it is
@@ -158,14 +160,6 @@ def restores(task: str, source: str, strategy: str) -> bool:
     if task == source:
         return True
     return strategy == "multi_worker_mirrored" and task.split(":")[0] in ("chief", "worker")
-
-
-def pick(book: CheckpointBook, source: str, usable: Callable[[Checkpoint], bool]) -> Checkpoint | None:
-    """The newest checkpoint of ``source`` that ``usable`` accepts (it still exists somewhere)."""
-    for cp in book.history(source):
-        if usable(cp):
-            return cp
-    return None
 
 
 def target_directory(directory: str, source: HostSession, target: HostSession) -> str:

@@ -24,7 +24,6 @@ from launcher.supervise.checkpoints import (
     extract_complete,
     kept_off_host,
     park_command,
-    pick,
     push_command,
     restores,
     source_of,
@@ -69,16 +68,6 @@ def test_the_source_is_the_chief_else_worker0_else_the_lone_task() -> None:
     assert source_of(["worker:1"], mwms) == "worker:1"
     shrunk = ["worker:1", "worker:2"]  # worker:0's host lost, no spare: the first worker left saves
     assert source_of(shrunk, shrunk) == "worker:1"
-
-
-def test_the_pick_is_the_newest_checkpoint_that_still_exists() -> None:
-    book = CheckpointBook()
-    for step in (20, 40, 60):
-        book.add(cp(step=step))
-    got = pick(book, "worker:0", lambda c: c.step != 60)
-    assert got is not None and got.step == 40
-    assert pick(book, "worker:0", lambda c: False) is None
-    assert pick(book, "worker:1", lambda c: True) is None
 
 
 def test_a_directory_is_named_on_the_target_as_its_host_names_its_roots() -> None:
