@@ -28,6 +28,7 @@ from tests.integration.jobtools import (
     launch_up,
     pids_with_run_id,
     read_events,
+    start_cli,
     wait_for,
     wait_for_event,
 )
@@ -38,13 +39,13 @@ pytestmark = pytest.mark.slow
 STEPS = 60
 
 
-def two_host_profile(tmp: Path, max_restarts: int = 2) -> tuple[Path, Path, Path]:
+def two_host_profile(tmp: Path, max_restarts: int = 2, steps: int = STEPS) -> tuple[Path, Path, Path]:
     roots = tmp / "disk-a", tmp / "disk-b"
     hosts = [Host(name, options={"env": {"CKPT_ROOT": str(root)}}) for name, root in zip("ab", roots, strict=True)]
     profile = build_profile(
         tmp / "ckpt.toml", name="it-ckpt", strategy="multi_worker_mirrored", orphan_grace=30,
         command=f"{sys.executable} -u tests/integration/ckpt_mwms_steps.py", workdir=REPO,
-        env={"STEPS": str(STEPS), "CKPT_EVERY": "20", "STEP_SECONDS": "0.15", "TF_CPP_MIN_LOG_LEVEL": "2"},
+        env={"STEPS": str(steps), "CKPT_EVERY": "20", "STEP_SECONDS": "0.15", "TF_CPP_MIN_LOG_LEVEL": "2"},
         restart="on-failure", max_restarts=max_restarts, grace=2, hosts=hosts,
         roles={"worker": {"count": 2, "hosts": ["a", "b"]}})
     return profile, roots[0], roots[1]
@@ -66,13 +67,13 @@ def checkpoint_event(run_dir: Path) -> dict[str, Any]:
                           "worker:0's first checkpoint")
 
 
-def assert_resumed_together(run_dir: Path, events: list[dict[str, Any]]) -> int:
+def assert_resumed_together(run_dir: Path, events: list[dict[str, Any]], steps: int = STEPS) -> int:
     """Both workers restored the same step after the restart (> 0), and trained to the end."""
     restored = {t: lines_of(events, t, r"restored step (\d+)") for t in ("worker:0", "worker:1")}
     assert all(len(r) == 2 for r in restored.values()), restored
     assert restored["worker:0"][1] == restored["worker:1"][1] > 0, restored
     assert not any("restored different steps" in e.get("line", "") for e in events if e["kind"] == "log")
-    assert lines_of(events, "worker:0", r"finished at step (\d+)")[-1] == STEPS
+    assert lines_of(events, "worker:0", r"finished at step (\d+)")[-1] == steps
     assert [e for e in events if e["kind"] == "job"][-1]["state"] == "Succeeded"
     said = [e["reason"] for e in events if e["kind"] == "job" and e["reason"].startswith("resuming")]
     assert said and f"step {restored['worker:0'][1]}" in said[-1], said
@@ -134,6 +135,31 @@ def test_a_checkpoint_whose_disk_is_gone_comes_back_from_the_launchers_copy(tmp_
         assert 1 <= len([p for p in kept.iterdir() if not p.name.startswith(".")]) <= 2
         assert pids_with_run_id(run_id) == []
     finally:
+        kill_run_processes(run_id)
+
+
+def test_a_supervisor_that_takes_the_run_over_knows_its_checkpoints(tmp_path: Path) -> None:
+    """The record is in state.json: after `attach` adopted the run, a killed worker's group still
+    resumes from worker:0's checkpoint (the new supervisor never saw its event)."""
+    profile, _disk_a, _disk_b = two_host_profile(tmp_path, steps=140)
+    run_id, run_dir = "it-ckpt-attach", tmp_path / "run"
+    attach = None
+    try:
+        up = cli("up", str(profile), "--detach", "--run-dir", str(run_dir), "--run-id", run_id, timeout=120)
+        assert up.returncode == 0, up.stdout + up.stderr
+        checkpoint_event(run_dir)
+        state = json.loads((run_dir / "state.json").read_text())
+        assert state["checkpoints"]["worker:0"], state.get("checkpoints")
+        os.kill(state["supervisor_pid"], signal.SIGKILL)
+        attach = start_cli("attach", str(run_dir), "--no-tui", log=tmp_path / "attach.log")
+        wait_for(lambda: json.loads((run_dir / "state.json").read_text()).get("supervisor_pid")
+                 not in (None, state["supervisor_pid"]), 60, "a new supervisor")
+        os.kill(running_pid(run_dir, "worker:1"), signal.SIGKILL)
+        assert attach.wait(timeout=240) == 0, (tmp_path / "attach.log").read_text()[-3000:]
+        assert_resumed_together(run_dir, read_events(run_dir), steps=140)
+    finally:
+        if attach is not None and attach.poll() is None:
+            attach.kill()
         kill_run_processes(run_id)
 
 
