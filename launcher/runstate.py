@@ -197,6 +197,17 @@ class HostStateRecord:
                    _key(d, "since", w, _opt(_float), None), _key(d, "last_contact_s", w, _opt(_float), None))
 
 
+def _checkpoints(data: object, where: str) -> list[dict[str, Any]]:
+    """A task's checkpoints: directory, host, files, step, copy (checked where the keeper reads them)."""
+    items = [_obj(item, f"{where}[{i}]") for i, item in enumerate(_list(data, where))]
+    for i, d in enumerate(items):
+        w = f"{where}[{i}]."
+        for key, read in (("task", _str), ("host", _str), ("directory", _str), ("files", _strs),
+                          ("step", _opt(_int)), ("copy", _opt(_str))):
+            _key(d, key, w, read, None)
+    return items
+
+
 def _move(data: object, where: str) -> dict[str, Any]:
     """One move or shrink (resolved.json's ``moves``): task, from, to (None: dropped), why, ts."""
     d = _obj(data, where)
@@ -234,6 +245,8 @@ class RunState:
     moves: list[dict[str, Any]] = field(default_factory=list)
     left_behind: dict[str, list[str]] = field(default_factory=dict)
     moved_from: dict[str, str] = field(default_factory=dict)
+    #: task -> the checkpoints it announced, newest last, with where their copies are (supervise/checkpoints.py)
+    checkpoints: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     last_contact: dict[str, float] = field(default_factory=dict)  # this boot's monotonic clock
     boot_id: str = ""
 
@@ -263,6 +276,7 @@ class RunState:
             "moves": self.moves,
             "left_behind": self.left_behind,
             "moved_from": self.moved_from,
+            "checkpoints": self.checkpoints,
             "last_contact": self.last_contact,
             "boot_id": self.boot_id,
         }
@@ -303,6 +317,7 @@ class RunState:
             moves=_key(d, "moves", "", lambda v, w: [_move(m, f"{w}[{i}]") for i, m in enumerate(_list(v, w))], []),
             left_behind=_key(d, "left_behind", "", lambda v, w: _table(v, w, _strs), {}),
             moved_from=_key(d, "moved_from", "", lambda v, w: _table(v, w, _str), {}),
+            checkpoints=_key(d, "checkpoints", "", lambda v, w: _table(v, w, _checkpoints), {}),
             last_contact=_key(d, "last_contact", "", lambda v, w: _table(v, w, _float), {}),
             boot_id=_key(d, "boot_id", "", _opt(_str), "") or "",
         )

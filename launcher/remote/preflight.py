@@ -58,6 +58,7 @@ from launcher.remote.parity import as_json as as_json_table
 from launcher.remote.parity import table as parity_table
 from launcher.remote.reach import check_reach, hosts_of, needs_reach, pair_count
 from launcher.remote.session import HostSession, remote_base_dir, remote_outputs_dir
+from launcher.remote.storage import probe_outputs
 from launcher.remote.sync import sync_hosts
 from launcher.remote.taskcheck import describe_all, host_checks
 from launcher.telemetry.progressline import Progress, paused
@@ -504,6 +505,9 @@ def preflight_plan(plan: Plan, as_json: bool = False) -> list[str]:
         if pre.pairs:
             print(f"preflight: every host reaches the other hosts' task ports ({pre.pairs} pairs, at the "
                   "addresses TF_CONFIG uses)")
+        storage = probe_outputs(pre.sessions)
+        if storage is not None:
+            print(f"preflight: {storage.line()}")
     finally:
         pre.close()
     return []

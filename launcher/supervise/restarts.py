@@ -23,6 +23,7 @@ from launcher.remote.session import HostSession
 from launcher.rundir import DOWN_MARKER, RunDir
 from launcher.runstate import PendingRecord
 from launcher.supervise.agentspec import SpecSource, agent_spec, task_secrets
+from launcher.supervise.checkpoints import CheckpointKeeper
 from launcher.supervise.decide import (
     Decision,
     ForgetProgress,
@@ -79,6 +80,8 @@ class RestartOwner(SpecSource, Protocol):
     def end(self) -> Teardown: ...
     @property
     def life(self) -> Lifecycle: ...
+    @property
+    def checkpoints(self) -> CheckpointKeeper: ...
     def call(self, fn: Callable[[], None]) -> None: ...
     def after(self, delay: float, fn: Callable[[], None]) -> None: ...
     def publish(self, event: Event, line: str | None = None) -> None: ...
@@ -136,6 +139,8 @@ class Restarts:
                     sup.publish_many(held)
                     held = []
                     self._carry_out(decisions)
+            if isinstance(event, ev.CheckpointEvent) and known:
+                sup.checkpoints.on_event(event)
             if isinstance(event, ev.MetricEvent) and known:
                 step = event.step
                 if step is not None and sup.tasks[str(event.task)].phase == ev.RUNNING:
@@ -367,6 +372,8 @@ class Restarts:
             sup.on_hosts(lambda s: s.stop_tasks(running[s.name], grace), [h for h, v in running.items() if v])
             if sup.end.may_start(members):  # either the job ended before this start, or its end waits for it
                 try:
+                    # one checkpoint for the whole group, where each member restores from
+                    sup.checkpoints.before_start(members)
                     self.start_tasks(members)
                 except BaseException:
                     for rt in members:

@@ -26,9 +26,11 @@ from launcher.profile.overrides import mask_secrets
 from launcher.protocol.agentlines import AgentOp
 from launcher.protocol.controllines import Launched
 from launcher.remote.session import HostSession
+from launcher.remote.storage import probe_outputs
 from launcher.rundir import RunDir
 from launcher.runstate import HostRecord, RunState, TaskRecord, host_to_json
 from launcher.supervise.attachstate import arm_watchdog, fold_task_states
+from launcher.supervise.checkpoints import CheckpointBook, CheckpointKeeper
 from launcher.supervise.core import Feed, LineFeed, Loop, Publisher
 from launcher.supervise.hostloss import HostLoss
 from launcher.supervise.hostworker import HostWorker
@@ -87,6 +89,7 @@ class Supervisor:
         self.restarts = Restarts(self)
         self.hosts = HostLoss(self, self.links, self.restarts)  # hosts lost, drained or given notice: moves, shrinks
         self.stall_stacks = StallCapture(self)  # every task's stacks once per stall episode
+        self.checkpoints = CheckpointKeeper(self)  # the tasks' checkpoints, their copies, one per restart
 
     # -- the plan, a value ----------------------------------------------------------------------------
 
@@ -220,6 +223,7 @@ class Supervisor:
     def close(self, outcome: str) -> None:
         """The teardown is over: close the streams and the feeds, record the outcome, end the loop."""
         self.links.close_streams()
+        self.checkpoints.close()
         self.outcome = outcome
         self.write_state()
         self.publisher.close()
@@ -246,6 +250,13 @@ class Supervisor:
             raise
         self.call(self._launched)
         self.call(self.write_state)  # on the loop: the streams' offsets change there, never mid-dump
+        threading.Thread(target=self._say_storage, name="storage-probe", daemon=True).start()
+
+    def _say_storage(self) -> None:
+        """One line on whether the hosts share the outputs dir (where checkpoints usually are)."""
+        finding = probe_outputs(self.sessions)
+        if finding is not None:
+            self.notice(finding.line())
 
     def _launched(self, ok: bool = True) -> None:
         """The launch has started every task: the restarts that fell due meanwhile go now. A
@@ -284,6 +295,7 @@ class Supervisor:
         for pending in state.pending_restarts:
             self.restarts.resume([t for t in pending.tasks if t in self.tasks], pending.due, pending.counted)
         self.restarts.moved_from.update(state.moved_from)
+        self.checkpoints.book = CheckpointBook.from_json(state.checkpoints)
 
     def _resume_hosts(self, state: RunState) -> list[str]:
         """The hosts' states and moves as the last supervisor left them; the hosts out of the job,
@@ -439,6 +451,7 @@ class Supervisor:
             moves=self.hosts.moves,
             left_behind=self.hosts.left_behind,
             moved_from=dict(self.restarts.moved_from),
+            checkpoints=self.checkpoints.to_json(),
             last_contact=self.links.last_contact(),
             boot_id=boot_id(),
         )

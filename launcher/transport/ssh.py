@@ -278,7 +278,7 @@ class SshHost(shellcmds.ShellHost):
             channel.settimeout(timeout)
             channel.exec_command(shellcmds.sh(command))
             if stdin:
-                channel.sendall(stdin)
+                channel.sendall(memoryview(stdin))  # paramiko slices what is left: a copy of bytes each time
             channel.shutdown_write()
             channel.settimeout(0.25)
             while True:

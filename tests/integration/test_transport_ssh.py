@@ -190,3 +190,18 @@ def test_a_large_send_waits_for_a_command_that_reads_late(server: PrivateSshd, t
     finally:
         stream.close()
         host.close()
+
+
+@TRANSPORTS
+def test_a_command_is_given_a_large_stdin_whole_and_in_linear_time(server: PrivateSshd, transport: str) -> None:
+    """A checkpoint pushed to a host rides ``run``'s stdin: 64 MiB arrive whole, in seconds (paramiko's
+    sendall copied what was left of a bytes object at every packet: 55 s for 64 MiB)."""
+    host = make_host(server.host_config("gpu1", transport=transport))
+    host.connect()
+    try:
+        began = time.monotonic()
+        result = host.run("wc -c", timeout=60, stdin=b"x" * (64 << 20))
+        assert result.ok and result.stdout.strip() == str(64 << 20)
+        assert time.monotonic() - began < 20
+    finally:
+        host.close()

@@ -30,6 +30,9 @@ WRITTEN = {
     "host_losses": 1, "spares": [],
     "moves": [{"task": "worker:0", "from": "b", "to": "a", "why": "lost", "ts": 1700000000.0}],
     "left_behind": {"b": ["worker-0"]}, "moved_from": {"worker:0": "b"}, "last_contact": {"b": 123.25},
+    "checkpoints": {"worker:0": [{"task": "worker:0", "host": "a", "directory": "/o/ckpt", "files": ["checkpoint"],
+                                  "step": 20, "epoch": None, "bytes": 9, "api": "checkpoint_manager", "ts": 1.5,
+                                  "copy": "/run/checkpoints/worker-0/20", "copy_seconds": 0.25}]},
     "boot_id": "boot",
 }
 
@@ -54,6 +57,8 @@ def test_a_file_from_before_the_supervisor_process_names_its_pid_launcher_pid() 
     ({"left_behind": {"b": [1]}}, "left_behind.b[0]"),
     ({"moves": [{"task": "worker:0", "ts": "x"}]}, "moves[0].ts"),
     ({"last_contact": {"b": True}}, "last_contact.b"),
+    ({"checkpoints": {"worker:0": [{"task": "worker:0", "host": "a", "directory": 3}]}},
+     "checkpoints.worker:0[0].directory"),
     ({"tasks": {"worker:0": {"port": "2222"}}}, "tasks.worker:0.port"),
     ({"pending_restarts": [{"tasks": "worker:0"}]}, "pending_restarts[0].tasks"),
 ])

@@ -1,0 +1,247 @@
+"""Checkpoints the launcher keeps, with real TensorFlow on two hosts that each have their own disk.
+
+Hosts ``a`` and ``b`` are this machine, told apart by ``CKPT_ROOT`` (each host's own checkpoint
+directory): what matters is that a checkpoint written on a is not where b's tasks read. The job
+(tests/integration/ckpt_mwms_steps.py) is MultiWorkerMirrored: worker:0 keeps checkpoints,
+worker:1 keeps none, and a group that restores different steps exits 3 at once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import shutil
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.jobtools import (
+    REPO,
+    cli,
+    finish_up,
+    kill_run_processes,
+    launch_up,
+    pids_with_run_id,
+    read_events,
+    start_cli,
+    wait_for,
+    wait_for_event,
+)
+from tests.profiles import Host, build_profile
+
+pytestmark = pytest.mark.slow
+
+STEPS = 60
+
+
+def two_host_profile(tmp: Path, max_restarts: int = 2, steps: int = STEPS) -> tuple[Path, Path, Path]:
+    roots = tmp / "disk-a", tmp / "disk-b"
+    hosts = [Host(name, options={"env": {"CKPT_ROOT": str(root)}}) for name, root in zip("ab", roots, strict=True)]
+    profile = build_profile(
+        tmp / "ckpt.toml", name="it-ckpt", strategy="multi_worker_mirrored", orphan_grace=30,
+        command=f"{sys.executable} -u tests/integration/ckpt_mwms_steps.py", workdir=REPO,
+        env={"STEPS": str(steps), "CKPT_EVERY": "20", "STEP_SECONDS": "0.15", "TF_CPP_MIN_LOG_LEVEL": "2"},
+        restart="on-failure", max_restarts=max_restarts, grace=2, hosts=hosts,
+        roles={"worker": {"count": 2, "hosts": ["a", "b"]}})
+    return profile, roots[0], roots[1]
+
+
+def lines_of(events: list[dict[str, Any]], task: str, pattern: str) -> list[int]:
+    return [int(m.group(1)) for e in events if e["kind"] == "log" and e["task"] == task
+            for m in [re.search(pattern, e["line"])] if m]
+
+
+def running_pid(run_dir: Path, task: str, restarts: int = 0) -> int:
+    event = wait_for_event(run_dir, lambda e: e["kind"] == "state" and e["task"] == task and e["state"] == "running"
+                           and e.get("restarts", 0) == restarts, 90, f"{task} running")
+    return int(event["pid"])
+
+
+def checkpoint_event(run_dir: Path) -> dict[str, Any]:
+    return wait_for_event(run_dir, lambda e: e["kind"] == "checkpoint" and e["task"] == "worker:0", 120,
+                          "worker:0's first checkpoint")
+
+
+def assert_resumed_together(run_dir: Path, events: list[dict[str, Any]], steps: int = STEPS) -> int:
+    """Both workers restored the same step after the restart (> 0), and trained to the end."""
+    restored = {t: lines_of(events, t, r"restored step (\d+)") for t in ("worker:0", "worker:1")}
+    assert all(len(r) == 2 for r in restored.values()), restored
+    assert restored["worker:0"][1] == restored["worker:1"][1] > 0, restored
+    assert not any("restored different steps" in e.get("line", "") for e in events if e["kind"] == "log")
+    assert lines_of(events, "worker:0", r"finished at step (\d+)")[-1] == steps
+    assert [e for e in events if e["kind"] == "job"][-1]["state"] == "Succeeded"
+    said = [e["reason"] for e in events if e["kind"] == "job" and e["reason"].startswith("resuming")]
+    assert said and f"step {restored['worker:0'][1]}" in said[-1], said
+    return restored["worker:0"][1]
+
+
+def test_check_says_whether_the_hosts_share_the_outputs_dir(tmp_path: Path) -> None:
+    profile, _disk_a, _disk_b = two_host_profile(tmp_path)
+    result = cli("check", str(profile), timeout=120)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    # both hosts are this machine, and the outputs dir is named alike: one folder
+    assert "preflight: outputs is shared by every host: checkpoints there are read by whoever restarts" \
+        in result.stdout
+
+
+def test_a_killed_worker_and_its_group_resume_from_worker0s_checkpoint(tmp_path: Path) -> None:
+    profile, _disk_a, disk_b = two_host_profile(tmp_path)
+    run_id = "it-ckpt-kill"
+    proc, run_dir = launch_up(tmp_path, profile, run_id)
+    try:
+        running_pid(run_dir, "worker:0")
+        pid1 = running_pid(run_dir, "worker:1")
+        checkpoint_event(run_dir)
+        os.kill(pid1, signal.SIGKILL)
+        assert finish_up(proc, tmp_path, 240) == 0, (tmp_path / "up.log").read_text()[-3000:]
+        events = read_events(run_dir)
+        step = assert_resumed_together(run_dir, events)
+        # worker:1's host got worker:0's checkpoint, in the layout CheckpointManager reads
+        assert (disk_b / "ckpt" / "checkpoint").is_file() and (disk_b / "ckpt" / f"ckpt-{step}.index").is_file()
+        assert not list((disk_b / "ckpt").glob(".distlaunch-in.*"))
+        assert "ckpt on a are per host (not seen from b)" in (tmp_path / "up.log").read_text()
+        assert pids_with_run_id(run_id) == []
+    finally:
+        kill_run_processes(run_id)
+
+
+def test_a_checkpoint_whose_disk_is_gone_comes_back_from_the_launchers_copy(tmp_path: Path) -> None:
+    profile, disk_a, _disk_b = two_host_profile(tmp_path)
+    run_id = "it-ckpt-copy"
+    proc, run_dir = launch_up(tmp_path, profile, run_id)
+    try:
+        pid0 = running_pid(run_dir, "worker:0")
+        checkpoint_event(run_dir)
+
+        def copied() -> list[dict[str, Any]]:
+            state = json.loads((run_dir / "state.json").read_text())
+            return [c for c in state.get("checkpoints", {}).get("worker:0", []) if c.get("copy")]
+
+        copies = wait_for(copied, 60, "a copy of worker:0's checkpoint off host a")
+        shutil.rmtree(disk_a / "ckpt")  # host a's disk lost what it had
+        os.kill(pid0, signal.SIGKILL)
+        assert finish_up(proc, tmp_path, 240) == 0, (tmp_path / "up.log").read_text()[-3000:]
+        events = read_events(run_dir)
+        step = assert_resumed_together(run_dir, events)
+        state = json.loads((run_dir / "state.json").read_text())
+        copied_steps = {c["step"] for c in state["checkpoints"]["worker:0"] if c.get("copy")}
+        assert step in copied_steps | {c["step"] for c in copies}
+        kept = run_dir / "checkpoints" / "worker-0"
+        assert 1 <= len([p for p in kept.iterdir() if not p.name.startswith(".")]) <= 2
+        assert pids_with_run_id(run_id) == []
+    finally:
+        kill_run_processes(run_id)
+
+
+def test_a_supervisor_that_takes_the_run_over_knows_its_checkpoints(tmp_path: Path) -> None:
+    """The record is in state.json: after `attach` adopted the run, a killed worker's group still
+    resumes from worker:0's checkpoint (the new supervisor never saw its event)."""
+    profile, _disk_a, _disk_b = two_host_profile(tmp_path, steps=140)
+    run_id, run_dir = "it-ckpt-attach", tmp_path / "run"
+    attach = None
+    try:
+        up = cli("up", str(profile), "--detach", "--run-dir", str(run_dir), "--run-id", run_id, timeout=120)
+        assert up.returncode == 0, up.stdout + up.stderr
+        checkpoint_event(run_dir)
+        state = json.loads((run_dir / "state.json").read_text())
+        assert state["checkpoints"]["worker:0"], state.get("checkpoints")
+        os.kill(state["supervisor_pid"], signal.SIGKILL)
+        attach = start_cli("attach", str(run_dir), "--no-tui", log=tmp_path / "attach.log")
+        wait_for(lambda: json.loads((run_dir / "state.json").read_text()).get("supervisor_pid")
+                 not in (None, state["supervisor_pid"]), 60, "a new supervisor")
+        os.kill(running_pid(run_dir, "worker:1"), signal.SIGKILL)
+        assert attach.wait(timeout=240) == 0, (tmp_path / "attach.log").read_text()[-3000:]
+        assert_resumed_together(run_dir, read_events(run_dir), steps=140)
+    finally:
+        if attach is not None and attach.poll() is None:
+            attach.kill()
+        kill_run_processes(run_id)
+
+
+def test_when_no_checkpoint_survives_every_worker_starts_from_scratch_together(tmp_path: Path) -> None:
+    """worker:1's host holds step 20 (put there at a first restart); then every copy of worker:0's
+    checkpoints is gone and worker:0 is killed: b's older checkpoint is parked, both start at 0."""
+    profile, disk_a, disk_b = two_host_profile(tmp_path, max_restarts=4)
+    run_id = "it-ckpt-none"
+    proc, run_dir = launch_up(tmp_path, profile, run_id)
+    try:
+        running_pid(run_dir, "worker:0")
+        os.kill(running_pid(run_dir, "worker:1"), signal.SIGKILL)  # before any checkpoint: nothing to align
+        pid0 = running_pid(run_dir, "worker:0", restarts=1)
+        wait_for_event(run_dir, lambda e: e["kind"] == "checkpoint" and e["step"] == 40, 120, "step 40 saved")
+
+        def copied_40() -> bool:
+            state = json.loads((run_dir / "state.json").read_text())
+            return any(c.get("copy") and c["step"] == 40 for c in state.get("checkpoints", {}).get("worker:0", []))
+
+        wait_for(copied_40, 60, "step 40 copied off host a")
+        os.kill(running_pid(run_dir, "worker:1", restarts=1), signal.SIGKILL)
+        # b now holds step 40, which worker:1 would resume from alone
+        wait_for(lambda: (disk_b / "ckpt" / "ckpt-40.index").is_file(), 60, "step 40 put on b")
+        running_pid(run_dir, "worker:1", restarts=2)
+        pid0 = running_pid(run_dir, "worker:0", restarts=2)
+        shutil.rmtree(disk_a / "ckpt")
+        shutil.rmtree(run_dir / "checkpoints")
+        os.kill(pid0, signal.SIGKILL)
+        assert finish_up(proc, tmp_path, 240) == 0, (tmp_path / "up.log").read_text()[-3000:]
+        events = read_events(run_dir)
+        restored = {t: lines_of(events, t, r"restored step (\d+)") for t in ("worker:0", "worker:1")}
+        assert restored["worker:0"][-1] == restored["worker:1"][-1] == 0, restored
+        said = [e["reason"] for e in events if e["kind"] == "job" and e["reason"].startswith("resuming")]
+        assert said[-1].startswith("resuming from step 0: no checkpoint of worker:0 survived host a"), said
+        assert lines_of(events, "worker:0", r"finished at step (\d+)")[-1] == STEPS
+        assert [e for e in events if e["kind"] == "job"][-1]["state"] == "Succeeded"
+        assert list((disk_b / "ckpt").glob("checkpoint.distlaunch-parked-*"))
+    finally:
+        kill_run_processes(run_id)
+
+
+@pytest.mark.netns
+@pytest.mark.sshd
+@pytest.mark.timeout(360)
+def test_the_source_host_lost_its_task_moves_to_the_spare_and_all_resume_from_the_copy(tmp_path: Path) -> None:
+    """worker:0's host a is cut for good after its checkpoint was copied off it: worker:0 moves to
+    the spare c, whose disk has nothing; c and b both get the launcher's copy and resume from it."""
+    from tests.netns import NetnsLab, require_netns
+    from tests.profiles import netns_hosts
+
+    require_netns()
+    with NetnsLab(3) as lab:
+        run_id = f"it-ckpt-spare-{lab.tag}"
+        disks = {name: tmp_path / f"disk-{name}" for name in ("a", "b", "c")}
+        hosts = [dataclasses.replace(h, options={**h.options, "env": {"CKPT_ROOT": str(disks[h.name])}})
+                 for h in netns_hosts(lab, "ssh")]
+        profile = build_profile(
+            tmp_path / "spare.toml", name="it-ckpt-spare", strategy="multi_worker_mirrored", orphan_grace=4,
+            top='host_lost_seconds = 8\nspares = ["c"]\n',
+            command="{python} -u tests/integration/ckpt_mwms_steps.py", defaults={"python": sys.executable},
+            workdir=REPO, env={"STEPS": str(STEPS), "CKPT_EVERY": "20", "STEP_SECONDS": "0.3",
+                               "TF_CPP_MIN_LOG_LEVEL": "2"},
+            restart="on-failure", max_restarts=2, grace=2, hosts=hosts,
+            roles={"worker": {"count": 2, "hosts": ["a", "b"]}})
+        proc, run_dir = launch_up(tmp_path, profile, run_id)
+        try:
+            checkpoint_event(run_dir)
+
+            def copied() -> list[dict[str, Any]]:
+                state = json.loads((run_dir / "state.json").read_text())
+                return [c for c in state.get("checkpoints", {}).get("worker:0", []) if c.get("copy")]
+
+            wait_for(copied, 60, "a copy of worker:0's checkpoint off host a")
+            lab.cut("a")
+            assert finish_up(proc, tmp_path, 300) == 0, (tmp_path / "up.log").read_text()[-4000:]
+            events = read_events(run_dir)
+            moved = [e for e in events if e["kind"] == "state" and e["task"] == "worker:0"
+                     and e["state"] == "running" and e.get("moved_from") == "a"]
+            assert moved and moved[0]["host"] == "c"
+            step = assert_resumed_together(run_dir, events)
+            assert (disks["c"] / "ckpt" / f"ckpt-{step}.index").is_file()
+            assert "not copied off" not in (tmp_path / "up.log").read_text()
+            assert pids_with_run_id(run_id) == []
+        finally:
+            kill_run_processes(run_id)

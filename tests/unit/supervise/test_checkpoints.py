@@ -1,0 +1,246 @@
+"""The checkpoint keeper's parts: the book, the pick, where a checkpoint goes on another host, and
+copies that are complete or absent (real files, a real shell on this machine)."""
+
+from __future__ import annotations
+
+import io
+import tarfile
+from collections.abc import Callable
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from launcher import events as ev
+from launcher.model import HostConfig
+from launcher.remote.session import HostSession
+from launcher.runstate import RunState
+from launcher.supervise.checkpoints import (
+    KEEP_RECORDS,
+    Checkpoint,
+    CheckpointBook,
+    CheckpointKeeper,
+    extract_complete,
+    kept_off_host,
+    park_command,
+    push_command,
+    restores,
+    source_of,
+    state_text,
+    tar_files,
+    target_directory,
+)
+from launcher.transport.local import LocalHost
+
+FILES = ["ckpt-40.index", "ckpt-40.data-00000-of-00001", "checkpoint"]
+
+
+def cp(task: str = "worker:0", step: int = 40, host: str = "a", directory: str = "/d/a/ckpt") -> Checkpoint:
+    return Checkpoint(task, host, directory, [f.replace("40", str(step)) for f in FILES], step, ts=float(step))
+
+
+def session(name: str, outputs: str = "", **env: str) -> HostSession:
+    config = HostConfig(name=name, address="localhost", transport="local", env=dict(env))
+    return HostSession(config, LocalHost(config), "r", "/nonexistent", "python3", outputs)
+
+
+def test_the_book_keeps_each_tasks_newest_checkpoints_in_step_order() -> None:
+    book = CheckpointBook()
+    for step in (20, 60, 40, *range(80, 80 + 20 * KEEP_RECORDS, 20)):
+        book.add(cp(step=step))
+    book.add(cp(step=40, task="worker:1"))
+    steps = [c.step for c in book.history("worker:0")]
+    assert steps == sorted(steps, reverse=True) and len(steps) == KEEP_RECORDS
+    assert book.newest("worker:0") is book.history("worker:0")[0]
+    assert book.newest("ps:0") is None
+    again = CheckpointBook.from_json(RunState.from_json(
+        RunState("r", checkpoints=book.to_json()).to_json()).checkpoints)
+    assert again.to_json() == book.to_json()
+
+
+def test_the_source_is_the_chief_else_worker0_else_the_lone_task() -> None:
+    mwms = ["worker:0", "worker:1"]
+    assert source_of(mwms, mwms) == "worker:0"
+    pss = ["chief:0", "ps:0", "worker:0"]
+    assert source_of(["chief:0", "ps:0"], pss) == "chief:0"
+    assert source_of(["ps:0"], pss) == "ps:0"  # a lone ps restarted alone reads its own
+    assert source_of(["worker:1"], mwms) == "worker:1"
+    shrunk = ["worker:1", "worker:2"]  # worker:0's host lost, no spare: the first worker left saves
+    assert source_of(shrunk, shrunk) == "worker:1"
+
+
+def test_a_directory_is_named_on_the_target_as_its_host_names_its_roots() -> None:
+    a = session("a", "/home/u/out/job", CKPT_ROOT="/disk/a", OTHER="x")
+    b = session("b", "/srv/u/out/job", CKPT_ROOT="/disk/b")
+    assert target_directory("/disk/a/ckpt", a, b) == "/disk/b/ckpt"
+    assert target_directory("/home/u/out/job/ckpt/chief", a, b) == "/srv/u/out/job/ckpt/chief"
+    assert target_directory("/elsewhere/ckpt", a, b) == "/elsewhere/ckpt"  # same path on every host
+    assert target_directory("/disk/ab/ckpt", a, b) == "/disk/ab/ckpt"  # a root is a whole path component
+
+
+def test_the_state_file_names_the_checkpoint_relative_to_its_directory() -> None:
+    assert state_text(cp(step=40)) == 'model_checkpoint_path: "ckpt-40"\nall_model_checkpoint_paths: "ckpt-40"\n'
+    assert state_text(Checkpoint("worker:0", "a", "/d", ["weights.h5"])) is None
+
+
+def write_checkpoint(directory: Path, step: int) -> Checkpoint:
+    directory.mkdir(parents=True, exist_ok=True)
+    c = cp(step=step, directory=str(directory))
+    for name in c.files:
+        (directory / name).write_text(f"{name} of step {step}")
+    return c
+
+
+def test_a_copy_is_complete_or_absent(tmp_path: Path) -> None:
+    source = write_checkpoint(tmp_path / "src", 40)
+    data = tar_files(tmp_path / "src", source.files)
+    dest = tmp_path / "copies" / "worker-0" / "40"
+    extract_complete(data, source.files, dest)
+    assert sorted(p.name for p in dest.iterdir()) == sorted(source.files)
+    # cut short (a dropped link): nothing at all, no temp dir left
+    for cut in (data[: len(data) // 2], data[:700], b""):
+        other = tmp_path / "copies" / "worker-0" / "60"
+        with pytest.raises((ValueError, tarfile.TarError, OSError)):
+            extract_complete(cut, source.files, other)
+        assert not other.exists()
+    # a file missing, or one more than announced: refused
+    short = tar_files(tmp_path / "src", source.files[:2])
+    with pytest.raises(ValueError, match="lacks"):
+        extract_complete(short, source.files, tmp_path / "copies" / "x")
+    assert sorted(p.name for p in (tmp_path / "copies" / "worker-0").iterdir()) == ["40"]
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        tar.add(str(tmp_path / "src" / "checkpoint"), arcname="../escape")
+    with pytest.raises(ValueError, match="unexpected"):
+        extract_complete(buf.getvalue(), source.files, tmp_path / "copies" / "y")
+    assert not (tmp_path / "copies" / "y").exists() and not (tmp_path / "copies" / "escape").exists()
+
+
+def test_a_push_replaces_the_state_file_last_and_a_cut_push_changes_nothing(tmp_path: Path) -> None:
+    host = LocalHost(HostConfig(name="b", address="localhost", transport="local"))
+    target = tmp_path / "b" / "ckpt"
+    write_checkpoint(target, 20)
+    source = write_checkpoint(tmp_path / "a" / "ckpt", 40)
+    data = tar_files(tmp_path / "a" / "ckpt", source.files)
+    before = (target / "checkpoint").read_text()
+    cut = host.run(push_command(str(target), source.files, state_text(source)), stdin=data[:600])
+    assert not cut.ok
+    assert (target / "checkpoint").read_text() == before
+    assert not list(target.glob(".distlaunch-in.*"))
+    done = host.run(push_command(str(target), source.files, state_text(source)), stdin=data)
+    assert done.ok, done.stderr
+    assert (target / "checkpoint").read_text() == state_text(source)
+    assert (target / "ckpt-40.index").read_text() == "ckpt-40.index of step 40"
+    assert (target / "ckpt-20.index").exists()  # the older one is not read any more, not removed
+    assert not list(target.glob(".distlaunch-in.*"))
+    assert host.run(park_command(str(target))).ok
+    assert not (target / "checkpoint").exists() and list(target.glob("checkpoint.distlaunch-parked-*"))
+
+
+def test_copies_off_the_host_are_kept_of_the_checkpoints_groups_resume_from() -> None:
+    mwms, pss = ["worker:0", "worker:1"], ["chief:0", "ps:0", "worker:0"]
+    assert [t for t in mwms if kept_off_host(t, mwms, "multi_worker_mirrored")] == ["worker:0"]
+    assert [t for t in pss if kept_off_host(t, pss, "parameter_server")] == ["chief:0"]
+    assert all(kept_off_host(t, pss, "custom") for t in pss)
+
+
+def test_who_reads_the_sources_checkpoint() -> None:
+    assert restores("worker:1", "worker:0", "multi_worker_mirrored")
+    assert restores("worker:1", "chief:0", "multi_worker_mirrored")
+    assert not restores("ps:0", "chief:0", "parameter_server")
+    assert not restores("worker:0", "chief:0", "parameter_server")
+    assert restores("chief:0", "chief:0", "parameter_server")
+
+
+# -- the keeper before a start: real files, a real shell per host, hosts told apart by CKPT_ROOT ---------
+
+
+class Owner:
+    """What the keeper uses of a supervisor: hosts a, b, c on this machine, some of them lost."""
+
+    def __init__(self, tmp: Path, roots: dict[str, Path], lost: set[str]) -> None:
+        self.run_id = "r"
+        self.sessions = {h: session(h, "", CKPT_ROOT=str(root)) for h, root in roots.items()}
+        self.tasks = {"worker:0": None, "worker:1": None}
+        self.plan = SimpleNamespace(profile=SimpleNamespace(strategy="multi_worker_mirrored"))
+        self.lost = lost
+        self.said: list[str] = []
+        self.rundir = SimpleNamespace(path=tmp / "run")
+
+    def call(self, fn: Callable[[], None]) -> None:
+        fn()
+
+    def publish(self, event: ev.Event, line: str | None = None) -> None:
+        self.said.append(str(event.data["reason"]))
+
+    def notice(self, message: str) -> None:
+        pass
+
+    def write_state(self) -> None:
+        pass
+
+    def reachable(self, host: str) -> bool:
+        return host not in self.lost
+
+    def in_job(self, host: str) -> bool:
+        return host not in self.lost
+
+
+def member(task: str, host: str) -> Any:
+    return SimpleNamespace(spec=SimpleNamespace(task_id=task, host=host))
+
+
+def keeper_on(tmp_path: Path, roots: dict[str, Path], lost: set[str]) -> tuple[CheckpointKeeper, Owner]:
+    owner = Owner(tmp_path, roots, lost)
+    return CheckpointKeeper(owner), owner  # type: ignore[arg-type]
+
+
+def test_a_lost_hosts_checkpoint_on_shared_storage_is_read_where_it_is(tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    keeper, owner = keeper_on(tmp_path, {h: shared for h in "abc"}, lost={"a"})
+    keeper.book.add(write_checkpoint(shared / "ckpt", 40))
+    before = (shared / "ckpt" / "checkpoint").read_text()
+    keeper.before_start([member("worker:0", "c"), member("worker:1", "b")])
+    assert (shared / "ckpt" / "checkpoint").read_text() == before  # nothing parked, nothing pushed
+    assert owner.said == ["resuming worker:0, worker:1 from step 40 (checkpoint of worker:0)"]
+
+
+def test_a_lost_hosts_checkpoint_comes_from_the_copy_to_every_member(tmp_path: Path) -> None:
+    roots = {h: tmp_path / f"disk-{h}" for h in "abc"}
+    keeper, owner = keeper_on(tmp_path, roots, lost={"a"})
+    old = write_checkpoint(roots["a"] / "ckpt", 20)
+    new = write_checkpoint(roots["a"] / "ckpt", 40)
+    old.copy = str(tmp_path / "copy-20")
+    extract_complete(tar_files(roots["a"] / "ckpt", old.files), old.files, Path(old.copy))
+    keeper.book.add(old)
+    keeper.book.add(new)  # never copied: host a took it along
+    keeper.before_start([member("worker:0", "c"), member("worker:1", "b")])
+    for host in "bc":
+        assert (roots[host] / "ckpt" / "checkpoint").read_text() == state_text(old)
+        assert (roots[host] / "ckpt" / "ckpt-20.index").read_text() == "ckpt-20.index of step 20"
+    assert owner.said == ["resuming worker:0, worker:1 from step 20 (checkpoint of worker:0, put in place for "
+                          "worker:0 on c, worker:1 on b); step 40 of worker:0 did not survive host a: step 20 is older"]
+
+
+def test_with_no_checkpoint_left_the_members_start_from_scratch_together(tmp_path: Path) -> None:
+    roots = {h: tmp_path / f"disk-{h}" for h in "abc"}
+    keeper, owner = keeper_on(tmp_path, roots, lost={"a"})
+    keeper.book.add(write_checkpoint(roots["a"] / "ckpt", 40))
+    write_checkpoint(roots["b"] / "ckpt", 20)  # worker:1's older one: it would resume alone from it
+    keeper.before_start([member("worker:0", "c"), member("worker:1", "b")])
+    assert not (roots["b"] / "ckpt" / "checkpoint").exists()
+    assert list((roots["b"] / "ckpt").glob("checkpoint.distlaunch-parked-*"))
+    assert owner.said == ["resuming from step 0: no checkpoint of worker:0 survived host a; worker:0, worker:1 "
+                          "start from scratch together"]
+
+
+def test_the_source_hosts_newest_checkpoint_is_pushed_to_the_other_members(tmp_path: Path) -> None:
+    roots = {h: tmp_path / f"disk-{h}" for h in "ab"}
+    keeper, owner = keeper_on(tmp_path, roots, lost=set())
+    keeper.book.add(write_checkpoint(roots["a"] / "ckpt", 40))
+    keeper.before_start([member("worker:1", "b"), member("worker:0", "a")])
+    assert (roots["b"] / "ckpt" / "ckpt-40.data-00000-of-00001").is_file()
+    assert (roots["b"] / "ckpt" / "checkpoint").read_text() == state_text(cp(step=40))
+    assert owner.said == ["resuming worker:1, worker:0 from step 40 (checkpoint of worker:0, put in place for "
+                          "worker:1 on b)"]
