@@ -25,7 +25,7 @@ What each patch gives:
   fetched alone after training as a value; each of these that fails is said once and leaves
   the others (and autolog) on;
 - checkpoint writers (Keras ``BackupAndRestore`` / ``ModelCheckpoint``, ``CheckpointManager``,
-  ``Checkpoint``, TF1 ``Saver``, ``PreemptionCheckpointHandler``; ``launcher.autolog.checkpoints``):
+  ``Checkpoint``, TF1 ``Saver``, ``PreemptionCheckpointHandler``; ``launcher.autolog.ckptwriters``):
   one ``checkpoint`` line per checkpoint, once written.
 """
 
@@ -37,7 +37,7 @@ import sys
 import weakref
 from typing import Any, Callable, Dict, List, Optional
 
-from launcher.autolog import checkpoints, steptime, stepwatch, tf1session, trainfn
+from launcher.autolog import ckptwriters, steptime, stepwatch, tf1session, trainfn
 from launcher.autolog import recorder as autolog
 from launcher.autolog.recorder import guarded, note, reader
 
@@ -114,7 +114,7 @@ def _patch_keras_package(package: Any, name: str) -> None:
         for path, cls in (("tf_keras.src.optimizers.optimizer", "Optimizer"),
                           ("tf_keras.src.optimizers.legacy.optimizer_v2", "OptimizerV2")):
             _patch_optimizer_class(getattr(_module(path), cls, None))
-    guarded("checkpoint writers", checkpoints.install_keras, name, _module, _wrap_method)
+    guarded("checkpoint writers", ckptwriters.install_keras, name, _module, _wrap_method)
     model = getattr(package, "Model", None)
     owner = next((c for c in getattr(model, "__mro__", ()) if "fit" in c.__dict__), None)
     callbacks = getattr(package, "callbacks", None)
@@ -218,7 +218,7 @@ def _patch_tensorflow(tf: Any) -> None:
     tf1session.install(tf, _wrap_method, _module)
     guarded("step time", stepwatch.install, _module, _wrap_method)
     guarded("train functions", trainfn.install, _module, _wrap_method)  # after stepwatch's timed ops
-    guarded("checkpoint writers", checkpoints.install_tensorflow, _module, _wrap_method)
+    guarded("checkpoint writers", ckptwriters.install_tensorflow, _module, _wrap_method)
     _patch_join(getattr(_module("tensorflow.python.distribute.coordinator.cluster_coordinator"),
                         "ClusterCoordinator", None))
 

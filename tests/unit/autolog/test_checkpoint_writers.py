@@ -1,4 +1,4 @@
-"""Autolog's checkpoint writers (launcher/autolog/checkpoints.py) on stand-in writers: only the
+"""Autolog's checkpoint writers (launcher/autolog/ckptwriters.py) on stand-in writers: only the
 outermost of nested writers reports, after it returned, with the files the inner ones wrote; a
 failure of the instrumentation turns autolog off and never the write."""
 
@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from launcher import report
-from launcher.autolog import checkpoints, recorder
+from launcher.autolog import ckptwriters, recorder
 from launcher.autolog.patches import _wrap_method
 
 
@@ -45,8 +45,8 @@ def _classes(directory: Path, where_raises: bool = False) -> tuple[type, type]:
             raise RuntimeError("boom")
         frame.epoch = args[0] + 1
 
-    _wrap_method(Inner, "write", checkpoints.writer_wrapper("checkpoint", checkpoints._returned_path))
-    _wrap_method(Outer, "save", checkpoints.writer_wrapper("backup_and_restore", outer_where))
+    _wrap_method(Inner, "write", ckptwriters.writer_wrapper("checkpoint", ckptwriters._returned_path))
+    _wrap_method(Outer, "save", ckptwriters.writer_wrapper("backup_and_restore", outer_where))
     return Inner, Outer
 
 
@@ -78,7 +78,7 @@ def test_a_write_of_which_nothing_remains_is_not_reported(tmp_path: Path, lines:
         def write(self, prefix: str) -> str:
             return prefix  # a non-chief's temp directory, removed once written: nothing there
 
-    _wrap_method(Gone, "write", checkpoints.writer_wrapper("checkpoint", checkpoints._returned_path))
+    _wrap_method(Gone, "write", ckptwriters.writer_wrapper("checkpoint", ckptwriters._returned_path))
     Gone().write(str(tmp_path / "removed" / "ckpt-1"))
     assert lines == []
 
@@ -100,7 +100,7 @@ def test_a_write_that_raises_reports_nothing_and_raises_as_it_did(
         def write(self, prefix: str) -> str:
             raise OSError("No space left on device")
 
-    _wrap_method(Full, "write", checkpoints.writer_wrapper("checkpoint", checkpoints._returned_path))
+    _wrap_method(Full, "write", ckptwriters.writer_wrapper("checkpoint", ckptwriters._returned_path))
     with pytest.raises(OSError, match="No space"):
         Full().write(str(tmp_path / "ckpt"))
     assert lines == [] and recorder._state.on is True
@@ -114,7 +114,7 @@ def test_a_folder_written_lists_the_files_under_it(tmp_path: Path, lines: list[d
             Path(path, "variables", "variables.index").write_bytes(b"i" * 4)
             return path
 
-    _wrap_method(SavedModel, "save", checkpoints.writer_wrapper("model_checkpoint", checkpoints._returned_path))
+    _wrap_method(SavedModel, "save", ckptwriters.writer_wrapper("model_checkpoint", ckptwriters._returned_path))
     SavedModel().save(str(tmp_path / "model-01"))
     [line] = lines
     assert line["files"] == ["model-01/saved_model.pb", "model-01/variables/variables.index"]

@@ -71,7 +71,7 @@ def test_s_cycles_through_exactly_the_columns_with_a_sort_key() -> None:
 
 def test_status_lists_each_column_with_a_status_entry_once() -> None:
     listed = [c.key for c in COLUMNS if c.status is not None]
-    assert sorted(STATUS_ORDER) == sorted([*listed, "address"])
+    assert sorted(STATUS_ORDER) == sorted([*listed, "address", "risk"])  # status-only: address, steps at risk
 
 
 def test_a_silent_host_greys_every_column_and_a_live_one_does_not() -> None:
