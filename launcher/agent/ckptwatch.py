@@ -12,8 +12,11 @@ one checkpoint:
   endings, ``_temp`` folders) are not checkpoints.
 
 At the first scan, the newest complete checkpoint already there is reported (what a restart would
-resume from); after that each new or rewritten one, once. The step is the task's newest step when
-the checkpoint was seen (the agent's view of its metric events), None where it reported none.
+resume from); after that each new or rewritten one, once. The step is the number a name ends in
+(``ckpt-300``) when it lies between the task's step at the scan before and its step now (a name
+numbered by step, as CheckpointManager's ``checkpoint_number`` or Keras' ``{epoch}``-free names
+give); else the task's newest step when the checkpoint was seen (the agent's view of its metric
+events), None where it reported none.
 
 Stdlib-only, Python >= 3.9 (runs on hosts from the agent zipapp).
 """
@@ -29,6 +32,7 @@ from launcher import events
 
 API = "watched"
 STATE_FILE = "checkpoint"
+_NUMBERED = re.compile(r"[-_.](\d+)$")
 _SHARD = re.compile(r"^(?P<prefix>.+)\.data-(?P<part>\d+)-of-(?P<count>\d+)$")
 _TEMPORARY = (".tmp", ".temp", ".part", "_temp", ".partial", ".lock")
 #: at the first scan, an entry unchanged this long is taken as settled (written before the task)
@@ -50,9 +54,17 @@ class CheckpointWatch:
         self._reported: Dict[str, Look] = {}  # unit name -> how it looked when reported
         self._pending: Dict[str, Look] = {}  # unit name -> how it looked at the last scan (not settled)
         self._first = True
+        self._step_before: Optional[int] = None  # the task's step at the scan before this one
 
     def scan(self, final: bool = False) -> List[events.CheckpointEvent]:
         """The events of what is new; ``final``: the task ended, what is there is settled."""
+        step_now = self._step()
+        try:
+            return self._scan(final, step_now)
+        finally:
+            self._step_before = step_now
+
+    def _scan(self, final: bool, step_now: Optional[int]) -> List[events.CheckpointEvent]:
         try:
             names = os.listdir(self.directory)
         except OSError:
@@ -64,7 +76,7 @@ class CheckpointWatch:
             self._reported = {unit: look for unit, look in looks.items() if look is not None}
             settled = time.time() - SETTLED_S
             old = [(look[1], unit) for unit, look in self._reported.items() if units[unit][1] or look[1] < settled]
-            return [self._event(max(old)[1], units, names)] if old else []
+            return [self._event(max(old)[1], units, names, step_now)] if old else []
         out = []
         for unit, look in sorted(looks.items(), key=lambda item: item[1][1] if item[1] else 0.0):
             if look is None or self._reported.get(unit) == look:
@@ -75,15 +87,27 @@ class CheckpointWatch:
                 continue
             self._pending.pop(unit, None)
             self._reported[unit] = look
-            out.append(self._event(unit, units, names))
+            out.append(self._event(unit, units, names, step_now))
         return out
 
-    def _event(self, unit: str, units: Dict[str, Tuple[List[str], bool]], names: List[str]) -> events.CheckpointEvent:
+    def _event(self, unit: str, units: Dict[str, Tuple[List[str], bool]], names: List[str],
+               step_now: Optional[int]) -> events.CheckpointEvent:
         files, prefix = units[unit]
         look = self._reported[unit]
         listed = files + ([STATE_FILE] if prefix and STATE_FILE in names else [])
-        return events.checkpoint_event(self.run, self.task, self.directory, step=self._step(), files=sorted(listed),
+        return events.checkpoint_event(self.run, self.task, self.directory, step=self._step_of(unit, step_now),
+                                       files=sorted(listed),
                                        nbytes=look[0], api=API, host=self.host, ts=time.time())
+
+
+    def _step_of(self, unit: str, step_now: Optional[int]) -> Optional[int]:
+        """The number the name ends in where it is a step of this window, else the task's step now."""
+        found = _NUMBERED.search(os.path.splitext(unit)[0] if not _NUMBERED.search(unit) else unit)
+        if found is not None and step_now is not None and self._step_before is not None:
+            number = int(found.group(1))
+            if self._step_before < number <= step_now:
+                return number
+        return step_now
 
 
 def _temporary(name: str) -> bool:

@@ -79,3 +79,17 @@ def test_checkpoint_dir_is_relative_to_the_workdir_and_travels_in_spec_json() ->
     assert watched_directory("/home/u/job", "/data/ckpt") == "/data/ckpt"
     spec = AgentSpec(run="r", task="worker:0", command="c", workdir="/w", checkpoint_dir="ckpt/{x}")
     assert AgentSpec.from_dict(spec.to_dict()).checkpoint_dir == "ckpt/{x}"
+
+
+def test_a_name_numbered_by_step_gives_its_step_and_a_save_counter_does_not(tmp_path: Path) -> None:
+    steps = iter([100, 260, 400])
+    watch = CheckpointWatch("r1", "chief:0", "a", str(tmp_path), lambda: next(steps))
+    assert watch.scan() == []  # step 100
+    for name in ("ckpt-200.index", "ckpt-200.data-00000-of-00001"):
+        _write(tmp_path / name)
+    [event] = watch.scan()  # step 260 now: ckpt-200 lies between 100 and 260
+    assert event.step == 200
+    for name in ("model-3.index", "model-3.data-00000-of-00001"):
+        _write(tmp_path / name)
+    [event] = watch.scan()  # step 400: 3 is a save counter, not a step of this window
+    assert event.step == 400
