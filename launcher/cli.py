@@ -219,6 +219,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("runs", help="every run on this machine, newest first")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--tui", action="store_true",
+                   help="a screen of the runs (what `distlaunch` alone opens in a terminal): Enter attaches "
+                        "to a run that is going, replays one that ended")
     p.set_defaults(handler=_runs)
 
     p = sub.add_parser("logs", help="one task's output, or every task's merged in time order (--all)")
@@ -368,9 +371,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if "--" in argv:
         cut = argv.index("--")
         argv, extra = argv[:cut], argv[cut + 1:]
-    if not argv and not extra:  # `distlaunch` alone: the verbs, not only "VERB is required"
-        parser.print_help(sys.stderr)
-        return 2
+    if not argv and not extra:
+        if sys.stdin.isatty() and sys.stdout.isatty() and not os.environ.get("DISTLAUNCH_NO_RUNS_SCREEN"):
+            argv = ["runs", "--tui"]  # `distlaunch` alone in a terminal: every run in one screen
+        else:  # elsewhere the verbs, not only "VERB is required"
+            parser.print_help(sys.stderr)
+            return 2
     args = parser.parse_args(argv)
     if extra:
         if not hasattr(args, "args"):

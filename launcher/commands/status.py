@@ -196,6 +196,8 @@ class RunSummary:
     live: str | None
     #: lines of events.jsonl read for this line (its first and last) that were no events
     skipped_lines: int = 0
+    #: the newest global step in the tail of its events (None: none there)
+    step: int | None = None
 
 
 def list_runs(root: Path | None = None, now: float | None = None,
@@ -276,6 +278,7 @@ def summarize_run(path: Path, now: float) -> RunSummary:
         restarts=sum(t.restarts for t in state.tasks.values()),
         live=live,
         skipped_lines=ends.skipped,
+        step=ends.last_step,
     )
 
 
@@ -287,6 +290,7 @@ class _EventEnds:
         self.first: ev.Event | None = None
         self.last: ev.Event | None = None
         self.last_job: ev.JobEvent | None = None
+        self.last_step: int | None = None
         self.skipped = 0
         try:  # UnsafePath (a FIFO, a link, another's file) goes to the caller
             with open_trusted(path, "the run's events") as fh:
@@ -301,14 +305,19 @@ class _EventEnds:
         # the tail's first piece is the first line (judged above) or a line the seek cut; the piece
         # after the last newline is empty, or a torn line (judged: a bad line)
         for raw in reversed(tail[1:]):
-            if not raw.strip() or (self.last is not None and b'"job"' not in raw):
+            wanted = (self.last is None or (self.last_job is None and b'"job"' in raw)
+                      or (self.last_step is None and b'"metric"' in raw and b'"step":' in raw))
+            if not raw.strip() or not wanted:
                 continue
             event = self._decode(raw)
             if event is None:
                 continue
             self.last = self.last or event
-            if isinstance(event, ev.JobEvent):
+            if isinstance(event, ev.JobEvent) and self.last_job is None:
                 self.last_job = event
+            elif isinstance(event, ev.MetricEvent) and event.step is not None and self.last_step is None:
+                self.last_step = max(event.step, 0)
+            if self.last_job is not None and self.last_step is not None:
                 break
 
     def _decode(self, raw: bytes) -> ev.Event | None:
@@ -331,6 +340,8 @@ def human_duration(seconds: float | None) -> str:
 
 
 def run_runs(args: argparse.Namespace) -> int:
+    if getattr(args, "tui", False) and not args.json:
+        return runs_screen()
     refused: list[str] = []
     runs = list_runs(refused=refused)
     for why in refused:
@@ -347,15 +358,29 @@ def run_runs(args: argparse.Namespace) -> int:
     if not runs:
         print(f"no runs yet under {runs_root()}; start one with `distlaunch up PROFILE`")
         return 0
-    rows = [("RUN", "PROFILE", "STATE", "STARTED", "DURATION", "HOSTS", "TASKS", "RESTARTS", "")]
+    rows = [("RUN", "PROFILE", "STATE", "STARTED", "DURATION", "HOSTS", "TASKS", "RESTARTS", "STEP", "")]
     for r in runs:
         started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r.started)) if r.started else "-"
         rows.append((r.run, r.profile, r.job_state, started, human_duration(r.duration_s),
-                     ",".join(r.hosts) or "-", str(r.tasks), str(r.restarts), r.live or ""))
+                     ",".join(r.hosts) or "-", str(r.tasks), str(r.restarts),
+                     "-" if r.step is None else str(r.step), r.live or ""))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
     return 0
+
+
+def runs_screen() -> int:
+    """`runs --tui`: pick a run on a screen of them, then attach to it or replay it."""
+    from launcher.commands.attach import run_attach, run_replay
+    from tui.runs_view import RunsApp
+
+    choice = RunsApp().run()
+    if choice is None:
+        return 0
+    if choice.action == "attach":
+        return run_attach(argparse.Namespace(run=str(choice.path), no_tui=False, json=False))
+    return run_replay(argparse.Namespace(run=str(choice.path), speed=1.0))
 
 
 def run_events(args: argparse.Namespace) -> int:

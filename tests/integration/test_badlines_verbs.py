@@ -127,3 +127,26 @@ def test_replay_plays_the_good_lines_and_says_how_many_it_skipped(run_dir: Path,
         assert f"{run_dir / 'events.jsonl'}: skipped {SKIPPED} bad lines" in screen, screen
     finally:
         _tmux(socket, "kill-server")
+
+
+def test_distlaunch_alone_in_a_terminal_opens_the_runs_and_enter_replays_one(run_dir: Path,
+                                                                           distlaunch_home: Path) -> None:
+    if shutil.which("tmux") is None:
+        pytest.skip("tmux not installed (it gives the screen a terminal)")
+    socket = f"dl-{secrets.token_hex(4)}"
+    command = (f"cd {shlex.quote(str(REPO))} && DISTLAUNCH_HOME={shlex.quote(str(distlaunch_home))} "
+               f"{shlex.quote(sys.executable)} -m launcher.cli; echo EXIT=$?; sleep 120")
+    _tmux(socket, "new-session", "-d", "-s", "runs", "-x", "200", "-y", "40",
+          "-e", f"PATH={os.environ['PATH']}", command)
+    try:
+        wait_for(lambda: RUN_ID in (screen := _tmux(socket, "capture-pane", "-p", "-t", "runs"))
+                 and "Attach / replay" in screen, 60, "the runs screen with the run")
+        _tmux(socket, "send-keys", "-t", "runs", "Enter")  # an ended run: its replay
+        wait_for(lambda: "(replay" in _tmux(socket, "capture-pane", "-p", "-t", "runs"), 60,
+                 "the dashboard replaying the picked run")
+        _tmux(socket, "send-keys", "-t", "runs", "q")
+        wait_for(lambda: "EXIT=" in _tmux(socket, "capture-pane", "-p", "-J", "-t", "runs"), 30, "the replay to end")
+        screen = _tmux(socket, "capture-pane", "-p", "-J", "-t", "runs")
+        assert "EXIT=0" in screen and "Traceback" not in screen, screen
+    finally:
+        _tmux(socket, "kill-server")

@@ -55,9 +55,9 @@ def test_runs_lists_succeeded_failed_and_supervised_runs_newest_first(tmp_path: 
         assert table.returncode == 0, table.stderr
         lines = table.stdout.splitlines()
         assert lines[0].split() == ["RUN", "PROFILE", "STATE", "STARTED", "DURATION", "HOSTS", "TASKS",
-                                    "RESTARTS"]
+                                    "RESTARTS", "STEP"]
         assert lines[1].startswith(ids[2]) and lines[1].rstrip().endswith("supervised")
-        assert lines[2].split()[:3] == [ids[1], "broken", "Failed"] and lines[2].split()[-1] == "1"
+        assert lines[2].split()[:3] == [ids[1], "broken", "Failed"] and lines[2].split()[-2:] == ["1", "-"]
         assert lines[3].split()[:3] == [ids[0], "quick", "Succeeded"]
     finally:
         cli("down", ids[2], env=env, timeout=120)
