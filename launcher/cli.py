@@ -63,6 +63,10 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _runs(args: argparse.Namespace) -> int:
+    if args.tui and not args.json:
+        from launcher.commands.runsscreen import run_runs_screen
+
+        return run_runs_screen()
     from launcher.commands.status import run_runs
 
     return run_runs(args)

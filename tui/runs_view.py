@@ -17,7 +17,7 @@ from textual.binding import Binding
 from textual.widgets import DataTable, Footer, Static
 
 from launcher.agent.leaving import shown
-from launcher.commands.status import RunSummary, human_duration, list_runs
+from launcher.runlookup import RunSummary, human_duration, list_runs
 
 REFRESH_S = 3.0
 #: the widest a reason may be in the table (the whole of it is in `distlaunch status RUN`)

@@ -25,13 +25,13 @@ from launcher import events as ev
 from launcher.agent import pid_alive
 from launcher.commands import notice
 from launcher.commands.runhosts import connect_sessions
-from launcher.commands.status import RunSummary, list_runs, require_task, summarize_run
+from launcher.commands.status import require_task
 from launcher.errors import HostError, HostGone, UserError
 from launcher.protocol.controllines import Request
 from launcher.remote.session import HostSession
 from launcher.runclean import remove_run_dir
 from launcher.rundir import DOWN_MARKER, RunDir, unlink_from_root
-from launcher.runlookup import find_run, outside_state_dir
+from launcher.runlookup import RunSummary, find_run, list_runs, outside_state_dir, summarize_run
 from launcher.runstate import load_run_state
 from launcher.supervise import controlclient
 from launcher.telemetry.progressline import Progress

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from launcher import events as ev
-from launcher.commands.status import human_duration, list_runs
 from launcher.rundir import RunDir
+from launcher.runlookup import human_duration, list_runs
 
 
 def _run(root: Path, run_id: str, *, start: float, end: float | None, state: str) -> RunDir:
