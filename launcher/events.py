@@ -322,7 +322,8 @@ class SampleEvent(Event):
     #: the machine's own numbers
     host = _Field[Optional[Dict[str, Any]]]((dict, _NULL), items={
         "cpu_percent": _NUMBER, "cpus": (int, _NULL), "mem_used_bytes": _NUMBER, "mem_total_bytes": _NUMBER,
-        "outputs_free_bytes": _NUMBER, "run_dir_free_bytes": _NUMBER})
+        "outputs_free_bytes": _NUMBER, "run_dir_free_bytes": _NUMBER, "net_rx_bytes_per_s": _NUMBER,
+        "net_tx_bytes_per_s": _NUMBER, "disk_write_bytes_per_s": _NUMBER})
     #: the process state last seen (R, S, D, ...)
     proc_state = _Field[str](_TEXT, "")
     #: the process the task's command started (below its wrapper shell): what py-spy, gdb or kill take

@@ -91,6 +91,26 @@ def hosts_text(view: JobView) -> Text:
     return Text("\n").join(hosts_lines(view))
 
 
+def io_text(machine: dict[str, object]) -> str:
+    """``network in 1.2M/s out 300K/s  disk writes 10M/s  free: outputs 120G, run dir 88G``: what
+    the host's agent reads of its network, disks and free space (empty where it reads none)."""
+    def rate(key: str) -> str:
+        value = _number(machine.get(key))
+        return "—" if value is None else f"{fmt.human_bytes(int(value))}/s"
+
+    parts = []
+    if any(_number(machine.get(k)) is not None for k in ("net_rx_bytes_per_s", "net_tx_bytes_per_s")):
+        parts.append(f"network in {rate('net_rx_bytes_per_s')} out {rate('net_tx_bytes_per_s')}")
+    if _number(machine.get("disk_write_bytes_per_s")) is not None:
+        parts.append(f"disk writes {rate('disk_write_bytes_per_s')}")
+    free = [f"{label} {fmt.human_bytes(int(value))}" for label, key in (("outputs", "outputs_free_bytes"),
+                                                                       ("run dir", "run_dir_free_bytes"))
+            if (value := _number(machine.get(key))) is not None]
+    if free:
+        parts.append("free: " + ", ".join(free))
+    return "  ".join(parts)
+
+
 def hosts_lines(view: JobView) -> list[Text]:
     hosts = host_summaries(view)
     if not hosts:
@@ -121,6 +141,9 @@ def hosts_lines(view: JobView) -> list[Text]:
             out.append_text(_bar(mem_pct, "cyan"))
             out.append(f" {fmt.human_bytes(int(used) if used is not None else None)}"
                        f"/{fmt.human_bytes(int(total) if total is not None else None)}")
+            io = io_text(machine)
+            if io:
+                out.append("\n  " + io)
         cpu = host.cpu_percent
         out.append("\n  tasks' CPU ")
         out.append_text(_bar(cpu, "green"))

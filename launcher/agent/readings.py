@@ -7,6 +7,7 @@ Stdlib-only at import and Python >= 3.9: packed into the agent zipapp that runs 
 from __future__ import annotations
 
 import os
+import time
 from typing import Any, Dict, List, Optional, Tuple
 
 # (pid, start time) names one process even when a pid is reused.
@@ -18,7 +19,8 @@ _MIB = 1024 * 1024
 
 
 class HostReader:
-    """The whole machine's CPU (percent of all its cores) and memory, from /proc; None elsewhere.
+    """The whole machine's CPU (percent of all its cores), memory, network bytes in and out and disk
+    bytes written per second, from /proc; None elsewhere.
 
     Each task's agent reads it with its own sample, so the hosts view has the host's load, not only
     its tasks' share of it. CPU is the busy share of all jiffies since the previous reading."""
@@ -26,6 +28,63 @@ class HostReader:
     def __init__(self) -> None:
         self._prev: Optional[Tuple[int, int]] = self._cpu_times()
         self.cpus = os.cpu_count() or 1
+        #: (time, received, sent, written) at the previous reading: the rates are over the interval
+        self._io: Optional[Tuple[float, int, int, int]] = self._io_totals()
+
+    @staticmethod
+    def _net_totals() -> Optional[Tuple[int, int]]:
+        """Bytes received and sent since boot on every interface but loopback (/proc/net/dev)."""
+        received = sent = 0
+        try:
+            with open("/proc/net/dev", encoding="ascii") as f:
+                for line in f.readlines()[2:]:
+                    name, _, rest = line.partition(":")
+                    fields = rest.split()
+                    if name.strip() == "lo" or len(fields) < 9:
+                        continue
+                    received += int(fields[0])
+                    sent += int(fields[8])
+        except (OSError, ValueError):
+            return None
+        return received, sent
+
+    @staticmethod
+    def _disk_written() -> Optional[int]:
+        """Bytes written since boot to the machine's whole disks (/proc/diskstats, the devices of
+        /sys/block but loop, ram and zram ones; sectors are 512 bytes there whatever the disk)."""
+        try:
+            disks = {d for d in os.listdir("/sys/block") if not d.startswith(("loop", "ram", "zram"))}
+            total = 0
+            with open("/proc/diskstats", encoding="ascii") as f:
+                for line in f:
+                    fields = line.split()
+                    if len(fields) > 9 and fields[2] in disks:
+                        total += int(fields[9]) * 512
+        except (OSError, ValueError):
+            return None
+        return total
+
+    def _io_totals(self) -> Optional[Tuple[float, int, int, int]]:
+        net = self._net_totals()
+        written = self._disk_written()
+        if net is None and written is None:
+            return None
+        received, sent = net if net is not None else (-1, -1)
+        return time.monotonic(), received, sent, written if written is not None else -1
+
+    def _io_rates(self) -> Dict[str, Optional[float]]:
+        """Network bytes in and out and disk bytes written per second since the previous reading."""
+        now = self._io_totals()
+        prev, self._io = self._io, now
+        out: Dict[str, Optional[float]] = {"net_rx_bytes_per_s": None, "net_tx_bytes_per_s": None,
+                                           "disk_write_bytes_per_s": None}
+        if now is None or prev is None or now[0] - prev[0] <= 0:
+            return out
+        elapsed = now[0] - prev[0]
+        for key, i in (("net_rx_bytes_per_s", 1), ("net_tx_bytes_per_s", 2), ("disk_write_bytes_per_s", 3)):
+            if now[i] >= 0 and prev[i] >= 0 and now[i] >= prev[i]:
+                out[key] = round((now[i] - prev[i]) / elapsed, 1)
+        return out
 
     @staticmethod
     def _cpu_times() -> Optional[Tuple[int, int]]:
@@ -62,7 +121,10 @@ class HostReader:
             cpu_percent = round(100.0 * (now[0] - self._prev[0]) / (now[1] - self._prev[1]), 1)
         self._prev = now
         used, total = self._memory()
-        return {"cpu_percent": cpu_percent, "cpus": self.cpus, "mem_used_bytes": used, "mem_total_bytes": total}
+        reading: Dict[str, Any] = {"cpu_percent": cpu_percent, "cpus": self.cpus, "mem_used_bytes": used,
+                                   "mem_total_bytes": total}
+        reading.update(self._io_rates())
+        return reading
 
 
 def parse_nvidia_smi(text: str) -> Dict[int, Dict[str, Any]]:
