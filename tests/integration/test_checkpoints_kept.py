@@ -245,3 +245,66 @@ def test_the_source_host_lost_its_task_moves_to_the_spare_and_all_resume_from_th
             assert pids_with_run_id(run_id) == []
         finally:
             kill_run_processes(run_id)
+
+
+PS_STEPS = 300
+
+
+@pytest.mark.netns
+@pytest.mark.sshd
+@pytest.mark.timeout(420)
+def test_pss_chief_and_ps_host_lost_the_moved_chief_resumes_from_the_copy(tmp_path: Path) -> None:
+    """ParameterServer, each host its own checkpoint dir (``$CKPT_ROOT/ckpt``): chief:0 and ps:0 on
+    a, worker:0 on b, spare c. a is cut for good after a checkpoint of chief:0 was copied off it:
+    chief and ps move to c, where nothing was; the chief restores the launcher's copy (not step 0)
+    and the job trains to the full step count."""
+    from tests.netns import NetnsLab, require_netns
+    from tests.profiles import netns_hosts
+
+    require_netns()
+    with NetnsLab(3) as lab:
+        run_id = f"it-ckpt-pss-{lab.tag}"
+        disks = {name: tmp_path / f"disk-{name}" for name in ("a", "b", "c")}
+        hosts = [dataclasses.replace(h, options={**h.options, "env": {"CKPT_ROOT": str(disks[h.name])}})
+                 for h in netns_hosts(lab, "ssh")]
+        profile = build_profile(
+            tmp_path / "pss.toml", name="it-ckpt-pss", strategy="parameter_server", orphan_grace=4,
+            top='host_lost_seconds = 8\nspares = ["c"]\n',
+            command=f"{{python}} -u examples/ps_mnist.py --steps {PS_STEPS} --log-every 20 "
+                    "--checkpoint-dir $CKPT_ROOT/ckpt --checkpoint-every 40",
+            defaults={"python": sys.executable}, workdir=REPO, env={"TF_CPP_MIN_LOG_LEVEL": "2"},
+            grace=5, hosts=hosts,
+            roles={"chief": {"hosts": ["a"]}, "ps": {"hosts": ["a"]}, "worker": {"hosts": ["b"]}})
+        proc, run_dir = launch_up(tmp_path, profile, run_id)
+        try:
+            def copied() -> list[dict[str, Any]]:
+                state = json.loads((run_dir / "state.json").read_text())
+                return [c for c in state.get("checkpoints", {}).get("chief:0", []) if c.get("copy")]
+
+            wait_for_event(run_dir, lambda e: e["kind"] == "checkpoint" and e["task"] == "chief:0", 240,
+                           "chief:0's first checkpoint")
+            before = wait_for(copied, 60, "a copy of chief:0's checkpoint off host a")
+            lab.cut("a")
+            assert finish_up(proc, tmp_path, 300) == 0, (tmp_path / "up.log").read_text()[-4000:]
+            events = read_events(run_dir)
+            ran = {t: [e["host"] for e in events if e["kind"] == "state" and e["task"] == t
+                       and e["state"] == "running"] for t in ("chief:0", "ps:0")}
+            assert ran["chief:0"][-1] == ran["ps:0"][-1] == "c", ran
+            restored = [int(e["values"]["restored_step"]) for e in events if e["kind"] == "metric"
+                        and e["task"] == "chief:0" and "restored_step" in (e.get("values") or {})]
+            assert restored and restored[-1] >= before[0]["step"] > 0, (restored, before)  # the copy, not 0
+            steps = [e["step"] for e in events if e["kind"] == "metric" and e["task"] == "chief:0"
+                     and e.get("step") is not None]
+            assert max(steps) == PS_STEPS
+            assert [e for e in events if e["kind"] == "job"][-1]["state"] == "Succeeded"
+            said = [e["reason"] for e in events if e["kind"] == "job" and e["reason"].startswith("resuming")]
+            assert said and f"from step {restored[-1]} (checkpoint of chief:0, put in place for chief:0 on c" \
+                in said[-1], said
+            # where the copies are reached the events: the launcher's copy, then the one put on c
+            copies = [c for e in events if e["kind"] == "checkpoint" and e["task"] == "chief:0"
+                      for c in e.get("copies") or []]
+            assert any(c.startswith(f"launcher:{run_dir}/checkpoints/chief-0/") for c in copies), copies
+            assert f"c:{disks['c']}/ckpt" in copies, copies
+            assert pids_with_run_id(run_id) == []
+        finally:
+            kill_run_processes(run_id)
