@@ -308,3 +308,42 @@ def test_pss_chief_and_ps_host_lost_the_moved_chief_resumes_from_the_copy(tmp_pa
             assert pids_with_run_id(run_id) == []
         finally:
             kill_run_processes(run_id)
+
+
+@pytest.mark.timeout(300)
+def test_a_drained_keras_job_checkpoints_before_it_stops_and_redoes_no_step(tmp_path: Path) -> None:
+    """Issue 54 §5: a single-worker tf_keras fit (BackupAndRestore saving every 7 batches) on host
+    a, each host its own disk, spare b; `drain a` mid-fit: the task saves at its next batch end
+    (autolog on SIGTERM), the keeper puts that save on b, and the moved task goes on from the next
+    step: steps redone, counted from the events' `trained step` lines, 0."""
+    roots = {name: tmp_path / f"disk-{name}" for name in "ab"}
+    hosts = [Host(name, options={"env": {"CKPT_ROOT": str(root)}}) for name, root in roots.items()]
+    profile = build_profile(
+        tmp_path / "drain.toml", name="it-ckpt-drain", strategy="custom", orphan_grace=30,
+        top='spares = ["b"]\n', command=f"{sys.executable} -u tests/data/autolog/keras_sigterm.py '$CKPT_ROOT/backup'",
+        workdir=REPO, env={"STEP_SECONDS": "0.15", "SAVE_EVERY": "7", "TF_USE_LEGACY_KERAS": "1",
+                           "TF_CPP_MIN_LOG_LEVEL": "2"},
+        restart="on-failure", max_restarts=2, grace=20, hosts=hosts, roles={"worker": {"count": 1, "hosts": ["a"]}})
+    run_id = "it-ckpt-drain"
+    proc, run_dir = launch_up(tmp_path, profile, run_id)
+    try:
+        wait_for_event(run_dir, lambda e: e["kind"] == "log" and e["task"] == "worker:0"
+                       and e["line"] == "trained step 10", 120, "worker:0 at step 10")
+        drained = cli("drain", run_id, "a", "--reason", "kernel update")
+        assert drained.returncode == 0, drained.stdout + drained.stderr
+        assert finish_up(proc, tmp_path, 240) == 0, (tmp_path / "up.log").read_text()[-3000:]
+        events = read_events(run_dir)
+        runs = [i for i, e in enumerate(events) if e["kind"] == "state" and e["task"] == "worker:0"
+                and e["state"] == "running"]
+        assert len(runs) == 2 and events[runs[1]]["host"] == "b"
+        first = lines_of(events[:runs[1]], "worker:0", r"^trained step (\d+)$")
+        second = lines_of(events[runs[1]:], "worker:0", r"^trained step (\d+)$")
+        redone = first[-1] - (second[0] - 1)
+        assert redone == 0, (first[-1], second[:3])
+        assert second[-1] == 30 and [e for e in events if e["kind"] == "job"][-1]["state"] == "Succeeded"
+        assert "finished at step 30" in [e["line"] for e in events if e["kind"] == "log"]
+        ended = [e for e in events[:runs[1]] if e["kind"] == "state" and e["task"] == "worker:0"
+                 and e["state"] in ("failed", "stopped", "succeeded")]
+        assert ended and ended[-1].get("exit_code") == 143, ended
+    finally:
+        kill_run_processes(run_id)
