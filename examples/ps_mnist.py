@@ -229,6 +229,12 @@ class Checkpoints:
         self.kept = self.kept[-self.max_to_keep:]
         self.latest = prefix
         self._record_state()
+        if report is not None:
+            # written inside a tf.function, which autolog does not see: told to distlaunch, which
+            # copies it off a per-host disk and puts it where a moved chief restores from
+            files = sorted(os.path.basename(p) for p in glob.glob(glob.escape(prefix) + ".*"))
+            report.report_checkpoint(self.directory, [*files, "checkpoint"], step=step,
+                                     api="checkpoint_manager")
         return prefix
 
     def _record_state(self) -> None:

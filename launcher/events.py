@@ -369,7 +369,9 @@ class CheckpointEvent(Event):
     """A complete checkpoint on the task's host: ``directory`` as the task's host names it, ``files``
     relative to it (what makes this checkpoint, its ``checkpoint`` state file included), ``api``
     which writer made it (``backup_and_restore``, ``model_checkpoint``, ``checkpoint_manager``,
-    ``checkpoint``, ``saver``, ``preemption``, ``watched``)."""
+    ``checkpoint``, ``saver``, ``preemption``, ``watched``). ``copies``: where complete copies of
+    it are (``host:directory`` each, ``launcher:<path>`` on the launcher's machine); the supervisor
+    re-states the event (same ``ts``) with them once it copied or placed the checkpoint."""
 
     step = _Field[Optional[int]]((int, _NULL))
     epoch = _Field[Optional[int]]((int, _NULL))
@@ -380,6 +382,12 @@ class CheckpointEvent(Event):
     seconds = _Field[Optional[float]](_NUMBER)
     api = _Field[str](_TEXT, "")
     host = _Field[Optional[str]](_TEXT)
+    copies = _Field[List[str]]((list, _NULL), [])
+
+    def same_checkpoint(self, other: CheckpointEvent) -> bool:
+        """Do both name one checkpoint (a re-statement with copies names the one it copies)?"""
+        return (self.task, self.host, self.directory, self.step, self.epoch) == (
+            other.task, other.host, other.directory, other.step, other.epoch)
 
 
 KIND_CLASSES: Dict[str, Type[Event]] = {JOB: JobEvent, STATE: StateEvent, METRIC: MetricEvent, SAMPLE: SampleEvent,
@@ -504,7 +512,10 @@ def stacks_event(run: str, task: str | None, path: str, suspect: str | None = No
 
 def checkpoint_event(run: str, task: str, directory: str, *, step: int | None = None, epoch: int | None = None,
                      files: list[str] | None = None, nbytes: int | None = None, seconds: float | None = None,
-                     api: str = "", host: str | None = None, ts: float | None = None) -> CheckpointEvent:
-    return CheckpointEvent(CHECKPOINT, run, task, ts if ts is not None else time.time(),
-                           {"step": step, "epoch": epoch, "directory": directory, "files": list(files or []),
-                            "bytes": nbytes, "seconds": seconds, "api": api, "host": host})
+                     api: str = "", host: str | None = None, ts: float | None = None,
+                     copies: list[str] | None = None) -> CheckpointEvent:
+    data: Dict[str, Any] = {"step": step, "epoch": epoch, "directory": directory, "files": list(files or []),
+                            "bytes": nbytes, "seconds": seconds, "api": api, "host": host}
+    if copies:
+        data["copies"] = list(copies)
+    return CheckpointEvent(CHECKPOINT, run, task, ts if ts is not None else time.time(), data)

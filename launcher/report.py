@@ -25,6 +25,7 @@ inside the functions that need them.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import math
 import os
@@ -123,6 +124,24 @@ def report(step: Any = None, loss: Any = None, **values: Any) -> None:
 def flush() -> None:
     """Send the pending metric line now, regardless of the rate limit."""
     _reporter.emit()
+
+
+def report_checkpoint(directory: str, files: Iterable[str], step: Any = None, epoch: Any = None,
+                      api: str = "checkpoint") -> None:
+    """Tell distlaunch of a complete checkpoint the script wrote itself, where autolog cannot see
+    it (a save inside a ``tf.function``, files of its own): ``files`` relative to ``directory``,
+    its ``checkpoint`` state file included where there is one. distlaunch keeps a record of it,
+    copies it off a per-host disk and puts it in place before a restart or a move."""
+    names = [str(f) for f in files]
+    message: Dict[str, Any] = {"kind": "checkpoint", "directory": os.path.abspath(directory),
+                               "files": names, "api": api}
+    with contextlib.suppress(OSError):  # a file gone already: the size is unknown, the rest is true
+        message["bytes"] = sum(os.path.getsize(os.path.join(directory, name)) for name in names)
+    for name, value in (("step", step), ("epoch", epoch)):
+        number = _to_int(value)
+        if number is not None:
+            message[name] = number
+    _write_line(message)
 
 
 atexit.register(flush)

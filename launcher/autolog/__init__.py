@@ -16,7 +16,9 @@ and sit on the step's devices; the script gets exactly the structure it asked fo
 scalar fetched alone after training is kept as ``values/<tensor name>`` (at most 8 names).
 Checkpoint writers (Keras ``BackupAndRestore`` / ``ModelCheckpoint``, ``CheckpointManager``,
 ``Checkpoint``, TF1 ``Saver``, ``PreemptionCheckpointHandler``) report each checkpoint once written:
-``launcher/autolog/ckptwriters.py``. ``launcher/autolog/recorder.py`` holds the state (``fail`` turns
+``launcher/autolog/ckptwriters.py``. SIGTERM during Keras ``fit`` with a ``BackupAndRestore``
+that saves by batches saves that batch, then exits 143 (a drain loses nothing):
+``launcher/autolog/drainsave.py``. ``launcher/autolog/recorder.py`` holds the state (``fail`` turns
 autolog off, ``degraded`` says once
 that one way of reading failed and leaves it on), one ``report._MetricReporter`` marked ``source =
 "autolog"`` and the step reader thread (optimizers by weak reference, the newest train-step

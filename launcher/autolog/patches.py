@@ -37,7 +37,7 @@ import sys
 import weakref
 from typing import Any, Callable, Dict, List, Optional
 
-from launcher.autolog import ckptwriters, steptime, stepwatch, tf1session, trainfn
+from launcher.autolog import ckptwriters, drainsave, steptime, stepwatch, tf1session, trainfn
 from launcher.autolog import recorder as autolog
 from launcher.autolog.recorder import guarded, note, reader
 
@@ -138,16 +138,22 @@ def _patch_keras_package(package: Any, name: str) -> None:
 _CALLBACKS_POSITION = 5
 
 
+def _add_callback(listed: List[Any], callback_class: Any) -> None:
+    """Ours last (it runs after the user's BackupAndRestore at each batch end), told its siblings."""
+    if not any(isinstance(c, callback_class) for c in listed):
+        ours = callback_class()
+        ours.siblings = listed
+        listed.append(ours)
+
+
 def _with_callback(args: tuple, kwargs: Dict[str, Any], callback_class: Any) -> "tuple[tuple, Dict[str, Any]]":
     if len(args) > _CALLBACKS_POSITION:
         given = args[_CALLBACKS_POSITION]
         listed = list(given) if given else []
-        if not any(isinstance(c, callback_class) for c in listed):
-            listed.append(callback_class())
+        _add_callback(listed, callback_class)
         return (*args[:_CALLBACKS_POSITION], listed, *args[_CALLBACKS_POSITION + 1:]), kwargs
     listed = list(kwargs.get("callbacks") or [])
-    if not any(isinstance(c, callback_class) for c in listed):
-        listed.append(callback_class())
+    _add_callback(listed, callback_class)
     kwargs = dict(kwargs)
     kwargs["callbacks"] = listed
     return args, kwargs
@@ -164,9 +170,14 @@ def _callback_class(base: Any) -> Any:
             # tf_keras: logs stay tensors (no per-batch numpy conversion for our sake), and under
             # ParameterServerStrategy they are RemoteValues, which only such callbacks may take
             self._supports_tf_logs = True
+            self.siblings: List[Any] = []
+            #: SIGTERM during fit: the backups save at the next batch end, then exit 143 (drainsave)
+            self.stop = drainsave.FitStop()
 
         def on_train_begin(self, logs: Optional[Dict[str, Any]] = None) -> None:
             guarded("Keras fit", self._begin)
+            if autolog._state.on:
+                guarded("Keras fit (stop on SIGTERM)", self.stop.begin, self.siblings, self.model)
 
         def _begin(self) -> None:
             from launcher import report
@@ -182,6 +193,7 @@ def _callback_class(base: Any) -> Any:
         def on_train_batch_end(self, batch: int, logs: Optional[Dict[str, Any]] = None) -> None:
             if logs and autolog._state.on:
                 guarded("Keras fit", self._batch, logs)
+            self.stop.batch_end(batch)  # raises SystemExit(143) once SIGTERM came: not guarded
 
         def _batch(self, logs: Any) -> None:
             if _is_remote(logs):  # ParameterServerStrategy: the whole logs dict, read once done
@@ -202,6 +214,7 @@ def _callback_class(base: Any) -> Any:
         def on_train_end(self, logs: Optional[Dict[str, Any]] = None) -> None:
             from launcher import report
 
+            self.stop.end()
             autolog.flush("the end of Keras fit")  # the last step and loss, read and sent now
             report._newline_first = False
 

@@ -56,6 +56,8 @@ STATE_FILE = "checkpoint"
 COPIES_DIR = "checkpoints"
 #: seconds one copy (or push) may take
 COPY_SECONDS = 600.0
+#: how a copy on the launcher's machine is named in a ``checkpoint`` event's ``copies``
+LAUNCHER = "launcher"
 #: the largest checkpoint copied through the supervisor (it holds a copy in memory while it moves)
 COPY_LIMIT_BYTES = 1 << 30
 
@@ -384,6 +386,7 @@ class CheckpointKeeper:
                             f"({len(data)} bytes in {seconds:.2f} s); the newest {KEEP_COPIES} are kept")
         self._copied_once, self._failed_last = True, False
         self.sup.call(self.sup.write_state)
+        self._restate(cp, [f"{LAUNCHER}:{dest}"], only_newest=True)
 
     def pull(self, cp: Checkpoint) -> bytes:
         session = self.sup.sessions[cp.host]
@@ -500,6 +503,10 @@ class CheckpointKeeper:
             else:
                 self.push(cp, host, where, from_host=way == "host")
                 placed.append(f"{rt.spec.task_id} on {host}")
+        copies = [f"{rt.spec.host}:{self._where(cp, rt.spec.host)}" for rt in members
+                  if ways[rt.spec.task_id] in ("host", "copy")]
+        if copies:
+            self._restate(cp, copies, only_newest=False)
         newest = history[0]
         words = f"resuming {_plural(group)} from {cp.label} (checkpoint of {source}"
         words += f", put in place for {_plural(placed)})" if placed else ")"
@@ -550,6 +557,22 @@ class CheckpointKeeper:
         lost = f"host {history[0].host}" if history else "anywhere"
         self._say(f"resuming from step 0: no checkpoint of {source} survived {lost}; "
                   f"{_plural([rt.spec.task_id for rt in members])} start from scratch together")
+
+    def _restate(self, cp: Checkpoint, copies: list[str], only_newest: bool) -> None:
+        """Publish ``cp``'s ``checkpoint`` event again (its own ``ts``) with where its copies are, for
+        the dashboard and ``status``. A copy is said only of the task's newest checkpoint (a slow copy
+        of an older one is not news); a placement always (a restart resumes from that one)."""
+        sup = self.sup
+
+        def restate() -> None:
+            with self.lock:
+                newest = self.book.newest(cp.task)
+            if only_newest and newest is not cp:
+                return
+            sup.publish(ev.checkpoint_event(sup.run_id, cp.task, cp.directory, step=cp.step, epoch=cp.epoch,
+                                            files=cp.files, nbytes=cp.nbytes, api=cp.api, host=cp.host,
+                                            ts=cp.ts, copies=copies))
+        sup.call(restate)
 
     def _say(self, words: str) -> None:
         sup = self.sup

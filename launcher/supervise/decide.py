@@ -259,7 +259,17 @@ def _restart(plan: Plan, states: JobFacts, trigger: str, why: str, delay: float 
             return trigger_restarting
         return states.tasks[task].restarting
 
-    group = [t for t in restart_group(plan.profile.strategy, trigger, states.tasks) if not restarting(t)]
+    whole = restart_group(plan.profile.strategy, trigger, states.tasks)
+    done = [t for t in whole if t != trigger and states.tasks[t].state == ev.SUCCEEDED]
+    if done:
+        # a task that succeeded is never started again (its work is done, and a second run of it
+        # would train again from its checkpoint); the group restarts together because TensorFlow
+        # cannot go on with a member missing, so without it the group cannot restart at all
+        them = "it" if len(done) == 1 else "them"
+        return [GiveUp(f"{trigger} {why}; not restarted: {', '.join(done)} already succeeded, and "
+                       f"{plan.profile.strategy} cannot go on without {them} (a task that succeeded "
+                       "is never started again)")]
+    group = [t for t in whole if not restarting(t)]
     if not group:
         return []
     wait = backoff_delay(states.tasks[trigger].restarts) if delay is None else delay

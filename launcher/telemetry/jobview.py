@@ -360,9 +360,14 @@ class JobView:
 
     @staticmethod
     def _apply_checkpoint(task: TaskView, event: ev.CheckpointEvent) -> None:
-        """The newest checkpoint is the task's last one; copies of the one before are not its copies."""
+        """The newest checkpoint is the task's last one; copies of the one before are not its copies.
+        A re-statement of the same checkpoint (the supervisor copied or placed it) adds its copies;
+        a re-statement of another (an older one a restart resumes from) makes it the last."""
+        if task.checkpoint is not None and event.copies and task.checkpoint.same_checkpoint(event):
+            task.checkpoint_copies += [c for c in event.copies if c not in task.checkpoint_copies]
+            return
         task.checkpoint = event
-        task.checkpoint_copies = []
+        task.checkpoint_copies = list(event.copies)
 
     def _check_seq(self, task: TaskView, seq: int) -> None:
         if seq > task.last_seq + 1:

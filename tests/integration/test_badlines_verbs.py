@@ -58,7 +58,7 @@ def test_status_reads_the_good_lines_and_says_how_many_it_skipped(run_dir: Path)
     assert "job Failed: worker:0 failed" in result.stdout
     assert "root cause: worker:0 failed first" in result.stdout
     chief = next(line for line in result.stdout.splitlines() if line.startswith("chief:0"))
-    assert chief.split()[-6:] == ["50", "0.2000", "none", "yet", "50", "-"]  # step, loss, no checkpoint, 50 at risk, no split
+    assert chief.split()[-6:] == ["50", "0.2000", "none", "yet", "50", "-"]  # step, loss, checkpoint, at risk, split
 
 
 def test_status_json_counts_the_skipped_lines(run_dir: Path) -> None:

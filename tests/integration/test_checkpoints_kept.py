@@ -245,3 +245,105 @@ def test_the_source_host_lost_its_task_moves_to_the_spare_and_all_resume_from_th
             assert pids_with_run_id(run_id) == []
         finally:
             kill_run_processes(run_id)
+
+
+PS_STEPS = 300
+
+
+@pytest.mark.netns
+@pytest.mark.sshd
+@pytest.mark.timeout(420)
+def test_pss_chief_and_ps_host_lost_the_moved_chief_resumes_from_the_copy(tmp_path: Path) -> None:
+    """ParameterServer, each host its own checkpoint dir (``$CKPT_ROOT/ckpt``): chief:0 and ps:0 on
+    a, worker:0 on b, spare c. a is cut for good after a checkpoint of chief:0 was copied off it:
+    chief and ps move to c, where nothing was; the chief restores the launcher's copy (not step 0)
+    and the job trains to the full step count."""
+    from tests.netns import NetnsLab, require_netns
+    from tests.profiles import netns_hosts
+
+    require_netns()
+    with NetnsLab(3) as lab:
+        run_id = f"it-ckpt-pss-{lab.tag}"
+        disks = {name: tmp_path / f"disk-{name}" for name in ("a", "b", "c")}
+        hosts = [dataclasses.replace(h, options={**h.options, "env": {"CKPT_ROOT": str(disks[h.name])}})
+                 for h in netns_hosts(lab, "ssh")]
+        profile = build_profile(
+            tmp_path / "pss.toml", name="it-ckpt-pss", strategy="parameter_server", orphan_grace=4,
+            top='host_lost_seconds = 8\nspares = ["c"]\n',
+            command=f"{{python}} -u examples/ps_mnist.py --steps {PS_STEPS} --log-every 20 "
+                    "--checkpoint-dir $CKPT_ROOT/ckpt --checkpoint-every 40",
+            defaults={"python": sys.executable}, workdir=REPO, env={"TF_CPP_MIN_LOG_LEVEL": "2"},
+            grace=5, hosts=hosts,
+            roles={"chief": {"hosts": ["a"]}, "ps": {"hosts": ["a"]}, "worker": {"hosts": ["b"]}})
+        proc, run_dir = launch_up(tmp_path, profile, run_id)
+        try:
+            def copied() -> list[dict[str, Any]]:
+                state = json.loads((run_dir / "state.json").read_text())
+                return [c for c in state.get("checkpoints", {}).get("chief:0", []) if c.get("copy")]
+
+            wait_for_event(run_dir, lambda e: e["kind"] == "checkpoint" and e["task"] == "chief:0", 240,
+                           "chief:0's first checkpoint")
+            before = wait_for(copied, 60, "a copy of chief:0's checkpoint off host a")
+            lab.cut("a")
+            assert finish_up(proc, tmp_path, 300) == 0, (tmp_path / "up.log").read_text()[-4000:]
+            events = read_events(run_dir)
+            ran = {t: [e["host"] for e in events if e["kind"] == "state" and e["task"] == t
+                       and e["state"] == "running"] for t in ("chief:0", "ps:0")}
+            assert ran["chief:0"][-1] == ran["ps:0"][-1] == "c", ran
+            restored = [int(e["values"]["restored_step"]) for e in events if e["kind"] == "metric"
+                        and e["task"] == "chief:0" and "restored_step" in (e.get("values") or {})]
+            assert restored and restored[-1] >= before[0]["step"] > 0, (restored, before)  # the copy, not 0
+            steps = [e["step"] for e in events if e["kind"] == "metric" and e["task"] == "chief:0"
+                     and e.get("step") is not None]
+            assert max(steps) == PS_STEPS
+            assert [e for e in events if e["kind"] == "job"][-1]["state"] == "Succeeded"
+            said = [e["reason"] for e in events if e["kind"] == "job" and e["reason"].startswith("resuming")]
+            assert said and f"from step {restored[-1]} (checkpoint of chief:0, put in place for chief:0 on c" \
+                in said[-1], said
+            # where the copies are reached the events: the launcher's copy, then the one put on c
+            copies = [c for e in events if e["kind"] == "checkpoint" and e["task"] == "chief:0"
+                      for c in e.get("copies") or []]
+            assert any(c.startswith(f"launcher:{run_dir}/checkpoints/chief-0/") for c in copies), copies
+            assert f"c:{disks['c']}/ckpt" in copies, copies
+            assert pids_with_run_id(run_id) == []
+        finally:
+            kill_run_processes(run_id)
+
+
+@pytest.mark.timeout(300)
+def test_a_drained_keras_job_checkpoints_before_it_stops_and_redoes_no_step(tmp_path: Path) -> None:
+    """Issue 54 §5: a single-worker tf_keras fit (BackupAndRestore saving every 7 batches) on host
+    a, each host its own disk, spare b; `drain a` mid-fit: the task saves at its next batch end
+    (autolog on SIGTERM), the keeper puts that save on b, and the moved task goes on from the next
+    step: steps redone, counted from the events' `trained step` lines, 0."""
+    roots = {name: tmp_path / f"disk-{name}" for name in "ab"}
+    hosts = [Host(name, options={"env": {"CKPT_ROOT": str(root)}}) for name, root in roots.items()]
+    profile = build_profile(
+        tmp_path / "drain.toml", name="it-ckpt-drain", strategy="custom", orphan_grace=30,
+        top='spares = ["b"]\n', command=f"{sys.executable} -u tests/data/autolog/keras_sigterm.py '$CKPT_ROOT/backup'",
+        workdir=REPO, env={"STEP_SECONDS": "0.15", "SAVE_EVERY": "7", "TF_USE_LEGACY_KERAS": "1",
+                           "TF_CPP_MIN_LOG_LEVEL": "2"},
+        restart="on-failure", max_restarts=2, grace=20, hosts=hosts, roles={"worker": {"count": 1, "hosts": ["a"]}})
+    run_id = "it-ckpt-drain"
+    proc, run_dir = launch_up(tmp_path, profile, run_id)
+    try:
+        wait_for_event(run_dir, lambda e: e["kind"] == "log" and e["task"] == "worker:0"
+                       and e["line"] == "trained step 10", 120, "worker:0 at step 10")
+        drained = cli("drain", run_id, "a", "--reason", "kernel update")
+        assert drained.returncode == 0, drained.stdout + drained.stderr
+        assert finish_up(proc, tmp_path, 240) == 0, (tmp_path / "up.log").read_text()[-3000:]
+        events = read_events(run_dir)
+        runs = [i for i, e in enumerate(events) if e["kind"] == "state" and e["task"] == "worker:0"
+                and e["state"] == "running"]
+        assert len(runs) == 2 and events[runs[1]]["host"] == "b"
+        first = lines_of(events[:runs[1]], "worker:0", r"^trained step (\d+)$")
+        second = lines_of(events[runs[1]:], "worker:0", r"^trained step (\d+)$")
+        redone = first[-1] - (second[0] - 1)
+        assert redone == 0, (first[-1], second[:3])
+        assert second[-1] == 30 and [e for e in events if e["kind"] == "job"][-1]["state"] == "Succeeded"
+        assert "finished at step 30" in [e["line"] for e in events if e["kind"] == "log"]
+        ended = [e for e in events[:runs[1]] if e["kind"] == "state" and e["task"] == "worker:0"
+                 and e["state"] in ("failed", "stopped", "succeeded")]
+        assert ended and ended[-1].get("exit_code") == 143, ended
+    finally:
+        kill_run_processes(run_id)

@@ -160,3 +160,20 @@ def test_huge_placement_stays_under_the_agent_line_limit(reporter: pytest.Captur
     assert 0 < len(sent) < 20_000 and sent[0]["bytes"] == 20_000 * 4, "the largest go first"
     assert sent[0]["task"] == "ps:0" and sent[0]["name"] == "layer_19999/a_rather_long_variable_name_19999"
     assert "too large for one line" in captured.err
+
+
+def test_a_checkpoint_the_script_reports_becomes_the_agents_checkpoint_event(
+        reporter: pytest.CaptureFixture[str], tmp_path: os.PathLike[str]) -> None:
+    from launcher.agent.output import _checkpoint_from_report
+
+    files = ["ckpt-40.index", "ckpt-40.data-00000-of-00001", "checkpoint"]
+    for i, name in enumerate(files):
+        with open(os.path.join(tmp_path, name), "w") as f:
+            f.write("x" * (i + 1))
+    report.report_checkpoint(str(tmp_path), files, step=np.int64(40), api="checkpoint_manager")
+    (message,) = _messages(reporter.readouterr().out)
+    assert message == {"kind": "checkpoint", "directory": str(tmp_path), "files": files,
+                       "api": "checkpoint_manager", "bytes": 6, "step": 40}
+    event = _checkpoint_from_report("r", "chief:0", "a", "/", message)
+    assert isinstance(event, events.CheckpointEvent)
+    assert (event.step, event.directory, event.files, event.bytes, event.host) == (40, str(tmp_path), files, 6, "a")

@@ -166,13 +166,17 @@ class Owner:
         self.plan = SimpleNamespace(profile=SimpleNamespace(strategy="multi_worker_mirrored"))
         self.lost = lost
         self.said: list[str] = []
+        self.restated: list[ev.CheckpointEvent] = []
         self.rundir = SimpleNamespace(path=tmp / "run")
 
     def call(self, fn: Callable[[], None]) -> None:
         fn()
 
     def publish(self, event: ev.Event, line: str | None = None) -> None:
-        self.said.append(str(event.data["reason"]))
+        if isinstance(event, ev.CheckpointEvent):
+            self.restated.append(event)
+        else:
+            self.said.append(str(event.data["reason"]))
 
     def notice(self, message: str) -> None:
         pass
@@ -244,3 +248,34 @@ def test_the_source_hosts_newest_checkpoint_is_pushed_to_the_other_members(tmp_p
     assert (roots["b"] / "ckpt" / "checkpoint").read_text() == state_text(cp(step=40))
     assert owner.said == ["resuming worker:1, worker:0 from step 40 (checkpoint of worker:0, put in place for "
                           "worker:1 on b)"]
+
+
+def test_a_copy_off_the_host_and_a_placement_are_published_as_the_checkpoints_copies(tmp_path: Path) -> None:
+    """Issue 54 §1: where the copies are reaches the dashboard and `status` (JobView's copies)."""
+    from launcher.telemetry.jobview import JobView
+
+    roots = {h: tmp_path / f"disk-{h}" for h in "abc"}
+    keeper, owner = keeper_on(tmp_path, roots, lost=set())
+    new = write_checkpoint(roots["a"] / "ckpt", 40)
+    keeper.book.add(new)
+    keeper._copy_one(new)
+    launcher_copy = tmp_path / "run" / "checkpoints" / "worker-0" / "40"
+    assert new.copy == str(launcher_copy) and (launcher_copy / "ckpt-40.index").is_file()
+    assert [e.copies for e in owner.restated] == [[f"launcher:{launcher_copy}"]]
+    keeper.before_start([member("worker:0", "c"), member("worker:1", "b")])  # worker:0 moved to c
+    placed = [f"c:{roots['c']}/ckpt", f"b:{roots['b']}/ckpt"]
+    assert [e.copies for e in owner.restated][1:] == [placed]
+    view = JobView()
+    view.apply(ev.checkpoint_event("r", "worker:0", new.directory, step=40, files=new.files, host="a", ts=new.ts))
+    for event in owner.restated:  # through the events file, as `status` and replay read them
+        again = ev.Event.from_json(event.to_json())
+        assert isinstance(again, ev.CheckpointEvent) and again.ts == new.ts and again.step == 40
+        view.apply(again)
+    task = view.tasks["worker:0"]
+    assert task.checkpoint is not None and task.checkpoint.step == 40 and task.checkpoint.copies == []
+    assert task.checkpoint_copies == [f"launcher:{launcher_copy}", *placed]
+    # a slow copy of a checkpoint that is no longer the newest is not said
+    newer = write_checkpoint(roots["a"] / "ckpt", 60)
+    keeper.book.add(newer)
+    keeper._copy_one(new)
+    assert len(owner.restated) == 2

@@ -271,3 +271,43 @@ def test_the_operators_restart_and_stop(tmp_path: Path, event: PolicyEvent, fact
                                         expected: list[Decision]) -> None:
     plan = _plan(tmp_path, PSS, role_keys="max_restarts = 2")
     assert decide(plan, _job(plan, ps_0=facts), event) == expected
+
+
+# -- a task that succeeded is never started again (issue 54 §3) ---------------------------------------
+
+@pytest.mark.parametrize(("strategy", "roles", "event", "done", "cause"), [
+    # worker:1 finished (it had resumed from a later checkpoint); worker:0 fails: restarting the
+    # group would train worker:1 again, restarting worker:0 alone would wait for it for ever
+    ("multi_worker_mirrored", {"worker": 2}, TaskEnded("worker:0", ev.FAILED), ["worker:1"],
+     "worker:0 failed (exit code 1); not restarted: worker:1 already succeeded, and multi_worker_mirrored "
+     "cannot go on without it (a task that succeeded is never started again)"),
+    ("multi_worker_mirrored", MWMS, Stalled("chief:0", "no step for 60 s"), ["worker:1", "worker:2"],
+     "chief:0 stall: no step for 60 s; not restarted: worker:1, worker:2 already succeeded, and "
+     "multi_worker_mirrored cannot go on without them (a task that succeeded is never started again)"),
+    ("multi_worker_mirrored", {"worker": 2}, RestartRequested("worker:0"), ["worker:1"],
+     "worker:0 restart requested; not restarted: worker:1 already succeeded, and multi_worker_mirrored "
+     "cannot go on without it (a task that succeeded is never started again)"),
+])
+def test_a_group_restart_never_starts_a_task_that_succeeded(
+        tmp_path: Path, strategy: str, roles: dict[str, int], event: PolicyEvent, done: list[str],
+        cause: str) -> None:
+    plan = _plan(tmp_path, roles, strategy, 'restart = "on-failure"\non_stall = "restart"')
+    facts = {t.replace(":", "_"): TaskFacts(ev.SUCCEEDED, exit_code=0) for t in done}
+    if isinstance(event, TaskEnded):
+        facts[event.task.replace(":", "_")] = _failed(1)
+    decisions = _only(decide(plan, _job(plan, **facts), event))
+    assert [d for d in decisions if isinstance(d, RestartGroup)] == []
+    assert [d for d in decisions if isinstance(d, GiveUp)] == [GiveUp(cause)]
+
+
+def test_a_group_without_a_succeeded_member_restarts_as_before_and_a_lone_task_may_still_run_again(
+        tmp_path: Path) -> None:
+    plan = _plan(tmp_path, {"worker": 2}, "custom")
+    job = _job(plan, worker_0=_failed(1), worker_1=TaskFacts(ev.SUCCEEDED, exit_code=0))
+    assert _only(decide(plan, job, TaskEnded("worker:0", ev.FAILED))) == [
+        RestartGroup("worker:0", ("worker:0",), 1.0, "failed (exit code 1)")]
+    # `restart = "always"` is the user's own wish to run a task that exited 0 again: kept
+    always = _plan(tmp_path, {"worker": 2}, "custom", 'restart = "always"')
+    assert decide(always, _job(always, worker_1=TaskFacts(ev.SUCCEEDED, exit_code=0)),
+                  TaskEnded("worker:1", ev.SUCCEEDED)) == [
+        RestartGroup("worker:1", ("worker:1",), 1.0, "exited 0 (restart policy always)")]

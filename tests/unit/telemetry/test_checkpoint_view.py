@@ -67,6 +67,24 @@ def test_a_newer_checkpoint_replaces_the_last_and_forgets_the_copies_of_the_one_
     assert task.checkpoint_copies == [] and task.steps_at_risk == 10
 
 
+def test_a_restated_checkpoint_adds_its_copies_and_another_with_copies_replaces_the_last() -> None:
+    view = _view(_events())
+    first = view.tasks["worker:0"].checkpoint
+    assert first is not None
+    copy = "launcher:/runs/r/checkpoints/worker-0/100"
+    view.apply(ev.checkpoint_event(RUN, "worker:0", "/data/ckpt", step=100, epoch=2, host="a", ts=T0 + 2,
+                                   copies=[copy]))
+    view.apply(ev.checkpoint_event(RUN, "worker:0", "/data/ckpt", step=100, epoch=2, host="a", ts=T0 + 2,
+                                   copies=["c:/data/ckpt", copy]))
+    task = view.tasks["worker:0"]
+    assert task.checkpoint is first and task.checkpoint_copies == [copy, "c:/data/ckpt"]
+    # an older checkpoint placed for a restart (the newest did not survive its host) is the last now
+    view.apply(ev.checkpoint_event(RUN, "worker:0", "/data/ckpt", step=50, host="a", ts=T0 + 1,
+                                   copies=["c:/data/ckpt"]))
+    assert task.checkpoint is not None and task.checkpoint.step == 50
+    assert task.checkpoint_copies == ["c:/data/ckpt"] and task.steps_at_risk == 110
+
+
 def test_a_replay_of_the_events_file_gives_the_same_checkpoints() -> None:
     live = _view(_events())
     replayed = _view([ev.Event.from_json(e.to_json()) for e in _events()])
@@ -99,3 +117,22 @@ def test_status_json_has_each_tasks_last_checkpoint_and_its_steps_at_risk(
     rows = {line.split()[0]: line for line in capsys.readouterr().out.splitlines() if line.startswith("worker:")}
     assert "100 10s ago a:/data/ckpt  60" in rows["worker:0"]
     assert "none yet" in rows["worker:1"]
+
+
+def test_status_shows_where_the_copies_of_the_last_checkpoint_are(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(status, "wall_clock", lambda: T0 + 12)
+    rd = RunDir.create(RUN, tmp_path / RUN)
+    rd.write_state({"run_id": RUN, "name": "ck", "strategy": "multi_worker_mirrored", "supervisor_pid": None,
+                    "tasks": {"worker:0": {"host": "a", "address": "localhost", "port": 2222, "pid": None,
+                                           "state": "pending"}}})
+    copy = f"launcher:{rd.path}/checkpoints/worker-0/100"
+    for event in [*_events()[:5], ev.checkpoint_event(RUN, "worker:0", "/data/ckpt", step=100, epoch=2, host="a",
+                                                      ts=T0 + 2, copies=[copy])]:
+        rd.append(event)
+    rd.close()
+    assert main(["status", "--json", str(rd.path)]) == 0
+    point = json.loads(capsys.readouterr().out)["tasks"]["worker:0"]["checkpoint"]
+    assert point["copies"] == [copy] and point["step"] == 100 and point["age_s"] == 10.0
+    assert main(["status", str(rd.path)]) == 0
+    assert f"(copies: {copy})" in capsys.readouterr().out
