@@ -86,7 +86,8 @@ def summarize(path: Path) -> dict[str, Any]:
             "supervisor_pid": state.supervisor_pid,
             "launcher_pid": state.supervisor_pid,
             "supervisor_alive": alive, "launcher_alive": alive,
-            "tasks": tasks, "hosts": _hosts(state), "lost_events": view.lost_events, "skipped_lines": lines.skipped}
+            "tasks": tasks, "hosts": _hosts(state, view.machines), "lost_events": view.lost_events,
+            "skipped_lines": lines.skipped}
 
 
 def wall_clock() -> float:
@@ -104,12 +105,16 @@ def _checkpoint_json(seen: TaskView, now: float) -> dict[str, Any] | None:
             "ts": point.ts, "age_s": max(0.0, now - point.ts), "copies": list(seen.checkpoint_copies)}
 
 
-def _hosts(state: RunState) -> dict[str, dict[str, Any]]:
-    """Each host's state (up / unreachable / lost / drained / spare), reason and since when (unix time)."""
+def _hosts(state: RunState, machines: dict[str, dict[str, Any]] | None = None) -> dict[str, dict[str, Any]]:
+    """Each host's state (up / unreachable / lost / drained / spare), reason and since when (unix time),
+    and ``machine``: its agent's last whole-host reading (CPU, memory, network and disk rates, free
+    space at outputs and the run dir), null before the first."""
     none = HostStateRecord()
+    machines = machines or {}
     return {name: {"state": state.host_states.get(name, none).state or "up",
                    "reason": state.host_states.get(name, none).reason,
-                   "since": state.host_states.get(name, none).since}
+                   "since": state.host_states.get(name, none).since,
+                   "machine": machines.get(name)}
             for name in state.hosts}
 
 

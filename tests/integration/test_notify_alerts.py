@@ -95,3 +95,8 @@ def test_each_alert_tells_the_webhook_and_the_command_once_as_it_starts_and_once
     told = sorted(line.strip() for line in seen.read_text().splitlines())
     assert told == sorted([f"alert {a} {act}" for a, act, _ in alerts] + ["job_ended"]), told
     assert "warning" not in up.stderr
+    # the readings behind disk_low are the host's: status --json gives its last one
+    status = cli("status", str(tmp_path / "run"), "--json")
+    machine = json.loads(status.stdout)["hosts"]["local"]["machine"]
+    assert machine["outputs_free_bytes"] > 0 and machine["run_dir_free_bytes"] > 0
+    assert {"net_rx_bytes_per_s", "net_tx_bytes_per_s", "disk_write_bytes_per_s"} <= set(machine)
