@@ -10,6 +10,12 @@ Scalars per task, at the task's global step and the event's wall time:
     steps_per_sec              from successive metric steps of the task
     system/cpu_percent, system/rss_bytes, gpu<i>/util_percent, gpu<i>/mem_used_bytes   from samples
 
+Scalars per host, as a run of its own, ``DIR/<run id>/host-<name>/``, from its agent's
+whole-machine readings (issue 58: the signals behind a slow job), at the job's newest step:
+
+    host/cpu_percent, host/mem_used_bytes, host/net_rx_bytes_per_s, host/net_tx_bytes_per_s,
+    host/disk_write_bytes_per_s, host/outputs_free_bytes, host/run_dir_free_bytes
+
 Samples carry no step of their own: they are put at the last step the task reported (0 before
 its first), so TensorBoard's "Wall" or "Relative" x-axis shows them over time.
 """
@@ -28,6 +34,12 @@ from launcher.errors import UserError
 from launcher.runlookup import EventLines, find_run
 from launcher.runstate import load_run_state
 from launcher.telemetry.progressline import Progress
+
+#: what a host's reading gives, as ``host/<name>`` scalars
+HOST_FIELDS = ("cpu_percent", "mem_used_bytes", "net_rx_bytes_per_s", "net_tx_bytes_per_s", "disk_write_bytes_per_s",
+               "outputs_free_bytes", "run_dir_free_bytes")
+#: one reading of a host per this many seconds (each of its tasks' samples carries the same one)
+HOST_EVERY_S = 0.5
 
 
 @dataclass
@@ -77,8 +89,11 @@ class _EventFile:
 def export_tensorboard(run_dir: Path, target: Path, progress: Progress | None = None) -> ExportResult:
     """Write every task's scalars of the run at ``run_dir`` under ``target/<run id>/``; ``progress``
     counts the events read."""
-    run_id = load_run_state(run_dir).run_id
+    state = load_run_state(run_dir)
+    run_id = state.run_id
     out = target.expanduser() / run_id
+    host_of = {task: info.host for task, info in state.tasks.items() if info.host}
+    host_seen: dict[str, float] = {}
     streams: dict[str, _TaskStream] = {}
     files: dict[str, _EventFile] = {}
 
@@ -116,6 +131,13 @@ def export_tensorboard(run_dir: Path, target: Path, progress: Progress | None = 
                 for name, value in event.values.items():
                     put(task, f"values/{name}", value, stream.step, event.ts)
             else:
+                host = host_of.get(task)
+                if event.host and host and event.ts - host_seen.get(host, -HOST_EVERY_S) >= HOST_EVERY_S:
+                    host_seen[host] = event.ts
+                    job_step = max((s.step for s in streams.values()), default=0)
+                    streams.setdefault(f"host:{host}", _TaskStream())
+                    for name in HOST_FIELDS:
+                        put(f"host:{host}", f"host/{name}", event.host.get(name), job_step, event.ts)
                 put(task, "system/cpu_percent", event.cpu_percent, stream.step, event.ts)
                 put(task, "system/rss_bytes", event.rss_bytes, stream.step, event.ts)
                 for gpu in event.gpus:

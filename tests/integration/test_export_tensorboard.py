@@ -69,3 +69,10 @@ def test_export_reads_back_with_tensorboard_loss_per_step_equal_to_the_metric_ev
                if e["kind"] == "sample" and e["task"] == task and e.get("rss_bytes") is not None]
         assert [s.value for s in acc.Scalars("system/rss_bytes")] == [as_float32(float(b)) for b in rss]
         assert max(rss) > 0
+    # each host as a run of its own, from its agent's whole-machine readings
+    [host_dir] = sorted((logdir / run_id).glob("host-*"))
+    acc = EventAccumulator(str(host_dir), size_guidance={"scalars": 0})
+    acc.Reload()
+    tags = set(acc.Tags()["scalars"])
+    assert {"host/cpu_percent", "host/mem_used_bytes", "host/outputs_free_bytes", "host/run_dir_free_bytes"} <= tags
+    assert all(s.value > 0 for s in acc.Scalars("host/run_dir_free_bytes"))
