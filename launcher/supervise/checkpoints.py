@@ -12,7 +12,7 @@ copy. It puts it where each member reads: the same directory as the member's hos
 (``target_directory``), the files moved in from a temp dir and the ``checkpoint`` state file
 written last, so a member reads the old one or the new one and never half of one. Where none
 survives, the members' state files are parked and all start from scratch together; either way one
-line (a ``job`` event) says from which step.
+line says from which step (a notice to the clients, and a line in the source task's log).
 
 Where storage is per host (a token written in the checkpoint's directory is not seen from the
 other hosts), the keeper copies each new checkpoint of a source task off its host as it is
@@ -56,6 +56,8 @@ STATE_FILE = "checkpoint"
 COPIES_DIR = "checkpoints"
 #: seconds one copy (or push) may take
 COPY_SECONDS = 600.0
+#: the start of the line the keeper writes in a task's log
+SAY_PREFIX = "distlaunch: "
 #: how a copy on the launcher's machine is named in a ``checkpoint`` event's ``copies``
 LAUNCHER = "launcher"
 #: the largest checkpoint copied through the supervisor (it holds a copy in memory while it moves)
@@ -516,7 +518,7 @@ class CheckpointKeeper:
                   if t != source and c is not None and c.order > cp.order]  # the source's is said above
         if behind:
             words += f"; goes back for {_plural(behind)}"
-        self._say(words)
+        self._say(words, source)
 
     def point(self, cp: Checkpoint, host: str, directory: str) -> None:
         """The state file in ``directory`` on ``host`` names ``cp`` (an older one than it named)."""
@@ -556,7 +558,7 @@ class CheckpointKeeper:
                     self.sup.sessions[host].host.run(park_command(d), timeout=30)
         lost = f"host {history[0].host}" if history else "anywhere"
         self._say(f"resuming from step 0: no checkpoint of {source} survived {lost}; "
-                  f"{_plural([rt.spec.task_id for rt in members])} start from scratch together")
+                  f"{_plural([rt.spec.task_id for rt in members])} start from scratch together", source)
 
     def _restate(self, cp: Checkpoint, copies: list[str], only_newest: bool) -> None:
         """Publish ``cp``'s ``checkpoint`` event again (its own ``ts``) with where its copies are, for
@@ -574,6 +576,10 @@ class CheckpointKeeper:
                                             ts=cp.ts, copies=copies))
         sup.call(restate)
 
-    def _say(self, words: str) -> None:
+    def _say(self, words: str, task: str) -> None:
+        """One line: to every client now, and in the source task's log (``distlaunch: ...``), where
+        ``logs``, the dashboard's log pane and events.jsonl keep it. Not a ``job`` event: the job's
+        state does not change (it is Restarting), and a job event is a change of state."""
         sup = self.sup
-        sup.call(lambda: sup.publish(ev.job_event(sup.run_id, ev.JOB_RESTARTING, words)))
+        sup.notice(words)
+        sup.call(lambda: sup.publish(ev.log_event(sup.run_id, task, "stderr", SAY_PREFIX + words)))

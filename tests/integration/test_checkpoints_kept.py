@@ -75,7 +75,8 @@ def assert_resumed_together(run_dir: Path, events: list[dict[str, Any]], steps: 
     assert not any("restored different steps" in e.get("line", "") for e in events if e["kind"] == "log")
     assert lines_of(events, "worker:0", r"finished at step (\d+)")[-1] == steps
     assert [e for e in events if e["kind"] == "job"][-1]["state"] == "Succeeded"
-    said = [e["reason"] for e in events if e["kind"] == "job" and e["reason"].startswith("resuming")]
+    said = [e["line"].removeprefix("distlaunch: ") for e in events
+                if e["kind"] == "log" and e["line"].startswith("distlaunch: resuming")]
     assert said and f"step {restored['worker:0'][1]}" in said[-1], said
     return restored["worker:0"][1]
 
@@ -192,7 +193,8 @@ def test_when_no_checkpoint_survives_every_worker_starts_from_scratch_together(t
         events = read_events(run_dir)
         restored = {t: lines_of(events, t, r"restored step (\d+)") for t in ("worker:0", "worker:1")}
         assert restored["worker:0"][-1] == restored["worker:1"][-1] == 0, restored
-        said = [e["reason"] for e in events if e["kind"] == "job" and e["reason"].startswith("resuming")]
+        said = [e["line"].removeprefix("distlaunch: ") for e in events
+                if e["kind"] == "log" and e["line"].startswith("distlaunch: resuming")]
         assert said[-1].startswith("resuming from step 0: no checkpoint of worker:0 survived host a"), said
         assert lines_of(events, "worker:0", r"finished at step (\d+)")[-1] == STEPS
         assert [e for e in events if e["kind"] == "job"][-1]["state"] == "Succeeded"
@@ -297,7 +299,8 @@ def test_pss_chief_and_ps_host_lost_the_moved_chief_resumes_from_the_copy(tmp_pa
                      and e.get("step") is not None]
             assert max(steps) == PS_STEPS
             assert [e for e in events if e["kind"] == "job"][-1]["state"] == "Succeeded"
-            said = [e["reason"] for e in events if e["kind"] == "job" and e["reason"].startswith("resuming")]
+            said = [e["line"].removeprefix("distlaunch: ") for e in events
+                if e["kind"] == "log" and e["line"].startswith("distlaunch: resuming")]
             assert said and f"from step {restored[-1]} (checkpoint of chief:0, put in place for chief:0 on c" \
                 in said[-1], said
             # where the copies are reached the events: the launcher's copy, then the one put on c

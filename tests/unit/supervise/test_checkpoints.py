@@ -176,7 +176,8 @@ class Owner:
         if isinstance(event, ev.CheckpointEvent):
             self.restated.append(event)
         else:
-            self.said.append(str(event.data["reason"]))
+            assert isinstance(event, ev.LogEvent) and event.line.startswith("distlaunch: ")
+            self.said.append(event.line.removeprefix("distlaunch: "))
 
     def notice(self, message: str) -> None:
         pass
