@@ -90,7 +90,8 @@ def summarize(path: Path) -> dict[str, Any]:
             "supervisor_pid": state.supervisor_pid,
             "launcher_pid": state.supervisor_pid,
             "supervisor_alive": alive, "launcher_alive": alive,
-            "tasks": tasks, "hosts": _hosts(state), "lost_events": view.lost_events, "skipped_lines": lines.skipped}
+            "tasks": tasks, "roles": state.roles, "hosts": _hosts(state), "lost_events": view.lost_events,
+            "skipped_lines": lines.skipped}
 
 
 def wall_clock() -> float:
@@ -131,6 +132,13 @@ def hosts_text(hosts: dict[str, dict[str, Any]], now: float) -> list[str]:
 
 
 
+def roles_text(roles: dict[str, dict[str, int]]) -> str:
+    """``worker 1/2, min 1``: the roles that may change size (min below count) or did; "" if none."""
+    parts = [f"{role} {size['running']}/{size['planned']}, min {size['min']}" for role, size in sorted(roles.items())
+             if size.get("min", 0) < size.get("planned", 0) or size.get("running") != size.get("planned")]
+    return "; ".join(parts)
+
+
 def _warn(note: str | None) -> None:
     if note is not None:
         print(note, file=sys.stderr)
@@ -162,9 +170,14 @@ def run_status(args: argparse.Namespace) -> int:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
     for line in hosts_text(summary["hosts"], time.time()):
         print(line)
+    sizes = roles_text(summary["roles"])
+    if sizes:
+        print(f"size: {sizes}")
     for task_id, t in summary["tasks"].items():
         if t.get("moved_from"):
             print(f"{task_id} moved from {t['moved_from']} to {t['host']}")
+        if t.get("state") == ev.LOST:
+            print(f"{task_id} lost on {t['host']}" + (f": {shown(t['reason'])}" if t.get("reason") else ""))
         if t.get("cause"):
             print(f"{task_id} {'failed' if t['state'] == 'failed' else 'last failed'}: {shown(t['cause'])}")
         for condition, reason in t.get("conditions", {}).items():

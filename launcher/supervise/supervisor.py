@@ -454,4 +454,5 @@ class Supervisor:
             checkpoints=self.checkpoints.to_json(),
             last_contact=self.links.last_contact(),
             boot_id=boot_id(),
+            roles=self.hosts.role_sizes(),
         )
