@@ -29,7 +29,7 @@ from launcher.runlookup import EventLines, find_run, skipped_note
 from launcher.runstate import HostStateRecord, RunState, StateFieldError, load_run_state
 from launcher.telemetry import eventcheck
 from launcher.telemetry.columns import status_rows
-from launcher.telemetry.jobview import JobView, TaskView
+from launcher.telemetry.jobview import JobView, TaskView, role_sizes_text
 from launcher.telemetry.timeline import Timeline, TimelineEntry, clock_text
 
 
@@ -132,13 +132,6 @@ def hosts_text(hosts: dict[str, dict[str, Any]], now: float) -> list[str]:
 
 
 
-def roles_text(roles: dict[str, dict[str, int]]) -> str:
-    """``worker 1/2, min 1``: the roles that may change size (min below count) or did; "" if none."""
-    parts = [f"{role} {size['running']}/{size['planned']}, min {size['min']}" for role, size in sorted(roles.items())
-             if size.get("min", 0) < size.get("planned", 0) or size.get("running") != size.get("planned")]
-    return "; ".join(parts)
-
-
 def _warn(note: str | None) -> None:
     if note is not None:
         print(note, file=sys.stderr)
@@ -170,7 +163,7 @@ def run_status(args: argparse.Namespace) -> int:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
     for line in hosts_text(summary["hosts"], time.time()):
         print(line)
-    sizes = roles_text(summary["roles"])
+    sizes = role_sizes_text(summary["roles"])
     if sizes:
         print(f"size: {sizes}")
     for task_id, t in summary["tasks"].items():

@@ -420,7 +420,7 @@ class HostLoss:
         said = (f"the job goes on without {', '.join(decision.tasks)} ({decision.why}); nothing restarts: "
                 + ", ".join(self.role_line(role) for role in sorted({t.split(':', 1)[0] for t in decision.tasks})))
         sup.notice(said)
-        sup.publish(ev.job_event(sup.run_id, sup.job_state, said))
+        sup.publish(ev.job_event(sup.run_id, sup.job_state, said, roles=self.role_sizes()))
         sup.write_state()
         if gone.drained:
             self._stop_drained(gone.host, decision.tasks, lambda: None)
