@@ -448,6 +448,10 @@ class JobView:
                 self.hosts_down.add(task.host)
             elif task.state == ev.RUNNING:
                 self.hosts_down.discard(task.host)
+        if task.state == ev.LOST:
+            self.step_times.gone.add(task.task_id)
+        else:
+            self.step_times.gone.discard(task.task_id)
         if task.state != ev.RUNNING:
             task.step_rate.clear()
             task.conditions.clear()  # a stall or a slow pace belongs to the incarnation that had it
