@@ -283,6 +283,8 @@ class JobEvent(Event):
     reason = _Field[str](_TEXT, "")
     #: at attach: each host's state then ({host: state})
     host_state = _Field[Dict[str, Any]]((dict, _NULL), {})
+    #: each role's size, where it is known or changed: {role: {"running", "planned", "min"}}
+    roles = _Field[Dict[str, Any]]((dict, _NULL), {})
 
 
 class StateEvent(Event):
@@ -423,8 +425,12 @@ def finite(value: Any) -> float | None:
 # -- constructors: the one place each kind's fields are spelled ------------------------------
 
 
-def job_event(run: str, state: str, reason: str = "", ts: float | None = None) -> JobEvent:
-    return JobEvent(JOB, run, None, ts if ts is not None else time.time(), {"state": state, "reason": reason})
+def job_event(run: str, state: str, reason: str = "", ts: float | None = None,
+              roles: dict[str, dict[str, int]] | None = None) -> JobEvent:
+    data: dict[str, Any] = {"state": state, "reason": reason}
+    if roles:
+        data["roles"] = roles
+    return JobEvent(JOB, run, None, ts if ts is not None else time.time(), data)
 
 
 def state_event(run: str, task: str, state: str, *, host: str | None = None, pid: int | None = None,

@@ -71,6 +71,16 @@ def build_plan(profile: Profile, addresses: Mapping[str, str] | None = None) -> 
     return Plan(profile=profile, tasks=tuple(tasks), addresses=dict(addresses))
 
 
+#: TensorFlow's gRPC channel options, read from the environment (``name=value,...``)
+GRPC_OPTIONS_ENV = "TF_GRPC_DEFAULT_OPTIONS"
+#: ParameterServerStrategy: gRPC keepalive pings every 5 s, a peer silent for 5 s more is gone. A
+#: worker whose host vanishes (no RST: a cut link, a dead machine) then fails the coordinator's
+#: calls within ~10 s, and the coordinator gives its closures to the other workers; without it a
+#: call waits for TCP's own timeout (~15 min) and the chief makes no progress meanwhile (issue 55).
+PSS_GRPC_OPTIONS = ("grpc.keepalive_time_ms=5000,grpc.keepalive_timeout_ms=5000,"
+                    "grpc.keepalive_permit_without_calls=1,grpc.http2.max_pings_without_data=0")
+
+
 def tf_address(host: HostConfig, addresses: Mapping[str, str]) -> str:
     """The address other tasks reach ``host`` at: tf_address, else the HostName ~/.ssh/config
     gives an alias (``addresses``: another host cannot resolve the alias), else the address as written."""
@@ -86,6 +96,8 @@ def place_task(profile: Profile, role: RoleConfig, index: int, host: HostConfig,
     bare_local = host.transport not in SSH_TRANSPORTS and settings.container is None
     python = settings.python or (sys.executable if bare_local else "python3")
     env = {**host.env, **settings.env}  # the host's env under the role's and [defaults]'
+    if profile.strategy == "parameter_server" and GRPC_OPTIONS_ENV not in env:
+        env[GRPC_OPTIONS_ENV] = PSS_GRPC_OPTIONS
     if gpus:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpus)
     elif host.gpus and "CUDA_VISIBLE_DEVICES" not in env:

@@ -249,6 +249,8 @@ class RunState:
     checkpoints: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     last_contact: dict[str, float] = field(default_factory=dict)  # this boot's monotonic clock
     boot_id: str = ""
+    #: role -> {"running": tasks it goes on with, "planned": its count, "min": its min_count}
+    roles: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -279,6 +281,7 @@ class RunState:
             "checkpoints": self.checkpoints,
             "last_contact": self.last_contact,
             "boot_id": self.boot_id,
+            "roles": self.roles,
         }
 
     @classmethod
@@ -320,6 +323,7 @@ class RunState:
             checkpoints=_key(d, "checkpoints", "", lambda v, w: _table(v, w, _checkpoints), {}),
             last_contact=_key(d, "last_contact", "", lambda v, w: _table(v, w, _float), {}),
             boot_id=_key(d, "boot_id", "", _opt(_str), "") or "",
+            roles=_key(d, "roles", "", lambda v, w: _table(v, w, lambda o, x: _table(o, x, _int)), {}),
         )
 
     # -- what readers ask of it ---------------------------------------------------------------------

@@ -40,6 +40,11 @@ def header_text(view: JobView, now: float, *, title: str, strategy: str, hosts_t
     text.append("  hosts ")
     text.append(f"{up}/{hosts_total}", style="bold" if up >= hosts_total else "bold yellow")
     text.append(" up")
+    sizes = view.role_sizes_text()
+    if sizes:  # a role that may shrink: how many of its tasks the job goes on with
+        shrunk = any(s.get("running") != s.get("planned") for s in view.roles.values())
+        text.append("  ")
+        text.append(sizes, style="bold yellow" if shrunk else "")
     stall = job_stall_line(list(view.tasks.values()))
     if stall:
         text.append(f"  {stall}", style="bold dark_orange")

@@ -25,7 +25,7 @@ from launcher.rundir import EVENTS_FILE
 from launcher.runlookup import EventLines, find_run, human_duration, list_runs, skipped_note
 from launcher.runstate import HostStateRecord, RunState, load_run_state
 from launcher.telemetry.columns import status_rows
-from launcher.telemetry.jobview import JobView, TaskView
+from launcher.telemetry.jobview import JobView, TaskView, role_sizes_text
 from launcher.telemetry.timeline import Timeline, TimelineEntry, clock_text
 
 
@@ -86,7 +86,8 @@ def summarize(path: Path) -> dict[str, Any]:
             "supervisor_pid": state.supervisor_pid,
             "launcher_pid": state.supervisor_pid,
             "supervisor_alive": alive, "launcher_alive": alive,
-            "tasks": tasks, "hosts": _hosts(state, view.machines), "lost_events": view.lost_events,
+            "tasks": tasks, "roles": state.roles, "hosts": _hosts(state, view.machines),
+            "lost_events": view.lost_events,
             "skipped_lines": lines.skipped}
 
 
@@ -163,9 +164,14 @@ def run_status(args: argparse.Namespace) -> int:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
     for line in hosts_text(summary["hosts"], time.time()):
         print(line)
+    sizes = role_sizes_text(summary["roles"])
+    if sizes:
+        print(f"size: {sizes}")
     for task_id, t in summary["tasks"].items():
         if t.get("moved_from"):
             print(f"{task_id} moved from {t['moved_from']} to {t['host']}")
+        if t.get("state") == ev.LOST:
+            print(f"{task_id} lost on {t['host']}" + (f": {shown(t['reason'])}" if t.get("reason") else ""))
         if t.get("cause"):
             print(f"{task_id} {'failed' if t['state'] == 'failed' else 'last failed'}: {shown(t['cause'])}")
         for condition, reason in t.get("conditions", {}).items():

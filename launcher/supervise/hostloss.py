@@ -144,6 +144,9 @@ class HostLoss:
         self.waiting: list[HostGone] = []
         #: tasks a recovery's restart left to the next one (another host went meanwhile)
         self.carried: set[str] = set()
+        #: task -> why: PSS workers the job went on without and no restart (``Shrink.in_place``);
+        #: they stay in the plan and in every view as ``lost``
+        self.left: dict[str, str] = {}
 
     # -- what is reported -----------------------------------------------------------------------------
 
@@ -161,6 +164,8 @@ class HostLoss:
                left_behind: Mapping[str, list[str]], spares: list[str] | None) -> list[str]:
         """Attach: the host states the last supervisor had reached; returns the hosts out of the job."""
         self.moves = list(moves)
+        self.left = {m["task"]: str(m.get("why", "")) for m in self.moves
+                     if m.get("in_place") and isinstance(m.get("task"), str) and m["task"] in self.sup.tasks}
         self.left_behind = {h: list(v) for h, v in left_behind.items()}
         for host, info in recorded.items():
             if host in self.states:
@@ -343,8 +348,12 @@ class HostLoss:
             self.waiting.append(gone)
             return
         sup = self.sup
-        decision = decide_host_gone(sup.plan, self.restarts.facts(),
-                                    gone, Room(tuple(s for s in self.spares if self.reachable(s)), self.losses))
+        decision = decide_host_gone(sup.plan, self.restarts.facts(), gone,
+                                    Room(tuple(s for s in self.spares if self.reachable(s)), self.losses,
+                                         tuple(self.left)))
+        if isinstance(decision, Shrink) and decision.in_place:
+            self._shrink_in_place(gone, decision)
+            return
         if isinstance(decision, Nothing):
             sup.notice(f"host {gone.host} left the job; none of its tasks was still needed")
             if gone.drained:
@@ -367,7 +376,7 @@ class HostLoss:
         changed = decision.tasks if isinstance(decision, Move) else ()
         after = self._next_plan(decision)
         recovering = {*recovery_set(after, changed, self._states()), *decision.tasks,
-                      *(t for t in self.carried if t in sup.tasks)}
+                      *(t for t in self.carried if t in sup.tasks)} - set(self.left)
         self.carried = set()
         self.under_way = Recovery(gone, [t.task_id for t in after.tasks if t.task_id in recovering])
         self.restarts.cancel_pending(recovering)
@@ -393,6 +402,51 @@ class HostLoss:
             self._stop_drained(gone.host, decision.tasks, go_on)
         else:
             go_on()
+
+    def _shrink_in_place(self, gone: HostGone, decision: Shrink) -> None:
+        """On the loop: ParameterServerStrategy workers leave and nothing restarts: the chief's
+        coordinator gives their closures to the other workers. They stay in the plan, ``lost``."""
+        sup = self.sup
+        self.losses += 1
+        self.restarts.cancel_pending(decision.tasks)
+        now = time.time()
+        for task_id in decision.tasks:
+            self.left[task_id] = decision.why
+            self.moves.append({"task": task_id, "from": gone.host, "to": None, "why": decision.why, "ts": now,
+                               "in_place": True})
+            if gone.drained:  # stopped on purpose: their end is planned
+                sup.life.ask_stop(sup.tasks[task_id], "drain")
+        self.record_placement()
+        said = (f"the job goes on without {', '.join(decision.tasks)} ({decision.why}); nothing restarts: "
+                + ", ".join(self.role_line(role) for role in sorted({t.split(':', 1)[0] for t in decision.tasks})))
+        sup.notice(said)
+        sup.publish(ev.job_event(sup.run_id, sup.job_state, said, roles=self.role_sizes()))
+        sup.write_state()
+        if gone.drained:
+            self._stop_drained(gone.host, decision.tasks, lambda: None)
+        carried = [t.task_id for t in sup.plan.tasks if t.task_id in self.carried]
+        self.carried = set()
+        if carried:  # the restart the move before this one left to it
+            self.restarts.restart_planned(carried, "restarting after the hosts left")
+
+    def role_sizes(self) -> dict[str, dict[str, int]]:
+        """Each role's size: tasks the job goes on with (``running``), planned at the start, ``min``."""
+        sup = self.sup
+        out: dict[str, dict[str, int]] = {}
+        for role, config in sup.plan.profile.roles.items():
+            if config.count <= 0:
+                continue
+            planned = sum(1 for t in sup.plan.tasks if t.role == role)
+            running = planned - sum(1 for t in self.left if t.split(":", 1)[0] == role)
+            out[role] = {"running": running, "planned": config.count, "min": config.fewest}
+        return out
+
+    def role_line(self, role: str) -> str:
+        """``worker 1/2, min 1``."""
+        size = self.role_sizes().get(role)
+        if size is None:
+            return role
+        return f"{role} {size['running']}/{size['planned']}, min {size['min']}"
 
     def _usable(self, spare: str) -> bool:
         return spare in self.spares and self.reachable(spare)
@@ -452,6 +506,8 @@ class HostLoss:
         if sup.finishing:
             return
         before = sup.plan
+        # the whole cluster restarts: the workers it went on without in place leave its TF_CONFIG now
+        after, self.left = drop_tasks(after, self.left), {}
         sup.replace_plan(after, ports)
         for task_id, port in zip(moved, profiler or [], strict=False):
             sup.profiler_ports[task_id] = port

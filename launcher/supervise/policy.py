@@ -75,7 +75,8 @@ def deciding_task(task_ids: Iterable[str]) -> str | None:
 def job_succeeded(policy: SuccessPolicy, states: Mapping[str, str]) -> bool:
     """Has the job succeeded, given every task's current state?"""
     if policy == "all_workers":
-        deciders = [t for t in states if t.split(":", 1)[0] in ("worker", "chief")]
+        # a worker the job went on without (its host lost, the role shrank in place) is not waited for
+        deciders = [t for t in states if t.split(":", 1)[0] in ("worker", "chief") and states[t] != "lost"]
         return bool(deciders) and all(states[t] == "succeeded" for t in deciders)
     decider = deciding_task(states)
     return decider is not None and states.get(decider) == "succeeded"

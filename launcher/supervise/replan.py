@@ -7,11 +7,17 @@ decision: move the host's tasks to a spare, go on without them (shrink), or give
 
 * multi_worker_mirrored: every task of the cluster (the chief and the workers): MWMS reads
   TF_CONFIG once, when the strategy is made, and its collectives need every peer;
-* parameter_server: every task of the cluster. The ClusterCoordinator keeps the server def it was
-  made with, so the chief must start again to see a new address or fewer workers; the ps and the
-  workers restart with it so that no server keeps a cluster that names a host no longer there
-  (the chief restores from its checkpoint). Tried once each: the chief alone after a worker host
-  was lost went on; the chief with a moved ps hung (the worker left running kept the old cluster);
+* parameter_server: when only workers leave and none moves (a shrink), nothing: the
+  ClusterCoordinator puts the closures of a worker that fails back on its queue and the other
+  workers take them (TF 2.21 ``cluster_coordinator.py``, ``WorkerPreemptionHandler``); the thread
+  of the lost worker waits for it to answer again at its address (up to an hour) without holding
+  up the others, and the chief ends as usual once its steps are done. The decision says so
+  (``Shrink.in_place``): the lost worker stays in the plan, ``lost``, and no task restarts.
+  Otherwise every task of the cluster: the coordinator keeps the server def it was made with, so
+  the chief must start again to see a new address; the ps and the workers restart with it so that
+  no server keeps a cluster that names a host no longer there (the chief restores from its
+  checkpoint). Tried once each: the chief with a moved ps hung (the worker left running kept the
+  old cluster);
 * custom: the moved tasks only (the script owns its recovery).
 
 It reads no clock, socket or file: the supervisor's host-loss part (hostloss.py) carries it out.
@@ -57,6 +63,8 @@ class Room:
 
     spares: tuple[str, ...]  # usable spares, in the profile's order (up, unused)
     losses: int  # hosts the run has lost or drained so far (moves and shrinks), this one not counted
+    #: tasks still in the plan that the job already goes on without (``Shrink.in_place``)
+    left: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -71,11 +79,14 @@ class Move:
 
 @dataclass(frozen=True)
 class Shrink:
-    """Go on without ``tasks`` (those of ``from_host``), then restart the recovery set."""
+    """Go on without ``tasks`` (those of ``from_host``), then restart the recovery set; or, when
+    ``in_place`` (ParameterServerStrategy workers only), keep them in the plan as ``lost`` and
+    restart nothing: the coordinator goes on with the other workers."""
 
     tasks: tuple[str, ...]
     from_host: str
     why: str
+    in_place: bool = False
 
 
 @dataclass(frozen=True)
@@ -118,15 +129,26 @@ def decide_host_gone(plan: Plan, facts: JobFacts, gone: HostGone, room: Room) ->
         return GiveUp(f"{what}; on_host_lost = \"fail\"")
     if policy == "replace" and room.spares:
         return Move(tasks, gone.host, room.spares[0], what)
-    short = _below_min_count(plan, tasks)
+    short = _below_min_count(plan, tasks, room.left)
     if short is None:
-        return Shrink(tasks, gone.host, what)
+        return Shrink(tasks, gone.host, what, in_place=shrinks_in_place(plan, tasks))
     if policy == "replace":
         return GiveUp(f"{what}; no spare host for {', '.join(tasks)}, and {short}")
     return GiveUp(f"{what}; cannot shrink: {short}")
 
 
-def _below_min_count(plan: Plan, tasks: tuple[str, ...]) -> str | None:
+def shrinks_in_place(plan: Plan, tasks: tuple[str, ...]) -> bool:
+    """Whether the job goes on without ``tasks`` with no restart at all: ParameterServerStrategy
+    workers only (see the module's text)."""
+    return plan.profile.strategy == "parameter_server" and all(t.split(":", 1)[0] == "worker" for t in tasks)
+
+
+def live_size(plan: Plan, role: str, left: tuple[str, ...] = ()) -> int:
+    """The tasks of ``role`` the job goes on with: the plan's, less those it went on without in place."""
+    return role_size(plan, role) - sum(1 for t in left if t.split(":", 1)[0] == role)
+
+
+def _below_min_count(plan: Plan, tasks: tuple[str, ...], gone_before: tuple[str, ...] = ()) -> str | None:
     """Why the job cannot go on without ``tasks`` (a role would fall below its min_count), or None."""
     by_role: dict[str, int] = {}
     for task in tasks:
@@ -134,7 +156,7 @@ def _below_min_count(plan: Plan, tasks: tuple[str, ...]) -> str | None:
         by_role[role] = by_role.get(role, 0) + 1
     for role, leaving in by_role.items():
         config = plan.profile.roles[role]
-        left = role_size(plan, role) - leaving
+        left = live_size(plan, role, gone_before) - leaving
         if left < max(1, config.fewest):
             return f"{role} may not go below min_count = {config.fewest} (it would have {left})"
     return None

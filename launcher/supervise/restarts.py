@@ -183,7 +183,11 @@ class Restarts:
         if rt.stop_asked is not None or sup.end.finishing:
             return False
         group = [t for t in restart_group(sup.plan.profile.strategy, rt.spec.task_id, sup.tasks) if t in sup.tasks]
-        silent = sorted({sup.tasks[t].spec.host for t in group
+        # a PSS chief needs every ps: one whose host does not answer failed it (gRPC keepalive
+        # fails its calls within ~10 s), and a chief restarted before that host answers fails again
+        needs = group + [t for t in sup.tasks if sup.plan.profile.strategy == "parameter_server"
+                         and rt.spec.role == "chief" and t.startswith("ps:")]
+        silent = sorted({sup.tasks[t].spec.host for t in needs
                          if sup.in_job(sup.tasks[t].spec.host) and not sup.reachable(sup.tasks[t].spec.host)})
         if not silent:
             return False

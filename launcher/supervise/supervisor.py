@@ -319,7 +319,7 @@ class Supervisor:
         self.call(self.write_state)  # on the loop: the streams' offsets change there, never mid-dump
 
     def _announce(self) -> None:
-        self.publish(ev.job_event(self.run_id, ev.JOB_CREATED, self.profile.name))
+        self.publish(ev.job_event(self.run_id, ev.JOB_CREATED, self.profile.name, roles=self.hosts.role_sizes()))
         for rt in self.tasks.values():
             self.publish(ev.state_event(self.run_id, rt.spec.task_id, ev.PENDING, host=rt.spec.host))
         for spare in self.hosts.spares:
@@ -454,4 +454,5 @@ class Supervisor:
             checkpoints=self.checkpoints.to_json(),
             last_contact=self.links.last_contact(),
             boot_id=boot_id(),
+            roles=self.hosts.role_sizes(),
         )

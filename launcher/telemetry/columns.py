@@ -310,6 +310,11 @@ def status_columns() -> list[Listed]:
 def task_cells(task: TaskView, now: float, times: StepTimes | None = None) -> tuple[Cell, ...]:
     """The row for one task, a cell for each of `COLUMNS`; greyed, with what was last seen of it,
     while its host does not answer (or was lost)."""
+    if task.state == ev.LOST:  # the job went on without it (or moves it): greyed, with why in the last column
+        cells = [(column.silent(task, now)[0], GREY) for column in COLUMNS]
+        cells[COLUMN_INDEX["host"]] = (task.host or fmt.MISSING, GREY)
+        cells[COLUMN_INDEX["split"]] = (f"lost: {task.reason}" if task.reason else "lost", GREY)
+        return tuple(cells)
     if task.host_down and task.state not in ev.FINAL_TASK_STATES:
         return tuple(column.silent(task, now) for column in COLUMNS)
     return tuple(column.cell(task, now, times) for column in COLUMNS)

@@ -10,6 +10,7 @@ as a minute-long one.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,6 +53,14 @@ def root_cause_text(task: str, why: str, cause: str = "", culprit: str | None = 
         return f"{culprit} ({task} failed first: {told})"
     return f"{task} failed first ({told})"
 
+
+def role_sizes_text(roles: Mapping[str, Mapping[str, int]]) -> str:
+    """``worker 1/2, min 1``: the roles that may change size (min below count) or did; "" if none
+    (the dashboard's header and ``status``)."""
+    parts = [f"{role} {size.get('running')}/{size.get('planned')}, min {size.get('min')}"
+             for role, size in sorted(roles.items())
+             if size.get("min", 0) < size.get("planned", 0) or size.get("running") != size.get("planned")]
+    return "; ".join(parts)
 
 @dataclass
 class LogLine:
@@ -212,6 +221,8 @@ class JobView:
     hosts_down: set[str] = field(default_factory=set)
     #: each host's latest `host` event: (state, reason, time)
     host_states: dict[str, tuple[str, str, float]] = field(default_factory=dict)
+    #: each role's size from the latest job event that gave it: {role: {"running", "planned", "min"}}
+    roles: dict[str, dict[str, int]] = field(default_factory=dict)
     #: per host, its latest whole-machine reading: cpu_percent (of all cores), cpus, mem_used/total_bytes
     machines: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: the global step by event time (`global_steps_per_s`)
@@ -378,6 +389,9 @@ class JobView:
             self.notices.append(Notice(f"{task.task_id}: {missing} event(s) lost on the way ({span})", "warning"))
         task.last_seq = max(task.last_seq, seq)
 
+    def role_sizes_text(self) -> str:
+        return role_sizes_text(self.roles)
+
     @property
     def lost_events(self) -> dict[str, int]:
         """Tasks some of whose events never arrived, and how many."""
@@ -387,6 +401,9 @@ class JobView:
         state = event.state
         was_ended = self.ended
         self.state, self.reason = state, event.reason
+        if event.roles:
+            self.roles = {str(r): {str(k): int(v) for k, v in size.items() if isinstance(v, int)}
+                          for r, size in event.roles.items() if isinstance(size, dict)}
         for host, status in event.host_state.items():
             if str(status).lower() in ("down", "unreachable", "lost"):
                 self.hosts_down.add(str(host))
@@ -436,6 +453,10 @@ class JobView:
                 self.hosts_down.add(task.host)
             elif task.state == ev.RUNNING:
                 self.hosts_down.discard(task.host)
+        if task.state == ev.LOST:
+            self.step_times.gone.add(task.task_id)
+        else:
+            self.step_times.gone.discard(task.task_id)
         if task.state != ev.RUNNING:
             task.step_rate.clear()
             task.conditions.clear()  # a stall or a slow pace belongs to the incarnation that had it

@@ -103,6 +103,9 @@ class StepTimes:
     untimed: dict[str, int] = field(default_factory=dict)
     #: tasks with a stall raised (JobView keeps it with the `stalled` condition)
     stalled: set[str] = field(default_factory=set)
+    #: workers lost with their host: the coordinator may still count their closures, but no one
+    #: waits for them any more (issue 55: a PSS job goes on without them)
+    gone: set[str] = field(default_factory=set)
     #: the suspect the latest stall's stacks capture named, while a stall lasts
     stall_suspect: str | None = None
     #: each task's process state as last sampled (R, S, D, T, ...)
@@ -158,7 +161,8 @@ class StepTimes:
 
     def slow_worker(self, now: float | None = None) -> str | None:
         """The worker the coordinator sees finish the fewest closures, when it is clearly slowest."""
-        rates = {w: c.per_s for w, c in self.closures.items() if now is None or now - c.ts <= FRESH_S}
+        rates = {w: c.per_s for w, c in self.closures.items()
+                 if w not in self.gone and (now is None or now - c.ts <= FRESH_S)}
         if len(rates) < 2:
             return None
         slowest = min(rates, key=lambda w: rates[w])

@@ -254,3 +254,37 @@ async def test_a_silent_host_greys_its_tasks_and_the_hosts_view_says_lost_draine
         assert "DRAINED (maintenance)" in text[text.index("a "):]
         assert "worker:1" in text[text.index("c "):]  # the spare took the moved task
         assert app.state.view.tasks["worker:1"].moved_from == "b" and app.state.view.tasks["worker:1"].host_down is None
+
+
+def test_a_pss_worker_the_job_went_on_without_stays_greyed_with_why_and_the_header_gives_the_size() -> None:
+    """Issue 55: after a shrink in place the lost worker keeps its row (greyed, why) and the header
+    says ``worker 1/2, min 1``."""
+    from launcher.telemetry.columns import GREY
+    from launcher.telemetry.jobview import JobView
+    from tui.header import header_text
+    from tui.task_table import task_cells
+
+    sizes = {"chief": {"running": 1, "planned": 1, "min": 1}, "ps": {"running": 1, "planned": 1, "min": 1}}
+    view = JobView()
+    for event in [ev.job_event(RUN, ev.JOB_CREATED, "ps", ts=T0, roles={**sizes, "worker": {
+                      "running": 2, "planned": 2, "min": 1}}),
+                  ev.state_event(RUN, "worker:0", ev.RUNNING, host="b", pid=5, ts=T0),
+                  ev.state_event(RUN, "worker:1", ev.RUNNING, host="c", pid=6, ts=T0),
+                  ev.job_event(RUN, ev.JOB_RUNNING, "", ts=T0 + 1)]:
+        view.apply(event)
+    shown = header_text(view, T0 + 2, title="ps", strategy="parameter_server", hosts_total=3, live=True,
+                        stream_ended=False).plain
+    # a role that cannot shrink is not said
+    assert "worker 2/2, min 1" in shown and "chief" not in shown.split("up", 1)[1]
+    why = "host c lost (no contact for 19 s)"
+    for event in [ev.state_event(RUN, "worker:1", ev.LOST, host="c", reason=why, ts=T0 + 30),
+                  ev.job_event(RUN, ev.JOB_RUNNING, f"the job goes on without worker:1 ({why}); nothing restarts",
+                               ts=T0 + 30, roles={**sizes, "worker": {"running": 1, "planned": 2, "min": 1}})]:
+        view.apply(event)
+    shown = header_text(view, T0 + 31, title="ps", strategy="parameter_server", hosts_total=3, live=True,
+                        stream_ended=False).plain
+    assert "worker 1/2, min 1" in shown
+    cells = task_cells(view.tasks["worker:1"], T0 + 31)
+    assert {style for _text, style in cells} == {GREY}
+    assert cells[0][0] == "worker:1" and cells[1][0] == "c" and cells[2][0] == "lost"
+    assert cells[-1][0] == f"lost: {why}"

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from launcher.errors import ProfileError
-from launcher.plan import build_plan, tf_config
+from launcher.plan import GRPC_OPTIONS_ENV, PSS_GRPC_OPTIONS, build_plan, tf_config
 from launcher.profile.reader import load_profile
 from launcher.transport import sshconfig
 from tests.integration.jobtools import cli
@@ -54,9 +54,23 @@ def test_tf_config_and_host_placeholder_use_the_data_address(path: Path) -> None
 
 def test_host_env_lies_under_role_and_defaults(path: Path) -> None:
     plan = build_plan(load_profile(path))
-    assert plan.task("ps:0").env == {"NCCL_SOCKET_IFNAME": "ib0", "NCCL_DEBUG": "WARN"}
-    assert plan.task("worker:0").env == {"NCCL_SOCKET_IFNAME": "eth1", "NCCL_DEBUG": "WARN"}
-    assert plan.task("worker:1").env == {"NCCL_SOCKET_IFNAME": "eth1", "NCCL_DEBUG": "WARN"}
+    # ParameterServerStrategy: gRPC keepalive, so that a worker whose host vanishes fails fast (issue 55)
+    grpc = {GRPC_OPTIONS_ENV: PSS_GRPC_OPTIONS} if plan.profile.strategy == "parameter_server" else {}
+    assert plan.task("ps:0").env == {"NCCL_SOCKET_IFNAME": "ib0", "NCCL_DEBUG": "WARN", **grpc}
+    assert plan.task("worker:0").env == {"NCCL_SOCKET_IFNAME": "eth1", "NCCL_DEBUG": "WARN", **grpc}
+    assert plan.task("worker:1").env == {"NCCL_SOCKET_IFNAME": "eth1", "NCCL_DEBUG": "WARN", **grpc}
+    assert "grpc.keepalive_time_ms=5000" in grpc.get(GRPC_OPTIONS_ENV, "grpc.keepalive_time_ms=5000")
+
+
+def test_a_pss_task_gets_grpc_keepalive_unless_the_profile_sets_its_own(tmp_path: Path) -> None:
+    """Without keepalive, a worker whose host vanishes holds the coordinator for TCP's timeout (issue 55)."""
+    p = tmp_path / "ps.toml"
+    p.write_text('name = "k"\nstrategy = "parameter_server"\n[defaults]\ncommand = "python t.py"\n'
+                 '[roles.ps]\ncount = 1\n[roles.chief]\ncount = 1\n[roles.worker]\ncount = 2\n'
+                 '[roles.worker.env]\nTF_GRPC_DEFAULT_OPTIONS = "grpc.keepalive_time_ms=9000"\n')
+    plan = build_plan(load_profile(p))
+    assert plan.task("chief:0").env[GRPC_OPTIONS_ENV] == PSS_GRPC_OPTIONS
+    assert plan.task("worker:1").env[GRPC_OPTIONS_ENV] == "grpc.keepalive_time_ms=9000"
 
 
 def test_an_empty_tf_address_is_refused(path: Path) -> None:

@@ -29,6 +29,7 @@ worker:0     h     localhost:2223  running  101  0         50 (calls)  -       n
 worker:1     h     localhost:2224  running  102  0         7           nan     none yet                  7        -
 worker:2     h     localhost:2225  failed   -    2         -           -       -                         -        -
 worker:3     h     localhost:2226  running  104  0         55          1.2500  none yet                  55       - (no step timed in 2 train calls (a function's first call traces it, the second its timed twin))
+ps:2 lost on h: host c lost
 worker:1 stalled: no step for 300 s
 """
 

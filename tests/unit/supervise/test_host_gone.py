@@ -77,10 +77,26 @@ def test_without_a_spare_a_role_above_min_count_shrinks(tmp_path: Path) -> None:
 def test_pss_workers_shrink_by_default_but_a_lost_ps_or_chief_fails(tmp_path: Path) -> None:
     plan = _plan(tmp_path, "parameter_server", PSS)
     assert decide_host_gone(plan, _facts(plan), HostGone("c", "x"), Room((), 0)) == \
-        Shrink(("worker:1",), "c", "host c lost (x)")
+        Shrink(("worker:1",), "c", "host c lost (x)", in_place=True)
     lost_a = decide_host_gone(plan, _facts(plan), HostGone("a", "no contact for 120 s"), Room((), 0))
     assert isinstance(lost_a, GiveUp)
     assert lost_a.cause.startswith("host a lost (no contact for 120 s); no spare host for ps:0, chief:0")
+
+
+def test_a_pss_worker_shrink_restarts_nothing_and_counts_the_workers_already_left(tmp_path: Path) -> None:
+    """Issue 55: PSS workers leave in place (the coordinator goes on); min_count counts those gone before."""
+    three = PSS.replace('hosts = ["b", "c"]\ncount = 2', 'hosts = ["b", "c", "d"]\ncount = 3\nmin_count = 2')
+    plan = _plan(tmp_path, "parameter_server", three, "max_host_losses = 3")
+    first = decide_host_gone(plan, _facts(plan), HostGone("d", "x"), Room((), 0))
+    assert first == Shrink(("worker:2",), "d", "host d lost (x)", in_place=True)
+    # worker:2 stays in the plan (lost): the next loss would take the role below min_count 2
+    second = decide_host_gone(plan, _facts(plan, worker_2=ev.LOST), HostGone("c", "y"), Room((), 1, ("worker:2",)))
+    assert isinstance(second, GiveUp) and "worker may not go below min_count = 2 (it would have 1)" in second.cause
+    # a shrink of MWMS (or of a PSS chief with a worker) is no shrink in place: the cluster restarts
+    mwms = _plan(tmp_path, "multi_worker_mirrored", MWMS.replace("port = 7000", "port = 7000\nmin_count = 1"))
+    assert not decide_host_gone(mwms, _facts(mwms), HostGone("b", "x"), Room((), 0)).in_place  # type: ignore[union-attr]
+    # the job succeeds without the lost worker under success_policy = "all_workers"
+    assert job_succeeded("all_workers", {"chief:0": "succeeded", "worker:0": "succeeded", "worker:1": "lost"})
 
 
 @pytest.mark.parametrize(("policy", "spares", "expected"), [

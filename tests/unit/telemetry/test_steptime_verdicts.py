@@ -55,6 +55,19 @@ def test_pss_slow_worker_is_named_from_closures() -> None:
     assert times.closures["worker:1"].latency_s == 0.033
 
 
+def test_a_lost_pss_worker_is_never_the_one_the_chief_waits_for() -> None:
+    """Issue 55: the job goes on without a lost worker; the coordinator may still count its closures."""
+    view = JobView()
+    view.apply(ev.state_event("r", "worker:1", ev.RUNNING, host="c", pid=6, ts=99.0))
+    view.apply(ev.metric_event("r", "chief:0", ts=100.0, values={
+        **split(peers=0.97, other=0.03), "closures_per_s/worker:0": 47.5, "closures_per_s/worker:1": 0.5,
+        "closures_per_s/worker:2": 46.0}))
+    assert view.step_times.verdict("chief:0", now=100.0) == "waiting for worker:1"
+    view.apply(ev.state_event("r", "worker:1", ev.LOST, host="c", reason="host c lost", ts=100.0))
+    assert view.step_times.slow_worker(100.0) is None
+    assert view.step_times.verdict("chief:0", now=100.0) == "waiting for peers"
+
+
 def test_stale_split_has_no_verdict() -> None:
     times = StepTimes()
     times.apply("worker:0", 100.0, split(input=0.9, compute=0.1))
