@@ -26,12 +26,9 @@ from __future__ import annotations
 import json
 import math
 import re
-import sys
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
-
-import yaml
 
 from launcher.errors import ProfileError, UserError
 from launcher.export.tfjob import (
@@ -42,18 +39,18 @@ from launcher.export.tfjob import (
     INDEX_ENV,
     MAX_NAME,
     OUTPUTS_MOUNT,
-    OUTPUTS_VOLUME,
     PULL_POLICIES,
-    RUN_DIR_MOUNT,
-    RUN_DIR_VOLUME,
     check_image,
     check_namespace,
     escape_dollars,
+    manifest_text,
     one_line,
     outputs_claim,
+    pod_volumes,
     render_command,
     role_image,
     secret_name,
+    write_manifest,
 )
 from launcher.model import ROLES, Profile, RoleConfig
 from launcher.plan import is_secret
@@ -161,8 +158,7 @@ def build_jobset(profile: Profile, *, image: str | None, namespace: str | None, 
 
 
 def jobset_yaml(export: JobSetExport) -> str:
-    body = yaml.safe_dump(export.manifest, sort_keys=False, default_flow_style=False, width=1_000_000)
-    return "".join(f"# {line}".rstrip() + "\n" for line in export.header) + body
+    return manifest_text(export.manifest, export.header)
 
 
 def run_export_jobset(profile_path: Path, *, image: str | None, namespace: str | None, queue: str | None,
@@ -172,19 +168,7 @@ def run_export_jobset(profile_path: Path, *, image: str | None, namespace: str |
 
     profile = load_profile(profile_path)
     export = build_jobset(profile, image=image, namespace=namespace, queue=queue, suspend=suspend)
-    text = jobset_yaml(export)
-    if output is None:
-        sys.stdout.write(text)
-    else:
-        try:
-            output.write_text(text, encoding="utf-8")
-        except OSError as exc:
-            raise UserError(f"cannot write {output}: {exc.strerror or exc}; give -o a writable path") from exc
-        print(f"wrote JobSet {export.manifest['metadata']['name']} to {output}", file=sys.stderr)
-    if export.secret_env:
-        print(f"note: create Secret {secret_name(export.manifest['metadata']['name'])} with "
-              f"{', '.join(export.secret_env)} before applying (see the manifest's header)", file=sys.stderr)
-    return 0
+    return write_manifest(jobset_yaml(export), output, KIND, export.manifest["metadata"]["name"], export.secret_env)
 
 
 def _replicated_job(profile: Profile, role: RoleConfig, *, job: str, image: str,
@@ -207,17 +191,7 @@ def _replicated_job(profile: Profile, role: RoleConfig, *, job: str, image: str,
         "restartPolicy": "Never" if restart in ("never", "exit-code") or _whole_group(profile, role) else "OnFailure",
         "containers": [container],
     }
-    mounts: list[dict[str, Any]] = []
-    volumes: list[dict[str, Any]] = []
-    if "run_dir" in used:
-        mounts.append({"name": RUN_DIR_VOLUME, "mountPath": RUN_DIR_MOUNT})
-        volumes.append({"name": RUN_DIR_VOLUME, "emptyDir": {}})
-    if "outputs" in used:
-        mounts.append({"name": OUTPUTS_VOLUME, "mountPath": OUTPUTS_MOUNT})
-        volumes.append({"name": OUTPUTS_VOLUME, "persistentVolumeClaim": {"claimName": outputs_claim(job)}})
-    if mounts:
-        container["volumeMounts"] = mounts
-        pod["volumes"] = volumes
+    pod_volumes(container, pod, used, outputs_claim(job))
     pod["terminationGracePeriodSeconds"] = math.ceil(settings.grace_seconds)
     retries = 0 if restart == "never" or _whole_group(profile, role) else settings.max_restarts
     spec: dict[str, Any] = {

@@ -107,8 +107,13 @@ def tfjob_manifest(profile: Profile, *, image: str | None, namespace: str | None
 def tfjob_yaml(profile: Profile, *, image: str | None, namespace: str | None) -> str:
     """The manifest as YAML, preceded by its comment header."""
     export = build_tfjob(profile, image=image, namespace=namespace)
-    body = yaml.safe_dump(export.manifest, sort_keys=False, default_flow_style=False, width=1_000_000)
-    return "".join(f"# {line}".rstrip() + "\n" for line in export.header) + body
+    return manifest_text(export.manifest, export.header)
+
+
+def manifest_text(manifest: dict[str, Any], header: tuple[str, ...]) -> str:
+    """A Kubernetes manifest as YAML after its header's comment lines (TFJob's and JobSet's)."""
+    body = yaml.safe_dump(manifest, sort_keys=False, default_flow_style=False, width=1_000_000)
+    return "".join(f"# {line}".rstrip() + "\n" for line in header) + body
 
 
 def build_tfjob(profile: Profile, *, image: str | None, namespace: str | None) -> TfJobExport:
@@ -166,7 +171,12 @@ def run_export_tfjob(profile_path: Path, *, image: str | None, namespace: str | 
 
     profile = load_profile(profile_path)
     export = build_tfjob(profile, image=image, namespace=namespace)
-    text = tfjob_yaml(profile, image=image, namespace=namespace)
+    return write_manifest(manifest_text(export.manifest, export.header), output, KIND,
+                          export.manifest["metadata"]["name"], export.secret_env)
+
+
+def write_manifest(text: str, output: Path | None, kind: str, name: str, secret_env: tuple[str, ...]) -> int:
+    """A manifest to ``output`` (or stdout), and what to create before applying it, on stderr."""
     if output is None:
         sys.stdout.write(text)
     else:
@@ -174,11 +184,26 @@ def run_export_tfjob(profile_path: Path, *, image: str | None, namespace: str | 
             output.write_text(text, encoding="utf-8")
         except OSError as exc:
             raise UserError(f"cannot write {output}: {exc.strerror or exc}; give -o a writable path") from exc
-        print(f"wrote TFJob {export.manifest['metadata']['name']} to {output}", file=sys.stderr)
-    if export.secret_env:
-        print(f"note: create Secret {secret_name(export.manifest['metadata']['name'])} with "
-              f"{', '.join(export.secret_env)} before applying (see the manifest's header)", file=sys.stderr)
+        print(f"wrote {kind} {name} to {output}", file=sys.stderr)
+    if secret_env:
+        print(f"note: create Secret {secret_name(name)} with {', '.join(secret_env)} before applying "
+              "(see the manifest's header)", file=sys.stderr)
     return 0
+
+
+def pod_volumes(container: dict[str, Any], pod: dict[str, Any], used: set[str], claim: str) -> None:
+    """The run dir (an emptyDir) and the outputs (the claim) where the command names them."""
+    mounts: list[dict[str, Any]] = []
+    volumes: list[dict[str, Any]] = []
+    if "run_dir" in used:
+        mounts.append({"name": RUN_DIR_VOLUME, "mountPath": RUN_DIR_MOUNT})
+        volumes.append({"name": RUN_DIR_VOLUME, "emptyDir": {}})
+    if "outputs" in used:
+        mounts.append({"name": OUTPUTS_VOLUME, "mountPath": OUTPUTS_MOUNT})
+        volumes.append({"name": OUTPUTS_VOLUME, "persistentVolumeClaim": {"claimName": claim}})
+    if mounts:
+        container["volumeMounts"] = mounts
+        pod["volumes"] = volumes
 
 
 def _replica_spec(role: RoleConfig, *, image: str, secret: str, claim: str) -> tuple[dict[str, Any], set[str]]:
@@ -203,17 +228,7 @@ def _replica_spec(role: RoleConfig, *, image: str, secret: str, claim: str) -> t
     if role.gpus_per_task > 0:
         container["resources"] = {"limits": {"nvidia.com/gpu": role.gpus_per_task}}
     pod: dict[str, Any] = {"containers": [container]}
-    mounts: list[dict[str, Any]] = []
-    volumes: list[dict[str, Any]] = []
-    if "run_dir" in used:
-        mounts.append({"name": RUN_DIR_VOLUME, "mountPath": RUN_DIR_MOUNT})
-        volumes.append({"name": RUN_DIR_VOLUME, "emptyDir": {}})
-    if "outputs" in used:
-        mounts.append({"name": OUTPUTS_VOLUME, "mountPath": OUTPUTS_MOUNT})
-        volumes.append({"name": OUTPUTS_VOLUME, "persistentVolumeClaim": {"claimName": claim}})
-    if mounts:
-        container["volumeMounts"] = mounts
-        pod["volumes"] = volumes
+    pod_volumes(container, pod, used, claim)
     pod["terminationGracePeriodSeconds"] = math.ceil(settings.grace_seconds)
     spec = {
         "replicas": role.count,
