@@ -51,6 +51,17 @@ def two_host_profile(tmp: Path, max_restarts: int = 2, steps: int = STEPS) -> tu
     return profile, roots[0], roots[1]
 
 
+def own_disks(lab: Any, tmp: Path) -> tuple[dict[str, Path], list[Any]]:
+    """Each netns host with a checkpoint folder of its own (its ``CKPT_ROOT``), as separate SSH
+    boxes have: the folders, and the hosts for a profile."""
+    from tests.profiles import netns_hosts
+
+    disks = {name: tmp / f"disk-{name}" for name in lab.hosts}
+    hosts = [dataclasses.replace(h, options={**h.options, "env": {"CKPT_ROOT": str(disks[h.name])}})
+             for h in netns_hosts(lab, "ssh")]
+    return disks, hosts
+
+
 def lines_of(events: list[dict[str, Any]], task: str, pattern: str) -> list[int]:
     return [int(m.group(1)) for e in events if e["kind"] == "log" and e["task"] == task
             for m in [re.search(pattern, e["line"])] if m]
@@ -210,14 +221,11 @@ def test_the_source_host_lost_its_task_moves_to_the_spare_and_all_resume_from_th
     """worker:0's host a is cut for good after its checkpoint was copied off it: worker:0 moves to
     the spare c, whose disk has nothing; c and b both get the launcher's copy and resume from it."""
     from tests.netns import NetnsLab, require_netns
-    from tests.profiles import netns_hosts
 
     require_netns()
     with NetnsLab(3) as lab:
         run_id = f"it-ckpt-spare-{lab.tag}"
-        disks = {name: tmp_path / f"disk-{name}" for name in ("a", "b", "c")}
-        hosts = [dataclasses.replace(h, options={**h.options, "env": {"CKPT_ROOT": str(disks[h.name])}})
-                 for h in netns_hosts(lab, "ssh")]
+        disks, hosts = own_disks(lab, tmp_path)
         profile = build_profile(
             tmp_path / "spare.toml", name="it-ckpt-spare", strategy="multi_worker_mirrored", orphan_grace=4,
             top='host_lost_seconds = 8\nspares = ["c"]\n',
@@ -261,14 +269,11 @@ def test_pss_chief_and_ps_host_lost_the_moved_chief_resumes_from_the_copy(tmp_pa
     chief and ps move to c, where nothing was; the chief restores the launcher's copy (not step 0)
     and the job trains to the full step count."""
     from tests.netns import NetnsLab, require_netns
-    from tests.profiles import netns_hosts
 
     require_netns()
     with NetnsLab(3) as lab:
         run_id = f"it-ckpt-pss-{lab.tag}"
-        disks = {name: tmp_path / f"disk-{name}" for name in ("a", "b", "c")}
-        hosts = [dataclasses.replace(h, options={**h.options, "env": {"CKPT_ROOT": str(disks[h.name])}})
-                 for h in netns_hosts(lab, "ssh")]
+        disks, hosts = own_disks(lab, tmp_path)
         profile = build_profile(
             tmp_path / "pss.toml", name="it-ckpt-pss", strategy="parameter_server", orphan_grace=4,
             top='host_lost_seconds = 8\nspares = ["c"]\n',
