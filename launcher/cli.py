@@ -318,24 +318,20 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("export", help="convert a profile for another system")
     exp = p.add_subparsers(dest="target", metavar="TARGET", required=True)
-    t = exp.add_parser("tfjob", help="a Kubeflow TFJob manifest (YAML)")
-    t.add_argument("profile", help="cluster profile (TOML)")
-    t.add_argument("--image", default=None,
-                   help="container image of every pod (default: each role's container image in the profile, "
-                        "else tensorflow/tensorflow:latest)")
-    t.add_argument("--namespace", default=None, help="Kubernetes namespace")
-    t.add_argument("-o", "--output", default=None, help="write to FILE instead of stdout")
-    t.set_defaults(handler=_export)
-    t = exp.add_parser("jobset", help="a Kubernetes JobSet manifest (YAML), TF_CONFIG from stable pod names")
-    t.add_argument("profile", help="cluster profile (TOML)")
-    t.add_argument("--image", default=None,
-                   help="container image of every pod (default: each role's container image in the profile, "
-                        "else tensorflow/tensorflow:latest)")
-    t.add_argument("--namespace", default=None, help="Kubernetes namespace")
-    t.add_argument("--queue", default=None, help="Kueue LocalQueue to submit to (adds its label; starts suspended)")
-    t.add_argument("--suspend", action="store_true", help="write it suspended, to be started later")
-    t.add_argument("-o", "--output", default=None, help="write to FILE instead of stdout")
-    t.set_defaults(handler=_export)
+    for target, what in (("tfjob", "a Kubeflow TFJob manifest (YAML)"),
+                         ("jobset", "a Kubernetes JobSet manifest (YAML), TF_CONFIG from stable pod names")):
+        t = exp.add_parser(target, help=what)
+        t.add_argument("profile", help="cluster profile (TOML)")
+        t.add_argument("--image", default=None,
+                       help="container image of every pod (default: each role's container image in the profile, "
+                            "else tensorflow/tensorflow:latest)")
+        t.add_argument("--namespace", default=None, help="Kubernetes namespace")
+        if target == "jobset":
+            t.add_argument("--queue", default=None,
+                           help="Kueue LocalQueue to submit to (adds its label; starts suspended)")
+            t.add_argument("--suspend", action="store_true", help="write it suspended, to be started later")
+        t.add_argument("-o", "--output", default=None, help="write to FILE instead of stdout")
+        t.set_defaults(handler=_export)
     t = exp.add_parser("sbatch", help="a Slurm batch script that runs the job in its own allocation")
     t.add_argument("profile", help="cluster profile (TOML) with a [slurm] table")
     t.add_argument("-o", "--output", default=None, help="write to FILE instead of stdout")
