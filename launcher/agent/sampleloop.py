@@ -56,13 +56,14 @@ def sample_tasks(active: Callable[[], List[TaskRunner]], stop: threading.Event) 
         if not primed:
             primed = True
             continue
+        free: Dict[str, Optional[int]] = {}  # this pass's free bytes per folder: the host's tasks share them
         for runner, sample in found.items():
             if runner.exited.is_set() or not sample.get("pids", True):
                 continue  # a task (or its container) that just ended reads as empty: no sample of its end
             runner.writer.write(events.sample_event(
                 runner.spec.run, runner.spec.task, cpu_percent=sample.get("cpu_percent"),
                 rss_bytes=sample.get("rss_bytes"), gpus=sample.get("gpus"),
-                source=str(sample.get("source", "")), host=with_disk(sample.get("host"), runner),
+                source=str(sample.get("source", "")), host=with_disk(sample.get("host"), runner, free),
                 proc_state=sample.get("proc_state"), main_pid=sample.get("main_pid")))
 
 
@@ -85,17 +86,22 @@ def _load_sampling() -> Any:
         return None
 
 
-def with_disk(host: Optional[Dict[str, Any]], runner: TaskRunner) -> Optional[Dict[str, Any]]:
+def with_disk(host: Optional[Dict[str, Any]], runner: TaskRunner,
+              seen: Optional[Dict[str, Optional[int]]] = None) -> Optional[Dict[str, Any]]:
     """The host sample with the free bytes where the task writes: its job's ``outputs`` (the nearest
-    folder that exists) and its run dir (a statvfs each: microseconds)."""
+    folder that exists) and its run dir (a statvfs each, once per folder and pass with ``seen``)."""
     if host is None:
         return None
+    seen = {} if seen is None else seen
     out = dict(host)
     run_dir = os.path.dirname(os.path.dirname(os.path.abspath(runner.task_dir)))
     for name, path in (("outputs_free_bytes", runner.spec.outputs), ("run_dir_free_bytes", run_dir)):
-        free = free_bytes(path) if path else None
-        if free is not None:
-            out[name] = free
+        if not path:
+            continue
+        if path not in seen:
+            seen[path] = free_bytes(path)
+        if seen[path] is not None:
+            out[name] = seen[path]
     return out
 
 
