@@ -208,8 +208,9 @@ class Profile:
     #: values that came from the launcher's environment (${env:VAR}): masked wherever shown or written
     secrets: frozenset[str] = frozenset()
     slurm: SlurmConfig | None = None  # [slurm]: hosts from the Slurm allocation
-    #: a worker below this fraction of the workers' median steps/s for STRAGGLER_WINDOW_S is flagged
+    #: a worker below this fraction of the workers' median steps/s for ``straggler_seconds`` is flagged
     straggler_ratio: float = 0.7
+    straggler_seconds: float = 30.0
     #: hosts may differ in TensorFlow major.minor (else preflight refuses a TensorFlow strategy's job)
     allow_version_skew: bool = False
     #: bytes; preflight warns below this at a host's outputs and run dir

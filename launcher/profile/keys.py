@@ -340,7 +340,10 @@ TOP_KEYS = Table(
         Key("sample_interval", "number", "Seconds between CPU/GPU samples per task.", default=1.0,
             positive=True),
         Key("straggler_ratio", "number", "A worker whose steps/s stays below this fraction of the workers' "
-            "median for 30 s is flagged a straggler (a fraction, e.g. 0.7); 0: off.", default=0.7),
+            "median for straggler_seconds is flagged a straggler (a fraction, e.g. 0.7); 0: off.", default=0.7),
+        Key("straggler_seconds", "number", "How long a worker stays below straggler_ratio of the workers' "
+            "median steps/s before it is flagged a straggler (and [notify]'s straggler alert fires).",
+            default=30.0, positive=True),
         Key("outputs", "string", "Where the job keeps what must outlive a run (checkpoints, models), on each "
             "host; {outputs} in commands; never removed by down or prune. ~ is the host's home; relative: "
             "to the profile's folder on local hosts, to the home on ssh hosts; {name} is the job's name.",

@@ -163,6 +163,7 @@ class ProfileReader:
             sync=self.sync(data),
             slurm=slurm,
             straggler_ratio=straggler,
+            straggler_seconds=float(_get(data, TOP_KEYS, "straggler_seconds")),
             allow_version_skew=bool(_get(data, TOP_KEYS, "allow_version_skew")),
             min_free_disk=int(parse_size(_get(data, TOP_KEYS, "min_free_disk")) or 0),
             gpu_busy=cast(GpuBusy, _get(data, TOP_KEYS, "gpu_busy")),

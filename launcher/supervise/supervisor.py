@@ -137,6 +137,7 @@ class Supervisor:
         self.watchdog.stall_seconds = {t.task_id: t.stall_seconds for t in tasks}
         self.watchdog.workers = [t.task_id for t in tasks if t.role == "worker"]
         self.watchdog.straggler_ratio = self.profile.straggler_ratio
+        self.watchdog.straggler_seconds = self.profile.straggler_seconds
         self.outputs.configure(self.profile.log_policies, {t.task_id: t.on_nan for t in tasks})
 
     # -- what the parts use ---------------------------------------------------------------------------

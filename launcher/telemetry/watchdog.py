@@ -5,7 +5,7 @@
   parameter server, a script with autolog off and no ``[metrics]``); cleared when it advances.
 - straggler: a worker whose steps/s (`launcher.telemetry.steprate`, over a window ending now: a hung
   worker is at 0) stays below ``straggler_ratio`` of the workers' median for
-  ``STRAGGLER_WINDOW_S``; cleared once it is back at or above that line. Judged only while at
+  ``straggler_seconds`` (the profile's, default ``STRAGGLER_WINDOW_S``); cleared once it is back at or above that line. Judged only while at
   least two workers report steps (under a ClusterCoordinator only the chief does).
 
 Pure logic on the caller's clock: the supervisor feeds it and publishes what ``check`` returns
@@ -42,10 +42,12 @@ class _Progress:
 
 
 class Watchdog:
-    def __init__(self, stall_seconds: dict[str, float], workers: list[str], straggler_ratio: float) -> None:
+    def __init__(self, stall_seconds: dict[str, float], workers: list[str], straggler_ratio: float,
+                 straggler_seconds: float = STRAGGLER_WINDOW_S) -> None:
         self.stall_seconds = stall_seconds  # task -> seconds; 0 = off
         self.workers = workers
         self.straggler_ratio = straggler_ratio
+        self.straggler_seconds = straggler_seconds
         self._tasks: dict[str, _Progress] = {}
 
     def on_step(self, task: str, step: int, now: float) -> None:
@@ -112,7 +114,7 @@ class Watchdog:
                 if progress.below_since is None:
                     progress.below_since = now
                 slow_for = now - progress.below_since
-                if slow_for >= STRAGGLER_WINDOW_S and ev.STRAGGLER not in progress.active:
+                if slow_for >= self.straggler_seconds and ev.STRAGGLER not in progress.active:
                     progress.active.add(ev.STRAGGLER)
                     changes.append(ConditionChange(
                         task, ev.STRAGGLER, True,

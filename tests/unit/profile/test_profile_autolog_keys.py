@@ -38,7 +38,8 @@ def test_defaults_autolog_on_stall_warn_after_600s_and_off_for_ps(tmp_path: Path
     worker, ps = plan.task("worker:0"), plan.task("ps:0")
     assert (worker.autolog, worker.stall_seconds, worker.on_stall) == (True, 600.0, "warn")
     assert ps.stall_seconds == 0.0
-    assert profile.straggler_ratio == 0.7
+    assert profile.straggler_ratio == 0.7 and profile.straggler_seconds == 30.0
+    assert load(tmp_path, top="straggler_seconds = 5\n").straggler_seconds == 5.0
 
 
 def test_defaults_apply_to_every_role_but_ps_unless_ps_says_so(tmp_path: Path) -> None:
@@ -57,6 +58,7 @@ def test_defaults_apply_to_every_role_but_ps_unless_ps_says_so(tmp_path: Path) -
     ("defaults", 'autolog = "no"', "autolog"),
     ("worker", "stall_seconds = -1", "stall_seconds"),
     ("top", "straggler_ratio = -0.5\n", "straggler_ratio"),
+    ("top", "straggler_seconds = 0\n", "straggler_seconds"),
 ])
 def test_bad_values_are_one_line_naming_the_key(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                  where: str, text: str, culprit: str) -> None:

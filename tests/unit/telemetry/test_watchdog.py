@@ -88,3 +88,14 @@ def test_a_hung_worker_has_no_pace_after_the_window_and_becomes_a_straggler() ->
     assert dog.rate("worker:0", t - 1) == 2.0
     assert [(c.task, c.condition, c.active) for c in changes] == [("worker:2", ev.STRAGGLER, True)]
     assert "0.00 steps/s" in changes[0].reason
+
+
+def test_straggler_seconds_from_the_profile_sets_how_long_a_worker_may_lag() -> None:
+    workers = ["worker:0", "worker:1", "worker:2"]
+    rates = {"worker:0": 10.0, "worker:1": 10.0, "worker:2": 4.0}
+    quick = Watchdog({}, workers, 0.7, straggler_seconds=5.0)
+    flagged = [c for c in _run(quick, rates, 0.0, 12.0) if c.active]
+    assert [(c.task, c.condition) for c in flagged] == [("worker:2", ev.STRAGGLER)]
+    assert "for 5s" in flagged[0].reason or "for 6s" in flagged[0].reason, flagged[0].reason
+    patient = Watchdog({}, workers, 0.7)  # the default window: still below it at 12 s
+    assert not [c for c in _run(patient, rates, 0.0, 12.0) if c.active]
