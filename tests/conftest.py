@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.containers import docker_image  # noqa: F401
+from tests.webhook import hook  # noqa: F401
 
 pytest_plugins = ["tests.sshd"]
 

@@ -34,6 +34,7 @@ from tests.integration.jobtools import (
 )
 from tests.netns import NetnsLab, require_netns
 from tests.profiles import build_profile, netns_hosts
+from tests.webhook import Webhook
 
 pytestmark = [pytest.mark.slow, pytest.mark.netns, pytest.mark.sshd]
 
@@ -57,7 +58,8 @@ def run_id(request: pytest.FixtureRequest, lab: NetnsLab) -> Iterator[str]:
     kill_run_processes(rid)
 
 
-def mwms_profile(tmp: Path, lab: NetnsLab, *, spares: bool, epochs: int = 4, restart: str | None = None) -> Path:
+def mwms_profile(tmp: Path, lab: NetnsLab, *, spares: bool, epochs: int = 4, restart: str | None = None,
+                 notify: dict[str, Any] | None = None) -> Path:
     ckpt = tmp / "ckpt"  # the namespaces share this machine's filesystem: shared storage
     top = f"host_lost_seconds = {HOST_LOST}\n" + ('spares = ["c"]\n' if spares else "")
     return build_profile(tmp / "mwms.toml", name="it-loss-mwms", strategy="multi_worker_mirrored",
@@ -65,7 +67,7 @@ def mwms_profile(tmp: Path, lab: NetnsLab, *, spares: bool, epochs: int = 4, res
                          command=f"{{python}} examples/mwms_keras.py --epochs {epochs} --steps-per-epoch 25 "
                                  f"--checkpoint-dir {ckpt}",
                          defaults={"python": sys.executable}, workdir=REPO, env={"TF_CPP_MIN_LOG_LEVEL": "2"},
-                         grace=5, restart=restart, hosts=netns_hosts(lab, "ssh"),
+                         grace=5, restart=restart, hosts=netns_hosts(lab, "ssh"), notify=notify,
                          roles={"worker": {"count": 2, "hosts": ["a", "b"]}})
 
 
@@ -89,8 +91,9 @@ def agent_states(lab: NetnsLab, host: str, run_id: str, slug: str) -> list[dict[
 
 @pytest.mark.timeout(420)
 def test_mwms_host_lost_moves_to_the_spare_resumes_and_the_old_host_runs_nothing_again(
-        tmp_path: Path, lab: NetnsLab, run_id: str) -> None:
-    proc, run_dir = launch_up(tmp_path, mwms_profile(tmp_path, lab, spares=True), run_id)
+        tmp_path: Path, lab: NetnsLab, run_id: str, hook: Webhook) -> None:
+    # [notify] with a webhook and nothing more: host_lost and moved are told by default
+    proc, run_dir = launch_up(tmp_path, mwms_profile(tmp_path, lab, spares=True, notify={"webhook": hook.url}), run_id)
     wait_for(lambda: step_of(read_events(run_dir), "worker:1") >= 30, 240, "worker:1 past step 30 (epoch 1 done)")
     lab.cut("b")
     cut_step = step_of(read_events(run_dir), "worker:0")
@@ -127,6 +130,13 @@ def test_mwms_host_lost_moves_to_the_spare_resumes_and_the_old_host_runs_nothing
     assert pids_with_run_id(run_id) == []
     # b is marked left: whoever asks, nothing of the run starts there
     wait_for(lambda: (lab.run_dir("b", run_id) / "retired").exists(), 30, "host b retired")
+    # told once each: the loss (and its clear when b answered again, retired) and the move
+    alerts = hook.alerts()
+    assert alerts.count(("host_lost", "1", "b")) == 1 and alerts.count(("moved", "1", "worker:1")) == 1, alerts
+    assert alerts.index(("host_lost", "1", "b")) < alerts.index(("moved", "1", "worker:1"))
+    assert {a[0] for a in alerts} <= {"host_lost", "moved"} and len(alerts) <= 3, alerts
+    moved_post = next(p for p in hook.posts if p.get("alert") == "moved")
+    assert "worker:1 moved from b to c" in moved_post["figure"], moved_post
 
 
 @pytest.mark.timeout(300)
@@ -231,7 +241,8 @@ def test_pss_worker_host_lost_goes_on_without_any_restart(tmp_path: Path, lab: N
 
 def ticker_profile(tmp: Path, lab: NetnsLab, name: str, *, spares: list[str], orphan_grace: int = ORPHAN_GRACE,
                    host_lost: int = HOST_LOST, ticks: int = 300, hosts: tuple[str, ...] = ("a", "b"),
-                   extra_hosts: dict[str, dict[str, Any]] | None = None) -> Path:
+                   extra_hosts: dict[str, dict[str, Any]] | None = None,
+                   notify: dict[str, Any] | None = None) -> Path:
     """custom strategy, no TensorFlow: a ticking worker per host of ``hosts``; worker:0 decides success."""
     made = [dataclasses.replace(h, options={**h.options, **(extra_hosts or {}).get(h.name, {})})
             for h in netns_hosts(lab, "ssh")]
@@ -240,7 +251,7 @@ def ticker_profile(tmp: Path, lab: NetnsLab, name: str, *, spares: list[str], or
                          defaults={"python": sys.executable}, workdir=REPO, grace=2, restart="on-failure",
                          hosts=made, roles={"worker": {"count": len(hosts), "hosts": list(hosts),
                                                        "command": TICKER % ticks}},
-                         metrics={"step": r"tick (\d+)"})
+                         metrics={"step": r"tick (\d+)"}, notify=notify)
 
 
 def ran_on(events: list[dict[str, Any]], task: str) -> list[str]:
@@ -248,10 +259,11 @@ def ran_on(events: list[dict[str, Any]], task: str) -> list[str]:
 
 
 @pytest.mark.timeout(240)
-def test_a_preemption_notice_drains_the_host(tmp_path: Path, lab: NetnsLab, run_id: str) -> None:
+def test_a_preemption_notice_drains_the_host(tmp_path: Path, lab: NetnsLab, run_id: str, hook: Webhook) -> None:
     flag = tmp_path / "preempted-b"
     profile = ticker_profile(tmp_path, lab, "it-notice", spares=["c"],
-                             extra_hosts={"b": {"preemption_notice": f"cat {flag}"}})
+                             extra_hosts={"b": {"preemption_notice": f"cat {flag}"}},
+                             notify={"webhook": hook.url, "on": ["drained", "moved", "host_lost"]})
     proc, run_dir = launch_up(tmp_path, profile, run_id)
     wait_for(lambda: step_of(read_events(run_dir), "worker:1") >= 5, 120, "worker:1 ticking")
     flag.write_text("maintenance-event TERMINATE_ON_HOST_MAINTENANCE\n")
@@ -263,6 +275,8 @@ def test_a_preemption_notice_drains_the_host(tmp_path: Path, lab: NetnsLab, run_
     drained = [e for e in events if e["kind"] == "host" and e["host"] == "b" and e["state"] == "drained"]
     assert drained and "preemption notice" in drained[0]["reason"]
     assert "TERMINATE_ON_HOST_MAINTENANCE" in drained[0]["reason"]
+    # a drain is told once, and the move it made once; nothing is lost
+    assert hook.alerts() == [("drained", "1", "b"), ("moved", "1", "worker:1")], hook.posts
     assert not any(e["kind"] == "state" and e["state"] == "failed" for e in events)  # the planned stop is no failure
 
 

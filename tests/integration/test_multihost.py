@@ -32,6 +32,7 @@ from tests.integration.jobtools import (
 )
 from tests.netns import NetnsLab, require_netns
 from tests.profiles import build_profile, netns_hosts, ps_mnist_command
+from tests.webhook import Webhook
 
 pytestmark = [pytest.mark.slow, pytest.mark.netns, pytest.mark.sshd]
 #: the partition tests run over both SSH transports: the built-in client and the system ssh client
@@ -48,14 +49,15 @@ def ps_profile(tmp: Path, lab: NetnsLab, steps: int) -> Path:
                          roles={"ps": {"hosts": ["a"]}, "worker": {"hosts": ["b"]}, "chief": {"hosts": ["c"]}})
 
 
-def ticker_profile(tmp: Path, lab: NetnsLab, *, ticks: int, orphan_grace: int, transport: str = "ssh") -> Path:
+def ticker_profile(tmp: Path, lab: NetnsLab, *, ticks: int, orphan_grace: int, transport: str = "ssh",
+                   notify: dict[str, Any] | None = None) -> Path:
     """custom strategy: worker:0 on b ticks and decides success; ps:0 on a just waits."""
     return build_profile(tmp / "ticker.toml", name="it-netns-ticker", strategy="custom", orphan_grace=orphan_grace,
                          defaults={"python": sys.executable}, workdir=REPO, grace=2, restart="on-failure",
                          max_restarts=3, hosts=netns_hosts(lab, transport),
                          roles={"ps": {"hosts": ["a"], "command": "sleep 600"},
                                 "worker": {"hosts": ["b"], "command": TICKER % ticks}},
-                         metrics={"step": r"tick (\d+)"})
+                         metrics={"step": r"tick (\d+)"}, notify=notify)
 
 
 @pytest.fixture
@@ -119,9 +121,10 @@ def test_ps_job_across_three_namespaces(tmp_path: Path, lab: NetnsLab, run_id: s
 
 @TRANSPORTS
 def test_short_partition_loses_no_event_and_restarts_nothing(tmp_path: Path, lab: NetnsLab,
-                                                             run_id: str, transport: str) -> None:
+                                                             run_id: str, transport: str, hook: Webhook) -> None:
+    notify = {"webhook": hook.url, "on": ["host_unreachable", "host_lost"]}
     proc, run_dir = launch_up(tmp_path, ticker_profile(tmp_path, lab, ticks=600, orphan_grace=60,
-                                                    transport=transport), run_id)
+                                                    transport=transport, notify=notify), run_id)
     try:
         wait_for_event(run_dir, lambda e: e["kind"] == "metric" and e["task"] == "worker:0"
                        and (e.get("step") or 0) >= 20, 90, "worker:0 ticking")
@@ -146,6 +149,9 @@ def test_short_partition_loses_no_event_and_restarts_nothing(tmp_path: Path, lab
     assert code == 0, (tmp_path / "up.log").read_text()[-3000:]
     events = read_events(run_dir)
     assert [(e["state"]) for e in host_events(events, "b")] == ["unreachable", "up"]
+    # told once as it went quiet, once as it answered again, and never lost
+    assert hook.alerts() == [("host_unreachable", "1", "b"), ("host_unreachable", "0", "b")], hook.posts
+    assert "host b does not answer" in hook.posts[0]["figure"], hook.posts[0]
     assert lost["host"] == "b" and "heartbeat" in lost["reason"]
     assert lost["ts"] - cut_at < 10  # noticed during the cut, not when TCP gives up
     assert not [e for e in events if e["kind"] == "state" and e["state"] == "restarting"]
