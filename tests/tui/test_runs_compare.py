@@ -151,3 +151,18 @@ async def test_a_run_still_going_grows_on_the_chart(distlaunch_home: Path,
             fh.writelines(e.to_json() + "\n" for e in _metrics("r-going", range(11, 26), t0=T0 + 100))
         await wait_until(pilot, lambda: _chart(screen, "loss")["r-going"][0][-1] == 25)
         assert _legend(screen)[0].startswith("━━ r-going  mnist-ps  steps 1-25")
+
+
+async def test_at_most_four_runs_are_marked(distlaunch_home: Path) -> None:
+    for i in range(5):
+        _run(distlaunch_home, f"r-{i}", "mnist-ps", range(1, 5), t0=T0 + 100 * i)
+    app = RunsApp()
+    async with app.run_test(size=(160, 30)) as pilot:
+        await pilot.press("space", *["down", "space"] * 4)
+        table = app.query_one(DataTable)
+        assert [str(table.get_row_at(i)[0]) for i in range(5)] == [MARK] * 4 + [""]
+        assert "at most 4 runs" in _message(app)
+        screen = await _compare(pilot, app)
+        assert len(_legend(screen)) == 4 and len(_chart(screen, "loss")) == 4
+        assert len({screen.query_one("#compare-loss", CompareChart).color(i, name)
+                    for i, name in enumerate(_chart(screen, "loss"))}) == 4
