@@ -83,11 +83,23 @@ class PlotChart(Widget):
         return not self.display or (not self._building and self._drawn == self._wanted())
 
     def sync(self, view: JobView) -> None:
-        signature, title, series = self.collect(view)
+        self.show_series(*self.collect(view))
+
+    def show_series(self, signature: tuple[object, ...], title: str, series: Series) -> None:
+        """Draws ``series`` unless ``signature`` is the one drawn (or being drawn) already."""
         if signature == self._signature:
             return
         self._signature, self._title, self._series = signature, title, series
         self._request()
+
+    @property
+    def series(self) -> Series:
+        """The lines this chart draws: (name, xs, ys) each."""
+        return list(self._series)
+
+    def color(self, index: int, name: str) -> str:
+        """The colour of the ``index``-th line, named ``name``."""
+        return COLORS[index % len(COLORS)]
 
     def on_resize(self) -> None:
         self._request()
@@ -110,7 +122,7 @@ class PlotChart(Widget):
         plot.theme("clear")
         plot.title(title)
         for i, (name, xs, ys) in enumerate(series):
-            plot.plot(xs, ys, label=name, marker="braille", color=COLORS[i % len(COLORS)])
+            plot.plot(xs, ys, label=name, marker="braille", color=self.color(i, name))
         text = Text.from_ansi(plot.build(), no_wrap=True)
         with suppress(RuntimeError):  # the app closed while drawing
             self.app.call_from_thread(self._show, wanted, text)

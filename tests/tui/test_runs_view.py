@@ -42,8 +42,8 @@ async def test_the_runs_are_listed_and_enter_replays_an_ended_one(distlaunch_hom
         table = app.query_one(DataTable)
         assert table.row_count == 1
         cells = [str(c) for c in table.get_row_at(0)]
-        assert cells[0] == "r-ended" and cells[2] == "Failed" and cells[5] == "50"
-        assert "worker:0 failed" in cells[7]
+        assert cells[1] == "r-ended" and cells[3] == "Failed" and cells[6] == "50"
+        assert "worker:0 failed" in cells[8]
         await pilot.press("enter")
     assert app.return_value == RunsChoice("r-ended", ended, "replay")
 
@@ -58,7 +58,7 @@ async def test_a_run_still_going_is_attached_to_and_r_reads_the_list_again(distl
         await pilot.press("r")
         assert table.row_count == 1
         cells = [str(c) for c in table.get_row_at(0)]
-        assert cells[0] == "r-going" and cells[2].startswith("Running (") and cells[2].endswith(")")
+        assert cells[1] == "r-going" and cells[3].startswith("Running (") and cells[3].endswith(")")
         await pilot.press("enter")
     assert app.return_value == RunsChoice("r-going", going, "attach")
 
