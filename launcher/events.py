@@ -57,6 +57,7 @@ STALLED = "stalled"
 STRAGGLER = "straggler"
 NAN_LOSS = "nan_loss"  # the loss became NaN or Inf (launcher/supervise/outputpolicy.py)
 LOG_POLICY = "log_policy"  # a line of output matched a [[log_policies]] pattern with action warn
+GPU_ERROR = "gpu_error"  # a GPU the task holds reported an Xid or uncorrectable ECC errors (telemetry/gpufaults.py)
 
 # job states
 JOB_CREATED = "Created"
@@ -318,8 +319,13 @@ class MetricEvent(Event):
 class SampleEvent(Event):
     cpu_percent = _Field[Optional[float]](_NUMBER)
     rss_bytes = _Field[Optional[float]](_NUMBER)
+    #: per GPU the task holds: its use, and its health where NVML gives it (launcher/agent/nvml.py's
+    #: ``gpu_health``; ``throttle`` a list of reason names) with ``xid_count`` and the latest ``xid``
     gpus = _Field[List[Dict[str, Any]]]((list, _NULL), [], items={
-        "index": (int, _NULL), "util_percent": _NUMBER, "mem_used_bytes": _NUMBER, "mem_total_bytes": _NUMBER})
+        "index": (int, _NULL), "util_percent": _NUMBER, "mem_used_bytes": _NUMBER, "mem_total_bytes": _NUMBER,
+        "temp_c": _NUMBER, "power_w": _NUMBER, "power_limit_w": _NUMBER, "sm_clock_mhz": _NUMBER,
+        "sm_clock_max_mhz": _NUMBER, "throttle": (list, _NULL), "ecc_corrected": (int, _NULL),
+        "ecc_uncorrected": (int, _NULL), "xid_count": (int, _NULL), "xid": (int, _NULL)})
     source = _Field[str](_TEXT, "")
     #: the machine's own numbers
     host = _Field[Optional[Dict[str, Any]]]((dict, _NULL), items={

@@ -1,5 +1,7 @@
-"""`h`: the hosts view, nvitop-like: per host its tasks, their CPU and memory, and each GPU with
-utilisation and memory bars and the tasks holding it. A host without GPUs is normal here."""
+"""`h`: the hosts view, nvitop-like: per host its tasks, their CPU and memory, its network with a
+sparkline of each direction, and each GPU with utilisation and memory bars, the tasks holding it and
+its health: temperature, power against its limit, SM clock, the reasons it is held back, ECC
+errors and the latest Xid, with sparklines of its use and heat. A host without GPUs is normal here."""
 
 from __future__ import annotations
 
@@ -13,10 +15,15 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from launcher import events as ev
+from launcher.telemetry.gpufaults import xid_text
+from launcher.telemetry.hosttrends import HostTrends
 from launcher.telemetry.jobview import JobView, TaskView, task_sort_key
 from tui import format as fmt
 
 BAR_CELLS = 12
+SPARK_CELLS = 12
+HEALTH_KEYS = ("temp_c", "power_w", "power_limit_w", "sm_clock_mhz", "sm_clock_max_mhz", "throttle",
+               "ecc_corrected", "ecc_uncorrected", "xid_count", "xid")
 
 
 @dataclass
@@ -26,6 +33,8 @@ class GpuSummary:
     mem_used: int | None = None
     mem_total: int | None = None
     holders: list[str] = field(default_factory=list)
+    #: the health fields of its latest entry (launcher/agent/nvml.py's ``gpu_health``, ``xid_count``, ``xid``)
+    health: dict[str, object] = field(default_factory=dict)
 
 
 @dataclass
@@ -76,6 +85,7 @@ def host_summaries(view: JobView) -> list[HostSummary]:
             summary.util = util if util is not None else summary.util
             summary.mem_used = int(used) if used is not None else summary.mem_used
             summary.mem_total = int(total) if total is not None else summary.mem_total
+            summary.health.update((k, gpu[k]) for k in HEALTH_KEYS if gpu.get(k) is not None)
     for name, (state, reason, _ts) in view.host_states.items():  # spares, and hosts the tasks left
         host = hosts.setdefault(name, HostSummary(name, down=name in view.hosts_down))
         host.state = (state, reason)
@@ -91,12 +101,15 @@ def hosts_text(view: JobView) -> Text:
     return Text("\n").join(hosts_lines(view))
 
 
-def io_text(machine: dict[str, object]) -> str:
-    """``network in 1.2M/s out 300K/s  disk writes 10M/s  free: outputs 120G, run dir 88G``: what
-    the host's agent reads of its network, disks and free space (empty where it reads none)."""
+def io_text(machine: dict[str, object], trends: HostTrends | None = None, host: str = "") -> str:
+    """``network in 1.2M/s ▂▅▇ out 300K/s ▁▁▂  disk writes 10M/s  free: outputs 120G, run dir 88G``:
+    what the host's agent reads of its network (with its trend, given ``trends``), disks and free
+    space (empty where it reads none)."""
     def rate(key: str) -> str:
         value = _number(machine.get(key))
-        return "—" if value is None else f"{fmt.human_bytes(int(value))}/s"
+        text = "—" if value is None else f"{fmt.human_bytes(int(value))}/s"
+        trend = fmt.spark(trends.series(host, key), SPARK_CELLS) if trends is not None else ""
+        return f"{text} {trend}" if len(trend) > 1 else text
 
     parts = []
     if any(_number(machine.get(k)) is not None for k in ("net_rx_bytes_per_s", "net_tx_bytes_per_s")):
@@ -109,6 +122,49 @@ def io_text(machine: dict[str, object]) -> str:
     if free:
         parts.append("free: " + ", ".join(free))
     return "  ".join(parts)
+
+
+def health_text(gpu: GpuSummary, trends: HostTrends | None = None, host: str = "") -> Text:
+    """``71°C ▂▃▅  350/700 W  SM 1755/1980 MHz  ECC 0 corrected, 0 uncorrectable`` and, in red,
+    what holds the GPU back (``throttled: hw_thermal``) and its latest Xid; empty where NVML gave
+    none of it (nvidia-smi, no driver)."""
+    h = gpu.health
+    out = Text()
+    if not h:
+        return out
+
+    def trend(name: str) -> str:
+        line = fmt.spark(trends.series(host, f"gpu{gpu.index}/{name}"), SPARK_CELLS) if trends is not None else ""
+        return f" {line}" if len(line) > 1 else ""
+
+    def part(text: str, style: str = "") -> None:
+        if out:
+            out.append("  ")
+        out.append(text, style=style)
+
+    temp, power, limit = (_number(h.get(k)) for k in ("temp_c", "power_w", "power_limit_w"))
+    clock, top = _number(h.get("sm_clock_mhz")), _number(h.get("sm_clock_max_mhz"))
+    if temp is not None:
+        part(f"{temp:.0f}°C{trend('temp_c')}")
+    if power is not None:
+        part(f"{power:.0f}" + (f"/{limit:.0f}" if limit is not None else "") + f" W{trend('power_w')}")
+    if clock is not None:
+        part(f"SM {clock:.0f}" + (f"/{top:.0f}" if top is not None else "") + " MHz")
+    corrected, uncorrectable = h.get("ecc_corrected"), h.get("ecc_uncorrected")
+    if isinstance(corrected, int) or isinstance(uncorrectable, int):
+        part(f"ECC {corrected if isinstance(corrected, int) else '—'} corrected, "
+             f"{uncorrectable if isinstance(uncorrectable, int) else '—'} uncorrectable",
+             "bold red" if isinstance(uncorrectable, int) and uncorrectable else "")
+    throttle = h.get("throttle")
+    if isinstance(throttle, list) and throttle:
+        part("throttled: " + ", ".join(str(r) for r in throttle), "bold dark_orange")
+    xids, xid = h.get("xid_count"), h.get("xid")
+    if isinstance(xids, int) and xids and isinstance(xid, int):
+        part(xid_text(xid) + (f", {xids} Xids" if xids > 1 else ""), "bold red")
+    util = trend("util_percent")
+    if util:
+        part(f"util{util}")
+    return out
 
 
 def hosts_lines(view: JobView) -> list[Text]:
@@ -141,7 +197,7 @@ def hosts_lines(view: JobView) -> list[Text]:
             out.append_text(_bar(mem_pct, "cyan"))
             out.append(f" {fmt.human_bytes(int(used) if used is not None else None)}"
                        f"/{fmt.human_bytes(int(total) if total is not None else None)}")
-            io = io_text(machine)
+            io = io_text(machine, view.host_trends, host.name)
             if io:
                 out.append("\n  " + io)
         cpu = host.cpu_percent
@@ -161,6 +217,11 @@ def hosts_lines(view: JobView) -> list[Text]:
             out.append(f" {fmt.human_bytes(gpu.mem_used)}/{fmt.human_bytes(gpu.mem_total)}".ljust(13))
             out.append("  " + ", ".join(gpu.holders), style="bold")
             out.append("\n")
+            health = health_text(gpu, view.host_trends, host.name)
+            if health:
+                out.append("        ")
+                out.append_text(health)
+                out.append("\n")
         for task in host.tasks:
             out.append(f"    {task.task_id:<12}", style="bold")
             out.append(f"{task.state:<11}", style=fmt.STATE_STYLES.get(task.state, ""))

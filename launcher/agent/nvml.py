@@ -16,7 +16,7 @@ import contextlib
 import logging
 import threading
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +27,31 @@ _pynvml: Any = None
 _handles: Dict[int, Any] = {}
 _memory_v2 = True  # the v2 memory query has not failed yet
 _logged: set = set()
+_event_set: Any = None  # the Xid event set, once registered
+_xid_state = "unset"  # unset | ready | unsupported
+
+# NVML's constants, fixed in its header for every driver (pynvml names them the same)
+_TEMPERATURE_GPU = 0
+_CLOCK_SM = 1
+_ECC_CORRECTED, _ECC_UNCORRECTED = 0, 1
+_VOLATILE_ECC = 0
+_EVENT_XID = 0x8  # nvmlEventTypeXidCriticalError
+_ERROR_TIMEOUT = 10  # NVML_ERROR_TIMEOUT: no event waiting
+#: the most events one poll reads (a storm of Xids must not hold the sample pass)
+XID_POLL_MAX = 64
+
+#: the clock event (throttle) reasons that say something is holding the GPU back, by NVML bit;
+#: idle, application clock settings, sync boost and display clocks are normal and left out
+THROTTLE_REASONS = (
+    (0x4, "sw_power_cap"),
+    (0x8, "hw_slowdown"),
+    (0x20, "sw_thermal"),
+    (0x40, "hw_thermal"),
+    (0x80, "power_brake"),
+    (0x200, "board_limit"),
+    (0x400, "reliability"),
+)
+_THROTTLE_QUERIES = ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons")
 
 
 def _log_once(key: str, level: int, message: str, *args: Any) -> None:
@@ -149,6 +174,115 @@ def _memory_info(handle: Any) -> Any:
     return mem
 
 
+def throttle_names(mask: int) -> List[str]:
+    """The short names of the problem reasons set in a clock event reasons ``mask``, in bit order."""
+    return [name for bit, name in THROTTLE_REASONS if mask & bit]
+
+
+def _number(value: Any, scale: float = 1.0) -> Optional[float]:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return round(value * scale, 1)
+
+
+def gpu_health(index: int) -> Dict[str, Any]:
+    """What says whether one GPU is well: ``temp_c``, ``power_w`` and ``power_limit_w`` (the
+    enforced limit), ``sm_clock_mhz`` and ``sm_clock_max_mhz``, ``throttle`` (the short names of
+    :data:`THROTTLE_REASONS` now active) and the volatile (since the driver loaded) ECC error
+    counts ``ecc_corrected`` / ``ecc_uncorrected``. A reading the device does not give (no ECC on a
+    consumer card, no power sensor, no GPU at all) is None; nothing raises."""
+    out: Dict[str, Any] = {"temp_c": None, "power_w": None, "power_limit_w": None, "sm_clock_mhz": None,
+                           "sm_clock_max_mhz": None, "throttle": None, "ecc_corrected": None,
+                           "ecc_uncorrected": None}
+    handle = device_handle(index)
+    if handle is None:
+        return out
+    out["temp_c"] = _number(query("nvmlDeviceGetTemperature", handle, _TEMPERATURE_GPU))
+    out["power_w"] = _number(query("nvmlDeviceGetPowerUsage", handle), 0.001)  # NVML gives mW
+    out["power_limit_w"] = _number(query("nvmlDeviceGetEnforcedPowerLimit", handle), 0.001)
+    out["sm_clock_mhz"] = _number(query("nvmlDeviceGetClockInfo", handle, _CLOCK_SM))
+    out["sm_clock_max_mhz"] = _number(query("nvmlDeviceGetMaxClockInfo", handle, _CLOCK_SM))
+    for name in _THROTTLE_QUERIES:  # the newer name first; drivers before 12.2 have only the older
+        if _pynvml is not None and getattr(_pynvml, name, None) is None:
+            continue
+        mask = query(name, handle)
+        if isinstance(mask, int):
+            out["throttle"] = throttle_names(mask)
+            break
+    for key, kind in (("ecc_corrected", _ECC_CORRECTED), ("ecc_uncorrected", _ECC_UNCORRECTED)):
+        count = query("nvmlDeviceGetTotalEccErrors", handle, kind, _VOLATILE_ECC)
+        out[key] = int(count) if isinstance(count, int) and not isinstance(count, bool) else None
+    return out
+
+
+def _register_xids() -> bool:
+    """Make the Xid event set and register every GPU that takes it; False where none does
+    (consumer cards, drivers that refuse): said once, and not tried again."""
+    global _event_set, _xid_state
+    if _xid_state != "unset":
+        return _xid_state == "ready"
+    _xid_state = "unsupported"
+    if not _ensure_init():
+        return False
+    event_set = query("nvmlEventSetCreate")
+    if event_set is None:
+        _log_once("xid", logging.INFO, "no Xid events from NVML: it cannot make an event set")
+        return False
+    registered = []
+    for index in range(device_count()):
+        handle = device_handle(index)
+        if handle is None:
+            continue
+        try:
+            _pynvml.nvmlDeviceRegisterEvents(handle, _EVENT_XID, event_set)
+        except Exception as exc:  # NotSupported on consumer cards, a missing binding
+            _log_once("xid:%d" % index, logging.INFO, "no Xid events from GPU %d: %s: %s",
+                      index, type(exc).__name__, exc)
+            continue
+        registered.append(index)
+    if not registered:
+        with contextlib.suppress(Exception):
+            _pynvml.nvmlEventSetFree(event_set)
+        _log_once("xid", logging.INFO, "no Xid events from NVML on this host: no GPU takes them")
+        return False
+    _event_set = event_set
+    _xid_state = "ready"
+    return True
+
+
+def _index_of(handle: Any) -> Optional[int]:
+    """The physical index of the device an event names."""
+    index = query("nvmlDeviceGetIndex", handle)
+    if isinstance(index, int):
+        return index
+    for known, cached in list(_handles.items()):
+        if cached is handle or cached == handle:
+            return known
+    return None
+
+
+def poll_xids() -> List[Tuple[int, int]]:
+    """The Xid errors NVML reported since the last poll, as ``(GPU index, Xid)`` in order; waits for
+    none (0 ms). Registers every GPU on the first call; empty where Xid events are unsupported."""
+    if not _register_xids():
+        return []
+    out: List[Tuple[int, int]] = []
+    for _ in range(XID_POLL_MAX):
+        try:
+            data = _pynvml.nvmlEventSetWait(_event_set, 0)
+        except Exception as exc:
+            if getattr(exc, "value", None) != _ERROR_TIMEOUT and type(exc).__name__ != "NVMLError_Timeout":
+                _log_once("xid-wait", logging.WARNING, "waiting for Xid events failed: %s: %s",
+                          type(exc).__name__, exc)
+            break
+        if not int(getattr(data, "eventType", 0)) & _EVENT_XID:
+            continue
+        index = _index_of(getattr(data, "device", None))
+        if index is not None:
+            out.append((index, int(getattr(data, "eventData", 0))))
+    return out
+
+
 _PROCESS_QUERIES = (
     "nvmlDeviceGetComputeRunningProcesses",
     "nvmlDeviceGetComputeRunningProcesses_v2",
@@ -197,12 +331,17 @@ def process_utilization(index: int, window_s: float = 1.0) -> Optional[Dict[int,
 
 def reset() -> None:
     """Forget the init state, cached handles and what was logged (tests; after a fork)."""
-    global _initialised, _available, _pynvml, _memory_v2
+    global _initialised, _available, _pynvml, _memory_v2, _event_set, _xid_state
     with _lock:
         _memory_v2 = True
         if _available and _pynvml is not None:
+            if _event_set is not None:
+                with contextlib.suppress(Exception):
+                    _pynvml.nvmlEventSetFree(_event_set)
             with contextlib.suppress(Exception):
                 _pynvml.nvmlShutdown()
+        _event_set = None
+        _xid_state = "unset"
         _initialised = False
         _available = False
         _pynvml = None

@@ -201,6 +201,7 @@ class TaskSampler:
 
     def _nvml_gpu(self, index: int, pids: set) -> Dict[str, Any]:
         entry = nvml.gpu_stats(index) or empty_gpu(index)
+        entry.update(nvml.gpu_health(index))
         entry["proc_mem_bytes"] = None
         entry["proc_util_percent"] = None
         procs = nvml.compute_processes(index)
@@ -283,9 +284,12 @@ def program_pid(root: int, children: Dict[int, List[int]], stats: Dict[int, Tupl
 
 class HostSampler:
     """Samples every task of a host in one pass: one /proc walk for all process trees, one GPU
-    query per GPU in use, one machine reading. ``sample({key: (root pid, gpu indices)})``
-    returns ``{key: sample}`` (the shape of ``TaskSampler.sample``); a task's first sample covers
-    the time since it was first seen. Never raises."""
+    query per GPU in use (its use and its health: ``nvml.gpu_health``), one poll of NVML's Xid
+    events, one machine reading. Each GPU entry carries ``xid_count``, the Xids NVML reported for
+    that GPU since this agent started (each agent is one run's), and ``xid``, the latest.
+    ``sample({key: (root pid, gpu indices)})`` returns ``{key: sample}`` (the shape of
+    ``TaskSampler.sample``); a task's first sample covers the time since it was first seen. Never
+    raises."""
 
     def __init__(self, use_psutil: Optional[bool] = None, use_nvml: Optional[bool] = None) -> None:
         self._use_nvml = use_nvml
@@ -298,6 +302,8 @@ class HostSampler:
         self._smi = TaskSampler.__new__(TaskSampler)  # borrows its nvidia-smi call and GPU entries
         self._smi._gpu_mode = None
         self._prev: Dict[Any, Tuple[float, Dict[ProcKey, float]]] = {}
+        #: per GPU index: (Xids NVML reported since this agent started, the latest one)
+        self._xids: Dict[int, Tuple[int, int]] = {}
 
     def sample(self, tasks: Dict[Any, Tuple[int, List[int]]]) -> Dict[Any, Dict[str, Any]]:
         now = time.monotonic()
@@ -386,8 +392,16 @@ class HostSampler:
                 self._gpu_mode = (GPU_NVML if self._use_nvml is not False and nvml.available()
                                   else GPU_SMI if shutil.which("nvidia-smi") else GPU_NONE)
             if self._gpu_mode == GPU_NVML:
-                return {i: {"entry": nvml.gpu_stats(i) or empty_gpu(i), "procs": nvml.compute_processes(i),
-                            "utils": nvml.process_utilization(i)} for i in indices}
+                for index, xid in nvml.poll_xids():
+                    count, _ = self._xids.get(index, (0, 0))
+                    self._xids[index] = (count + 1, xid)
+                out: Dict[int, Dict[str, Any]] = {}
+                for i in indices:
+                    entry = nvml.gpu_stats(i) or empty_gpu(i)
+                    entry.update(nvml.gpu_health(i))
+                    entry["xid_count"], entry["xid"] = self._xids.get(i, (0, None))
+                    out[i] = {"entry": entry, "procs": nvml.compute_processes(i), "utils": nvml.process_utilization(i)}
+                return out
             if self._gpu_mode == GPU_SMI:
                 by_index = self._smi._run_nvidia_smi()
                 if by_index is None:

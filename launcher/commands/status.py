@@ -86,7 +86,7 @@ def summarize(path: Path) -> dict[str, Any]:
             "supervisor_pid": state.supervisor_pid,
             "launcher_pid": state.supervisor_pid,
             "supervisor_alive": alive, "launcher_alive": alive,
-            "tasks": tasks, "roles": state.roles, "hosts": _hosts(state, view.machines),
+            "tasks": tasks, "roles": state.roles, "hosts": _hosts(state, view.machines, view.host_gpus),
             "lost_events": view.lost_events,
             "skipped_lines": lines.skipped}
 
@@ -106,16 +106,28 @@ def _checkpoint_json(seen: TaskView, now: float) -> dict[str, Any] | None:
             "ts": point.ts, "age_s": max(0.0, now - point.ts), "copies": list(seen.checkpoint_copies)}
 
 
-def _hosts(state: RunState, machines: dict[str, dict[str, Any]] | None = None) -> dict[str, dict[str, Any]]:
+#: what ``status --json`` gives of each GPU of a host (a sample's per-task shares are left out)
+GPU_JSON_KEYS = ("index", "util_percent", "mem_used_bytes", "mem_total_bytes", "temp_c", "power_w",
+                 "power_limit_w", "sm_clock_mhz", "sm_clock_max_mhz", "throttle", "ecc_corrected",
+                 "ecc_uncorrected", "xid_count", "xid")
+
+
+def _hosts(state: RunState, machines: dict[str, dict[str, Any]] | None = None,
+           gpus: dict[str, dict[int, dict[str, Any]]] | None = None) -> dict[str, dict[str, Any]]:
     """Each host's state (up / unreachable / lost / drained / spare), reason and since when (unix time),
-    and ``machine``: its agent's last whole-host reading (CPU, memory, network and disk rates, free
-    space at outputs and the run dir), null before the first."""
+    ``machine``: its agent's last whole-host reading (CPU, memory, network and disk rates, free
+    space at outputs and the run dir), null before the first, and ``gpus``: the last reading of
+    each GPU its tasks hold, by index (use, temperature, power and its limit, SM clock, throttle
+    reasons, ECC counts, Xids; null where NVML gives it not)."""
     none = HostStateRecord()
     machines = machines or {}
+    gpus = gpus or {}
     return {name: {"state": state.host_states.get(name, none).state or "up",
                    "reason": state.host_states.get(name, none).reason,
                    "since": state.host_states.get(name, none).since,
-                   "machine": machines.get(name)}
+                   "machine": machines.get(name),
+                   "gpus": [{key: gpu.get(key) for key in GPU_JSON_KEYS}
+                            for _, gpu in sorted(gpus.get(name, {}).items())]}
             for name in state.hosts}
 
 

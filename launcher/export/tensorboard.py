@@ -16,6 +16,11 @@ whole-machine readings (issue 58: the signals behind a slow job), at the job's n
     host/cpu_percent, host/mem_used_bytes, host/net_rx_bytes_per_s, host/net_tx_bytes_per_s,
     host/disk_write_bytes_per_s, host/outputs_free_bytes, host/run_dir_free_bytes
 
+and, in the same run, each GPU its tasks hold, from NVML where the agent has it:
+
+    gpu<i>/temp_c, gpu<i>/power_w, gpu<i>/power_limit_w, gpu<i>/sm_clock_mhz, gpu<i>/ecc_corrected,
+    gpu<i>/ecc_uncorrected, gpu<i>/xid_count, gpu<i>/throttle_reasons (how many reasons hold it back)
+
 Samples carry no step of their own: they are put at the last step the task reported (0 before
 its first), so TensorBoard's "Wall" or "Relative" x-axis shows them over time.
 """
@@ -38,6 +43,9 @@ from launcher.telemetry.progressline import Progress
 #: what a host's reading gives, as ``host/<name>`` scalars
 HOST_FIELDS = ("cpu_percent", "mem_used_bytes", "net_rx_bytes_per_s", "net_tx_bytes_per_s", "disk_write_bytes_per_s",
                "outputs_free_bytes", "run_dir_free_bytes")
+#: what a GPU's entry gives of its health, as ``gpu<i>/<name>`` scalars of its host
+GPU_HEALTH_FIELDS = ("temp_c", "power_w", "power_limit_w", "sm_clock_mhz", "ecc_corrected", "ecc_uncorrected",
+                     "xid_count")
 #: one reading of a host per this many seconds (each of its tasks' samples carries the same one)
 HOST_EVERY_S = 0.5
 
@@ -94,6 +102,7 @@ def export_tensorboard(run_dir: Path, target: Path, progress: Progress | None = 
     out = target.expanduser() / run_id
     host_of = {task: info.host for task, info in state.tasks.items() if info.host}
     host_seen: dict[str, float] = {}
+    gpu_seen: dict[tuple[str, int], float] = {}
     streams: dict[str, _TaskStream] = {}
     files: dict[str, _EventFile] = {}
 
@@ -138,6 +147,19 @@ def export_tensorboard(run_dir: Path, target: Path, progress: Progress | None = 
                     streams.setdefault(f"host:{host}", _TaskStream())
                     for name in HOST_FIELDS:
                         put(f"host:{host}", f"host/{name}", event.host.get(name), job_step, event.ts)
+                if host:
+                    for gpu in event.gpus:
+                        index = gpu.get("index")
+                        if type(index) is not int or event.ts - gpu_seen.get((host, index), -1e9) < HOST_EVERY_S:
+                            continue
+                        gpu_seen[(host, index)] = event.ts
+                        job_step = max((s.step for s in streams.values()), default=0)
+                        streams.setdefault(f"host:{host}", _TaskStream())
+                        for name in GPU_HEALTH_FIELDS:
+                            put(f"host:{host}", f"gpu{index}/{name}", gpu.get(name), job_step, event.ts)
+                        reasons = gpu.get("throttle")
+                        if isinstance(reasons, list):
+                            put(f"host:{host}", f"gpu{index}/throttle_reasons", len(reasons), job_step, event.ts)
                 put(task, "system/cpu_percent", event.cpu_percent, stream.step, event.ts)
                 put(task, "system/rss_bytes", event.rss_bytes, stream.step, event.ts)
                 for gpu in event.gpus:

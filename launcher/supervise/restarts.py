@@ -41,6 +41,7 @@ from launcher.supervise.decide import (
     TrackCrashes,
     decide,
 )
+from launcher.supervise.gpudrain import GpuFaults
 from launcher.supervise.hostworker import HostWorker
 from launcher.supervise.lifecycle import JobPhase, Lifecycle, PendingRestart, TaskRuntime
 from launcher.supervise.outputpolicy import OutputPolicy
@@ -82,6 +83,8 @@ class RestartOwner(SpecSource, Protocol):
     def life(self) -> Lifecycle: ...
     @property
     def checkpoints(self) -> CheckpointKeeper: ...
+    @property
+    def gpus(self) -> GpuFaults: ...
     def call(self, fn: Callable[[], None]) -> None: ...
     def after(self, delay: float, fn: Callable[[], None]) -> None: ...
     def publish(self, event: Event, line: str | None = None) -> None: ...
@@ -131,6 +134,12 @@ class Restarts:
                 self.on_task_state(sup.tasks[str(event.task)], event)
                 continue
             held.append(decoded)
+            if isinstance(event, ev.SampleEvent) and known:
+                faults = sup.gpus.faults_in(event)
+                if faults:  # named after the sample that showed them; a drain after both
+                    sup.publish_many(held)
+                    held = []
+                    sup.gpus.act(faults)
             if raised:  # log policies and NaN loss: conditions, maybe the job's end (on_nan = stop)
                 held.extend((condition, None) for condition in raised)
                 stop = sup.outputs.stop_reason()

@@ -32,6 +32,7 @@ from launcher.runstate import HostRecord, RunState, TaskRecord, host_to_json
 from launcher.supervise.attachstate import arm_watchdog, fold_task_states
 from launcher.supervise.checkpoints import CheckpointBook, CheckpointKeeper
 from launcher.supervise.core import Feed, LineFeed, Loop, Publisher
+from launcher.supervise.gpudrain import GpuFaults
 from launcher.supervise.hostloss import HostLoss
 from launcher.supervise.hostworker import HostWorker
 from launcher.supervise.lifecycle import Lifecycle, TaskRuntime
@@ -88,6 +89,7 @@ class Supervisor:
         self.end = Teardown(self)
         self.restarts = Restarts(self)
         self.hosts = HostLoss(self, self.links, self.restarts)  # hosts lost, drained or given notice: moves, shrinks
+        self.gpus = GpuFaults(self)  # GPUs that err: named on their tasks, their host drained to a spare
         self.stall_stacks = StallCapture(self)  # every task's stacks once per stall episode
         self.checkpoints = CheckpointKeeper(self)  # the tasks' checkpoints, their copies, one per restart
 

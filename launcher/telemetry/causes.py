@@ -29,6 +29,7 @@ from typing import Any
 from launcher import events as ev
 from launcher.agent.stackmodel import STATE_WORDS, Frame, TaskStacks, is_library
 from launcher.events import Event
+from launcher.telemetry.gpufaults import GpuFault
 from launcher.telemetry.jobview import LogLine, TaskLog
 from launcher.telemetry.signatures import ADDRESS, SIGNATURES, TASK_NAME, Signature
 
@@ -106,12 +107,16 @@ class ProcState:
 
 class OutputTails:
     """What the launcher keeps of each task's current incarnation to explain a failure: its last
-    `TAIL_LINES` output lines and the process state the latest stacks capture saw."""
+    `TAIL_LINES` output lines, the process state the latest stacks capture saw, and the latest
+    fault of a GPU on each host (``note_gpu_fault``): a task that fails on a host whose GPU erred
+    since the task started is said to have failed of it first."""
 
     def __init__(self) -> None:
         self._logs: dict[str, TaskLog] = {}
         self._starts: dict[str, int] = {}
         self._states: dict[str, ProcState] = {}
+        self._started_at: dict[str, float] = {}
+        self._gpu_faults: dict[str, GpuFault] = {}
 
     def _log(self, task: str) -> TaskLog:
         log = self._logs.get(task)
@@ -128,6 +133,7 @@ class OutputTails:
         elif isinstance(event, ev.StateEvent) and event.state == ev.STARTING:
             self._starts[event.task] = self._log(event.task).total
             self._states.pop(event.task, None)  # a new process: the old one's state says nothing of it
+            self._started_at[event.task] = event.ts
         elif isinstance(event, ev.SampleEvent) and event.proc_state:
             # the agent's sampler reads every task's process states each pass (T: a member stopped)
             self._states[event.task] = ProcState(event.proc_state, event.ts)
@@ -146,6 +152,16 @@ class OutputTails:
     @property
     def states(self) -> Mapping[str, ProcState]:
         return self._states
+
+    def note_gpu_fault(self, fault: GpuFault) -> None:
+        self._gpu_faults[fault.host] = fault
+
+    def gpu_fault(self, task: str, host: str | None) -> GpuFault | None:
+        """The latest GPU fault of ``host`` since ``task``'s current incarnation started, if any."""
+        fault = self._gpu_faults.get(host) if host else None
+        if fault is None or fault.seen < self._started_at.get(task, 0.0):
+            return None
+        return fault
 
 
 #: the agent's own reasons for a task that never ran its command: the cause as they say it
@@ -319,7 +335,9 @@ def with_cause(event: Event, tails: OutputTails, peers: PeerIndex) -> Event:
     if not isinstance(event, ev.StateEvent) or event.state != ev.FAILED or event.task is None or "cause" in event.data:
         return event
     cause = cause_of(event.data, tails.lines(event.task), peers, event.task, tails.states, event.ts)
-    data = {**event.data, "cause": cause.text}
+    fault = tails.gpu_fault(event.task, event.host)
+    text = f"{fault.text}; then {cause.text}" if fault is not None else cause.text
+    data = {**event.data, "cause": text}
     if cause.culprit:
         data["culprit"] = cause.culprit
     return replace(event, data=data)

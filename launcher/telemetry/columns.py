@@ -71,7 +71,8 @@ SPLIT_CELLS = 8
 STALE_STYLE = "bold black on yellow"
 NO_CHECKPOINT = "none yet"
 GREY = "dim"
-FLAG_NAMES = {ev.STALLED: "STALL", ev.STRAGGLER: "SLOW", ev.NAN_LOSS: "NAN", ev.LOG_POLICY: "LOG"}
+FLAG_NAMES = {ev.STALLED: "STALL", ev.STRAGGLER: "SLOW", ev.NAN_LOSS: "NAN", ev.LOG_POLICY: "LOG",
+              ev.GPU_ERROR: "GPU"}
 #: the stacked bar's letters (one a cell); the dashboard draws each as a coloured block
 SPLIT_LETTERS = {"input": "i", "compute": "c", "peers": "p", "other": "o"}
 SHORT_VERDICT = {"input-bound": "input", "compute-bound": "compute", "other-bound": "other", "balanced": "balanced",

@@ -18,6 +18,7 @@ from launcher import events as ev
 from launcher.events import Event
 from launcher.protocol.metricnames import STEP_IS_CALLS
 from launcher.telemetry import eventcheck
+from launcher.telemetry.hosttrends import HostTrends
 from launcher.telemetry.placementview import (  # noqa: F401  (their old home: readers import them from here)
     IMBALANCE_RATIO,
     ROLE_ORDER,
@@ -225,6 +226,10 @@ class JobView:
     roles: dict[str, dict[str, int]] = field(default_factory=dict)
     #: per host, its latest whole-machine reading: cpu_percent (of all cores), cpus, mem_used/total_bytes
     machines: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: per host, its network and GPU readings over the last minute or so (the hosts view's sparklines)
+    host_trends: HostTrends = field(default_factory=HostTrends)
+    #: per host, each GPU's latest entry by index (its use and health, as a sample carries it)
+    host_gpus: dict[str, dict[int, dict[str, Any]]] = field(default_factory=dict)
     #: the global step by event time (`global_steps_per_s`)
     global_step_rate: StepRate = field(default_factory=StepRate)
     notices: list[Notice] = field(default_factory=list)
@@ -521,6 +526,11 @@ class JobView:
         machine = event.host
         if machine is not None and task.host:
             self.machines[task.host] = machine
+        if task.host:
+            self.host_trends.add(task.host, event.ts, machine, event.gpus)
+            for gpu in event.gpus:
+                if type(gpu.get("index")) is int:
+                    self.host_gpus.setdefault(task.host, {})[gpu["index"]] = gpu
         task.cpu_percent = self.step_times.cpu[task.task_id] = event.cpu_percent
         if event.proc_state:
             self.step_times.proc_states[task.task_id] = event.proc_state
