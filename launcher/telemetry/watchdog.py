@@ -4,9 +4,10 @@
   the first step an incarnation reports (a task that reports no step cannot be judged: a
   parameter server, a script with autolog off and no ``[metrics]``); cleared when it advances.
 - straggler: a worker whose steps/s (`launcher.telemetry.steprate`, over a window ending now: a hung
-  worker is at 0) stays below ``straggler_ratio`` of the workers' median for
-  ``straggler_seconds`` (the profile's, default ``STRAGGLER_WINDOW_S``); cleared once it is back at or above that line. Judged only while at
-  least two workers report steps (under a ClusterCoordinator only the chief does).
+  worker is at 0) stays below ``straggler_ratio`` of the workers' median for ``straggler_seconds``
+  (the profile's, default ``STRAGGLER_WINDOW_S``); cleared once it is back at or above that line.
+  Judged only while at least two workers report steps (under a ClusterCoordinator only the chief
+  does).
 
 Pure logic on the caller's clock: the supervisor feeds it and publishes what ``check`` returns
 as ``condition`` events.
