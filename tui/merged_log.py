@@ -301,14 +301,14 @@ class MergedLogPanel(Vertical):
 
     def _update_title(self, view: JobView) -> None:
         selection, lines = self.selection, self.lines
-        title = f"merged log of all tasks  {len(selection.rows)}/{selection.kept} lines"
+        title = f"merged log  {len(selection.rows)}/{selection.kept} lines"
+        if selection.dropped:
+            title += f" ({selection.dropped} older dropped)"
         described = selection.filter.describe()
         if described:
             title += f"  filter: {described}"
-        if selection.dropped:
-            title += f"  ({selection.dropped} older lines dropped, the last {selection.kept} kept)"
         title += "  [following]" if lines.cursor_index is None and lines.back == 0 else \
-            "  [enter: the line's task log, end: follow]"
+            "  [enter: its task's log, end: follow]"
         message = self.message
         if not message and selection.filter.tasks:
             unknown = selection.filter.tasks.unmatched(view.tasks)

@@ -201,7 +201,7 @@ async def test_older_lines_are_dropped_and_the_title_says_so() -> None:
         await _open(pilot, app, len(events))
         assert _texts(app) == IN_TIME_ORDER[-4:]
         assert "4/4 lines" in app.widgets.merged_panel.title
-        assert "3 older lines dropped" in app.widgets.merged_panel.title
+        assert "(3 older dropped)" in app.widgets.merged_panel.title
 
 
 async def test_a_replay_shows_the_merged_log_and_starts_it_over_when_it_goes_back(tmp_path: Path) -> None:
