@@ -28,6 +28,7 @@ from textual.widgets import Input
 from tui.actions import JobActions
 from tui.frame import FLUSH_HZ, RATE_CHART_MIN_HEIGHT, DashboardState, DashboardWidgets, dashboard_widgets
 from tui.log_pane import SHOW_STARTUP_KEY
+from tui.merged_log import MergedLogLines
 from tui.replay import SPEEDS
 from tui.screens import HelpScreen
 from tui.task_table import TaskTable
@@ -40,6 +41,9 @@ DASHBOARD_BINDINGS: list[Binding | tuple[str, str] | tuple[str, str, str]] = [
     Binding("h", "toggle_view('hosts')", "Hosts", id="view.hosts"),
     Binding("e", "toggle_view('timeline')", "Timeline", id="view.timeline"),
     Binding("p", "toggle_view('placement')", "Placement", id="view.placement"),
+    Binding("L", "toggle_view('merged')",
+            "Merged log of all tasks (/ filters: task=worker:* level=stderr|warn REGEX; enter opens a line's task log)",
+            id="view.merged", show=False),
     Binding("slash", "filter_tasks", "Filter tasks", id="tasks.filter", key_display="/"),
     Binding("s", "sort", "Sort", id="tasks.sort"),
     Binding("t", "toggle_x_axis", "Loss chart: step/time axis", id="chart.x_axis", show=False),
@@ -117,6 +121,9 @@ class DashboardScreen(Screen[None]):
             with state.lock:
                 w.table.set_filter(state.view, message.value)
                 self.drawing.fit_table()
+        elif message.input.id == "merged-filter":
+            with state.lock:
+                w.merged_panel.set_filter(state.view, message.value)
 
     def on_input_submitted(self, message: Input.Submitted) -> None:
         w = self.widgets
@@ -125,14 +132,36 @@ class DashboardScreen(Screen[None]):
         elif message.input.id == "task-filter":
             w.task_filter.display = bool(message.value.strip())  # a kept filter stays in sight
             w.table.focus()
+        elif message.input.id == "merged-filter":
+            w.merged_panel.close_filter(kept=True)
 
     def on_log_pane_search_closed(self) -> None:
         self.widgets.table.focus()
+
+    def on_merged_log_lines_jump(self, message: MergedLogLines.Jump) -> None:
+        """Enter on a merged-log line: that task selected, its own log paused at that line."""
+        state, w = self.state, self.widgets
+        w.views.current = "dashboard"
+        with state.lock:
+            if not w.table.select_task(message.task):  # hidden by the table's filter: clear it
+                w.task_filter.value = ""
+                w.task_filter.display = False
+                w.table.set_filter(state.view, "")
+                self.drawing.fit_table()
+                w.table.select_task(message.task)
+            self.drawing.select(message.task)
+            found = w.log_pane.reveal(state.view, message.task, message.number)
+        w.table.focus()
+        if not found:
+            self.notify(f"{message.task}'s log no longer keeps that line (it keeps its last lines only)",
+                        severity="warning")
 
     def on_key(self, event: events.Key) -> None:
         """Escape closes the task filter (clearing it) and goes back to the table (the log pane
         closes its own search)."""
         w = self.widgets
+        if w.views.current == "merged":  # the merged log has its own filter; escape there is its own
+            return
         if event.key == "escape" and (w.task_filter.has_focus or w.task_filter.display):
             w.task_filter.value = ""  # Input.Changed clears the table's filter
             w.task_filter.display = False
@@ -149,7 +178,7 @@ class DashboardScreen(Screen[None]):
         self.widgets.dashboard.toggle_class("logs-only")
 
     def action_toggle_view(self, name: str) -> None:
-        """`h`, `e`, `p`: show that view, or go back to the dashboard when it is already shown."""
+        """`h`, `e`, `p`, `L`: show that view, or go back to the dashboard when it is already shown."""
         state, w = self.state, self.widgets
         if w.views.current == name:
             w.views.current = "dashboard"
@@ -165,6 +194,9 @@ class DashboardScreen(Screen[None]):
             elif name == "timeline":
                 w.timeline_panel.sync(state.view)
                 w.timeline_panel.focus()
+            elif name == "merged":
+                w.merged_panel.sync(state.view)
+                w.merged_panel.lines.focus()
 
     def action_filter_tasks(self) -> None:
         self.widgets.views.current = "dashboard"

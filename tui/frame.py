@@ -28,6 +28,7 @@ from tui.charts import LossChart, RateChart, TaskSparklines
 from tui.header import JobHeader
 from tui.hosts_view import HostsPanel
 from tui.log_pane import LogPane
+from tui.merged_log import MergedLogPanel
 from tui.placement_view import PlacementPanel
 from tui.replay import ReplaySource
 from tui.task_table import TaskTable
@@ -116,7 +117,8 @@ class DashboardResult:
 
 
 def dashboard_widgets() -> ComposeResult:
-    """The widget tree: the header, the views (the dashboard, placement, hosts, timeline), the footer."""
+    """The widget tree: the header, the views (the dashboard, placement, hosts, timeline, the merged
+    log), the footer."""
     yield JobHeader(id="header")
     with ContentSwitcher(initial="dashboard", id="views"):
         with Vertical(id="dashboard"):
@@ -132,6 +134,7 @@ def dashboard_widgets() -> ComposeResult:
         yield PlacementPanel(id="placement")
         yield HostsPanel(id="hosts")
         yield TimelinePanel(id="timeline")
+        yield MergedLogPanel(id="merged")
     yield Footer()
 
 
@@ -148,6 +151,7 @@ class DashboardWidgets:
     placement_panel: PlacementPanel
     hosts_panel: HostsPanel
     timeline_panel: TimelinePanel
+    merged_panel: MergedLogPanel
     task_filter: Input
     views: ContentSwitcher
     dashboard: Vertical
@@ -158,5 +162,5 @@ class DashboardWidgets:
         return cls(root.query_one(TaskTable), root.query_one(LogPane), root.query_one(JobHeader),
                    root.query_one(LossChart), root.query_one(RateChart), root.query_one(TaskSparklines),
                    root.query_one(PlacementPanel), root.query_one(HostsPanel), root.query_one(TimelinePanel),
-                   root.query_one("#task-filter", Input), root.query_one(ContentSwitcher),
-                   root.query_one("#dashboard", Vertical))
+                   root.query_one(MergedLogPanel), root.query_one("#task-filter", Input),
+                   root.query_one(ContentSwitcher), root.query_one("#dashboard", Vertical))

@@ -24,6 +24,9 @@ SHOWN_ON_SWITCH = 500
 """Lines written when the selection or the search changes: enough scroll-back, cheap to draw."""
 
 
+REVEALED = Style(reverse=True)
+"""The line the merged log opened this log at."""
+
 SHOW_STARTUP_KEY = "v"
 """The key that shows / hides TensorFlow's start-up lines (bound in tui/app.py)."""
 
@@ -58,6 +61,7 @@ class LogLines(Widget):
         #: entries ever appended: entry number n is kept while n >= appended - len(entries)
         self.appended = 0
         self._base_style = Style()
+        self._bring_into_sight: int | None = None  # an entry number, placed at the next paint
 
     @property
     def texts(self) -> list[Text]:
@@ -91,6 +95,12 @@ class LogLines(Widget):
         self.refresh()
         return True
 
+    def keep_in_sight(self, number: int) -> None:
+        """Scroll so that entry ``number`` (counted by `appended`) is in the middle of the view,
+        once its height is known (at the next paint)."""
+        self._bring_into_sight = number
+        self.refresh()
+
     def _max_back(self, count: int) -> int:
         return max(0, count - self.size.height)
 
@@ -104,6 +114,11 @@ class LogLines(Widget):
 
     def render_lines(self, crop: Region) -> list[Strip]:
         self._base_style = self.rich_style  # walks the DOM: once per paint, not once per line
+        if self._bring_into_sight is not None and self.size.height:
+            index = self._bring_into_sight - (self.appended - len(self.entries))
+            first = index - self.size.height // 2
+            self.back = max(0, min(len(self.entries) - self.size.height - first, self._max_back(len(self.entries))))
+            self._bring_into_sight = None
         return super().render_lines(crop)
 
     def render_line(self, y: int) -> Strip:
@@ -198,6 +213,34 @@ class LogPane(Vertical):
             self._seen_total = log.total
         self._update_title(view)
 
+    def reveal(self, view: JobView, task_id: str, number: int) -> bool:
+        """Show ``task_id``'s log paused at its line ``number`` (`TaskLog.total` when it was added),
+        marked and in the middle of the view; the search is cleared. False (and the log as
+        `show_task` shows it) when the task's log no longer keeps that line."""
+        self.search_query = ""
+        self.search_input.value = ""  # its Input.Changed then finds the query already cleared
+        self.search_input.display = False
+        self.paused = True
+        self.show_task(view, None)
+        self.task_id = task_id
+        log = view.log(task_id)
+        index = number - (log.total - len(log.lines))
+        if not 0 <= index < len(log.lines):
+            self.show_task(view, task_id)
+            return False
+        lines = list(log.lines)
+        self._write(lines[max(0, index - SHOWN_ON_SWITCH):index])
+        self._startup.hides(lines[index].line)  # it is shown whatever it is: the user asked for it
+        marked = log_text(lines[index], "")
+        marked.stylize(REVEALED)
+        widget = self.lines
+        widget.append([marked])
+        widget.keep_in_sight(widget.appended - 1)
+        self._write(lines[index + 1:])
+        self._seen_total = log.total
+        self._update_title(view)
+        return True
+
     def sync(self, view: JobView) -> None:
         """Write the lines that arrived since the last call, unless paused."""
         if self.task_id is not None and not self.paused:
@@ -233,9 +276,13 @@ class LogPane(Vertical):
 
     def set_paused(self, view: JobView, paused: bool) -> None:
         self.paused = paused
+        if not paused:
+            self.lines.back = 0  # following is following the newest lines
         self.sync(view)
 
     def set_query(self, view: JobView, query: str) -> None:
+        if query == self.search_query:
+            return
         self.search_query = query
         self.show_task(view, self.task_id)
 

@@ -268,6 +268,15 @@ class TaskTable(ScrollView, can_focus=True):
         self._scroll_to_cursor()
         self.post_message(self.RowHighlighted(self.row_keys[row]))
 
+    def select_task(self, task_id: str) -> bool:
+        """Put the cursor on ``task_id``'s row; False when the filter hides it (or it is unknown)."""
+        row = self._row_of.get(task_id)
+        if row is None:
+            return False
+        self.move_cursor(row)
+        self._user_moved = True  # an explicit choice, also when the cursor was already there
+        return True
+
     def _scroll_to_cursor(self) -> None:
         body = max(1, self.size.height - 1)
         top = int(self.scroll_offset.y)

@@ -70,6 +70,8 @@ class DashboardDrawing:
                 w.hosts_panel.sync(view)
             elif current == "timeline":
                 w.timeline_panel.sync(view)
+            elif current == "merged":
+                w.merged_panel.sync(view)
             placement = w.placement_panel
             if view.placement_dirty and placement.display:
                 view.placement_dirty = False

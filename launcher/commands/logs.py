@@ -4,7 +4,8 @@
 ``logs RUN --all [--grep REGEX] [--task T ...] [--stderr] [-f]`` reads the run's ``log`` events
 (events.jsonl holds every line with its time and stream), so lines of all tasks come in the order
 they were printed, each with its time and task: ``12:01:02.345 worker:1  loss 0.3``; lines on
-stderr carry ``!`` after the task. ``--task`` takes task ids or role names (``worker``).
+stderr carry ``!`` after the task. ``--task`` takes task ids, role names (``worker``) or globs
+(``worker:*``).
 ``--follow`` goes on reading new lines until the run's supervisor is gone.
 """
 
@@ -12,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import re
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -26,6 +26,7 @@ from launcher.rundir import EVENTS_FILE
 from launcher.runlookup import find_run, skipped_note
 from launcher.runstate import RunState, load_run_state
 from launcher.telemetry.eventcheck import decode_checked
+from launcher.telemetry.mergedlog import FilterError, LogFilter, TaskSet, clock_ms, compile_regex
 
 FOLLOW_POLL_S = 0.25
 
@@ -59,36 +60,23 @@ def run_logs(args: argparse.Namespace) -> int:
 
 def line_filter(state: RunState, tasks: list[str], pattern: str | None,
                 stderr_only: bool) -> Callable[[ev.LogEvent], bool]:
-    """Which log events ``--task``, ``--grep`` and ``--stderr`` keep (a mistake: UserError)."""
-    wanted: set[str] = set()
-    for item in (t.strip() for spec in tasks for t in spec.split(",")):
-        if not item:
-            continue
-        if item in state.tasks:
-            wanted.add(item)
-        elif any(t.split(":")[0] == item for t in state.tasks):
-            wanted.update(t for t in state.tasks if t.split(":")[0] == item)
-        else:
-            raise UserError(f"run {state.run_id} has no task or role {item!r}; its tasks: " + ", ".join(state.tasks))
+    """Which log events ``--task``, ``--grep`` and ``--stderr`` keep (a mistake: UserError); the
+    filter is the dashboard's (`launcher/telemetry/mergedlog.py`)."""
+    wanted = TaskSet.parse(tasks)
+    unknown = wanted.unmatched(state.tasks)
+    if unknown:
+        raise UserError(f"run {state.run_id} has no task or role {unknown[0]!r}; its tasks: " + ", ".join(state.tasks))
     try:
-        regex = re.compile(pattern) if pattern else None
-    except re.error as exc:
-        raise UserError(f"--grep {pattern!r} is no regex ({exc}); quote it, e.g. --grep 'loss [0-9.]+'") from None
-
-    def keep(event: ev.LogEvent) -> bool:
-        if wanted and event.task not in wanted:
-            return False
-        if stderr_only and event.stream != "stderr":
-            return False
-        return regex is None or regex.search(event.line) is not None
-
-    return keep
+        regex = compile_regex(pattern) if pattern else None
+    except FilterError as exc:
+        raise UserError(f"--grep {exc}; quote it, e.g. --grep 'loss [0-9.]+'") from None
+    log_filter = LogFilter(wanted, regex, "stderr" if stderr_only else "all")
+    return lambda event: log_filter.keeps(event.task, event.stream, event.line)
 
 
 def merged_line(event: ev.LogEvent, width: int) -> str:
-    stamp = time.strftime("%H:%M:%S", time.localtime(event.ts)) + f".{int(event.ts * 1000) % 1000:03d}"
     task = f"{event.task or ''}{'!' if event.stream == 'stderr' else ''}"
-    return f"{stamp} {task:<{width}}  {event.line}"
+    return f"{clock_ms(event.ts)} {task:<{width}}  {event.line}"
 
 
 def _merged(path: Path, state: RunState, args: argparse.Namespace) -> int:
@@ -103,7 +91,7 @@ def _merged(path: Path, state: RunState, args: argparse.Namespace) -> int:
             skipped += 1
         elif event is not None and keep(event):
             now.append(event)
-    for event in sorted(now, key=lambda e: e.ts):
+    for event in sorted(now, key=lambda e: e.ts):  # stable: lines of one time as they arrived
         sys.stdout.write(merged_line(event, width) + "\n")
     sys.stdout.flush()
     if args.follow:

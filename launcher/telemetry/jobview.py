@@ -19,6 +19,7 @@ from launcher.events import Event
 from launcher.protocol.metricnames import STEP_IS_CALLS
 from launcher.telemetry import eventcheck
 from launcher.telemetry.hosttrends import HostTrends
+from launcher.telemetry.mergedlog import MergedLog
 from launcher.telemetry.placementview import (  # noqa: F401  (their old home: readers import them from here)
     IMBALANCE_RATIO,
     ROLE_ORDER,
@@ -218,6 +219,8 @@ class JobView:
     last_ts: float | None = None
     tasks: dict[str, TaskView] = field(default_factory=dict)
     logs: dict[str, TaskLog] = field(default_factory=dict)
+    #: every task's lines together, as they arrived (the dashboard's merged log, `L`)
+    merged_log: MergedLog = field(default_factory=MergedLog)
     placement: PlacementView = field(default_factory=PlacementView)
     hosts_down: set[str] = field(default_factory=set)
     #: each host's latest `host` event: (state, reason, time)
@@ -356,7 +359,9 @@ class JobView:
         elif isinstance(event, ev.SampleEvent):
             self._apply_sample(task, event)
         elif isinstance(event, ev.LogEvent):
-            self.log(event.task).add(LogLine(event.stream, event.line, event.ts))
+            log = self.log(event.task)
+            self.merged_log.add(event.task, log.total, event.ts, event.stream, event.line)
+            log.add(LogLine(event.stream, event.line, event.ts))
         elif isinstance(event, ev.PlacementEvent):
             self.placement.apply(event.variables)
             self.placement_dirty = True

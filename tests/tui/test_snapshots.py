@@ -1,5 +1,5 @@
-"""Snapshots of the main screen, the hosts, timeline and placement views and the quit dialog (fixed
-clock, recorded job).
+"""Snapshots of the main screen, the hosts, timeline, placement and merged log views and the quit
+dialog (fixed clock, recorded job).
 
 Update after an intended change with: pytest tests/tui/test_snapshots.py --snapshot-update
 """
@@ -51,6 +51,14 @@ def test_hosts_view(snap_compare, size) -> None:
 @pytest.mark.parametrize("size", SIZES)
 def test_timeline_view(snap_compare, size) -> None:
     events, run_before = loaded("e")
+    app = make_app(events, control=RecordingControl())
+    assert snap_compare(app, terminal_size=size, run_before=run_before)
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_merged_log_view(snap_compare, size) -> None:
+    """`L` with a regex typed in its filter: the matches highlighted, stderr marked."""
+    events, run_before = loaded("L", "slash", *"loss|batch 1|OOM", "enter")
     app = make_app(events, control=RecordingControl())
     assert snap_compare(app, terminal_size=size, run_before=run_before)
 
