@@ -35,9 +35,9 @@ ROLES = ("chief", "ps", "worker", "evaluator")
 START_ORDER = ("ps", "worker", "evaluator", "chief")
 #: what [notify] can tell about before a job dies (launcher/supervise/alerts.py)
 ALERT_NAMES = ("stall", "straggler", "nan", "host_unreachable", "host_lost", "moved", "drained", "throughput_drop",
-               "gpu_idle", "disk_low", "checkpoint_old")
+               "gpu_idle", "gpu_error", "disk_low", "checkpoint_old")
 #: ...and what it tells about with no ``on`` key, besides task failures and the job's end
-DEFAULT_ALERTS = ("stall", "nan", "host_lost", "moved")
+DEFAULT_ALERTS = ("stall", "nan", "host_lost", "moved", "gpu_error")
 
 
 @dataclass(frozen=True)

@@ -258,7 +258,8 @@ NOTIFY_KEYS = Table(
             pattern=WEBHOOK_PATTERN),
         Key("on", "string_list", "Alerts told when they start and when they clear, besides task failures and "
             "the job's end: stall, straggler, nan, host_unreachable, host_lost, moved, drained, throughput_drop, "
-            "gpu_idle, disk_low, checkpoint_old.", default=["stall", "nan", "host_lost", "moved"],
+            "gpu_idle, gpu_error, disk_low, checkpoint_old.",
+            default=["stall", "nan", "host_lost", "moved", "gpu_error"],
             expected='a list of alert names, e.g. ["stall", "nan", "throughput_drop"]', item_pattern=ALERT_PATTERN),
         Key("throughput_drop_percent", "number", "throughput_drop: how far below the run's own recent steps/s.",
             default=50.0, positive=True, maximum=100),

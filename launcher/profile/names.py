@@ -30,8 +30,8 @@ ADDRESS_PATTERN = r"^\s*[A-Za-z0-9_.:%\[\],][A-Za-z0-9_.:%\[\],-]*\s*$"
 #: a [notify] webhook: an http(s) URL, no spaces
 WEBHOOK_PATTERN = r"^https?://\S+$"
 #: one name of ``[notify] on`` (launcher/model.py ALERT_NAMES)
-ALERT_PATTERN = (r"^(stall|straggler|nan|host_unreachable|host_lost|moved|drained|throughput_drop|gpu_idle|disk_low"
-                 r"|checkpoint_old)$")
+ALERT_PATTERN = (r"^(stall|straggler|nan|host_unreachable|host_lost|moved|drained|throughput_drop|gpu_idle"
+                 r"|gpu_error|disk_low|checkpoint_old)$")
 _USER_CHARS = "letters, digits and . _ - @ +"
 _USER_CHAR = r"[A-Za-z0-9_.@+-]"
 _ADDRESS_CHARS = "letters, digits and . _ - : % [ ] ,"

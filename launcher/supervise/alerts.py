@@ -9,6 +9,8 @@ notifier (``notify.py``) does, rate-limited.
 What each alert reads:
 
 - ``stall``, ``straggler``, ``nan``: the watchdog's ``condition`` events (stalled, straggler, nan_loss);
+- ``gpu_error``: the ``gpu_error`` condition (an Xid or uncorrectable ECC errors on a GPU the task
+  holds, ``supervise/gpudrain.py``); it clears when the task restarts or ends;
 - ``host_unreachable``, ``host_lost``, ``drained``: ``host`` events; a host ``up`` again clears;
 - ``moved``: a task's first ``running`` state after a move (``moved_from``);
 - ``throughput_drop``: the job's global step (the largest any task reports): its rate over the last
@@ -40,14 +42,15 @@ MOVED = "moved"
 DRAINED = "drained"
 THROUGHPUT_DROP = "throughput_drop"
 GPU_IDLE = "gpu_idle"
+GPU_ERROR = "gpu_error"
 DISK_LOW = "disk_low"
 CHECKPOINT_OLD = "checkpoint_old"
-ALERTS = (STALL, STRAGGLER, NAN, HOST_UNREACHABLE, HOST_LOST, MOVED, DRAINED, THROUGHPUT_DROP, GPU_IDLE, DISK_LOW,
-          CHECKPOINT_OLD)
+ALERTS = (STALL, STRAGGLER, NAN, HOST_UNREACHABLE, HOST_LOST, MOVED, DRAINED, THROUGHPUT_DROP, GPU_IDLE, GPU_ERROR,
+          DISK_LOW, CHECKPOINT_OLD)
 assert ALERTS == ALERT_NAMES and set(DEFAULT_ALERTS) <= set(ALERTS)
 ONE_SHOT = (MOVED, DRAINED)
 #: the watchdog's condition names -> the alert each one is
-CONDITION_ALERTS = {ev.STALLED: STALL, ev.STRAGGLER: STRAGGLER, ev.NAN_LOSS: NAN}
+CONDITION_ALERTS = {ev.STALLED: STALL, ev.STRAGGLER: STRAGGLER, ev.NAN_LOSS: NAN, ev.GPU_ERROR: GPU_ERROR}
 #: a GPU below this utilisation is idle
 IDLE_PERCENT = 5.0
 #: windows of history the throughput reference is the median of, and the fewest it needs
@@ -157,7 +160,7 @@ class AlertWatch:
         elif event.state in ev.FINAL_TASK_STATES or event.state == ev.RESTARTING:
             self._running_since.pop(task, None)
             self._idle_since.pop(task, None)
-            for name in (GPU_IDLE, CHECKPOINT_OLD):
+            for name in (GPU_IDLE, GPU_ERROR, CHECKPOINT_OLD):
                 out += self._set(name, task, False, f"{task} is {event.state}", event.ts)
         return out
 

@@ -22,6 +22,9 @@ from tests.integration.jobtools import (
     wait_for_event,
 )
 from tests.profiles import build_profile, local_host
+from tests.webhook import Webhook
+
+pytestmark = pytest.mark.slow
 
 #: pynvml as a host with one healthy GPU answers it, until ``FLAG`` exists: then host b's agent
 #: (its working directory is its host run dir, ``hosts/b``) gets one Xid 79 on GPU 0
@@ -80,7 +83,7 @@ def run_id(request: pytest.FixtureRequest) -> Iterator[str]:
     kill_run_processes(rid)
 
 
-def _profile(tmp: Path, spares: list[str]) -> Path:
+def _profile(tmp: Path, spares: list[str], notify: dict[str, Any] | None = None) -> Path:
     hosts = [local_host(name, tf_address=f"127.0.0.{i + 2}", gpus=[0]) for i, name in enumerate("abc")]
     return build_profile(tmp / "gpu.toml", name="it-gpu-drain", strategy="custom", orphan_grace=10,
                          top=f"sample_interval = 0.5\nspares = {json.dumps(spares)}\n",
@@ -88,7 +91,7 @@ def _profile(tmp: Path, spares: list[str]) -> Path:
                          hosts=hosts if spares else hosts[:2],
                          roles={"worker": {"count": 2, "hosts": ["a", "b"], "gpus_per_task": 1,
                                            "command": TICKER % 200}},
-                         metrics={"step": r"tick (\d+)"})
+                         metrics={"step": r"tick (\d+)"}, notify=notify)
 
 
 def _ticking(run_dir: Path, task: str, at_least: int) -> bool:
@@ -110,9 +113,11 @@ def _gpu_conditions(events: list[dict[str, Any]]) -> list[tuple[str, str]]:
 
 
 @pytest.mark.timeout(180)
-def test_an_xid_79_drains_the_host_to_the_spare(tmp_path: Path, run_id: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_xid_79_drains_the_host_to_the_spare(tmp_path: Path, run_id: str, monkeypatch: pytest.MonkeyPatch,
+                                                hook: Webhook) -> None:
     flag = _fake_nvml(tmp_path, monkeypatch)
-    proc, run_dir = launch_up(tmp_path, _profile(tmp_path, ["c"]), run_id)
+    # [notify] with a webhook and nothing more: a GPU error is told by default
+    proc, run_dir = launch_up(tmp_path, _profile(tmp_path, ["c"], notify={"webhook": hook.url}), run_id)
     wait_for(lambda: _ticking(run_dir, "worker:1", 3), 90, "worker:1 ticking on b")
     flag.write_text("now")
     moved = wait_for_event(run_dir, lambda e: e["kind"] == "state" and e["task"] == "worker:1"
@@ -128,6 +133,13 @@ def test_an_xid_79_drains_the_host_to_the_spare(tmp_path: Path, run_id: str, mon
     code = finish_up(proc, tmp_path, 90)
     assert code == 0, (tmp_path / "up.log").read_text()[-3000:]
     assert not any(e["kind"] == "state" and e["state"] == "failed" for e in read_events(run_dir))
+    alerts = hook.alerts()
+    # told as it happened, cleared as the task left the broken GPU, then the move
+    assert alerts[:3] == [("gpu_error", "1", "worker:1"), ("gpu_error", "0", "worker:1"),
+                          ("moved", "1", "worker:1")], hook.posts
+    assert alerts.count(("gpu_error", "1", "worker:1")) == 1, hook.posts
+    told = next(p for p in hook.posts if p.get("alert") == "gpu_error")
+    assert told["figure"] == said and told["host"] == "b", told
 
 
 @pytest.mark.timeout(180)

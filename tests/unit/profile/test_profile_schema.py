@@ -396,5 +396,5 @@ def test_check_says_a_notify_command_is_set_without_showing_it(tmp_path: Path,
     assert main(["check", "--no-remote", str(path)]) == 0
     out = capsys.readouterr().out
     assert ("[notify] command on each task failure, at the job's end, and when these start and clear: "
-            "stall, nan, host_lost, moved (bounded by 5s)") in out
+            "stall, nan, host_lost, moved, gpu_error (bounded by 5s)") in out
     assert "s3cret" not in out

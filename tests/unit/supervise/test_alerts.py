@@ -12,7 +12,7 @@ from launcher.supervise.notify import BURST, Notifier
 
 RUN = "r1"
 ALL = ("stall", "straggler", "nan", "host_unreachable", "host_lost", "moved", "drained", "throughput_drop",
-       "gpu_idle", "disk_low", "checkpoint_old")
+       "gpu_idle", "gpu_error", "disk_low", "checkpoint_old")
 
 
 def feed(watch: AlertWatch, events: list[ev.Event]) -> list[tuple[str, str, bool]]:
@@ -42,6 +42,18 @@ def test_watchdog_conditions_start_and_clear_once_each_and_unchosen_ones_are_sil
         ev.condition_event(RUN, "worker:1", ev.STALLED, False, "steps again", ts=50),
     ])
     assert got == [("stall", "worker:1", True), ("stall", "worker:1", False)]
+
+
+def test_a_gpu_error_is_told_once_with_its_words_and_clears_when_the_task_restarts() -> None:
+    watch = AlertWatch(NotifyConfig().on)  # told with no `on` key
+    fault = "GPU 0 on b: Xid 79 (fell off the bus)"
+    alerts = [a for e in [running("worker:1", 1, host="b"),
+                          ev.condition_event(RUN, "worker:1", ev.GPU_ERROR, True, fault, ts=2),
+                          ev.condition_event(RUN, "worker:1", ev.GPU_ERROR, True, fault, ts=3),
+                          ev.state_event(RUN, "worker:1", ev.RESTARTING, ts=4)] for a in watch.feed(e)]
+    assert [(a.name, a.subject, a.active) for a in alerts] == [("gpu_error", "worker:1", True),
+                                                               ("gpu_error", "worker:1", False)]
+    assert alerts[0].figure == fault and alerts[0].host == "b"
 
 
 def test_hosts_unreachable_lost_and_back_and_a_move_is_one_shot() -> None:
