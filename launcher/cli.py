@@ -237,6 +237,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--task", dest="task_filter", action="append", metavar="TASK",
                    help="with --all: only these tasks or roles (worker:1, ps; repeatable or comma-separated)")
     p.add_argument("--stderr", action="store_true", help="with --all: only lines the tasks wrote to stderr")
+    p.add_argument("--level", choices=("all", "stderr", "warn"), default=None,
+                   help="with --all: stderr (as --stderr), or warn: warnings, errors and tracebacks on either "
+                        "stream (the dashboard's level=warn)")
     p.set_defaults(handler=_logs)
 
     p = sub.add_parser("restart", help="restart one task by hand")

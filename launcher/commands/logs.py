@@ -1,7 +1,7 @@
 """``distlaunch logs``: one task's output, or every task's merged in time order.
 
 ``logs RUN TASK [-f]`` prints the task's log file (``logs/<task>.log``) as written.
-``logs RUN --all [--grep REGEX] [--task T ...] [--stderr] [-f]`` reads the run's ``log`` events
+``logs RUN --all [--grep REGEX] [--task T ...] [--stderr | --level warn] [-f]`` reads the run's ``log`` events
 (events.jsonl holds every line with its time and stream), so lines of all tasks come in the order
 they were printed, each with its time and task: ``12:01:02.345 worker:1  loss 0.3``; lines on
 stderr carry ``!`` after the task. ``--task`` takes task ids, role names (``worker``) or globs
@@ -34,7 +34,7 @@ FOLLOW_POLL_S = 0.25
 def run_logs(args: argparse.Namespace) -> int:
     path = find_run(args.run)
     state = load_run_state(path)
-    if args.all or args.grep or args.task_filter or args.stderr:
+    if args.all or args.grep or args.task_filter or args.stderr or args.level:
         if args.task is not None:
             raise UserError(f"give a task ({args.task}) or --all, not both; --task {args.task} picks one in --all")
         return _merged(path, state, args)
@@ -59,9 +59,9 @@ def run_logs(args: argparse.Namespace) -> int:
 
 
 def line_filter(state: RunState, tasks: list[str], pattern: str | None,
-                stderr_only: bool) -> Callable[[ev.LogEvent], bool]:
-    """Which log events ``--task``, ``--grep`` and ``--stderr`` keep (a mistake: UserError); the
-    filter is the dashboard's (`launcher/telemetry/mergedlog.py`)."""
+                level: str = "all") -> Callable[[ev.LogEvent], bool]:
+    """Which log events ``--task``, ``--grep`` and ``--level`` (``--stderr``) keep (a mistake:
+    UserError); the filter is the dashboard's (`launcher/telemetry/mergedlog.py`)."""
     wanted = TaskSet.parse(tasks)
     unknown = wanted.unmatched(state.tasks)
     if unknown:
@@ -70,7 +70,7 @@ def line_filter(state: RunState, tasks: list[str], pattern: str | None,
         regex = compile_regex(pattern) if pattern else None
     except FilterError as exc:
         raise UserError(f"--grep {exc}; quote it, e.g. --grep 'loss [0-9.]+'") from None
-    log_filter = LogFilter(wanted, regex, "stderr" if stderr_only else "all")
+    log_filter = LogFilter(wanted, regex, level)
     return lambda event: log_filter.keeps(event.task, event.stream, event.line)
 
 
@@ -80,7 +80,9 @@ def merged_line(event: ev.LogEvent, width: int) -> str:
 
 
 def _merged(path: Path, state: RunState, args: argparse.Namespace) -> int:
-    keep = line_filter(state, args.task_filter or [], args.grep, args.stderr)
+    if args.stderr and args.level not in (None, "stderr"):
+        raise UserError(f"give --stderr or --level {args.level}, not both")
+    keep = line_filter(state, args.task_filter or [], args.grep, "stderr" if args.stderr else args.level or "all")
     width = max((len(t) for t in state.tasks), default=8) + 1
     skipped = 0
     # what is there now, sorted by time (hosts' lines reach the launcher a little out of order);

@@ -26,6 +26,8 @@ for turn in range(3):
     print("turn %d from worker %d" % (turn, me), flush=True)
     if turn == 1:
         print("warning %d from worker %d" % (turn, me), file=sys.stderr, flush=True)
+    if turn == 2 and me == 1:
+        print("ERROR: checkpoint %d of worker %d was not written" % (turn, me), flush=True)
     open(os.path.join(marks, "w%d-%d" % (me, turn)), "w").close()
     if me == 0:
         wait_for("w1-%d" % turn)
@@ -56,6 +58,12 @@ def test_every_tasks_lines_in_time_order_with_filters(tmp_path: Path) -> None:
     errs = cli("logs", str(run_dir), "--all", "--stderr")
     assert [line.split(None, 2)[1:] for line in errs.stdout.splitlines()] == [
         ["worker:0!", "warning 1 from worker 0"], ["worker:1!", "warning 1 from worker 1"]]
+    # the dashboard's level=warn: an ERROR on stdout is one, a lower-case "warning" on stderr is not
+    warned = cli("logs", str(run_dir), "--all", "--level", "warn")
+    assert [line.split(None, 2)[1:] for line in warned.stdout.splitlines()] == [
+        ["worker:1", "ERROR: checkpoint 2 of worker 1 was not written"]], warned.stdout
+    both = cli("logs", str(run_dir), "--all", "--stderr", "--level", "warn")
+    assert both.returncode == 2 and "give --stderr or --level warn, not both" in both.stderr
     one = cli("logs", str(run_dir), "--all", "--task", "worker:1", "--grep", r"turn [02]")
     assert [line.split(None, 2)[2] for line in one.stdout.splitlines()] == [
         "turn 0 from worker 1", "turn 2 from worker 1"]
