@@ -22,20 +22,31 @@ ports picked at launch) are spread over them in order. For each size, alternatin
   ``docker run`` client started); and ``first line``, bare and in containers: until every task's
   command printed its first line, i.e. its process runs inside its started container.
 
+With ``--grid HOSTS --per-host TASKS`` (e.g. ``--grid 1,4,16,32 --per-host 1,16,64``) it runs
+instead one ``up`` per (hosts, tasks per host) pair, with ``pdsh/host`` beside each, prints the
+phase split each ``up`` recorded in its state.json (``launch``, launcher/remote/launchclock.py:
+the median host's seconds from the process start to imports, fork, connect, agent (sent or
+cached), preflight, start sent, spawned, first running) and fits ``total = fixed + per_host *
+hosts + per_task * tasks`` by least squares over all pairs: the cost of one more host and of one
+more task (issue 60).
+
 Targets (issue 11): 64 tasks ``up total`` <= 2x ``pdsh/host`` and the launch part <= 1.3x; 64 vs 4
 tasks <= 1.5x.
 
 Run: ``.venv/bin/python benchmarks/launch_fanout.py [--sizes 4,16,64] [--hosts 4] [--repeats 3]
-[--transport openssh] [--container [IMAGE]]`` (``--container`` needs a docker daemon and the image)
+[--transport openssh] [--container [IMAGE]]`` or ``... --grid 1,4,16,32 --per-host 1,16,64
+[--repeats 3] [--json]`` (``--container`` needs a docker daemon and the image)
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -59,10 +70,11 @@ TEST_IMAGE = "distlaunch-test:tf2.21"
 
 
 def time_up(hosts: list[BenchHost], tasks: int, work: Path, tag: str, client: str = "builtin",
-            image: str | None = None, output: bool = False) -> tuple[float, float]:
+            image: str | None = None, output: bool = False, phases: list[dict] | None = None) -> tuple[float, float]:
     """(total, launch part) seconds for one ``up`` of ``tasks`` tasks (in containers of ``image``
     when given); tears it down after. ``output``: until every task printed its first line (its
-    process runs, inside its container if any) instead of until the agents report ``running``."""
+    process runs, inside its container if any) instead of until the agents report ``running``.
+    ``phases``: the run's ``launch`` record (state.json) is appended there."""
     command = "echo started; exec sleep 30" if output else "sleep 30"
     profile = ssh_profile(work / f"{tag}.toml", f"fanout-{tasks}", hosts, {"worker": {"count": tasks}},
                           client=client, container=image, command=command)
@@ -89,6 +101,9 @@ def time_up(hosts: list[BenchHost], tasks: int, work: Path, tag: str, client: st
         t_seen = time.time()
     finally:
         stop_up(proc, run_dir)
+    if phases is not None:
+        with contextlib.suppress(OSError, ValueError):
+            phases.append(json.loads((run_dir / "state.json").read_text()).get("launch") or {})
     # the agents stamp `running` when their task started; the watcher saw it a few ms later
     t_all = max(running.values())
     return max(t_all, t_seen - 0.05) - t0, t_all - first_ts[0]
@@ -177,6 +192,94 @@ def time_fabric_floor(hosts: list[BenchHost]) -> float:
     return time.time() - t0
 
 
+#: the phase split's columns: process-wide marks, then the per-host phases (launchclock.HOST_PHASES)
+SPLIT = ("imports", "forked", "connected", "agent", "preflight", "start_sent", "spawned", "first_running")
+
+
+def phase_split(launch: dict) -> dict[str, float]:
+    """One run's launch record as seconds from the process start per phase: the median host's."""
+    split = {k: float(launch[k]) for k in ("imports", "forked") if k in launch}
+    hosts = list((launch.get("hosts") or {}).values())
+    for phase in SPLIT[2:]:
+        values = [float(h[phase]) for h in hosts if phase in h]
+        if values:
+            split[phase] = statistics.median(values)
+    return split
+
+
+def fit_costs(points: list[tuple[int, int, float]]) -> tuple[float, float, float] | None:
+    """Least squares of ``seconds = fixed + per_host * hosts + per_task * tasks`` over (hosts,
+    tasks, seconds); None where the points do not tell the three apart."""
+    rows = [(1.0, float(h), float(t)) for h, t, _ in points]
+    ys = [y for _, _, y in points]
+    ata = [[sum(r[i] * r[j] for r in rows) for j in range(3)] for i in range(3)]
+    aty = [sum(r[i] * y for r, y in zip(rows, ys, strict=True)) for i in range(3)]
+
+    def det(m: list[list[float]]) -> float:
+        return (m[0][0] * (m[1][1] * m[2][2] - m[1][2] * m[2][1]) - m[0][1] * (m[1][0] * m[2][2] - m[1][2] * m[2][0])
+                + m[0][2] * (m[1][0] * m[2][1] - m[1][1] * m[2][0]))
+
+    d = det(ata)
+    if abs(d) < 1e-9:
+        return None
+    solved = []
+    for col in range(3):
+        m = [[aty[i] if j == col else ata[i][j] for j in range(3)] for i in range(3)]
+        solved.append(det(m) / d)
+    return solved[0], solved[1], solved[2]
+
+
+def run_grid(host_counts: list[int], per_host: list[int], repeats: int, as_json: bool) -> None:
+    """One ``up`` per (hosts, tasks per host) pair, best of ``repeats``, beside pdsh per host; the
+    phase split of each and the fitted cost per host and per task."""
+    work = Path(tempfile.mkdtemp(prefix="distlaunch-bench-grid-"))
+    rows: list[dict] = []
+    try:
+        with sshd_hosts(max(host_counts)) as all_hosts:
+            cfg = ssh_config(work / "ssh_config", all_hosts)
+            time_up(all_hosts[:1], 1, work, "warmup")  # the zipapp build, page cache
+            for n_hosts in host_counts:
+                hosts = all_hosts[:n_hosts]
+                for m in per_host:
+                    tasks = n_hosts * m
+                    best: dict | None = None
+                    for rep in range(repeats):
+                        phases: list[dict] = []
+                        total, launch = time_up(hosts, tasks, work, f"grid{n_hosts}x{m}-{rep}", phases=phases)
+                        pdsh_s = time_pdsh_per_host(hosts, tasks, cfg)
+                        row = {"hosts": n_hosts, "per_host": m, "tasks": tasks, "total": total, "launch": launch,
+                               "pdsh_host": pdsh_s, "split": phase_split(phases[0]) if phases else {},
+                               "agent_from": sorted(set((phases[0] if phases else {}).get("agent_from", {}).values()))}
+                        if best is None or total < best["total"]:
+                            best = row
+                    assert best is not None
+                    rows.append(best)
+                    print(f"  {n_hosts} x {m}: up {best['total']:.2f}s, pdsh/host {best['pdsh_host']:.2f}s "
+                          f"({best['total'] / best['pdsh_host']:.2f}x)", flush=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print(f"\nlaunch grid over sshd hosts ({machine()}); best of {repeats}, seconds from `up`'s process start")
+    print(f"{'hosts':>5} {'x':>3} {'total':>6} {'pdsh/h':>6} {'ratio':>6}  "
+          + " ".join(f"{p[:9]:>9}" for p in SPLIT) + "  agent")
+    for r in rows:
+        sp = r["split"]
+        print(f"{r['hosts']:>5} {r['per_host']:>3} {r['total']:>6.2f} {r['pdsh_host']:>6.2f} "
+              f"{r['total'] / r['pdsh_host']:>5.2f}x  " + " ".join(
+                  f"{sp[p]:>9.3f}" if p in sp else f"{'-':>9}" for p in SPLIT) + "  " + ",".join(r["agent_from"]))
+    fits = {"total": fit_costs([(r["hosts"], r["tasks"], r["total"]) for r in rows]),
+            "pdsh_host": fit_costs([(r["hosts"], r["tasks"], r["pdsh_host"]) for r in rows])}
+    for name, fit in fits.items():
+        if fit is None:
+            print(f"{name}: too few distinct sizes to fit a cost per host and per task")
+        else:
+            print(f"{name}: {fit[0] * 1000:.0f} ms fixed + {fit[1] * 1000:.1f} ms per host + "
+                  f"{fit[2] * 1000:.2f} ms per task")
+    if as_json:
+        keys = ("fixed", "per_host", "per_task")
+        named = {k: None if v is None else dict(zip(keys, v, strict=True)) for k, v in fits.items()}
+        print(json.dumps({"rows": rows, "fit": named}))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--sizes", default="4,16,64")
@@ -186,7 +289,18 @@ def main() -> None:
                         help="openssh: also time `up` over the system ssh client, beside the built-in one")
     parser.add_argument("--container", nargs="?", const=TEST_IMAGE, default=None, metavar="IMAGE",
                         help=f"also time `up` with every task in a docker container of IMAGE (default {TEST_IMAGE})")
+    parser.add_argument("--grid", default=None, metavar="HOSTS",
+                        help="host counts (e.g. 1,4,16,32): one `up` per count and --per-host size, the phase split "
+                             "and the fitted cost per host and per task")
+    parser.add_argument("--per-host", default="1,16,64", metavar="TASKS", help="tasks per host with --grid")
+    parser.add_argument("--json", action="store_true", help="with --grid: one JSON object last")
     args = parser.parse_args()
+    if args.grid:
+        subprocess.run([sys.executable, "-m", "compileall", "-q",
+                        str(Path(__file__).resolve().parent.parent / "launcher")], check=True, timeout=300)
+        run_grid([int(h) for h in args.grid.split(",")], [int(m) for m in args.per_host.split(",")],
+                 args.repeats, args.json)
+        return
     openssh = args.transport == "openssh"
     sizes = [int(s) for s in args.sizes.split(",")]
     # the launcher's bytecode, as `make` (and any wheel install) leaves it: where

@@ -251,6 +251,8 @@ class RunState:
     boot_id: str = ""
     #: role -> {"running": tasks it goes on with, "planned": its count, "min": its min_count}
     roles: dict[str, dict[str, int]] = field(default_factory=dict)
+    #: when each phase of the launch ended, per host (launcher/remote/launchclock.py); {} before
+    launch: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -282,6 +284,7 @@ class RunState:
             "last_contact": self.last_contact,
             "boot_id": self.boot_id,
             "roles": self.roles,
+            "launch": self.launch,
         }
 
     @classmethod
@@ -324,6 +327,7 @@ class RunState:
             last_contact=_key(d, "last_contact", "", lambda v, w: _table(v, w, _float), {}),
             boot_id=_key(d, "boot_id", "", _opt(_str), "") or "",
             roles=_key(d, "roles", "", lambda v, w: _table(v, w, lambda o, x: _table(o, x, _int)), {}),
+            launch=_key(d, "launch", "", _obj, {}),
         )
 
     # -- what readers ask of it ---------------------------------------------------------------------

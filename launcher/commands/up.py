@@ -31,6 +31,7 @@ from launcher.profile.containeropts import container_warnings
 from launcher.profile.overrides import mask_secrets, overrides_from
 from launcher.profile.reader import load_profile
 from launcher.protocol.controllines import job_exit_code
+from launcher.remote.launchclock import LaunchClock
 from launcher.remote.preflight import Preflight, PreflightError, prepare_hosts
 from launcher.rundir import RunDir, new_run_id
 from launcher.runrecord import write_record
@@ -52,6 +53,7 @@ def _progress(quiet: bool) -> Callable[[str], None]:
 
 
 def run_up(args: argparse.Namespace) -> int:
+    clock = LaunchClock.begin()  # `up`'s imports are done: the launch's phases count from the process's start
     if args.run_id is not None:
         check_run_id(args.run_id)  # it names a dir under the state root: never a path out of it
     if args.json:
@@ -82,7 +84,7 @@ def run_up(args: argparse.Namespace) -> int:
         notice(hint)
     _progress(quiet=False)(f"run {run_id} ({rundir.path})")
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # inherited as ignored, the supervisor could not be reaped
-    child = daemon.spawn(rundir.path, run_id, lambda: supervise_new_run(plan, rundir))
+    child = daemon.spawn(rundir.path, run_id, lambda: supervise_new_run(plan, rundir, clock))
     # the client's own modules load here, while the supervisor prepares the hosts, not before the fork
     from launcher.commands.follow import Shown, follow_supervisor
 
@@ -103,28 +105,33 @@ def supervision_hint(plan: Plan) -> str | None:
             "on a login or head node that stays up, not on a laptop that sleeps")
 
 
-def supervise_new_run(plan: Plan, rundir: RunDir) -> int:
+def supervise_new_run(plan: Plan, rundir: RunDir, clock: LaunchClock | None = None) -> int:
     """The supervisor process of a new run (supervise/daemon.py forked it): prepare the hosts,
-    launch, supervise to the end; the exit code is the job's outcome."""
+    launch, supervise to the end; the exit code is the job's outcome. ``clock``: the launch's
+    phase stamps, kept in state.json (launcher/remote/launchclock.py)."""
+    if clock is not None:
+        clock.mark("forked")
     listener = controlsock.listen(rundir.run_id)  # first: a supervisor no client can reach must not start a job
     try:
-        return _prepare_and_supervise(plan, rundir, listener)
+        return _prepare_and_supervise(plan, rundir, listener, clock)
     finally:
         listener.close()  # where the job never got a server (a preflight that failed, say): no name left
 
 
-def _prepare_and_supervise(plan: Plan, rundir: RunDir, listener: controlsock.ControlListener) -> int:
+def _prepare_and_supervise(plan: Plan, rundir: RunDir, listener: controlsock.ControlListener,
+                           clock: LaunchClock | None = None) -> int:
     run_id = rundir.run_id
     progress = _progress(quiet=False)
     signals = JobSignals(run_id)
     with signals:
         pre: Preflight | None = None
         try:
-            pre = prepare_hosts(plan, run_id, rundir.path / "hosts", notice, progress)
+            pre = prepare_hosts(plan, run_id, rundir.path / "hosts", notice, progress, clock=clock)
             _refuse_outputs_in_use(run_id, pre)
             write_record(rundir.path, plan.profile, pre.versions)
             sup = Supervisor(plan, rundir, pre.sessions, pre.ports, on_notice=notice)
             sup.profiler_ports = dict(pre.profiler_ports)
+            sup.launch_clock = clock
             signals.bind(sup)
         except StoppedBeforeStart as stop:
             if pre is not None:

@@ -128,6 +128,12 @@ def build_agent_zipapp() -> bytes:
     return data
 
 
+@functools.cache
+def agent_digest() -> str:
+    """The agent zipapp's sha256 (hex): its name in each host's cache (launcher/remote/channel.py)."""
+    return hashlib.sha256(build_agent_zipapp()).hexdigest()
+
+
 #: archives kept in the state dir (each checkout or version of distlaunch has its own)
 KEEP_ARCHIVES = 8
 

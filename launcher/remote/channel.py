@@ -16,10 +16,12 @@ later line until the supervisor attaches its handlers (``attach``), then passes 
 preflight and the end of the job:
 
 1. The shell makes the host run dir (0700) and the outputs (exit 98 names them), then ``exec``s the
-   host's python with a bootstrap (``agentchannel.BOOTSTRAP``) that reads exactly the agent's size
-   from stdin, writes ``agent.pyz`` (0600, through ``agent.pyz.tmp-<pid>``, removed if the write
+   host's python with a bootstrap (``BOOTSTRAP``) that takes the agent from the host's cache
+   (``~/.cache/distlaunch/agent/<sha256>.pyz``, trusted only as ``BOOTSTRAP``'s comment says) or
+   else asks for it (``#agent send``) and reads exactly the agent's size from stdin, checks its
+   sha256, writes ``agent.pyz`` (0600, through ``agent.pyz.tmp-<pid>``, removed if the write
    fails) and runs ``preflight ... --then-follow`` from it in the same interpreter: one Python boot
-   per host for the whole launch.
+   per host for the whole launch, and the ~490 KB archive crosses the link once per version.
 2. ``preflight`` prints its answer (python, TensorFlow's version from package metadata, failed path
    checks, busy and picked ports) as the first line; the launcher reads it from the channel
    (``AgentChannel.first_line``). A host without that python ends with 127 and is named.
@@ -60,32 +62,119 @@ from concurrent.futures import Future
 
 from launcher.transport import LineStream
 
-#: writes the agent zipapp from exactly N bytes of stdin (the rest of stdin is the follow
-#: channel's), then runs an agent verb from it in this same interpreter: one Python boot per host.
-#: It writes through ``agent.pyz.tmp-<its pid>``, removed if the write fails; one that a killed
-#: writer left is removed by the next upload (session.py, ``stale_upload_cleanup``)
+#: installs the agent zipapp in the host run dir, then runs an agent verb from it in this same
+#: interpreter: one Python boot per host. Its arguments: the archive's size and sha256, the run
+#: dir's ``agent.pyz``, the host's cache folder and the folder its trust is judged up to (the
+#: home; "" for no cache). It first says on stdout ``#agent cached`` (the cache holds the archive:
+#: the launcher sends nothing) or ``#agent send`` (the launcher then sends exactly that many bytes,
+#: and the rest of stdin is the follow channel's). The cache is used only when it and every folder
+#: up to the top are real directories of this user's that no one else may write, and the file is a
+#: regular file of the user's, not writable by others, opened without following a link; what it
+#: holds runs only when its sha256 is the launcher's. Otherwise the archive is sent, checked
+#: against the same hash, written to the run dir as before and kept in the cache only where the
+#: cache is trusted. Writes go through ``NAME.tmp-<its pid>``, removed if the write fails; one that
+#: a killed writer left is removed by the next upload (session.py, ``stale_upload_cleanup``; in the
+#: cache, by the next store).
 BOOTSTRAP = """\
-import os, sys
-size, path = int(sys.argv[1]), sys.argv[2]
-data = bytearray()
-while len(data) < size:
-    chunk = os.read(0, min(65536, size - len(data)))
-    if not chunk:
-        break
-    data += chunk
-if len(data) < size:
-    sys.stderr.write("agent upload cut short: %d of %d bytes\\n" % (len(data), size))
-    sys.exit(98)
-tmp = "%s.tmp-%d" % (path, os.getpid())  # this writer's own: a stale one names a dead pid
-try:
-    with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600), "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
-except OSError as exc:
+import hashlib, os, stat, sys
+size, digest, path, cache, top = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5]
+KEEP = 4
+def trusted():
+    if not cache or not (cache + "/").startswith(top + "/"):
+        return False
+    d = cache
+    while True:
+        try:
+            st = os.lstat(d)
+        except OSError:
+            return False
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
+            return False
+        if d == top:
+            return True
+        d = os.path.dirname(d)
+def cached():
     try:
-        os.unlink(tmp)
+        fd = os.open("%s/%s.pyz" % (cache, digest), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
-        pass
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022 or st.st_size != size:
+            return None
+        with os.fdopen(os.dup(fd), "rb") as f:
+            got = f.read(size + 1)
+        if hashlib.sha256(got).hexdigest() != digest:
+            return None
+        os.utime(fd)  # the newest used: kept longest
+        return got
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+def write(target, data):
+    tmp = "%s.tmp-%d" % (target, os.getpid())  # this writer's own: a stale one names a dead pid
+    try:
+        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600), "wb") as f:
+            f.write(data)
+        os.replace(tmp, target)
+    except OSError:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+def keep(data):
+    d = top
+    for part in cache[len(top):].split("/"):
+        if part:
+            d += "/" + part
+            try:
+                os.mkdir(d, 0o700)
+            except FileExistsError:
+                pass
+    if not trusted():
+        return
+    write("%s/%s.pyz" % (cache, digest), data)
+    kept = []
+    for name in os.listdir(cache):
+        full = cache + "/" + name
+        pid = name.rsplit(".tmp-", 1)[-1] if ".tmp-" in name else ""
+        if pid.isdigit():
+            try:
+                os.kill(int(pid), 0)
+            except ProcessLookupError:
+                os.unlink(full)
+            except OSError:
+                pass
+        elif name.endswith(".pyz"):
+            kept.append((os.lstat(full).st_mtime, full))
+    for _, old in sorted(kept, reverse=True)[KEEP:]:
+        os.unlink(old)
+data = cached() if trusted() else None
+os.write(1, b"#agent cached\\n" if data is not None else b"#agent send\\n")
+if data is None:
+    data = bytearray()
+    while len(data) < size:
+        chunk = os.read(0, min(65536, size - len(data)))
+        if not chunk:
+            break
+        data += chunk
+    if len(data) < size:
+        sys.stderr.write("agent upload cut short: %d of %d bytes\\n" % (len(data), size))
+        sys.exit(98)
+    data = bytes(data)
+    if hashlib.sha256(data).hexdigest() != digest:
+        sys.stderr.write("agent upload does not match its sha256\\n")
+        sys.exit(98)
+    if cache:
+        try:
+            keep(data)
+        except OSError:
+            pass  # the cache only saves time
+try:
+    write(path, data)
+except OSError as exc:
     sys.stderr.write("cannot write %s: %s\\n" % (path, exc))
     sys.exit(98)
 if sys.path and sys.path[0] == "":
@@ -93,7 +182,7 @@ if sys.path and sys.path[0] == "":
 else:
     sys.path.insert(0, path)
 from launcher.agent import main
-sys.exit(main(sys.argv[3:]))
+sys.exit(main(sys.argv[6:]))
 """
 
 
@@ -105,6 +194,7 @@ class AgentChannel(LineStream):
         self.stream: LineStream | None = None
         self._lock = threading.Lock()
         self._first: Future[str | None] = Future()
+        self._agent: Future[str | None] = Future()  # the bootstrap's ``#agent cached|send`` line
         self._held: list[str] = []
         self._on_line: Callable[[str], None] | None = None
         self._on_close: Callable[[int | None], None] | None = None
@@ -119,7 +209,9 @@ class AgentChannel(LineStream):
     def feed(self, line: str) -> None:
         with self._lock:
             if not self._first.done():
-                if line.startswith("{"):
+                if line.startswith("#agent ") and not self._agent.done():
+                    self._agent.set_result(line[len("#agent "):].strip())
+                elif line.startswith("{"):
                     self._first.set_result(line)
                 else:  # the answer is one JSON object; a shell rc file may print before it
                     self.noise = [*self.noise[-4:], line]
@@ -139,6 +231,8 @@ class AgentChannel(LineStream):
             self._closed, self._exit_code = True, code
             if not self._first.done():
                 self._first.set_result(None)
+            if not self._agent.done():
+                self._agent.set_result(None)
             if self._asked is not None:
                 self._asked[1].set_result(None)
                 self._asked = None
@@ -147,6 +241,11 @@ class AgentChannel(LineStream):
             handler(code)
 
     # -- the launcher's side ------------------------------------------------------------------------
+
+    def agent_wanted(self, timeout: float) -> str | None:
+        """The bootstrap's word on the agent: ``cached`` (nothing to send) or ``send``; None if the
+        command ended without one. Raises TimeoutError after ``timeout`` s."""
+        return self._agent.result(timeout)
 
     def first_line(self, timeout: float) -> str | None:
         """The preflight's answer line (the first that starts with ``{``); None if the command

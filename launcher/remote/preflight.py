@@ -50,9 +50,10 @@ from launcher.model import Plan, TaskSpec
 from launcher.paths import private_state_dir
 from launcher.placement import is_rehearsal, rehearsal
 from launcher.plan import agent_python, task_container
-from launcher.remote.agentpack import build_agent_zipapp
+from launcher.remote.agentpack import agent_digest
 from launcher.remote.channel import AgentChannel
 from launcher.remote.imagecheck import add_images, container_checks, containerised_only, image_problems
+from launcher.remote.launchclock import LaunchClock
 from launcher.remote.parity import HostRow, judge, row_from_answer
 from launcher.remote.parity import as_json as as_json_table
 from launcher.remote.parity import table as parity_table
@@ -132,6 +133,8 @@ class Preflight:
     pairs: int = 0
     #: each task's profiler server port (autolog starts it; `distlaunch profile` captures from it)
     profiler_ports: dict[str, int] = field(default_factory=dict)
+    #: the launch's phase stamps (`up`), handed to each session
+    clock: LaunchClock | None = None
 
     def take_ports(self, found: dict[str, int]) -> None:
         """A host's ports: its tasks' (``ports``) and their profiler servers' (``profiler_ports``)."""
@@ -172,7 +175,8 @@ def _parallel(items: dict[str, T], fn: Callable[[str, T], list[str]], label: str
     return [problem for problems in results for problem in problems]
 
 
-def connect_hosts(plan: Plan, on_notice: Callable[[str], None], run_id: str | None = None) -> dict[str, Host]:
+def connect_hosts(plan: Plan, on_notice: Callable[[str], None], run_id: str | None = None,
+                  clock: LaunchClock | None = None) -> dict[str, Host]:
     """Connect to every host the plan uses; raise PreflightError naming each one that failed."""
     used = {t.host for t in plan.tasks}
     configs = {name: cfg for name, cfg in plan.profile.hosts.items() if name in used}
@@ -189,6 +193,8 @@ def connect_hosts(plan: Plan, on_notice: Callable[[str], None], run_id: str | No
             host.home()  # the run dir's round trip, while other hosts still connect (it is cached)
         except HostError as exc:
             return [str(exc)]
+        if clock is not None:
+            clock.stamp(name, "connected")
         return []
 
     problems = _parallel(configs, connect, "connecting")
@@ -298,7 +304,7 @@ def _python_for(plan: Plan, host_name: str) -> str:
 
 def prepare_hosts(plan: Plan, run_id: str, local_root: Path | None,
                   on_notice: Callable[[str], None], progress: Callable[[str], None],
-                  import_tf: bool = False) -> Preflight:
+                  import_tf: bool = False, clock: LaunchClock | None = None) -> Preflight:
     """Connect, check interpreters and ports, upload the agent: everything before the first task.
     ``import_tf``: `check`: import TensorFlow on every host instead of reading its version, and
     create no outputs there (only make sure they could be: `up` creates them).
@@ -307,8 +313,9 @@ def prepare_hosts(plan: Plan, run_id: str, local_root: Path | None,
     plan = rehearsal(plan)
     n = len({t.host for t in plan.tasks})
     progress(f"connecting to {n} host{'s' if n != 1 else ''}")
-    hosts = connect_hosts(plan, on_notice, run_id)
+    hosts = connect_hosts(plan, on_notice, run_id, clock)
     pre = Preflight(hosts)
+    pre.clock = clock
     try:
         if not import_tf and plan.profile.sync is None:
             try:
@@ -389,6 +396,7 @@ def _sessions(plan: Plan, run_id: str, local_root: Path | None, pre: Preflight, 
         session.ask_gpus = ask_gpus or any(t.gpus for t in plan.tasks if t.host == name)
         session.make_outputs = make_outputs
         session.containers = images.get(name, [])
+        session.clock = pre.clock
         return session
 
     with ThreadPoolExecutor(max_workers=min(32, max(1, len(pre.hosts)))) as pool:
@@ -408,7 +416,7 @@ def _fast_preflight(plan: Plan, run_id: str, local_root: Path | None, pre: Prefl
     path_checks = host_checks(plan)
     chosen: dict[str, dict[str, int]] = {}
     reach = needs_reach(plan)
-    build_agent_zipapp()  # once, before the hosts' threads (each would build it on a cold cache)
+    agent_digest()  # built and hashed once, before the hosts' threads (each would build it on a cold cache)
 
     def check(host_name: str, session: HostSession) -> list[str]:
         tasks = [t for t in plan.tasks if t.host == host_name]
@@ -470,6 +478,9 @@ def _fast_preflight(plan: Plan, run_id: str, local_root: Path | None, pre: Prefl
 def _upload(name: str, session: HostSession) -> list[str]:
     try:
         session.prepare()
+        if session.clock is not None:
+            session.clock.stamp(name, "agent")
+            session.clock.agent_from[name] = "sent"
     except (HostError, OSError) as exc:
         return [f"host {name}: cannot upload the agent to {session.base_dir}: {exc}"]
     return []

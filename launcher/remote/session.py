@@ -20,9 +20,11 @@ from launcher.agent.containercheck import PULL_SECONDS, TF_SECONDS
 from launcher.agent.taskcontainer import SWEEP_SECONDS
 from launcher.errors import HostError
 from launcher.model import HostConfig
+from launcher.paths import private_state_dir, state_home
 from launcher.protocol.agentlines import StartRequest
-from launcher.remote.agentpack import build_agent_zipapp
+from launcher.remote.agentpack import agent_digest, build_agent_zipapp
 from launcher.remote.channel import BOOTSTRAP, AgentChannel
+from launcher.remote.launchclock import LaunchClock
 from launcher.runclean import HOST_FILES, HOST_PREFIXES, HOST_TREES
 from launcher.transport import Host, LineStream
 
@@ -101,6 +103,8 @@ class HostSession:
         self.ask_gpus = True
         #: the images of the tasks here, checked (and pulled) by the preflight (launcher/remote/imagecheck.py)
         self.containers: list[dict[str, Any]] = []
+        #: the launch's phase stamps (`up`; launcher/remote/launchclock.py)
+        self.clock: LaunchClock | None = None
 
     def _preflight_timeout(self, seconds: float) -> float:
         """A preflight that may pull images and start them for TensorFlow's version waits for that too."""
@@ -113,6 +117,18 @@ class HostSession:
     @property
     def pyz(self) -> str:
         return f"{self.base_dir}/agent.pyz"
+
+    def agent_cache(self) -> tuple[str, str]:
+        """The folder that keeps agent archives on this host by their sha256, and the folder up
+        to which it must be the user's alone (channel.BOOTSTRAP): ``~/.cache/distlaunch/agent``
+        and the home; a local host's is in the launcher's private state dir."""
+        if self.config.transport == "local":
+            try:
+                return str(private_state_dir("cache", "hostagent")), str(state_home())
+            except OSError:
+                return "", ""
+        home = posixpath.normpath(self.host.home())
+        return f"{home}/.cache/distlaunch/agent", home
 
     def task_dir(self, slug: str) -> str:
         return f"{self.base_dir}/tasks/{slug}"
@@ -204,6 +220,10 @@ class HostSession:
         detail = (result.stderr.strip().splitlines() or ["no output"])[-1]
         if result.exit_code != 0 or not lines:
             raise self._preflight_failure(result.exit_code, detail, answered=bool(lines))
+        if self.clock is not None:  # one exec: the upload and the answer end together
+            self.clock.stamp(self.name, "agent")
+            self.clock.agent_from[self.name] = "sent"
+            self.clock.stamp(self.name, "preflight")
         return self._preflight_answer(lines[-1])
 
     def open_channel(self, bind: str, check: Iterable[int], pick: int, path_checks: list[dict[str, Any]],
@@ -221,8 +241,9 @@ class HostSession:
         if follow:
             args += ["--then-follow", "--run-dir", self.base_dir]
         pyz = build_agent_zipapp()
-        verb = " ".join(shlex.quote(p) for p in (self.python, "-c", BOOTSTRAP, str(len(pyz)), self.pyz,
-                                                  "preflight", *args))
+        cache, top = self.agent_cache()
+        verb = " ".join(shlex.quote(p) for p in (self.python, "-c", BOOTSTRAP, str(len(pyz)), agent_digest(),
+                                                  self.pyz, cache, top, "preflight", *args))
         script = f"{self._dirs_script()} || exit 98\nDISTLAUNCH_RUN_ID={shlex.quote(self.run_id)} exec {verb}"
         answer, self.channel = self._open(script, pyz, self._preflight_timeout(timeout))
         return answer
@@ -239,12 +260,25 @@ class HostSession:
         and read the preflight answer."""
         channel = AgentChannel()
         channel.stream = self.host.stream_lines(script, channel.feed, channel.ended)
-        uploaded = channel.send(upload, timeout) if upload else True  # a command gone already: its exit tells
+        uploaded = True
         try:
+            if upload:
+                try:
+                    wanted = channel.agent_wanted(timeout)
+                except TimeoutError:
+                    raise HostError(f"host {self.name}: the agent's bootstrap did not answer within {timeout:g} s") \
+                        from None
+                if wanted == "send":
+                    uploaded = channel.send(upload, timeout)  # a command gone already: its exit tells
+                if self.clock is not None and wanted is not None:
+                    self.clock.stamp(self.name, "agent")
+                    self.clock.agent_from[self.name] = "cached" if wanted == "cached" else "sent"
             try:
                 line = channel.first_line(timeout)
             except TimeoutError:
                 raise HostError(f"host {self.name}: agent `preflight` did not answer within {timeout:g} s") from None
+            if self.clock is not None and line is not None:
+                self.clock.stamp(self.name, "preflight")
             if line is None:
                 code = channel.wait(10.0)
                 if code is None and not uploaded:

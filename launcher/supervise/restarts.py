@@ -19,6 +19,7 @@ from launcher import events as ev
 from launcher.events import Event
 from launcher.model import START_ORDER, Plan
 from launcher.protocol.agentlines import AgentOp, StartRequest
+from launcher.remote.launchclock import LaunchClock
 from launcher.remote.session import HostSession
 from launcher.rundir import DOWN_MARKER, RunDir
 from launcher.runstate import PendingRecord
@@ -63,6 +64,8 @@ class RestartOwner(SpecSource, Protocol):
     def plan(self) -> Plan: ...
     @property
     def rundir(self) -> RunDir: ...
+    @property
+    def launch_clock(self) -> LaunchClock | None: ...
     @property
     def tasks(self) -> Mapping[str, TaskRuntime]: ...
     @property
@@ -166,6 +169,8 @@ class Restarts:
         if sup.life.launch_reported(rt, state, event.restarts):
             sup.end.maybe_end_job()
         if state == ev.RUNNING:
+            if sup.launch_clock is not None:
+                sup.launch_clock.stamp(rt.spec.host, "first_running")
             sup.life.restart_over(rt)
             self._maybe_running()
         if state not in ev.FINAL_TASK_STATES:
@@ -419,11 +424,16 @@ class Restarts:
         specs = {rt.spec.slug: agent_spec(self.sup, rt).to_dict() for rt in rts}
         secrets = {slug: env for slug, env in secrets.items() if env}
         request = StartRequest(tuple(specs), secrets, specs)
+        clock = self.sup.launch_clock
+        if clock is not None:
+            clock.stamp(session.name, "start_sent")
         answer = self.sup.ask_agent(session.name, request)
         if answer is None:
             session.start_tasks(request)
         else:
             session.started(answer, list(specs))
+        if clock is not None:
+            clock.stamp(session.name, "spawned")
 
     def _maybe_running(self) -> None:
         sup = self.sup

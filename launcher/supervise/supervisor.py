@@ -25,6 +25,7 @@ from launcher.model import Plan, Profile
 from launcher.profile.overrides import mask_secrets
 from launcher.protocol.agentlines import AgentOp
 from launcher.protocol.controllines import Launched
+from launcher.remote.launchclock import LaunchClock
 from launcher.remote.session import HostSession
 from launcher.remote.storage import probe_outputs
 from launcher.rundir import RunDir
@@ -68,6 +69,9 @@ class Supervisor:
         self.ports = ports
         #: each task's profiler server port (set by `up` from the preflight; kept in state.json)
         self.profiler_ports: dict[str, int] = {}
+        #: the launch's phase stamps (set by `up`); a supervisor that took the run over keeps the record it read
+        self.launch_clock: LaunchClock | None = None
+        self.launch_record: dict[str, Any] = {}
         self._notice = on_notice or (lambda _msg: None)
         rundir.on_problem = self._notice  # a full disk on the launcher is told, never fatal
         self.tasks: dict[str, TaskRuntime] = {t.task_id: TaskRuntime(t, ports[t.task_id]) for t in plan.tasks}
@@ -274,6 +278,7 @@ class Supervisor:
         """Take over a running job from its state.json (attach): replay ``history`` to the
         subscribers, then follow every host from the offsets the last launcher had reached.
         Hosts in ``unreachable`` (name -> why) are reconnected in the background instead."""
+        self.launch_record = dict(state.launch)
         self._resume_tasks(state, history)
         self.links.resume_from(state.offsets, history, state.lost_events)
         gone = self._resume_hosts(state)
@@ -458,4 +463,5 @@ class Supervisor:
             last_contact=self.links.last_contact(),
             boot_id=boot_id(),
             roles=self.hosts.role_sizes(),
+            launch=self.launch_clock.to_json() if self.launch_clock is not None else self.launch_record,
         )

@@ -34,6 +34,10 @@ WRITTEN = {
                                   "step": 20, "epoch": None, "bytes": 9, "api": "checkpoint_manager", "ts": 1.5,
                                   "copy": "/run/checkpoints/worker-0/20", "copy_seconds": 0.25}]},
     "boot_id": "boot",
+    "launch": {"process_start": "proc", "wall_start": 1699999990.0, "imports": 0.11, "forked": 0.13,
+               "hosts": {"a": {"connected": 0.2, "agent": 0.25, "preflight": 0.3, "start_sent": 0.31,
+                               "spawned": 0.35, "first_running": 0.34}},
+               "agent_from": {"a": "cached"}},
 }
 
 

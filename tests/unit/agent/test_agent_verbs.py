@@ -461,11 +461,13 @@ class OneExec:
         self.data = agentpack.build_agent_zipapp()
         self.pyz = tmp_path / "uploaded.pyz"
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", BOOTSTRAP, str(len(self.data)), str(self.pyz), "preflight", "--bind", "127.0.0.1",
+            [sys.executable, "-c", BOOTSTRAP, str(len(self.data)), agentpack.agent_digest(), str(self.pyz), "", "",
+             "preflight", "--bind", "127.0.0.1",
              "--pick", "2", "--then-follow", "--run-dir", str(run_dir)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd,
             env=dict(os.environ, DISTLAUNCH_RUN_ID=RUN_ID))
         assert self.proc.stdin is not None and self.proc.stdout is not None
+        assert self.proc.stdout.readline() == b"#agent send\n"  # no cache given: it asks for the archive
         self.proc.stdin.write(self.data)
         self.proc.stdin.flush()
         self.answer = json.loads(self.proc.stdout.readline())

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from launcher.agent.procs import default_signals
 from launcher.model import HostConfig
-from launcher.remote.agentpack import build_agent_zipapp
+from launcher.remote.agentpack import agent_digest, build_agent_zipapp
 from launcher.remote.channel import BOOTSTRAP
 from launcher.remote.session import HostSession
 from launcher.transport import make_host
@@ -41,7 +41,8 @@ def test_the_bootstrap_removes_its_file_when_the_write_fails(tmp_path: Path) -> 
     base = tmp_path / "host"
     base.mkdir(mode=0o700)
     pyz = build_agent_zipapp()
-    proc = subprocess.run([sys.executable, "-c", BOOTSTRAP, str(len(pyz)), str(base / "agent.pyz"), "preflight"],
+    proc = subprocess.run([sys.executable, "-c", BOOTSTRAP, str(len(pyz)), agent_digest(),
+                           str(base / "agent.pyz"), "", "", "preflight"],
                           input=pyz, capture_output=True, timeout=60, preexec_fn=_small_file_limit)
     assert proc.returncode == 98 and b"cannot write" in proc.stderr, proc.stderr
     assert leftovers(base) == []
@@ -51,7 +52,8 @@ def test_the_bootstrap_installs_the_agent_and_leaves_no_temporary_file(tmp_path:
     base = tmp_path / "host"
     base.mkdir(mode=0o700)
     pyz = build_agent_zipapp()
-    proc = subprocess.run([sys.executable, "-c", BOOTSTRAP, str(len(pyz)), str(base / "agent.pyz"), "preflight"],
+    proc = subprocess.run([sys.executable, "-c", BOOTSTRAP, str(len(pyz)), agent_digest(),
+                           str(base / "agent.pyz"), "", "", "preflight"],
                           input=pyz, capture_output=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert leftovers(base) == ["agent.pyz"] and (base / "agent.pyz").read_bytes() == pyz
