@@ -91,6 +91,12 @@ def _profile(args: argparse.Namespace) -> int:
     return run_profile(args)
 
 
+def _resize(args: argparse.Namespace) -> int:
+    from launcher.commands.resize import run_resize
+
+    return run_resize(args)
+
+
 def _drain(args: argparse.Namespace) -> int:
     from launcher.commands.drain import run_drain
 
@@ -252,6 +258,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("host", help="the host's name in the profile")
     p.add_argument("--reason", help="why (shown in status and the events)")
     p.set_defaults(handler=_drain)
+
+    p = sub.add_parser("resize", help="grow or shrink a role of a running job (within min_count..max_count)")
+    p.add_argument("run", help="run id or run directory")
+    p.add_argument("size", help="ROLE=N, e.g. worker=4")
+    p.set_defaults(handler=_resize)
 
     p = sub.add_parser("attach", help="follow a running job again (its dashboard); take it over if its supervisor died")
     p.add_argument("run", nargs="?", help="run id or run directory (default: the most recent run)")

@@ -50,7 +50,8 @@ ACTION = "action"
 STACKS = "stacks"
 #: a checkpoint a task wrote (autolog, or the profile's ``checkpoint_dir`` watched by the agent)
 CHECKPOINT = "checkpoint"
-KINDS = (JOB, STATE, METRIC, SAMPLE, PLACEMENT, LOG, HOST, CONDITION, ACTION, STACKS, CHECKPOINT)
+RESIZE = "resize"
+KINDS = (JOB, STATE, METRIC, SAMPLE, PLACEMENT, LOG, HOST, CONDITION, ACTION, STACKS, CHECKPOINT, RESIZE)
 
 # task conditions
 STALLED = "stalled"
@@ -373,6 +374,24 @@ class StacksEvent(Event):
     reason = _Field[str](_TEXT, "")
 
 
+class ResizeEvent(Event):
+    """A role changed size on purpose (never a failure, never a restart): ``role`` went from
+    ``before`` to ``after`` live tasks, ``reason`` in words (``host c re-admitted after 300 s``),
+    ``tasks`` the ones that joined or left, ``restart`` whether the cluster restarted for it."""
+
+    role = _Field[str]((str,))
+    before = _Field[int]((int,))
+    after = _Field[int]((int,))
+    reason = _Field[str](_TEXT, "")
+    tasks = _Field[List[str]]((list, _NULL), [])
+    restart = _Field[bool]((bool,), False)
+
+    def line(self) -> str:
+        """``worker 1 -> 2: host c re-admitted after 300 s``."""
+        return f"{self.role} {self.before} -> {self.after}: {self.reason}" if self.reason else \
+            f"{self.role} {self.before} -> {self.after}"
+
+
 class CheckpointEvent(Event):
     """A complete checkpoint on the task's host: ``directory`` as the task's host names it, ``files``
     relative to it (what makes this checkpoint, its ``checkpoint`` state file included), ``api``
@@ -401,7 +420,7 @@ class CheckpointEvent(Event):
 KIND_CLASSES: Dict[str, Type[Event]] = {JOB: JobEvent, STATE: StateEvent, METRIC: MetricEvent, SAMPLE: SampleEvent,
                                  PLACEMENT: PlacementEvent, LOG: LogEvent, HOST: HostEvent,
                                  CONDITION: ConditionEvent, ACTION: ActionEvent, STACKS: StacksEvent,
-                                 CHECKPOINT: CheckpointEvent}
+                                 CHECKPOINT: CheckpointEvent, RESIZE: ResizeEvent}
 #: every event's own fields: ``seq``, where an agent wrote it
 _BASE_FIELDS: Dict[str, _Field[Any]] = {"seq": _Field[Optional[int]]((int,), required=False)}
 _BASE_FIELDS["seq"].name = "seq"
@@ -497,6 +516,13 @@ def placement_event(run: str, task: str, variables: list, ts: float | None = Non
 def host_event(run: str, host: str, state: str, reason: str = "", ts: float | None = None) -> HostEvent:
     return HostEvent(HOST, run, None, ts if ts is not None else time.time(),
                  {"host": host, "state": state, "reason": reason})
+
+
+def resize_event(run: str, role: str, before: int, after: int, reason: str, tasks: List[str],
+                 restart: bool = False, ts: float | None = None) -> ResizeEvent:
+    return ResizeEvent(RESIZE, run, None, ts if ts is not None else time.time(),
+                       {"role": role, "before": before, "after": after, "reason": reason, "tasks": tasks,
+                        "restart": restart})
 
 
 def log_event(run: str, task: str, stream: str, line: str, ts: float | None = None) -> LogEvent:

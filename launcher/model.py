@@ -29,6 +29,8 @@ LogAction = Literal["no_retry", "warn"]
 #: what a lost host does: its tasks move to a spare (else the roles shrink, else the job fails),
 #: the roles go on with fewer tasks (down to each role's min_count), or the job fails
 OnHostLost = Literal["replace", "shrink", "fail"]
+#: when a role below its target count grows onto a spare (see launcher/supervise/growth.py)
+GrowPolicy = Literal["at-checkpoint", "now", "never"]
 
 ROLES = ("chief", "ps", "worker", "evaluator")
 #: the order tasks are listed and started in: ps first, then workers, evaluator, chief last
@@ -122,11 +124,18 @@ class RoleConfig:
     #: The reader always sets it (default: count, or 1 for parameter_server workers); 0 from a
     #: constructor that leaves it out means count (``fewest``)
     min_count: int = 0
+    #: the most tasks this role may grow to (``resize``, a re-admitted or added host); 0: ``count``
+    max_count: int = 0
 
     @property
     def fewest(self) -> int:
         """``min_count``, with 0 (left out) read as ``count``."""
         return self.min_count or self.count
+
+    @property
+    def most(self) -> int:
+        """``max_count``, with 0 (left out) read as ``count``."""
+        return max(self.max_count, self.count)
 
 
 @dataclass(frozen=True)
@@ -225,6 +234,11 @@ class Profile:
     on_host_lost: OnHostLost = "replace"
     #: hosts the job may lose (moves, not restarts) before it fails; None: ``host_loss_limit``'s default
     max_host_losses: int | None = None
+    #: seconds after its loss that a host answering again is re-admitted as a spare; 0: never
+    readmit_after_seconds: float = 300.0
+    grow: GrowPolicy = "at-checkpoint"
+    #: the least seconds between two grows
+    grow_every_seconds: float = 60.0
 
     @property
     def directory(self) -> Path:

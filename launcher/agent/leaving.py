@@ -4,7 +4,8 @@ keeps once the run moved off it.
 ``PreemptionWatch`` runs the host's ``preemption_notice`` every POLL_SECONDS while tasks run;
 exit 0: the host is about to go, and the supervisor drains it (``Preempted``). A command that
 hangs, fails or is missing is a "no". ``retire`` writes ``retired`` in the host run dir once the
-run moved off the host: from then on the agent starts nothing of the run there. Stdlib-only.
+run moved off the host: from then on the agent starts nothing of the run there, until the
+supervisor re-admits the host with a new incarnation token (``readmit``). Stdlib-only.
 """
 
 from __future__ import annotations
@@ -17,9 +18,11 @@ import stat
 import subprocess
 import threading
 import time
-from typing import Callable, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 RETIRED_NAME = "retired"
+#: the incarnation tokens this host was re-admitted with, one a line: each lifts the mark once
+INCARNATIONS_NAME = "incarnations"
 POLL_SECONDS = 5.0
 COMMAND_TIMEOUT = 10.0
 OUTPUT_BYTES = 4096
@@ -32,6 +35,34 @@ def retire(run_dir: str, reason: str) -> None:
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         f.write((reason or "the run moved off this host") + "\n")
     os.replace(path + ".tmp", path)
+
+
+def readmit(run_dir: str, token: str) -> Dict[str, Any]:
+    """The supervisor re-admits this host as a new incarnation: the ``retired`` mark is lifted
+    only here, and only for a token this host has never been given (a replayed or stale request
+    cannot bring the old incarnation back). Answers ``offsets``: each task's events.jsonl size now,
+    so that the supervisor follows none of the old incarnation's events; or ``error``."""
+    if not token or not token.isprintable() or "\n" in token:
+        return {"error": "a re-admission needs an incarnation token"}
+    seen_path = os.path.join(run_dir, INCARNATIONS_NAME)
+    try:
+        with open(seen_path, encoding="utf-8") as f:
+            seen = {line.strip() for line in f if line.strip()}
+    except FileNotFoundError:
+        seen = set()
+    if token in seen:
+        return {"error": "incarnation token %s was already used on this host" % token}
+    fd = os.open(seen_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "a", encoding="utf-8") as f:
+        f.write(token + "\n")
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(os.path.join(run_dir, RETIRED_NAME))
+    offsets: Dict[str, int] = {}
+    tasks = os.path.join(run_dir, "tasks")
+    for slug in sorted(os.listdir(tasks)) if os.path.isdir(tasks) else []:
+        with contextlib.suppress(OSError):
+            offsets[slug] = os.lstat(os.path.join(tasks, slug, "events.jsonl")).st_size
+    return {"readmitted": token, "offsets": offsets}
 
 
 def retired_reason(run_dir: str) -> Optional[str]:

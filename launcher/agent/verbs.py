@@ -68,7 +68,7 @@ if TYPE_CHECKING:
 
 
 LEASE_CHECK_SECONDS = 0.5
-VERBS = ("serve", "run", "follow", "start", "stop", "ports", "sweep", "preflight", "stacks")
+VERBS = ("serve", "run", "follow", "start", "stop", "readmit", "ports", "sweep", "preflight", "stacks")
 
 
 # -- run: one task in the foreground, without a host agent ------------------------------------------
@@ -210,6 +210,10 @@ def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
         stop.add_argument("--exit", action="store_true", help="then stop everything and end the host agent")
         stop.add_argument("--retire", default=None, metavar="REASON",
                           help="the run left this host: mark it so that nothing of the run starts here again")
+    if only in (None, "readmit"):
+        again = verbs.add_parser("readmit", help="the supervisor re-admits this host: lift its retired mark")
+        again.add_argument("--run-dir", required=True)
+        again.add_argument("--token", required=True, help="the new incarnation's token (each works once)")
     if only in (None, "ports"):
         ports = verbs.add_parser("ports", help="check and pick TCP ports")
         ports.add_argument("--bind", required=True)
@@ -351,6 +355,12 @@ def _one_answer(args: argparse.Namespace) -> int:
         if args.task_dir and "without_agent" in answer:  # one task of a `run` agent: its own answer
             answer = answer["without_agent"][slugs[0]]
         _print_json(answer)
+    elif args.verb == "readmit":
+        from launcher.agent.leaving import readmit
+
+        answer = readmit(os.path.abspath(args.run_dir), args.token)
+        _print_json(answer)
+        return 1 if answer.get("error") else 0
     elif args.verb == "sweep":
         _print_json(cmd_sweep(args.run_id, args.kill, args.grace,
                               os.path.abspath(args.run_dir) if args.run_dir else None))

@@ -240,6 +240,8 @@ ROLE_KEYS = Table(
         Key("min_count", "integer", "The fewest tasks this role may go on with when a host is lost (1 to "
             "count); default: count, or 1 for workers under strategy parameter_server.", minimum=1,
             maximum=MAX_TASKS),
+        Key("max_count", "integer", "The most tasks this role may grow to (distlaunch resize, a host "
+            "re-admitted or added); at least count; default: count.", minimum=1, maximum=MAX_TASKS),
         *TASK_KEYS.keys,
     ),
 )
@@ -338,6 +340,15 @@ TOP_KEYS = Table(
             choices=("replace", "shrink", "fail")),
         Key("max_host_losses", "integer", "Hosts the job may lose (each a move, not counted as restarts) "
             "before it fails; default: the number of spares + 1.", minimum=0),
+        Key("readmit_after_seconds", "number", "Seconds after its loss that a lost host which answers "
+            "again is re-admitted (a fresh preflight, a new incarnation) as a spare the job may grow back "
+            "onto; 0: never.", default=300.0, minimum=0),
+        Key("grow", "choice", "When a role below its target count grows onto a spare: at-checkpoint (at "
+            "a checkpoint written since the last one used, where the group must restart), now, or never "
+            "(only distlaunch resize grows).", default="at-checkpoint",
+            choices=("at-checkpoint", "now", "never")),
+        Key("grow_every_seconds", "number", "The least time between two grows of the job.", default=60.0,
+            minimum=0),
         Key("sample_interval", "number", "Seconds between CPU/GPU samples per task.", default=1.0,
             positive=True),
         Key("straggler_ratio", "number", "A worker whose steps/s stays below this fraction of the workers' "

@@ -18,6 +18,7 @@ from launcher.errors import ProfileError
 from launcher.model import (
     ALERT_NAMES,
     GpuBusy,
+    GrowPolicy,
     LogPolicy,
     MetricsConfig,
     NotifyConfig,
@@ -172,6 +173,9 @@ class ProfileReader:
             host_lost_seconds=self.host_lost_seconds(data, grace),
             on_host_lost=cast(OnHostLost, _get(data, TOP_KEYS, "on_host_lost")),
             max_host_losses=data.get("max_host_losses"),
+            readmit_after_seconds=float(_get(data, TOP_KEYS, "readmit_after_seconds")),
+            grow=cast(GrowPolicy, _get(data, TOP_KEYS, "grow")),
+            grow_every_seconds=float(_get(data, TOP_KEYS, "grow_every_seconds")),
         )
 
     def host_lost_seconds(self, data: Mapping[str, Any], grace: float) -> float:

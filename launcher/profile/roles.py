@@ -215,6 +215,12 @@ class RolesReader:
         if count > 0 and min_count > count:
             raise self.checker.fail((*key, "min_count"), f"is {min_count}, more than count ({count}); give "
                                     f"1 to {count}, the fewest {name} tasks the job may go on with")
+        max_count: int = entry.get("max_count", 0)
+        if max_count and max_count < count:
+            raise self.checker.fail((*key, "max_count"), f"is {max_count}, less than count ({count}); give "
+                                    f"{count} or more, the most {name} tasks the job may grow to")
+        if max_count > 1 and name in SINGLE_TASK_ROLES:
+            raise self.checker.fail((*key, "max_count"), f"a job has at most one {name}; remove max_count")
         host_names = self.role_hosts(name, entry, hosts, count, spares)
         port: int | None = entry.get("port")
         gpus_per_task: int = _get(entry, ROLE_KEYS, "gpus_per_task")
@@ -226,7 +232,8 @@ class RolesReader:
             raise self.checker.fail((*key, "command"), "no command for this role; set command under "
                                     f"[defaults] or [roles.{name}]")
         return RoleConfig(name=name, count=count, hosts=host_names, port=port,
-                          gpus_per_task=gpus_per_task, settings=settings, min_count=0 if count == 0 else min_count)
+                          gpus_per_task=gpus_per_task, settings=settings, min_count=0 if count == 0 else min_count,
+                          max_count=max_count)
 
     def role_hosts(self, role: str, entry: Mapping[str, Any], hosts: Mapping[str, HostConfig],
                    count: int, spares: tuple[str, ...] = ()) -> tuple[str, ...]:

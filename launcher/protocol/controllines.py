@@ -88,7 +88,8 @@ def socket_path(run_id: str, state_home: str) -> str:
 class Request(Message):
     """One request of a client. ``task``: restart, stop; ``reason`` and ``origin`` (the signal that
     asked, if one did): teardown; ``tasks`` (none: all), ``native`` and ``timeout_s``: stacks;
-    ``history`` (the events before the connection too): follow; ``host`` and ``reason``: drain."""
+    ``history`` (the events before the connection too): follow; ``host`` and ``reason``: drain;
+    ``role`` and ``count``: resize."""
 
     action: str
     task: str | None = None
@@ -99,6 +100,8 @@ class Request(Message):
     timeout_s: float | None = None
     history: bool = True
     host: str | None = None
+    role: str | None = None
+    count: int | None = None
 
     def line(self) -> str:
         if self.action == "follow":
@@ -108,6 +111,8 @@ class Request(Message):
             obj["origin"] = self.origin
         if self.host is not None:
             obj["host"] = self.host
+        if self.role is not None:
+            obj.update(role=self.role, count=self.count)
         if self.action == "stacks":
             obj.update(tasks=list(self.tasks), native=self.native, timeout_s=self.timeout_s)
         return json_line("", obj)
@@ -121,11 +126,14 @@ def decode_request(line: bytes | str) -> Request | Malformed:
         return Malformed(text, "a request is one JSON object", Request)
     action, task, reason, origin = (obj.get(k) for k in ("action", "task", "reason", "origin"))
     tasks, timeout, host = obj.get("tasks"), obj.get("timeout_s"), obj.get("host")
+    role, count = obj.get("role"), obj.get("count")
     return Request(action if isinstance(action, str) else "", task if isinstance(task, str) else None,
                    reason if isinstance(reason, str) else None, origin if isinstance(origin, str) else "",
                    tuple(str(t) for t in tasks) if isinstance(tasks, list) else (), bool(obj.get("native")),
                    float(timeout) if isinstance(timeout, (int, float)) and not isinstance(timeout, bool) else None,
-                   obj.get("history") is not False, host if isinstance(host, str) else None)
+                   obj.get("history") is not False, host if isinstance(host, str) else None,
+                   role if isinstance(role, str) else None,
+                   count if isinstance(count, int) and not isinstance(count, bool) else None)
 
 
 @dataclass(frozen=True)

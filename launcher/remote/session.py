@@ -435,6 +435,15 @@ class HostSession:
         answer = self.agent("stop", *args, timeout=grace + 60)
         return [str(s) for s in answer.get("left") or [] if s]
 
+    def readmit(self, token: str) -> dict[str, int]:
+        """Lift the host's retired mark for a new incarnation (``token``, never used before):
+        returns each task's events.jsonl size there, from where the old incarnation's events end."""
+        answer = self.agent("readmit", "--run-dir", self.base_dir, "--token", token)
+        offsets = answer.get("offsets")
+        if not isinstance(offsets, dict):
+            raise HostError(f"host {self.name}: re-admission refused: {answer.get('error') or answer}")
+        return {str(k): int(v) for k, v in offsets.items() if isinstance(v, int)}
+
     def sweep(self, kill: bool, grace: float = 5.0) -> list[dict[str, Any]]:
         args = ["--run-id", self.run_id, "--run-dir", self.base_dir, "--grace", f"{grace:g}"]
         if kill:

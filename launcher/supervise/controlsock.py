@@ -117,6 +117,7 @@ class Controlled(CaptureOwner, Protocol):
     def stop_task(self, task_id: str) -> None: ...
     def teardown(self, reason: str = ..., origin: str = ...) -> None: ...
     def drain(self, host: str, reason: str, timeout: float = ...) -> str | None: ...
+    def resize(self, role: str, count: int, timeout: float = ...) -> str | None: ...
     def capture_stacks(self, tasks: list[str] | None = None, native: bool = False,
                        timeout: float = ...) -> list[TaskStacks]: ...
 
@@ -271,6 +272,10 @@ class ControlServer:
             self.control.teardown(request.reason or "torn down on request", request.origin)
         elif action == "drain" and request.host:
             refused = self.control.drain(request.host, request.reason or "drained by the user")
+            if refused is not None:
+                return Answer(False, refused)
+        elif action == "resize" and request.role and request.count is not None:
+            refused = self.control.resize(request.role, request.count)
             if refused is not None:
                 return Answer(False, refused)
         elif action == "detach":  # a client leaving needs nothing of the supervisor: the job stays supervised

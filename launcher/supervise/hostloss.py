@@ -147,6 +147,8 @@ class HostLoss:
         #: task -> why: PSS workers the job went on without and no restart (``Shrink.in_place``);
         #: they stay in the plan and in every view as ``lost``
         self.left: dict[str, str] = {}
+        #: each role's target size (regrow.py's, which knows the operator's resizes)
+        self.targets: Callable[[], Mapping[str, int]] = dict
 
     # -- what is reported -----------------------------------------------------------------------------
 
@@ -240,18 +242,20 @@ class HostLoss:
             return
         self._decide(HostGone(host, why))
 
-    def host_returned(self, host: str) -> None:
-        """On the host's thread: a gone host answers again. Nothing of the run may run there: retire it."""
+    def host_returned(self, host: str) -> bool:
+        """On the host's thread: a gone host answers again. Nothing of the run may run there: retire it.
+        Whether it was told so (a lost host told so may be re-admitted later: regrow.py)."""
         state = self.states[host].state
         slugs = self.left_behind.get(host, [])
         try:
             left = self.sup.sessions[host].retire(f"run {self.sup.run_id} left this host ({state})", slugs)
         except HostError as exc:
             self.sup.notice(f"host {host} left the job but could not be told so: {exc}")
-            return
+            return False
         said = "nothing of the run runs there" if not left else f"{', '.join(left)} could not be stopped there"
         self.sup.call(lambda: self.sup.notice(f"host {host} told that the run left it ({state}): {said}, and "
                                               "nothing of it starts there again"))
+        return state == ev.HOST_LOST
 
     # -- drained --------------------------------------------------------------------------------------
 
@@ -430,15 +434,18 @@ class HostLoss:
             self.restarts.restart_planned(carried, "restarting after the hosts left")
 
     def role_sizes(self) -> dict[str, dict[str, int]]:
-        """Each role's size: tasks the job goes on with (``running``), planned at the start, ``min``."""
+        """Each role's size: tasks the job goes on with (``running``), ``planned`` (its count, or the
+        operator's resize), ``min`` and ``max``."""
         sup = self.sup
+        targets = self.targets()
         out: dict[str, dict[str, int]] = {}
         for role, config in sup.plan.profile.roles.items():
             if config.count <= 0:
                 continue
-            planned = sum(1 for t in sup.plan.tasks if t.role == role)
-            running = planned - sum(1 for t in self.left if t.split(":", 1)[0] == role)
-            out[role] = {"running": running, "planned": config.count, "min": config.fewest}
+            placed = sum(1 for t in sup.plan.tasks if t.role == role)
+            running = placed - sum(1 for t in self.left if t.split(":", 1)[0] == role)
+            out[role] = {"running": running, "planned": targets.get(role, config.count), "min": config.fewest,
+                         "max": config.most}
         return out
 
     def role_line(self, role: str) -> str:

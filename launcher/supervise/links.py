@@ -127,6 +127,19 @@ class HostLinks:
         # a host that was down has its reconnect loop under way: it sees the host retired, and
         # retires it if it comes back
 
+    def readmit(self, host: str, offsets: Mapping[str, int]) -> None:
+        """On the loop: a host re-admitted as a new incarnation is followed again, from ``offsets``
+        (where its old incarnation's events end: none of them is read)."""
+        self.retired.discard(host)
+        self.offsets[host] = {**self.offsets.get(host, {}), **offsets}
+        self._last_heard[host] = time.monotonic()
+        try:
+            self.start_follower(host)
+        except HostError:
+            self.sup.workers[host].submit(self.reconnect, host, 1.0)
+            return
+        self.host_up[host] = True
+
     def forget_task(self, task: str) -> None:
         """The task left its host: its events start again at seq 0 where it goes."""
         self.last_seq.pop(task, None)

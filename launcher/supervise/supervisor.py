@@ -39,6 +39,7 @@ from launcher.supervise.hostworker import HostWorker
 from launcher.supervise.lifecycle import Lifecycle, TaskRuntime
 from launcher.supervise.links import AGENT_REQUEST_SECONDS, HostLinks
 from launcher.supervise.outputpolicy import OutputPolicy
+from launcher.supervise.regrow import Growth
 from launcher.supervise.restarts import Restarts
 from launcher.supervise.stackcapture import StallCapture, capture_stacks
 from launcher.supervise.teardown import Teardown
@@ -96,6 +97,8 @@ class Supervisor:
         self.gpus = GpuFaults(self)  # GPUs that err: named on their tasks, their host drained to a spare
         self.stall_stacks = StallCapture(self)  # every task's stacks once per stall episode
         self.checkpoints = CheckpointKeeper(self)  # the tasks' checkpoints, their copies, one per restart
+        self.growth = Growth(self, self.hosts)  # lost hosts re-admitted, roles grown back, resizes
+        self.hosts.targets = self.growth.targets
 
     # -- the plan, a value ----------------------------------------------------------------------------
 
@@ -207,7 +210,38 @@ class Supervisor:
             self.restarts.host_back()
 
     def host_returned(self, host: str) -> None:
-        self.hosts.host_returned(host)
+        if self.hosts.host_returned(host):
+            self.growth.host_answered(host)
+
+    # -- what the growth part uses --------------------------------------------------------------------
+
+    def submit(self, host: str, fn: Callable[[], None]) -> None:
+        self.workers[host].submit(fn)
+
+    def follow_again(self, host: str, offsets: Mapping[str, int]) -> None:
+        """On the loop: a re-admitted host is followed again, from where its old incarnation ended."""
+        self.links.readmit(host, offsets)
+
+    def restart_planned(self, group: list[str], why: str) -> None:
+        self.restarts.restart_planned(group, why)
+
+    def newest_checkpoint(self) -> float:
+        """When the newest checkpoint of any task was written (0: none yet)."""
+        book = self.checkpoints.book
+        return max((cp.ts for t in self.tasks if (cp := book.newest(t)) is not None), default=0.0)
+
+    def stop_tasks(self, tasks: list[str]) -> None:
+        """Stop ``tasks`` on purpose (a resize): their end is planned, never a failure."""
+        for task_id in tasks:
+            rt = self.tasks[task_id]
+            self.life.ask_stop(rt, "resize")
+            if self.reachable(rt.spec.host):
+                self.workers[rt.spec.host].submit(self.sessions[rt.spec.host].stop_tasks, [rt.spec.slug],
+                                                  rt.spec.grace_seconds)
+
+    def resize(self, role: str, count: int, timeout: float = 10.0) -> str | None:
+        """The operator's resize (any thread but the loop): why it was refused, or None."""
+        return self.growth.resize_request(role, count, timeout)
 
     def on_preempted(self, host: str, why: str) -> None:
         """The host's preemption_notice fired (said again at every poll): drained once."""
@@ -339,6 +373,7 @@ class Supervisor:
     def _tick(self) -> None:
         self.links.check_silence()
         self.hosts.tick()
+        self.growth.tick()
         self.restarts.watch()
 
     # -- the operator's actions and the clients -------------------------------------------------------

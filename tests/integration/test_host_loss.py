@@ -210,7 +210,7 @@ def test_pss_worker_host_lost_goes_on_without_any_restart(tmp_path: Path, lab: N
     live = json.loads(cli("status", str(run_dir), "--json").stdout)
     assert live["tasks"]["worker:1"]["state"] == "lost" and live["tasks"]["worker:1"]["host"] == "c", live["tasks"]
     assert "host c lost (no contact for" in live["tasks"]["worker:1"]["reason"]
-    assert live["roles"]["worker"] == {"running": 1, "planned": 2, "min": 1}
+    assert live["roles"]["worker"] == {"running": 1, "planned": 2, "min": 1, "max": 2}
     text = cli("status", str(run_dir)).stdout
     assert "size: worker 1/2, min 1" in text and "worker:1 lost on c: host c lost" in text, text
     code = finish_up(proc, tmp_path, 300)
@@ -235,7 +235,7 @@ def test_pss_worker_host_lost_goes_on_without_any_restart(tmp_path: Path, lab: N
           f"longest stretch without a chief report around the loss {max(gaps, default=0.0):.1f} s")
     state = json.loads((run_dir / "state.json").read_text())
     assert state["tasks"]["worker:1"]["state"] == "lost" and state["host_states"]["c"]["state"] == "lost"
-    assert state["roles"]["worker"] == {"running": 1, "planned": 2, "min": 1}
+    assert state["roles"]["worker"] == {"running": 1, "planned": 2, "min": 1, "max": 2}
     assert [p for p in pids_with_run_id(run_id) if lab.host_of_pid(p) in ("a", "b")] == []
 
 
@@ -379,3 +379,37 @@ def test_mwms_drain_under_restart_never_succeeds(tmp_path: Path, lab: NetnsLab, 
     assert all(t["restarts"] == 0 for t in state["tasks"].values())
     assert state["host_states"]["b"]["state"] == "drained"
     assert pids_with_run_id(run_id) == []
+
+
+@pytest.mark.timeout(240)
+def test_resize_down_and_up_on_a_ticker_job(tmp_path: Path, lab: NetnsLab, run_id: str) -> None:
+    """Issue 55 §3: `resize` stops the highest-index worker on purpose (no failure, no restart
+    counted), refuses a size outside min_count..max_count in one line, and grows back."""
+    profile = ticker_profile(tmp_path, lab, "it-resize", spares=[], ticks=600)
+    text = profile.read_text().replace("[roles.worker]", "[roles.worker]\nmin_count = 1\nmax_count = 2")
+    profile.write_text(text)
+    proc, run_dir = launch_up(tmp_path, profile, run_id)
+    wait_for(lambda: step_of(read_events(run_dir), "worker:1") >= 5, 120, "both workers ticking")
+    refused = cli("resize", run_id, "worker=3")
+    assert refused.returncode == 2 and "outside 1..2 (min_count..max_count)" in refused.stderr, refused.stderr
+    down = cli("resize", run_id, "worker=1")
+    assert down.returncode == 0, down.stderr
+    shrunk = wait_for_event(run_dir, lambda e: e["kind"] == "resize" and e["after"] == 1, 30, "worker 2 -> 1")
+    assert shrunk["tasks"] == ["worker:1"] and shrunk["reason"] == "resized to 1"
+    wait_for(lambda: json.loads(cli("status", str(run_dir), "--json").stdout)["roles"]["worker"]["running"] == 1,
+             30, "worker 1/1")
+    up = cli("resize", run_id, "worker=2")
+    assert up.returncode == 0, up.stderr
+    grown = wait_for_event(run_dir, lambda e: e["kind"] == "resize" and e["after"] == 2, 30, "worker 1 -> 2")
+    assert grown["tasks"] == ["worker:1"] and grown["restart"] is False
+    wait_for(lambda: len(ran_on(read_events(run_dir), "worker:1")) >= 2, 60, "worker:1 running again")
+    code = finish_up(proc, tmp_path, 150)
+    log = (tmp_path / "up.log").read_text()
+    assert code == 0, log[-3000:]
+    assert "worker 2 -> 1: resized to 1" in log and "worker 1 -> 2: resized to 2" in log
+    events = read_events(run_dir)
+    assert not any(e["kind"] == "state" and e["state"] == "failed" for e in events)
+    assert len(ran_on(events, "worker:0")) == 1  # worker:0 never restarted
+    state = json.loads((run_dir / "state.json").read_text())
+    assert all(t["restarts"] == 0 for t in state["tasks"].values())
+    assert state["roles"]["worker"] == {"running": 2, "planned": 2, "min": 1, "max": 2}

@@ -67,6 +67,9 @@ CASES: list[tuple[ev.Event, str]] = [
      '{"v":2,"ts":1700000000.5,"run":"r1","task":"worker:0","kind":"checkpoint","step":200,"epoch":2,'
      '"directory":"/data/ckpt","files":["checkpoint","ckpt-2.index"],"bytes":4096,"seconds":0.25,'
      '"api":"checkpoint_manager","host":"a"}'),
+    (ev.resize_event("r1", "worker", 1, 2, "host c re-admitted after 300 s", ["worker:1"], ts=T),
+     '{"v":2,"ts":1700000000.5,"run":"r1","task":null,"kind":"resize","role":"worker","before":1,"after":2,'
+     '"reason":"host c re-admitted after 300 s","tasks":["worker:1"],"restart":false}'),
 ]
 
 
