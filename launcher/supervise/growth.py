@@ -2,7 +2,8 @@
 
 A role's **target** is its planned ``count`` until ``distlaunch resize`` sets another one
 (``min_count`` .. ``max_count``). A role below its target grows onto a host that may take a task:
-one of the role's own hosts still in the job, a spare, or a lost host re-admitted as a spare.
+a spare, or a lost host re-admitted as a spare; one of the role's own hosts still in the job only
+when the operator asked (``resize``).
 ``decide_grow`` says which tasks start where, and whether others restart with them:
 
 * parameter_server, a worker that the job went on without in place (``lost``) and whose own host
@@ -119,10 +120,12 @@ def decide_grow(plan: Plan, room: GrowRoom) -> GrowDecision:
 
 def _place(plan: Plan, role: str, tasks: list[str], room: GrowRoom) -> list[tuple[str, str]]:
     """Each task on a host: a lost worker on its own host when that is back; else one task per
-    spare, or the role's own hosts in turn."""
+    spare; the role's own hosts in turn only when the operator asked (``resize``): on its own the
+    policy never doubles tasks up on the hosts that are left (a PSS job that went on without a
+    worker would restart for it, and a host would run two tasks its plan gave one)."""
     config = plan.profile.roles[role]
     free_spares = [h for h in room.hosts if h in room.spares]
-    own = [h for h in room.hosts if h in config.hosts and h not in room.spares]
+    own = [h for h in room.hosts if h in config.hosts and h not in room.spares] if room.asked else []
     out: list[tuple[str, str]] = []
     for task in tasks:
         home = room.left.get(task)

@@ -214,6 +214,9 @@ class Growth:
         tasks = [t for t, _ in decision.placements]
         for task in tasks:
             self.hosts.left.pop(task, None)
+            # a new incarnation of the host numbers the task's events afresh: the numbers its old
+            # incarnation reached must not make the new one's first events look like duplicates
+            self.hosts.links.forget_task(task)
         self._took({h for _, h in decision.placements})
         sup.life.schedule([sup.tasks[t] for t in tasks])
         self._said(decision, reason, tasks)

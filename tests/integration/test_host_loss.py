@@ -413,3 +413,54 @@ def test_resize_down_and_up_on_a_ticker_job(tmp_path: Path, lab: NetnsLab, run_i
     state = json.loads((run_dir / "state.json").read_text())
     assert all(t["restarts"] == 0 for t in state["tasks"].values())
     assert state["roles"]["worker"] == {"running": 2, "planned": 2, "min": 1, "max": 2}
+
+
+@pytest.mark.timeout(420)
+def test_pss_worker_host_back_is_readmitted_and_the_job_grows_back(tmp_path: Path, lab: NetnsLab,
+                                                                    run_id: str) -> None:
+    """Issue 55 §3: the lost worker's host answers again; after readmit_after_seconds and a fresh
+    preflight it is re-admitted as a new incarnation and worker:1 starts there again, at its old
+    address: the job grows back from 1 to 2 workers, the chief and the ps never restart."""
+    ckpt = tmp_path / "ckpt"
+    profile = build_profile(tmp_path / "ps.toml", name="it-loss-regrow", strategy="parameter_server",
+                            orphan_grace=ORPHAN_GRACE,
+                            top=f"host_lost_seconds = {HOST_LOST}\nreadmit_after_seconds = 3\ngrow = \"now\"\n"
+                                "grow_every_seconds = 1\n",
+                            command=f"{{python}} examples/ps_mnist.py --steps 4000 --log-every 20 "
+                                    f"--checkpoint-dir {ckpt}",
+                            defaults={"python": sys.executable}, workdir=REPO, env={"TF_CPP_MIN_LOG_LEVEL": "2"},
+                            grace=5, hosts=netns_hosts(lab, "ssh"),
+                            roles={"ps": {"hosts": ["a"]}, "chief": {"hosts": ["a"]},
+                                   "worker": {"count": 2, "hosts": ["b", "c"], "min_count": 1}})
+    proc, run_dir = launch_up(tmp_path, profile, run_id)
+    wait_for(lambda: step_of(read_events(run_dir), "chief:0") >= 60, 240, "chief:0 past step 60")
+    lab.cut("c")
+    wait_for_event(run_dir, lambda e: e["kind"] == "job" and "nothing restarts" in e.get("reason", ""),
+                   120, "the job going on without worker:1")
+    lab.restore("c")
+    grown = wait_for_event(run_dir, lambda e: e["kind"] == "resize" and e["role"] == "worker" and e["after"] == 2,
+                           90, "worker growing back to 2")
+    assert "host c re-admitted after" in grown["reason"], grown
+    back = wait_for_event(run_dir, lambda e: e["kind"] == "state" and e["task"] == "worker:1"
+                          and e["state"] == "running" and e["ts"] >= grown["ts"] - 5, 90, "worker:1 running again")
+    assert back["host"] == "c"
+    at_back = step_of(read_events(run_dir), "chief:0")
+    live = json.loads(cli("status", str(run_dir), "--json").stdout)
+    assert live["roles"]["worker"]["running"] == 2, live["roles"]
+    code = finish_up(proc, tmp_path, 300)
+    log = (tmp_path / "up.log").read_text()
+    assert code == 0, log[-4000:]
+    assert "worker 1 -> 2: host c re-admitted after" in log, log[-3000:]
+    events = read_events(run_dir)
+    jobs = [e["state"] for e in events if e["kind"] == "job"]
+    assert jobs[-1] == "Succeeded" and "Restarting" not in jobs, jobs
+    for task in ("chief:0", "ps:0"):
+        runs = [e for e in events if e["kind"] == "state" and e["task"] == task and e["state"] == "running"]
+        assert len({e.get("pid") for e in runs}) == 1, runs
+    chief = [e["step"] for e in events
+             if e["kind"] == "metric" and e["task"] == "chief:0" and e.get("step") is not None]
+    assert chief == sorted(chief) and chief[-1] > at_back
+    # the coordinator used the worker that came back: it ran closures after its return
+    closures = [e for e in events if e["kind"] == "metric" and e["task"] == "chief:0" and e["ts"] > back["ts"]
+                and (e.get("values") or {}).get("closures_per_s/worker:1")]
+    assert closures, "the chief's coordinator never scheduled on worker:1 after its return"

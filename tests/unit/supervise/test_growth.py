@@ -48,6 +48,16 @@ def test_a_pss_worker_whose_host_is_back_starts_alone_at_its_address(tmp_path: P
     assert decide_grow(plan, room) == Grow("worker", 1, 2, (("worker:1", "c"),), restart=False)
 
 
+def test_on_its_own_the_policy_never_doubles_a_task_up_on_the_hosts_that_are_left(tmp_path: Path) -> None:
+    """A PSS job that went on without worker:1 (host c lost, no spare left): nothing to grow onto,
+    so nothing happens; the same room when the operator resizes puts it on a host of the role."""
+    plan = _plan(tmp_path, "parameter_server", top='grow = "now"')
+    room = GrowRoom(("a", "b"), {"worker:1": "c"}, {"worker": 2})
+    assert decide_grow(plan, room) is None
+    asked = decide_grow(plan, GrowRoom(("a", "b"), {"worker:1": "c"}, {"worker": 2}, asked=True))
+    assert isinstance(asked, Grow) and asked.placements == (("worker:1", "b"),) and asked.restart
+
+
 def test_a_pss_worker_on_another_host_restarts_the_cluster_and_says_why(tmp_path: Path) -> None:
     plan = _plan(tmp_path, "parameter_server", top='grow = "now"')
     decision = decide_grow(plan, GrowRoom(("b", "s"), {"worker:1": "c"}, {"worker": 2}, spares=("s",)))
