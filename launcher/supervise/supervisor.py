@@ -28,7 +28,7 @@ from launcher.protocol.controllines import Launched
 from launcher.remote.session import HostSession
 from launcher.remote.storage import probe_outputs
 from launcher.rundir import RunDir
-from launcher.runstate import HostRecord, RunState, TaskRecord, host_to_json
+from launcher.runstate import HostRecord, RunState, SlurmJobRecord, TaskRecord, host_to_json
 from launcher.supervise.attachstate import arm_watchdog, fold_task_states
 from launcher.supervise.checkpoints import CheckpointBook, CheckpointKeeper
 from launcher.supervise.core import Feed, LineFeed, Loop, Publisher
@@ -68,6 +68,8 @@ class Supervisor:
         self.ports = ports
         #: each task's profiler server port (set by `up` from the preflight; kept in state.json)
         self.profiler_ports: dict[str, int] = {}
+        #: the Slurm job `up` submitted this run as (kept in state.json); None: not submitted
+        self.slurm_job: SlurmJobRecord | None = None
         self._notice = on_notice or (lambda _msg: None)
         rundir.on_problem = self._notice  # a full disk on the launcher is told, never fatal
         self.tasks: dict[str, TaskRuntime] = {t.task_id: TaskRuntime(t, ports[t.task_id]) for t in plan.tasks}
@@ -458,4 +460,5 @@ class Supervisor:
             last_contact=self.links.last_contact(),
             boot_id=boot_id(),
             roles=self.hosts.role_sizes(),
+            slurm=self.slurm_job,
         )
