@@ -51,7 +51,11 @@ STACKS = "stacks"
 #: a checkpoint a task wrote (autolog, or the profile's ``checkpoint_dir`` watched by the agent)
 CHECKPOINT = "checkpoint"
 RESIZE = "resize"
-KINDS = (JOB, STATE, METRIC, SAMPLE, PLACEMENT, LOG, HOST, CONDITION, ACTION, STACKS, CHECKPOINT, RESIZE)
+#: the run's Slurm job as squeue last showed it (a run `up` submitted with sbatch): `job_id`,
+#: `state` (PENDING, RUNNING, CANCELLED, ...), `reason` (Priority, Resources, ...), `start_time`
+#: (Slurm's expected or actual start, unix time, or null), `node` (where its batch script runs)
+SLURM = "slurm"
+KINDS = (JOB, STATE, METRIC, SAMPLE, PLACEMENT, LOG, HOST, CONDITION, ACTION, STACKS, CHECKPOINT, RESIZE, SLURM)
 
 # task conditions
 STALLED = "stalled"
@@ -417,10 +421,20 @@ class CheckpointEvent(Event):
             other.task, other.host, other.directory, other.step, other.epoch)
 
 
+class SlurmEvent(Event):
+    """The run's Slurm job changed state or reason, as squeue showed it (commands/slurmwatch.py)."""
+
+    job_id = _Field[str]((str,))
+    state = _Field[str]((str,))
+    reason = _Field[str](_TEXT, "")
+    start_time = _Field[Optional[float]](_NUMBER)
+    node = _Field[Optional[str]](_TEXT)
+
+
 KIND_CLASSES: Dict[str, Type[Event]] = {JOB: JobEvent, STATE: StateEvent, METRIC: MetricEvent, SAMPLE: SampleEvent,
                                  PLACEMENT: PlacementEvent, LOG: LogEvent, HOST: HostEvent,
                                  CONDITION: ConditionEvent, ACTION: ActionEvent, STACKS: StacksEvent,
-                                 CHECKPOINT: CheckpointEvent, RESIZE: ResizeEvent}
+                                 CHECKPOINT: CheckpointEvent, RESIZE: ResizeEvent, SLURM: SlurmEvent}
 #: every event's own fields: ``seq``, where an agent wrote it
 _BASE_FIELDS: Dict[str, _Field[Any]] = {"seq": _Field[Optional[int]]((int,), required=False)}
 _BASE_FIELDS["seq"].name = "seq"
@@ -557,3 +571,9 @@ def checkpoint_event(run: str, task: str, directory: str, *, step: int | None = 
     if copies:
         data["copies"] = list(copies)
     return CheckpointEvent(CHECKPOINT, run, task, ts if ts is not None else time.time(), data)
+
+
+def slurm_event(run: str, job_id: str, state: str, reason: str = "", start_time: float | None = None,
+                node: str | None = None, ts: float | None = None) -> SlurmEvent:
+    return SlurmEvent(SLURM, run, None, ts if ts is not None else time.time(),
+                      {"job_id": job_id, "state": state, "reason": reason, "start_time": start_time, "node": node})

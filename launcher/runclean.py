@@ -24,6 +24,8 @@ from launcher.agent.leaving import RETIRED_NAME
 from launcher.errors import UserError
 from launcher.privatedir import owner_name
 from launcher.rundir import (
+    BATCH_OUTPUT,
+    BATCH_SCRIPT,
     DOWN_MARKER,
     EVENTS_FILE,
     NOTIFY_LOG,
@@ -66,7 +68,7 @@ HOST_LAYOUT = Layout(files=HOST_FILES, prefixes=HOST_PREFIXES, trees=HOST_TREES)
 RUN_LAYOUT = Layout(
     files=frozenset({EVENTS_FILE, STATE_FILE, STATE_FILE + ".tmp", PROFILE_FILE, RESOLVED_FILE, RESOLVED_FILE + ".tmp",
                      SUPERVISOR_LOG,
-                     SUPERVISOR_LOCK, NOTIFY_LOG, DOWN_MARKER}),
+                     SUPERVISOR_LOCK, NOTIFY_LOG, DOWN_MARKER, BATCH_SCRIPT, BATCH_OUTPUT}),
     trees=frozenset({"logs", STACKS_DIR, "ssh"}),
     dirs={"hosts": Layout(each=HOST_LAYOUT)},
 )

@@ -47,6 +47,9 @@ DOWN_MARKER = "down-requested"
 SUPERVISOR_LOG = "supervisor.log"
 #: held by the run's supervisor for its life (flock): never two supervisors of one run
 SUPERVISOR_LOCK = "supervisor.lock"
+#: a run `up` submitted to Slurm: the batch script it submitted, and that script's own output
+BATCH_SCRIPT = "job.sbatch"
+BATCH_OUTPUT = "batch.out"
 #: what the [notify] command printed (supervise/notify.py)
 NOTIFY_LOG = "notify.log"
 #: written (0600, holding the run id) when distlaunch makes a run dir: cleanup removes only what

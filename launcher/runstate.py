@@ -218,6 +218,27 @@ def _move(data: object, where: str) -> dict[str, Any]:
 
 
 @dataclass
+class SlurmJobRecord:
+    """The Slurm job a run was submitted as (`up` outside an allocation): its id, when, and the
+    supervisor's node once the job started. Its live state and reason are Slurm's, asked anew
+    (``commands/slurmwatch.py``), and told in ``slurm`` events."""
+
+    job_id: str
+    submitted: float | None = None
+    node: str | None = None  # where the batch script (and so the supervisor) runs, once it does
+
+    def to_json(self) -> dict[str, Any]:
+        return {"job_id": self.job_id, "submitted": self.submitted, "node": self.node}
+
+    @classmethod
+    def from_json(cls, data: object, where: str) -> SlurmJobRecord:
+        d = _obj(data, where)
+        w = f"{where}."
+        return cls(_str(d.get("job_id"), f"{w}job_id"), _key(d, "submitted", w, _opt(_float), None),
+                   _key(d, "node", w, _opt(_str), None))
+
+
+@dataclass
 class RunState:
     """Everything state.json holds (see the module's docstring)."""
 
@@ -253,8 +274,16 @@ class RunState:
     roles: dict[str, dict[str, int]] = field(default_factory=dict)
     #: when each phase of the launch ended, per host (launcher/remote/launchclock.py); {} before
     launch: dict[str, Any] = field(default_factory=dict)
+    #: the Slurm job `up` submitted for this run (None: not submitted; inside salloc too)
+    slurm: SlurmJobRecord | None = None
 
     def to_json(self) -> dict[str, Any]:
+        out = self._fields_json()
+        if self.slurm is not None:  # only a submitted run's record has it
+            out["slurm"] = self.slurm.to_json()
+        return out
+
+    def _fields_json(self) -> dict[str, Any]:
         return {
             "run_id": self.run_id,
             "profile": self.profile,
@@ -328,6 +357,7 @@ class RunState:
             boot_id=_key(d, "boot_id", "", _opt(_str), "") or "",
             roles=_key(d, "roles", "", lambda v, w: _table(v, w, lambda o, x: _table(o, x, _int)), {}),
             launch=_key(d, "launch", "", _obj, {}),
+            slurm=_key(d, "slurm", "", _opt(SlurmJobRecord.from_json), None),
         )
 
     # -- what readers ask of it ---------------------------------------------------------------------
@@ -340,11 +370,19 @@ class RunState:
         """Does the run's supervisor still supervise it (its process exists and the run has not ended)?"""
         return self.supervisor_pid is not None and pid_alive(self.supervisor_pid) and self.outcome is None
 
+    @property
+    def awaiting_slurm(self) -> bool:
+        """Submitted to Slurm, and no supervisor has taken the run yet (the job waits to start)."""
+        return self.slurm is not None and self.supervisor_pid is None and self.outcome is None
+
     def supervision(self) -> str | None:
         """How a run that has not ended is watched: "live" (its supervisor runs and a client follows
-        it), "supervised" (its supervisor runs, no client), "lost" (no supervisor); None once ended."""
+        it), "supervised" (its supervisor runs, no client), "lost" (no supervisor), "pending" (a
+        submitted Slurm job that has not started its supervisor yet); None once ended."""
         if self.outcome is not None:
             return None
+        if self.awaiting_slurm:
+            return "pending"
         if not self.supervisor_alive():
             return "lost"
         return "live" if self.clients > 0 else "supervised"

@@ -24,6 +24,7 @@ from launcher import events as ev
 from launcher.commands import notice
 from launcher.commands.follow import Shown, follow_supervisor
 from launcher.commands.runhosts import open_sessions
+from launcher.commands.slurmwatch import elsewhere, follow_submitted
 from launcher.commands.up import follow_notify, report_outcome, start_control_server, wait_for_end
 from launcher.errors import UserError
 from launcher.model import Plan
@@ -51,6 +52,9 @@ def attach_run(path: Path, tui: bool, as_json: bool = False) -> int:
         mute()
     shown = Shown(tui=tui and not as_json and sys.stdin.isatty() and sys.stdout.isatty(), json=as_json,
                   title=state.name or run_id, strategy=state.strategy or "", hosts_total=len(state.hosts))
+    if state.slurm is not None and (state.awaiting_slurm or elsewhere(state)):
+        # submitted to Slurm: its job waits, or its supervisor runs on the job's node, not here
+        return follow_submitted(path, shown, own=False)
     if state.supervisor_alive():  # follow the live supervisor: history first, then live
         return follow_supervisor(run_id, path, child=None, shown=shown, attach=True)
     # its supervisor is gone (killed, the machine rebooted): a new one adopts the run
@@ -97,6 +101,7 @@ def adopt_run(path: Path, state: RunState, plan: Plan) -> int:
         notice(f"{why}; attached without it, reconnecting in the background")
     rundir = RunDir.open(path)
     sup = Supervisor(plan, rundir, sessions, ports, on_notice=notice)
+    sup.slurm_job = state.slurm
     sup.profiler_ports = {t: info.profiler_port for t, info in state.tasks.items() if info.profiler_port is not None}
     history = list(read_events(path))
     notifying = follow_notify(sup, history_until=max((e.ts for e in history), default=None))

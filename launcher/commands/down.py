@@ -25,6 +25,7 @@ from launcher import events as ev
 from launcher.agent import pid_alive
 from launcher.commands import notice
 from launcher.commands.runhosts import connect_sessions
+from launcher.commands.slurmwatch import cancel_waiting
 from launcher.commands.status import require_task
 from launcher.errors import HostError, HostGone, UserError
 from launcher.protocol.controllines import Request
@@ -35,7 +36,10 @@ from launcher.runlookup import RunSummary, find_run, list_runs, outside_state_di
 from launcher.runstate import load_run_state
 from launcher.supervise import controlclient
 from launcher.telemetry.progressline import Progress
+from launcher.transport import slurmqueue
 
+#: how long `down` waits for Slurm to end a submitted run's job after scancel
+SLURM_END_SECONDS = 60.0
 #: how long `down` waits for a live supervisor to finish the teardown it asked for
 LAUNCHER_TEARDOWN_SECONDS = 120.0
 
@@ -44,6 +48,15 @@ def run_down(args: argparse.Namespace) -> int:
     path = find_run(args.run)
     state = load_run_state(path)
     run_id = state.run_id
+    if state.awaiting_slurm:  # its job has not started the run: cancelling the job is all there is
+        assert state.slurm is not None
+        info = cancel_waiting(path, "stopped by `distlaunch down` before it started")
+        state = load_run_state(path)
+        if state.supervisor_pid is None:
+            still = "" if info is not None and info.ended else " (Slurm has not confirmed its end yet)"
+            print(f"{run_id}: Slurm job {state.slurm.job_id if state.slurm else '?'} cancelled before the run "
+                  f"started{still}; nothing of the run ran")
+            return 0 if not still else 1
     try:
         (path / DOWN_MARKER).touch()
     except OSError as exc:  # a full disk: the stop goes on, only the marker is missing
@@ -105,6 +118,8 @@ def run_down(args: argparse.Namespace) -> int:
     finally:
         for s in sessions.values():
             s.host.end_run()
+    if state.slurm is not None:  # a run `up` submitted: its job ends too (its batch script, its allocation)
+        _end_slurm_job(state.slurm.job_id)
     if leftovers:
         for host, left in leftovers.items():
             notice(f"host {host}: still running after down: "
@@ -120,6 +135,14 @@ def run_down(args: argparse.Namespace) -> int:
              if gone else "")
     print(f"{run_id}: stopped on {len(state.hosts)} host(s){ended}; no process of the run is left{kept}")
     return 0
+
+
+def _end_slurm_job(job_id: str) -> None:
+    problem = slurmqueue.cancel(job_id)
+    info = slurmqueue.wait_ended(job_id, SLURM_END_SECONDS)
+    if problem is not None or info is None or not info.ended:
+        notice(f"Slurm job {job_id} " + (problem or f"has not ended {SLURM_END_SECONDS:.0f} s after scancel")
+               + f"; `squeue -j {job_id}` shows it")
 
 
 def _record_stopped_by_down(path: Path) -> None:

@@ -10,6 +10,7 @@ listing hundreds of long runs stays quick.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -19,10 +20,11 @@ from typing import Any
 
 from launcher import events as ev
 from launcher.agent.leaving import shown
+from launcher.commands.slurmrecord import PENDING, pending_words, refresh, slurm_json
 from launcher.errors import UserError
 from launcher.paths import runs_root
 from launcher.rundir import EVENTS_FILE
-from launcher.runlookup import EventLines, find_run, human_duration, list_runs, skipped_note
+from launcher.runlookup import EventLines, RunSummary, find_run, human_duration, list_runs, skipped_note
 from launcher.runstate import HostStateRecord, RunState, load_run_state
 from launcher.telemetry.columns import status_rows
 from launcher.telemetry.jobview import JobView, TaskView, role_sizes_text
@@ -43,6 +45,10 @@ def summarize(path: Path) -> dict[str, Any]:
     so a task whose step stopped moving reads 0. Without a live launcher no one records the steps
     any more, and the rate is null, as for a task not running."""
     state = load_run_state(path)
+    slurm_now = None
+    if state.awaiting_slurm:  # submitted, no supervisor yet: Slurm says where it stands
+        slurm_now = refresh(path, state)
+        state = load_run_state(path)
     view = JobView()
     lines = EventLines(path)
     for event in lines:
@@ -80,6 +86,8 @@ def summarize(path: Path) -> dict[str, Any]:
             "steps_at_risk": seen.steps_at_risk if seen else None}
     job = ({"state": view.state, "reason": view.reason, "root_cause": view.failure_cause} if view.events_applied
            else {"state": state.job_state, "reason": state.job_reason, "root_cause": ""})
+    if state.awaiting_slurm:
+        job = {"state": PENDING, "reason": pending_words(state, slurm_now), "root_cause": ""}
     return {"run": state.run_id, "dir": str(path), "profile": state.profile,
             "name": state.name, "strategy": state.strategy, "job": job,
             "supervision": state.supervision() if job["state"] not in ev.JOB_ENDS else None,
@@ -88,6 +96,7 @@ def summarize(path: Path) -> dict[str, Any]:
             "supervisor_alive": alive, "launcher_alive": alive,
             "tasks": tasks, "roles": state.roles, "hosts": _hosts(state, view.machines, view.host_gpus),
             "lost_events": view.lost_events,
+            "slurm": slurm_json(path, state, slurm_now),
             "skipped_lines": lines.skipped}
 
 
@@ -160,7 +169,8 @@ def run_status(args: argparse.Namespace) -> int:
     job = summary["job"]
     # the words `runs` and the docs use, then what they mean
     who = {"live": "live: a client follows", "supervised": "supervised: no client",
-           "lost": "lost: no supervisor"}.get(summary["supervision"] or "", "ended")
+           "lost": "lost: no supervisor",
+           "pending": "pending: its Slurm job has not started it"}.get(summary["supervision"] or "", "ended")
     if summary["supervisor_alive"]:
         who += f", supervisor pid {summary['supervisor_pid']}"
     print(f"run {summary['run']}  ({summary['name']}, {summary['strategy']}, {who})")
@@ -193,9 +203,27 @@ def run_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def _with_slurm(run: RunSummary) -> RunSummary:
+    """A submitted run whose job has not started its supervisor: pending, with Slurm's reason (asked now)."""
+    if run.live != "pending":
+        return run
+    try:
+        path = Path(run.dir)
+        state = load_run_state(path)
+        if not state.awaiting_slurm:
+            return run
+        info = refresh(path, state)
+        state = load_run_state(path)
+    except UserError:
+        return run
+    if state.outcome is not None:
+        return dataclasses.replace(run, job_state=state.outcome, job_reason=state.job_reason, live=None)
+    return dataclasses.replace(run, job_state=PENDING, job_reason=pending_words(state, info))
+
+
 def run_runs(args: argparse.Namespace) -> int:
     refused: list[str] = []
-    runs = list_runs(refused=refused)
+    runs = [_with_slurm(r) for r in list_runs(refused=refused)]
     for why in refused:
         print(f"distlaunch: warning: run not listed: {why}", file=sys.stderr)
     skipped = [r for r in runs if r.skipped_lines]
@@ -215,7 +243,8 @@ def run_runs(args: argparse.Namespace) -> int:
         started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r.started)) if r.started else "-"
         rows.append((r.run, r.profile, r.job_state, started, human_duration(r.duration_s),
                      ",".join(r.hosts) or "-", str(r.tasks), str(r.restarts),
-                     "-" if r.step is None else str(r.step), r.live or ""))
+                     "-" if r.step is None else str(r.step),
+                     f"pending: {r.job_reason}" if r.live == "pending" else r.live or ""))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())

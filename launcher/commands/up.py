@@ -23,6 +23,7 @@ from launcher.commands import notice
 from launcher.commands.exposure import exposure_warnings, local_users_warning
 from launcher.commands.outputsuse import outputs_in_use, where
 from launcher.commands.rundirplace import check_new_run_dir
+from launcher.commands.submit import claim_submitted, submit_run, submits, submitted_job
 from launcher.errors import HostError, UserError
 from launcher.model import Plan
 from launcher.paths import check_run_id, runs_root
@@ -35,7 +36,7 @@ from launcher.remote.launchclock import LaunchClock
 from launcher.remote.preflight import Preflight, PreflightError, prepare_hosts
 from launcher.rundir import RunDir, new_run_id
 from launcher.runrecord import write_record
-from launcher.runstate import host_to_json
+from launcher.runstate import SlurmJobRecord, host_to_json
 from launcher.supervise import controlsock, daemon
 from launcher.supervise.notify import Notifier, NotifyFollower
 from launcher.supervise.stopsignals import JobSignals, StoppedBeforeStart, StopSignals
@@ -67,29 +68,36 @@ def run_up(args: argparse.Namespace) -> int:
         notice(f"warning: {shared}")
     for warning in container_warnings(profile):  # options that undo what distlaunch promises
         notice(f"warning: {mask_secrets(warning, set(profile.secrets))}")
-    raise_open_files_limit(len({t.host for t in plan.tasks}))
-    run_id = args.run_id or new_run_id(profile.name)
-    target = Path(args.run_dir).expanduser() if args.run_dir else runs_root() / run_id
-    if args.run_dir:
-        check_new_run_dir(target)  # a new or empty dir, not a link: prune removes what distlaunch writes there
-    if (target / "state.json").exists():
-        raise UserError(f"{target} already holds run {run_id}; give another --run-id or --run-dir")
-    rundir = RunDir.create(run_id, Path(args.run_dir) if args.run_dir else None)
     tui = not (args.no_tui or args.json or args.detach)
     if tui and not (sys.stdin.isatty() and sys.stdout.isatty()):
         notice("not a terminal: showing progress lines instead of the dashboard (--no-tui)")
         tui = False
+    from launcher.commands.follow import Shown
+
+    shown = Shown(tui=tui, json=args.json, title=profile.name, strategy=profile.strategy,
+                  hosts_total=len({t.host for t in plan.tasks}), bell=profile.notify.bell)
+    if submits(profile):  # [slurm] on a login node: sbatch the job, then watch it wait and run
+        return submit_run(args, profile, shown)
+    raise_open_files_limit(len({t.host for t in plan.tasks}))
+    run_id = args.run_id or new_run_id(profile.name)
+    target = Path(args.run_dir).expanduser() if args.run_dir else runs_root() / run_id
+    slurm_job = submitted_job(target, run_id)  # the batch job of a run `up` submitted continues it
+    if args.run_dir and slurm_job is None:
+        check_new_run_dir(target)  # a new or empty dir, not a link: prune removes what distlaunch writes there
+    if slurm_job is None and (target / "state.json").exists():
+        raise UserError(f"{target} already holds run {run_id}; give another --run-id or --run-dir")
+    rundir = RunDir.create(run_id, Path(args.run_dir) if args.run_dir else None)
+    if slurm_job is not None:
+        claim_submitted(rundir, slurm_job)
     hint = supervision_hint(plan)
     if hint:
         notice(hint)
     _progress(quiet=False)(f"run {run_id} ({rundir.path})")
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # inherited as ignored, the supervisor could not be reaped
-    child = daemon.spawn(rundir.path, run_id, lambda: supervise_new_run(plan, rundir, clock))
+    child = daemon.spawn(rundir.path, run_id, lambda: supervise_new_run(plan, rundir, clock, slurm_job))
     # the client's own modules load here, while the supervisor prepares the hosts, not before the fork
-    from launcher.commands.follow import Shown, follow_supervisor
+    from launcher.commands.follow import follow_supervisor
 
-    shown = Shown(tui=tui, json=args.json, title=profile.name, strategy=profile.strategy,
-                  hosts_total=len({t.host for t in plan.tasks}), bell=profile.notify.bell)
     return follow_supervisor(run_id, rundir.path, child=child, shown=shown, detach=args.detach, log_from=0)
 
 
@@ -105,21 +113,23 @@ def supervision_hint(plan: Plan) -> str | None:
             "on a login or head node that stays up, not on a laptop that sleeps")
 
 
-def supervise_new_run(plan: Plan, rundir: RunDir, clock: LaunchClock | None = None) -> int:
+def supervise_new_run(plan: Plan, rundir: RunDir, clock: LaunchClock | None = None,
+                      slurm_job: SlurmJobRecord | None = None) -> int:
     """The supervisor process of a new run (supervise/daemon.py forked it): prepare the hosts,
     launch, supervise to the end; the exit code is the job's outcome. ``clock``: the launch's
-    phase stamps, kept in state.json (launcher/remote/launchclock.py)."""
+    phase stamps, kept in state.json (launcher/remote/launchclock.py); ``slurm_job``: the Slurm
+    job `up` submitted the run as, recorded in its state."""
     if clock is not None:
         clock.mark("forked")
     listener = controlsock.listen(rundir.run_id)  # first: a supervisor no client can reach must not start a job
     try:
-        return _prepare_and_supervise(plan, rundir, listener, clock)
+        return _prepare_and_supervise(plan, rundir, listener, clock, slurm_job)
     finally:
         listener.close()  # where the job never got a server (a preflight that failed, say): no name left
 
 
 def _prepare_and_supervise(plan: Plan, rundir: RunDir, listener: controlsock.ControlListener,
-                           clock: LaunchClock | None = None) -> int:
+                           clock: LaunchClock | None = None, slurm_job: SlurmJobRecord | None = None) -> int:
     run_id = rundir.run_id
     progress = _progress(quiet=False)
     signals = JobSignals(run_id)
@@ -132,6 +142,7 @@ def _prepare_and_supervise(plan: Plan, rundir: RunDir, listener: controlsock.Con
             sup = Supervisor(plan, rundir, pre.sessions, pre.ports, on_notice=notice)
             sup.profiler_ports = dict(pre.profiler_ports)
             sup.launch_clock = clock
+            sup.slurm_job = slurm_job
             signals.bind(sup)
         except StoppedBeforeStart as stop:
             if pre is not None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import shlex
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from launcher.agent.containeradapters import is_image_file, pyxis_image
@@ -23,13 +24,26 @@ from launcher.plan import build_plan
 from launcher.profile.reader import load_profile
 
 
-def sbatch_script(profile: Profile) -> str:
+@dataclass(frozen=True)
+class SubmittedRun:
+    """What `up` adds when it submits the script itself: the run the batch job continues (its id
+    and dir, on the shared filesystem), the --set items and arguments of the command line, and
+    where Slurm writes the batch script's own output."""
+
+    run_id: str
+    run_dir: Path
+    sets: tuple[str, ...] = ()
+    args: tuple[str, ...] = ()
+    output: Path | None = None
+
+
+def sbatch_script(profile: Profile, run: SubmittedRun | None = None) -> str:
     slurm = profile.slurm
     if slurm is None:
         raise UserError(f"{profile.path}: has no [slurm] table; add one (an empty [slurm] is enough) "
                         "so the job takes its hosts from the allocation")
-    options = [f"--job-name={profile.name}", f"--nodes={slurm.nodes or 1}",
-               "--output=distlaunch-%x-%j.out"]
+    output = str(run.output) if run is not None and run.output is not None else "distlaunch-%x-%j.out"
+    options = [f"--job-name={profile.name}", f"--nodes={slurm.nodes or 1}", f"--output={output}"]
     if slurm.time:
         options.append(f"--time={slurm.time}")
     if slurm.partition:
@@ -40,13 +54,26 @@ def sbatch_script(profile: Profile) -> str:
         options.append(f"--gpus-per-node={slurm.gpus_per_node}")
     options.extend(slurm.sbatch_args)
     up = [sys.executable, "-m", "launcher.cli", "up", str(profile.path.resolve()), "--no-tui"]
+    if run is not None:  # the batch job continues the run `up` made when it submitted: one run, one dir
+        up += ["--run-id", run.run_id, "--run-dir", str(run.run_dir)]
+        for item in run.sets:
+            up += ["--set", item]
+        if run.args:
+            up += ["--", *run.args]
+    written = (f"# written by `distlaunch up {profile.path}`, which submitted it as run {run.run_id}" if run is not None
+               else f"# written by `distlaunch export sbatch {profile.path}`; submit with `sbatch THIS_FILE`")
+    same = []
+    if run is not None:  # the distlaunch that submitted the run runs it, wherever the job starts
+        here = shlex.quote(str(Path(__file__).resolve().parents[2]))
+        same = [f"export PYTHONPATH={here}${{PYTHONPATH:+:$PYTHONPATH}}"]
     lines = [
         "#!/bin/sh",
-        f"# written by `distlaunch export sbatch {profile.path}`; submit with `sbatch THIS_FILE`",
+        written,
         *(f"#SBATCH {option}" for option in options),
         "",
         *container_lines(profile),
         "# distlaunch runs on the first node; every task starts as an `srun --overlap` step",
+        *same,
         f"exec {shlex.join(up)}",
         "",
     ]

@@ -289,8 +289,9 @@ SYNC_KEYS = Table(
 )
 
 SLURM_KEYS = Table(
-    "Run inside a Slurm allocation: hosts are its nodes (SLURM_JOB_NODELIST), tasks start as "
-    "`srun --overlap` steps; the keys shape `distlaunch export sbatch`.",
+    "Run on Slurm: outside an allocation `up` submits the job (sbatch) with these keys and watches it; "
+    "inside one, hosts are its nodes (SLURM_JOB_NODELIST) and tasks start as `srun --overlap` steps; "
+    "the keys also shape `distlaunch export sbatch`.",
     (
         Key("nodes", "integer", "Nodes the batch script asks for (sbatch --nodes).", minimum=1),
         Key("time", "string", "Time limit the batch script asks for, e.g. \"02:00:00\".", nonblank=True),

@@ -29,7 +29,7 @@ from launcher.remote.launchclock import LaunchClock
 from launcher.remote.session import HostSession
 from launcher.remote.storage import probe_outputs
 from launcher.rundir import RunDir
-from launcher.runstate import HostRecord, RunState, TaskRecord, host_to_json
+from launcher.runstate import HostRecord, RunState, SlurmJobRecord, TaskRecord, host_to_json
 from launcher.supervise.attachstate import arm_watchdog, fold_task_states
 from launcher.supervise.checkpoints import CheckpointBook, CheckpointKeeper
 from launcher.supervise.core import Feed, LineFeed, Loop, Publisher
@@ -73,6 +73,8 @@ class Supervisor:
         #: the launch's phase stamps (set by `up`); a supervisor that took the run over keeps the record it read
         self.launch_clock: LaunchClock | None = None
         self.launch_record: dict[str, Any] = {}
+        #: the Slurm job `up` submitted this run as (kept in state.json); None: not submitted
+        self.slurm_job: SlurmJobRecord | None = None
         self._notice = on_notice or (lambda _msg: None)
         rundir.on_problem = self._notice  # a full disk on the launcher is told, never fatal
         self.tasks: dict[str, TaskRuntime] = {t.task_id: TaskRuntime(t, ports[t.task_id]) for t in plan.tasks}
@@ -499,4 +501,5 @@ class Supervisor:
             boot_id=boot_id(),
             roles=self.hosts.role_sizes(),
             launch=self.launch_clock.to_json() if self.launch_clock is not None else self.launch_record,
+            slurm=self.slurm_job,
         )

@@ -10,7 +10,7 @@ import pytest
 
 from launcher.errors import UserError
 from launcher.rundir import RunDir
-from launcher.runstate import RunState, StateFieldError, load_run_state
+from launcher.runstate import RunState, SlurmJobRecord, StateFieldError, load_run_state
 
 #: a state.json as a supervisor writes it mid-run (after a move)
 WRITTEN = {
@@ -81,3 +81,11 @@ def test_the_reader_says_which_file_and_field_in_one_line(tmp_path: Path) -> Non
     message = str(raised.value)
     assert message.startswith(f"{tmp_path / 'state.json'}: unreadable run state (field moved_from is a string, "
                               "not an object)") and "\n" not in message
+
+
+def test_a_submitted_runs_slurm_job_reads_back_and_a_wrong_type_is_named() -> None:
+    state = RunState(run_id="r2", slurm=SlurmJobRecord(job_id="41", submitted=1700000000.0, node=None))
+    back = RunState.from_json(json.loads(json.dumps(state.to_json())))
+    assert back.slurm == state.slurm and back.awaiting_slurm and back.supervision() == "pending"
+    with pytest.raises(StateFieldError, match=r"slurm\.job_id"):
+        RunState.from_json({"run_id": "r2", "slurm": {"job_id": 41}})

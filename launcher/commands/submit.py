@@ -1,0 +1,122 @@
+"""`distlaunch up PROFILE` with [slurm] outside an allocation: submit the job with sbatch, then watch it.
+
+The run is made here, on the shared filesystem (its id, its dir, a state.json naming the Slurm job),
+and the batch script (``export/sbatch.py``'s, written into the run dir) runs ``distlaunch up
+--run-id ID --run-dir DIR`` inside the allocation, which continues that same run: one run, whose
+supervisor lives inside the job, where it is safe, and whose clients (this `up`, `attach`,
+`status`, `down`, `runs`) work from the login node for the job's whole life
+(``commands/slurmwatch.py``). Like TorchX's Slurm scheduler, the job is what Slurm sees: its
+name is the profile's, its output is kept (in the run dir), and ``scancel`` ends it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+
+from launcher import events as ev
+from launcher.commands.follow import Shown
+from launcher.commands.rundirplace import check_new_run_dir
+from launcher.commands.slurmwatch import follow_submitted, refresh
+from launcher.errors import UserError
+from launcher.export.sbatch import SubmittedRun, sbatch_script
+from launcher.model import Profile
+from launcher.paths import runs_root
+from launcher.profile.overrides import mask_secrets
+from launcher.profile.slurm_env import current_allocation
+from launcher.runclean import remove_run_dir
+from launcher.rundir import BATCH_OUTPUT, BATCH_SCRIPT, PRIVATE_FILE, STATE_FILE, RunDir, new_run_id, unlink_from_root
+from launcher.runstate import RunState, SlurmJobRecord, load_run_state
+from launcher.transport import slurmqueue
+
+
+def submits(profile: Profile) -> bool:
+    """Does `up` submit this profile (a [slurm] table, and no allocation around this process)?"""
+    return profile.slurm is not None and current_allocation() is None
+
+
+def submit_run(args: argparse.Namespace, profile: Profile, shown: Shown) -> int:
+    slurmqueue.require_sbatch()
+    sets = tuple(getattr(args, "sets", ()) or ())
+    secret = [item.partition("=")[0] for item in sets if mask_secrets(item, set(profile.secrets)) != item]
+    if secret:
+        raise UserError(f"--set {', '.join(secret)} holds a secret, which a submitted batch script would keep; "
+                        "give it as --set 'KEY=\"${env:NAME}\"' (sbatch passes your environment to the job)")
+    run_id = args.run_id or new_run_id(profile.name)
+    target = Path(args.run_dir).expanduser() if args.run_dir else runs_root() / run_id
+    if args.run_dir:
+        check_new_run_dir(target)
+    if (target / STATE_FILE).exists():
+        raise UserError(f"{target} already holds run {run_id}; give another --run-id or --run-dir")
+    rundir = RunDir.create(run_id, Path(args.run_dir) if args.run_dir else None)
+    path = rundir.path
+    script = path / BATCH_SCRIPT
+    text = sbatch_script(profile, SubmittedRun(run_id, path, sets, tuple(getattr(args, "args", ()) or ()),
+                                               output=path / BATCH_OUTPUT))
+    try:
+        fd = os.open(script, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, PRIVATE_FILE | 0o100)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        # the state first: a client that finds the run finds its job, never a run dir without either
+        state = RunState(run_id=run_id, profile=str(profile.path), overrides_set=list(sets),
+                         overrides_args=list(getattr(args, "args", ()) or ()), name=profile.name,
+                         strategy=profile.strategy, job_state=ev.JOB_CREATED, job_reason="submitting to Slurm")
+        rundir.write_state(state.to_json())
+        job_id = slurmqueue.submit(script, profile.directory, str(profile.path))
+    except BaseException:
+        rundir.close()
+        _forget(path, run_id)  # nothing was submitted: no run is left either
+        raise
+    reason = f"submitted to Slurm as job {job_id}"
+    state.slurm = SlurmJobRecord(job_id=job_id, submitted=time.time())
+    state.job_reason = reason
+    rundir.write_state(state.to_json())
+    rundir.append(ev.job_event(run_id, ev.JOB_CREATED, reason))
+    rundir.close()
+    refresh(path, load_run_state(path))  # its first state and reason, as an event
+    print(f"... run {run_id} ({path}): {reason}", file=sys.stderr, flush=True)
+    if args.detach:
+        print(f"{run_id} {job_id}")
+        print(f"watch it with `distlaunch attach {run_id}`, stop it with `distlaunch down {run_id}`", file=sys.stderr)
+        return 0
+    return follow_submitted(path, shown, own=True)
+
+
+def _forget(path: Path, run_id: str) -> None:
+    try:
+        remove_run_dir(path, run_id)
+        unlink_from_root(run_id, path)
+    except (OSError, UserError):
+        pass
+
+
+def submitted_job(target: Path, run_id: str) -> SlurmJobRecord | None:
+    """Inside the allocation: the Slurm job record of the run at ``target`` when this allocation is the
+    job `up` submitted it as and no supervisor has taken it yet (the batch script continues it);
+    None for any other dir (a new run's, or one that is not waiting for this job)."""
+    allocation = current_allocation()
+    if allocation is None or not (target / STATE_FILE).exists():
+        return None
+    state = load_run_state(target)
+    if state.run_id != run_id or state.slurm is None or state.slurm.job_id != allocation.job_id \
+            or not state.awaiting_slurm or state.slurm.node is not None:
+        return None
+    return dataclasses.replace(state.slurm, node=socket.gethostname())
+
+
+def claim_submitted(rundir: RunDir, job: SlurmJobRecord) -> None:
+    """The batch job took the run: state.json names its node (from now on clients wait for the
+    supervisor, no longer for Slurm) and a ``slurm`` event says it runs."""
+    state = load_run_state(rundir.path)
+    reason = f"Slurm job {job.job_id} started on {job.node}"
+    own = RunDir.open(rundir.path)  # its own files: ``rundir``'s go to the supervisor, which closes inherited fds
+    try:
+        own.write_state(dataclasses.replace(state, slurm=job, job_reason=reason).to_json())
+        own.append(ev.slurm_event(rundir.run_id, job.job_id, "RUNNING", start_time=time.time(), node=job.node))
+    finally:
+        own.close()

@@ -1,0 +1,149 @@
+"""Slurm's queue, as its client commands show it: submit a batch script, ask a job's state, cancel it.
+
+Used from the login node for a run `up` submitted (``commands/submit.py``, ``commands/slurmwatch.py``):
+no allocation is needed, only ``sbatch``, ``squeue`` and ``scancel`` on PATH and a reachable
+slurmctld. Every call has a bounded timeout; a slurmctld that does not answer within it is "no
+answer" (None), never taken for a job that ended.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from launcher.errors import UserError
+
+#: squeue's states of a job that has not started yet
+WAITING_STATES = frozenset({"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD"})
+#: squeue's states of a job that ended (COMPLETING: Slurm is ending its processes); "" is a job
+#: slurmctld no longer knows (ended longer ago than MinJobAge)
+FINAL_STATES = frozenset({"", "COMPLETING", "COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED",
+                          "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY", "REVOKED", "SPECIAL_EXIT"})
+#: how long one squeue / scancel may take before it counts as no answer
+QUERY_TIMEOUT_S = 15.0
+SUBMIT_TIMEOUT_S = 60.0
+_FORMAT = "%T|%r|%S|%B"
+
+
+@dataclass(frozen=True)
+class SlurmJobInfo:
+    """One job as squeue shows it."""
+
+    job_id: str
+    state: str  # %T: PENDING, RUNNING, ...; "" once slurmctld no longer knows the job
+    reason: str = ""  # %r: Priority, Resources, BeginTime, ... ("None" is left out)
+    start_time: float | None = None  # %S: the expected start while pending, the start once running
+    node: str | None = None  # %B: the node its batch script runs on, once it does
+
+    @property
+    def waiting(self) -> bool:
+        return self.state in WAITING_STATES
+
+    @property
+    def ended(self) -> bool:
+        return self.state in FINAL_STATES
+
+    def text(self) -> str:
+        """``PENDING (Priority), expected start 14:02:11`` / ``RUNNING on node1``: the words shown."""
+        if not self.state:
+            return "no longer known to Slurm"
+        out = self.state + (f" ({self.reason})" if self.reason else "")
+        if self.waiting and self.start_time is not None:
+            out += f", expected start {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(self.start_time))}"
+        if not self.waiting and self.node:
+            out += f" on {self.node}"
+        return out
+
+
+def _slurm_time(text: str) -> float | None:
+    """squeue's ``2024-05-01T14:02:11`` (local time) as unix time; None for N/A, Unknown, ..."""
+    try:
+        return time.mktime(time.strptime(text.strip(), "%Y-%m-%dT%H:%M:%S"))
+    except ValueError:
+        return None
+
+
+def parse_squeue_line(job_id: str, line: str) -> SlurmJobInfo:
+    state, reason, start, node = [*line.split("|"), "", "", ""][:4]
+    reason = reason.strip()
+    node = node.strip()
+    return SlurmJobInfo(job_id=job_id, state=state.strip().split()[0] if state.strip() else "",
+                        reason="" if reason in ("None", "(null)") else reason,
+                        start_time=_slurm_time(start), node=None if node in ("", "n/a", "(null)", "None") else node)
+
+
+def query(job_id: str, timeout: float = QUERY_TIMEOUT_S) -> SlurmJobInfo | None:
+    """The job as squeue shows it (ended ones too, while slurmctld keeps them); None when Slurm did
+    not answer (slurmctld busy or down): no reason to think the job ended."""
+    try:
+        result = subprocess.run(["squeue", "-h", "-j", job_id, "--states=all", "-o", _FORMAT], capture_output=True,
+                                text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if result.returncode != 0:
+        return SlurmJobInfo(job_id, "") if "invalid job id" in result.stderr.lower() else None
+    lines = [line for line in result.stdout.splitlines() if line.strip()]
+    return parse_squeue_line(job_id, lines[0]) if lines else SlurmJobInfo(job_id, "")
+
+
+def require_sbatch() -> None:
+    if shutil.which("sbatch") is None:
+        raise UserError("[slurm]: not inside a Slurm allocation and sbatch is not on PATH; run `distlaunch up` on a "
+                        "login node of the cluster (where sbatch is), or inside `salloc`")
+
+
+def submit(script: Path, cwd: Path, where: str) -> str:
+    """Submit ``script`` with ``sbatch --parsable``; the job id. ``where``: what to name in an error
+    (the profile). sbatch's refusal is one line: its own words, and the key to look at."""
+    require_sbatch()
+    try:
+        result = subprocess.run(["sbatch", "--parsable", str(script)], capture_output=True, text=True,
+                                timeout=SUBMIT_TIMEOUT_S, cwd=cwd, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        raise UserError(f"{where}: sbatch did not answer within {SUBMIT_TIMEOUT_S:.0f} s (is slurmctld up? "
+                        "`scontrol ping` says); nothing was submitted") from None
+    except OSError as exc:
+        raise UserError(f"{where}: cannot run sbatch: {exc.strerror or exc}") from None
+    job_id = result.stdout.strip().split(";")[0].strip()
+    if result.returncode != 0 or not job_id.isdigit():
+        said = [line.strip() for line in result.stderr.splitlines() if line.strip()]
+        message = said[-1] if said else f"sbatch exited with {result.returncode}"
+        message = message.removeprefix("sbatch: error: ")
+        raise UserError(f"{where}: sbatch refused the job: {message}; {_hint(message)}")
+    return job_id
+
+
+def _hint(message: str) -> str:
+    lowered = message.lower()
+    for word, key in (("partition", "partition"), ("account", "account"), ("time limit", "time"),
+                      ("node count", "nodes"), ("gres", "gpus_per_node"), ("gpu", "gpus_per_node")):
+        if word in lowered:
+            return f"check [slurm] {key} (sinfo and sacctmgr show what the cluster offers)"
+    return "check the [slurm] table's values and sbatch_args"
+
+
+def cancel(job_id: str, timeout: float = QUERY_TIMEOUT_S) -> str | None:
+    """``scancel JOB``; None when done, else what went wrong (scancel's words or its silence)."""
+    try:
+        result = subprocess.run(["scancel", job_id], capture_output=True, text=True, timeout=timeout,
+                                stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"scancel {job_id} did not finish: {exc}"
+    if result.returncode != 0 and "invalid job id" not in result.stderr.lower():
+        return (result.stderr.strip().splitlines() or [f"scancel exited with {result.returncode}"])[-1]
+    return None
+
+
+def wait_ended(job_id: str, timeout: float) -> SlurmJobInfo | None:
+    """Poll until Slurm says the job ended (COMPLETING counts only once it is gone); the last answer."""
+    deadline = time.monotonic() + timeout
+    info = query(job_id)
+    while time.monotonic() < deadline:
+        if info is not None and info.ended and info.state != "COMPLETING":
+            return info
+        time.sleep(0.5)
+        info = query(job_id)
+    return info
