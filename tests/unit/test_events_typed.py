@@ -70,6 +70,9 @@ CASES: list[tuple[ev.Event, str]] = [
     (ev.resize_event("r1", "worker", 1, 2, "host c re-admitted after 300 s", ["worker:1"], ts=T),
      '{"v":2,"ts":1700000000.5,"run":"r1","task":null,"kind":"resize","role":"worker","before":1,"after":2,'
      '"reason":"host c re-admitted after 300 s","tasks":["worker:1"],"restart":false}'),
+    (ev.slurm_event("r1", "4242", "PENDING", "Resources", start_time=1700000600.0, ts=T),
+     '{"v":2,"ts":1700000000.5,"run":"r1","task":null,"kind":"slurm","job_id":"4242","state":"PENDING",'
+     '"reason":"Resources","start_time":1700000600.0,"node":null}'),
 ]
 
 
