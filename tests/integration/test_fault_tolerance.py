@@ -341,10 +341,13 @@ def latest_checkpoint_step(run_dir: Path) -> int:
     CheckpointManager updates that file only after a save is complete, so a save cut short by the
     kill never counts.
     """
-    for state in run_dir.rglob("ckpt/checkpoint"):
-        for line in state.read_text().splitlines():
-            if line.startswith("model_checkpoint_path:"):
-                return int(line.split('"')[1].rsplit("-", 1)[1])
+    try:  # TensorFlow renames its ckpt-N_temp folders while the walk goes: read again next poll
+        for state in run_dir.rglob("ckpt/checkpoint"):
+            for line in state.read_text().splitlines():
+                if line.startswith("model_checkpoint_path:"):
+                    return int(line.split('"')[1].rsplit("-", 1)[1])
+    except FileNotFoundError:
+        pass
     return 0
 
 

@@ -31,7 +31,10 @@ def _profile(tmp_path: Path, version: str, hold: float = 0) -> Path:
     return build_profile(tmp_path / "variants.toml", name="variants", strategy="custom",
                          command=f"{{python}} task.py --version {version}", workdir=tmp_path,
                          env={"API_TOKEN": "${env:DL_IT_TOKEN}", "VERSION": version, "HOLD": str(hold)},
-                         restart="never", roles={"worker": {}})
+                         restart="never", roles={"worker": {}},
+                         # every worker writes its file before the job ends: with the default policy,
+                         # worker:0's success stopped a worker:1 still starting on a loaded machine
+                         success_policy="all_workers")
 
 
 def _outputs(tmp_path: Path, task: str) -> list[dict]:
