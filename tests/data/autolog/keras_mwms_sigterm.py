@@ -23,7 +23,9 @@ options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoSha
 data = tf.data.Dataset.from_tensor_slices((x, tf.reduce_sum(x, axis=1, keepdims=True)))
 data = data.batch(32).repeat().with_options(options)
 with strategy.scope():
-    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+    hidden = int(os.environ.get("HIDDEN", "0"))  # units of a hidden layer: checkpoints that weigh something
+    layers = [keras.layers.Dense(hidden)] if hidden > 0 else []
+    model = keras.Sequential([keras.Input((4,)), *layers, keras.layers.Dense(1)])
     model.compile(optimizer="sgd", loss="mse")
 
 
