@@ -347,6 +347,28 @@ def test_a_full_disk_on_the_spare_drops_that_copy_in_one_line_and_leaves_no_half
         subprocess.run(["umount", str(roots["c"])])
 
 
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("mount") is None, reason="a tmpfs mount needs root")
+def test_a_full_disk_on_the_launchers_side_drops_the_copy_in_one_line_and_leaves_nothing(tmp_path: Path) -> None:
+    roots = {h: tmp_path / f"disk-{h}" for h in "ab"}
+    run = tmp_path / "run"
+    run.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(run)]).returncode != 0:
+        pytest.skip("no tmpfs mount here")
+    try:
+        keeper, owner = keeper_on(tmp_path, roots, lost=set())
+        big = write_checkpoint(roots["a"] / "ckpt", 40)
+        (roots["a"] / "ckpt" / big.files[1]).write_bytes(os.urandom(256 * 1024))
+        keeper.book.add(big)
+        keeper.copier.copy_one(big)  # returns: the job goes on
+        assert [n for n in owner.notices if "not copied" in n] == [
+            n for n in owner.notices if n.startswith("checkpoint step 40 of worker:0 not copied off host a: ")]
+        assert len([n for n in owner.notices if "not copied" in n]) == 1
+        assert big.copy is None and owner.restated == []
+        assert [p for p in run.rglob("*") if p.is_file()] == []  # no half copy, no temp dir's files
+    finally:
+        subprocess.run(["umount", str(run)])
+
+
 def test_the_pacer_keeps_the_average_rate_under_the_cap() -> None:
     slept: list[float] = []
     pacer = Pacer(1000, slept.append)
