@@ -224,6 +224,10 @@ class Profile:
     allow_version_skew: bool = False
     #: bytes; preflight warns below this at a host's outputs and run dir
     min_free_disk: int = 1024**3
+    #: a task's newest checkpoints kept copied off their host (launcher's machine, each spare)
+    checkpoint_copies_kept: int = 2
+    #: bytes per second the checkpoint copies may average; 0: no limit
+    checkpoint_copy_bandwidth: int = 50 * 1024**2
     #: what preflight does when a task's GPUs hold other processes' memory
     gpu_busy: GpuBusy = "warn"
     log_policies: tuple[LogPolicy, ...] = ()  # [[log_policies]], in the order written

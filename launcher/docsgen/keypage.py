@@ -102,6 +102,7 @@ def type_text(key: Key) -> str:
         "env": "table of NAME = string",
         "regex_map": "table of name = regex",
         "size": 'size: bytes, or a string with a unit (`"1GiB"`)',
+        "rate": 'rate: bytes per second, or a string with a unit (`"50MiB/s"`)',
         "table": "table",
         "table_or_false": "table, or `false`",
         "tables": "tables, one per name",

@@ -29,7 +29,7 @@ from launcher.profile.keys import (
     Table,
 )
 from launcher.profile.names import PROBLEMS
-from launcher.profile.sizes import parse_size
+from launcher.profile.sizes import parse_rate, parse_size
 
 #: the kinds of key that are tables themselves (never "moved above the first table")
 _TABLE_KINDS = ("table", "tables", "table_list", "regex_map")
@@ -197,6 +197,11 @@ class Checker:
             if isinstance(value, bool) or not isinstance(value, int | str) or (
                     isinstance(value, str) and parse_size(value) is None) or (isinstance(value, int) and value < 0):
                 raise self.fail(key, f'expected bytes (an integer >= 0) or a size like "1GiB", got {show_value(value)}')
+        elif kind == "rate":
+            if isinstance(value, bool) or not isinstance(value, int | str) or (
+                    isinstance(value, str) and parse_rate(value) is None) or (isinstance(value, int) and value < 0):
+                raise self.fail(key, f'expected bytes per second (an integer >= 0) or a rate like "50MiB/s", '
+                                     f"got {show_value(value)}")
         elif kind == "string_list":
             if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
                 raise self.fail(key, f"expected {spec.expected}, got {show_value(value)}")

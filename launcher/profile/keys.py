@@ -37,6 +37,7 @@ Kind = Literal[
     "env",  # a table of environment variable name -> string
     "regex_map",  # a table of name -> regex string
     "size",  # bytes: an integer >= 0, or a string with a unit ("1GiB", "500 MB")
+    "rate",  # bytes per second: a size, optionally ending in "/s" ("50MiB/s"); 0: no limit
     "table",  # a sub-table with the keys of ``table``
     "table_or_false",  # a sub-table with the keys of ``table``, or false (turned off)
     "tables",  # a table of named sub-tables, each with the keys of ``table``
@@ -47,6 +48,7 @@ Kind = Literal[
 ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 #: a size with a unit (launcher/profile/sizes.py reads it)
 SIZE_PATTERN = r"^\s*[0-9]+(\.[0-9]+)?\s*([KMGT]i?B|[KMGT]|B)?\s*$"
+RATE_PATTERN = r"^\s*[0-9]+(\.[0-9]+)?\s*([KMGT]i?B|[KMGT]|B)?\s*(/\s*s)?\s*$"
 #: a container mount: "SRC:DST[:ro|rw]", SRC absolute or ~, DST absolute, no ',' (containerrt.mount_problem)
 MOUNT_PATTERN = r"^(/|~(?=[/:]))[^:,]*:/[^:,]*(:(ro|rw))?$"
 #: roles of which a job has at most one task
@@ -365,6 +367,12 @@ TOP_KEYS = Table(
             "(else check and up refuse such a job for a TensorFlow strategy).", default=False),
         Key("min_free_disk", "size", "Check and up warn when a host has less free space than this at the outputs "
             "or its run dir: bytes, or with a unit (\"1GiB\", \"500MB\").", default="1GiB"),
+        Key("checkpoint_copies_kept", "integer", "Where checkpoints are per host: how many of a task's newest "
+            "checkpoints distlaunch keeps copied off their host, on the launcher's machine and on each spare.",
+            default=2, minimum=1),
+        Key("checkpoint_copy_bandwidth", "rate", "Where checkpoints are per host: the average rate their copies "
+            "(to the launcher's machine and to the spares) may take of the links training uses too: bytes per "
+            "second, or with a unit (\"50MiB/s\"); 0: no limit.", default="50MiB/s"),
         Key("gpu_busy", "choice", "When GPUs a task is given hold memory of other processes: warn, or refuse "
             "the launch.", default="warn", choices=("warn", "refuse")),
         Key("defaults", "table", DEFAULTS_KEYS.doc, table=DEFAULTS_KEYS),

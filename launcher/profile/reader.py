@@ -47,7 +47,7 @@ from launcher.profile.keys import (
 from launcher.profile.names import job_name_problem
 from launcher.profile.overrides import EnvVarUnset, resolve
 from launcher.profile.roles import RolesReader
-from launcher.profile.sizes import parse_size
+from launcher.profile.sizes import parse_rate, parse_size
 
 
 def load_profile(path: Path, overrides: Overrides | None = None, text: str | None = None) -> Profile:
@@ -167,6 +167,8 @@ class ProfileReader:
             straggler_seconds=float(_get(data, TOP_KEYS, "straggler_seconds")),
             allow_version_skew=bool(_get(data, TOP_KEYS, "allow_version_skew")),
             min_free_disk=int(parse_size(_get(data, TOP_KEYS, "min_free_disk")) or 0),
+            checkpoint_copies_kept=int(_get(data, TOP_KEYS, "checkpoint_copies_kept")),
+            checkpoint_copy_bandwidth=int(parse_rate(_get(data, TOP_KEYS, "checkpoint_copy_bandwidth")) or 0),
             gpu_busy=cast(GpuBusy, _get(data, TOP_KEYS, "gpu_busy")),
             log_policies=self.log_policies(data.get("log_policies", [])),
             spares=spares,

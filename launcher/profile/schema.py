@@ -16,6 +16,7 @@ from launcher.errors import UserError
 from launcher.profile.keys import (
     ENV_NAME_PATTERN,
     HOST_NAME_PATTERN,
+    RATE_PATTERN,
     SINGLE_TASK_ROLES,
     SIZE_PATTERN,
     TOP_KEYS,
@@ -96,6 +97,8 @@ def _kind_schema(key: Key) -> dict[str, Any]:
         return {"type": "number", ("exclusiveMinimum" if key.positive else "minimum"): 0}
     if kind == "size":
         return {"anyOf": [{"type": "integer", "minimum": 0}, {"type": "string", "pattern": SIZE_PATTERN}]}
+    if kind == "rate":
+        return {"anyOf": [{"type": "integer", "minimum": 0}, {"type": "string", "pattern": RATE_PATTERN}]}
     if kind == "string_list":
         if key.item_pattern:
             return {"type": "array", "items": {"type": "string", "pattern": key.item_pattern}}

@@ -20,6 +20,13 @@ def parse_size(value: int | str) -> int | None:
     return int(float(match.group(1)) * _UNITS[(match.group(2) or "").upper()])
 
 
+def parse_rate(value: int | str) -> int | None:
+    """Bytes per second from a size, written with or without "/s" ("50MiB/s", "50MiB", 1000000)."""
+    if isinstance(value, str):
+        value = re.sub(r"\s*/\s*s\s*$", "", value)
+    return parse_size(value)
+
+
 def show_size(n: int | None) -> str:
     """``n`` bytes in binary units with three significant digits: "912 MiB", "1.50 GiB"; "?" for None."""
     if n is None:

@@ -15,26 +15,19 @@ survives, the members' state files are parked and all start from scratch togethe
 line says from which step (a notice to the clients, and a line in the source task's log).
 
 Where storage is per host (a token written in the checkpoint's directory is not seen from the
-other hosts), the keeper copies each new checkpoint of a source task off its host as it is
-written, on a thread of its own: ``tar`` on the host, extracted under the run dir's
-``checkpoints/<task>/<step>/`` through a temp dir and a rename, the newest ``KEEP_COPIES`` kept.
-A copy cut short leaves nothing; the next checkpoint is copied again.
+other hosts), each new checkpoint of a source task is copied off its host as it is written, to
+the launcher's run dir and on to the spares (``launcher/supervise/ckptcopies.py``); the record
+itself is ``launcher/supervise/ckptbook.py``'s.
 """
 
 from __future__ import annotations
 
 import base64
-import io
-import os
-import queue
 import secrets
 import shlex
-import shutil
-import tarfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -43,101 +36,19 @@ from launcher.events import Event
 from launcher.model import Plan
 from launcher.remote.session import HostSession
 from launcher.rundir import RunDir
+from launcher.supervise.ckptbook import Checkpoint, CheckpointBook, checkpoint_of
+from launcher.supervise.ckptcopies import CheckpointCopier, tar_files
 from launcher.supervise.lifecycle import TaskRuntime
 from launcher.supervise.policy import deciding_task
 
-#: checkpoints remembered per task (newest last)
-KEEP_RECORDS = 4
-#: copies kept off their host per task
-KEEP_COPIES = 2
+__all__ = ["Checkpoint", "CheckpointBook", "CheckpointKeeper", "checkpoint_of"]
+
 #: the checkpoint state file of TensorFlow's CheckpointManager / BackupAndRestore
 STATE_FILE = "checkpoint"
-#: the folder of the run dir the copies live in
-COPIES_DIR = "checkpoints"
 #: seconds one copy (or push) may take
 COPY_SECONDS = 600.0
 #: the start of the line the keeper writes in a task's log
 SAY_PREFIX = "distlaunch: "
-#: how a copy on the launcher's machine is named in a ``checkpoint`` event's ``copies``
-LAUNCHER = "launcher"
-#: the largest checkpoint copied through the supervisor (it holds a copy in memory while it moves)
-COPY_LIMIT_BYTES = 1 << 30
-
-
-@dataclass
-class Checkpoint:
-    """One complete checkpoint a task announced; ``copy``: the launcher's complete copy of it."""
-
-    task: str
-    host: str
-    directory: str
-    files: list[str]
-    step: int | None = None
-    epoch: int | None = None
-    nbytes: int | None = None
-    api: str = ""
-    ts: float = 0.0
-    copy: str | None = None
-    #: seconds the last copy off its host took
-    copy_seconds: float | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {"task": self.task, "host": self.host, "directory": self.directory, "files": list(self.files),
-                "step": self.step, "epoch": self.epoch, "bytes": self.nbytes, "api": self.api, "ts": self.ts,
-                "copy": self.copy, "copy_seconds": self.copy_seconds}
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> Checkpoint:
-        return cls(str(d["task"]), str(d["host"]), str(d["directory"]), [str(f) for f in d.get("files") or []],
-                   _opt_int(d.get("step")), _opt_int(d.get("epoch")), _opt_int(d.get("bytes")),
-                   str(d.get("api") or ""), float(d.get("ts") or 0.0),
-                   None if d.get("copy") is None else str(d["copy"]),
-                   None if d.get("copy_seconds") is None else float(d["copy_seconds"]))
-
-    @property
-    def label(self) -> str:
-        return f"step {self.step}" if self.step is not None else f"epoch {self.epoch}"
-
-    @property
-    def order(self) -> tuple[int, int, float]:
-        return (self.step if self.step is not None else -1, self.epoch if self.epoch is not None else -1, self.ts)
-
-
-def _opt_int(value: Any) -> int | None:
-    return None if value is None else int(value)
-
-
-class CheckpointBook:
-    """The checkpoints each task announced, newest last (a plain record: state.json keeps it)."""
-
-    def __init__(self, by_task: Mapping[str, list[Checkpoint]] | None = None) -> None:
-        self.by_task: dict[str, list[Checkpoint]] = {t: list(c) for t, c in (by_task or {}).items()}
-
-    def add(self, cp: Checkpoint) -> None:
-        kept = [c for c in self.by_task.get(cp.task, []) if not (c.directory == cp.directory and c.order == cp.order)]
-        kept.append(cp)
-        kept.sort(key=lambda c: c.order)
-        self.by_task[cp.task] = kept[-KEEP_RECORDS:]
-
-    def newest(self, task: str) -> Checkpoint | None:
-        kept = self.by_task.get(task)
-        return kept[-1] if kept else None
-
-    def history(self, task: str) -> list[Checkpoint]:
-        """The task's checkpoints, newest first."""
-        return list(reversed(self.by_task.get(task, [])))
-
-    def to_json(self) -> dict[str, list[dict[str, Any]]]:
-        return {t: [c.to_json() for c in cps] for t, cps in self.by_task.items()}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> CheckpointBook:
-        return cls({str(t): [Checkpoint.from_json(c) for c in cps] for t, cps in data.items()})
-
-
-def checkpoint_of(event: ev.CheckpointEvent, host: str) -> Checkpoint:
-    return Checkpoint(str(event.task), event.host or host, event.directory, list(event.files), event.step,
-                      event.epoch, event.bytes, event.api, event.ts)
 
 
 def source_of(group: Sequence[str], tasks: Iterable[str]) -> str:
@@ -189,50 +100,6 @@ def state_text(cp: Checkpoint) -> str | None:
         return None
     prefix = prefixes[-1]
     return f'model_checkpoint_path: "{prefix}"\nall_model_checkpoint_paths: "{prefix}"\n'
-
-
-def tar_files(root: Path, files: Iterable[str]) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        for name in files:
-            tar.add(str(root / name), arcname=name, recursive=False)
-    return buf.getvalue()
-
-
-def extract_complete(data: bytes, files: Sequence[str], dest: Path) -> None:
-    """Extract the tar ``data`` holding exactly ``files`` into ``dest``, complete or not at all:
-    into a temp dir beside it, renamed into place once every file is there. Raises ValueError
-    (nothing left behind) when the archive lacks a file or holds anything else."""
-    dest.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    tmp = dest.parent / f".{dest.name}.tmp-{secrets.token_hex(4)}"
-    try:
-        tmp.mkdir(mode=0o700)
-        wanted = set(files)
-        seen: set[str] = set()
-        with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
-            for member in tar:
-                name = os.path.normpath(member.name)
-                if name not in wanted or not member.isfile() or name.startswith(("/", "..")):
-                    raise ValueError(f"unexpected entry {member.name!r} in a checkpoint copy")
-                src = tar.extractfile(member)
-                if src is None:
-                    raise ValueError(f"unreadable entry {member.name!r}")
-                out = tmp / name
-                out.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-                with open(out, "wb") as f:
-                    shutil.copyfileobj(src, f)
-                    f.flush()
-                    os.fsync(f.fileno())
-                seen.add(name)
-        missing = wanted - seen
-        if missing:
-            raise ValueError(f"the copy lacks {', '.join(sorted(missing))}")
-        if dest.exists():
-            shutil.rmtree(dest)
-        os.rename(tmp, dest)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def pull_command(cp: Checkpoint) -> str:
@@ -292,6 +159,7 @@ class KeeperOwner(Protocol):
     def write_state(self) -> None: ...
     def reachable(self, host: str) -> bool: ...
     def in_job(self, host: str) -> bool: ...
+    def spare_hosts(self) -> tuple[str, ...]: ...
     @property
     def plan(self) -> Plan: ...
 
@@ -305,9 +173,8 @@ class CheckpointKeeper:
         self.lock = threading.Lock()
         #: (host, directory) -> True when every other host sees that directory's files (shared storage)
         self.shared: dict[tuple[str, str], bool] = {}
-        self._queue: queue.Queue[Checkpoint | None] = queue.Queue()
-        self._copier: threading.Thread | None = None
-        self._copied_once = self._failed_last = self._said_too_big = False
+        profile = sup.plan.profile
+        self.copier = CheckpointCopier(self, profile.checkpoint_copies_kept, profile.checkpoint_copy_bandwidth)
 
     # -- the record ---------------------------------------------------------------------------------
 
@@ -322,73 +189,16 @@ class CheckpointKeeper:
             self.book.add(cp)
         self.sup.write_state()  # `attach` keeps the record
         if kept_off_host(cp.task, self.sup.tasks, self.sup.plan.profile.strategy) and len(self.sup.sessions) > 1:
-            self._start_copier()
-            self._queue.put(cp)
+            self.copier.offer(cp)
 
     def to_json(self) -> dict[str, list[dict[str, Any]]]:
         with self.lock:
             return self.book.to_json()
 
     def close(self) -> None:
-        if self._copier is not None:
-            self._queue.put(None)
+        self.copier.close()
 
     # -- copies off the host ------------------------------------------------------------------------
-
-    def _start_copier(self) -> None:
-        if self._copier is None:
-            self._copier = threading.Thread(target=self._copy_loop, name="checkpoint-copies", daemon=True)
-            self._copier.start()
-
-    def _copy_loop(self) -> None:
-        while True:
-            cp = self._queue.get()
-            if cp is None:
-                return
-            while not self._queue.empty():  # only the newest matters: older ones queued are skipped
-                later = self._queue.get()
-                if later is None:
-                    return
-                if later.task == cp.task:
-                    cp = later
-                else:
-                    self._copy_one(cp)
-                    cp = later
-            self._copy_one(cp)
-
-    def _copy_one(self, cp: Checkpoint) -> None:
-        try:
-            if self.is_shared(cp):
-                return
-            if cp.nbytes is not None and cp.nbytes > COPY_LIMIT_BYTES:
-                if not self._said_too_big:
-                    self._said_too_big = True
-                    self.sup.notice(f"checkpoint {cp.label} of {cp.task} is {cp.nbytes} bytes, over the "
-                                    f"{COPY_LIMIT_BYTES >> 20} MiB distlaunch copies off a host: not copied; a "
-                                    "restart elsewhere cannot resume from it (put outputs on shared storage)")
-                return
-            began = time.monotonic()
-            data = self.pull(cp)
-            slug = cp.task.replace(":", "-")
-            dest = self.sup.rundir.path / COPIES_DIR / slug / str(cp.step if cp.step is not None else cp.epoch)
-            extract_complete(data, cp.files, dest)
-            seconds = time.monotonic() - began
-        except Exception as exc:  # a dropped link, a full disk: no copy; the next checkpoint tries again
-            self._failed_last = True
-            self.sup.notice(f"checkpoint {cp.label} of {cp.task} not copied off host {cp.host}: {exc}")
-            return
-        with self.lock:
-            cp.copy, cp.copy_seconds = str(dest), seconds
-            for older in self.book.history(cp.task)[KEEP_COPIES:]:
-                if older.copy is not None and older.copy != cp.copy:
-                    shutil.rmtree(older.copy, ignore_errors=True)
-                    older.copy = None
-        if not self._copied_once or self._failed_last:  # the first copy and a copy after a failure are said
-            self.sup.notice(f"checkpoint {cp.label} of {cp.task} copied off host {cp.host} to {dest} "
-                            f"({len(data)} bytes in {seconds:.2f} s); the newest {KEEP_COPIES} are kept")
-        self._copied_once, self._failed_last = True, False
-        self.sup.call(self.sup.write_state)
-        self._restate(cp, [f"{LAUNCHER}:{dest}"], only_newest=True)
 
     def pull(self, cp: Checkpoint) -> bytes:
         session = self.sup.sessions[cp.host]
@@ -442,7 +252,7 @@ class CheckpointKeeper:
     def _has_copy(self, cp: Checkpoint) -> bool:
         return cp.copy is not None and all((Path(cp.copy) / f).is_file() for f in cp.files)
 
-    def _where(self, cp: Checkpoint, host: str) -> str:
+    def where(self, cp: Checkpoint, host: str) -> str:
         if cp.host in self.sup.sessions and host in self.sup.sessions:
             return target_directory(cp.directory, self.sup.sessions[cp.host], self.sup.sessions[host])
         return cp.directory
@@ -454,7 +264,7 @@ class CheckpointKeeper:
         ways: dict[str, str] = {}
         on_source: bool | None = None
         for rt in members:
-            if self._has_files(rt.spec.host, self._where(cp, rt.spec.host), cp):
+            if self._has_files(rt.spec.host, self.where(cp, rt.spec.host), cp):
                 # same host, or storage the hosts share: the member reads the very files
                 ways[rt.spec.task_id] = "there" if newest else "point"
                 continue
@@ -493,7 +303,7 @@ class CheckpointKeeper:
         cp, ways = chosen
         placed: list[str] = []
         for rt in members:
-            host, where, way = rt.spec.host, self._where(cp, rt.spec.host), ways[rt.spec.task_id]
+            host, where, way = rt.spec.host, self.where(cp, rt.spec.host), ways[rt.spec.task_id]
             mine = others.get(rt.spec.task_id)
             if mine is not None and mine.host == host and mine.directory != where and mine.order > cp.order:
                 # a newer checkpoint of its own elsewhere: parked, so it does not resume alone from it
@@ -505,10 +315,10 @@ class CheckpointKeeper:
             else:
                 self.push(cp, host, where, from_host=way == "host")
                 placed.append(f"{rt.spec.task_id} on {host}")
-        copies = [f"{rt.spec.host}:{self._where(cp, rt.spec.host)}" for rt in members
+        copies = [f"{rt.spec.host}:{self.where(cp, rt.spec.host)}" for rt in members
                   if ways[rt.spec.task_id] in ("host", "copy")]
         if copies:
-            self._restate(cp, copies, only_newest=False)
+            self.restate(cp, copies, only_newest=False)
         newest = history[0]
         words = f"resuming {_plural(group)} from {cp.label} (checkpoint of {source}"
         words += f", put in place for {_plural(placed)})" if placed else ")"
@@ -560,7 +370,7 @@ class CheckpointKeeper:
         self._say(f"resuming from step 0: no checkpoint of {source} survived {lost}; "
                   f"{_plural([rt.spec.task_id for rt in members])} start from scratch together", source)
 
-    def _restate(self, cp: Checkpoint, copies: list[str], only_newest: bool) -> None:
+    def restate(self, cp: Checkpoint, copies: list[str], only_newest: bool) -> None:
         """Publish ``cp``'s ``checkpoint`` event again (its own ``ts``) with where its copies are, for
         the dashboard and ``status``. A copy is said only of the task's newest checkpoint (a slow copy
         of an older one is not news); a placement always (a restart resumes from that one)."""

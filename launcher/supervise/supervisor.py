@@ -206,6 +206,10 @@ class Supervisor:
         """The host has not left the job (lost or drained): the teardown reaches for it."""
         return host not in self.hosts.gone
 
+    def spare_hosts(self) -> tuple[str, ...]:
+        """The hosts still kept ready to replace a lost one (checkpoint copies go there too)."""
+        return tuple(self.hosts.spares)
+
     def host_link(self, host: str, up: bool, why: str) -> None:
         self.hosts.link_changed(host, up, why)
         if up:

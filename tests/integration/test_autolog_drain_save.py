@@ -15,10 +15,12 @@ from pathlib import Path
 import pytest
 
 from tests.integration.jobtools import REPO
+from tests.sshd import free_port
 
 pytestmark = pytest.mark.slow
 
 SCRIPT = REPO / "tests" / "data" / "autolog" / "keras_sigterm.py"
+MWMS_SCRIPT = REPO / "tests" / "data" / "autolog" / "keras_mwms_sigterm.py"
 
 
 def _run(backup: Path, hooked: bool = True, **env: str) -> subprocess.CompletedProcess[str]:
@@ -53,3 +55,46 @@ def test_sigterm_during_keras_fit_saves_that_batch_and_the_next_run_redoes_no_st
     plain = _run(tmp_path / "plain", hooked=False, KILL_AT="12")
     assert plain.returncode == -15
     assert _steps(_run(tmp_path / "plain", hooked=False).stdout)[0] == 8
+
+
+def _run_group(backup: Path, **env: str) -> list[subprocess.CompletedProcess[str]]:
+    """Two MultiWorkerMirrored workers of tests/data/autolog/keras_mwms_sigterm.py, hooked."""
+    ports = [free_port(), free_port()]
+    cluster = {"worker": [f"localhost:{p}" for p in ports]}
+    code = ("import runpy, sys\nfrom launcher.autolog import hook as autolog_hook\nautolog_hook.install()\n"
+            f"sys.argv = ['{MWMS_SCRIPT}', '{backup}']\nrunpy.run_path(sys.argv[0], run_name='__main__')\n")
+    procs = []
+    for index in range(2):
+        full = {**os.environ, "PYTHONPATH": str(REPO), "TF_CPP_MIN_LOG_LEVEL": "2", "DISTLAUNCH_REPORT_INTERVAL": "0",
+                "TF_USE_LEGACY_KERAS": "1", "TF_CONFIG": json.dumps({"cluster": cluster,
+                                                                    "task": {"type": "worker", "index": index}}),
+                **env}
+        procs.append(subprocess.Popen([sys.executable, "-c", code], env=full, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True))
+    done = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=180)
+        done.append(subprocess.CompletedProcess(proc.args, proc.returncode, out, err))
+    return done
+
+
+@pytest.mark.timeout(400)
+@pytest.mark.parametrize("signalled", ["1", "0,1"])
+def test_sigterm_to_mwms_workers_saves_one_agreed_batch_and_the_group_redoes_none(
+        tmp_path: Path, signalled: str) -> None:
+    """A MultiWorkerMirrored save is collective: worker:1 alone (an MWMS peer's drain) or both
+    workers (a drained host with both), SIGTERM at step 12. The workers agree through the
+    coordination service on the batch after the first signalled one's, both save it and exit 143;
+    the next run of the group starts at the step after it."""
+    stopped = _run_group(tmp_path / "backup", KILL_AT="12", KILL_INDEX=signalled, STEP_SECONDS="0.05")
+    assert [p.returncode for p in stopped] == [143, 143], [p.stderr[-2000:] for p in stopped]
+    last = [_steps(p.stdout)[-1] for p in stopped]
+    assert last == [13, 13], last
+    saves = [json.loads(line[len("@distlaunch "):]) for line in stopped[0].stdout.splitlines()
+             if line.startswith("@distlaunch ") and '"kind":"checkpoint"' in line]
+    assert [s["step"] for s in saves] == [7, 13]
+    resumed = _run_group(tmp_path / "backup")
+    assert [p.returncode for p in resumed] == [0, 0], [p.stderr[-2000:] for p in resumed]
+    for p in resumed:
+        again = _steps(p.stdout)
+        assert again[0] == 14 and again[-1] == 30, again

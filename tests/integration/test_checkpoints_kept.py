@@ -306,9 +306,10 @@ def test_pss_chief_and_ps_host_lost_the_moved_chief_resumes_from_the_copy(tmp_pa
             assert [e for e in events if e["kind"] == "job"][-1]["state"] == "Succeeded"
             said = [e["line"].removeprefix("distlaunch: ") for e in events
                 if e["kind"] == "log" and e["line"].startswith("distlaunch: resuming")]
-            assert said and f"from step {restored[-1]} (checkpoint of chief:0, put in place for chief:0 on c" \
-                in said[-1], said
-            # where the copies are reached the events: the launcher's copy, then the one put on c
+            # on c already when the copier pushed it there before the cut (issue 54 §4), else put there
+            line = f"resuming chief:0 from step {restored[-1]} (checkpoint of chief:0"
+            assert said and said[-1] in (f"{line})", f"{line}, put in place for chief:0 on c)"), said
+            # where the copies are reached the events: the launcher's copy, and the one on the spare c
             copies = [c for e in events if e["kind"] == "checkpoint" and e["task"] == "chief:0"
                       for c in e.get("copies") or []]
             assert any(c.startswith(f"launcher:{run_dir}/checkpoints/chief-0/") for c in copies), copies
@@ -355,3 +356,83 @@ def test_a_drained_keras_job_checkpoints_before_it_stops_and_redoes_no_step(tmp_
         assert ended and ended[-1].get("exit_code") == 143, ended
     finally:
         kill_run_processes(run_id)
+
+
+def drain_mwms_and_count_redone(tmp: Path, hosts: list[Any], on: list[str], spare: str, run_id: str,
+                                python: str = sys.executable) -> list[dict[str, Any]]:
+    """A tf_keras MultiWorkerMirrored fit (BackupAndRestore every 7 batches) of two workers on the
+    hosts ``on``, drained off ``on[0]`` at step 10 to ``spare``: asserts that every worker saved at
+    the drain's one step, exited 143, and went on from the next step (0 redone); the events."""
+    profile = build_profile(
+        tmp / "drain-mwms.toml", name="it-ckpt-drain-mwms", strategy="multi_worker_mirrored",
+        orphan_grace=30, top=f'spares = ["{spare}"]\n', defaults={"python": python},
+        command="{python} -u tests/data/autolog/keras_mwms_sigterm.py '$CKPT_ROOT/backup'",
+        workdir=REPO, env={"STEP_SECONDS": "0.15", "SAVE_EVERY": "7", "TF_USE_LEGACY_KERAS": "1",
+                           "TF_CPP_MIN_LOG_LEVEL": "2"},
+        restart="on-failure", max_restarts=2, grace=20, hosts=hosts, roles={"worker": {"count": 2, "hosts": on}})
+    proc, run_dir = launch_up(tmp, profile, run_id)
+    wait_for_event(run_dir, lambda e: e["kind"] == "log" and e["task"] == "worker:0"
+                   and e["line"] == "trained step 10", 150, "worker:0 at step 10")
+    drained = cli("drain", run_id, on[0], "--reason", "kernel update")
+    assert drained.returncode == 0, drained.stdout + drained.stderr
+    assert finish_up(proc, tmp, 240) == 0, (tmp / "up.log").read_text()[-3000:]
+    events = read_events(run_dir)
+    for task in ("worker:0", "worker:1"):
+        runs = [i for i, e in enumerate(events) if e["kind"] == "state" and e["task"] == task
+                and e["state"] == "running"]
+        assert len(runs) == 2, (task, runs)
+        first = lines_of(events[:runs[1]], task, r"^trained step (\d+)$")
+        second = lines_of(events[runs[1]:], task, r"^trained step (\d+)$")
+        assert first[-1] - (second[0] - 1) == 0, (task, first[-3:], second[:3])
+        assert second[-1] == 30
+        ended = [e for e in events[:runs[1]] if e["kind"] == "state" and e["task"] == task
+                 and e["state"] in ("failed", "stopped", "succeeded")]
+        assert ended and ended[-1].get("exit_code") == 143, ended
+    moved = [e for e in events if e["kind"] == "state" and e["task"] == "worker:0" and e["state"] == "running"]
+    assert moved[-1]["host"] == spare
+    second_run = max(i for i, e in enumerate(events) if e["kind"] == "state" and e["task"] == "worker:0"
+                     and e["state"] == "running")
+    saved = [e["step"] for e in events[:second_run] if e["kind"] == "checkpoint" and e["task"] == "worker:0"
+             and not e.get("copies")]
+    stopped_at = lines_of(events[:second_run], "worker:0", r"^trained step (\d+)$")[-1]
+    assert saved[-1] == stopped_at, (saved, stopped_at)  # saved at the very step it stopped
+    placed = [c for e in events if e["kind"] == "checkpoint" and e["task"] == "worker:0"
+              and e.get("step") == saved[-1] for c in e.get("copies") or []]
+    assert any(c.startswith(f"{spare}:") for c in placed), placed
+    assert [e for e in events if e["kind"] == "job"][-1]["state"] == "Succeeded"
+    return events
+
+
+@pytest.mark.timeout(360)
+def test_a_drained_mwms_host_with_both_workers_saves_at_one_step_and_redoes_none(tmp_path: Path) -> None:
+    """Issue 54 §5 for a MultiWorkerMirrored group: both workers on host a (its own disk), spare b;
+    `drain a` sends both SIGTERM at moments of their own. A save is collective, so the workers
+    agree on one batch (autolog, through the coordination service), both save it and exit 143; the
+    keeper puts worker:0's backup on b, and the group goes on there from the next step."""
+    roots = {name: tmp_path / f"disk-{name}" for name in "ab"}
+    hosts = [Host(name, options={"env": {"CKPT_ROOT": str(root)}}) for name, root in roots.items()]
+    run_id = "it-ckpt-drain-mwms"
+    try:
+        drain_mwms_and_count_redone(tmp_path, hosts, ["a", "a"], "b", run_id)
+    finally:
+        kill_run_processes(run_id)
+
+
+@pytest.mark.netns
+@pytest.mark.sshd
+@pytest.mark.timeout(420)
+def test_a_drained_mwms_worker_host_on_its_own_disk_moves_to_the_spare_redoing_none(tmp_path: Path) -> None:
+    """Network-namespace hosts, each with its own disk: worker:0 on a, worker:1 on b, spare c;
+    `drain a` sends SIGTERM to worker:0 alone. worker:1 learns the step through the coordination
+    service, both save it; worker:0 resumes on c and worker:1 on b from that one save."""
+    from tests.netns import NetnsLab, require_netns
+
+    require_netns()
+    with NetnsLab(3) as lab:
+        run_id = f"it-ckpt-drain-mwms-{lab.tag}"
+        _, hosts = own_disks(lab, tmp_path)
+        try:
+            drain_mwms_and_count_redone(tmp_path, hosts, ["a", "b"], "c", run_id)
+            assert pids_with_run_id(run_id) == []
+        finally:
+            kill_run_processes(run_id)

@@ -276,3 +276,23 @@ def test_left_out_host_lost_seconds_follows_a_long_orphan_grace(tmp_path: Path) 
     assert load_profile(path).host_lost_seconds == 360
     path.write_text(base.format(top="orphan_grace_seconds = 30"))
     assert load_profile(path).host_lost_seconds == 120
+
+
+# ---- checkpoint copies (issue 54 §4) ------------------------------------------------------------
+
+def test_checkpoint_copies_keep_two_at_50mib_per_second_unless_told(tmp_path: Path) -> None:
+    profile = load(tmp_path)
+    assert profile.checkpoint_copies_kept == 2 and profile.checkpoint_copy_bandwidth == 50 * 1024**2
+    told = load(tmp_path, top='checkpoint_copies_kept = 3\ncheckpoint_copy_bandwidth = "10 MB/s"')
+    assert told.checkpoint_copies_kept == 3 and told.checkpoint_copy_bandwidth == 10_000_000
+    assert load(tmp_path, top="checkpoint_copy_bandwidth = 0").checkpoint_copy_bandwidth == 0
+    assert load(tmp_path, top='checkpoint_copy_bandwidth = "1GiB"').checkpoint_copy_bandwidth == 1024**3
+
+
+@pytest.mark.parametrize(("top", "words"), [
+    ('checkpoint_copy_bandwidth = "fast"', 'a rate like "50MiB/s"'),
+    ("checkpoint_copy_bandwidth = -1", 'a rate like "50MiB/s"'),
+    ("checkpoint_copies_kept = 0", "checkpoint_copies_kept"),
+])
+def test_a_wrong_checkpoint_copy_key_is_one_line(tmp_path: Path, top: str, words: str) -> None:
+    assert words in refused(tmp_path, top=top)

@@ -264,6 +264,8 @@ def good_value(key: Key) -> object:
         return {"step": r"step (\d+)"}
     if key.kind == "size":
         return 2 * 1024**3  # the model keeps bytes
+    if key.kind == "rate":
+        return 20 * 1024**2  # the model keeps bytes per second
     if key.kind == "table_list":
         return [{"pattern": "CUDA_ERROR_OUT_OF_MEMORY", "action": "no_retry"}]
     return "x"
@@ -296,6 +298,8 @@ def bad_values(key: Key) -> list[object]:
         bad += [True, "", " "]
     if key.kind == "size":
         bad += [-1, True, 1.5, "12 parsecs", ""]
+    if key.kind == "rate":
+        bad += [-1, True, 1.5, "12 parsecs/s", "", "5MiB/h"]
     if key.kind == "table_or_false":
         bad.append(True)
     if key.item_pattern:

@@ -4,6 +4,9 @@ copies that are complete or absent (real files, a real shell on this machine).""
 from __future__ import annotations
 
 import io
+import os
+import shutil
+import subprocess
 import tarfile
 from collections.abc import Callable
 from pathlib import Path
@@ -17,20 +20,19 @@ from launcher.model import HostConfig
 from launcher.remote.session import HostSession
 from launcher.runstate import RunState
 from launcher.supervise.checkpoints import (
-    KEEP_RECORDS,
     Checkpoint,
     CheckpointBook,
     CheckpointKeeper,
-    extract_complete,
     kept_off_host,
     park_command,
     push_command,
     restores,
     source_of,
     state_text,
-    tar_files,
     target_directory,
 )
+from launcher.supervise.ckptbook import KEEP_RECORDS
+from launcher.supervise.ckptcopies import Pacer, extract_complete, tar_files
 from launcher.transport.local import LocalHost
 
 FILES = ["ckpt-40.index", "ckpt-40.data-00000-of-00001", "checkpoint"]
@@ -159,12 +161,16 @@ def test_who_reads_the_sources_checkpoint() -> None:
 class Owner:
     """What the keeper uses of a supervisor: hosts a, b, c on this machine, some of them lost."""
 
-    def __init__(self, tmp: Path, roots: dict[str, Path], lost: set[str]) -> None:
+    def __init__(self, tmp: Path, roots: dict[str, Path], lost: set[str], spares: tuple[str, ...] = (),
+                 kept: int = 2) -> None:
         self.run_id = "r"
         self.sessions = {h: session(h, "", CKPT_ROOT=str(root)) for h, root in roots.items()}
         self.tasks = {"worker:0": None, "worker:1": None}
-        self.plan = SimpleNamespace(profile=SimpleNamespace(strategy="multi_worker_mirrored"))
+        self.plan = SimpleNamespace(profile=SimpleNamespace(
+            strategy="multi_worker_mirrored", checkpoint_copies_kept=kept, checkpoint_copy_bandwidth=0))
         self.lost = lost
+        self.spares = spares
+        self.notices: list[str] = []
         self.said: list[str] = []
         self.restated: list[ev.CheckpointEvent] = []
         self.rundir = SimpleNamespace(path=tmp / "run")
@@ -180,7 +186,7 @@ class Owner:
             self.said.append(event.line.removeprefix("distlaunch: "))
 
     def notice(self, message: str) -> None:
-        pass
+        self.notices.append(message)
 
     def write_state(self) -> None:
         pass
@@ -191,13 +197,17 @@ class Owner:
     def in_job(self, host: str) -> bool:
         return host not in self.lost
 
+    def spare_hosts(self) -> tuple[str, ...]:
+        return self.spares
+
 
 def member(task: str, host: str) -> Any:
     return SimpleNamespace(spec=SimpleNamespace(task_id=task, host=host))
 
 
-def keeper_on(tmp_path: Path, roots: dict[str, Path], lost: set[str]) -> tuple[CheckpointKeeper, Owner]:
-    owner = Owner(tmp_path, roots, lost)
+def keeper_on(tmp_path: Path, roots: dict[str, Path], lost: set[str], spares: tuple[str, ...] = (),
+              kept: int = 2) -> tuple[CheckpointKeeper, Owner]:
+    owner = Owner(tmp_path, roots, lost, spares, kept)
     return CheckpointKeeper(owner), owner  # type: ignore[arg-type]
 
 
@@ -259,7 +269,7 @@ def test_a_copy_off_the_host_and_a_placement_are_published_as_the_checkpoints_co
     keeper, owner = keeper_on(tmp_path, roots, lost=set())
     new = write_checkpoint(roots["a"] / "ckpt", 40)
     keeper.book.add(new)
-    keeper._copy_one(new)
+    keeper.copier.copy_one(new)
     launcher_copy = tmp_path / "run" / "checkpoints" / "worker-0" / "40"
     assert new.copy == str(launcher_copy) and (launcher_copy / "ckpt-40.index").is_file()
     assert [e.copies for e in owner.restated] == [[f"launcher:{launcher_copy}"]]
@@ -278,5 +288,91 @@ def test_a_copy_off_the_host_and_a_placement_are_published_as_the_checkpoints_co
     # a slow copy of a checkpoint that is no longer the newest is not said
     newer = write_checkpoint(roots["a"] / "ckpt", 60)
     keeper.book.add(newer)
-    keeper._copy_one(new)
+    keeper.copier.copy_one(new)
     assert len(owner.restated) == 2
+
+
+# -- copies to the spares, the number kept, the bandwidth (issue 54 §4) ------------------------------
+
+
+def test_the_newest_checkpoint_is_copied_on_to_the_spare_as_the_task_would_read_it_there(tmp_path: Path) -> None:
+    roots = {h: tmp_path / f"disk-{h}" for h in "abc"}
+    keeper, owner = keeper_on(tmp_path, roots, lost=set(), spares=("c",))
+    new = write_checkpoint(roots["a"] / "ckpt", 40)
+    keeper.book.add(new)
+    keeper.copier.copy_one(new)
+    assert (roots["c"] / "ckpt" / "ckpt-40.index").read_text() == "ckpt-40.index of step 40"
+    assert (roots["c"] / "ckpt" / "checkpoint").read_text() == state_text(new)
+    assert not list((roots["c"] / "ckpt").glob(".distlaunch-in.*"))
+    launcher_copy = tmp_path / "run" / "checkpoints" / "worker-0" / "40"
+    assert [e.copies for e in owner.restated] == [[f"launcher:{launcher_copy}", f"c:{roots['c']}/ckpt"]]
+    assert not (roots["b"] / "ckpt").exists()  # b runs a task: it gets a checkpoint only before a start
+
+
+def test_copies_kept_bounds_the_launchers_and_the_spares_copies(tmp_path: Path) -> None:
+    roots = {h: tmp_path / f"disk-{h}" for h in "abc"}
+    keeper, _ = keeper_on(tmp_path, roots, lost=set(), spares=("c",), kept=1)
+    for step in (20, 40):
+        c = write_checkpoint(roots["a"] / "ckpt", step)
+        keeper.book.add(c)
+        keeper.copier.copy_one(c)
+    assert [p.name for p in (tmp_path / "run" / "checkpoints" / "worker-0").iterdir()] == ["40"]
+    assert sorted(p.name for p in (roots["c"] / "ckpt").iterdir()) == [
+        "checkpoint", "ckpt-40.data-00000-of-00001", "ckpt-40.index"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("mount") is None, reason="a tmpfs mount needs root")
+def test_a_full_disk_on_the_spare_drops_that_copy_in_one_line_and_leaves_no_half_checkpoint(tmp_path: Path) -> None:
+    """The spare's disk is a 64 KiB tmpfs; the checkpoint is 256 KiB: the push fails, one line
+    says so, the spare keeps no part of it, and the launcher's copy (and the job) go on."""
+    roots = {h: tmp_path / f"disk-{h}" for h in "abc"}
+    roots["c"].mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(roots["c"])]).returncode != 0:
+        pytest.skip("no tmpfs mount here")
+    try:
+        keeper, owner = keeper_on(tmp_path, roots, lost=set(), spares=("c",))
+        big = write_checkpoint(roots["a"] / "ckpt", 40)
+        (roots["a"] / "ckpt" / big.files[1]).write_bytes(os.urandom(256 * 1024))
+        keeper.book.add(big)
+        keeper.copier.copy_one(big)
+        assert [n for n in owner.notices if "spare c" in n] == [
+            n for n in owner.notices if n.startswith("checkpoint step 40 of worker:0 not copied to spare c: ")]
+        assert len([n for n in owner.notices if "spare c" in n]) == 1
+        assert "the job goes on" in owner.notices[-1]
+        left = list((roots["c"] / "ckpt").iterdir()) if (roots["c"] / "ckpt").exists() else []
+        assert left == [], left
+        assert big.copy is not None and (Path(big.copy) / big.files[1]).stat().st_size == 256 * 1024
+        assert [e.copies for e in owner.restated] == [[f"launcher:{big.copy}"]]
+    finally:
+        subprocess.run(["umount", str(roots["c"])])
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("mount") is None, reason="a tmpfs mount needs root")
+def test_a_full_disk_on_the_launchers_side_drops_the_copy_in_one_line_and_leaves_nothing(tmp_path: Path) -> None:
+    roots = {h: tmp_path / f"disk-{h}" for h in "ab"}
+    run = tmp_path / "run"
+    run.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(run)]).returncode != 0:
+        pytest.skip("no tmpfs mount here")
+    try:
+        keeper, owner = keeper_on(tmp_path, roots, lost=set())
+        big = write_checkpoint(roots["a"] / "ckpt", 40)
+        (roots["a"] / "ckpt" / big.files[1]).write_bytes(os.urandom(256 * 1024))
+        keeper.book.add(big)
+        keeper.copier.copy_one(big)  # returns: the job goes on
+        assert [n for n in owner.notices if "not copied" in n] == [
+            n for n in owner.notices if n.startswith("checkpoint step 40 of worker:0 not copied off host a: ")]
+        assert len([n for n in owner.notices if "not copied" in n]) == 1
+        assert big.copy is None and owner.restated == []
+        assert [p for p in run.rglob("*") if p.is_file()] == []  # no half copy, no temp dir's files
+    finally:
+        subprocess.run(["umount", str(run)])
+
+
+def test_the_pacer_keeps_the_average_rate_under_the_cap() -> None:
+    slept: list[float] = []
+    pacer = Pacer(1000, slept.append)
+    assert pacer.pause_after(5000, 1.0) == 4.0  # 5000 bytes at 1000/s take 5 s: 4 more
+    assert pacer.pause_after(500, 1.0) == 0.0  # already slower than the cap
+    assert Pacer(0, slept.append).pause_after(10**9, 0.1) == 0.0  # 0: no limit
+    assert slept == [4.0]

@@ -1,0 +1,94 @@
+"""The record of the checkpoints tasks announced: one ``Checkpoint`` each, a ``CheckpointBook`` per run.
+
+A plain record, kept in state.json (``attach`` takes it over): where each checkpoint was written
+(host, directory as that host names it, files), its step or epoch, and where the launcher's copy
+of it is. What is done with it is ``launcher/supervise/checkpoints.py``'s (placement before a
+start) and ``launcher/supervise/ckptcopies.py``'s (copies off the host).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from launcher import events as ev
+
+#: checkpoints remembered per task (newest last)
+KEEP_RECORDS = 4
+
+
+@dataclass
+class Checkpoint:
+    """One complete checkpoint a task announced; ``copy``: the launcher's complete copy of it."""
+
+    task: str
+    host: str
+    directory: str
+    files: list[str]
+    step: int | None = None
+    epoch: int | None = None
+    nbytes: int | None = None
+    api: str = ""
+    ts: float = 0.0
+    copy: str | None = None
+    #: seconds the last copy off its host took
+    copy_seconds: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"task": self.task, "host": self.host, "directory": self.directory, "files": list(self.files),
+                "step": self.step, "epoch": self.epoch, "bytes": self.nbytes, "api": self.api, "ts": self.ts,
+                "copy": self.copy, "copy_seconds": self.copy_seconds}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> Checkpoint:
+        return cls(str(d["task"]), str(d["host"]), str(d["directory"]), [str(f) for f in d.get("files") or []],
+                   _opt_int(d.get("step")), _opt_int(d.get("epoch")), _opt_int(d.get("bytes")),
+                   str(d.get("api") or ""), float(d.get("ts") or 0.0),
+                   None if d.get("copy") is None else str(d["copy"]),
+                   None if d.get("copy_seconds") is None else float(d["copy_seconds"]))
+
+    @property
+    def label(self) -> str:
+        return f"step {self.step}" if self.step is not None else f"epoch {self.epoch}"
+
+    @property
+    def order(self) -> tuple[int, int, float]:
+        return (self.step if self.step is not None else -1, self.epoch if self.epoch is not None else -1, self.ts)
+
+
+def _opt_int(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+class CheckpointBook:
+    """The checkpoints each task announced, newest last (a plain record: state.json keeps it)."""
+
+    def __init__(self, by_task: Mapping[str, list[Checkpoint]] | None = None) -> None:
+        self.by_task: dict[str, list[Checkpoint]] = {t: list(c) for t, c in (by_task or {}).items()}
+
+    def add(self, cp: Checkpoint) -> None:
+        kept = [c for c in self.by_task.get(cp.task, []) if not (c.directory == cp.directory and c.order == cp.order)]
+        kept.append(cp)
+        kept.sort(key=lambda c: c.order)
+        self.by_task[cp.task] = kept[-KEEP_RECORDS:]
+
+    def newest(self, task: str) -> Checkpoint | None:
+        kept = self.by_task.get(task)
+        return kept[-1] if kept else None
+
+    def history(self, task: str) -> list[Checkpoint]:
+        """The task's checkpoints, newest first."""
+        return list(reversed(self.by_task.get(task, [])))
+
+    def to_json(self) -> dict[str, list[dict[str, Any]]]:
+        return {t: [c.to_json() for c in cps] for t, cps in self.by_task.items()}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> CheckpointBook:
+        return cls({str(t): [Checkpoint.from_json(c) for c in cps] for t, cps in data.items()})
+
+
+def checkpoint_of(event: ev.CheckpointEvent, host: str) -> Checkpoint:
+    return Checkpoint(str(event.task), event.host or host, event.directory, list(event.files), event.step,
+                      event.epoch, event.bytes, event.api, event.ts)
