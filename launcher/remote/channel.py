@@ -76,11 +76,17 @@ from launcher.transport import LineStream
 #: a killed writer left is removed by the next upload (session.py, ``stale_upload_cleanup``; in the
 #: cache, by the next store).
 BOOTSTRAP = """\
-import hashlib, os, stat, sys
+import hashlib, os, stat, sys, time
 size, digest, path, cache, top = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5]
 KEEP = 4
+STALE_TMP_S = 600
+if cache and top:
+    # a home that is a link (/home/u -> /gpfs/u) is judged where it leads; "//" and "/" collapse
+    rest = os.path.relpath(os.path.normpath(cache), os.path.normpath(top))
+    top = os.path.realpath(top)
+    cache = "" if rest.startswith("..") else os.path.normpath(os.path.join(top, rest))
 def trusted():
-    if not cache or not (cache + "/").startswith(top + "/"):
+    if not cache or not (cache + "/").startswith(top.rstrip("/") + "/"):
         return False
     d = cache
     while True:
@@ -92,7 +98,10 @@ def trusted():
             return False
         if d == top:
             return True
-        d = os.path.dirname(d)
+        parent = os.path.dirname(d)
+        if parent == d:
+            return False
+        d = parent
 def cached():
     try:
         fd = os.open("%s/%s.pyz" % (cache, digest), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
@@ -128,7 +137,7 @@ def keep(data):
     d = top
     for part in cache[len(top):].split("/"):
         if part:
-            d += "/" + part
+            d = d.rstrip("/") + "/" + part
             try:
                 os.mkdir(d, 0o700)
             except FileExistsError:
@@ -141,10 +150,16 @@ def keep(data):
         full = cache + "/" + name
         pid = name.rsplit(".tmp-", 1)[-1] if ".tmp-" in name else ""
         if pid.isdigit():
+            # a home shared by several hosts (NFS): a pid of this host says nothing of another's
+            # writer, so only a temp file both dead here and old is someone's leftover
             try:
                 os.kill(int(pid), 0)
             except ProcessLookupError:
-                os.unlink(full)
+                try:
+                    if time.time() - os.lstat(full).st_mtime > STALE_TMP_S:
+                        os.unlink(full)
+                except OSError:
+                    pass
             except OSError:
                 pass
         elif name.endswith(".pyz"):

@@ -21,6 +21,7 @@ the clock counts from its own making, and ``process_start`` says ``"clock"``.
 from __future__ import annotations
 
 import os
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -50,6 +51,8 @@ class LaunchClock:
     marks: dict[str, float] = field(default_factory=dict)
     hosts: dict[str, dict[str, float]] = field(default_factory=dict)
     agent_from: dict[str, str] = field(default_factory=dict)
+    #: stamps come from the hosts' worker threads while the loop writes the record
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     @classmethod
     def begin(cls) -> LaunchClock:
@@ -66,18 +69,29 @@ class LaunchClock:
 
     def stamp(self, host: str, phase: str) -> None:
         """``host`` finished ``phase`` (one of HOST_PHASES), the first time only: a restart later
-        in the job stamps nothing."""
-        self.hosts.setdefault(host, {}).setdefault(phase, time.monotonic())
+        in the job stamps nothing. A host first seen after its connection (a spare that takes a
+        task hours later) is no part of the launch: only ``connected`` puts a host on the clock."""
+        now = time.monotonic()
+        with self._lock:
+            stamps = self.hosts.get(host)
+            if stamps is None:
+                if phase != HOST_PHASES[0]:
+                    return
+                stamps = self.hosts[host] = {}
+            stamps.setdefault(phase, now)
 
     def to_json(self) -> dict[str, Any]:
         def rel(t: float) -> float:
             return round(t - self.started, 4)
+
+        with self._lock:
+            hosts = {h: dict(stamps) for h, stamps in self.hosts.items()}
 
         return {
             "process_start": self.process_start,
             "wall_start": round(time.time() - (time.monotonic() - self.started), 4),
             **{name: rel(t) for name, t in self.marks.items()},
             "hosts": {h: {p: rel(t) for p, t in sorted(stamps.items(), key=lambda kv: kv[1])}
-                      for h, stamps in sorted(self.hosts.items())},
+                      for h, stamps in sorted(hosts.items())},
             "agent_from": dict(sorted(self.agent_from.items())),
         }

@@ -135,12 +135,39 @@ def test_a_launch_sends_the_agent_once_per_version(tmp_path: Path, monkeypatch: 
     for attempt in range(2):
         session = HostSession(config, make_host(config), "cache-run", str(tmp_path / f"run{attempt}"), sys.executable)
         session.clock = LaunchClock.begin()
+        session.clock.stamp("h", "connected")  # preflight's connection puts the host on the clock
         session.open_channel("127.0.0.1", [], 1, [], tensorflow=False, follow=False)
         channel = session.take_channel()
         if channel is not None:
             channel.end()
         froms.append(session.clock.agent_from["h"])
-        assert {"agent", "preflight"} <= set(session.clock.hosts["h"])
+        assert {"connected", "agent", "preflight"} <= set(session.clock.hosts["h"])
         assert (tmp_path / f"run{attempt}" / "agent.pyz").read_bytes() == build_agent_zipapp()
     assert froms == ["sent", "cached"]
     assert (tmp_path / "state" / "cache" / "hostagent" / f"{agent_digest()}.pyz").is_file()
+
+
+def test_a_home_that_is_a_link_keeps_the_cache_where_it_leads(tmp_path: Path) -> None:
+    """/home/u -> /gpfs/u: judged where the link leads, so the cache still serves."""
+    (tmp_path / "gpfs").mkdir()
+    real = Host(tmp_path / "gpfs")
+    linked = tmp_path / "home-link"
+    linked.symlink_to(real.home)
+    real.home, real.cache = linked, linked / ".cache" / "distlaunch" / "agent"
+    assert real.bootstrap()[0] == "#agent send"
+    assert real.bootstrap()[0] == "#agent cached"
+    assert (tmp_path / "gpfs" / "home" / ".cache" / "distlaunch" / "agent" / f"{agent_digest()}.pyz").is_file()
+
+
+def test_a_home_of_slash_ends_the_trust_walk(tmp_path: Path) -> None:
+    """HOME=/ (root on some hosts) makes the cache path //root/...: the walk up from it stops at
+    /, where it looped for ever on "//" before."""
+    if os.geteuid() != 0 or not os.path.isdir("/root") or os.stat("/root").st_mode & 0o022:
+        pytest.skip("needs root and a /root only root may write")
+    pyz = build_agent_zipapp()
+    run_dir = tmp_path / "run"
+    run_dir.mkdir(mode=0o700)
+    done = subprocess.run([sys.executable, "-c", BOOTSTRAP.split("data = cached()")[0] + "print(trusted())",
+                           str(len(pyz)), agent_digest(), str(run_dir / "agent.pyz"), "//root", "/", "preflight"],
+                          capture_output=True, text=True, timeout=20)
+    assert done.returncode == 0 and done.stdout.strip() == "True", done.stderr
