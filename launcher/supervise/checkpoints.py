@@ -122,7 +122,9 @@ def push_command(directory: str, files: Sequence[str], state: str | None) -> str
     else:
         last = "true"
     extract = 'tar -xf - -C "$t"' if files else "true"  # no files: only the state file
-    return (f"set -e; mkdir -p {d}; rm -rf {d}/.distlaunch-in.*; t=$(mktemp -d {d}/.distlaunch-in.XXXXXX); "
+    # a push cut short left its temp dir: removed once old, never another push's under way
+    return (f"set -e; mkdir -p {d}; find {d} -maxdepth 1 -name '.distlaunch-in.*' -mmin +10 -exec rm -rf {{}} +; "
+            f"t=$(mktemp -d {d}/.distlaunch-in.XXXXXX); "
             f"trap 'rm -rf \"$t\"' EXIT; {extract}; {moves}; {last}")
 
 

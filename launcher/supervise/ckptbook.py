@@ -66,12 +66,14 @@ class CheckpointBook:
 
     def __init__(self, by_task: Mapping[str, list[Checkpoint]] | None = None) -> None:
         self.by_task: dict[str, list[Checkpoint]] = {t: list(c) for t, c in (by_task or {}).items()}
+        #: records kept per task: more than the copies kept, or a copy would outlive its record unpruned
+        self.keep = KEEP_RECORDS
 
     def add(self, cp: Checkpoint) -> None:
         kept = [c for c in self.by_task.get(cp.task, []) if not (c.directory == cp.directory and c.order == cp.order)]
         kept.append(cp)
         kept.sort(key=lambda c: c.order)
-        self.by_task[cp.task] = kept[-KEEP_RECORDS:]
+        self.by_task[cp.task] = kept[-self.keep:]
 
     def newest(self, task: str) -> Checkpoint | None:
         kept = self.by_task.get(task)

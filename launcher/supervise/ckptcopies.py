@@ -140,6 +140,7 @@ class CheckpointCopier:
                  sleep: Callable[[float], None] = time.sleep) -> None:
         self.keeper = keeper
         self.kept = max(1, kept)
+        keeper.book.keep = max(keeper.book.keep, self.kept + 1)  # every kept copy's record stays to prune it
         self.pacer = Pacer(bytes_per_s, sleep)
         self._queue: queue.Queue[Checkpoint | None] = queue.Queue()
         self._thread: threading.Thread | None = None
@@ -235,6 +236,8 @@ class CheckpointCopier:
         keeper, sup = self.keeper, self.keeper.sup
         placed: list[str] = []
         for spare in self.spares(cp):
+            if spare not in sup.spare_hosts():  # a move or a grow took it while the last push went
+                continue
             directory = keeper.where(cp, spare)
             began = time.monotonic()
             try:

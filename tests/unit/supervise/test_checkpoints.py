@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import os
+import time
 import shutil
 import subprocess
 import tarfile
@@ -307,6 +308,36 @@ def test_the_newest_checkpoint_is_copied_on_to_the_spare_as_the_task_would_read_
     launcher_copy = tmp_path / "run" / "checkpoints" / "worker-0" / "40"
     assert [e.copies for e in owner.restated] == [[f"launcher:{launcher_copy}", f"c:{roots['c']}/ckpt"]]
     assert not (roots["b"] / "ckpt").exists()  # b runs a task: it gets a checkpoint only before a start
+
+
+def test_a_push_leaves_another_push_under_way_alone(tmp_path: Path) -> None:
+    """Two pushes into one directory (the copier and a restart's placement): neither removes the
+    other's temp dir; only one a cut push left long ago is cleared."""
+    host = LocalHost(HostConfig(name="b", address="localhost", transport="local"))
+    target = tmp_path / "b" / "ckpt"
+    target.mkdir(parents=True)
+    busy, stale = target / ".distlaunch-in.busy", target / ".distlaunch-in.stale"
+    busy.mkdir()
+    stale.mkdir()
+    os.utime(stale, (time.time() - 3600, time.time() - 3600))
+    source = write_checkpoint(tmp_path / "a" / "ckpt", 40)
+    done = host.run(push_command(str(target), source.files, state_text(source)),
+                    stdin=tar_files(tmp_path / "a" / "ckpt", source.files))
+    assert done.ok, done.stderr
+    assert busy.is_dir() and not stale.exists()
+
+
+def test_many_copies_kept_are_still_bounded(tmp_path: Path) -> None:
+    """checkpoint_copies_kept past the records a book keeps by default: every copy's record stays,
+    so the oldest copy is still removed."""
+    roots = {h: tmp_path / f"disk-{h}" for h in "ab"}
+    keeper, _ = keeper_on(tmp_path, roots, lost=set(), spares=(), kept=5)
+    for step in range(10, 80, 10):
+        c = write_checkpoint(roots["a"] / "ckpt", step)
+        keeper.book.add(c)
+        keeper.copier.copy_one(c)
+    copies = sorted(int(p.name) for p in (tmp_path / "run" / "checkpoints" / "worker-0").iterdir())
+    assert copies == [30, 40, 50, 60, 70]
 
 
 def test_copies_kept_bounds_the_launchers_and_the_spares_copies(tmp_path: Path) -> None:
