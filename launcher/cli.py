@@ -204,6 +204,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--detach", action="store_true", help="start the job and return; tasks keep running")
     p.add_argument("--run-dir", help="where to keep this run's events, logs and state")
     p.add_argument("--run-id", help="use this run id instead of a generated one")
+    # the batch script of a submitted run: continue that run only, never start one of its own
+    p.add_argument("--continue-submitted", action="store_true", help=argparse.SUPPRESS)
     _add_overrides(p)
     p.set_defaults(handler=_up)
 

@@ -53,7 +53,7 @@ def run_down(args: argparse.Namespace) -> int:
         info = cancel_waiting(path, "stopped by `distlaunch down` before it started")
         state = load_run_state(path)
         if state.supervisor_pid is None:
-            still = "" if info is not None and info.ended else " (Slurm has not confirmed its end yet)"
+            still = "" if info is not None and info.ended else " (Slurm has not confirmed its end yet: run down again)"
             print(f"{run_id}: Slurm job {state.slurm.job_id if state.slurm else '?'} cancelled before the run "
                   f"started{still}; nothing of the run ran")
             return 0 if not still else 1

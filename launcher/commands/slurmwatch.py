@@ -169,7 +169,9 @@ def cancel_waiting(path: Path, reason: str, timeout: float = 60.0) -> SlurmJobIn
         notice(f"Slurm job {state.slurm.job_id}: {problem}")
     info = slurmqueue.wait_ended(state.slurm.job_id, timeout)
     now = load_run_state(path)
-    if now.awaiting_slurm:
-        record_end_before_start(path, now, info or SlurmJobInfo(state.slurm.job_id, "CANCELLED"),
-                                reason=f"{reason} (Slurm job {state.slurm.job_id} cancelled)")
+    if now.awaiting_slurm and info is not None and info.ended:
+        record_end_before_start(path, now, info, reason=f"{reason} (Slurm job {state.slurm.job_id} cancelled)")
+    elif now.awaiting_slurm:  # unconfirmed: the job may still be queued, and its run must stay findable
+        notice(f"Slurm job {state.slurm.job_id} may still be queued (Slurm did not confirm its end); "
+               f"run `distlaunch down {now.run_id}` again")
     return info

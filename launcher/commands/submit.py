@@ -49,6 +49,8 @@ def submit_run(args: argparse.Namespace, profile: Profile, shown: Shown) -> int:
                         "give it as --set 'KEY=\"${env:NAME}\"' (sbatch passes your environment to the job)")
     run_id = args.run_id or new_run_id(profile.name)
     target = Path(args.run_dir).expanduser() if args.run_dir else runs_root() / run_id
+    _refuse_secrets(sbatch_script(profile, SubmittedRun(run_id, target, sets, tuple(getattr(args, "args", ()) or ()),
+                                                        output=target / BATCH_OUTPUT)), profile)
     if args.run_dir:
         check_new_run_dir(target)
     if (target / STATE_FILE).exists():
@@ -87,6 +89,18 @@ def submit_run(args: argparse.Namespace, profile: Profile, shown: Shown) -> int:
     return follow_submitted(path, shown, own=True)
 
 
+def _refuse_secrets(text: str, profile: Profile) -> None:
+    """A value from the launcher's environment (${env:...}) in what the batch script says (an
+    #SBATCH line, the [slurm] account, a --comment other users read with squeue) is refused."""
+    secrets = set(profile.secrets)
+    if secrets and mask_secrets(text, secrets) != text:
+        lines = [line for line in text.splitlines() if mask_secrets(line, secrets) != line]
+        where = mask_secrets(lines[0], secrets).strip() if lines else "the batch script"
+        raise UserError(f"the batch script would hold a secret ({where}): a value from ${{env:...}} there is "
+                        "kept in the run dir and shown by squeue/scontrol to others; write it in the profile "
+                        "plainly if it is no secret, or give it to the job through its environment")
+
+
 def _forget(path: Path, run_id: str) -> None:
     try:
         remove_run_dir(path, run_id)
@@ -107,6 +121,28 @@ def submitted_job(target: Path, run_id: str) -> SlurmJobRecord | None:
             or not state.awaiting_slurm or state.slurm.node is not None:
         return None
     return dataclasses.replace(state.slurm, node=socket.gethostname())
+
+
+#: how long the batch job waits for the submitting `up` to record the job id (sbatch answered it
+#: after the job was queued: an idle partition may start the job before the record is written)
+AWAIT_RECORD_S = float(os.environ.get("DISTLAUNCH_AWAIT_SUBMITTED_S", "30"))
+
+
+def await_submitted(target: Path, run_id: str, timeout: float = AWAIT_RECORD_S) -> SlurmJobRecord:
+    """The batch script's `up`: the run it was submitted for, once its record names this job; a dir
+    that is not (gone, another run's, taken already, cancelled) starts nothing: one line, exit 2.
+    A job queued by an sbatch whose answer was lost must never start a run nobody watches."""
+    deadline = time.monotonic() + timeout
+    while True:
+        job = submitted_job(target, run_id)
+        if job is not None:
+            return job
+        if time.monotonic() >= deadline:
+            allocation = current_allocation()
+            raise UserError(f"{target} is not waiting for Slurm job "
+                            f"{allocation.job_id if allocation else '?'} (run {run_id}): nothing started; "
+                            f"`distlaunch status {run_id}` says what became of it")
+        time.sleep(0.5)
 
 
 def claim_submitted(rundir: RunDir, job: SlurmJobRecord) -> None:

@@ -23,7 +23,7 @@ from launcher.commands import notice
 from launcher.commands.exposure import exposure_warnings, local_users_warning
 from launcher.commands.outputsuse import outputs_in_use, where
 from launcher.commands.rundirplace import check_new_run_dir
-from launcher.commands.submit import claim_submitted, submit_run, submits, submitted_job
+from launcher.commands.submit import await_submitted, claim_submitted, submit_run, submits, submitted_job
 from launcher.errors import HostError, UserError
 from launcher.model import Plan
 from launcher.paths import check_run_id, runs_root
@@ -82,6 +82,8 @@ def run_up(args: argparse.Namespace) -> int:
     run_id = args.run_id or new_run_id(profile.name)
     target = Path(args.run_dir).expanduser() if args.run_dir else runs_root() / run_id
     slurm_job = submitted_job(target, run_id)  # the batch job of a run `up` submitted continues it
+    if getattr(args, "continue_submitted", False) and slurm_job is None:
+        slurm_job = await_submitted(target, run_id)
     if args.run_dir and slurm_job is None:
         check_new_run_dir(target)  # a new or empty dir, not a link: prune removes what distlaunch writes there
     if slurm_job is None and (target / "state.json").exists():

@@ -55,7 +55,7 @@ def sbatch_script(profile: Profile, run: SubmittedRun | None = None) -> str:
     options.extend(slurm.sbatch_args)
     up = [sys.executable, "-m", "launcher.cli", "up", str(profile.path.resolve()), "--no-tui"]
     if run is not None:  # the batch job continues the run `up` made when it submitted: one run, one dir
-        up += ["--run-id", run.run_id, "--run-dir", str(run.run_dir)]
+        up += ["--run-id", run.run_id, "--run-dir", str(run.run_dir), "--continue-submitted"]
         for item in run.sets:
             up += ["--set", item]
         if run.args:

@@ -178,3 +178,27 @@ def test_sbatch_refusals_are_one_line_and_leave_no_run(tmp_path: Path, slurm_clu
     missing = cli("up", str(bad), "--no-tui", env=no_sbatch, timeout=60)
     assert missing.returncode == 2 and "sbatch is not on PATH" in missing.stderr, missing.stderr
     assert len(missing.stderr.strip().splitlines()) == 1
+    # a value from the launcher's environment in what the batch script says: refused, nothing submitted
+    secret = sleeper_profile(tmp_path, 1)
+    secret.write_text(secret.read_text().replace("[slurm]\n", '[slurm]\nsbatch_args = ["--comment=${env:DL_TOK}"]\n'))
+    kept = cli("up", str(secret), "--no-tui", "--run-id", "it-submit-secret",
+               env={**slurm_cluster.env, "DL_TOK": "s3cr3t-77"}, timeout=60)
+    assert kept.returncode == 2 and "would hold a secret" in kept.stderr and "s3cr3t-77" not in kept.stderr, \
+        kept.stderr
+    assert len(kept.stderr.strip().splitlines()) == 1 and queued(slurm_cluster) == []
+    assert not (Path(os.environ["DISTLAUNCH_HOME"]) / "runs" / "it-submit-secret").exists()
+
+
+def test_a_batch_job_whose_run_is_not_waiting_for_it_starts_nothing(tmp_path: Path,
+                                                                    slurm_cluster: SlurmCluster) -> None:
+    """The batch script's `up` only continues the run it was submitted for: a job queued by an sbatch
+    whose answer was lost (the run dir gone since) must not start a run nobody watches."""
+    profile = sleeper_profile(tmp_path, 1)
+    run_dir = tmp_path / "gone-run"
+    env = {**slurm_cluster.env, "DISTLAUNCH_AWAIT_SUBMITTED_S": "2"}  # the wait for a record that never comes
+    done = subprocess.run(["salloc", "-N1", PYTHON, "-m", "launcher.cli", "up", str(profile), "--no-tui",
+                           "--run-id", "it-submit-orphan", "--run-dir", str(run_dir), "--continue-submitted"],
+                          capture_output=True, text=True, cwd=REPO, env=env, timeout=120)
+    assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "is not waiting for Slurm job" in done.stderr and "nothing started" in done.stderr, done.stderr
+    assert not (run_dir / "events.jsonl").exists() and pids_with_run_id("it-submit-orphan") == []
