@@ -266,7 +266,12 @@ class CheckpointKeeper:
         ways: dict[str, str] = {}
         on_source: bool | None = None
         for rt in members:
-            if self._has_files(rt.spec.host, self.where(cp, rt.spec.host), cp):
+            # a spare the copier pushed to holds files of the same names from another checkpoint
+            # (Keras' backups and fixed-name saves write the same names each time): there only when
+            # this very one was pushed
+            pushed = self.copier.on_spares.get((rt.spec.host, cp.task))
+            stale = rt.spec.host != cp.host and pushed is not None and all(c.order != cp.order for c in pushed)
+            if not stale and self._has_files(rt.spec.host, self.where(cp, rt.spec.host), cp):
                 # same host, or storage the hosts share: the member reads the very files
                 ways[rt.spec.task_id] = "there" if newest else "point"
                 continue

@@ -340,6 +340,31 @@ def test_many_copies_kept_are_still_bounded(tmp_path: Path) -> None:
     assert copies == [30, 40, 50, 60, 70]
 
 
+def test_a_spares_older_files_of_the_same_names_are_never_taken_for_the_newest(tmp_path: Path) -> None:
+    """Keras' backups write the same file names each time: the spare holds step 20's files under
+    the names step 40 has, since step 40 was not pushed there. A task moved to the spare must get
+    step 40 (pushed before it starts), not resume silently from step 20's weights."""
+    roots = {h: tmp_path / f"disk-{h}" for h in "abc"}
+    keeper, owner = keeper_on(tmp_path, roots, lost=set(), spares=("c",))
+    same = ["backup.index", "backup.data-00000-of-00001", "checkpoint"]
+
+    def backup(step: int) -> Checkpoint:
+        directory = roots["a"] / "ckpt"
+        directory.mkdir(parents=True, exist_ok=True)
+        for name in same:
+            (directory / name).write_text(f"{name} of step {step}")
+        return Checkpoint("worker:0", "a", str(directory), list(same), step, ts=float(step))
+
+    old = backup(20)
+    keeper.book.add(old)
+    keeper.copier.copy_one(old)  # on the spare: step 20's files
+    new = backup(40)
+    keeper.book.add(new)  # its push to the spare did not happen (the copier paced it, a link dropped)
+    keeper.before_start([member("worker:0", "c")])
+    assert (roots["c"] / "ckpt" / "backup.index").read_text() == "backup.index of step 40"
+    assert owner.said and "from step 40" in owner.said[-1], owner.said
+
+
 def test_copies_kept_bounds_the_launchers_and_the_spares_copies(tmp_path: Path) -> None:
     roots = {h: tmp_path / f"disk-{h}" for h in "abc"}
     keeper, _ = keeper_on(tmp_path, roots, lost=set(), spares=("c",), kept=1)
