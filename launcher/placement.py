@@ -85,12 +85,28 @@ def recorded_placement(plan: Plan, recorded: Mapping[str, str],
                        addresses: Mapping[str, str] | None = None) -> Plan:
     """The plan a run had reached, from the profile's ``plan`` and each task's host in state.json
     (task -> host, "" for not recorded): tasks it dropped are left out, tasks it moved are on their
-    new host. A task whose recorded host is not in the profile raises KeyError."""
+    new host, tasks a grow added past the profile's count are placed on their recorded host. A task
+    whose recorded host (or role) is not in the profile raises KeyError."""
     kept = drop_tasks(plan, [t.task_id for t in plan.tasks if t.task_id not in recorded])
     for spec in list(kept.tasks):
         host = recorded[spec.task_id] or spec.host
         if host != spec.host:
             kept = move_tasks(kept, [spec.task_id], host, addresses)
+    have = {t.task_id for t in kept.tasks}
+    grown = [t for t in recorded if t not in have and recorded[t]]
+    if grown:  # tasks a grow added beyond the profile's count (up to max_count): placed as it placed them
+        profile, order = plan.profile, {t.role: i for i, t in reversed(list(enumerate(plan.tasks)))}
+        specs = list(kept.tasks)
+        for task_id in grown:
+            role, _, index = task_id.partition(":")
+            if role not in profile.roles or not index.isdigit():
+                raise KeyError(task_id)
+            config = profile.hosts[recorded[task_id]]
+            specs.append(place_task(profile, profile.roles[role], int(index), config,
+                                    tf_address(config, addresses or plan.addresses),
+                                    sum(1 for t in specs if t.host == config.name), ()))
+        specs.sort(key=lambda t: (order.get(t.role, len(order)), t.index))
+        kept = dataclasses.replace(kept, tasks=tuple(specs))
     return kept
 
 

@@ -255,7 +255,8 @@ class HostLoss:
         said = "nothing of the run runs there" if not left else f"{', '.join(left)} could not be stopped there"
         self.sup.call(lambda: self.sup.notice(f"host {host} told that the run left it ({state}): {said}, and "
                                               "nothing of it starts there again"))
-        return state == ev.HOST_LOST
+        # fencing: a host where something of its old incarnation still runs is never re-admitted
+        return state == ev.HOST_LOST and not left
 
     # -- drained --------------------------------------------------------------------------------------
 

@@ -177,7 +177,7 @@ class Growth:
 
     def _grow(self) -> None:
         sup = self.sup
-        if self.hosts.under_way is not None or sup.job_state != ev.JOB_RUNNING:
+        if self.growing or self.hosts.under_way is not None or sup.job_state != ev.JOB_RUNNING:
             return
         decision = decide_grow(sup.plan, self.room())
         self.asked = False
@@ -258,6 +258,13 @@ class Growth:
         self.growing = False
         if sup.finishing:
             return
+        spares = set(self.hosts.spares)
+        if self.hosts.under_way is not None or sup.job_state != ev.JOB_RUNNING or any(
+                (h not in spares and h not in (t.host for t in sup.plan.tasks)) or not self.hosts.reachable(h)
+                for h in by_host):
+            # a move, a loss or the job's end came while the ports were picked: the next tick decides again
+            sup.notice(f"{decision.role} {decision.before} -> {decision.after} given up: the job changed meanwhile")
+            return
         after = sup.plan
         ports: dict[str, int] = {}
         added: list[str] = []
@@ -267,6 +274,13 @@ class Growth:
                 ports[task], sup.profiler_ports[task] = port, profiler
                 added.append(task)
                 self.hosts.left.pop(task, None)
+                # its events start again at 0 where it goes: the old numbers must not drop them
+                self.hosts.links.forget_task(task)
+        if decision.restart:
+            # the cluster restarts: a worker still absent must not be in the TF_CONFIG it waits for
+            absent = [t for t in self.hosts.left if t in sup.tasks and t not in added]
+            if absent:
+                after = drop_tasks(after, absent)
         self._took(set(by_host))
         sup.replace_plan(after, ports)
         group = [t for t in recovery_set(after, tuple(added), {t: str(rt.phase) for t, rt in sup.tasks.items()})
@@ -313,6 +327,9 @@ class Growth:
             return refused
         if sup.finishing:
             return "the job is ending"
+        if self.growing or self.hosts.under_way is not None or sup.job_state != ev.JOB_RUNNING:
+            return (f"the job is {sup.job_state.lower()}" if sup.job_state != ev.JOB_RUNNING
+                    else "a move or a grow is under way") + "; resize again once it is Running"
         self.resized[role] = target
         left = {t: sup.plan.task(t).host for t in self.hosts.left if t in sup.tasks}
         now = live_size(sup.plan, role, tuple(left))

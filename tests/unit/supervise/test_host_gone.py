@@ -156,6 +156,18 @@ def test_the_recorded_placement_is_the_plan_attach_adopts(tmp_path: Path) -> Non
     assert {t.task_id: t.host for t in adopted.tasks} == {"ps:0": "a", "worker:0": "d", "chief:0": "a"}
 
 
+def test_a_task_grown_past_the_count_is_in_the_plan_attach_adopts(tmp_path: Path) -> None:
+    """A resize up to max_count added worker:2 on spare d: attach places it as the grow did."""
+    plan = _plan(tmp_path, "parameter_server", PSS, 'spares = ["d"]')
+    recorded = {t.task_id: t.host for t in plan.tasks} | {"worker:2": "d"}
+    adopted = recorded_placement(plan, recorded)
+    grown = adopted.task("worker:2")
+    assert (grown.role, grown.index, grown.host, grown.address) == ("worker", 2, "d", "10.9.0.4")
+    assert [t.task_id for t in adopted.tasks if t.role == "worker"][-1] == "worker:2"
+    with pytest.raises(KeyError):
+        recorded_placement(plan, {**recorded, "nosuch:0": "d"})
+
+
 def test_spares_are_rehearsed_with_a_task_of_each_role(tmp_path: Path) -> None:
     plan = _plan(tmp_path, "parameter_server", PSS, 'spares = ["d"]')
     rehearsed = [t for t in rehearsal(plan).tasks if is_rehearsal(t.task_id)]
