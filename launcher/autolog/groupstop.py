@@ -25,12 +25,16 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 from typing import Any, Optional
 
 STOP_KEY = "distlaunch/stop_after"
 ACK_KEY = "distlaunch/stop_ack/"
-#: how long the first worker waits for every peer to acknowledge before it stops without a save
-ACK_WAIT_MS = 60_000
+#: how long the first worker waits, in all, for the key's insert and every peer's acknowledgement
+#: before it stops without a save: below the default grace (10 s), so a SIGKILL never comes first
+AGREE_S = 8.0
+#: the watcher asks for the key this long at a time, so it can end with the fit's process
+WATCH_MS = 1000
 
 
 def worker_ids() -> tuple[int, int]:
@@ -82,25 +86,50 @@ class GroupStop:
     def _wait_for_key(self) -> None:
         try:
             ctx = _context()
-            value = ctx.get_config_key_value(STOP_KEY)  # blocks until some worker inserts it
+        except Exception:
+            return
+        while True:
+            try:
+                value = ctx.get_config_key_value(STOP_KEY, WATCH_MS)  # a bounded ask, asked again
+                break
+            except Exception as exc:
+                if type(exc).__name__ != "DeadlineExceededError":
+                    return  # the service went away (the job ended): nothing to agree
+        try:
             self.target = int(value)
             self.agreed.set()
             ctx.set_config_key_value(f"{ACK_KEY}{self.me}", "1")
-        except Exception:  # the service went away (the job ended): nothing to agree
+        except Exception:
             return
 
     def propose(self, done: int) -> bool:
         """This worker took SIGTERM after ``done`` batches: ask the group to stop after the next.
         False when the group could not be told (the caller stops without a save)."""
         ctx = _context()
-        try:
-            ctx.set_config_key_value(STOP_KEY, str(done + 1))
-        except Exception as exc:  # TensorFlow's errors, named without importing them
+        deadline = time.monotonic() + AGREE_S
+        outcome: list[Optional[BaseException]] = []
+
+        def insert() -> None:  # the insert has no deadline of its own: a service gone would hang it
+            try:
+                ctx.set_config_key_value(STOP_KEY, str(done + 1))
+                outcome.append(None)
+            except Exception as exc:
+                outcome.append(exc)
+
+        inserter = threading.Thread(target=insert, name="distlaunch-group-stop-insert", daemon=True)
+        inserter.start()
+        inserter.join(AGREE_S)
+        if not outcome:
+            return False  # the service did not answer: stop without a save
+        if outcome[0] is not None:  # TensorFlow's errors, named without importing them
             # inserted already: a peer's SIGTERM came first, and the watcher hands this worker its step
-            return type(exc).__name__ == "AlreadyExistsError"
+            return type(outcome[0]).__name__ == "AlreadyExistsError"
         try:
             for peer in range(self.workers):
-                ctx.get_config_key_value(f"{ACK_KEY}{peer}", ACK_WAIT_MS)
+                left_ms = int((deadline - time.monotonic()) * 1000)
+                if left_ms <= 0:
+                    return False
+                ctx.get_config_key_value(f"{ACK_KEY}{peer}", left_ms)
         except Exception:  # a peer that never answered: no save the group can make
             return False
         return True
