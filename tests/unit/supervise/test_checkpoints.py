@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import io
 import os
-import time
 import shutil
 import subprocess
 import tarfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
