@@ -78,19 +78,22 @@ def lab() -> Iterator[NetnsLab]:
 
 
 def test_network_and_disk_figures_match_a_known_transfer(lab: NetnsLab, tmp_path: Path) -> None:
+    # on a disk for sure (a /tmp may be a tmpfs): the clone's own ignored build/ folder, made if absent
+    (REPO / "build").mkdir(exist_ok=True)
+    written = REPO / "build" / f"io-truth-{lab.tag}.bin"
     server = subprocess.Popen([IP, "netns", "exec", lab.hosts["b"].netns, sys.executable, "-c", SERVER],
                               stdout=subprocess.PIPE, text=True)
     try:
         assert server.stdout is not None and server.stdout.readline().strip() == "listening"
         done = lab.exec("a", "env", f"PYTHONPATH={REPO}", sys.executable, "-c", CLIENT, lab.hosts["b"].address,
-                        str(PORT), str(SENT), str(RECEIVED), str(REPO / "build" / f"io-truth-{lab.tag}.bin"),
+                        str(PORT), str(SENT), str(RECEIVED), str(written),
                         timeout=120)
         assert done.returncode == 0, done.stderr[-2000:]
         assert server.wait(timeout=30) == 0
     finally:
         if server.poll() is None:
             server.kill()
-        (REPO / "build" / f"io-truth-{lab.tag}.bin").unlink(missing_ok=True)
+        written.unlink(missing_ok=True)
     figures = json.loads(done.stdout.splitlines()[-1])
     assert figures["got"] == RECEIVED
     # what crossed the veth: the payload plus its headers (a few per cent), nothing else

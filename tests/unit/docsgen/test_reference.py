@@ -3,6 +3,7 @@ JSON Schema (both come from launcher/profile/keys.py, but the schema is what edi
 
 from __future__ import annotations
 
+import argparse
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -92,6 +93,9 @@ def test_every_verb_and_option_of_the_parser_is_in_the_cli_reference() -> None:
         heading = f"## distlaunch {verb}"
         assert heading in text, verb
         for action in verb_parser._actions:
+            if action.help == argparse.SUPPRESS:  # an internal flag (the batch script's): no user's option
+                assert not any(f"`{option}" in text for option in action.option_strings), (verb, action)
+                continue
             for option in action.option_strings:
                 if option not in ("-h", "--help"):
                     assert f"`{option}" in text, (verb, option)
