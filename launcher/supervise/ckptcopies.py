@@ -173,9 +173,17 @@ class CheckpointCopier:
                 if later.task == cp.task:
                     cp = later
                 else:
-                    self.copy_one(cp)
+                    self._copy_guarded(cp)
                     cp = later
+            self._copy_guarded(cp)
+
+    def _copy_guarded(self, cp: Checkpoint) -> None:
+        """One copy; whatever it meets (a host cut mid-way), the thread goes on with the next one."""
+        try:
             self.copy_one(cp)
+        except Exception as exc:
+            self.keeper.sup.notice(f"checkpoint {cp.label} of {cp.task} not copied on: {exc}; "
+                                   "the next checkpoint is copied again")
 
     # -- to the launcher --------------------------------------------------------------------------
 
@@ -228,8 +236,11 @@ class CheckpointCopier:
             return ready
         for h in ready:
             if (cp.host, cp.directory, h) not in self._sees:
-                self._sees[(cp.host, cp.directory, h)] = self.keeper.sees(cp.host, cp.directory, h)
-        return [h for h in ready if not self._sees[(cp.host, cp.directory, h)]]
+                try:
+                    self._sees[(cp.host, cp.directory, h)] = self.keeper.sees(cp.host, cp.directory, h)
+                except Exception:  # the source or the spare went quiet: asked again next time
+                    continue
+        return [h for h in ready if self._sees.get((cp.host, cp.directory, h)) is False]
 
     def to_spares(self, cp: Checkpoint, nbytes: int) -> list[str]:
         """Push the launcher's copy of ``cp`` to each spare; where it now is (``host:directory``)."""

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from launcher import events as ev
+from launcher.errors import HostError
 from launcher.model import HostConfig
 from launcher.remote.session import HostSession
 from launcher.runstate import RunState
@@ -363,6 +364,29 @@ def test_a_spares_older_files_of_the_same_names_are_never_taken_for_the_newest(t
     keeper.before_start([member("worker:0", "c")])
     assert (roots["c"] / "ckpt" / "backup.index").read_text() == "backup.index of step 40"
     assert owner.said and "from step 40" in owner.said[-1], owner.said
+
+
+def test_a_source_host_cut_during_the_copy_leaves_the_copier_alive(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The host is cut right after its checkpoint reached the launcher: asking whether the spare
+    shares its disk fails. The launcher's copy stands, the spare is asked again next time, and the
+    copy thread never dies of it (it did: no copy at all for the rest of the job)."""
+    roots = {h: tmp_path / f"disk-{h}" for h in "abc"}
+    keeper, owner = keeper_on(tmp_path, roots, lost=set(), spares=("c",))
+
+    def cut(*_: object) -> bool:
+        raise HostError("host a (10.0.0.1:22): connection lost (Timeout opening channel.)")
+
+    new = write_checkpoint(roots["a"] / "ckpt", 40)
+    keeper.book.add(new)
+    assert not keeper.is_shared(new)  # judged once, before the cut: the disks are each host's own
+    monkeypatch.setattr(keeper, "sees", cut)
+    keeper.copier.copy_one(new)
+    assert (tmp_path / "run" / "checkpoints" / "worker-0" / "40" / "ckpt-40.index").is_file()
+    assert not (roots["c"] / "ckpt").exists()
+    monkeypatch.setattr(keeper.copier, "copy_one", cut)
+    keeper.copier._copy_guarded(new)  # whatever a copy meets, the thread goes on
+    assert any("not copied on" in line for line in owner.notices), owner.notices
 
 
 def test_copies_kept_bounds_the_launchers_and_the_spares_copies(tmp_path: Path) -> None:
