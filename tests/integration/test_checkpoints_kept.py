@@ -251,7 +251,11 @@ def test_the_source_host_lost_its_task_moves_to_the_spare_and_all_resume_from_th
             assert moved and moved[0]["host"] == "c"
             step = assert_resumed_together(run_dir, events)
             assert (disks["c"] / "ckpt" / f"ckpt-{step}.index").is_file()
-            assert "not copied off" not in (tmp_path / "up.log").read_text()
+            # a checkpoint written as the link went may not get off the host (said in one line),
+            # never the one the group resumed from
+            failed = [int(n) for n in re.findall(r"checkpoint step (\d+) of worker:0 not copied off",
+                                                 (tmp_path / "up.log").read_text())]
+            assert all(n > step for n in failed), (step, failed)
             assert pids_with_run_id(run_id) == []
         finally:
             kill_run_processes(run_id)
