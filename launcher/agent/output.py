@@ -206,6 +206,13 @@ class OutputInterpreter:
                     self._explicit.add("placement")
                 event = events.placement_event(spec.run, spec.task, variables)
             elif kind == "checkpoint":
+                # a script that announces its checkpoints itself is believed: autolog's line for the
+                # same save (it comes first, once per save) is dropped from the second save on
+                if obj.get("source") == "autolog":
+                    if "checkpoint" in self._explicit:
+                        return
+                else:
+                    self._explicit.add("checkpoint")
                 event = _checkpoint_from_report(spec.run, spec.task, spec.host, spec.workdir, obj)
             else:
                 raise ValueError("unknown kind %r" % (kind,))

@@ -188,9 +188,11 @@ class CheckpointKeeper:
             return
         cp = checkpoint_of(event, rt.spec.host)
         with self.lock:
-            self.book.add(cp)
+            new = self.book.add(cp)
         self.sup.write_state()  # `attach` keeps the record
-        if kept_off_host(cp.task, self.sup.tasks, self.sup.plan.profile.strategy) and len(self.sup.sessions) > 1:
+        if new is None or len(self.sup.sessions) < 2:  # one save told twice is copied once
+            return
+        if kept_off_host(cp.task, self.sup.tasks, self.sup.plan.profile.strategy):
             self.copier.offer(cp)
 
     def to_json(self) -> dict[str, list[dict[str, Any]]]:

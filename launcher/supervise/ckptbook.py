@@ -16,6 +16,8 @@ from launcher import events as ev
 
 #: checkpoints remembered per task (newest last)
 KEEP_RECORDS = 4
+#: two lines of one checkpoint (autolog's and the script's own) come this close together at most
+ONE_SAVE_SECONDS = 10.0
 
 
 @dataclass
@@ -57,6 +59,15 @@ class Checkpoint:
         return (self.step if self.step is not None else -1, self.epoch if self.epoch is not None else -1, self.ts)
 
 
+def _one_save(a: Checkpoint, b: Checkpoint) -> bool:
+    """``a`` and ``b`` tell of one save (a Keras backup that rewrites its files each epoch is a new
+    save each time: its epoch differs)."""
+    same_place = a.directory == b.directory and set(a.files) == set(b.files)
+    steps_agree = a.step is None or b.step is None or a.step == b.step
+    epochs_agree = a.epoch is None or b.epoch is None or a.epoch == b.epoch
+    return same_place and steps_agree and epochs_agree and abs(a.ts - b.ts) <= ONE_SAVE_SECONDS
+
+
 def _opt_int(value: Any) -> int | None:
     return None if value is None else int(value)
 
@@ -69,11 +80,25 @@ class CheckpointBook:
         #: records kept per task: more than the copies kept, or a copy would outlive its record unpruned
         self.keep = KEEP_RECORDS
 
-    def add(self, cp: Checkpoint) -> None:
-        kept = [c for c in self.by_task.get(cp.task, []) if not (c.directory == cp.directory and c.order == cp.order)]
+    def add(self, cp: Checkpoint) -> Checkpoint | None:
+        """Record ``cp``; the same checkpoint told twice (autolog's line for a save and the script's
+        own: one directory, the same files, no step or epoch that differs, told within
+        ``ONE_SAVE_SECONDS``) is one record, completed in place (what a copy thread
+        holds stays the record). The new record, or None where it was one already kept."""
+        listed = self.by_task.get(cp.task, [])
+        same = next((c for c in listed if _one_save(c, cp)), None)
+        if same is not None:
+            same.step = cp.step if cp.step is not None else same.step
+            same.epoch = cp.epoch if cp.epoch is not None else same.epoch
+            same.nbytes = cp.nbytes if cp.nbytes is not None else same.nbytes
+            same.api = cp.api or same.api
+            listed.sort(key=lambda c: c.order)
+            return None
+        kept = [c for c in listed if not (c.directory == cp.directory and c.order == cp.order)]
         kept.append(cp)
         kept.sort(key=lambda c: c.order)
         self.by_task[cp.task] = kept[-self.keep:]
+        return cp
 
     def newest(self, task: str) -> Checkpoint | None:
         kept = self.by_task.get(task)

@@ -49,6 +49,13 @@ LAUNCHER = "launcher"
 COPY_LIMIT_BYTES = 1 << 30
 
 
+def copy_name(cp: Checkpoint) -> str:
+    """The folder of ``cp``'s copy under the task's: its step, else its epoch, else when it was told."""
+    if cp.step is not None:
+        return str(cp.step)
+    return f"epoch-{cp.epoch}" if cp.epoch is not None else f"at-{cp.ts:.3f}"
+
+
 def tar_files(root: Path, files: Iterable[str]) -> bytes:
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
@@ -203,7 +210,7 @@ class CheckpointCopier:
             began = time.monotonic()
             data = keeper.pull(cp)
             slug = cp.task.replace(":", "-")
-            dest = sup.rundir.path / COPIES_DIR / slug / str(cp.step if cp.step is not None else cp.epoch)
+            dest = sup.rundir.path / COPIES_DIR / slug / copy_name(cp)
             extract_complete(data, cp.files, dest)
             seconds = time.monotonic() - began
         except Exception as exc:  # a dropped link, a full disk: no copy; the next checkpoint tries again

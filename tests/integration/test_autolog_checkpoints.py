@@ -51,6 +51,12 @@ def _checkpoints(events: list[dict[str, Any]], task: str) -> list[dict[str, Any]
     return [e for e in events if e["kind"] == "checkpoint" and e["task"] == task]
 
 
+def _said(events: list[dict[str, Any]], task: str) -> str:
+    """The task's own lines and what it told distlaunch, for a failure's message."""
+    return "\n".join(e["line"] if e["kind"] == "log" else str(e) for e in events
+                     if e.get("task") == task and e["kind"] in ("log", "checkpoint", "state"))[-4000:]
+
+
 def _wrote(run_events: list[dict[str, Any]], task: str) -> list[int]:
     """The steps the script said it checkpointed at (its `WROTE <step>` lines)."""
     return [int(e["line"].split()[1]) for e in run_events
@@ -88,7 +94,8 @@ def test_tf_keras_backup_and_restore_is_reported_in_its_real_directory(job: tupl
     work, events = job
     seen = _checkpoints(events, "worker:2")
     assert [(e["api"], e["epoch"], e["step"]) for e in seen] == [
-        ("backup_and_restore", 1, 4), ("backup_and_restore", 2, 8), ("backup_and_restore", 3, 12)]
+        ("backup_and_restore", 1, 4), ("backup_and_restore", 2, 8), ("backup_and_restore", 3, 12)], \
+        _said(events, "worker:2") + f"\non disk: {sorted(p.name for p in (work / 'ckpt-tf_keras_backup').rglob('*'))}"
     # tf_keras keeps the backup of the chief (a single worker is its own chief) under chief/
     assert seen[-1]["directory"] == str(work / "ckpt-tf_keras_backup" / "chief")
     assert set(seen[-1]["files"]) == {"checkpoint", "ckpt-3.index", "ckpt-3.data-00000-of-00001"}

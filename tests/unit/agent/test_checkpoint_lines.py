@@ -37,3 +37,16 @@ def test_a_malformed_checkpoint_line_is_one_warning() -> None:
     assert isinstance(event, ev.LogEvent) and "malformed" in event.line and "step" in event.line
     [event] = _interpret('@distlaunch {"kind":"checkpoint","step":3}')
     assert isinstance(event, ev.LogEvent) and "directory" in event.line
+
+
+def test_a_script_that_announces_its_checkpoints_is_believed_over_autolog() -> None:
+    """autolog's line of a save comes first (once per save); from the script's first own line on,
+    autolog's are dropped: one event per checkpoint, with the step the script gave."""
+    auto = '@distlaunch {"kind":"checkpoint","directory":"ckpt","files":["ckpt-%d.index"],"source":"autolog"}'
+    own = '@distlaunch {"kind":"checkpoint","directory":"ckpt","step":%d,"files":["ckpt-%d.index"]}'
+    seen = _interpret(auto % 20, own % (20, 20), auto % 40, own % (40, 40))
+    assert [(e.step, e.files) for e in seen if isinstance(e, ev.CheckpointEvent)] == [
+        (None, ["ckpt-20.index"]), (20, ["ckpt-20.index"]), (40, ["ckpt-40.index"])]
+    only_autolog = _interpret(auto % 20, auto % 40)
+    assert [e.files for e in only_autolog if isinstance(e, ev.CheckpointEvent)] == [
+        ["ckpt-20.index"], ["ckpt-40.index"]]

@@ -33,7 +33,7 @@ from launcher.supervise.checkpoints import (
     state_text,
     target_directory,
 )
-from launcher.supervise.ckptbook import KEEP_RECORDS
+from launcher.supervise.ckptbook import KEEP_RECORDS, ONE_SAVE_SECONDS
 from launcher.supervise.ckptcopies import Pacer, extract_complete, tar_files
 from launcher.transport.local import LocalHost
 
@@ -456,3 +456,19 @@ def test_the_pacer_keeps_the_average_rate_under_the_cap() -> None:
     assert pacer.pause_after(500, 1.0) == 0.0  # already slower than the cap
     assert Pacer(0, slept.append).pause_after(10**9, 0.1) == 0.0  # 0: no limit
     assert slept == [4.0]
+
+
+def test_one_save_told_twice_is_one_record_completed_in_place() -> None:
+    """autolog's line for a save (no step known) and the script's own: one record, the step given,
+    the object a copy thread may hold kept; a backup that rewrites its files each epoch is a new save."""
+    book = CheckpointBook()
+    first = Checkpoint("worker:0", "a", "/d/a/ckpt", list(FILES), None, ts=100.0)
+    assert book.add(first) is first
+    assert book.add(Checkpoint("worker:0", "a", "/d/a/ckpt", list(reversed(FILES)), 40, ts=100.2)) is None
+    assert book.history("worker:0") == [first] and first.step == 40
+    later = Checkpoint("worker:0", "a", "/d/a/ckpt", list(FILES), None, ts=100.0 + ONE_SAVE_SECONDS + 1)
+    assert book.add(later) is later  # the same files rewritten later: another save
+    backup = ["latest.weights.h5", "training_metadata.json"]
+    assert book.add(Checkpoint("worker:1", "a", "/d/b", backup, 4, epoch=1, ts=5.0)) is not None
+    assert book.add(Checkpoint("worker:1", "a", "/d/b", backup, 8, epoch=2, ts=6.0)) is not None
+    assert [c.epoch for c in book.history("worker:1")] == [2, 1]
