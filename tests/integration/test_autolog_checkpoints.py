@@ -29,7 +29,8 @@ def job(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict[str, 
     work = tmp / "work"
     work.mkdir()
     path = build_profile(tmp / "job.toml", name="autolog-checkpoints", strategy="custom",
-                         command=f"{{python}} {SCRIPT} {{index}}", workdir=work, env=ENV, restart="never",
+                         command=f"{{python}} {SCRIPT} {{index}}", workdir=work, restart="never",
+                         env={**ENV, "DONE_DIR": str(tmp / "done"), "DONE_COUNT": "5"},
                          roles={"worker": 4, "evaluator": {"command": f"{{python}} {SCRIPT} own_files",
                                                            "checkpoint_dir": "ckpt-own_files"}},
                          role_hosts=False)
@@ -42,6 +43,8 @@ def job(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict[str, 
         kill_run_processes(RUN_ID)
     events = read_events(run_dir)
     assert [e["state"] for e in events if e["kind"] == "job"][-1] == "Succeeded"
+    ended = {e["task"]: (e["state"], e["exit_code"]) for e in events if e["kind"] == "state"}
+    assert all(end == ("succeeded", 0) for end in ended.values()), ended  # none stopped by the chief's success
     for log in (run_dir / "logs").glob("*.log"):
         assert "distlaunch autolog:" not in log.read_text(), f"autolog turned itself off in {log.name}"
     return work, events
