@@ -102,10 +102,16 @@ def state_text(cp: Checkpoint) -> str | None:
     return f'model_checkpoint_path: "{prefix}"\nall_model_checkpoint_paths: "{prefix}"\n'
 
 
+#: what the pull says on stderr when its tar failed (the pipe's status is base64's)
+TAR_FAILED = "distlaunch-tar-failed"
+
+
 def pull_command(cp: Checkpoint) -> str:
     names = " ".join(shlex.quote(f) for f in cp.files)
-    # at the lowest CPU priority: the host's tasks train meanwhile
-    return f"cd {shlex.quote(cp.directory)} && nice -n 19 tar -cf - -- {names} | nice -n 19 base64"
+    # at the lowest CPU priority: the host's tasks train meanwhile. A pipe's status is base64's, and
+    # sh has no pipefail: a tar that failed (a file gone, or rewritten as it was read) says so on stderr
+    return (f"cd {shlex.quote(cp.directory)} && {{ nice -n 19 tar -cf - -- {names} || echo {TAR_FAILED} >&2; }}"
+            " | nice -n 19 base64")
 
 
 def push_command(directory: str, files: Sequence[str], state: str | None) -> str:
@@ -175,6 +181,8 @@ class CheckpointKeeper:
         self.lock = threading.Lock()
         #: (host, directory) -> True when every other host sees that directory's files (shared storage)
         self.shared: dict[tuple[str, str], bool] = {}
+        #: the launcher's copies a restart is putting in place: the copier prunes them later, not now
+        self.pinned: set[str] = set()
         profile = sup.plan.profile
         self.copier = CheckpointCopier(self, profile.checkpoint_copies_kept, profile.checkpoint_copy_bandwidth)
 
@@ -207,8 +215,9 @@ class CheckpointKeeper:
     def pull(self, cp: Checkpoint) -> bytes:
         session = self.sup.sessions[cp.host]
         result = session.host.run(pull_command(cp), timeout=COPY_SECONDS)
-        if not result.ok:
-            raise OSError(f"tar on host {cp.host} failed: {result.stderr.strip()[-200:] or result.exit_code}")
+        if not result.ok or TAR_FAILED in result.stderr:
+            said = result.stderr.replace(TAR_FAILED, "").strip()
+            raise OSError(f"tar on host {cp.host} failed: {said[-200:] or result.exit_code}")
         return base64.b64decode(result.stdout)
 
     def is_shared(self, cp: Checkpoint) -> bool:
@@ -310,20 +319,16 @@ class CheckpointKeeper:
             self._from_scratch(members, source, history)
             return
         cp, ways = chosen
-        placed: list[str] = []
-        for rt in members:
-            host, where, way = rt.spec.host, self.where(cp, rt.spec.host), ways[rt.spec.task_id]
-            mine = others.get(rt.spec.task_id)
-            if mine is not None and mine.host == host and mine.directory != where and mine.order > cp.order:
-                # a newer checkpoint of its own elsewhere: parked, so it does not resume alone from it
-                self.sup.sessions[host].host.run(park_command(mine.directory), timeout=30)
-            if way == "there":
-                continue
-            if way == "point":
-                self.point(cp, host, where)
-            else:
-                self.push(cp, host, where, from_host=way == "host")
-                placed.append(f"{rt.spec.task_id} on {host}")
+        pin = cp.copy
+        if pin is not None:
+            with self.lock:
+                self.pinned.add(pin)
+        try:
+            placed = self._place(cp, ways, members, others)
+        finally:
+            if pin is not None:
+                with self.lock:
+                    self.pinned.discard(pin)
         copies = [f"{rt.spec.host}:{self.where(cp, rt.spec.host)}" for rt in members
                   if ways[rt.spec.task_id] in ("host", "copy")]
         if copies:
@@ -338,6 +343,25 @@ class CheckpointKeeper:
         if behind:
             words += f"; goes back for {_plural(behind)}"
         self._say(words, source)
+
+    def _place(self, cp: Checkpoint, ways: dict[str, str], members: Sequence[TaskRuntime],
+               others: dict[str, Checkpoint | None]) -> list[str]:
+        """Put ``cp`` where each member reads, as ``ways`` says; the members it was copied for."""
+        placed: list[str] = []
+        for rt in members:
+            host, where, way = rt.spec.host, self.where(cp, rt.spec.host), ways[rt.spec.task_id]
+            mine = others.get(rt.spec.task_id)
+            if mine is not None and mine.host == host and mine.directory != where and mine.order > cp.order:
+                # a newer checkpoint of its own elsewhere: parked, so it does not resume alone from it
+                self.sup.sessions[host].host.run(park_command(mine.directory), timeout=30)
+            if way == "there":
+                continue
+            if way == "point":
+                self.point(cp, host, where)
+            else:
+                self.push(cp, host, where, from_host=way == "host")
+                placed.append(f"{rt.spec.task_id} on {host}")
+        return placed
 
     def point(self, cp: Checkpoint, host: str, directory: str) -> None:
         """The state file in ``directory`` on ``host`` names ``cp`` (an older one than it named)."""

@@ -131,6 +131,8 @@ class CopySource(Protocol):
     sup: Any
     book: CheckpointBook
     lock: threading.Lock
+    #: copies a restart is reading from: never pruned meanwhile (under ``lock``)
+    pinned: set[str]
 
     def is_shared(self, cp: Checkpoint) -> bool: ...
     def sees(self, host: str, directory: str, other: str) -> bool: ...
@@ -220,7 +222,7 @@ class CheckpointCopier:
         with keeper.lock:
             cp.copy, cp.copy_seconds = str(dest), seconds
             for older in keeper.book.history(cp.task)[self.kept:]:
-                if older.copy is not None and older.copy != cp.copy:
+                if older.copy is not None and older.copy != cp.copy and older.copy not in keeper.pinned:
                     shutil.rmtree(older.copy, ignore_errors=True)
                     older.copy = None
         if not self._copied_once or self._failed_last:  # the first copy and a copy after a failure are said

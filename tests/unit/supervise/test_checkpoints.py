@@ -472,3 +472,42 @@ def test_one_save_told_twice_is_one_record_completed_in_place() -> None:
     assert book.add(Checkpoint("worker:1", "a", "/d/b", backup, 4, epoch=1, ts=5.0)) is not None
     assert book.add(Checkpoint("worker:1", "a", "/d/b", backup, 8, epoch=2, ts=6.0)) is not None
     assert [c.epoch for c in book.history("worker:1")] == [2, 1]
+
+
+def test_a_copy_a_restart_reads_from_is_not_pruned_under_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A newer checkpoint copied while a restart puts step 20's copy in place: the copier prunes
+    step 20's copy later, never in the middle of the push."""
+    roots = {h: tmp_path / f"disk-{h}" for h in "abc"}
+    keeper, owner = keeper_on(tmp_path, roots, lost={"a"}, kept=1)
+    old = write_checkpoint(roots["a"] / "ckpt", 20)
+    old.copy = str(tmp_path / "copy-20")
+    extract_complete(tar_files(roots["a"] / "ckpt", old.files), old.files, Path(old.copy))
+    keeper.book.add(old)
+    push = keeper.push
+    newer = cp(step=60, host="b", directory=str(roots["b"] / "other"))
+
+    def push_while_a_newer_copy_lands(c: Checkpoint, host: str, directory: str, from_host: bool) -> None:
+        with keeper.lock:
+            keeper.book.add(newer)
+            newer.copy = str(tmp_path / "copy-60")
+            for older in keeper.book.history("worker:0")[1:]:  # the copier's prune, as it runs
+                if older.copy is not None and older.copy not in keeper.pinned:
+                    shutil.rmtree(older.copy)
+                    older.copy = None
+        push(c, host, directory, from_host)
+
+    monkeypatch.setattr(keeper, "_ways", lambda c, members, newest: {"worker:0": "copy"} if c is old else None)
+    monkeypatch.setattr(keeper, "push", push_while_a_newer_copy_lands)
+    keeper.before_start([member("worker:0", "c")])
+    assert (roots["c"] / "ckpt" / "ckpt-20.index").read_text() == "ckpt-20.index of step 20"
+    assert keeper.pinned == set() and "from step 20" in owner.said[-1]
+
+
+def test_a_tar_that_failed_on_the_host_is_no_copy(tmp_path: Path) -> None:
+    """sh has no pipefail: a file gone (or rewritten) as tar read it must not pass for a copy."""
+    roots = {h: tmp_path / f"disk-{h}" for h in "ab"}
+    keeper, _ = keeper_on(tmp_path, roots, lost=set())
+    c = write_checkpoint(roots["a"] / "ckpt", 40)
+    (roots["a"] / "ckpt" / "ckpt-40.index").unlink()
+    with pytest.raises(OSError, match=r"tar on host a failed: .*ckpt-40\.index"):
+        keeper.pull(c)
