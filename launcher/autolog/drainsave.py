@@ -112,6 +112,16 @@ class FitStop:
         self.end()
         raise SystemExit(EXIT_CODE)
 
+    def after_fit(self) -> None:
+        """``fit`` ended. A SIGTERM it took that no batch end acted on (it came in the last batch, or
+        in the epoch's end) is acted on now, and so is a stop the group agreed on for a batch this
+        fit never reached: exit 143, as the signal would have; a stop is never swallowed."""
+        pending = self.asked or (self.group is not None and self.group.agreed.is_set())
+        self.end()
+        if pending:
+            autolog.flush("a stop asked by SIGTERM as the fit ended")
+            raise SystemExit(EXIT_CODE)
+
     def end(self) -> None:
         if self._installed:
             import signal

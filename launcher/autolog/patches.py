@@ -214,9 +214,9 @@ def _callback_class(base: Any) -> Any:
         def on_train_end(self, logs: Optional[Dict[str, Any]] = None) -> None:
             from launcher import report
 
-            self.stop.end()
             autolog.flush("the end of Keras fit")  # the last step and loss, read and sent now
             report._newline_first = False
+            self.stop.after_fit()  # raises SystemExit(143) where a stop is pending: not guarded
 
     return DistlaunchAutologCallback
 
