@@ -119,7 +119,7 @@ def run_down(args: argparse.Namespace) -> int:
         for s in sessions.values():
             s.host.end_run()
     if state.slurm is not None:  # a run `up` submitted: its job ends too (its batch script, its allocation)
-        _end_slurm_job(state.slurm.job_id)
+        _end_slurm_job(state.slurm.job_id, state.slurm.cluster)
     if leftovers:
         for host, left in leftovers.items():
             notice(f"host {host}: still running after down: "
@@ -137,9 +137,9 @@ def run_down(args: argparse.Namespace) -> int:
     return 0
 
 
-def _end_slurm_job(job_id: str) -> None:
-    problem = slurmqueue.cancel(job_id)
-    info = slurmqueue.wait_ended(job_id, SLURM_END_SECONDS)
+def _end_slurm_job(job_id: str, cluster: str | None = None) -> None:
+    problem = slurmqueue.cancel(job_id, cluster=cluster)
+    info = slurmqueue.wait_ended(job_id, SLURM_END_SECONDS, cluster=cluster)
     if problem is not None or info is None or not info.ended:
         notice(f"Slurm job {job_id} " + (problem or f"has not ended {SLURM_END_SECONDS:.0f} s after scancel")
                + f"; `squeue -j {job_id}` shows it")

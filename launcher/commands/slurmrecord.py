@@ -37,7 +37,7 @@ def refresh(path: Path, state: RunState) -> SlurmJobInfo | None:
     """Ask Slurm about a run that waits for its job (``state.awaiting_slurm``); a change is told as a
     ``slurm`` event and an end before the start is recorded. None: Slurm did not answer."""
     assert state.slurm is not None
-    info = slurmqueue.query(state.slurm.job_id)
+    info = slurmqueue.query(state.slurm.job_id, cluster=state.slurm.cluster)
     if info is None:
         return None
     now = load_run_state(path)

@@ -164,10 +164,10 @@ def cancel_waiting(path: Path, reason: str, timeout: float = 60.0) -> SlurmJobIn
     not started is recorded Stopped with ``reason``. The job as Slurm last showed it."""
     state = load_run_state(path)
     assert state.slurm is not None
-    problem = slurmqueue.cancel(state.slurm.job_id)
+    problem = slurmqueue.cancel(state.slurm.job_id, cluster=state.slurm.cluster)
     if problem is not None:
         notice(f"Slurm job {state.slurm.job_id}: {problem}")
-    info = slurmqueue.wait_ended(state.slurm.job_id, timeout)
+    info = slurmqueue.wait_ended(state.slurm.job_id, timeout, cluster=state.slurm.cluster)
     now = load_run_state(path)
     if now.awaiting_slurm and info is not None and info.ended:
         record_end_before_start(path, now, info, reason=f"{reason} (Slurm job {state.slurm.job_id} cancelled)")

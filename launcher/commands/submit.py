@@ -69,13 +69,14 @@ def submit_run(args: argparse.Namespace, profile: Profile, shown: Shown) -> int:
                          overrides_args=list(getattr(args, "args", ()) or ()), name=profile.name,
                          strategy=profile.strategy, job_state=ev.JOB_CREATED, job_reason="submitting to Slurm")
         rundir.write_state(state.to_json())
-        job_id = slurmqueue.submit(script, profile.directory, str(profile.path))
+        cluster = slurmqueue.cluster_of(profile.slurm.sbatch_args if profile.slurm is not None else ())
+        job_id = slurmqueue.submit(script, profile.directory, str(profile.path), run_id, cluster)
     except BaseException:
         rundir.close()
         _forget(path, run_id)  # nothing was submitted: no run is left either
         raise
     reason = f"submitted to Slurm as job {job_id}"
-    state.slurm = SlurmJobRecord(job_id=job_id, submitted=time.time())
+    state.slurm = SlurmJobRecord(job_id=job_id, submitted=time.time(), cluster=cluster)
     state.job_reason = reason
     rundir.write_state(state.to_json())
     rundir.append(ev.job_event(run_id, ev.JOB_CREATED, reason))

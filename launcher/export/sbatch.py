@@ -22,6 +22,7 @@ from launcher.errors import UserError
 from launcher.model import Profile
 from launcher.plan import build_plan
 from launcher.profile.reader import load_profile
+from launcher.transport.slurmqueue import RUN_COMMENT
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,8 @@ def sbatch_script(profile: Profile, run: SubmittedRun | None = None) -> str:
         options.append(f"--account={slurm.account}")
     if slurm.gpus_per_node:
         options.append(f"--gpus-per-node={slurm.gpus_per_node}")
+    if run is not None:  # how `up` finds the job again if sbatch's answer is lost (a run id is no secret)
+        options.append(f"--comment={RUN_COMMENT}{run.run_id}")
     options.extend(slurm.sbatch_args)
     up = [sys.executable, "-m", "launcher.cli", "up", str(profile.path.resolve()), "--no-tui"]
     if run is not None:  # the batch job continues the run `up` made when it submitted: one run, one dir

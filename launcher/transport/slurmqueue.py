@@ -8,6 +8,7 @@ answer" (None), never taken for a job that ended.
 
 from __future__ import annotations
 
+import getpass
 import shutil
 import subprocess
 import time
@@ -58,6 +59,32 @@ class SlurmJobInfo:
         return out
 
 
+#: the ``--comment`` of a job `up` submitted: how a job whose sbatch answer was lost is found again
+RUN_COMMENT = "distlaunch-run:"
+
+
+def cluster_of(sbatch_args: tuple[str, ...] | list[str]) -> str | None:
+    """The cluster ``sbatch_args`` submit to (``-M X``, ``--clusters=X``, ``--cluster X``), which
+    squeue and scancel must be given too; None for the default one."""
+    args = list(sbatch_args)
+    for i, arg in enumerate(args):
+        for flag in ("-M", "--clusters", "--cluster"):
+            if arg == flag and i + 1 < len(args):
+                return args[i + 1]
+            if arg.startswith(flag + "=") or (flag == "-M" and arg.startswith("-M") and len(arg) > 2):
+                return arg.split("=", 1)[1] if "=" in arg else arg[2:]
+    return None
+
+
+def _on(cluster: str | None) -> list[str]:
+    return ["-M", cluster] if cluster else []
+
+
+def _answer_lines(stdout: str) -> list[str]:
+    """squeue's lines, without the ``CLUSTER: name`` header it prints with -M."""
+    return [line for line in stdout.splitlines() if line.strip() and not line.startswith("CLUSTER:")]
+
+
 def _slurm_time(text: str) -> float | None:
     """squeue's ``2024-05-01T14:02:11`` (local time) as unix time; None for N/A, Unknown, ..."""
     try:
@@ -75,18 +102,34 @@ def parse_squeue_line(job_id: str, line: str) -> SlurmJobInfo:
                         start_time=_slurm_time(start), node=None if node in ("", "n/a", "(null)", "None") else node)
 
 
-def query(job_id: str, timeout: float = QUERY_TIMEOUT_S) -> SlurmJobInfo | None:
+def query(job_id: str, timeout: float = QUERY_TIMEOUT_S, cluster: str | None = None) -> SlurmJobInfo | None:
     """The job as squeue shows it (ended ones too, while slurmctld keeps them); None when Slurm did
     not answer (slurmctld busy or down): no reason to think the job ended."""
     try:
-        result = subprocess.run(["squeue", "-h", "-j", job_id, "--states=all", "-o", _FORMAT], capture_output=True,
-                                text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+        result = subprocess.run(["squeue", *_on(cluster), "-h", "-j", job_id, "--states=all", "-o", _FORMAT],
+                                capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
     except (OSError, subprocess.TimeoutExpired):
         return None
     if result.returncode != 0:
         return SlurmJobInfo(job_id, "") if "invalid job id" in result.stderr.lower() else None
-    lines = [line for line in result.stdout.splitlines() if line.strip()]
+    lines = _answer_lines(result.stdout)
     return parse_squeue_line(job_id, lines[0]) if lines else SlurmJobInfo(job_id, "")
+
+
+def find_submitted(run_id: str, cluster: str | None = None, timeout: float = QUERY_TIMEOUT_S) -> str | None:
+    """The id of this user's job submitted for run ``run_id`` (by its ``--comment``), if Slurm shows
+    one: for an sbatch that queued the job but whose answer never came."""
+    try:
+        result = subprocess.run(["squeue", *_on(cluster), "-h", "-u", getpass.getuser(), "--states=all",
+                                 "-o", "%i|%k"], capture_output=True, text=True, timeout=timeout,
+                                stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired, KeyError):
+        return None
+    for line in _answer_lines(result.stdout) if result.returncode == 0 else []:
+        job_id, _, comment = line.partition("|")
+        if comment.strip() == RUN_COMMENT + run_id and job_id.strip().isdigit():
+            return job_id.strip()
+    return None
 
 
 def require_sbatch() -> None:
@@ -95,16 +138,21 @@ def require_sbatch() -> None:
                         "login node of the cluster (where sbatch is), or inside `salloc`")
 
 
-def submit(script: Path, cwd: Path, where: str) -> str:
+def submit(script: Path, cwd: Path, where: str, run_id: str = "", cluster: str | None = None) -> str:
     """Submit ``script`` with ``sbatch --parsable``; the job id. ``where``: what to name in an error
-    (the profile). sbatch's refusal is one line: its own words, and the key to look at."""
+    (the profile). sbatch's refusal is one line: its own words, and the key to look at. An sbatch
+    that does not answer may still have queued the job: it is looked for by ``run_id``'s comment."""
     require_sbatch()
     try:
         result = subprocess.run(["sbatch", "--parsable", str(script)], capture_output=True, text=True,
                                 timeout=SUBMIT_TIMEOUT_S, cwd=cwd, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
+        found = find_submitted(run_id, cluster) if run_id else None
+        if found is not None:
+            return found
         raise UserError(f"{where}: sbatch did not answer within {SUBMIT_TIMEOUT_S:.0f} s (is slurmctld up? "
-                        "`scontrol ping` says); nothing was submitted") from None
+                        "`scontrol ping` says) and squeue shows no job of this run; a job it queued after all "
+                        "starts nothing (the run was not recorded)") from None
     except OSError as exc:
         raise UserError(f"{where}: cannot run sbatch: {exc.strerror or exc}") from None
     job_id = result.stdout.strip().split(";")[0].strip()
@@ -125,11 +173,11 @@ def _hint(message: str) -> str:
     return "check the [slurm] table's values and sbatch_args"
 
 
-def cancel(job_id: str, timeout: float = QUERY_TIMEOUT_S) -> str | None:
+def cancel(job_id: str, timeout: float = QUERY_TIMEOUT_S, cluster: str | None = None) -> str | None:
     """``scancel JOB``; None when done, else what went wrong (scancel's words or its silence)."""
     try:
-        result = subprocess.run(["scancel", job_id], capture_output=True, text=True, timeout=timeout,
-                                stdin=subprocess.DEVNULL)
+        result = subprocess.run(["scancel", *_on(cluster), job_id], capture_output=True, text=True,
+                                timeout=timeout, stdin=subprocess.DEVNULL)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"scancel {job_id} did not finish: {exc}"
     if result.returncode != 0 and "invalid job id" not in result.stderr.lower():
@@ -137,13 +185,13 @@ def cancel(job_id: str, timeout: float = QUERY_TIMEOUT_S) -> str | None:
     return None
 
 
-def wait_ended(job_id: str, timeout: float) -> SlurmJobInfo | None:
+def wait_ended(job_id: str, timeout: float, cluster: str | None = None) -> SlurmJobInfo | None:
     """Poll until Slurm says the job ended (COMPLETING counts only once it is gone); the last answer."""
     deadline = time.monotonic() + timeout
-    info = query(job_id)
+    info = query(job_id, cluster=cluster)
     while time.monotonic() < deadline:
         if info is not None and info.ended and info.state != "COMPLETING":
             return info
         time.sleep(0.5)
-        info = query(job_id)
+        info = query(job_id, cluster=cluster)
     return info

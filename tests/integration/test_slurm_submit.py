@@ -120,6 +120,10 @@ def test_detach_then_down_of_a_pending_job_cancels_it(tmp_path: Path, slurm_clus
     assert up.returncode == 0, up.stderr
     shown_run, job_id = up.stdout.split()
     assert shown_run == run_id and job_state(slurm_cluster, job_id) == "PENDING"
+    # the job carries its run: an sbatch whose answer is lost is found again by it
+    said = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%k"], capture_output=True, text=True, timeout=30,
+                          env=slurm_cluster.env)
+    assert said.stdout.strip() == f"distlaunch-run:{run_id}", said
     attach = start_cli("attach", run_id, "--no-tui", log=tmp_path / "attach.log", env=slurm_cluster.env)
     try:
         wait_for(lambda: "PENDING (" in (tmp_path / "attach.log").read_text(), 30, "attach to show the pending job")
