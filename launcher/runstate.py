@@ -267,6 +267,8 @@ class RunState:
     moves: list[dict[str, Any]] = field(default_factory=list)
     left_behind: dict[str, list[str]] = field(default_factory=dict)
     moved_from: dict[str, str] = field(default_factory=dict)
+    #: role -> the size an operator asked for with `distlaunch resize` (kept over an attach)
+    resize_targets: dict[str, int] = field(default_factory=dict)
     #: task -> the checkpoints it announced, newest last, with where their copies are (supervise/checkpoints.py)
     checkpoints: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     last_contact: dict[str, float] = field(default_factory=dict)  # this boot's monotonic clock
@@ -310,6 +312,7 @@ class RunState:
             "moves": self.moves,
             "left_behind": self.left_behind,
             "moved_from": self.moved_from,
+            "resize_targets": self.resize_targets,
             "checkpoints": self.checkpoints,
             "last_contact": self.last_contact,
             "boot_id": self.boot_id,
@@ -353,6 +356,7 @@ class RunState:
             moves=_key(d, "moves", "", lambda v, w: [_move(m, f"{w}[{i}]") for i, m in enumerate(_list(v, w))], []),
             left_behind=_key(d, "left_behind", "", lambda v, w: _table(v, w, _strs), {}),
             moved_from=_key(d, "moved_from", "", lambda v, w: _table(v, w, _str), {}),
+            resize_targets=_key(d, "resize_targets", "", lambda v, w: _table(v, w, _int), {}),
             checkpoints=_key(d, "checkpoints", "", lambda v, w: _table(v, w, _checkpoints), {}),
             last_contact=_key(d, "last_contact", "", lambda v, w: _table(v, w, _float), {}),
             boot_id=_key(d, "boot_id", "", _opt(_str), "") or "",

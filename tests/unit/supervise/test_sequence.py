@@ -14,6 +14,7 @@ from launcher.profile.reader import load_profile
 from launcher.remote.session import HostSession
 from launcher.rundir import RunDir
 from launcher.runlookup import read_events
+from launcher.runstate import RunState
 from launcher.supervise.supervisor import Supervisor
 from launcher.telemetry.jobview import JobView
 from launcher.transport import make_host
@@ -130,3 +131,19 @@ def test_after_attach_a_moved_tasks_events_from_its_new_host_are_not_taken_for_r
     lines = [e.get("line") for e in read_events(sup.rundir.path) if e.kind == ev.LOG]
     assert lines == ["new 2", "new 3"]
     assert told == []
+
+
+def test_an_operators_resize_outlives_the_supervisor(tmp_path: Path) -> None:
+    """`distlaunch resize RUN worker=3`, then the supervisor is replaced (attach): the target is in
+    state.json and the new supervisor grows to it, not back to the profile's count."""
+    told: list[str] = []
+    sup = _supervisor(tmp_path, told)
+    sup.growth.resized["worker"] = 3
+    written = sup.run_state().to_json()
+    assert written["resize_targets"] == {"worker": 3}
+    (tmp_path / "again").mkdir()
+    again = _supervisor(tmp_path / "again", told)
+    again._resume_tasks(RunState.from_json({**written, "resize_targets": {"worker": 3, "gone_role": 2}}), [])
+    assert again.growth.resized == {"worker": 3} and again.growth.targets()["worker"] == 3
+    sup.rundir.close()
+    again.rundir.close()
