@@ -72,6 +72,12 @@ class GrowOwner(Protocol):
     def stop_tasks(self, tasks: list[str]) -> None: ...
 
 
+#: re-admissions of one host refused in a row before it is no longer tried
+READMIT_TRIES = 5
+#: the least wait between two tries (readmit_after_seconds where longer)
+READMIT_RETRY_MIN_S = 30.0
+
+
 class Growth:
     def __init__(self, sup: GrowOwner, hosts: HostLoss) -> None:
         self.sup = sup
@@ -81,6 +87,8 @@ class Growth:
         #: hosts that answered again after their loss and were retired: candidates for re-admission
         self.returned: set[str] = set()
         self._busy: set[str] = set()  # hosts whose re-admission is under way
+        #: host -> (re-admissions refused so far, monotonic time of the next try)
+        self._refused: dict[str, tuple[int, float]] = {}
         self.last_grow: float | None = None  # monotonic
         self.started_at = time.time()  # when the cluster last (re)started: at-checkpoint counts from here
         self.growing = False
@@ -108,6 +116,8 @@ class Growth:
                 self.returned.discard(host)
                 continue
             waited = time.time() - state.since
+            if self._refused.get(host, (0, 0.0))[1] > time.monotonic():
+                continue  # refused last time: tried again once its wait is over
             if cooldown > 0 and waited >= cooldown:
                 self._busy.add(host)
                 sup.submit(host, functools.partial(self._readmit, host, waited))
@@ -136,8 +146,18 @@ class Growth:
         sup.call(lambda: self._readmitted(host, waited, token, offsets))
 
     def _skipped(self, host: str, line: str) -> None:
+        """A re-admission refused (its preflight failed: a full disk, a missing Python): tried again
+        after another cooldown (at least ``READMIT_RETRY_MIN_S``), up to ``READMIT_TRIES`` times."""
         self._busy.discard(host)
-        self.returned.discard(host)
+        tries = self._refused.get(host, (0, 0.0))[0] + 1
+        if tries >= READMIT_TRIES:
+            self.returned.discard(host)
+            self._refused.pop(host, None)
+            line += f"; refused {tries} times, not tried again (fix the host, then `distlaunch resize` or a restart)"
+        else:
+            wait = max(self.sup.plan.profile.readmit_after_seconds, READMIT_RETRY_MIN_S)
+            self._refused[host] = (tries, time.monotonic() + wait)
+            line += f"; tried again in {wait:.0f} s"
         self.sup.notice(line)
         self.sup.publish(ev.host_event(self.sup.run_id, host, ev.HOST_LOST, line))
 
@@ -145,6 +165,7 @@ class Growth:
         """On the loop: the host is a spare again, followed from where its old incarnation ended."""
         self._busy.discard(host)
         self.returned.discard(host)
+        self._refused.pop(host, None)
         if self.sup.finishing:
             return
         hosts = self.hosts
