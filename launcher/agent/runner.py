@@ -81,6 +81,10 @@ from launcher.agent.spec import (
 )
 
 READER_DRAIN_SECONDS = 5.0
+#: past READER_DRAIN_SECONDS, the readers are waited for while lines still come (a loaded host
+#: working through a backlog), up to this long in all; a pipe that stays silent (a child that
+#: outlived the task holds it open) ends the wait
+READER_DRAIN_MAX_SECONDS = 30.0
 LEFTOVER_TERM_SECONDS = 2.0
 ADOPTED_POLL_SECONDS = 0.25
 #: the task's pid, process group and the fd numbers of its own pipe read ends (for adoption)
@@ -106,6 +110,7 @@ class TaskRunner:
         self._proc: Optional["subprocess.Popen[bytes]"] = None
         self._deferred_fds: Optional[Tuple[int, int]] = None
         self._readers: List[threading.Thread] = []
+        self._lines_read = 0  # lines both readers handed over (the drain at the end watches it move)
         self._interpreter: Optional[OutputInterpreter] = None
         self._last_stderr: List[str] = []
         self._stop_reason: Optional[str] = None
@@ -268,7 +273,23 @@ class TaskRunner:
             reader.start()
             self._readers.append(reader)
 
+    def _drain_readers(self) -> None:
+        """Let the readers reach the end of the task's output: READER_DRAIN_SECONDS, then a second
+        at a time while lines still come, READER_DRAIN_MAX_SECONDS at most."""
+        began = time.monotonic()
+        deadline = began + READER_DRAIN_SECONDS
+        while True:
+            seen = self._lines_read
+            for reader in self._readers:
+                reader.join(max(0.0, deadline - time.monotonic()))
+            if not any(r.is_alive() for r in self._readers) or self._lines_read == seen:
+                return
+            if time.monotonic() - began >= READER_DRAIN_MAX_SECONDS:
+                return
+            deadline = min(time.monotonic() + 1.0, began + READER_DRAIN_MAX_SECONDS)
+
     def _handle(self, stream: str, line: str) -> None:
+        self._lines_read += 1
         if stream == "stderr":
             self._last_stderr.append(line)
             del self._last_stderr[:-STDERR_KEPT]
@@ -340,9 +361,7 @@ class TaskRunner:
             taskcgroup.remove(self._cgroup)  # only once empty: what left the group is the sweep's
         self._leaders.discard(pid)
         self._reap()
-        deadline = time.monotonic() + READER_DRAIN_SECONDS
-        for reader in self._readers:
-            reader.join(max(0.0, deadline - time.monotonic()))
+        self._drain_readers()
         if self._interpreter is not None:
             self._interpreter.finish()
         self.watch_checkpoints(final=True)  # what it wrote since the last sample pass
