@@ -33,7 +33,7 @@ demo: $(DEMO_STAMP)
 
 ## set up, lint, type-check, build the docs strictly and run every test
 test: $(STAMP) lint typecheck docs-check
-	$(BIN)/python -m pytest -q -ra --durations=25
+	$(BIN)/python -m tests.runall
 
 ## the largest modules and classes: a report to read, never a gate (docs/contributing.md)
 sizes: $(STAMP)
