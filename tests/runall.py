@@ -1,45 +1,126 @@
-"""`make test`'s pytest: the integration tests (real TensorFlow clusters, sshd, namespaces; mostly
-waiting on timers and processes) in the foreground, and the unit, dashboard and docs tests at once
-beside them at a lower CPU priority, their output kept until the integration tests end.
+"""`make test`'s pytest: every test, in two lanes side by side on the machine's cores.
 
-Exit status: 0 only when both suites ran tests and passed; pytest's 5 (no tests collected) fails.
-Both suites are self-contained (their own temp dirs; the unit tests start no sshd, namespace or
-Slurm cluster), so running them side by side changes what they test in no way, only when.
-Arguments are passed to both pytest runs."""
+- lane 1: the integration tests that use a private sshd, network namespaces or Docker (the files
+  marked ``sshd`` / ``netns`` or taking ``docker_image``);
+- lane 2: the other integration tests (local TensorFlow clusters, the Slurm cluster), then the
+  unit, dashboard and docs tests.
+
+The integration tests mostly wait on TensorFlow processes and timers, so two of them at a time
+use the cores a single run leaves idle. A file runs whole in one lane (its tests share run ids
+and fixtures); each lane has its own pytest temp dir, and the lanes share no server, namespace or
+run id. Each lane's output is kept in a log and printed whole at the end, lane by lane, with a
+line of progress a minute meanwhile.
+
+Exit status: 0 only when every run collected tests and passed (pytest's 5, no tests, fails).
+Arguments are passed to every pytest run (``python -m tests.runall -x``)."""
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from dataclasses import dataclass, field
+from pathlib import Path
 
-FAST = ["tests/unit", "tests/tui", "tests/docs"]
-SLOW = ["tests/integration"]
+ROOT = Path(__file__).resolve().parent.parent
+#: what puts an integration test file in lane 1
+NEEDS_HOSTS = re.compile(r"mark\.sshd|mark\.netns|docker_image")
+PROGRESS_EVERY_S = float(os.environ.get("DISTLAUNCH_TEST_PROGRESS_S", "60"))
+
+
+@dataclass
+class Run:
+    name: str
+    paths: list[str]
+    log: Path
+    rc: int | None = None
+    started: float = 0.0
+    took: float = 0.0
+
+
+@dataclass
+class Lane:
+    runs: list[Run] = field(default_factory=list)
+
+
+def integration_split() -> tuple[list[str], list[str]]:
+    """The integration test files that need hosts (sshd, namespaces, Docker), and the others."""
+    hosts: list[str] = []
+    local: list[str] = []
+    for path in sorted((ROOT / "tests" / "integration").glob("test_*.py")):
+        relative = str(path.relative_to(ROOT))
+        (hosts if NEEDS_HOSTS.search(path.read_text()) else local).append(relative)
+    return hosts, local
+
+
+def _percent(log: Path) -> str:
+    try:
+        text = log.read_text(errors="replace")
+    except OSError:
+        return "starting"
+    found = re.findall(r"\[\s*(\d+)%\]", text)
+    return f"{found[-1]}%" if found else "collecting"
+
+
+def _state(run: Run) -> str:
+    if run.rc is not None:
+        return f"{run.name} exit {run.rc}"
+    return f"{run.name} {_percent(run.log) if run.started else 'waits'}"
+
+
+def run_lane(lane: Lane, extra: list[str], workdir: Path) -> None:
+    for run in lane.runs:
+        basetemp = workdir / f"tmp-{run.name}"
+        run.started = time.monotonic()
+        with open(run.log, "w") as out:
+            run.rc = subprocess.call([sys.executable, "-m", "pytest", "-q", "-ra", "--durations=15",
+                                      "-p", "no:cacheprovider", f"--basetemp={basetemp}", *extra, *run.paths],
+                                     stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
+        run.took = time.monotonic() - run.started
+        if run.rc == 0:
+            shutil.rmtree(basetemp, ignore_errors=True)  # a failing run's files stay, for a look
 
 
 def main(extra: list[str]) -> int:
     began = time.monotonic()
-    common = [sys.executable, "-m", "pytest", "-q", "-ra", "--durations=25", *extra]
-    with tempfile.NamedTemporaryFile("w+", prefix="distlaunch-fast-tests-", suffix=".log") as log:
-        # its own basetemp: the two runs never number (or clean up) the same pytest-of-<user> dirs
-        basetemp = tempfile.mkdtemp(prefix="distlaunch-fast-tests-")
-        fast = subprocess.Popen(["nice", "-n", "10", *common, "-p", "no:cacheprovider", f"--basetemp={basetemp}",
-                                 *FAST], stdout=log, stderr=subprocess.STDOUT)
-        try:
-            slow_rc = subprocess.call([*common, *SLOW])
-        finally:
-            fast_rc = fast.wait()
-        if fast_rc == 0:
-            shutil.rmtree(basetemp, ignore_errors=True)  # a failure's files stay, for a look
-        log.seek(0)
-        print(f"\n===== {' '.join(FAST)} (run beside the integration tests) =====", flush=True)
-        sys.stdout.write(log.read())
-    minutes = (time.monotonic() - began) / 60
-    print(f"\nintegration: exit {slow_rc}; unit, tui, docs: exit {fast_rc}; {minutes:.1f} min in all", flush=True)
-    return 0 if slow_rc == 0 and fast_rc == 0 else 1
+    hosts, local = integration_split()
+    workdir = Path(tempfile.mkdtemp(prefix="distlaunch-tests-"))
+    lanes = [
+        Lane([Run("integration-hosts", hosts, workdir / "integration-hosts.log")]),
+        Lane([Run("integration-local", local, workdir / "integration-local.log"),
+              Run("unit-tui-docs", ["tests/unit", "tests/tui", "tests/docs"], workdir / "unit-tui-docs.log")]),
+    ]
+    runs = [run for lane in lanes for run in lane.runs]
+    print(f"tests: {len(hosts)} integration files with hosts | {len(local)} local ones, then unit, tui, docs "
+          f"(logs in {workdir})", flush=True)
+    threads = [threading.Thread(target=run_lane, args=(lane, extra, workdir)) for lane in lanes]
+    for thread in threads:
+        thread.start()
+    while True:
+        alive = [t for t in threads if t.is_alive()]
+        if not alive:
+            break
+        alive[0].join(PROGRESS_EVERY_S)
+        if any(t.is_alive() for t in threads):
+            print(f"  {(time.monotonic() - began) / 60:4.1f} min: " + " | ".join(_state(r) for r in runs), flush=True)
+    for run in runs:
+        print(f"\n===== {run.name}: {' '.join(run.paths) if len(run.paths) < 4 else f'{len(run.paths)} files'} "
+              f"=====", flush=True)
+        sys.stdout.write(run.log.read_text(errors="replace"))
+    print("", flush=True)
+    for run in runs:
+        print(f"{run.name}: exit {run.rc} in {run.took / 60:.1f} min", flush=True)
+    failed = [run.name for run in runs if run.rc != 0]
+    verdict = f"FAILED: {', '.join(failed)}" if failed else "every run passed"
+    print(f"{(time.monotonic() - began) / 60:.1f} min in all; {verdict}", flush=True)
+    if not failed:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
