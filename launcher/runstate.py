@@ -11,6 +11,7 @@ before the supervisor was a process of its own, is read here and nowhere else.
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -371,9 +372,24 @@ class RunState:
     def ended(self) -> bool:
         return self.outcome is not None
 
+    def supervisor_here(self) -> bool:
+        """Does the run's supervisor run on this machine (its pid means something here)? Not for a
+        run submitted to Slurm whose batch job runs on another node."""
+        return self.slurm is None or self.slurm.node is None or self.slurm.node == socket.gethostname()
+
     def supervisor_alive(self) -> bool:
-        """Does the run's supervisor still supervise it (its process exists and the run has not ended)?"""
-        return self.supervisor_pid is not None and pid_alive(self.supervisor_pid) and self.outcome is None
+        """Does the run's supervisor still supervise it (its process exists and the run has not
+        ended)? On another node (a submitted Slurm job's), while Slurm says its job has not ended
+        (asked with a bounded wait; no answer is no reason to think it ended)."""
+        if self.supervisor_pid is None or self.outcome is not None:
+            return False
+        if self.supervisor_here():
+            return pid_alive(self.supervisor_pid)
+        from launcher.transport import slurmqueue  # only for a run whose supervisor is elsewhere
+
+        assert self.slurm is not None
+        info = slurmqueue.query(self.slurm.job_id, cluster=self.slurm.cluster)
+        return info is None or not info.ended
 
     @property
     def awaiting_slurm(self) -> bool:

@@ -4,6 +4,8 @@ still read, and a field of the wrong type is named, never taken."""
 from __future__ import annotations
 
 import json
+import os
+import socket
 from pathlib import Path
 
 import pytest
@@ -91,3 +93,21 @@ def test_a_submitted_runs_slurm_job_reads_back_and_a_wrong_type_is_named() -> No
     assert back.slurm == state.slurm and back.awaiting_slurm and back.supervision() == "pending"
     with pytest.raises(StateFieldError, match=r"slurm\.job_id"):
         RunState.from_json({"run_id": "r2", "slurm": {"job_id": 41}})
+
+
+def test_a_supervisor_on_another_node_is_judged_by_slurm_not_by_a_local_pid(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run submitted from the login node: its supervisor's pid is the compute node's, and the same
+    number here is someone else's process (or none). squeue says whether its job still runs."""
+    answer = tmp_path / "answer"
+    squeue = tmp_path / "squeue"
+    squeue.write_text(f"#!/bin/sh\ncat {answer}\n")
+    squeue.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    here = RunState("r", supervisor_pid=os.getpid(), slurm=SlurmJobRecord("41", node=socket.gethostname()))
+    elsewhere = RunState("r", supervisor_pid=os.getpid(), slurm=SlurmJobRecord("41", node="node-elsewhere-7"))
+    answer.write_text("COMPLETED|None|N/A|node-elsewhere-7\n")
+    assert here.supervisor_here() and here.supervisor_alive()  # this machine's pid, alive
+    assert not elsewhere.supervisor_here() and not elsewhere.supervisor_alive()  # the local pid is not asked
+    answer.write_text("RUNNING|None|N/A|node-elsewhere-7\n")
+    assert elsewhere.supervisor_alive()
