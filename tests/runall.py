@@ -64,7 +64,9 @@ def _percent(log: Path) -> str:
     except OSError:
         return "starting"
     found = re.findall(r"\[\s*(\d+)%\]", text)
-    return f"{found[-1]}%" if found else "collecting"
+    done = sum(len(line.rstrip().rsplit("[", 1)[0].strip()) for line in text.splitlines()
+               if line and set(line.rstrip().rsplit("[", 1)[0].strip()) <= set(".FEsxX"))
+    return f"{done} done" + (f" ({found[-1]}% at the last full line)" if found else "")
 
 
 def _state(run: Run) -> str:
