@@ -38,6 +38,7 @@ class Run:
     name: str
     paths: list[str]
     log: Path
+    tmp: str  # its pytest temp dir's name, under the lanes' work dir
     rc: int | None = None
     started: float = 0.0
     took: float = 0.0
@@ -77,7 +78,7 @@ def _state(run: Run) -> str:
 
 def run_lane(lane: Lane, extra: list[str], workdir: Path) -> None:
     for run in lane.runs:
-        basetemp = workdir / f"tmp-{run.name}"
+        basetemp = workdir / run.tmp
         run.started = time.monotonic()
         with open(run.log, "w") as out:
             run.rc = subprocess.call([sys.executable, "-m", "pytest", "-q", "-ra", "--durations=15",
@@ -91,11 +92,13 @@ def run_lane(lane: Lane, extra: list[str], workdir: Path) -> None:
 def main(extra: list[str]) -> int:
     began = time.monotonic()
     hosts, local = integration_split()
-    workdir = Path(tempfile.mkdtemp(prefix="distlaunch-tests-"))
+    # short: tests place sockets under their tmp_path and some measure the length a socket path may
+    # have, so a lane's temp dir must be no deeper than pytest's own /tmp/pytest-of-<user>/pytest-N
+    workdir = Path(tempfile.mkdtemp(prefix="dlt-"))
     lanes = [
-        Lane([Run("integration-hosts", hosts, workdir / "integration-hosts.log")]),
-        Lane([Run("integration-local", local, workdir / "integration-local.log"),
-              Run("unit-tui-docs", ["tests/unit", "tests/tui", "tests/docs"], workdir / "unit-tui-docs.log")]),
+        Lane([Run("integration-hosts", hosts, workdir / "integration-hosts.log", "h")]),
+        Lane([Run("integration-local", local, workdir / "integration-local.log", "l"),
+              Run("unit-tui-docs", ["tests/unit", "tests/tui", "tests/docs"], workdir / "unit-tui-docs.log", "u")]),
     ]
     runs = [run for lane in lanes for run in lane.runs]
     print(f"tests: {len(hosts)} integration files with hosts | {len(local)} local ones, then unit, tui, docs "
