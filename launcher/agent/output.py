@@ -206,14 +206,16 @@ class OutputInterpreter:
                     self._explicit.add("placement")
                 event = events.placement_event(spec.run, spec.task, variables)
             elif kind == "checkpoint":
-                # a script that announces its checkpoints itself is believed: autolog's line for the
-                # same save (it comes first, once per save) is dropped from the second save on
+                event = _checkpoint_from_report(spec.run, spec.task, spec.host, spec.workdir, obj)
+                # a script that announces the checkpoints of a directory itself is believed there:
+                # autolog's line for the same save (it comes first, once per save) is dropped from
+                # the second save on; autolog's lines of other directories go on
+                mine = "checkpoint:" + str(getattr(event, "directory", ""))
                 if obj.get("source") == "autolog":
-                    if "checkpoint" in self._explicit:
+                    if mine in self._explicit:
                         return
                 else:
-                    self._explicit.add("checkpoint")
-                event = _checkpoint_from_report(spec.run, spec.task, spec.host, spec.workdir, obj)
+                    self._explicit.add(mine)
             else:
                 raise ValueError("unknown kind %r" % (kind,))
         except (ValueError, TypeError) as exc:

@@ -309,26 +309,26 @@ class CheckpointKeeper:
             others = {t: self.book.newest(t) for t in group}
         if not history and not any(others.values()):
             return  # no checkpoint was ever announced: nothing to align
-        chosen: tuple[Checkpoint, dict[str, str]] | None = None
-        for i, candidate in enumerate(history):
-            ways = self._ways(candidate, members, newest=i == 0)
-            if ways is not None:
-                chosen = (candidate, ways)
-                break
-        if chosen is None:
-            self._from_scratch(members, source, history)
-            return
-        cp, ways = chosen
-        pin = cp.copy
-        if pin is not None:
-            with self.lock:
-                self.pinned.add(pin)
+        # every copy a candidate may be read from is pinned before one is chosen: the choice asks
+        # the hosts, and meanwhile the copier may land a newer copy and prune older ones
+        with self.lock:
+            pins = {c.copy for c in history if c.copy is not None} - self.pinned
+            self.pinned |= pins
         try:
+            chosen: tuple[Checkpoint, dict[str, str]] | None = None
+            for i, candidate in enumerate(history):
+                ways = self._ways(candidate, members, newest=i == 0)
+                if ways is not None:
+                    chosen = (candidate, ways)
+                    break
+            if chosen is None:
+                self._from_scratch(members, source, history)
+                return
+            cp, ways = chosen
             placed = self._place(cp, ways, members, others)
         finally:
-            if pin is not None:
-                with self.lock:
-                    self.pinned.discard(pin)
+            with self.lock:
+                self.pinned -= pins
         copies = [f"{rt.spec.host}:{self.where(cp, rt.spec.host)}" for rt in members
                   if ways[rt.spec.task_id] in ("host", "copy")]
         if copies:

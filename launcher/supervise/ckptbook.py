@@ -16,6 +16,8 @@ from launcher import events as ev
 
 #: checkpoints remembered per task (newest last)
 KEEP_RECORDS = 4
+#: TensorFlow's state file beside the prefixes (``checkpoints.STATE_FILE``)
+_STATE = "checkpoint"
 #: two lines of one checkpoint (autolog's and the script's own) come this close together at most
 ONE_SAVE_SECONDS = 10.0
 
@@ -62,7 +64,10 @@ class Checkpoint:
 def _one_save(a: Checkpoint, b: Checkpoint) -> bool:
     """``a`` and ``b`` tell of one save (a Keras backup that rewrites its files each epoch is a new
     save each time: its epoch differs)."""
-    same_place = a.directory == b.directory and set(a.files) == set(b.files)
+    if a.step is None and a.epoch is None and b.step is None and b.epoch is None:
+        return False  # two saves of fixed names, neither numbered: each its own, each copied
+    # the state file is listed by one teller and not the other, as it wrote it during the call or not
+    same_place = a.directory == b.directory and set(a.files) - {_STATE} == set(b.files) - {_STATE}
     steps_agree = a.step is None or b.step is None or a.step == b.step
     epochs_agree = a.epoch is None or b.epoch is None or a.epoch == b.epoch
     return same_place and steps_agree and epochs_agree and abs(a.ts - b.ts) <= ONE_SAVE_SECONDS
@@ -92,6 +97,7 @@ class CheckpointBook:
             same.epoch = cp.epoch if cp.epoch is not None else same.epoch
             same.nbytes = cp.nbytes if cp.nbytes is not None else same.nbytes
             same.api = cp.api or same.api
+            same.files = sorted(set(same.files) | set(cp.files))
             listed.sort(key=lambda c: c.order)
             return None
         kept = [c for c in listed if not (c.directory == cp.directory and c.order == cp.order)]

@@ -50,3 +50,9 @@ def test_a_script_that_announces_its_checkpoints_is_believed_over_autolog() -> N
     only_autolog = _interpret(auto % 20, auto % 40)
     assert [e.files for e in only_autolog if isinstance(e, ev.CheckpointEvent)] == [
         ["ckpt-20.index"], ["ckpt-40.index"]]
+    # the script's own export elsewhere leaves autolog's backups in their directory reported
+    backup = '@distlaunch {"kind":"checkpoint","directory":"backup","files":["b-%d.index"],"source":"autolog"}'
+    export = '@distlaunch {"kind":"checkpoint","directory":"export","step":5,"files":["model.keras"]}'
+    mixed = _interpret(backup % 1, export, backup % 2)
+    assert [e.directory.rsplit("/", 1)[-1] for e in mixed if isinstance(e, ev.CheckpointEvent)] == [
+        "backup", "export", "backup"]

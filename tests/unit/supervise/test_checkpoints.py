@@ -468,6 +468,14 @@ def test_one_save_told_twice_is_one_record_completed_in_place() -> None:
     assert book.history("worker:0") == [first] and first.step == 40
     later = Checkpoint("worker:0", "a", "/d/a/ckpt", list(FILES), None, ts=100.0 + ONE_SAVE_SECONDS + 1)
     assert book.add(later) is later  # the same files rewritten later: another save
+    # autolog's line read the step too, and did not list the state file: still one save
+    told = Checkpoint("worker:2", "a", "/d/c", FILES[:2], 60, ts=7.0)
+    assert book.add(told) is told and book.add(Checkpoint("worker:2", "a", "/d/c", list(FILES), 60, ts=7.1)) is None
+    assert sorted(told.files) == sorted(FILES)
+    # two unnumbered saves of fixed names close together are two saves, each to be copied
+    fixed = ["w.weights.h5"]
+    assert book.add(Checkpoint("worker:3", "a", "/d/w", fixed, ts=1.0)) is not None
+    assert book.add(Checkpoint("worker:3", "a", "/d/w", fixed, ts=2.0)) is not None
     backup = ["latest.weights.h5", "training_metadata.json"]
     assert book.add(Checkpoint("worker:1", "a", "/d/b", backup, 4, epoch=1, ts=5.0)) is not None
     assert book.add(Checkpoint("worker:1", "a", "/d/b", backup, 8, epoch=2, ts=6.0)) is not None
