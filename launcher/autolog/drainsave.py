@@ -116,9 +116,8 @@ class FitStop:
         """``fit`` ended. A SIGTERM it took that no batch end acted on (it came in the last batch, or
         in the epoch's end) is acted on now, and so is a stop the group agreed on for a batch this
         fit never reached: exit 143, as the signal would have; a stop is never swallowed."""
-        pending = self.asked or (self.group is not None and self.group.agreed.is_set())
-        self.end()
-        if pending:
+        self.end()  # first: a SIGTERM from here on takes its old course, none falls between
+        if self.asked or (self.group is not None and self.group.agreed.is_set()):
             autolog.flush("a stop asked by SIGTERM as the fit ended")
             raise SystemExit(EXIT_CODE)
 

@@ -153,7 +153,7 @@ class Growth:
         if tries >= READMIT_TRIES:
             self.returned.discard(host)
             self._refused.pop(host, None)
-            line += f"; refused {tries} times, not tried again (fix the host, then `distlaunch resize` or a restart)"
+            line += f"; refused {tries} times, not tried again unless it is lost and answers again"
         else:
             wait = max(self.sup.plan.profile.readmit_after_seconds, READMIT_RETRY_MIN_S)
             self._refused[host] = (tries, time.monotonic() + wait)
@@ -352,6 +352,7 @@ class Growth:
             return (f"the job is {sup.job_state.lower()}" if sup.job_state != ev.JOB_RUNNING
                     else "a move or a grow is under way") + "; resize again once it is Running"
         self.resized[role] = target
+        sup.write_state()  # kept at once: a grow may only hold, and a supervisor that dies forgets nothing
         left = {t: sup.plan.task(t).host for t in self.hosts.left if t in sup.tasks}
         now = live_size(sup.plan, role, tuple(left))
         if target > now:
