@@ -12,6 +12,7 @@ before the supervisor was a process of its own, is read here and nowhere else.
 from __future__ import annotations
 
 import socket
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -24,6 +25,12 @@ from launcher.rundir import STATE_FILE, read_state
 
 T = TypeVar("T")
 U = TypeVar("U")
+
+
+#: how long squeue's word on a remote supervisor's job is taken as still true
+SLURM_SEEN_S = 3.0
+#: (job id, cluster) -> (monotonic time asked, the job had not ended)
+_SLURM_SEEN: dict[tuple[str, str | None], tuple[float, bool]] = {}
 
 
 class StateFieldError(ValueError):
@@ -388,8 +395,14 @@ class RunState:
         from launcher.transport import slurmqueue  # only for a run whose supervisor is elsewhere
 
         assert self.slurm is not None
+        key = (self.slurm.job_id, self.slurm.cluster)
+        seen = _SLURM_SEEN.get(key)
+        if seen is not None and time.monotonic() - seen[0] < SLURM_SEEN_S:
+            return seen[1]  # clients poll several times a second: squeue is asked every few seconds
         info = slurmqueue.query(self.slurm.job_id, cluster=self.slurm.cluster)
-        return info is None or not info.ended
+        alive = info is None or not info.ended
+        _SLURM_SEEN[key] = (time.monotonic(), alive)
+        return alive
 
     @property
     def awaiting_slurm(self) -> bool:

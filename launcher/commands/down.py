@@ -73,8 +73,8 @@ def run_down(args: argparse.Namespace) -> int:
         after = load_run_state(path)  # `outcome` is written once its teardown swept every host
         torn_down = not after.supervisor_alive() and after.outcome is not None
         # then the process itself ends ([notify] of the job's end runs first, bounded by its timeout)
-        while pid is not None and pid_alive(pid) and time.monotonic() < deadline:
-            time.sleep(0.1)
+        while pid is not None and after.supervisor_here() and pid_alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.1)  # a supervisor on another node's pid means nothing here
     gone: list[str] = []  # hosts whose Slurm allocation ended: nothing of the run can be left there
     sessions = connect_sessions(state, gone)
     for why in gone:

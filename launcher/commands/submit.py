@@ -70,7 +70,7 @@ def submit_run(args: argparse.Namespace, profile: Profile, shown: Shown) -> int:
                          strategy=profile.strategy, job_state=ev.JOB_CREATED, job_reason="submitting to Slurm")
         rundir.write_state(state.to_json())
         cluster = slurmqueue.cluster_of(profile.slurm.sbatch_args if profile.slurm is not None else ())
-        job_id = slurmqueue.submit(script, profile.directory, str(profile.path), run_id, cluster)
+        job_id, cluster = slurmqueue.submit(script, profile.directory, str(profile.path), run_id, cluster)
     except BaseException:
         rundir.close()
         _forget(path, run_id)  # nothing was submitted: no run is left either

@@ -116,16 +116,23 @@ def query(job_id: str, timeout: float = QUERY_TIMEOUT_S, cluster: str | None = N
     return parse_squeue_line(job_id, lines[0]) if lines else SlurmJobInfo(job_id, "")
 
 
+#: find_submitted's answer when squeue itself did not answer (the job may be queued all the same)
+NO_ANSWER = "?"
+
+
 def find_submitted(run_id: str, cluster: str | None = None, timeout: float = QUERY_TIMEOUT_S) -> str | None:
     """The id of this user's job submitted for run ``run_id`` (by its ``--comment``), if Slurm shows
-    one: for an sbatch that queued the job but whose answer never came."""
+    one: for an sbatch that queued the job but whose answer never came. None when squeue shows no
+    such job; ``NO_ANSWER`` when squeue did not answer either."""
     try:
         result = subprocess.run(["squeue", *_on(cluster), "-h", "-u", getpass.getuser(), "--states=all",
                                  "-o", "%i|%k"], capture_output=True, text=True, timeout=timeout,
                                 stdin=subprocess.DEVNULL)
     except (OSError, subprocess.TimeoutExpired, KeyError):
-        return None
-    for line in _answer_lines(result.stdout) if result.returncode == 0 else []:
+        return NO_ANSWER
+    if result.returncode != 0:
+        return NO_ANSWER
+    for line in _answer_lines(result.stdout):
         job_id, _, comment = line.partition("|")
         if comment.strip() == RUN_COMMENT + run_id and job_id.strip().isdigit():
             return job_id.strip()
@@ -138,30 +145,36 @@ def require_sbatch() -> None:
                         "login node of the cluster (where sbatch is), or inside `salloc`")
 
 
-def submit(script: Path, cwd: Path, where: str, run_id: str = "", cluster: str | None = None) -> str:
-    """Submit ``script`` with ``sbatch --parsable``; the job id. ``where``: what to name in an error
-    (the profile). sbatch's refusal is one line: its own words, and the key to look at. An sbatch
-    that does not answer may still have queued the job: it is looked for by ``run_id``'s comment."""
+def submit(script: Path, cwd: Path, where: str, run_id: str = "",
+           cluster: str | None = None) -> tuple[str, str | None]:
+    """Submit ``script`` with ``sbatch --parsable``; the job id and the cluster it went to (sbatch's
+    ``id;cluster`` answer, else ``cluster``). ``where``: what to name in an error (the profile).
+    sbatch's refusal is one line: its own words, and the key to look at. An sbatch that does not
+    answer may still have queued the job: it is looked for by ``run_id``'s comment."""
     require_sbatch()
     try:
         result = subprocess.run(["sbatch", "--parsable", str(script)], capture_output=True, text=True,
                                 timeout=SUBMIT_TIMEOUT_S, cwd=cwd, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
         found = find_submitted(run_id, cluster) if run_id else None
-        if found is not None:
-            return found
+        if found is not None and found != NO_ANSWER:
+            return found, cluster
+        said = ("squeue did not answer either: the job may be queued all the same; `squeue -u $USER -o '%i %k'` "
+                f"shows it with the comment {RUN_COMMENT}{run_id}, and `scancel` ends it" if found == NO_ANSWER
+                else "squeue shows no job of this run")
         raise UserError(f"{where}: sbatch did not answer within {SUBMIT_TIMEOUT_S:.0f} s (is slurmctld up? "
-                        "`scontrol ping` says) and squeue shows no job of this run; a job it queued after all "
-                        "starts nothing (the run was not recorded)") from None
+                        f"`scontrol ping` says) and {said}; a job queued after all starts nothing (the run was "
+                        "not recorded)") from None
     except OSError as exc:
         raise UserError(f"{where}: cannot run sbatch: {exc.strerror or exc}") from None
-    job_id = result.stdout.strip().split(";")[0].strip()
+    job_id, _, on = result.stdout.strip().partition(";")
+    job_id, on = job_id.strip(), on.strip()
     if result.returncode != 0 or not job_id.isdigit():
-        said = [line.strip() for line in result.stderr.splitlines() if line.strip()]
-        message = said[-1] if said else f"sbatch exited with {result.returncode}"
+        lines = [line.strip() for line in result.stderr.splitlines() if line.strip()]
+        message = lines[-1] if lines else f"sbatch exited with {result.returncode}"
         message = message.removeprefix("sbatch: error: ")
         raise UserError(f"{where}: sbatch refused the job: {message}; {_hint(message)}")
-    return job_id
+    return job_id, (on or cluster)
 
 
 def _hint(message: str) -> str:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from launcher import runstate
 from launcher.errors import UserError
 from launcher.rundir import RunDir
 from launcher.runstate import RunState, SlurmJobRecord, StateFieldError, load_run_state
@@ -99,6 +100,7 @@ def test_a_supervisor_on_another_node_is_judged_by_slurm_not_by_a_local_pid(tmp_
                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     """A run submitted from the login node: its supervisor's pid is the compute node's, and the same
     number here is someone else's process (or none). squeue says whether its job still runs."""
+    monkeypatch.setattr(runstate, "_SLURM_SEEN", {})
     answer = tmp_path / "answer"
     squeue = tmp_path / "squeue"
     squeue.write_text(f"#!/bin/sh\ncat {answer}\n")
@@ -110,4 +112,6 @@ def test_a_supervisor_on_another_node_is_judged_by_slurm_not_by_a_local_pid(tmp_
     assert here.supervisor_here() and here.supervisor_alive()  # this machine's pid, alive
     assert not elsewhere.supervisor_here() and not elsewhere.supervisor_alive()  # the local pid is not asked
     answer.write_text("RUNNING|None|N/A|node-elsewhere-7\n")
+    assert not elsewhere.supervisor_alive()  # squeue's word of a moment ago still holds
+    monkeypatch.setattr(runstate, "SLURM_SEEN_S", 0.0)
     assert elsewhere.supervisor_alive()

@@ -66,6 +66,18 @@ def test_a_job_queued_by_an_sbatch_that_never_answered_is_found_by_its_run(tmp_p
     monkeypatch.setattr(slurmqueue, "SUBMIT_TIMEOUT_S", 0.5)
     script = tmp_path / "job.sbatch"
     script.write_text("#!/bin/sh\n")
-    assert submit(script, tmp_path, "p.toml", run_id="r1") == "78"
+    assert submit(script, tmp_path, "p.toml", run_id="r1") == ("78", None)
     with pytest.raises(UserError, match=r"sbatch did not answer within 0 s .* squeue shows no job of this run"):
         submit(script, tmp_path, "p.toml", run_id="r2")
+    _fake(tmp_path, "squeue", "exit 1\n")  # slurmctld busy: squeue fails too
+    with pytest.raises(UserError, match=r"squeue did not answer either: the job may be queued .*distlaunch-run:r1"):
+        submit(script, tmp_path, "p.toml", run_id="r1")
+
+
+def test_the_cluster_sbatch_names_in_its_answer_is_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`-M a,b`: sbatch answers `id;cluster`, and the job's number means something only there."""
+    _fake(tmp_path, "sbatch", 'echo "91;beta"\n')
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    script = tmp_path / "job.sbatch"
+    script.write_text("#!/bin/sh\n")
+    assert submit(script, tmp_path, "p.toml", run_id="r1", cluster="alpha,beta") == ("91", "beta")
