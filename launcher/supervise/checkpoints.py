@@ -36,15 +36,13 @@ from launcher.events import Event
 from launcher.model import Plan
 from launcher.remote.session import HostSession
 from launcher.rundir import RunDir
-from launcher.supervise.ckptbook import Checkpoint, CheckpointBook, checkpoint_of
+from launcher.supervise.ckptbook import STATE_FILE, Checkpoint, CheckpointBook, checkpoint_of
 from launcher.supervise.ckptcopies import CheckpointCopier, tar_files
 from launcher.supervise.lifecycle import TaskRuntime
 from launcher.supervise.policy import deciding_task
 
 __all__ = ["Checkpoint", "CheckpointBook", "CheckpointKeeper", "checkpoint_of"]
 
-#: the checkpoint state file of TensorFlow's CheckpointManager / BackupAndRestore
-STATE_FILE = "checkpoint"
 #: seconds one copy (or push) may take
 COPY_SECONDS = 600.0
 #: the start of the line the keeper writes in a task's log

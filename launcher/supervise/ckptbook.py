@@ -16,8 +16,8 @@ from launcher import events as ev
 
 #: checkpoints remembered per task (newest last)
 KEEP_RECORDS = 4
-#: TensorFlow's state file beside the prefixes (``checkpoints.STATE_FILE``)
-_STATE = "checkpoint"
+#: TensorFlow's state file beside the prefixes (it names the newest)
+STATE_FILE = "checkpoint"
 #: two lines of one checkpoint (autolog's and the script's own) come this close together at most
 ONE_SAVE_SECONDS = 10.0
 
@@ -67,7 +67,7 @@ def _one_save(a: Checkpoint, b: Checkpoint) -> bool:
     if a.step is None and a.epoch is None and b.step is None and b.epoch is None:
         return False  # two saves of fixed names, neither numbered: each its own, each copied
     # the state file is listed by one teller and not the other, as it wrote it during the call or not
-    same_place = a.directory == b.directory and set(a.files) - {_STATE} == set(b.files) - {_STATE}
+    same_place = a.directory == b.directory and set(a.files) - {STATE_FILE} == set(b.files) - {STATE_FILE}
     steps_agree = a.step is None or b.step is None or a.step == b.step
     epochs_agree = a.epoch is None or b.epoch is None or a.epoch == b.epoch
     return same_place and steps_agree and epochs_agree and abs(a.ts - b.ts) <= ONE_SAVE_SECONDS
