@@ -30,7 +30,7 @@ def job(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict[str, 
     work.mkdir()
     path = build_profile(tmp / "job.toml", name="autolog-checkpoints", strategy="custom",
                          command=f"{{python}} {SCRIPT} {{index}}", workdir=work, restart="never",
-                         env={**ENV, "DONE_DIR": str(tmp / "done"), "DONE_COUNT": "5"},
+                         env={**ENV, "DONE_EVENTS": str(tmp / "run" / "events.jsonl"), "DONE_COUNT": "4"},
                          roles={"worker": 4, "evaluator": {"command": f"{{python}} {SCRIPT} own_files",
                                                            "checkpoint_dir": "ckpt-own_files"}},
                          role_hosts=False)

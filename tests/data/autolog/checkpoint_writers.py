@@ -144,16 +144,27 @@ else:
     raise SystemExit("unknown api " + api)
 
 # Side by side in one job, the first to finish would end it (the chief's success stops the rest):
-# with $DONE_DIR, each task leaves a mark there and the chief (argv[1] == "0") leaves last, once
-# $DONE_COUNT marks are there (a fresh virtualenv's first tf_keras import takes its time)
-done_dir = os.environ.get("DONE_DIR")
-if done_dir:
+# with $DONE_EVENTS (the run's events.jsonl), the chief (argv[1] == "0") leaves last, once the
+# launcher recorded $DONE_COUNT other tasks as succeeded (a mark left before exit was not enough: a
+# loaded machine took seconds to tear tf_keras down after it, and the chief's success stopped it)
+done_events = os.environ.get("DONE_EVENTS")
+if done_events and sys.argv[1] == "0":
+    import json
     import time
 
-    os.makedirs(done_dir, exist_ok=True)
-    open(os.path.join(done_dir, api), "w").close()
     deadline = time.monotonic() + 240
-    while sys.argv[1] == "0" and len(os.listdir(done_dir)) < int(os.environ["DONE_COUNT"]):
+    ended: set = set()
+    while len(ended) < int(os.environ["DONE_COUNT"]):
         if time.monotonic() > deadline:
-            raise SystemExit("the other writers did not finish in 240 s: " + str(os.listdir(done_dir)))
+            raise SystemExit("the other writers did not end in 240 s; ended: %s" % sorted(ended))
         time.sleep(0.2)
+        if not os.path.exists(done_events):
+            continue
+        with open(done_events) as f:
+            for line in f:
+                try:
+                    event = json.loads(line)
+                except ValueError:
+                    continue
+                if event.get("kind") == "state" and event.get("state") == "succeeded":
+                    ended.add(event["task"])
