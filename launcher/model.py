@@ -24,6 +24,7 @@ Transport = Literal["ssh", "openssh", "local", "slurm"]
 SSH_TRANSPORTS = ("ssh", "openssh")
 OnStall = Literal["warn", "restart"]
 GpuBusy = Literal["warn", "refuse"]
+LocalNetwork = Literal["auto", "private", "host"]
 OnNan = Literal["warn", "stop"]
 LogAction = Literal["no_retry", "warn"]
 #: what a lost host does: its tasks move to a spare (else the roles shrink, else the job fails),
@@ -230,6 +231,8 @@ class Profile:
     checkpoint_copy_bandwidth: int = 50 * 1024**2
     #: what preflight does when a task's GPUs hold other processes' memory
     gpu_busy: GpuBusy = "warn"
+    #: whether an all-local job runs in a private network namespace (launcher/commands/localnet.py)
+    local_network: LocalNetwork = "auto"
     log_policies: tuple[LogPolicy, ...] = ()  # [[log_policies]], in the order written
     #: hosts (names in ``hosts``, ranges expanded) kept ready to replace a lost one; they run no task at start
     spares: tuple[str, ...] = ()
@@ -296,6 +299,8 @@ class Plan:
     #: by host name, the address ~/.ssh/config resolved an alias to (spares too): where a task
     #: placed on that host later (a move) is reached
     addresses: Mapping[str, str] = field(default_factory=dict)
+    #: `up` decided the tasks run in a private network namespace (launcher/commands/localnet.py)
+    private_network: bool = False
 
     def task(self, task_id: str) -> TaskSpec:
         for t in self.tasks:

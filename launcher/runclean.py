@@ -21,6 +21,7 @@ from pathlib import Path
 
 from launcher.agent.hostagent import LOCK_NAME, PID_NAME, SOCKET_NAME
 from launcher.agent.leaving import RETIRED_NAME
+from launcher.agent.netns import NETWORK_FILE
 from launcher.errors import UserError
 from launcher.privatedir import owner_name
 from launcher.rundir import (
@@ -60,7 +61,7 @@ class Layout:
 #: a host run dir (launcher/remote/session.py, the host agent): on SSH hosts and, for local hosts,
 #: under the launcher run dir's hosts/
 HOST_FILES = frozenset({"agent.pyz", "agent.pyz.tmp", SOCKET_NAME, LOCK_NAME, PID_NAME, "agent.log", "lease",
-                        RETIRED_NAME, RETIRED_NAME + ".tmp"})
+                        NETWORK_FILE, RETIRED_NAME, RETIRED_NAME + ".tmp"})
 HOST_PREFIXES = (f"{PID_NAME}.tmp.", "agent.pyz.tmp-")  # uploads: agent.pyz.tmp-<writer's pid>
 HOST_TREES = frozenset({"tasks"})
 HOST_LAYOUT = Layout(files=HOST_FILES, prefixes=HOST_PREFIXES, trees=HOST_TREES)

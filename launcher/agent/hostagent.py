@@ -33,7 +33,9 @@ import time
 from typing import Any, Dict, List, Optional, Set
 
 from launcher import events
+from launcher.agent import netns
 from launcher.agent.agentfiles import _read_line, write_specs
+from launcher.agent.agentlog import warn
 from launcher.agent.leaving import PreemptionWatch, retired_reason
 from launcher.agent.orphanrule import LEASE_NAME, OrphanRule
 from launcher.agent.output import EventWriter, last_state
@@ -104,6 +106,12 @@ class HostAgent:
             return 0  # another host agent of this run serves already
         os.chdir(self.run_dir)  # the socket is bound by a relative name: no limit on the dir's length
         set_process_name(AGENT_PROCESS_NAME)
+        if netns.wanted(self.run_dir):  # before any thread: a user namespace takes only a single one
+            try:
+                warn("agent: " + netns.enter_private(self._task_pids()))
+            except OSError as exc:  # the launcher checked the kernel allows it: never fall back to the host's
+                warn("agent: cannot give the tasks a private network: %s" % (exc.strerror or exc,))
+                return 1
         _write_atomic(PID_NAME, "%d\n" % os.getpid())
         _become_subreaper()
         # handlers only set flags that the housekeeping loop reads: a handler runs on the main
@@ -303,6 +311,15 @@ class HostAgent:
                                                 pid=info.get("pid") if info else None, restarts=spec.restarts,
                                                 reason="stopped on request (no agent ran it)"))
                 writer.close()
+
+    def _task_pids(self) -> List[int]:
+        """The pids a killed predecessor's task files name (live or not)."""
+        try:
+            slugs = sorted(os.listdir(self.tasks_dir))
+        except OSError:
+            return []
+        infos = [read_task_file(os.path.join(self.tasks_dir, slug)) for slug in slugs]
+        return [int(info["pid"]) for info in infos if info is not None]
 
     def _adopt_all(self) -> None:
         """Tasks a killed predecessor ran: adopt the live ones, end the others with what is known."""

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import TextIO
 
 from launcher.agent.metricregex import MetricRegexes
-from launcher.commands.exposure import exposure_warnings, firewall_rules, local_users_warning
+from launcher.commands import localnet
+from launcher.commands.exposure import exposure_warnings, firewall_rules
 from launcher.errors import HostError, UserError
 from launcher.events import REPORT_PREFIX
 from launcher.model import SSH_TRANSPORTS, START_ORDER, Overrides, Plan, TaskSpec
@@ -47,9 +48,9 @@ def run_check(profile_path: Path, remote: bool = True, overrides: Overrides | No
         sys.stdout.write(mask_secrets(shown.getvalue(), set(plan.profile.secrets)))
     for warning in exposure_warnings(plan):
         print(f"distlaunch: warning: {warning}", file=sys.stderr)
-    shared = local_users_warning(plan, str(profile_path))
-    if shared is not None:
-        print(f"distlaunch: warning: {shared}", file=sys.stderr)
+    network = localnet.decide(plan, str(profile_path))
+    if network.line:
+        print(f"distlaunch: {'warning: ' if network.warning else ''}{network.line}", file=sys.stderr)
     for warning in container_warnings(plan.profile):  # options that undo what distlaunch promises
         print(f"distlaunch: warning: {mask_secrets(warning, set(plan.profile.secrets))}", file=sys.stderr)
     if not remote or importlib.util.find_spec("launcher.remote.preflight") is None:

@@ -21,6 +21,8 @@ from launcher.model import Plan, TaskSpec
 
 #: the lowest uid of a person's account (Debian's and Red Hat's UID_MIN); below are system accounts
 FIRST_PERSON_UID = 1000
+#: the highest (login.defs' UID_MAX); above are overflow and service ids (65534, nobody)
+LAST_PERSON_UID = 60000
 #: ports one iptables ``multiport`` match takes
 MULTIPORT_MAX = 15
 
@@ -61,10 +63,10 @@ def on_this_machine(plan: Plan) -> list[TaskSpec]:
 
 
 def other_people(me: int | None = None, uids: Callable[[], Iterable[int]] | None = None) -> list[int]:
-    """The uids of people (not system accounts, not root) other than ``me`` with a process here."""
+    """The uids of people (not system accounts, not root, not nobody) other than ``me`` with a process here."""
     me = os.getuid() if me is None else me
     seen = set(uids() if uids is not None else _process_uids())
-    return sorted(uid for uid in seen if uid != me and uid >= FIRST_PERSON_UID)
+    return sorted(uid for uid in seen if uid != me and FIRST_PERSON_UID <= uid <= LAST_PERSON_UID)
 
 
 def _process_uids() -> Iterable[int]:

@@ -26,6 +26,8 @@ import sys
 import time
 from pathlib import Path
 
+from launcher.agent import netns
+from launcher.agent.hostagent import PID_NAME
 from launcher.autolog.steptime import PROFILER_WANTED
 from launcher.commands.runhosts import open_sessions
 from launcher.commands.stacks import split_targets
@@ -169,14 +171,15 @@ def capture(state: RunState, targets: list[Target], folder: Path, seconds: float
     """The capture of ``targets`` into ``folder``: each one's file, why the others have none, the
     lines of hosts whose files could not be had, and notes."""
     asked, asked_problems = ask_servers(state, targets)
-    outcome = trace(targets, folder, seconds, SERVER_START_S if asked else 0.0)
+    inside = private_network_member(state, targets)
+    outcome = trace(targets, folder, seconds, SERVER_START_S if asked else 0.0, inside)
     files, problems = _collect(state, targets, outcome, folder)
     problems = asked_problems + problems
     reasons = dict(outcome.reasons)
     notes: list[str] = []
     late = [t for t in targets if t.task in outcome.asked and t.task not in files and t.task not in reasons]
     if outcome.answered and late and len(late) < len(targets):  # the joint capture missed a server: once more
-        again = trace(late, folder, seconds, SERVER_START_S if asked else 0.0)
+        again = trace(late, folder, seconds, SERVER_START_S if asked else 0.0, inside)
         reasons.update(again.reasons)
         more, more_problems = _collect(state, late, again, folder)
         files.update(more)
@@ -184,6 +187,25 @@ def capture(state: RunState, targets: list[Target], folder: Path, seconds: float
         notes = [f"{t.task} was captured {seconds:g} s after the others (the joint capture missed it)"
                  for t in late if t.task in more]
     return files, reasons, problems, notes
+
+
+def private_network_member(state: RunState, targets: list[Target]) -> int | None:
+    """The pid of the host agent whose private network the targets' tasks run in (a job on one
+    local host, launcher/agent/netns.py), None where they share this machine's network. A private
+    network with no live agent is one line, exit 2: its ports cannot be reached from here."""
+    for target in targets:
+        host = state.hosts.get(target.host)
+        if host is None or (host.config or {}).get("transport") != "local" or not netns.wanted(host.base_dir):
+            continue
+        try:
+            pid = int(Path(host.base_dir, PID_NAME).read_text().strip())
+        except (OSError, ValueError):
+            pid = 0
+        if pid <= 0 or not netns.private_to(pid):
+            raise UserError(f"{target.task} runs in the private network of host {target.host}'s agent, which is not "
+                            "running: nothing can reach its profiler port now")
+        return pid
+    return None
 
 
 def ask_servers(state: RunState, targets: list[Target]) -> tuple[bool, list[str]]:

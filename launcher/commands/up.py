@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import resource
 import signal
 import socket
@@ -19,8 +20,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from launcher import events as ev
-from launcher.commands import notice
-from launcher.commands.exposure import exposure_warnings, local_users_warning
+from launcher.commands import localnet, notice
+from launcher.commands.exposure import exposure_warnings
 from launcher.commands.outputsuse import outputs_in_use, where
 from launcher.commands.rundirplace import check_new_run_dir
 from launcher.commands.submit import await_submitted, claim_submitted, submit_run, submits, submitted_job
@@ -63,9 +64,11 @@ def run_up(args: argparse.Namespace) -> int:
     plan = build_plan(profile, sshconfig.resolve_addresses(profile))
     for warning in exposure_warnings(plan):
         notice(f"warning: {warning}")
-    shared = local_users_warning(plan, args.profile)
-    if shared is not None:
-        notice(f"warning: {shared}")
+    network = localnet.decide(plan, args.profile)
+    if network.line:
+        notice(f"{'warning: ' if network.warning else ''}{network.line}")
+    if network.private:
+        plan = dataclasses.replace(plan, private_network=True)
     for warning in container_warnings(profile):  # options that undo what distlaunch promises
         notice(f"warning: {mask_secrets(warning, set(profile.secrets))}")
     tui = not (args.no_tui or args.json or args.detach)

@@ -375,6 +375,11 @@ TOP_KEYS = Table(
             "second, or with a unit (\"50MiB/s\"); 0: no limit.", default="50MiB/s"),
         Key("gpu_busy", "choice", "When GPUs a task is given hold memory of other processes: warn, or refuse "
             "the launch.", default="warn", choices=("warn", "refuse")),
+        Key("local_network", "choice", "A job whose tasks all run on this machine (one local host, no containers): "
+            "private runs them in a network namespace of their own, which no other user of the machine can reach "
+            "(TensorFlow's ports have no authentication) and from which the tasks reach no other machine; host "
+            "shares the machine's network; auto is private where other people have processes here and the kernel "
+            "allows it, else host.", default="auto", choices=("auto", "private", "host")),
         Key("defaults", "table", DEFAULTS_KEYS.doc, table=DEFAULTS_KEYS),
         Key("ssh", "table", SSH_TABLE.doc, table=SSH_TABLE),
         Key("hosts", "tables", "The machines of the job by name; without it everything runs on this machine.",

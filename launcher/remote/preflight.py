@@ -395,6 +395,7 @@ def _sessions(plan: Plan, run_id: str, local_root: Path | None, pre: Preflight, 
         session = HostSession(config, host, run_id, base, _python_for(plan, name), outputs)
         session.ask_gpus = ask_gpus or any(t.gpus for t in plan.tasks if t.host == name)
         session.make_outputs = make_outputs
+        session.private_network = plan.private_network
         session.containers = images.get(name, [])
         session.clock = pre.clock
         return session

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from launcher.agent.containercheck import PULL_SECONDS, TF_SECONDS
+from launcher.agent.netns import NETWORK_FILE
 from launcher.agent.taskcontainer import SWEEP_SECONDS
 from launcher.errors import HostError
 from launcher.model import HostConfig
@@ -105,6 +106,8 @@ class HostSession:
         self.containers: list[dict[str, Any]] = []
         #: the launch's phase stamps (`up`; launcher/remote/launchclock.py)
         self.clock: LaunchClock | None = None
+        #: the host agent gives its tasks a private network (launcher/agent/netns.py; a local host only)
+        self.private_network = False
 
     def _preflight_timeout(self, seconds: float) -> float:
         """A preflight that may pull images and start them for TensorFlow's version waits for that too."""
@@ -172,8 +175,11 @@ class HostSession:
             outputs = f" && mkdir -p -- {shlex.quote(self.outputs_dir)}"
         else:
             outputs = " && " + outputs_creatable_script(self.outputs_dir)
+        network = shlex.quote(f"{self.base_dir}/{NETWORK_FILE}")
+        network = f" && echo private > {network}" if self.private_network else f" && rm -f -- {network}"
         return (f"rm -rf -- {base}/tasks {base}/lease && "
-                f"(umask 077 && mkdir -p -- {base}) && chmod 700 {base}{outputs} && {stale_upload_cleanup(self.pyz)}")
+                f"(umask 077 && mkdir -p -- {base}) && chmod 700 {base}{outputs}{network} && "
+                f"{stale_upload_cleanup(self.pyz)}")
 
     def _prepare_script(self) -> str:
         """Shell for a fresh private run dir, the outputs, and the agent zipapp from stdin: written

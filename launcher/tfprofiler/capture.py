@@ -18,6 +18,7 @@ capture's ``profiler-client.log``, never to the user's terminal.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import math
 import os
@@ -34,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from launcher.agent import netns
 from launcher.errors import UserError
 from launcher.plan import host_port
 from launcher.tfprofiler.place import open_log
@@ -172,17 +174,22 @@ def probe_until_up(targets: list[Target], within_s: float = SERVER_START_S) -> d
         time.sleep(0.25)
 
 
-def trace(targets: list[Target], folder: Path, seconds: float, start_s: float = 0.0) -> Outcome:
+def trace(targets: list[Target], folder: Path, seconds: float, start_s: float = 0.0,
+          inside: int | None = None) -> Outcome:
     """Capture every target for ``seconds``; each server writes its file under ``folder`` on its host.
     Bounded by the capture's length and a few seconds once TensorFlow is imported; ``start_s``:
-    how long servers just asked to start may take to listen."""
+    how long servers just asked to start may take to listen. ``inside``: the pid of a member of
+    the job's private network (its host agent): the ports are reached from in there."""
     limit = seconds + TRACE_GRACE_S
     log = open_log(folder, CLIENT_LOG)
     try:
         start = os.fstat(log).st_size
-        client = _Client(folder, seconds, limit, log)  # TensorFlow imports there while the ports are checked
+        client = _Client(folder, seconds, limit, log, inside)  # TensorFlow imports there while ports are checked
         try:
-            reasons = probe_until_up(targets, start_s)
+            if inside is None:
+                reasons = probe_until_up(targets, start_s)
+            else:
+                reasons = dict(netns.run_in(inside, lambda: probe_until_up(targets, start_s)))
             live = [t for t in targets if t.task not in reasons]
             if not live:
                 return Outcome("unreached", reasons, [])
@@ -210,13 +217,14 @@ def trace(targets: list[Target], folder: Path, seconds: float, start_s: float = 
 class _Client:
     """TensorFlow's profiler client (tracer.py) in its own process group, started at once."""
 
-    def __init__(self, folder: Path, seconds: float, limit: float, log: int) -> None:
+    def __init__(self, folder: Path, seconds: float, limit: float, log: int, inside: int | None = None) -> None:
         self.limit = limit
         alarm = math.ceil(IMPORT_TIMEOUT_S + PROBE_TIMEOUT_S + limit + 10)
         command = [sys.executable, "-P", TRACER, str(folder), str(max(1, int(seconds * 1000))), str(alarm)]
         env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "0"}  # all of TensorFlow's words, in the log
+        join = None if inside is None else functools.partial(netns.join, inside)
         self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
-                                     start_new_session=True, env=env, close_fds=True)
+                                     start_new_session=True, env=env, close_fds=True, preexec_fn=join)
         assert self.proc.stdout is not None
         self.answers = _Answers(self.proc.stdout.fileno())
 
