@@ -48,6 +48,7 @@ from launcher.agent.procs import (
     hush,
     spawnable_signals,
 )
+from launcher.agent.readings import NET_STATS
 from launcher.agent.runner import TaskRunner, read_task_file
 from launcher.agent.sampleloop import sample_tasks
 from launcher.agent.spec import AgentSpec
@@ -75,7 +76,7 @@ IDLE_EXIT_SECONDS = 20.0
 DEFAULT_ORPHAN_GRACE = 60.0
 PR_SET_NAME = 15
 #: /proc/PID/comm (what ps and top show) of every host agent, however it was started
-AGENT_PROCESS_NAME = "distlaunch-host"
+AGENT_PROCESS_NAME = netns.AGENT_NAME
 
 
 class HostAgent:
@@ -108,7 +109,9 @@ class HostAgent:
         set_process_name(AGENT_PROCESS_NAME)
         if netns.wanted(self.run_dir):  # before any thread: a user namespace takes only a single one
             try:
+                netns.ready_gpus()
                 warn("agent: " + netns.enter_private(self._task_pids()))
+                NET_STATS[0] = netns.HOST_NET_DEV  # this machine's traffic, not the namespace's loopback
             except OSError as exc:  # the launcher checked the kernel allows it: never fall back to the host's
                 warn("agent: cannot give the tasks a private network: %s" % (exc.strerror or exc,))
                 return 1
@@ -313,13 +316,23 @@ class HostAgent:
                 writer.close()
 
     def _task_pids(self) -> List[int]:
-        """The pids a killed predecessor's task files name (live or not)."""
+        """The pids of a killed predecessor's tasks that still run, each checked to be this run's
+        own process group (a reused pid must never lead the agent into someone else's network)."""
         try:
             slugs = sorted(os.listdir(self.tasks_dir))
         except OSError:
             return []
-        infos = [read_task_file(os.path.join(self.tasks_dir, slug)) for slug in slugs]
-        return [int(info["pid"]) for info in infos if info is not None]
+        pids = []
+        for slug in slugs:
+            task_dir = os.path.join(self.tasks_dir, slug)
+            path = os.path.join(task_dir, "events.jsonl")
+            state = last_state(path) if os.path.exists(path) else None
+            spec, info = _load_spec(task_dir), read_task_file(task_dir)
+            if spec is None or info is None or state is None or state in events.FINAL_TASK_STATES:
+                continue
+            if _is_our_group(int(info.get("pgid") or info["pid"]), spec.run):
+                pids.append(int(info["pid"]))
+        return pids
 
     def _adopt_all(self) -> None:
         """Tasks a killed predecessor ran: adopt the live ones, end the others with what is known."""

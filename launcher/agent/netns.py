@@ -16,7 +16,7 @@ Stdlib-only, Python >= 3.9 (runs from the agent zipapp).
 
 from __future__ import annotations
 
-import ctypes
+import contextlib
 import errno
 import fcntl
 import json
@@ -27,6 +27,10 @@ from typing import Any, Callable, Iterable, Optional
 
 #: in a host run dir: the launcher asks the host agent for a private network ("private")
 NETWORK_FILE = "network"
+#: /proc/PID/comm of a host agent (hostagent.AGENT_PROCESS_NAME)
+AGENT_NAME = "distlaunch-host"
+#: the machine's own network counters, read from inside a private namespace (pid 1's namespace)
+HOST_NET_DEV = "/proc/1/net/dev"
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWNET = 0x40000000
 _SIOCGIFFLAGS = 0x8913
@@ -36,11 +40,15 @@ _IFREQ = "16sH14x"
 
 
 def _libc() -> Any:
+    import ctypes  # here: every agent verb imports this module, few of them need it
+
     return ctypes.CDLL(None, use_errno=True)
 
 
 def _check(result: int, what: str) -> None:
     if result != 0:
+        import ctypes
+
         code = ctypes.get_errno()
         raise OSError(code, "%s: %s" % (what, os.strerror(code)))
 
@@ -57,6 +65,19 @@ def make_private() -> None:
             with open("/proc/self/" + name, "w") as f:
                 f.write(text)
     loopback_up()
+
+
+def ready_gpus() -> None:
+    """Before a user namespace: CUDA's first use after a boot makes /dev/nvidia-uvm with the
+    setuid nvidia-modprobe, which a user namespace (no root mapped) would run without its setuid
+    bit; it is made here, from outside, where the driver is and the node is missing."""
+    if os.getuid() == 0 or not os.path.exists("/dev/nvidiactl") or os.path.exists("/dev/nvidia-uvm"):
+        return
+    import subprocess
+
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        subprocess.run(["nvidia-modprobe", "-u", "-c0"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL, timeout=10)
 
 
 def loopback_up() -> None:
@@ -83,14 +104,16 @@ def join(pid: int) -> None:
     is another). Single-threaded callers only (a forked child, a preexec function)."""
     libc = _libc()
     user = os.open("/proc/%d/ns/user" % pid, os.O_RDONLY)
-    net = os.open("/proc/%d/ns/net" % pid, os.O_RDONLY)
     try:
-        if _ns_id(pid, "user") != _ns_id("self", "user"):
-            _check(libc.setns(user, CLONE_NEWUSER), "setns into the user namespace of %d" % pid)
-        _check(libc.setns(net, CLONE_NEWNET), "setns into the network namespace of %d" % pid)
+        net = os.open("/proc/%d/ns/net" % pid, os.O_RDONLY)
+        try:
+            if _ns_id(pid, "user") != _ns_id("self", "user"):
+                _check(libc.setns(user, CLONE_NEWUSER), "setns into the user namespace of %d" % pid)
+            _check(libc.setns(net, CLONE_NEWNET), "setns into the network namespace of %d" % pid)
+        finally:
+            os.close(net)
     finally:
         os.close(user)
-        os.close(net)
 
 
 def wanted(run_dir: str) -> bool:
@@ -99,6 +122,34 @@ def wanted(run_dir: str) -> bool:
             return f.read().strip() == "private"
     except OSError:
         return False
+
+
+def agent_member(run_dir: str) -> Optional[int]:
+    """The pid of the host agent of ``run_dir`` when it runs in the run's private network (checked
+    by its name and its namespace: a pid file outlives its process), else None."""
+    if not wanted(run_dir):
+        return None
+    try:
+        with open(os.path.join(run_dir, "agent.pid"), encoding="ascii") as f:
+            pid = int(f.read().strip())
+        with open("/proc/%d/comm" % pid, encoding="utf-8") as f:
+            name = f.read().strip()
+    except (OSError, ValueError):
+        return None
+    return pid if name == AGENT_NAME and private_to(pid) else None
+
+
+def join_run(run_dir: str) -> bool:
+    """This (single-threaded) process into the private network of ``run_dir``'s host agent, where
+    it has one: whether it joined."""
+    pid = agent_member(run_dir)
+    if pid is None:
+        return False
+    try:
+        join(pid)
+    except OSError:
+        return False
+    return True
 
 
 def enter_private(live_pids: Iterable[int]) -> str:
@@ -118,17 +169,16 @@ def can_make() -> Optional[str]:
     forked child tries, so the caller's own namespaces never change."""
     read, write = os.pipe()
     pid = os.fork()
-    if pid == 0:  # only syscalls here: the parent may have threads holding locks
+    if pid == 0:  # little here (no lock the parent's threads could hold): ctypes, /proc, one socket
         os.close(read)
-        code = 0
         try:
             make_private()
+            os.write(write, b"ok")
         except OSError as exc:
-            os.write(write, (exc.strerror or str(exc)).encode()[:500])
-            code = 1
+            os.write(write, ("no: " + (exc.strerror or str(exc))).encode()[:500])
         except BaseException:
-            code = 2
-        os._exit(code)
+            pass
+        os._exit(0)
     os.close(write)
     try:
         said = b""
@@ -139,10 +189,15 @@ def can_make() -> Optional[str]:
             said += chunk
     finally:
         os.close(read)
-    _, status = os.waitpid(pid, 0)
-    if os.waitstatus_to_exitcode(status) == 0:
+        _reap(pid)
+    if said == b"ok":  # judged by what it wrote: a caller that ignores SIGCHLD gets no exit status
         return None
-    return said.decode(errors="replace") or "the test of a private network namespace failed"
+    return said.decode(errors="replace")[4:] or "the test of a private network namespace failed"
+
+
+def _reap(pid: int) -> None:
+    with contextlib.suppress(ChildProcessError):  # SIGCHLD ignored: the kernel reaped it
+        os.waitpid(pid, 0)
 
 
 def run_in(pid: int, func: Callable[[], Any]) -> Any:
@@ -175,7 +230,7 @@ def run_in(pid: int, func: Callable[[], Any]) -> Any:
             chunks.append(chunk)
     finally:
         os.close(read)
-        os.waitpid(child, 0)
+        _reap(child)
     try:
         answer = json.loads(b"".join(chunks).decode())
     except ValueError:

@@ -18,6 +18,11 @@ TreeReading = Dict[ProcKey, Tuple[float, Optional[int]]]
 _MIB = 1024 * 1024
 
 
+#: where the machine's network counters are read; an agent in a private network namespace reads
+#: those of the machine's own (pid 1's) instead of its namespace's loopback (launcher/agent/netns.py)
+NET_STATS = ["/proc/net/dev"]
+
+
 class HostReader:
     """The whole machine's CPU (percent of all its cores), memory, network bytes in and out and disk
     bytes written per second, from /proc; None elsewhere.
@@ -36,7 +41,7 @@ class HostReader:
         """Bytes received and sent since boot on every interface but loopback (/proc/net/dev)."""
         received = sent = 0
         try:
-            with open("/proc/net/dev", encoding="ascii") as f:
+            with open(NET_STATS[0], encoding="ascii") as f:
                 for line in f.readlines()[2:]:
                     name, _, rest = line.partition(":")
                     fields = rest.split()

@@ -219,6 +219,7 @@ def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
         ports.add_argument("--bind", required=True)
         ports.add_argument("--check", type=_port_list, default=[])
         ports.add_argument("--pick", type=int, default=0)
+        ports.add_argument("--run-dir", help="the host run dir: a private network's ports are judged inside it")
     if only in (None, "sweep"):
         sweep = verbs.add_parser("sweep", help="find (and kill) every process of a run")
         sweep.add_argument("--run-id", required=True)
@@ -328,6 +329,10 @@ def _one_answer(args: argparse.Namespace) -> int:
     elif args.verb == "ports":
         from launcher.agent.netcheck import cmd_ports
 
+        if args.run_dir:
+            from launcher.agent.netns import join_run
+
+            join_run(os.path.abspath(args.run_dir))  # still one thread: a user namespace takes no more
         _print_json(cmd_ports(args.bind, args.check, args.pick))
     elif args.verb == "start":
         from launcher.agent.clients import cmd_start

@@ -21,8 +21,8 @@ from launcher.model import Plan, TaskSpec
 
 #: the lowest uid of a person's account (Debian's and Red Hat's UID_MIN); below are system accounts
 FIRST_PERSON_UID = 1000
-#: the highest (login.defs' UID_MAX); above are overflow and service ids (65534, nobody)
-LAST_PERSON_UID = 60000
+#: ids that are nobody's: the kernel's overflow uid (nobody) and (uid_t)-1
+NOBODY_UIDS = frozenset({65534, 4294967295})
 #: ports one iptables ``multiport`` match takes
 MULTIPORT_MAX = 15
 
@@ -66,7 +66,7 @@ def other_people(me: int | None = None, uids: Callable[[], Iterable[int]] | None
     """The uids of people (not system accounts, not root, not nobody) other than ``me`` with a process here."""
     me = os.getuid() if me is None else me
     seen = set(uids() if uids is not None else _process_uids())
-    return sorted(uid for uid in seen if uid != me and FIRST_PERSON_UID <= uid <= LAST_PERSON_UID)
+    return sorted(uid for uid in seen if uid != me and uid >= FIRST_PERSON_UID and uid not in NOBODY_UIDS)
 
 
 def _process_uids() -> Iterable[int]:

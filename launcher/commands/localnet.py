@@ -10,6 +10,7 @@ always (refused in one line where it cannot be had); ``host`` never.
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -38,10 +39,23 @@ def not_eligible(plan: Plan) -> str | None:
         return f"tasks run on other machines ({', '.join(remote[:3])})"
     if len(hosts) > 1 or plan.profile.spares:
         return "the tasks are on more than one local host (each host agent would have a network of its own)"
+    outside = sorted({t.address for t in plan.tasks if not _loopback(t.address)})
+    if outside:
+        return (f"the tasks' TF_CONFIG address {outside[0]} is not a loopback one (a private network has only "
+                "127.0.0.1); give the host address = \"localhost\"")
     boxed = [t.task_id for t in plan.tasks if plan.profile.roles[t.role].settings.container is not None]
     if boxed:
         return f"{', '.join(boxed[:3])} run in a container, whose runtime keeps the machine's network"
     return None
+
+
+def _loopback(address: str) -> bool:
+    if address == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return False
 
 
 def decide(plan: Plan, profile_path: str, people: Sequence[int] | None = None,

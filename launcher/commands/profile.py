@@ -22,12 +22,12 @@ import argparse
 import dataclasses
 import json
 import shlex
+import subprocess
 import sys
 import time
 from pathlib import Path
 
 from launcher.agent import netns
-from launcher.agent.hostagent import PID_NAME
 from launcher.autolog.steptime import PROFILER_WANTED
 from launcher.commands.runhosts import open_sessions
 from launcher.commands.stacks import split_targets
@@ -172,7 +172,12 @@ def capture(state: RunState, targets: list[Target], folder: Path, seconds: float
     lines of hosts whose files could not be had, and notes."""
     asked, asked_problems = ask_servers(state, targets)
     inside = private_network_member(state, targets)
-    outcome = trace(targets, folder, seconds, SERVER_START_S if asked else 0.0, inside)
+    try:
+        outcome = trace(targets, folder, seconds, SERVER_START_S if asked else 0.0, inside)
+    except (OSError, subprocess.SubprocessError) as exc:  # the agent ended as the capture joined its network
+        if inside is None:
+            raise
+        raise UserError(f"cannot reach the tasks' private network (its host agent, pid {inside}): {exc}") from None
     files, problems = _collect(state, targets, outcome, folder)
     problems = asked_problems + problems
     reasons = dict(outcome.reasons)
@@ -197,11 +202,8 @@ def private_network_member(state: RunState, targets: list[Target]) -> int | None
         host = state.hosts.get(target.host)
         if host is None or (host.config or {}).get("transport") != "local" or not netns.wanted(host.base_dir):
             continue
-        try:
-            pid = int(Path(host.base_dir, PID_NAME).read_text().strip())
-        except (OSError, ValueError):
-            pid = 0
-        if pid <= 0 or not netns.private_to(pid):
+        pid = netns.agent_member(host.base_dir)
+        if pid is None:
             raise UserError(f"{target.task} runs in the private network of host {target.host}'s agent, which is not "
                             "running: nothing can reach its profiler port now")
         return pid

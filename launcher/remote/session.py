@@ -426,7 +426,8 @@ class HostSession:
 
     def pick_ports(self, count: int) -> list[int]:
         """``count`` free TCP ports on this host (a task moved here listens on one each)."""
-        answer = self.agent("ports", "--bind", "0.0.0.0", "--pick", str(count))
+        # in the run's private network where it has one: the live tasks' ports are taken only in there
+        answer = self.agent("ports", "--bind", "0.0.0.0", "--pick", str(count), "--run-dir", self.base_dir)
         picked = answer.get("picked")
         if not isinstance(picked, list) or len(picked) < count:
             raise HostError(f"host {self.name}: could not pick {count} free port(s): {answer.get('error') or answer}")

@@ -75,3 +75,15 @@ def test_tasks_on_another_machine_or_in_a_container_are_not_eligible(tmp_path: P
                   '[roles.worker.container]\nimage = "tensorflow/tensorflow:2.21.0"\n')
     assert (not_eligible(boxed) or "").startswith("worker:0 run in a container")
     assert not_eligible(_plan(tmp_path)) is None
+
+
+def test_a_local_host_at_a_lan_address_keeps_the_machines_network(tmp_path: Path) -> None:
+    lan = _plan(tmp_path, hosts='[hosts.local]\naddress = "10.1.2.3"\ntransport = "local"\n')
+    assert (not_eligible(lan) or "").startswith("the tasks' TF_CONFIG address 10.1.2.3 is not a loopback one")
+    assert not_eligible(_plan(tmp_path, hosts='[hosts.local]\naddress = "127.0.0.2"\ntransport = "local"\n')) is None
+
+
+def test_nobody_is_no_person_but_a_directory_uid_above_60000_is() -> None:
+    from launcher.commands.exposure import other_people
+
+    assert other_people(me=1000, uids=lambda: [0, 998, 1000, 65534, 4294967295, 1001, 1500001]) == [1001, 1500001]
