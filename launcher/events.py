@@ -55,6 +55,7 @@ RESIZE = "resize"
 #: `state` (PENDING, RUNNING, CANCELLED, ...), `reason` (Priority, Resources, ...), `start_time`
 #: (Slurm's expected or actual start, unix time, or null), `node` (where its batch script runs)
 SLURM = "slurm"
+REQUEUED = "requeued"
 KINDS = (JOB, STATE, METRIC, SAMPLE, PLACEMENT, LOG, HOST, CONDITION, ACTION, STACKS, CHECKPOINT, RESIZE, SLURM)
 
 # task conditions
@@ -431,10 +432,21 @@ class SlurmEvent(Event):
     node = _Field[Optional[str]](_TEXT)
 
 
+class RequeuedEvent(Event):
+    """Slurm requeued the run's job (a preemption, `scontrol requeue`, its own time limit near): the
+    allocation ended, and the run goes on, the same run, when the job runs again."""
+
+    job_id = _Field[str]((str,))
+    reason = _Field[str](_TEXT, "")
+    requeues = _Field[int]((int,))  # how many times the job has been requeued, this one included
+    node = _Field[Optional[str]](_TEXT)  # where the ended allocation's supervisor ran
+
+
 KIND_CLASSES: Dict[str, Type[Event]] = {JOB: JobEvent, STATE: StateEvent, METRIC: MetricEvent, SAMPLE: SampleEvent,
                                  PLACEMENT: PlacementEvent, LOG: LogEvent, HOST: HostEvent,
                                  CONDITION: ConditionEvent, ACTION: ActionEvent, STACKS: StacksEvent,
-                                 CHECKPOINT: CheckpointEvent, RESIZE: ResizeEvent, SLURM: SlurmEvent}
+                                 CHECKPOINT: CheckpointEvent, RESIZE: ResizeEvent, SLURM: SlurmEvent,
+                                 REQUEUED: RequeuedEvent}
 #: every event's own fields: ``seq``, where an agent wrote it
 _BASE_FIELDS: Dict[str, _Field[Any]] = {"seq": _Field[Optional[int]]((int,), required=False)}
 _BASE_FIELDS["seq"].name = "seq"
@@ -577,3 +589,9 @@ def slurm_event(run: str, job_id: str, state: str, reason: str = "", start_time:
                 node: str | None = None, ts: float | None = None) -> SlurmEvent:
     return SlurmEvent(SLURM, run, None, ts if ts is not None else time.time(),
                       {"job_id": job_id, "state": state, "reason": reason, "start_time": start_time, "node": node})
+
+
+def requeued_event(run: str, job_id: str, reason: str, requeues: int, node: str | None = None,
+                   ts: float | None = None) -> RequeuedEvent:
+    return RequeuedEvent(REQUEUED, run, None, ts if ts is not None else time.time(),
+                         {"job_id": job_id, "reason": reason, "requeues": requeues, "node": node})

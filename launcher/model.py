@@ -88,6 +88,9 @@ class SlurmConfig:
     account: str | None = None
     gpus_per_node: int | None = None  # sbatch --gpus-per-node
     sbatch_args: tuple[str, ...] = ()  # more #SBATCH lines, e.g. ("--exclusive",)
+    #: before the time limit: requeue the job (the run goes on) or stop the run; None: Slurm kills it
+    time_limit_action: Literal["requeue", "stop"] | None = None
+    time_limit_margin_seconds: float = 300.0
 
 
 @dataclass(frozen=True)

@@ -235,16 +235,21 @@ class SlurmJobRecord:
     submitted: float | None = None
     node: str | None = None  # where the batch script (and so the supervisor) runs, once it does
     cluster: str | None = None  # the cluster sbatch_args named (-M): squeue and scancel are told it too
+    #: times Slurm requeued the job (preempted, `scontrol requeue`, its time limit near): each one
+    #: ended an allocation, and the run went on in the next (supervise/slurmlife.py)
+    requeues: int = 0
 
     def to_json(self) -> dict[str, Any]:
-        return {"job_id": self.job_id, "submitted": self.submitted, "node": self.node, "cluster": self.cluster}
+        return {"job_id": self.job_id, "submitted": self.submitted, "node": self.node, "cluster": self.cluster,
+                "requeues": self.requeues}
 
     @classmethod
     def from_json(cls, data: object, where: str) -> SlurmJobRecord:
         d = _obj(data, where)
         w = f"{where}."
         return cls(_str(d.get("job_id"), f"{w}job_id"), _key(d, "submitted", w, _opt(_float), None),
-                   _key(d, "node", w, _opt(_str), None), _key(d, "cluster", w, _opt(_str), None))
+                   _key(d, "node", w, _opt(_str), None), _key(d, "cluster", w, _opt(_str), None),
+                   _key(d, "requeues", w, _opt(_int), 0) or 0)
 
 
 @dataclass

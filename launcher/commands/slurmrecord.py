@@ -51,7 +51,7 @@ def refresh(path: Path, state: RunState) -> SlurmJobInfo | None:
             info.state, info.reason, info.start_time, info.node):
         _append(path, [ev.slurm_event(state.run_id, info.job_id, info.state or "GONE", info.reason,
                                       info.start_time, info.node)])
-    if info.ended:
+    if info.ended and info.state != "COMPLETING":  # a requeued job ends its allocation first: not the run's end
         record_end_before_start(path, now, info)
     return info
 
@@ -129,6 +129,7 @@ def pending_words(state: RunState, info: SlurmJobInfo | None) -> str:
     job = state.slurm.job_id
     if state.slurm.node is not None:
         return f"Slurm job {job} RUNNING on {state.slurm.node}; the run's supervisor is starting"
+    again = f" (requeued {state.slurm.requeues}x)" if state.slurm.requeues else ""
     if info is None:
-        return f"Slurm job {job}: squeue did not answer"
-    return f"Slurm job {job} {info.text()}"
+        return f"Slurm job {job}{again}: squeue did not answer"
+    return f"Slurm job {job} {info.text()}{again}"

@@ -68,8 +68,14 @@ def look(path: Path) -> Waiting:
     if load_run_state(path).outcome is not None:
         return look(path)
     if info.waiting:
-        return Waiting(f"Slurm job {job}: {info.text()}")
+        count = state.slurm.requeues
+        again = f" (requeued {_times(count)}; the run goes on when it runs)" if count else ""
+        return Waiting(f"Slurm job {job}: {info.text()}{again}")
     return Waiting(f"Slurm job {job}: {info.text()}, starting the run's supervisor")
+
+
+def _times(count: int) -> str:
+    return "once" if count == 1 else f"{count} times"
 
 
 def wait_for_start(path: Path, shown: Shown, on_look: Callable[[Waiting], None] | None = None) -> Waiting:
@@ -101,7 +107,46 @@ def wait_for_start(path: Path, shown: Shown, on_look: Callable[[Waiting], None] 
 
 def follow_submitted(path: Path, shown: Shown, own: bool) -> int:
     """Follow a submitted run to its end (``own``: this is the `up` that submitted it, whose Ctrl-C
-    cancels the job; an `attach` only leaves it)."""
+    cancels the job; an `attach` only leaves it), through the queue and back each time Slurm
+    requeues its job."""
+    while True:
+        code = _follow_allocation(path, shown, own)
+        if code is not None:
+            return code
+        state = load_run_state(path)
+        assert state.slurm is not None
+        print(f"... run {state.run_id}: {state.job_reason}", file=sys.stderr, flush=True)
+
+
+#: how long a client waits for the record of an allocation's end (its supervisor writes it last)
+SETTLE_S = 30.0
+
+
+def requeued_meanwhile(path: Path, timeout: float = SETTLE_S) -> bool:
+    """After the supervisor of an allocation went away: did Slurm requeue the job (the run waits
+    for its next allocation), rather than the run end? Waits for state.json to say either."""
+    state = load_run_state(path)
+    if state.outcome is not None or state.slurm is None:
+        return False
+    if state.awaiting_slurm:
+        return True
+    info = slurmqueue.query(state.slurm.job_id, cluster=state.slurm.cluster)
+    if info is None or not (info.state in slurmqueue.REQUEUE_STATES or info.state in ("COMPLETING", "PENDING")):
+        return False  # the job runs on (a client that detached) or ended: no requeue to wait for
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        state = load_run_state(path)
+        if state.outcome is not None:
+            return False
+        if state.awaiting_slurm:
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def _follow_allocation(path: Path, shown: Shown, own: bool) -> int | None:
+    """Follow the run through one allocation of its job: its exit code, or None when Slurm requeued
+    the job (the run waits in the queue again)."""
     state = load_run_state(path)
     assert state.slurm is not None
     run_id, job = state.run_id, state.slurm.job_id
@@ -128,8 +173,10 @@ def follow_submitted(path: Path, shown: Shown, own: bool) -> int:
             return 0
     state = load_run_state(path)
     if elsewhere(state) and state.slurm is not None and state.slurm.node is not None:
-        return relay_attach(job, state.slurm.node, run_id, shown)
-    return follow_supervisor(run_id, path, child=None, shown=shown, attach=not own, log_from=0)
+        code = relay_attach(job, state.slurm.node, run_id, shown)
+    else:
+        code = follow_supervisor(run_id, path, child=None, shown=shown, attach=not own, log_from=0)
+    return None if requeued_meanwhile(path) else code
 
 
 def elsewhere(state: RunState) -> bool:

@@ -129,21 +129,45 @@ def submitted_job(target: Path, run_id: str) -> SlurmJobRecord | None:
 AWAIT_RECORD_S = float(os.environ.get("DISTLAUNCH_AWAIT_SUBMITTED_S", "30"))
 
 
+#: how long a requeued job's batch script waits for the supervisor of its last allocation to record
+#: the requeue (it stops the tasks with their grace first, and may have been outside Slurm's kill)
+AWAIT_REQUEUE_S = float(os.environ.get("DISTLAUNCH_AWAIT_REQUEUE_S", "300"))
+
+
 def await_submitted(target: Path, run_id: str, timeout: float = AWAIT_RECORD_S) -> SlurmJobRecord:
     """The batch script's `up`: the run it was submitted for, once its record names this job; a dir
     that is not (gone, another run's, taken already, cancelled) starts nothing: one line, exit 2.
-    A job queued by an sbatch whose answer was lost must never start a run nobody watches."""
+    A job queued by an sbatch whose answer was lost must never start a run nobody watches. A
+    requeued job's script waits longer while the run is still its last allocation's."""
     deadline = time.monotonic() + timeout
+    said = False
     while True:
         job = submitted_job(target, run_id)
         if job is not None:
             return job
+        if not said and _previous_allocation_ending(target, run_id):
+            deadline = time.monotonic() + AWAIT_REQUEUE_S
+            said = True
+            print(f"... run {run_id}: waiting for its last allocation's supervisor to record the requeue",
+                  file=sys.stderr, flush=True)
         if time.monotonic() >= deadline:
             allocation = current_allocation()
             raise UserError(f"{target} is not waiting for Slurm job "
                             f"{allocation.job_id if allocation else '?'} (run {run_id}): nothing started; "
                             f"`distlaunch status {run_id}` says what became of it")
         time.sleep(0.5)
+
+
+def _previous_allocation_ending(target: Path, run_id: str) -> bool:
+    """Is this a requeued job's batch script, and the run still held by the supervisor of the job's
+    last allocation (same job, no end recorded)?"""
+    allocation = current_allocation()
+    if allocation is None or not os.environ.get("SLURM_RESTART_COUNT", "0").strip("0") \
+            or not (target / STATE_FILE).exists():
+        return False
+    state = load_run_state(target)
+    return (state.run_id == run_id and state.slurm is not None and state.slurm.job_id == allocation.job_id
+            and state.outcome is None and state.supervisor_pid is not None)
 
 
 def claim_submitted(rundir: RunDir, job: SlurmJobRecord) -> None:

@@ -37,7 +37,7 @@ from launcher.remote.launchclock import LaunchClock
 from launcher.remote.preflight import Preflight, PreflightError, prepare_hosts
 from launcher.rundir import RunDir, new_run_id
 from launcher.runrecord import write_record
-from launcher.runstate import SlurmJobRecord, host_to_json
+from launcher.runstate import RunState, SlurmJobRecord, host_to_json, load_run_state
 from launcher.supervise import controlsock, daemon
 from launcher.supervise.notify import Notifier, NotifyFollower
 from launcher.supervise.stopsignals import JobSignals, StoppedBeforeStart, StopSignals
@@ -91,6 +91,8 @@ def run_up(args: argparse.Namespace) -> int:
         check_new_run_dir(target)  # a new or empty dir, not a link: prune removes what distlaunch writes there
     if slurm_job is None and (target / "state.json").exists():
         raise UserError(f"{target} already holds run {run_id}; give another --run-id or --run-dir")
+    # a requeued job's batch script: the run its last allocation left goes on, with its counts
+    previous = load_run_state(target) if slurm_job is not None and slurm_job.requeues else None
     rundir = RunDir.create(run_id, Path(args.run_dir) if args.run_dir else None)
     if slurm_job is not None:
         claim_submitted(rundir, slurm_job)
@@ -99,7 +101,7 @@ def run_up(args: argparse.Namespace) -> int:
         notice(hint)
     _progress(quiet=False)(f"run {run_id} ({rundir.path})")
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # inherited as ignored, the supervisor could not be reaped
-    child = daemon.spawn(rundir.path, run_id, lambda: supervise_new_run(plan, rundir, clock, slurm_job))
+    child = daemon.spawn(rundir.path, run_id, lambda: supervise_new_run(plan, rundir, clock, slurm_job, previous))
     # the client's own modules load here, while the supervisor prepares the hosts, not before the fork
     from launcher.commands.follow import follow_supervisor
 
@@ -119,22 +121,24 @@ def supervision_hint(plan: Plan) -> str | None:
 
 
 def supervise_new_run(plan: Plan, rundir: RunDir, clock: LaunchClock | None = None,
-                      slurm_job: SlurmJobRecord | None = None) -> int:
+                      slurm_job: SlurmJobRecord | None = None, previous: RunState | None = None) -> int:
     """The supervisor process of a new run (supervise/daemon.py forked it): prepare the hosts,
     launch, supervise to the end; the exit code is the job's outcome. ``clock``: the launch's
     phase stamps, kept in state.json (launcher/remote/launchclock.py); ``slurm_job``: the Slurm
-    job `up` submitted the run as, recorded in its state."""
+    job `up` submitted the run as, recorded in its state; ``previous``: the run as a requeued job's
+    last allocation left it (supervise/slurmlife.py)."""
     if clock is not None:
         clock.mark("forked")
     listener = controlsock.listen(rundir.run_id)  # first: a supervisor no client can reach must not start a job
     try:
-        return _prepare_and_supervise(plan, rundir, listener, clock, slurm_job)
+        return _prepare_and_supervise(plan, rundir, listener, clock, slurm_job, previous)
     finally:
         listener.close()  # where the job never got a server (a preflight that failed, say): no name left
 
 
 def _prepare_and_supervise(plan: Plan, rundir: RunDir, listener: controlsock.ControlListener,
-                           clock: LaunchClock | None = None, slurm_job: SlurmJobRecord | None = None) -> int:
+                           clock: LaunchClock | None = None, slurm_job: SlurmJobRecord | None = None,
+                           previous: RunState | None = None) -> int:
     run_id = rundir.run_id
     progress = _progress(quiet=False)
     signals = JobSignals(run_id)
@@ -148,6 +152,8 @@ def _prepare_and_supervise(plan: Plan, rundir: RunDir, listener: controlsock.Con
             sup.profiler_ports = dict(pre.profiler_ports)
             sup.launch_clock = clock
             sup.slurm_job = slurm_job
+            if previous is not None:
+                sup.carry_over(previous)
             signals.bind(sup)
         except StoppedBeforeStart as stop:
             if pre is not None:

@@ -55,6 +55,9 @@ def sbatch_script(profile: Profile, run: SubmittedRun | None = None) -> str:
         options.append(f"--gpus-per-node={slurm.gpus_per_node}")
     if run is not None:  # how `up` finds the job again if sbatch's answer is lost (a run id is no secret)
         options.append(f"--comment={RUN_COMMENT}{run.run_id}")
+        options.append("--open-mode=append")  # a requeued job's batch output follows the first one's
+    if slurm.time_limit_action == "requeue":
+        options.append("--requeue")
     options.extend(slurm.sbatch_args)
     up = [sys.executable, "-m", "launcher.cli", "up", str(profile.path.resolve()), "--no-tui"]
     if run is not None:  # the batch job continues the run `up` made when it submitted: one run, one dir

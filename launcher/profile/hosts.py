@@ -216,7 +216,8 @@ class HostsReader:
         extra: list[str] = table.get("sbatch_args", [])
         return SlurmConfig(nodes=table.get("nodes"), time=table.get("time"), partition=table.get("partition"),
                            account=table.get("account"), gpus_per_node=table.get("gpus_per_node"),
-                           sbatch_args=tuple(extra))
+                           sbatch_args=tuple(extra), time_limit_action=table.get("time_limit_action"),
+                           time_limit_margin_seconds=float(table.get("time_limit_margin_seconds", 300.0)))
 
 
 def expand_names(checker: Checker, key: KeyPath, names: Sequence[str],

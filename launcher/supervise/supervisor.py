@@ -41,6 +41,7 @@ from launcher.supervise.links import AGENT_REQUEST_SECONDS, HostLinks
 from launcher.supervise.outputpolicy import OutputPolicy
 from launcher.supervise.regrow import Growth
 from launcher.supervise.restarts import Restarts
+from launcher.supervise.slurmlife import SlurmLife
 from launcher.supervise.stackcapture import StallCapture, capture_stacks
 from launcher.supervise.teardown import Teardown
 from launcher.telemetry.causes import OutputTails, PeerIndex
@@ -101,6 +102,7 @@ class Supervisor:
         self.checkpoints = CheckpointKeeper(self)  # the tasks' checkpoints, their copies, one per restart
         self.growth = Growth(self, self.hosts)  # lost hosts re-admitted, roles grown back, resizes
         self.hosts.targets = self.growth.targets
+        self.slurm = SlurmLife(self)  # a Slurm job's requeue and time limit
 
     # -- the plan, a value ----------------------------------------------------------------------------
 
@@ -269,6 +271,7 @@ class Supervisor:
 
     def close(self, outcome: str) -> None:
         """The teardown is over: close the streams and the feeds, record the outcome, end the loop."""
+        outcome = self.slurm.closing(outcome)
         self.links.close_streams()
         self.checkpoints.close()
         self.outcome = outcome
@@ -297,6 +300,7 @@ class Supervisor:
             raise
         self.call(self._launched)
         self.call(self.write_state)  # on the loop: the streams' offsets change there, never mid-dump
+        self.slurm.watch_time_limit()
         threading.Thread(target=self._say_storage, name="storage-probe", daemon=True).start()
 
     def _say_storage(self) -> None:
@@ -393,8 +397,25 @@ class Supervisor:
 
     def teardown(self, reason: str = "torn down by the user", origin: str = "") -> None:
         """Stop the job on purpose (``down``, the dashboard, a stop signal): it ends Stopped, not
-        Failed. ``origin``: where the request came from when not the user's own keys (e.g. "SIGTERM")."""
+        Failed. ``origin``: where the request came from when not the user's own keys (e.g. "SIGTERM").
+        A SIGTERM of a submitted Slurm job that Slurm requeues ends the allocation, not the run."""
+        if not self.slurm.on_stop(reason, origin):
+            self.stop_job(reason, origin)
+
+    def stop_job(self, reason: str, origin: str = "") -> None:
         self.call(lambda: self._acted("teardown", None, lambda: self.finish(ev.JOB_STOPPED, reason), origin))
+
+    def carry_over(self, previous: RunState) -> None:
+        """Before the launch in a requeued job's new allocation: the run's counts as its last
+        allocation left them (restarts, checkpoints, resizes); each task starts a new incarnation."""
+        for task_id, info in previous.tasks.items():
+            rt = self.tasks.get(task_id)
+            if rt is not None:
+                rt.restarts = info.restarts
+                rt.incarnation = max(info.incarnation or 0, info.restarts) + 1
+        self.life.job_restarts = previous.job_restarts
+        self.growth.resized.update({r: n for r, n in previous.resize_targets.items() if r in self.plan.profile.roles})
+        self.checkpoints.book = CheckpointBook.from_json(previous.checkpoints)
 
     def _acted(self, action: str, target: str | None, do: Callable[[], None], origin: str = "") -> None:
         """Record an operator's action in the event stream (the timeline shows it), then do it."""
@@ -472,7 +493,7 @@ class Supervisor:
     def run_state(self) -> RunState:
         """The job as state.json records it (runstate.py)."""
         profile = self.profile
-        return RunState(
+        return self.slurm.recorded(RunState(
             run_id=self.run_id,
             profile=str(profile.path),
             # a secret given by --set is not kept (a supervisor that takes the run over needs it again)
@@ -508,4 +529,4 @@ class Supervisor:
             roles=self.hosts.role_sizes(),
             launch=self.launch_clock.to_json() if self.launch_clock is not None else self.launch_record,
             slurm=self.slurm_job,
-        )
+        ))

@@ -23,10 +23,13 @@ WAITING_STATES = frozenset({"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD"
 #: slurmctld no longer knows (ended longer ago than MinJobAge)
 FINAL_STATES = frozenset({"", "COMPLETING", "COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED",
                           "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY", "REVOKED", "SPECIAL_EXIT"})
+#: squeue's states of a job Slurm is putting back in its queue (`scontrol requeue`, a preemption
+#: whose mode is REQUEUE): its allocation ends, the job waits and runs its batch script again
+REQUEUE_STATES = frozenset({"REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD"})
 #: how long one squeue / scancel may take before it counts as no answer
 QUERY_TIMEOUT_S = 15.0
 SUBMIT_TIMEOUT_S = 60.0
-_FORMAT = "%T|%r|%S|%B"
+_FORMAT = "%T|%r|%S|%B|%e"
 
 
 @dataclass(frozen=True)
@@ -38,6 +41,7 @@ class SlurmJobInfo:
     reason: str = ""  # %r: Priority, Resources, BeginTime, ... ("None" is left out)
     start_time: float | None = None  # %S: the expected start while pending, the start once running
     node: str | None = None  # %B: the node its batch script runs on, once it does
+    end_time: float | None = None  # %e: when its time limit ends it, once it runs
 
     @property
     def waiting(self) -> bool:
@@ -94,12 +98,13 @@ def _slurm_time(text: str) -> float | None:
 
 
 def parse_squeue_line(job_id: str, line: str) -> SlurmJobInfo:
-    state, reason, start, node = [*line.split("|"), "", "", ""][:4]
+    state, reason, start, node, end = [*line.split("|"), "", "", "", ""][:5]
     reason = reason.strip()
     node = node.strip()
     return SlurmJobInfo(job_id=job_id, state=state.strip().split()[0] if state.strip() else "",
                         reason="" if reason in ("None", "(null)") else reason,
-                        start_time=_slurm_time(start), node=None if node in ("", "n/a", "(null)", "None") else node)
+                        start_time=_slurm_time(start), node=None if node in ("", "n/a", "(null)", "None") else node,
+                        end_time=_slurm_time(end))
 
 
 def query(job_id: str, timeout: float = QUERY_TIMEOUT_S, cluster: str | None = None) -> SlurmJobInfo | None:
@@ -195,6 +200,18 @@ def cancel(job_id: str, timeout: float = QUERY_TIMEOUT_S, cluster: str | None = 
         return f"scancel {job_id} did not finish: {exc}"
     if result.returncode != 0 and "invalid job id" not in result.stderr.lower():
         return (result.stderr.strip().splitlines() or [f"scancel exited with {result.returncode}"])[-1]
+    return None
+
+
+def requeue(job_id: str, timeout: float = QUERY_TIMEOUT_S, cluster: str | None = None) -> str | None:
+    """``scontrol requeue JOB`` (the job's own time limit is near); None when done, else why not."""
+    try:
+        result = subprocess.run(["scontrol", *_on(cluster), "requeue", job_id], capture_output=True, text=True,
+                                timeout=timeout, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"scontrol requeue {job_id} did not finish: {exc}"
+    if result.returncode != 0:
+        return (result.stderr.strip().splitlines() or [f"scontrol exited with {result.returncode}"])[-1]
     return None
 
 

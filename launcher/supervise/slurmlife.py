@@ -1,0 +1,204 @@
+"""A submitted run's Slurm job ends its allocation without ending the run: requeue and time limit.
+
+Inside the allocation of a job `up` submitted (``commands/submit.py``), Slurm may take the job back:
+a preemption whose mode is REQUEUE, ``scontrol requeue``, or the job's own time limit near with
+``time_limit_action = "requeue"``. Slurm then sends SIGTERM to the job's processes (the
+supervisor's or the batch script's `up`, which passes it on) and, after its KillWait, SIGKILL.
+A SIGTERM is asked about (``requeue_reason``): while Slurm shows the job REQUEUED it is no stop of
+the run. The supervisor then stops the tasks with their grace, as at any end (their SIGTERM is
+the checkpoint before the stop autolog and the scripts already know), says so in a ``requeued``
+event and a ``job`` event ``Restarting``, and leaves state.json waiting for Slurm again: no
+supervisor, no node, one requeue more. The clients on the login node go back to the queue view;
+the requeued batch script's `up` finds the run waiting for its job and continues it, the same run
+(its id, events, restart counts and checkpoints: ``Supervisor.carry_over``).
+
+``TimeLimit`` watches the job's end time (squeue's ``%e``): ``time_limit_margin_seconds`` before it,
+``time_limit_action = "requeue"`` requeues the job itself (the same path), ``"stop"`` ends the run
+``Stopped: time limit``, instead of Slurm killing the tasks mid-step at the limit.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from launcher import events as ev
+from launcher.profile.slurm_env import current_allocation
+from launcher.runstate import RunState
+from launcher.transport import slurmqueue
+
+if TYPE_CHECKING:
+    from launcher.supervise.supervisor import Supervisor
+
+#: how long the SIGTERM's question to Slurm may take (Slurm's KillWait is 30 s by default)
+ASK_TIMEOUT_S = 5.0
+#: how often the watch asks Slurm for the job's end (an `scontrol update` may move it)
+LIMIT_POLL_S = 60.0
+#: and, for a submitted run, whether Slurm is requeueing the job: the SIGTERM is the first word of a
+#: requeue, but a supervisor outside the job's process tracking may never get it
+REQUEUE_POLL_S = 15.0
+
+
+@dataclass(frozen=True)
+class SlurmJob:
+    """The allocation the supervisor runs in: its job, and whether `up` submitted the run as it (a
+    requeued job then continues the run; a job started by hand would start a new one)."""
+
+    job_id: str
+    cluster: str | None = None
+    submitted: bool = False
+
+
+def requeue_reason(job: SlurmJob, ask: Callable[..., slurmqueue.SlurmJobInfo | None] = slurmqueue.query
+                   ) -> str | None:
+    """Why the job's allocation is ending while its run goes on (Slurm's words), when Slurm shows
+    the job requeued; None for any other end (a cancel, the time limit, no answer)."""
+    if not job.submitted:
+        return None
+    info = ask(job.job_id, timeout=ASK_TIMEOUT_S, cluster=job.cluster)
+    if info is None or info.state not in slurmqueue.REQUEUE_STATES:
+        return None
+    return f"Slurm requeued job {job.job_id}" + (f" ({info.reason})" if info.reason else "")
+
+
+class TimeLimit:
+    """Acts ``margin`` seconds before Slurm's end time for the job: ``on_limit(words)`` once (None:
+    no time limit action); for a submitted run, ``on_requeue(words)`` once Slurm shows the job
+    requeued."""
+
+    def __init__(self, job: SlurmJob, margin: float | None, on_limit: Callable[[str], None], done: threading.Event,
+                 ask: Callable[..., slurmqueue.SlurmJobInfo | None] = slurmqueue.query,
+                 clock: Callable[[], float] = time.time,
+                 on_requeue: Callable[[str], None] | None = None) -> None:
+        self.job = job
+        self.margin = margin
+        self.on_limit = on_limit
+        self.on_requeue = on_requeue
+        self.done = done
+        self.ask = ask
+        self.clock = clock
+
+    def start(self) -> threading.Thread:
+        thread = threading.Thread(target=self.watch, name="slurm-time-limit", daemon=True)
+        thread.start()
+        return thread
+
+    def watch(self) -> None:
+        poll = REQUEUE_POLL_S if self.on_requeue is not None else LIMIT_POLL_S
+        while not self.done.is_set():
+            info = self.ask(self.job.job_id, cluster=self.job.cluster)
+            if info is not None and self.on_requeue is not None and info.state in slurmqueue.REQUEUE_STATES:
+                self.on_requeue(f"Slurm requeued job {self.job.job_id}" + (f" ({info.reason})" if info.reason else ""))
+                return
+            end = info.end_time if info is not None else None
+            if end is None or self.margin is None:  # no answer, no limit (UNLIMITED), or no action
+                self.done.wait(poll)
+                continue
+            left = end - self.margin - self.clock()
+            if left <= 0:
+                ends = time.strftime("%H:%M:%S", time.localtime(end))
+                self.on_limit(f"time limit: Slurm ends job {self.job.job_id} at {ends}, "
+                              f"{max(0.0, end - self.clock()):.0f} s from now")
+                return
+            self.done.wait(min(left, poll))
+
+
+class SlurmLife:
+    """The supervisor's side of a Slurm job that may be requeued or reach its time limit."""
+
+    def __init__(self, sup: Supervisor) -> None:
+        self.sup = sup
+        #: why the allocation ends while the run goes on (set once the requeue is decided)
+        self.requeued: str | None = None
+        self._by_us = False  # the time limit's requeue: `scontrol requeue` at close
+
+    def job(self) -> SlurmJob | None:
+        record = self.sup.slurm_job
+        if record is not None:
+            return SlurmJob(record.job_id, record.cluster, submitted=True)
+        allocation = current_allocation()
+        return SlurmJob(allocation.job_id) if allocation is not None else None
+
+    def on_stop(self, reason: str, origin: str) -> bool:
+        """A SIGTERM of a submitted run: Slurm is asked, off the loop, whether it requeues the job
+        (then the run goes on in the next allocation) before the stop is carried out. False: not
+        such a stop, the caller stops the job as ever."""
+        job = self.job()
+        if origin != "SIGTERM" or job is None or not job.submitted:
+            return False
+
+        def ask() -> None:
+            why = requeue_reason(job)
+            if why is None:
+                self.sup.call(lambda: self.sup.stop_job(reason, origin))
+            else:
+                self.sup.call(lambda: self.requeue(why))
+
+        threading.Thread(target=ask, name="slurm-requeue?", daemon=True).start()
+        return True
+
+    def requeue(self, why: str, by_us: bool = False) -> None:
+        """On the loop: the allocation ends, the run goes on when Slurm runs the job again."""
+        if self.sup.finishing or self.requeued is not None:
+            return
+        record = self.sup.slurm_job
+        assert record is not None
+        self.requeued, self._by_us = why, by_us
+        self.sup.publish(ev.requeued_event(self.sup.run_id, record.job_id, why, record.requeues + 1,
+                                           record.node))
+        self.sup.finish(ev.JOB_RESTARTING, f"{why}: the run goes on when the job runs again")
+
+    def closing(self, outcome: str) -> str:
+        """At close: the time limit's requeue is asked of Slurm now (the tasks have stopped, the
+        job still runs); where Slurm refuses, the run ends Stopped instead, saying why."""
+        if self.requeued is None or not self._by_us:
+            return outcome
+        record = self.sup.slurm_job
+        assert record is not None
+        problem = slurmqueue.requeue(record.job_id, cluster=record.cluster)
+        if problem is None:
+            return outcome
+        reason = f"{self.requeued}, but Slurm did not requeue it ({problem})"
+        self.requeued = None
+        self.sup.ended(ev.JOB_STOPPED, reason)
+        self.sup.publish(ev.job_event(self.sup.run_id, ev.JOB_STOPPED, reason))
+        return ev.JOB_STOPPED
+
+    def recorded(self, state: RunState) -> RunState:
+        """state.json of a run whose allocation ended by a requeue: waiting for Slurm again."""
+        if self.requeued is None or state.slurm is None:
+            return state
+        return dataclasses.replace(state, outcome=None, supervisor_pid=None, clients=0,
+                                   job_reason=f"{self.requeued}; waiting in Slurm's queue to run again",
+                                   slurm=dataclasses.replace(state.slurm, node=None,
+                                                             requeues=state.slurm.requeues + 1))
+
+    def watch_time_limit(self) -> None:
+        """From the launch on: ``time_limit_action`` before the job's time limit, and a submitted
+        run's requeue seen in Slurm's queue."""
+        config = self.sup.profile.slurm
+        job = self.job()
+        if config is None or job is None or not (config.time_limit_action or job.submitted):
+            return
+        action = config.time_limit_action
+        if action == "requeue" and not job.submitted:
+            self.sup.notice(f"time_limit_action = \"requeue\": this run was not submitted by `distlaunch up` "
+                            f"(job {job.job_id} would start a new run), so it stops before the time limit instead")
+            action = "stop"
+
+        def on_limit(words: str) -> None:
+            if action == "requeue":
+                self.sup.call(lambda: self.requeue(f"{words}: requeued before it", by_us=True))
+            else:
+                self.sup.call(lambda: self.sup.stop_job(f"{words}: stopped before it", "time limit"))
+
+        def on_requeue(words: str) -> None:
+            self.sup.call(lambda: self.requeue(words))
+
+        margin = config.time_limit_margin_seconds if action else None
+        TimeLimit(job, margin, on_limit, self.sup.loop.done,
+                  on_requeue=on_requeue if job.submitted else None).start()

@@ -1,0 +1,77 @@
+"""A Slurm job's requeue and time limit, on the supervisor's side (launcher/supervise/slurmlife.py):
+which SIGTERM is a requeue, when the time limit acts, and the record a requeue leaves. Slurm's
+answers are given (the real cluster: tests/integration/test_slurm_requeue.py)."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from launcher.runstate import RunState, SlurmJobRecord
+from launcher.supervise.slurmlife import SlurmJob, TimeLimit, requeue_reason
+from launcher.transport.slurmqueue import SlurmJobInfo, parse_squeue_line
+
+
+def _answer(state: str, reason: str = "", end: float | None = None) -> Any:
+    def ask(job_id: str, **_: Any) -> SlurmJobInfo:
+        return SlurmJobInfo(job_id, state, reason, end_time=end)
+    return ask
+
+
+def test_a_sigterm_is_a_requeue_only_while_slurm_shows_the_job_requeued() -> None:
+    job = SlurmJob("41", submitted=True)
+    assert requeue_reason(job, _answer("REQUEUED", "JobHeldAdmin")) == "Slurm requeued job 41 (JobHeldAdmin)"
+    assert requeue_reason(job, _answer("REQUEUE_HOLD")) == "Slurm requeued job 41"
+    for state in ("RUNNING", "CANCELLED", "COMPLETING", "TIMEOUT", ""):
+        assert requeue_reason(job, _answer(state)) is None, state
+    assert requeue_reason(job, lambda *_, **__: None) is None  # no answer: a stop, as ever
+    # a job started by hand (salloc, a batch script written by `export sbatch`) would start a new run
+    assert requeue_reason(SlurmJob("41"), _answer("REQUEUED")) is None
+
+
+def test_the_time_limit_acts_once_its_margin_before_slurms_end() -> None:
+    said: list[str] = []
+    done = threading.Event()
+    now = [1000.0]
+    limit = TimeLimit(SlurmJob("7"), 60.0, said.append, done, ask=_answer("RUNNING", end=1100.0),
+                      clock=lambda: now[0])
+    waits: list[float] = []
+
+    class Clocked(threading.Event):
+        def wait(self, timeout: float | None = None) -> bool:
+            waits.append(timeout or 0.0)
+            now[0] += timeout or 0.0
+            return False
+
+    limit.done = Clocked()
+    limit.watch()
+    assert waits == [40.0] and len(said) == 1  # 1100 - 60 - 1000
+    assert said[0].startswith("time limit: Slurm ends job 7 at ") and said[0].endswith(", 60 s from now")
+
+
+def test_a_job_without_a_limit_is_asked_again_and_never_acted_on() -> None:
+    said: list[str] = []
+    asked = []
+
+    def ask(job_id: str, **_: Any) -> SlurmJobInfo:
+        asked.append(job_id)
+        if len(asked) == 3:
+            limit.done.set()
+        return SlurmJobInfo(job_id, "RUNNING")  # squeue's %e: UNLIMITED
+
+    limit = TimeLimit(SlurmJob("7"), 60.0, said.append, threading.Event(), ask=ask)
+    limit.done = type("Quick", (threading.Event,), {"wait": lambda self, timeout=None: self.is_set()})()
+    limit.watch()
+    assert said == [] and len(asked) == 3
+
+
+def test_squeue_end_time_is_read_and_unlimited_is_none() -> None:
+    info = parse_squeue_line("9", "RUNNING|None|2031-05-01T14:02:11|node7|2031-05-01T16:02:11")
+    assert info.end_time is not None and info.start_time is not None and info.end_time - info.start_time == 7200
+    assert parse_squeue_line("9", "RUNNING|None|2031-05-01T14:02:11|node7|NONE").end_time is None
+
+
+def test_a_requeue_count_survives_state_json() -> None:
+    state = RunState(run_id="r", slurm=SlurmJobRecord("41", 1.0, None, None, requeues=2))
+    again = RunState.from_json(state.to_json())
+    assert again.slurm is not None and again.slurm.requeues == 2 and again.awaiting_slurm
