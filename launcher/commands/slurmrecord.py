@@ -111,7 +111,8 @@ def slurm_json(path: Path, state: RunState, info: SlurmJobInfo | None) -> dict[s
     if state.slurm is None:
         return None
     out: dict[str, object] = {"job_id": state.slurm.job_id, "state": None, "reason": "", "start_time": None,
-                              "node": state.slurm.node, "submitted": state.slurm.submitted}
+                              "node": state.slurm.node, "submitted": state.slurm.submitted,
+                              "requeues": state.slurm.requeues}
     if info is not None:
         out.update(state=info.state or None, reason=info.reason, start_time=info.start_time,
                    node=info.node or state.slurm.node)

@@ -4,7 +4,8 @@ Inside the allocation of a job `up` submitted (``commands/submit.py``), Slurm ma
 a preemption whose mode is REQUEUE, ``scontrol requeue``, or the job's own time limit near with
 ``time_limit_action = "requeue"``. Slurm then sends SIGTERM to the job's processes (the
 supervisor's or the batch script's `up`, which passes it on) and, after its KillWait, SIGKILL.
-A SIGTERM is asked about (``requeue_reason``): while Slurm shows the job REQUEUED it is no stop of
+A SIGTERM is asked about (``requeue_reason``): squeue shows a requeued job COMPLETING like any
+other end, but ``scontrol show job`` counts one restart more than the run knows of: no stop of
 the run. The supervisor then stops the tasks with their grace, as at any end (their SIGTERM is
 the checkpoint before the stop autolog and the scripts already know), says so in a ``requeued``
 event and a ``job`` event ``Restarting``, and leaves state.json waiting for Slurm again: no
@@ -53,31 +54,34 @@ class SlurmJob:
     submitted: bool = False
 
 
-def requeue_reason(job: SlurmJob, ask: Callable[..., slurmqueue.SlurmJobInfo | None] = slurmqueue.query
-                   ) -> str | None:
-    """Why the job's allocation is ending while its run goes on (Slurm's words), when Slurm shows
-    the job requeued; None for any other end (a cancel, the time limit, no answer)."""
+def requeue_reason(job: SlurmJob, known: int,
+                   ask: Callable[..., slurmqueue.JobRestarts | None] = slurmqueue.restarts) -> str | None:
+    """Why the job's allocation is ending while its run goes on (Slurm's words), when Slurm counts
+    more requeues of the job than the run knows of (``known``); None for any other end (a cancel,
+    the time limit, no answer)."""
     if not job.submitted:
         return None
     info = ask(job.job_id, timeout=ASK_TIMEOUT_S, cluster=job.cluster)
-    if info is None or info.state not in slurmqueue.REQUEUE_STATES:
+    if info is None or info.restarts <= known or info.state in ("RUNNING", "CANCELLED"):
         return None
     return f"Slurm requeued job {job.job_id}" + (f" ({info.reason})" if info.reason else "")
 
 
 class TimeLimit:
     """Acts ``margin`` seconds before Slurm's end time for the job: ``on_limit(words)`` once (None:
-    no time limit action); for a submitted run, ``on_requeue(words)`` once Slurm shows the job
-    requeued."""
+    no time limit action); for a submitted run, ``on_requeue(words)`` once ``requeued()`` has
+    Slurm's words for a requeue."""
 
     def __init__(self, job: SlurmJob, margin: float | None, on_limit: Callable[[str], None], done: threading.Event,
                  ask: Callable[..., slurmqueue.SlurmJobInfo | None] = slurmqueue.query,
                  clock: Callable[[], float] = time.time,
-                 on_requeue: Callable[[str], None] | None = None) -> None:
+                 on_requeue: Callable[[str], None] | None = None,
+                 requeued: Callable[[], str | None] | None = None) -> None:
         self.job = job
         self.margin = margin
         self.on_limit = on_limit
         self.on_requeue = on_requeue
+        self.requeued = requeued
         self.done = done
         self.ask = ask
         self.clock = clock
@@ -90,10 +94,11 @@ class TimeLimit:
     def watch(self) -> None:
         poll = REQUEUE_POLL_S if self.on_requeue is not None else LIMIT_POLL_S
         while not self.done.is_set():
-            info = self.ask(self.job.job_id, cluster=self.job.cluster)
-            if info is not None and self.on_requeue is not None and info.state in slurmqueue.REQUEUE_STATES:
-                self.on_requeue(f"Slurm requeued job {self.job.job_id}" + (f" ({info.reason})" if info.reason else ""))
+            why = self.requeued() if self.requeued is not None and self.on_requeue is not None else None
+            if why is not None and self.on_requeue is not None:
+                self.on_requeue(why)
                 return
+            info = self.ask(self.job.job_id, cluster=self.job.cluster)
             end = info.end_time if info is not None else None
             if end is None or self.margin is None:  # no answer, no limit (UNLIMITED), or no action
                 self.done.wait(poll)
@@ -116,6 +121,9 @@ class SlurmLife:
         self.requeued: str | None = None
         self._by_us = False  # the time limit's requeue: `scontrol requeue` at close
 
+    def known_requeues(self) -> int:
+        return self.sup.slurm_job.requeues if self.sup.slurm_job is not None else 0
+
     def job(self) -> SlurmJob | None:
         record = self.sup.slurm_job
         if record is not None:
@@ -132,7 +140,7 @@ class SlurmLife:
             return False
 
         def ask() -> None:
-            why = requeue_reason(job)
+            why = requeue_reason(job, self.known_requeues())
             if why is None:
                 self.sup.call(lambda: self.sup.stop_job(reason, origin))
             else:
@@ -200,5 +208,5 @@ class SlurmLife:
             self.sup.call(lambda: self.requeue(words))
 
         margin = config.time_limit_margin_seconds if action else None
-        TimeLimit(job, margin, on_limit, self.sup.loop.done,
-                  on_requeue=on_requeue if job.submitted else None).start()
+        TimeLimit(job, margin, on_limit, self.sup.loop.done, on_requeue=on_requeue if job.submitted else None,
+                  requeued=lambda: requeue_reason(job, self.known_requeues())).start()

@@ -9,6 +9,7 @@ answer" (None), never taken for a job that ended.
 from __future__ import annotations
 
 import getpass
+import re
 import shutil
 import subprocess
 import time
@@ -24,7 +25,8 @@ WAITING_STATES = frozenset({"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD"
 FINAL_STATES = frozenset({"", "COMPLETING", "COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED",
                           "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY", "REVOKED", "SPECIAL_EXIT"})
 #: squeue's states of a job Slurm is putting back in its queue (`scontrol requeue`, a preemption
-#: whose mode is REQUEUE): its allocation ends, the job waits and runs its batch script again
+#: whose mode is REQUEUE) on some versions; 22.05 shows COMPLETING then PENDING (BeginTime), and
+#: only the restart count tells (``restarts``)
 REQUEUE_STATES = frozenset({"REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD"})
 #: how long one squeue / scancel may take before it counts as no answer
 QUERY_TIMEOUT_S = 15.0
@@ -201,6 +203,35 @@ def cancel(job_id: str, timeout: float = QUERY_TIMEOUT_S, cluster: str | None = 
     if result.returncode != 0 and "invalid job id" not in result.stderr.lower():
         return (result.stderr.strip().splitlines() or [f"scancel exited with {result.returncode}"])[-1]
     return None
+
+
+@dataclass(frozen=True)
+class JobRestarts:
+    """What ``scontrol show job`` says of a job's requeues: squeue shows a requeued job COMPLETING,
+    then PENDING (BeginTime), like any other end; its restart count is what tells a requeue."""
+
+    state: str  # JobState=
+    restarts: int  # Restarts=: times Slurm requeued the job
+    reason: str = ""
+
+
+def restarts(job_id: str, timeout: float = QUERY_TIMEOUT_S, cluster: str | None = None) -> JobRestarts | None:
+    """The job's state and requeue count (``scontrol show job -o``); None: no answer, or a job
+    slurmctld no longer knows."""
+    try:
+        result = subprocess.run(["scontrol", *_on(cluster), "show", "job", "-o", job_id], capture_output=True,
+                                text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return parse_show_job(result.stdout) if result.returncode == 0 else None
+
+
+def parse_show_job(text: str) -> JobRestarts | None:
+    fields = dict(re.findall(r"(?:^|\s)(JobState|Restarts|Reason)=(\S*)", text))
+    if "JobState" not in fields or not fields.get("Restarts", "").isdigit():
+        return None
+    reason = fields.get("Reason", "")
+    return JobRestarts(fields["JobState"], int(fields["Restarts"]), "" if reason in ("None", "(null)") else reason)
 
 
 def requeue(job_id: str, timeout: float = QUERY_TIMEOUT_S, cluster: str | None = None) -> str | None:

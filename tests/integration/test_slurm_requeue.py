@@ -64,6 +64,19 @@ def nothing_left(cluster: SlurmCluster, run_id: str) -> None:
     wait_for(lambda: pids_with_run_id(run_id) == [], 30, "no process of the run")
 
 
+def release(cluster: SlurmCluster, job: str) -> None:
+    """Slurm holds a requeued job for 120 s (PENDING, BeginTime); this cluster lets it go at once."""
+    def held() -> bool:
+        done = subprocess.run(["squeue", "-h", "-j", job, "-o", "%T|%r"], capture_output=True, text=True,
+                              timeout=30, env=cluster.env)
+        return done.stdout.strip() == "PENDING|BeginTime"
+
+    wait_for(held, 120, f"job {job} to wait in the queue again", interval=0.5)
+    done = subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], capture_output=True, text=True,
+                          timeout=30, env=cluster.env)
+    assert done.returncode == 0, done.stderr
+
+
 def stepped(cluster: SlurmCluster, run: str, at_least: int) -> dict[str, Any] | None:
     data = status_json(cluster, run)
     if data is None or data["job"]["state"] != "Running":
@@ -83,6 +96,7 @@ def test_a_requeued_job_continues_the_same_run_from_its_checkpoint(tmp_path: Pat
         done = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True, timeout=30,
                               env=slurm_cluster.env)
         assert done.returncode == 0, done.stderr
+        release(slurm_cluster, job)
         assert up.wait(timeout=300) == 0, log.read_text()[-3000:]
         said = log.read_text()
         assert f"Slurm requeued job {job}" in said and said.rindex("requeued") < said.rindex("Succeeded"), said[-3000:]
@@ -99,8 +113,10 @@ def test_a_requeued_job_continues_the_same_run_from_its_checkpoint(tmp_path: Pat
         assert resumed[0] == 0 and len(resumed) == 2 and resumed[1] >= 20, log_lines[-2000:]  # its checkpoint
         assert "done at step 150" in log_lines
         final = status_json(slurm_cluster, run_id)
-        assert final is not None and final["slurm"]["job_id"] == job and final["job"]["restarts"] == 0, final
-        assert json.loads((Path(str(final["dir"])) / "state.json").read_text())["slurm"]["requeues"] == 1
+        assert final is not None and final["slurm"]["job_id"] == job and final["slurm"]["requeues"] == 1, final
+        assert final["tasks"]["chief:0"]["restarts"] == 0  # a requeue is no failure: no restart counted
+        recorded = json.loads((Path(str(final["dir"])) / "state.json").read_text())
+        assert recorded["job_restarts"] == 0 and recorded["tasks"]["chief:0"]["incarnation"] == 1, recorded["tasks"]
         nothing_left(slurm_cluster, run_id)
     finally:
         if up.poll() is None:
@@ -117,7 +133,9 @@ def test_the_time_limit_requeues_the_job_before_it_kills_the_tasks(tmp_path: Pat
         "time": "00:01:00", "time_limit_action": "requeue", "time_limit_margin_seconds": 45})
     up = start_cli("up", str(profile), "--no-tui", "--run-id", run_id, log=log, env=slurm_cluster.env)
     try:
-        assert up.wait(timeout=420) == 0, log.read_text()[-3000:]
+        data = wait_for(lambda: stepped(slurm_cluster, run_id, 1), 120, f"the first allocation ({log})", interval=0.5)
+        release(slurm_cluster, data["slurm"]["job_id"])  # requeued by its time limit
+        assert up.wait(timeout=300) == 0, log.read_text()[-3000:]
         events = events_of(slurm_cluster, run_id)
         requeued = [e for e in events if e["kind"] == "requeued"]
         assert requeued and all(e["reason"].startswith("time limit: Slurm ends job ") for e in requeued), requeued

@@ -9,7 +9,7 @@ from typing import Any
 
 from launcher.runstate import RunState, SlurmJobRecord
 from launcher.supervise.slurmlife import SlurmJob, TimeLimit, requeue_reason
-from launcher.transport.slurmqueue import SlurmJobInfo, parse_squeue_line
+from launcher.transport.slurmqueue import JobRestarts, SlurmJobInfo, parse_show_job, parse_squeue_line
 
 
 def _answer(state: str, reason: str = "", end: float | None = None) -> Any:
@@ -18,15 +18,31 @@ def _answer(state: str, reason: str = "", end: float | None = None) -> Any:
     return ask
 
 
-def test_a_sigterm_is_a_requeue_only_while_slurm_shows_the_job_requeued() -> None:
+def _restarts(state: str, count: int, reason: str = "") -> Any:
+    def ask(job_id: str, **_: Any) -> JobRestarts:
+        return JobRestarts(state, count, reason)
+    return ask
+
+
+def test_a_sigterm_is_a_requeue_only_when_slurm_counts_one_more_restart() -> None:
     job = SlurmJob("41", submitted=True)
-    assert requeue_reason(job, _answer("REQUEUED", "JobHeldAdmin")) == "Slurm requeued job 41 (JobHeldAdmin)"
-    assert requeue_reason(job, _answer("REQUEUE_HOLD")) == "Slurm requeued job 41"
-    for state in ("RUNNING", "CANCELLED", "COMPLETING", "TIMEOUT", ""):
-        assert requeue_reason(job, _answer(state)) is None, state
-    assert requeue_reason(job, lambda *_, **__: None) is None  # no answer: a stop, as ever
+    # Slurm 22.05: a requeued job is COMPLETING (then PENDING) at once, its Restarts one up
+    assert requeue_reason(job, 0, _restarts("COMPLETING", 1)) == "Slurm requeued job 41"
+    assert requeue_reason(job, 1, _restarts("PENDING", 2, "BeginTime")) == "Slurm requeued job 41 (BeginTime)"
+    assert requeue_reason(job, 0, _restarts("REQUEUED", 1, "JobHeldAdmin")) == "Slurm requeued job 41 (JobHeldAdmin)"
+    assert requeue_reason(job, 1, _restarts("COMPLETING", 1)) is None  # a requeue the run knows: this is a cancel
+    for state in ("RUNNING", "CANCELLED"):
+        assert requeue_reason(job, 0, _restarts(state, 1)) is None, state
+    assert requeue_reason(job, 0, lambda *_, **__: None) is None  # no answer: a stop, as ever
     # a job started by hand (salloc, a batch script written by `export sbatch`) would start a new run
-    assert requeue_reason(SlurmJob("41"), _answer("REQUEUED")) is None
+    assert requeue_reason(SlurmJob("41"), 0, _restarts("COMPLETING", 1)) is None
+
+
+def test_scontrol_show_job_is_read_for_its_state_and_restarts() -> None:
+    line = ("JobId=41 JobName=it UserId=root(0) Priority=1 Reason=BeginTime Dependency=(null) Requeue=1 "
+            "Restarts=2 BatchFlag=1 JobState=PENDING Comment=distlaunch-run:x")
+    assert parse_show_job(line) == JobRestarts("PENDING", 2, "BeginTime")
+    assert parse_show_job("slurm_load_jobs error: Invalid job id specified") is None
 
 
 def test_the_time_limit_acts_once_its_margin_before_slurms_end() -> None:
