@@ -56,7 +56,8 @@ RESIZE = "resize"
 #: (Slurm's expected or actual start, unix time, or null), `node` (where its batch script runs)
 SLURM = "slurm"
 REQUEUED = "requeued"
-KINDS = (JOB, STATE, METRIC, SAMPLE, PLACEMENT, LOG, HOST, CONDITION, ACTION, STACKS, CHECKPOINT, RESIZE, SLURM)
+KINDS = (JOB, STATE, METRIC, SAMPLE, PLACEMENT, LOG, HOST, CONDITION, ACTION, STACKS, CHECKPOINT, RESIZE, SLURM,
+         REQUEUED)
 
 # task conditions
 STALLED = "stalled"

@@ -25,6 +25,7 @@ from launcher import events as ev
 from launcher.agent import pid_alive
 from launcher.commands import notice
 from launcher.commands.runhosts import connect_sessions
+from launcher.commands.slurmrecord import waiting_words
 from launcher.commands.slurmwatch import cancel_waiting
 from launcher.commands.status import require_task
 from launcher.errors import HostError, HostGone, UserError
@@ -50,12 +51,14 @@ def run_down(args: argparse.Namespace) -> int:
     run_id = state.run_id
     if state.awaiting_slurm:  # its job has not started the run: cancelling the job is all there is
         assert state.slurm is not None
-        info = cancel_waiting(path, "stopped by `distlaunch down` before it started")
+        info = cancel_waiting(path, f"stopped by `distlaunch down` {waiting_words(state)}")
         state = load_run_state(path)
         if state.supervisor_pid is None:
             still = "" if info is not None and info.ended else " (Slurm has not confirmed its end yet: run down again)"
-            print(f"{run_id}: Slurm job {state.slurm.job_id if state.slurm else '?'} cancelled before the run "
-                  f"started{still}; nothing of the run ran")
+            nothing = "; nothing of the run ran" if not state.slurm or not state.slurm.requeues else \
+                "; nothing of the run runs (its outputs and checkpoints are kept)"
+            print(f"{run_id}: Slurm job {state.slurm.job_id if state.slurm else '?'} cancelled "
+                  f"{waiting_words(state)}{still}{nothing}")
             return 0 if not still else 1
     try:
         (path / DOWN_MARKER).touch()

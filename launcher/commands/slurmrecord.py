@@ -79,7 +79,7 @@ def record_end_before_start(path: Path, state: RunState, info: SlurmJobInfo, rea
         said = f"Slurm job {job} " + (f"{info.state}" if info.state else "is no longer known to Slurm")
         said += f" ({info.reason})" if info.reason else ""
         outcome = ev.JOB_STOPPED if info.state == "CANCELLED" or reason else ev.JOB_FAILED
-        reason = reason or (f"{said} before the run started" + _batch_words(path))
+        reason = reason or (f"{said} {waiting_words(state)}" + _batch_words(path))
         _append(path, [ev.job_event(state.run_id, outcome, reason)])
     rundir = RunDir.open(path)
     rundir.on_problem = notice
@@ -88,6 +88,14 @@ def record_end_before_start(path: Path, state: RunState, info: SlurmJobInfo, rea
     finally:
         rundir.close()
     return outcome
+
+
+def waiting_words(state: RunState) -> str:
+    """When a run that waits for its job ended: before it ever ran, or between two allocations."""
+    requeues = state.slurm.requeues if state.slurm is not None else 0
+    if requeues:
+        return f"while the run waited to run again (its job requeued {requeues}x)"
+    return "before the run started"
 
 
 def last_job_end(path: Path) -> ev.JobEvent | None:

@@ -27,7 +27,7 @@ from pathlib import Path
 from launcher import events as ev
 from launcher.commands import notice
 from launcher.commands.follow import Shown, follow_supervisor
-from launcher.commands.slurmrecord import record_end_before_start, refresh
+from launcher.commands.slurmrecord import record_end_before_start, refresh, waiting_words
 from launcher.protocol.controllines import job_exit_code
 from launcher.runlookup import read_events
 from launcher.runstate import RunState, load_run_state
@@ -158,14 +158,14 @@ def _follow_allocation(path: Path, shown: Shown, own: bool) -> int | None:
                 print(f"left {run_id}: Slurm job {job} stays queued; `distlaunch attach {run_id}` to watch it again",
                       file=sys.stderr)
                 return 0
-            cancel_waiting(path, "stopped by Ctrl-C before it started")
+            cancel_waiting(path, f"stopped by Ctrl-C {waiting_words(load_run_state(path))}")
             return 130
         if waited.over == "ended":
             ended = load_run_state(path)
             print(f"run {run_id}: job {ended.outcome}: {ended.job_reason}", file=sys.stderr)
             return job_exit_code(ended.outcome, None)
         if waited.over == "cancel":
-            cancel_waiting(path, "stopped from the dashboard before it started")
+            cancel_waiting(path, f"stopped from the dashboard {waiting_words(load_run_state(path))}")
             return 130
         if waited.over == "detach":
             print(f"left {run_id}: Slurm job {job} goes on; `distlaunch attach {run_id}` to watch it again",

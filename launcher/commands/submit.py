@@ -121,7 +121,14 @@ def submitted_job(target: Path, run_id: str) -> SlurmJobRecord | None:
     if state.run_id != run_id or state.slurm is None or state.slurm.job_id != allocation.job_id \
             or not state.awaiting_slurm or state.slurm.node is not None:
         return None
-    return dataclasses.replace(state.slurm, node=socket.gethostname())
+    return dataclasses.replace(state.slurm, node=socket.gethostname(),
+                               requeues=max(state.slurm.requeues, _restart_count()))
+
+
+def _restart_count() -> int:
+    """SLURM_RESTART_COUNT: how many times Slurm requeued this allocation's job (0 where unset)."""
+    count = os.environ.get("SLURM_RESTART_COUNT", "")
+    return int(count) if count.isdigit() else 0
 
 
 #: how long the batch job waits for the submitting `up` to record the job id (sbatch answered it
@@ -150,12 +157,37 @@ def await_submitted(target: Path, run_id: str, timeout: float = AWAIT_RECORD_S) 
             said = True
             print(f"... run {run_id}: waiting for its last allocation's supervisor to record the requeue",
                   file=sys.stderr, flush=True)
+        if time.monotonic() >= deadline and said and _take_over(target, run_id):
+            continue  # its last supervisor never recorded the requeue: the run goes on all the same
         if time.monotonic() >= deadline:
             allocation = current_allocation()
             raise UserError(f"{target} is not waiting for Slurm job "
                             f"{allocation.job_id if allocation else '?'} (run {run_id}): nothing started; "
                             f"`distlaunch status {run_id}` says what became of it")
         time.sleep(0.5)
+
+
+def _take_over(target: Path, run_id: str) -> bool:
+    """A requeued job whose last allocation's supervisor never recorded the requeue (killed
+    after Slurm's KillWait, its node failed): Slurm counts more requeues than the run knows of,
+    and starts a requeued job only once the last allocation's processes are gone. The run is
+    recorded waiting for this job again (a ``requeued`` event says so); True when it was."""
+    state = load_run_state(target)
+    count = _restart_count()
+    if state.run_id != run_id or state.slurm is None or state.outcome is not None or count <= state.slurm.requeues:
+        return False
+    why = (f"Slurm requeued job {state.slurm.job_id}; the supervisor of its last allocation "
+           f"({state.slurm.node or '?'}) ended without recording it")
+    rundir = RunDir.open(target)
+    try:
+        rundir.append(ev.requeued_event(run_id, state.slurm.job_id, why, count, state.slurm.node))
+        rundir.write_state(dataclasses.replace(state, supervisor_pid=None, clients=0, job_reason=why,
+                                               slurm=dataclasses.replace(state.slurm, node=None,
+                                                                         requeues=count)).to_json())
+    finally:
+        rundir.close()
+    print(f"... run {run_id}: {why}; it goes on here", file=sys.stderr, flush=True)
+    return True
 
 
 def _previous_allocation_ending(target: Path, run_id: str) -> bool:

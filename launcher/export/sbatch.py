@@ -56,7 +56,7 @@ def sbatch_script(profile: Profile, run: SubmittedRun | None = None) -> str:
     if run is not None:  # how `up` finds the job again if sbatch's answer is lost (a run id is no secret)
         options.append(f"--comment={RUN_COMMENT}{run.run_id}")
         options.append("--open-mode=append")  # a requeued job's batch output follows the first one's
-    if slurm.time_limit_action == "requeue":
+    if slurm.time_limit_action == "requeue" and run is not None:  # an exported script's rerun is a new run
         options.append("--requeue")
     options.extend(slurm.sbatch_args)
     up = [sys.executable, "-m", "launcher.cli", "up", str(profile.path.resolve()), "--no-tui"]

@@ -21,6 +21,7 @@ the requeued batch script's `up` finds the run waiting for its job and continues
 from __future__ import annotations
 
 import dataclasses
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -62,26 +63,32 @@ def requeue_reason(job: SlurmJob, known: int,
     if not job.submitted:
         return None
     info = ask(job.job_id, timeout=ASK_TIMEOUT_S, cluster=job.cluster)
-    if info is None or info.restarts <= known or info.state in ("RUNNING", "CANCELLED"):
+    if info is None or info.state == "CANCELLED":
+        return None
+    if info.preempted and info.restarts <= known:  # its grace time: the requeue comes at its end
+        return f"Slurm preempted job {job.job_id} to requeue it"
+    if info.restarts <= known or info.state == "RUNNING":
         return None
     return f"Slurm requeued job {job.job_id}" + (f" ({info.reason})" if info.reason else "")
 
 
 class TimeLimit:
     """Acts ``margin`` seconds before Slurm's end time for the job: ``on_limit(words)`` once (None:
-    no time limit action); for a submitted run, ``on_requeue(words)`` once ``requeued()`` has
-    Slurm's words for a requeue."""
+    no time limit action; a limit no longer than the margin: ``on_notice`` says so, nothing acts);
+    for a submitted run, ``on_requeue(words)`` once ``requeued()`` has Slurm's words for a requeue."""
 
     def __init__(self, job: SlurmJob, margin: float | None, on_limit: Callable[[str], None], done: threading.Event,
                  ask: Callable[..., slurmqueue.SlurmJobInfo | None] = slurmqueue.query,
                  clock: Callable[[], float] = time.time,
                  on_requeue: Callable[[str], None] | None = None,
-                 requeued: Callable[[], str | None] | None = None) -> None:
+                 requeued: Callable[[], str | None] | None = None,
+                 on_notice: Callable[[str], None] = lambda _line: None) -> None:
         self.job = job
         self.margin = margin
         self.on_limit = on_limit
         self.on_requeue = on_requeue
         self.requeued = requeued
+        self.on_notice = on_notice
         self.done = done
         self.ask = ask
         self.clock = clock
@@ -98,31 +105,52 @@ class TimeLimit:
             if why is not None and self.on_requeue is not None:
                 self.on_requeue(why)
                 return
-            info = self.ask(self.job.job_id, cluster=self.job.cluster)
-            end = info.end_time if info is not None else None
-            if end is None or self.margin is None:  # no answer, no limit (UNLIMITED), or no action
-                self.done.wait(poll)
-                continue
-            left = end - self.margin - self.clock()
-            if left <= 0:
-                ends = time.strftime("%H:%M:%S", time.localtime(end))
-                self.on_limit(f"time limit: Slurm ends job {self.job.job_id} at {ends}, "
-                              f"{max(0.0, end - self.clock()):.0f} s from now")
+            left = self._left() if self.margin is not None else None
+            if left is not None and left <= 0:
                 return
-            self.done.wait(min(left, poll))
+            self.done.wait(poll if left is None else min(left, poll))
+
+    def _left(self) -> float | None:
+        """Seconds until the action (<= 0: it was taken, or the limit is too short for it); None:
+        no answer, or no limit (UNLIMITED)."""
+        assert self.margin is not None
+        info = self.ask(self.job.job_id, cluster=self.job.cluster)
+        end = info.end_time if info is not None else None
+        if info is None or end is None:
+            return None
+        if info.start_time is not None and end - info.start_time <= self.margin:
+            self.on_notice(f"time_limit_margin_seconds ({self.margin:g}) is not less than job {self.job.job_id}'s "
+                           f"whole time limit ({end - info.start_time:.0f} s): nothing acts before the limit")
+            self.margin = None
+            return None
+        left = end - self.margin - self.clock()
+        if left <= 0:
+            ends = time.strftime("%H:%M:%S", time.localtime(end))
+            self.on_limit(f"time limit: Slurm ends job {self.job.job_id} at {ends}, "
+                          f"{max(0.0, end - self.clock()):.0f} s from now")
+        return left
 
 
 class SlurmLife:
-    """The supervisor's side of a Slurm job that may be requeued or reach its time limit."""
+    """The supervisor's side of a Slurm job that may be requeued or reach its time limit. Any end of
+    a submitted run but its success is held while Slurm is asked whether it requeued the job: a
+    SIGTERM, the agents' steps ending with the allocation, a task failing as it is killed, all
+    come at once when Slurm takes the job back, and the first must not decide the run's end."""
 
     def __init__(self, sup: Supervisor) -> None:
         self.sup = sup
         #: why the allocation ends while the run goes on (set once the requeue is decided)
         self.requeued: str | None = None
         self._by_us = False  # the time limit's requeue: `scontrol requeue` at close
+        self._asking = False  # an end waits for Slurm's word (on the loop)
+        self._asked = False  # Slurm was asked once already: ends go through from now on
 
     def known_requeues(self) -> int:
-        return self.sup.slurm_job.requeues if self.sup.slurm_job is not None else 0
+        """The requeues of this allocation's job so far: Slurm's own count for the allocation
+        (SLURM_RESTART_COUNT), else the run's record."""
+        recorded = self.sup.slurm_job.requeues if self.sup.slurm_job is not None else 0
+        count = os.environ.get("SLURM_RESTART_COUNT", "")
+        return max(recorded, int(count)) if count.isdigit() else recorded
 
     def job(self) -> SlurmJob | None:
         record = self.sup.slurm_job
@@ -131,34 +159,44 @@ class SlurmLife:
         allocation = current_allocation()
         return SlurmJob(allocation.job_id) if allocation is not None else None
 
-    def on_stop(self, reason: str, origin: str) -> bool:
-        """A SIGTERM of a submitted run: Slurm is asked, off the loop, whether it requeues the job
-        (then the run goes on in the next allocation) before the stop is carried out. False: not
-        such a stop, the caller stops the job as ever."""
+    def holds(self, state: str, reason: str) -> bool:
+        """On the loop, for ``finish``: True when this end waits for Slurm's word on a requeue (it
+        is carried out, or the requeue instead, once the word came)."""
         job = self.job()
-        if origin != "SIGTERM" or job is None or not job.submitted:
+        if job is None or not job.submitted or state in (ev.JOB_SUCCEEDED, ev.JOB_RESTARTING) or self._asked:
             return False
+        if self._asking:
+            return True  # the first end asked already: this one comes of the same cause
+        self._asking = True
 
         def ask() -> None:
             why = requeue_reason(job, self.known_requeues())
-            if why is None:
-                self.sup.call(lambda: self.sup.stop_job(reason, origin))
-            else:
-                self.sup.call(lambda: self.requeue(why))
+            self.sup.call(lambda: self._answered(why, state, reason))
 
         threading.Thread(target=ask, name="slurm-requeue?", daemon=True).start()
         return True
+
+    def _answered(self, why: str | None, state: str, reason: str) -> None:
+        self._asking, self._asked = False, True
+        if why is not None:
+            self.requeue(why)
+        else:
+            self.sup.finish(state, reason)
 
     def requeue(self, why: str, by_us: bool = False) -> None:
         """On the loop: the allocation ends, the run goes on when Slurm runs the job again."""
         if self.sup.finishing or self.requeued is not None:
             return
-        record = self.sup.slurm_job
-        assert record is not None
-        self.requeued, self._by_us = why, by_us
-        self.sup.publish(ev.requeued_event(self.sup.run_id, record.job_id, why, record.requeues + 1,
-                                           record.node))
+        self.requeued, self._by_us, self._asked = why, by_us, True
+        if not by_us:  # the time limit's is told once Slurm took it (``closing``)
+            self._tell()
         self.sup.finish(ev.JOB_RESTARTING, f"{why}: the run goes on when the job runs again")
+
+    def _tell(self) -> None:
+        record = self.sup.slurm_job
+        assert record is not None and self.requeued is not None
+        self.sup.publish(ev.requeued_event(self.sup.run_id, record.job_id, self.requeued, self.known_requeues() + 1,
+                                           record.node))
 
     def closing(self, outcome: str) -> str:
         """At close: the time limit's requeue is asked of Slurm now (the tasks have stopped, the
@@ -169,6 +207,7 @@ class SlurmLife:
         assert record is not None
         problem = slurmqueue.requeue(record.job_id, cluster=record.cluster)
         if problem is None:
+            self._tell()
             return outcome
         reason = f"{self.requeued}, but Slurm did not requeue it ({problem})"
         self.requeued = None
@@ -177,17 +216,18 @@ class SlurmLife:
         return ev.JOB_STOPPED
 
     def recorded(self, state: RunState) -> RunState:
-        """state.json of a run whose allocation ended by a requeue: waiting for Slurm again."""
-        if self.requeued is None or state.slurm is None:
+        """state.json of a run whose allocation ended by a requeue, once its supervisor closes (not
+        before: the next allocation's `up` takes the run as soon as it says so): waiting for Slurm."""
+        if self.requeued is None or state.slurm is None or self.sup.outcome is None:
             return state
         return dataclasses.replace(state, outcome=None, supervisor_pid=None, clients=0,
                                    job_reason=f"{self.requeued}; waiting in Slurm's queue to run again",
                                    slurm=dataclasses.replace(state.slurm, node=None,
-                                                             requeues=state.slurm.requeues + 1))
+                                                             requeues=self.known_requeues() + 1))
 
     def watch_time_limit(self) -> None:
-        """From the launch on: ``time_limit_action`` before the job's time limit, and a submitted
-        run's requeue seen in Slurm's queue."""
+        """From the launch (or a take-over) on: ``time_limit_action`` before the job's time limit,
+        and a submitted run's requeue seen in Slurm's count."""
         config = self.sup.profile.slurm
         job = self.job()
         if config is None or job is None or not (config.time_limit_action or job.submitted):
@@ -209,4 +249,4 @@ class SlurmLife:
 
         margin = config.time_limit_margin_seconds if action else None
         TimeLimit(job, margin, on_limit, self.sup.loop.done, on_requeue=on_requeue if job.submitted else None,
-                  requeued=lambda: requeue_reason(job, self.known_requeues())).start()
+                  requeued=lambda: requeue_reason(job, self.known_requeues()), on_notice=self.sup.notice).start()

@@ -179,6 +179,10 @@ class Supervisor:
         return self.end.finishing
 
     def finish(self, state: str, reason: str) -> None:
+        """On the loop: decide the job's end (a submitted Slurm run's first waits for Slurm's word on
+        a requeue: supervise/slurmlife.py)."""
+        if not self.end.finishing and self.slurm.holds(state, reason):
+            return
         self.end.finish(state, reason)
 
     def ended(self, state: str, reason: str) -> None:
@@ -334,6 +338,7 @@ class Supervisor:
         self.outputs.replay(history)
         self.loop.start(self._loop_begins, self._tick)
         self._follow_again([h for h in self.sessions if h not in unreachable and h not in gone], unreachable)
+        self.slurm.watch_time_limit()
 
     def _resume_tasks(self, state: RunState, history: list[Event]) -> None:
         """Each task's runtime, the job's counters and the restarts under way as the last
@@ -399,22 +404,21 @@ class Supervisor:
         """Stop the job on purpose (``down``, the dashboard, a stop signal): it ends Stopped, not
         Failed. ``origin``: where the request came from when not the user's own keys (e.g. "SIGTERM").
         A SIGTERM of a submitted Slurm job that Slurm requeues ends the allocation, not the run."""
-        if not self.slurm.on_stop(reason, origin):
-            self.stop_job(reason, origin)
+        self.stop_job(reason, origin)
 
     def stop_job(self, reason: str, origin: str = "") -> None:
         self.call(lambda: self._acted("teardown", None, lambda: self.finish(ev.JOB_STOPPED, reason), origin))
 
     def carry_over(self, previous: RunState) -> None:
         """Before the launch in a requeued job's new allocation: the run's counts as its last
-        allocation left them (restarts, checkpoints, resizes); each task starts a new incarnation."""
+        allocation left them (restarts, the checkpoints it knows); each task starts a new
+        incarnation, the plan's size (a resize of the last allocation is not carried)."""
         for task_id, info in previous.tasks.items():
             rt = self.tasks.get(task_id)
             if rt is not None:
                 rt.restarts = info.restarts
                 rt.incarnation = max(info.incarnation or 0, info.restarts) + 1
         self.life.job_restarts = previous.job_restarts
-        self.growth.resized.update({r: n for r, n in previous.resize_targets.items() if r in self.plan.profile.roles})
         self.checkpoints.book = CheckpointBook.from_json(previous.checkpoints)
 
     def _acted(self, action: str, target: str | None, do: Callable[[], None], origin: str = "") -> None:

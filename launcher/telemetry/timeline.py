@@ -20,7 +20,7 @@ from launcher.events import Event
 TIMELINE_ENTRIES = 5000
 """Entries kept by a live view; the oldest go first (events.jsonl keeps them all)."""
 
-TIMELINE_KINDS = (ev.JOB, ev.STATE, ev.HOST, ev.CONDITION, ev.STACKS, ev.ACTION)
+TIMELINE_KINDS = (ev.JOB, ev.STATE, ev.HOST, ev.CONDITION, ev.STACKS, ev.ACTION, ev.REQUEUED)
 """The event kinds that make timeline entries (what `--kind` accepts)."""
 
 
@@ -66,6 +66,8 @@ class Timeline:
             entry = TimelineEntry(event.ts, ev.STACKS, event.task, stacks_text(event), "warning")
         elif isinstance(event, ev.ActionEvent):
             entry = _action(event)
+        elif isinstance(event, ev.RequeuedEvent):
+            entry = TimelineEntry(event.ts, ev.REQUEUED, None, f"requeue {event.requeues}: {event.reason}", "warning")
         else:
             return None
         if entry is not None:

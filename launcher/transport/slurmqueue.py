@@ -213,6 +213,9 @@ class JobRestarts:
     state: str  # JobState=
     restarts: int  # Restarts=: times Slurm requeued the job
     reason: str = ""
+    #: PreemptTime= set and Requeue=1: preempted, in its grace time, to be requeued (the restart
+    #: count goes up only once the grace is over)
+    preempted: bool = False
 
 
 def restarts(job_id: str, timeout: float = QUERY_TIMEOUT_S, cluster: str | None = None) -> JobRestarts | None:
@@ -227,11 +230,13 @@ def restarts(job_id: str, timeout: float = QUERY_TIMEOUT_S, cluster: str | None 
 
 
 def parse_show_job(text: str) -> JobRestarts | None:
-    fields = dict(re.findall(r"(?:^|\s)(JobState|Restarts|Reason)=(\S*)", text))
+    fields = dict(re.findall(r"(?:^|\s)(JobState|Restarts|Reason|PreemptTime|Requeue)=(\S*)", text))
     if "JobState" not in fields or not fields.get("Restarts", "").isdigit():
         return None
     reason = fields.get("Reason", "")
-    return JobRestarts(fields["JobState"], int(fields["Restarts"]), "" if reason in ("None", "(null)") else reason)
+    preempted = fields.get("PreemptTime", "None") not in ("None", "Unknown", "") and fields.get("Requeue") == "1"
+    return JobRestarts(fields["JobState"], int(fields["Restarts"]), "" if reason in ("None", "(null)") else reason,
+                       preempted)
 
 
 def requeue(job_id: str, timeout: float = QUERY_TIMEOUT_S, cluster: str | None = None) -> str | None:

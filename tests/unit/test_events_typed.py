@@ -73,6 +73,9 @@ CASES: list[tuple[ev.Event, str]] = [
     (ev.slurm_event("r1", "4242", "PENDING", "Resources", start_time=1700000600.0, ts=T),
      '{"v":2,"ts":1700000000.5,"run":"r1","task":null,"kind":"slurm","job_id":"4242","state":"PENDING",'
      '"reason":"Resources","start_time":1700000600.0,"node":null}'),
+    (ev.requeued_event("r1", "4242", "Slurm requeued job 4242", 1, "node3", ts=T),
+     '{"v":2,"ts":1700000000.5,"run":"r1","task":null,"kind":"requeued","job_id":"4242",'
+     '"reason":"Slurm requeued job 4242","requeues":1,"node":"node3"}'),
 ]
 
 

@@ -12,15 +12,15 @@ from launcher.supervise.slurmlife import SlurmJob, TimeLimit, requeue_reason
 from launcher.transport.slurmqueue import JobRestarts, SlurmJobInfo, parse_show_job, parse_squeue_line
 
 
-def _answer(state: str, reason: str = "", end: float | None = None) -> Any:
+def _answer(state: str, reason: str = "", end: float | None = None, start: float | None = None) -> Any:
     def ask(job_id: str, **_: Any) -> SlurmJobInfo:
-        return SlurmJobInfo(job_id, state, reason, end_time=end)
+        return SlurmJobInfo(job_id, state, reason, start_time=start, end_time=end)
     return ask
 
 
-def _restarts(state: str, count: int, reason: str = "") -> Any:
+def _restarts(state: str, count: int, reason: str = "", preempted: bool = False) -> Any:
     def ask(job_id: str, **_: Any) -> JobRestarts:
-        return JobRestarts(state, count, reason)
+        return JobRestarts(state, count, reason, preempted)
     return ask
 
 
@@ -34,6 +34,8 @@ def test_a_sigterm_is_a_requeue_only_when_slurm_counts_one_more_restart() -> Non
     for state in ("RUNNING", "CANCELLED"):
         assert requeue_reason(job, 0, _restarts(state, 1)) is None, state
     assert requeue_reason(job, 0, lambda *_, **__: None) is None  # no answer: a stop, as ever
+    # preempted with a grace time: still RUNNING, the count goes up once the grace is over
+    assert requeue_reason(job, 0, _restarts("RUNNING", 0, preempted=True)) == "Slurm preempted job 41 to requeue it"
     # a job started by hand (salloc, a batch script written by `export sbatch`) would start a new run
     assert requeue_reason(SlurmJob("41"), 0, _restarts("COMPLETING", 1)) is None
 
@@ -43,6 +45,11 @@ def test_scontrol_show_job_is_read_for_its_state_and_restarts() -> None:
             "Restarts=2 BatchFlag=1 JobState=PENDING Comment=distlaunch-run:x")
     assert parse_show_job(line) == JobRestarts("PENDING", 2, "BeginTime")
     assert parse_show_job("slurm_load_jobs error: Invalid job id specified") is None
+    preempting = "JobState=RUNNING Reason=None Requeue=1 Restarts=0 PreemptEligibleTime=2031-01-01T00:00:00 " \
+                 "PreemptTime=2031-01-01T00:05:00"
+    assert parse_show_job(preempting) == JobRestarts("RUNNING", 0, "", True)
+    assert not parse_show_job(preempting.replace("Requeue=1", "Requeue=0")).preempted  # type: ignore[union-attr]
+    assert not parse_show_job(line + " PreemptTime=None").preempted  # type: ignore[union-attr]
 
 
 def test_the_time_limit_acts_once_its_margin_before_slurms_end() -> None:
@@ -65,6 +72,19 @@ def test_the_time_limit_acts_once_its_margin_before_slurms_end() -> None:
     assert said[0].startswith("time limit: Slurm ends job 7 at ") and said[0].endswith(", 60 s from now")
 
 
+def test_a_margin_as_long_as_the_whole_limit_is_said_and_never_acted_on() -> None:
+    said: list[str] = []
+    notices: list[str] = []
+    limit = TimeLimit(SlurmJob("7"), 300.0, said.append, threading.Event(),
+                      ask=_answer("RUNNING", start=1000.0, end=1240.0), clock=lambda: 1001.0,
+                      on_notice=notices.append)
+    limit.done = type("Once", (threading.Event,), {"wait": lambda self, timeout=None: self.set() or True})()
+    limit.watch()
+    assert said == [] and len(notices) == 1
+    assert notices[0] == ("time_limit_margin_seconds (300) is not less than job 7's whole time limit (240 s): "
+                          "nothing acts before the limit")
+
+
 def test_a_job_without_a_limit_is_asked_again_and_never_acted_on() -> None:
     said: list[str] = []
     asked = []
@@ -85,6 +105,14 @@ def test_squeue_end_time_is_read_and_unlimited_is_none() -> None:
     info = parse_squeue_line("9", "RUNNING|None|2031-05-01T14:02:11|node7|2031-05-01T16:02:11")
     assert info.end_time is not None and info.start_time is not None and info.end_time - info.start_time == 7200
     assert parse_squeue_line("9", "RUNNING|None|2031-05-01T14:02:11|node7|NONE").end_time is None
+
+
+def test_a_requeued_event_is_read_back_as_one() -> None:
+    from launcher import events as ev
+
+    line = ev.requeued_event("r", "41", "Slurm requeued job 41", 1, "node3").to_json()
+    back = ev.Event.from_json(line)
+    assert isinstance(back, ev.RequeuedEvent) and back.requeues == 1 and back.node == "node3"
 
 
 def test_a_requeue_count_survives_state_json() -> None:

@@ -117,3 +117,12 @@ def test_a_stall_said_again_with_its_stacks_is_not_a_second_raise() -> None:
         "stalled still raised: step 812 ... in wait (hang.py:4); stacks in s",
         "stalled cleared: step advanced to 813",
         "stalled raised: step 900 has not advanced for 60s"]
+
+
+def test_a_slurm_requeue_is_a_timeline_entry() -> None:
+    from launcher import events as ev
+    from launcher.telemetry.timeline import Timeline
+
+    entry = Timeline().add(ev.requeued_event("r", "41", "Slurm requeued job 41 (BeginTime)", 2, "n1", ts=5.0))
+    assert entry is not None and (entry.kind, entry.text, entry.severity) == (
+        "requeued", "requeue 2: Slurm requeued job 41 (BeginTime)", "warning")
