@@ -95,6 +95,8 @@ class RestartOwner(SpecSource, Protocol):
     def on_hosts(self, fn: Callable[[HostSession], None], hosts: list[str] | None = None) -> None: ...
     def ask_agent(self, host: str, request: AgentOp, timeout: float = ...) -> dict[str, Any] | None: ...
     def write_state(self) -> None: ...
+    def finish(self, state: str, reason: str) -> None: ...
+    def slurm_deciding(self) -> bool: ...
     def reachable(self, host: str) -> bool: ...
     def in_job(self, host: str) -> bool: ...
 
@@ -243,8 +245,8 @@ class Restarts:
                 self._stop(decision.task)
             elif isinstance(decision, Succeed):
                 sup.end.finish(ev.JOB_SUCCEEDED, decision.reason)
-            else:
-                sup.end.finish(ev.JOB_FAILED, decision.cause)
+            else:  # through the supervisor: a Slurm job's requeue may explain the failure
+                sup.finish(ev.JOB_FAILED, decision.cause)
 
     def watch(self) -> None:
         """Judge stalls and stragglers about once a second, only while the job runs."""
@@ -346,6 +348,9 @@ class Restarts:
         sup = self.sup
         if sup.end.finishing:
             return  # the job's end makes it moot
+        if sup.slurm_deciding():
+            sup.after(1.0, lambda: self.restart_now(pending))  # Slurm may be requeueing the job: its word first
+            return
         if pending not in self.pending:
             return  # cancelled: a host left the job, and the re-plan restarts what it needs
         # a member that ended on a host the job left cannot start there again: it stays ended
@@ -401,7 +406,7 @@ class Restarts:
                     sup.call(sup.end.start_done)
         except Exception as exc:
             err = exc
-            sup.call(lambda: sup.end.finish(ev.JOB_FAILED, f"restart failed: {err}"))
+            sup.call(lambda: sup.finish(ev.JOB_FAILED, f"restart failed: {err}"))
 
     def start_tasks(self, members: list[TaskRuntime]) -> None:
         """Start ``members`` role by role in START_ORDER, hosts in parallel within a role."""

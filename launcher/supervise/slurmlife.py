@@ -142,7 +142,7 @@ class SlurmLife:
         #: why the allocation ends while the run goes on (set once the requeue is decided)
         self.requeued: str | None = None
         self._by_us = False  # the time limit's requeue: `scontrol requeue` at close
-        self._asking = False  # an end waits for Slurm's word (on the loop)
+        self.asking = False  # an end waits for Slurm's word (on the loop)
         self._asked = False  # Slurm was asked once already: ends go through from now on
 
     def known_requeues(self) -> int:
@@ -165,9 +165,9 @@ class SlurmLife:
         job = self.job()
         if job is None or not job.submitted or state in (ev.JOB_SUCCEEDED, ev.JOB_RESTARTING) or self._asked:
             return False
-        if self._asking:
+        if self.asking:
             return True  # the first end asked already: this one comes of the same cause
-        self._asking = True
+        self.asking = True
 
         def ask() -> None:
             why = requeue_reason(job, self.known_requeues())
@@ -177,7 +177,7 @@ class SlurmLife:
         return True
 
     def _answered(self, why: str | None, state: str, reason: str) -> None:
-        self._asking, self._asked = False, True
+        self.asking, self._asked = False, True
         if why is not None:
             self.requeue(why)
         else:

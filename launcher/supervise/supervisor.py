@@ -185,6 +185,10 @@ class Supervisor:
             return
         self.end.finish(state, reason)
 
+    def slurm_deciding(self) -> bool:
+        """An end waits for Slurm's word on a requeue: no restart starts meanwhile."""
+        return self.slurm.asking
+
     def ended(self, state: str, reason: str) -> None:
         self.life.job_to(state, reason)
 

@@ -119,3 +119,67 @@ def test_a_requeue_count_survives_state_json() -> None:
     state = RunState(run_id="r", slurm=SlurmJobRecord("41", 1.0, None, None, requeues=2))
     again = RunState.from_json(state.to_json())
     assert again.slurm is not None and again.slurm.requeues == 2 and again.awaiting_slurm
+
+
+class _Sup:
+    """What SlurmLife uses of the supervisor: its loop is this thread's queue."""
+
+    def __init__(self) -> None:
+        import queue
+
+        self.run_id = "r"
+        self.slurm_job: SlurmJobRecord | None = SlurmJobRecord("41", 1.0, "n1", None)
+        self.outcome: str | None = None
+        self.finished: list[tuple[str, str]] = []
+        self.published: list[Any] = []
+        self.calls: queue.Queue[Any] = queue.Queue()
+        self.finishing = False
+
+    def call(self, fn: Any) -> None:
+        self.calls.put(fn)
+
+    def run_one(self) -> None:
+        self.calls.get(timeout=10)()
+
+    def finish(self, state: str, reason: str) -> None:
+        self.finished.append((state, reason))
+        self.finishing = True
+
+    def publish(self, event: Any, line: str | None = None) -> None:
+        self.published.append(event)
+
+
+def test_an_end_of_a_submitted_run_waits_for_slurms_word_and_a_requeue_wins(monkeypatch: Any) -> None:
+    from launcher.supervise import slurmlife
+
+    monkeypatch.delenv("SLURM_RESTART_COUNT", raising=False)
+    monkeypatch.setattr(slurmlife, "requeue_reason", lambda job, known: "Slurm requeued job 41")
+    sup = _Sup()
+    life = slurmlife.SlurmLife(sup)  # type: ignore[arg-type]
+    assert life.holds("Failed", "host n1 lost: the allocation ended") and life.asking
+    assert life.holds("Stopped", "stopped by SIGTERM")  # the same cause, told twice: still one question
+    sup.run_one()  # Slurm's word, on the loop
+    assert not life.asking and life.requeued == "Slurm requeued job 41"
+    assert sup.finished == [("Restarting", "Slurm requeued job 41: the run goes on when the job runs again")]
+    assert [e.kind for e in sup.published] == ["requeued"] and sup.published[0].requeues == 1
+    state = RunState(run_id="r", supervisor_pid=9, slurm=sup.slurm_job)
+    assert life.recorded(state) is state  # not before the supervisor closes: the next allocation would take it
+    sup.outcome = "Restarting"
+    waiting = life.recorded(state)
+    assert waiting.awaiting_slurm and waiting.slurm is not None and waiting.slurm.requeues == 1
+    assert waiting.slurm.node is None and waiting.job_reason.startswith("Slurm requeued job 41; waiting")
+
+
+def test_without_a_requeue_the_first_end_goes_through_and_success_never_waits(monkeypatch: Any) -> None:
+    from launcher.supervise import slurmlife
+
+    monkeypatch.setattr(slurmlife, "requeue_reason", lambda job, known: None)
+    sup = _Sup()
+    life = slurmlife.SlurmLife(sup)  # type: ignore[arg-type]
+    assert not life.holds("Succeeded", "chief:0 exited 0")
+    assert life.holds("Stopped", "stopped by `distlaunch down`")
+    sup.run_one()
+    assert sup.finished == [("Stopped", "stopped by `distlaunch down`")] and life.requeued is None
+    assert not life.holds("Failed", "later")  # asked once: the end is decided from here on
+    sup.slurm_job = None
+    assert not slurmlife.SlurmLife(sup).holds("Failed", "not a submitted run")  # type: ignore[arg-type]
