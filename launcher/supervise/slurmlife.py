@@ -26,15 +26,14 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from launcher import events as ev
+from launcher.model import Profile
 from launcher.profile.slurm_env import current_allocation
-from launcher.runstate import RunState
+from launcher.runstate import RunState, SlurmJobRecord
+from launcher.supervise.core import Loop
 from launcher.transport import slurmqueue
-
-if TYPE_CHECKING:
-    from launcher.supervise.supervisor import Supervisor
 
 #: how long the SIGTERM's question to Slurm may take (Slurm's KillWait is 30 s by default)
 ASK_TIMEOUT_S = 5.0
@@ -131,13 +130,36 @@ class TimeLimit:
         return left
 
 
+class SlurmOwner(Protocol):
+    """What SlurmLife uses of the supervisor."""
+
+    @property
+    def run_id(self) -> str: ...
+    @property
+    def slurm_job(self) -> SlurmJobRecord | None: ...
+    @property
+    def outcome(self) -> str | None: ...
+    @property
+    def profile(self) -> Profile: ...
+    @property
+    def loop(self) -> Loop: ...
+    @property
+    def finishing(self) -> bool: ...
+    def call(self, fn: Callable[[], None]) -> None: ...
+    def publish(self, event: ev.Event, line: str | None = None) -> None: ...
+    def finish(self, state: str, reason: str) -> None: ...
+    def ended(self, state: str, reason: str) -> None: ...
+    def notice(self, message: str) -> None: ...
+    def stop_job(self, reason: str, origin: str = "") -> None: ...
+
+
 class SlurmLife:
     """The supervisor's side of a Slurm job that may be requeued or reach its time limit. Any end of
     a submitted run but its success is held while Slurm is asked whether it requeued the job: a
     SIGTERM, the agents' steps ending with the allocation, a task failing as it is killed, all
     come at once when Slurm takes the job back, and the first must not decide the run's end."""
 
-    def __init__(self, sup: Supervisor) -> None:
+    def __init__(self, sup: SlurmOwner) -> None:
         self.sup = sup
         #: why the allocation ends while the run goes on (set once the requeue is decided)
         self.requeued: str | None = None

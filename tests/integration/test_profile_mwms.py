@@ -27,14 +27,14 @@ TF_LOG = re.compile(r"^([IWEF]\d{4} |WARNING: All log messages)", re.MULTILINE)
 SPARED = "distlaunch: not capturing worker:1: TensorFlow's profiler crashes a MultiWorkerMirrored task"
 
 
-def start(tmp: Path, run_id: str, strategy: str) -> Path:
+def start(tmp: Path, run_id: str, strategy: str, steps: int) -> Path:
     profile = write_profile(tmp / "job.toml", f"""
 name = "{run_id}"
 strategy = "{strategy}"
 [defaults]
 command = "{{python}} {SCRIPT}"
 workdir = "{REPO}"
-env = {{ TF_CPP_MIN_LOG_LEVEL = "2", SLOW_TASKS = "worker:1", SLEEP_MS = "30", STEPS = "1800" }}
+env = {{ TF_CPP_MIN_LOG_LEVEL = "2", SLOW_TASKS = "worker:1", SLEEP_MS = "30", STEPS = "{steps}" }}
 restart = "never"
 grace_seconds = 5
 [hosts.local]
@@ -68,7 +68,10 @@ def clean(stderr: str) -> list[str]:
 
 
 def profile_and_finish(tmp: Path, run_id: str, strategy: str, captures: int) -> None:
-    run_dir = start(tmp, run_id, strategy)
+    # each capture imports TensorFlow in its client first (20 s on a loaded CI machine): the job
+    # must outlive them all (1800 steps of 30 ms ended under the third capture once)
+    steps = 1800 if captures == 1 else 3600
+    run_dir = start(tmp, run_id, strategy, steps)
     try:
         wait_for(lambda: training(run_id), 180, "both workers training", interval=1.0)
         for _ in range(captures):
@@ -89,10 +92,10 @@ def profile_and_finish(tmp: Path, run_id: str, strategy: str, captures: int) -> 
         assert final["job"]["state"] == "Succeeded", final["job"]
         tasks = final["tasks"]
         assert tasks["worker:0"]["exit_code"] == 0, tasks["worker:0"]
-        assert "worker:0 steps 1800 loss" in (run_dir / "logs" / "worker-0.log").read_text()
+        assert f"worker:0 steps {steps} loss" in (run_dir / "logs" / "worker-0.log").read_text()
         # worker:1 trained to the end too: stopped by the job's success (143) if it had not exited yet
         assert tasks["worker:1"]["exit_code"] in (0, 143) and tasks["worker:1"]["restarts"] == 0, tasks["worker:1"]
-        assert tasks["worker:1"]["step"] >= 1790, tasks["worker:1"]
+        assert tasks["worker:1"]["step"] >= steps - 10, tasks["worker:1"]
         assert tasks["worker:1"]["step_time"] is not None, tasks["worker:1"]  # its live split
     finally:
         cli("down", run_id, timeout=120)

@@ -240,8 +240,9 @@ def test_the_zipapp_ships_exactly_the_host_side_code():
 #: detail of docs/ARCHITECTURE.md moved into the shipped modules' docstrings, ~12 KiB, and a preemption
 #: notice bounded in bytes and time, a retired mark never waited on, ~4 KiB, past the 480 KiB before;
 #: issue 54's checkpoints: the event kind, the agent's checkpoint line and watched directories,
-#: autolog's checkpoint writers, past the 512 KiB before)
-MAX_ZIPAPP_BYTES = 576 * 1024
+#: autolog's checkpoint writers, past the 512 KiB before; issue 59's private network for all-local
+#: jobs, netns.py with its bytecode, ~11 KiB, and the requeued event kind, past the 576 KiB before)
+MAX_ZIPAPP_BYTES = 592 * 1024
 
 
 def test_the_zipapp_stays_small():
