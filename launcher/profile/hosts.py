@@ -214,11 +214,11 @@ class HostsReader:
             if name in table and not table[name].strip():
                 raise self.checker.fail((*key, name), "is empty; give a value or leave the key out")
         extra: list[str] = table.get("sbatch_args", [])
-        taken = [arg for arg in extra if arg.split("=", 1)[0] in ("--comment", "--open-mode")]
+        taken = [name for name in (arg.split("=", 1)[0] for arg in extra) if name in ("--comment", "--open-mode")]
         if taken:  # the job's comment is how a run finds its job again; append keeps a requeue's output
-            raise self.checker.fail((*key, "sbatch_args"), f"{taken[0]}: distlaunch sets the job's "
-                                    f"{taken[0].split('=', 1)[0]} itself (the run's id, with which it finds the "
-                                    "job again; the batch output of every requeue); leave it out")
+            raise self.checker.fail((*key, "sbatch_args"), f"{taken[0]}: distlaunch sets the job's {taken[0]} "
+                                    "itself (the run's id, with which it finds the job again; the batch output "
+                                    "of every requeue); leave it out")
         return SlurmConfig(nodes=table.get("nodes"), time=table.get("time"), partition=table.get("partition"),
                            account=table.get("account"), gpus_per_node=table.get("gpus_per_node"),
                            sbatch_args=tuple(extra), time_limit_action=table.get("time_limit_action"),

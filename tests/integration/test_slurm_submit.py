@@ -184,7 +184,7 @@ def test_sbatch_refusals_are_one_line_and_leave_no_run(tmp_path: Path, slurm_clu
     assert len(missing.stderr.strip().splitlines()) == 1
     # a value from the launcher's environment in what the batch script says: refused, nothing submitted
     secret = sleeper_profile(tmp_path, 1)
-    secret.write_text(secret.read_text().replace("[slurm]\n", '[slurm]\nsbatch_args = ["--comment=${env:DL_TOK}"]\n'))
+    secret.write_text(secret.read_text().replace("[slurm]\n", '[slurm]\nsbatch_args = ["--mail-user=${env:DL_TOK}"]\n'))
     kept = cli("up", str(secret), "--no-tui", "--run-id", "it-submit-secret",
                env={**slurm_cluster.env, "DL_TOK": "s3cr3t-77"}, timeout=60)
     assert kept.returncode == 2 and "would hold a secret" in kept.stderr and "s3cr3t-77" not in kept.stderr, \

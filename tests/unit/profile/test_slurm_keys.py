@@ -37,5 +37,7 @@ def test_time_limit_action_and_its_margin(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("arg", ["--comment=mine", "--open-mode=truncate"])
 def test_options_distlaunch_sets_itself_are_refused_in_sbatch_args(tmp_path: Path, arg: str) -> None:
-    with pytest.raises(ProfileError, match=rf"sbatch_args.*{arg}: distlaunch sets the job's .* itself"):
+    name, value = arg.split("=")
+    with pytest.raises(ProfileError, match=rf"sbatch_args: {name}: distlaunch sets the job's {name} itself") as err:
         load_profile(_profile(tmp_path, f'sbatch_args = ["{arg}"]'))
+    assert value not in str(err.value)  # the value is never shown: it may be a secret from ${env:...}
