@@ -84,6 +84,9 @@ class DashboardApp(App[DashboardResult]):
 
     def on_stream_ended(self, message: StreamEnded) -> None:
         self.state.stream_ended = True
+        if self.state.live and self.state.view.requeued is not None and not self.state.view.ended:
+            self.leave("quit")  # Slurm requeued the job: the caller shows its queue, then this run again
+            return
         self.dashboard.flush(force_chart=True)
         if message.error:
             self.notify(message.error, severity="error", timeout=10)

@@ -249,6 +249,8 @@ class JobView:
     #: state changes, exits, restarts, conditions and operator actions (the `e` view)
     timeline: Timeline = field(default_factory=Timeline)
     last_stacks: ev.StacksEvent | None = None  # the latest `stacks` event: the stacks view's stored capture
+    #: Slurm requeued the run's job and no allocation has run it since (a client goes back to the queue)
+    requeued: ev.RequeuedEvent | None = None
     step_times: StepTimes = field(default_factory=StepTimes)  # each task's split, closures per worker
 
     # -- reading -------------------------------------------------------------------------
@@ -336,7 +338,11 @@ class JobView:
             self.start_ts = event.ts
         self.last_ts = event.ts if self.last_ts is None else max(self.last_ts, event.ts)
         self.timeline.add(event)
+        if isinstance(event, ev.RequeuedEvent):
+            self.requeued = event
         if isinstance(event, ev.JobEvent):
+            if event.state in (ev.JOB_CREATED, ev.JOB_RUNNING):
+                self.requeued = None  # an allocation runs the job again
             self._apply_job(event)
             return
         if isinstance(event, ev.StacksEvent):

@@ -20,6 +20,7 @@ from tests.tui.tui_support import (
     wait_until,
 )
 from tui.actions import NOT_IN_REPLAY
+from tui.app import DashboardApp
 from tui.dashboard import dashboard_bindings
 from tui.frame import DashboardResult
 from tui.placement_view import TOTAL_ROW
@@ -315,3 +316,36 @@ async def test_tensorflow_start_up_lines_fold_into_one_line_and_v_shows_them() -
         await pilot.press("v")
         assert sum("start-up lines hidden" in line for line in log_lines(app)) == 1
         assert len(app.state.view.log("chief:0").lines) == 2 + len(noise) + 3
+
+
+async def test_a_slurm_requeue_leaves_the_dashboard_for_the_queue_view() -> None:
+    """The supervisor of an allocation Slurm took back ends its stream after a `requeued` event: the
+    dashboard leaves by itself (the caller shows the queue, then the run's next allocation)."""
+    events = [*recorded_job(steps=1, fail_worker=False),
+              ev.requeued_event(RUN, "41", "Slurm requeued job 41", 1, "n1", ts=T0 + 20),
+              ev.job_event(RUN, ev.JOB_RESTARTING, "Slurm requeued job 41: the run goes on", ts=T0 + 20)]
+    source = MemorySource(events)
+    app = DashboardApp(source, RecordingControl(), title="mnist-ps", strategy="parameter_server", hosts_total=2,
+                       live=True, clock=fixed_clock())
+    async with app.run_test(size=(100, 30)) as pilot:
+        await load(pilot, app, len(events))
+        assert app.return_value is None  # still following: the stream is open
+        source.close()
+        await wait_until(pilot, lambda: app.return_value is not None)
+    assert app.return_value == DashboardResult("quit")
+
+
+async def test_a_requeue_of_an_earlier_allocation_does_not_leave_by_itself() -> None:
+    events = [ev.requeued_event(RUN, "41", "Slurm requeued job 41", 1, "n1", ts=T0 - 5),
+              *recorded_job(steps=1, fail_worker=False)]  # this allocation's job Running after it
+    source = MemorySource(events)
+    app = DashboardApp(source, RecordingControl(), title="mnist-ps", strategy="parameter_server", hosts_total=2,
+                       live=True, clock=fixed_clock())
+    async with app.run_test(size=(100, 30)) as pilot:
+        await load(pilot, app, len(events))
+        source.close()
+        await wait_until(pilot, lambda: app.state.stream_ended)
+        await pilot.pause(0.1)
+        assert app.return_value is None and app.is_running  # a lost stream is shown, the user leaves
+        await pilot.press("q")
+        await wait_until(pilot, lambda: app.return_value is not None)
