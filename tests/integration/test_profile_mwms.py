@@ -87,8 +87,12 @@ def profile_and_finish(tmp: Path, run_id: str, strategy: str, captures: int) -> 
         assert named.returncode == 1 and named.stdout == "", named.stdout + named.stderr
         assert clean(named.stderr) == [named.stderr.strip()] and named.stderr.startswith(SPARED), named.stderr
         assert time.monotonic() - began < 15, "a task not captured costs no capture"
-        final = wait_for(lambda: (lambda s: s if s["job"]["state"] in ("Succeeded", "Failed") else None)(
-            status(run_id)), 300, "the job's end", interval=2.0)
+        def ended() -> dict[str, Any] | None:  # the job's end, and each task's (the success stops worker:1 after it)
+            now = status(run_id)
+            done = now["job"]["state"] in ("Succeeded", "Failed")
+            return now if done and all(t["exit_code"] is not None for t in now["tasks"].values()) else None
+
+        final = wait_for(ended, 300, "the job's end and every task's", interval=2.0)
         assert final["job"]["state"] == "Succeeded", final["job"]
         tasks = final["tasks"]
         assert tasks["worker:0"]["exit_code"] == 0, tasks["worker:0"]
