@@ -28,7 +28,7 @@ from launcher.export.sbatch import SubmittedRun, sbatch_script
 from launcher.model import Profile
 from launcher.paths import runs_root
 from launcher.profile.overrides import mask_secrets
-from launcher.profile.slurm_env import current_allocation
+from launcher.profile.slurm_env import current_allocation, restart_count
 from launcher.runclean import remove_run_dir
 from launcher.rundir import BATCH_OUTPUT, BATCH_SCRIPT, PRIVATE_FILE, STATE_FILE, RunDir, new_run_id, unlink_from_root
 from launcher.runstate import RunState, SlurmJobRecord, load_run_state
@@ -122,13 +122,7 @@ def submitted_job(target: Path, run_id: str) -> SlurmJobRecord | None:
             or not state.awaiting_slurm or state.slurm.node is not None:
         return None
     return dataclasses.replace(state.slurm, node=socket.gethostname(),
-                               requeues=max(state.slurm.requeues, _restart_count()))
-
-
-def _restart_count() -> int:
-    """SLURM_RESTART_COUNT: how many times Slurm requeued this allocation's job (0 where unset)."""
-    count = os.environ.get("SLURM_RESTART_COUNT", "")
-    return int(count) if count.isdigit() else 0
+                               requeues=max(state.slurm.requeues, restart_count()))
 
 
 #: how long the batch job waits for the submitting `up` to record the job id (sbatch answered it
@@ -173,7 +167,7 @@ def _take_over(target: Path, run_id: str) -> bool:
     and starts a requeued job only once the last allocation's processes are gone. The run is
     recorded waiting for this job again (a ``requeued`` event says so); True when it was."""
     state = load_run_state(target)
-    count = _restart_count()
+    count = restart_count()
     if state.run_id != run_id or state.slurm is None or state.outcome is not None or count <= state.slurm.requeues:
         return False
     why = (f"Slurm requeued job {state.slurm.job_id}; the supervisor of its last allocation "
@@ -194,8 +188,7 @@ def _previous_allocation_ending(target: Path, run_id: str) -> bool:
     """Is this a requeued job's batch script, and the run still held by the supervisor of the job's
     last allocation (same job, no end recorded)?"""
     allocation = current_allocation()
-    if allocation is None or not os.environ.get("SLURM_RESTART_COUNT", "0").strip("0") \
-            or not (target / STATE_FILE).exists():
+    if allocation is None or not restart_count() or not (target / STATE_FILE).exists():
         return False
     state = load_run_state(target)
     return (state.run_id == run_id and state.slurm is not None and state.slurm.job_id == allocation.job_id

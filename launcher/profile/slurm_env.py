@@ -38,3 +38,9 @@ def _gpus(env: Mapping[str, str]) -> tuple[int, ...]:
         return tuple(int(part) for part in listed.split(","))
     count = env.get("SLURM_GPUS_ON_NODE", "")
     return tuple(range(int(count))) if count.isdigit() else ()
+
+
+def restart_count(environ: Mapping[str, str] | None = None) -> int:
+    """SLURM_RESTART_COUNT: how many times Slurm requeued this allocation's job (0 where unset)."""
+    count = (os.environ if environ is None else environ).get("SLURM_RESTART_COUNT", "")
+    return int(count) if count.isdigit() else 0

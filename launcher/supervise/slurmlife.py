@@ -21,7 +21,6 @@ the requeued batch script's `up` finds the run waiting for its job and continues
 from __future__ import annotations
 
 import dataclasses
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -30,7 +29,7 @@ from typing import Protocol
 
 from launcher import events as ev
 from launcher.model import Profile
-from launcher.profile.slurm_env import current_allocation
+from launcher.profile.slurm_env import current_allocation, restart_count
 from launcher.runstate import RunState, SlurmJobRecord
 from launcher.supervise.core import Loop
 from launcher.transport import slurmqueue
@@ -171,8 +170,7 @@ class SlurmLife:
         """The requeues of this allocation's job so far: Slurm's own count for the allocation
         (SLURM_RESTART_COUNT), else the run's record."""
         recorded = self.sup.slurm_job.requeues if self.sup.slurm_job is not None else 0
-        count = os.environ.get("SLURM_RESTART_COUNT", "")
-        return max(recorded, int(count)) if count.isdigit() else recorded
+        return max(recorded, restart_count())
 
     def job(self) -> SlurmJob | None:
         record = self.sup.slurm_job
