@@ -34,6 +34,8 @@ from launcher.transport.local import LocalHost
 
 #: how long a detached step may take to report its pid (slurmctld may be busy)
 START_TIMEOUT = 120.0
+#: how long a refused step waits for squeue to show the job ending before it believes it runs
+SETTLE_S = 10.0
 
 
 #: what srun says when the allocation it should run a step in has ended (slurmctld's words),
@@ -70,6 +72,7 @@ class SlurmHost(LocalHost):
     def __init__(self, config: HostConfig) -> None:
         super().__init__(config)
         self.job_id = config.slurm_job_id
+        self.het_group = config.slurm_het_group
         self._steps: list[subprocess.Popen[bytes]] = []
         self._home: str | None = None
 
@@ -103,18 +106,31 @@ class SlurmHost(LocalHost):
         when squeue no longer knows the job; None when squeue could not answer (slurmctld busy),
         which is no reason to give up on the host."""
         try:
-            result = subprocess.run(["squeue", "-h", "-j", str(self.job_id), "--states=all", "-o", "%T"],
+            result = subprocess.run(["squeue", "-h", "-j", str(self.job_id), "--states=all", "-o", "%i %T"],
                                     capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
         except (OSError, subprocess.TimeoutExpired):
             return None
         if result.returncode != 0:
             return "" if "invalid job id" in result.stderr.lower() else None
-        return result.stdout.strip()
+        return leader_state(str(self.job_id), result.stdout)
+
+    def _settled_state(self) -> str | None:
+        """The job's state once a step was refused: an allocation being ended refuses steps a moment
+        before squeue stops calling it RUNNING (a heterogeneous job's components end one by one),
+        so a refused step looks again for up to ``SETTLE_S`` before it believes the job still runs."""
+        deadline = time.monotonic() + SETTLE_S
+        while True:
+            state = self._job_state()
+            if state is None or state in ENDED_STATES or time.monotonic() >= deadline:
+                return state
+            time.sleep(0.5)  # squeue is polled: slurmctld sends no notice of a job's end
 
     def srun(self, command: str) -> list[str]:
         """The argv of one step on this node running ``command`` under /bin/sh."""
         assert self.job_id is not None
-        return ["srun", "--overlap", f"--jobid={self.job_id}", f"--nodelist={self.address}",
+        # a heterogeneous job's steps name the leader's id and the component (its own id is refused)
+        group = [] if self.het_group is None else [f"--het-group={self.het_group}"]
+        return ["srun", "--overlap", f"--jobid={self.job_id}", *group, f"--nodelist={self.address}",
                 "--nodes=1", "--ntasks=1", "--quiet", "--kill-on-bad-exit=0", "--export=ALL",
                 "/bin/sh", "-c", command]
 
@@ -127,7 +143,7 @@ class SlurmHost(LocalHost):
         if said is not None:
             # the step did not run or was killed: the allocation may have ended after connect()
             # saw it running (a `down` racing salloc's end); Slurm says whether it did
-            state = self._job_state()
+            state = self._settled_state()
             if state in ENDED_STATES or (state is None and any(w in said.lower() for w in _ALLOCATION_ENDED)):
                 raise HostGone(self.ended(state, said))
         return result
@@ -191,6 +207,19 @@ class SlurmHost(LocalHost):
     def stream_lines(self, command: str, on_line: Callable[[str], None],
                      on_close: Callable[[int | None], None] | None = None) -> LineStream:
         return super().stream_lines(self._step(command), on_line, on_close)
+
+def leader_state(job_id: str, stdout: str) -> str:
+    """The state in squeue's ``%i %T`` lines of the job itself: a heterogeneous job shows one line
+    per component (``ID+K``), and its leader's (``ID+0``) is the job's; "" when none is shown."""
+    states = {}
+    for line in stdout.splitlines():
+        shown, _, state = line.strip().partition(" ")
+        states[shown] = state.strip()
+    for name in (job_id, f"{job_id}+0"):
+        if name in states:
+            return states[name]
+    return next(iter(states.values()), "")
+
 
 def _drain_and_reap(proc: subprocess.Popen[bytes]) -> None:
     assert proc.stdout is not None

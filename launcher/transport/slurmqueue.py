@@ -31,7 +31,7 @@ REQUEUE_STATES = frozenset({"REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD"})
 #: how long one squeue / scancel may take before it counts as no answer
 QUERY_TIMEOUT_S = 15.0
 SUBMIT_TIMEOUT_S = 60.0
-_FORMAT = "%T|%r|%S|%B|%e"
+_FORMAT = "%T|%r|%S|%B|%e|%i"
 
 
 @dataclass(frozen=True)
@@ -120,7 +120,9 @@ def query(job_id: str, timeout: float = QUERY_TIMEOUT_S, cluster: str | None = N
     if result.returncode != 0:
         return SlurmJobInfo(job_id, "") if "invalid job id" in result.stderr.lower() else None
     lines = _answer_lines(result.stdout)
-    return parse_squeue_line(job_id, lines[0]) if lines else SlurmJobInfo(job_id, "")
+    # a heterogeneous job shows a line per component (%i ``ID+K``): its leader's is the job's
+    leader = [line for line in lines if line.rpartition("|")[2].strip() in (job_id, f"{job_id}+0")]
+    return parse_squeue_line(job_id, (leader or lines)[0]) if lines else SlurmJobInfo(job_id, "")
 
 
 #: find_submitted's answer when squeue itself did not answer (the job may be queued all the same)
@@ -141,8 +143,9 @@ def find_submitted(run_id: str, cluster: str | None = None, timeout: float = QUE
         return NO_ANSWER
     for line in _answer_lines(result.stdout):
         job_id, _, comment = line.partition("|")
-        if comment.strip() == RUN_COMMENT + run_id and job_id.strip().isdigit():
-            return job_id.strip()
+        job_id = job_id.strip().removesuffix("+0")  # a heterogeneous job's leader: ID+0
+        if comment.strip() == RUN_COMMENT + run_id and job_id.isdigit():
+            return job_id
     return None
 
 
@@ -230,7 +233,10 @@ def restarts(job_id: str, timeout: float = QUERY_TIMEOUT_S, cluster: str | None 
 
 
 def parse_show_job(text: str) -> JobRestarts | None:
-    fields = dict(re.findall(r"(?:^|\s)(JobState|Restarts|Reason|PreemptTime|Requeue)=(\S*)", text))
+    """``scontrol show job -o``'s first line: a heterogeneous job's leader comes first, a line per
+    component after it."""
+    first = next((line for line in text.splitlines() if line.strip()), "")
+    fields = dict(re.findall(r"(?:^|\s)(JobState|Restarts|Reason|PreemptTime|Requeue)=(\S*)", first))
     if "JobState" not in fields or not fields.get("Restarts", "").isdigit():
         return None
     reason = fields.get("Reason", "")

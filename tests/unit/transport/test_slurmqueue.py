@@ -53,7 +53,8 @@ def test_squeue_and_scancel_are_told_the_cluster_and_its_header_is_no_job(tmp_pa
     info = query("41", cluster="alpha")
     assert info is not None and (info.state, info.node) == ("RUNNING", "node3")
     assert cancel("41", cluster="alpha") is None
-    assert calls.read_text().splitlines() == ["-M alpha -h -j 41 --states=all -o %T|%r|%S|%B|%e", "scancel -M alpha 41"]
+    assert calls.read_text().splitlines() == ["-M alpha -h -j 41 --states=all -o %T|%r|%S|%B|%e|%i",
+                                             "scancel -M alpha 41"]
 
 
 def test_a_job_queued_by_an_sbatch_that_never_answered_is_found_by_its_run(tmp_path: Path,
