@@ -73,9 +73,23 @@ class HostConfig:
     group: str | None = None
     #: transport "slurm": the allocation (job id) whose steps run this host's commands
     slurm_job_id: str | None = None
+    #: transport "slurm" in a heterogeneous job: the component this node belongs to (srun --het-group)
+    slurm_het_group: int | None = None
     #: a shell command the host's agent runs every few seconds; exit 0: this host is about to go
     #: (its own [hosts.X] value, else the one under [defaults] or [ssh]; None: none)
     preemption_notice: str | None = None
+
+
+@dataclass(frozen=True)
+class SlurmComponent:
+    """One component of a heterogeneous Slurm job (``[roles.X.slurm]``, or [slurm]'s own keys for the
+    roles without one): the nodes, partition and GPUs its roles' tasks get. None: [slurm]'s value."""
+
+    roles: tuple[str, ...]
+    nodes: int | None = None
+    partition: str | None = None
+    gpus_per_node: int | None = None
+    sbatch_args: tuple[str, ...] = ()  # more #SBATCH options of this component alone
 
 
 @dataclass(frozen=True)
@@ -91,6 +105,20 @@ class SlurmConfig:
     #: before the time limit: requeue the job (the run goes on) or stop the run; None: Slurm kills it
     time_limit_action: Literal["requeue", "stop"] | None = None
     time_limit_margin_seconds: float = 300.0
+    #: a heterogeneous job: one component per role that names its own ``[roles.X.slurm]``, after the
+    #: one of the roles that do not (component 0, where the batch script and the supervisor run);
+    #: () or one component: a homogeneous job
+    components: tuple[SlurmComponent, ...] = ()
+
+    @property
+    def heterogeneous(self) -> bool:
+        return len(self.components) > 1
+
+    def component_of(self, role: str) -> int | None:
+        """The index of ``role``'s component (``srun --het-group``); None in a homogeneous job."""
+        if not self.heterogeneous:
+            return None
+        return next((i for i, c in enumerate(self.components) if role in c.roles), None)
 
 
 @dataclass(frozen=True)

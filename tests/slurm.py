@@ -26,16 +26,23 @@ START_TIMEOUT = 60.0
 
 
 class SlurmCluster:
-    def __init__(self) -> None:
+    """``partitions``: node name -> its partition, for several nodes (slurmd run once per node name on
+    this machine, ``slurmd -N``, each with its own port and spool, all at 127.0.0.1, which Slurm's
+    NodeAddr gives distlaunch for TF_CONFIG) and the backfill scheduler, which alone starts
+    heterogeneous jobs; None: one node named as this machine, in partition debug."""
+
+    def __init__(self, partitions: dict[str, str] | None = None) -> None:
         self._tmp = tempfile.TemporaryDirectory(prefix="distlaunch-slurm-")
         self.dir = Path(self._tmp.name)
         self.node = socket.gethostname()
+        self.nodes = list(partitions or {self.node: "debug"})
+        self._partitions = partitions
         self.conf = self.dir / "slurm.conf"
         self.munge_socket = self.dir / "munge.sock"
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
         (self.dir / "state").mkdir()
         (self.dir / "spool").mkdir()
-        self.conf.write_text("\n".join([
+        lines = [
             "ClusterName=distlaunch-test",
             f"SlurmctldHost={self.node}(127.0.0.1)",
             "SlurmUser=root",
@@ -60,10 +67,24 @@ class SlurmCluster:
             "MpiDefault=none",
             "JobAcctGatherType=jobacct_gather/none",
             "AccountingStorageType=accounting_storage/none",
-            f"NodeName={self.node} NodeAddr=127.0.0.1 CPUs={os.cpu_count() or 1} State=UNKNOWN",
-            f"PartitionName=debug Nodes={self.node} Default=YES MaxTime=INFINITE State=UP",
-            "",
-        ]))
+        ]
+        if partitions is None:
+            lines += [f"NodeName={self.node} NodeAddr=127.0.0.1 CPUs={os.cpu_count() or 1} State=UNKNOWN",
+                      f"PartitionName=debug Nodes={self.node} Default=YES MaxTime=INFINITE State=UP"]
+        else:
+            lines = [line.replace("sched/builtin", "sched/backfill") for line in lines
+                     if not line.startswith(("SlurmdPidFile", "SlurmdLogFile", "SlurmdSpoolDir"))]
+            lines += [f"SlurmdPidFile={self.dir / 'slurmd-%n.pid'}", f"SlurmdLogFile={self.dir / 'slurmd-%n.log'}",
+                      f"SlurmdSpoolDir={self.dir / 'spool-%n'}", "SchedulerParameters=bf_interval=1"]
+            for node in partitions:
+                (self.dir / f"spool-{node}").mkdir()
+                lines.append(f"NodeName={node} NodeHostname={self.node} NodeAddr=127.0.0.1 Port={free_port()} "
+                             f"CPUs={os.cpu_count() or 1} State=UNKNOWN")
+            for index, name in enumerate(dict.fromkeys(partitions.values())):
+                members = ",".join(n for n, p in partitions.items() if p == name)
+                lines.append(f"PartitionName={name} Nodes={members} Default={'YES' if index == 0 else 'NO'} "
+                             "MaxTime=INFINITE State=UP")
+        self.conf.write_text("\n".join([*lines, ""]))
 
     @property
     def env(self) -> dict[str, str]:
@@ -80,8 +101,14 @@ class SlurmCluster:
         self._wait(lambda: self.munge_socket.exists(), "munged")
         self._spawn("slurmctld", ["slurmctld", "-D", "-i", "-f", str(self.conf)])
         self._wait(lambda: self._client(["scontrol", "ping"]).returncode == 0, "slurmctld")
-        self._spawn("slurmd", ["slurmd", "-D", "-f", str(self.conf)])
-        self._wait(lambda: "idle" in self._client(["sinfo", "-h", "-o", "%T"]).stdout, "slurmd")
+        if self._partitions is None:
+            self._spawn("slurmd", ["slurmd", "-D", "-f", str(self.conf)])
+            self._wait(lambda: "idle" in self._client(["sinfo", "-h", "-o", "%T"]).stdout, "slurmd")
+            return self
+        for node in self.nodes:
+            self._spawn(f"slurmd-{node}", ["slurmd", "-D", "-N", node, "-f", str(self.conf)])
+        self._wait(lambda: self._client(["sinfo", "-h", "-N", "-o", "%T"]).stdout.split() == ["idle"] * len(self.nodes),
+                   f"slurmd-{self.nodes[0]}")
         return self
 
     def _spawn(self, name: str, argv: list[str]) -> None:
@@ -120,7 +147,7 @@ class SlurmCluster:
 
     def stop(self) -> None:
         """Stop every daemon this cluster started (slurmd, slurmctld, munged, in that order)."""
-        for name in reversed(DAEMONS):
+        for name in [*(n for n in self._procs if n.startswith("slurmd-")), *reversed(DAEMONS)]:
             proc = self._procs.pop(name, None)
             if proc is None or proc.poll() is not None:
                 continue
@@ -147,14 +174,28 @@ def slurm_unavailable() -> str | None:
     return None
 
 
-@pytest.fixture(scope="module")
-def slurm_cluster() -> Iterator[SlurmCluster]:
+def _cluster(partitions: dict[str, str] | None = None) -> SlurmCluster:
     reason = slurm_unavailable()
     if reason is not None:
         if os.environ.get("DISTLAUNCH_REQUIRE_SLURM") == "1":
             pytest.fail(f"DISTLAUNCH_REQUIRE_SLURM=1 but {reason}")
         pytest.skip(reason)
-    cluster = SlurmCluster()
+    return SlurmCluster(partitions)
+
+
+@pytest.fixture(scope="module")
+def two_partition_cluster() -> Iterator[SlurmCluster]:
+    """Nodes n1 (partition debug, the default) and n2 (partition cpu), for heterogeneous jobs."""
+    cluster = _cluster({"n1": "debug", "n2": "cpu"})
+    try:
+        yield cluster.start()
+    finally:
+        cluster.cleanup()
+
+
+@pytest.fixture(scope="module")
+def slurm_cluster() -> Iterator[SlurmCluster]:
+    cluster = _cluster()
     try:
         yield cluster.start()
     finally:

@@ -22,6 +22,7 @@ from launcher.events import REPORT_PREFIX
 from launcher.model import SSH_TRANSPORTS, START_ORDER, Overrides, Plan, TaskSpec
 from launcher.plan import PICKED_AT_LAUNCH, build_plan, host_port, mask_env, tf_config
 from launcher.profile.containeropts import container_warnings
+from launcher.profile.hetjob import component_lines
 from launcher.profile.overrides import mask_secrets
 from launcher.profile.reader import load_profile
 from launcher.remote import kerasfit
@@ -97,7 +98,8 @@ def print_plan(plan: Plan, out: TextIO) -> None:
     for line in route_lines(plan):
         out.write(line + "\n")
     if plan.profile.slurm is not None:
-        out.write(_slurm_line(plan) + "\n")
+        for line in _slurm_lines(plan):
+            out.write(line + "\n")
     for role in (profile.roles[name] for name in START_ORDER if name in profile.roles):
         if role.count == 0:
             continue
@@ -135,13 +137,26 @@ def route_lines(plan: Plan) -> list[str]:
     return lines
 
 
-def _slurm_line(plan: Plan) -> str:
+def _slurm_lines(plan: Plan) -> list[str]:
+    slurm = plan.profile.slurm
+    assert slurm is not None
     hosts = list(plan.profile.hosts.values())
+    components = [f"slurm     {words}" for words in component_lines(slurm)]
+    if components:
+        components.insert(0, f"slurm     a heterogeneous job of {len(slurm.components)} components "
+                             "(#SBATCH hetjob; each role's tasks start as `srun --het-group` steps of its own)")
     if hosts and hosts[0].slurm_job_id is None:
-        return ("slurm     not inside a Slurm allocation: at `up` the hosts are its nodes "
-                "(SLURM_JOB_NODELIST); run inside `salloc`, or `distlaunch export sbatch PROFILE`")
-    return (f"slurm     job {hosts[0].slurm_job_id}: {len(hosts)} node(s), "
-            "tasks start as `srun --overlap` steps")
+        return [*components, "slurm     not inside a Slurm allocation: at `up` the hosts are its nodes "
+                "(SLURM_JOB_NODELIST); `distlaunch up` here submits the job, or run inside `salloc`, or "
+                "`distlaunch export sbatch PROFILE`"]
+    lines = [f"slurm     job {hosts[0].slurm_job_id}: {len(hosts)} node(s), tasks start as `srun --overlap` steps"]
+    if slurm.heterogeneous and all(h.slurm_het_group is None for h in hosts):
+        lines.append(f"slurm     this allocation is not heterogeneous (SLURM_HET_SIZE unset): every role runs on "
+                     f"its nodes, not on the {len(slurm.components)} components the profile asks for")
+    elif slurm.heterogeneous:
+        lines += [f"slurm     component {k}: {', '.join(h.name for h in hosts if h.slurm_het_group == k)}"
+                  for k in sorted({h.slurm_het_group for h in hosts if h.slurm_het_group is not None})]
+    return [*components[:1], *lines]
 
 
 def _success_rule(plan: Plan) -> str:

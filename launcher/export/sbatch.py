@@ -19,8 +19,9 @@ from pathlib import Path
 
 from launcher.agent.containeradapters import is_image_file, pyxis_image
 from launcher.errors import UserError
-from launcher.model import Profile
+from launcher.model import Profile, SlurmComponent
 from launcher.plan import build_plan
+from launcher.profile.hetjob import component_lines, component_options
 from launcher.profile.reader import load_profile
 from launcher.transport.slurmqueue import RUN_COMMENT
 
@@ -44,21 +45,26 @@ def sbatch_script(profile: Profile, run: SubmittedRun | None = None) -> str:
         raise UserError(f"{profile.path}: has no [slurm] table; add one (an empty [slurm] is enough) "
                         "so the job takes its hosts from the allocation")
     output = str(run.output) if run is not None and run.output is not None else "distlaunch-%x-%j.out"
-    options = [f"--job-name={profile.name}", f"--nodes={slurm.nodes or 1}", f"--output={output}"]
-    if slurm.time:
-        options.append(f"--time={slurm.time}")
-    if slurm.partition:
-        options.append(f"--partition={slurm.partition}")
+    options = [f"--job-name={profile.name}", f"--output={output}"]
     if slurm.account:
         options.append(f"--account={slurm.account}")
-    if slurm.gpus_per_node:
-        options.append(f"--gpus-per-node={slurm.gpus_per_node}")
     if run is not None:  # how `up` finds the job again if sbatch's answer is lost (a run id is no secret)
         options.append(f"--comment={RUN_COMMENT}{run.run_id}")
         options.append("--open-mode=append")  # a requeued job's batch output follows the first one's
     if slurm.time_limit_action == "requeue" and run is not None:  # an exported script's rerun is a new run
         options.append("--requeue")
-    options.extend(slurm.sbatch_args)
+    if not slurm.heterogeneous:  # the job's nodes: [slurm]'s, or those of the one role that names its own
+        only = slurm.components[0] if slurm.components else SlurmComponent(roles=())
+        options += component_options(slurm, only)
+    options.extend(slurm.sbatch_args)  # last: the user's word on any option wins
+    directives = [f"#SBATCH {option}" for option in options]
+    if slurm.heterogeneous:  # one component per role that names its own partition, nodes or GPUs
+        for index, (component, words) in enumerate(zip(slurm.components, component_lines(slurm), strict=True)):
+            if index:
+                directives.append("#SBATCH hetjob")
+            directives.append(f"# {words}")
+            directives += [f"#SBATCH {option}" for option in component_options(slurm, component)]
+
     up = [sys.executable, "-m", "launcher.cli", "up", str(profile.path.resolve()), "--no-tui"]
     if run is not None:  # the batch job continues the run `up` made when it submitted: one run, one dir
         up += ["--run-id", run.run_id, "--run-dir", str(run.run_dir), "--continue-submitted"]
@@ -75,7 +81,7 @@ def sbatch_script(profile: Profile, run: SubmittedRun | None = None) -> str:
     lines = [
         "#!/bin/sh",
         written,
-        *(f"#SBATCH {option}" for option in options),
+        *directives,
         "",
         *container_lines(profile),
         "# distlaunch runs on the first node; every task starts as an `srun --overlap` step",

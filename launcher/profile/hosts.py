@@ -30,7 +30,12 @@ from launcher.profile.keys import (
     TOP_KEYS,
 )
 from launcher.profile.names import MAX_HOSTS, host_name_problem
-from launcher.profile.slurm_env import current_allocation
+from launcher.profile.slurm_env import current_allocation, node_addresses
+
+
+def placeholder(component: int) -> str:
+    """The host standing for a component's nodes outside an allocation."""
+    return SLURM_PLACEHOLDER if component == 0 else f"{SLURM_PLACEHOLDER}-het{component}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -171,21 +176,37 @@ class HostsReader:
             raise self.checker.fail((*key, "gpus"), f"lists a GPU twice: {show_value(value)}; list each index once")
         return tuple(value)
 
-    def slurm_hosts(self, notice: str | None = None) -> dict[str, HostConfig]:
+    def slurm_hosts(self, notice: str | None = None, slurm: SlurmConfig | None = None) -> dict[str, HostConfig]:
         """One host per node of the allocation; outside one, a placeholder that ``check`` shows
-        and that refuses to connect (so ``export sbatch`` and ``check --no-remote`` still work).
-        ``notice``: every node's preemption notice ([defaults] or [ssh])."""
+        and that refuses to connect (so ``export sbatch`` and ``check --no-remote`` still work), one
+        per component of a heterogeneous job. ``notice``: every node's preemption notice ([defaults]
+        or [ssh]). In a heterogeneous allocation each host is one node of one component; a node
+        Slurm gave two components is two hosts (``NODE-het<K>`` for the later one)."""
         try:
             allocation = current_allocation()
         except hostlist.HostlistError as exc:
             raise self.checker.fail(("slurm",), f"SLURM_JOB_NODELIST is not a hostlist ({exc})") from None
         if allocation is None:
-            return {SLURM_PLACEHOLDER: HostConfig(name=SLURM_PLACEHOLDER, address="(no allocation)",
-                                                  transport="slurm", group="slurm", preemption_notice=notice)}
-        return {node: HostConfig(name=node, address=node, transport="slurm", group="slurm",
-                                 gpus=allocation.gpus_per_node, slurm_job_id=allocation.job_id,
-                                 preemption_notice=notice)
-                for node in allocation.nodes}
+            count = len(slurm.components) if slurm is not None and slurm.heterogeneous else 1
+            return {placeholder(k): HostConfig(name=placeholder(k), address="(no allocation)", transport="slurm",
+                                               group="slurm", preemption_notice=notice,
+                                               slurm_het_group=k if count > 1 else None)
+                    for k in range(count)}
+        addresses = node_addresses(allocation.nodes)
+        if not allocation.components:
+            return {node: HostConfig(name=node, address=node, transport="slurm", group="slurm",
+                                     gpus=allocation.gpus_per_node, slurm_job_id=allocation.job_id,
+                                     preemption_notice=notice, tf_address=addresses.get(node))
+                    for node in allocation.nodes}
+        hosts: dict[str, HostConfig] = {}
+        for index, component in enumerate(allocation.components):
+            for node in component.nodes:
+                name = node if node not in hosts else f"{node}-het{index}"
+                hosts[name] = HostConfig(name=name, address=node, transport="slurm", group="slurm",
+                                         gpus=component.gpus_per_node, slurm_job_id=allocation.job_id,
+                                         preemption_notice=notice, tf_address=addresses.get(node),
+                                         slurm_het_group=index)
+        return hosts
 
     def spares(self, data: Mapping[str, Any], hosts: Mapping[str, HostConfig]) -> tuple[str, ...]:
         """``spares``: host names, a range's table name standing for all its hosts, each host once.

@@ -228,6 +228,22 @@ HOST_KEYS = Table(
     ),
 )
 
+ROLE_SLURM_KEYS = Table(
+    "With [slurm]: this role's tasks run in a component of their own of a heterogeneous Slurm job "
+    "(#SBATCH hetjob; the tasks start as `srun --het-group` steps), e.g. ps on CPU nodes and workers on "
+    "GPU nodes. The roles without this table share [slurm]'s component, where the supervisor runs; a key "
+    "left out here takes [slurm]'s value.",
+    (
+        Key("nodes", "integer", "Nodes of this role's component (sbatch --nodes); default 1.", minimum=1),
+        Key("partition", "string", "Partition of this role's component.", nonblank=True),
+        Key("gpus_per_node", "integer", "GPUs per node of this role's component (sbatch --gpus-per-node).",
+            minimum=0),
+        Key("sbatch_args", "string_list", "More sbatch options of this role's component alone (one per "
+            "#SBATCH line; [slurm]'s sbatch_args are the whole job's).", default=[],
+            expected='a list of options like ["--constraint=cpu"]'),
+    ),
+)
+
 ROLE_KEYS = Table(
     "The tasks of one role; any [defaults] key can be overridden here.",
     (
@@ -244,6 +260,7 @@ ROLE_KEYS = Table(
             maximum=MAX_TASKS),
         Key("max_count", "integer", "The most tasks this role may grow to (distlaunch resize, a host "
             "re-admitted or added); at least count; default: count.", minimum=1, maximum=MAX_TASKS),
+        Key("slurm", "table", ROLE_SLURM_KEYS.doc, table=ROLE_SLURM_KEYS),
         *TASK_KEYS.keys,
     ),
 )

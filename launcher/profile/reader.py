@@ -38,6 +38,7 @@ from launcher.profile.checks import (
     show_value,
     suggest,
 )
+from launcher.profile.hetjob import read_components
 from launcher.profile.hosts import HostsReader
 from launcher.profile.keys import (
     LOG_POLICY_KEYS,
@@ -134,11 +135,16 @@ class ProfileReader:
         defaults = role_reader.task_settings(defaults_table, ("defaults",), None)
         ssh = host_reader.ssh_settings(ssh_table, ("ssh",), DEFAULT_SSH)
         slurm = host_reader.slurm(data)
+        roles_table = self.checker.table(data, "roles", ())
+        components = read_components(self.checker, roles_table, slurm)
+        if slurm is not None and components:
+            slurm = replace(slurm, components=components)
+            role_reader = replace(role_reader, slurm=slurm)
         notice = host_reader.default_preemption_notice(defaults_table, ssh_table)
         hosts = host_reader.hosts(self.checker.table(data, "hosts", ()), ssh, notice) if slurm is None \
-            else host_reader.slurm_hosts(notice)
+            else host_reader.slurm_hosts(notice, slurm)
         spares = host_reader.spares(data, hosts)
-        roles = role_reader.roles(self.checker.table(data, "roles", ()), defaults, hosts, spares)
+        roles = role_reader.roles(roles_table, defaults, hosts, spares)
         metrics = self.metrics(self.checker.table(data, "metrics", ()))
         has_ps = "ps" in roles and roles["ps"].count > 0
         strategy = cast(Strategy | None, data.get("strategy")) or \

@@ -17,6 +17,7 @@ from launcher.model import (
     OnStall,
     RestartPolicy,
     RoleConfig,
+    SlurmConfig,
     Strategy,
     SuccessPolicy,
     TaskDefaults,
@@ -61,6 +62,8 @@ class RolesReader:
     checker: Checker
     #: the profile has [slurm]: containers run through pyxis unless a runtime without a daemon is named
     on_slurm: bool = False
+    #: [slurm], once its components are known (a role of a heterogeneous job runs on its component's nodes)
+    slurm: SlurmConfig | None = None
     #: the values taken from the launcher's environment (``${env:...}``): no container key may hold one
     secrets: frozenset[str] = frozenset()
 
@@ -242,6 +245,14 @@ class RolesReader:
         key = ("roles", role, "hosts")
         if "hosts" not in entry:
             usable = {name: host for name, host in hosts.items() if name not in spares}
+            component = self.slurm.component_of(role) if self.slurm is not None else None
+            if component is not None and any(h.slurm_het_group is not None for h in usable.values()):
+                usable = {name: host for name, host in usable.items() if host.slurm_het_group == component}
+                if not usable and count > 0:
+                    raise self.checker.fail(("roles", role, "slurm"), f"{role} tasks run in component {component} "
+                                            "of the heterogeneous job, but this allocation has no such component; "
+                                            "let `distlaunch up` submit the job (or `distlaunch export sbatch`)")
+                return tuple(usable) or tuple(hosts)[:1]
             if not usable and count > 0:
                 raise self.checker.fail(("spares",), f"names every host, so the {role} tasks have none to run "
                                         "on; leave at least one host out of spares")

@@ -21,6 +21,7 @@ from launcher.profile.keys import (
     LOG_POLICY_KEYS,
     NOTIFY_KEYS,
     ROLE_KEYS,
+    ROLE_SLURM_KEYS,
     SLURM_KEYS,
     SSH_KEYS,
     SSH_TABLE,
@@ -171,19 +172,22 @@ MODEL_TABLES: list[tuple[type, tuple[Table, ...], set[str]]] = [
     (model.TaskDefaults, (TASK_KEYS,), set()),
     # unset: which keys the profile left open (for ~/.ssh/config), not a key itself
     (model.SshSettings, (SSH_TABLE,), {"unset"}),
-    # group and slurm_job_id: set by host ranges and the Slurm allocation, not written in a profile
-    (model.HostConfig, (HOST_KEYS,), {"name", "ssh", "group", "slurm_job_id"}),
+    # group, slurm_job_id and slurm_het_group: set by host ranges and the Slurm allocation, not written
+    (model.HostConfig, (HOST_KEYS,), {"name", "ssh", "group", "slurm_job_id", "slurm_het_group"}),
     (model.RoleConfig, (ROLE_KEYS,), {"name", "settings"}),
     (model.NotifyConfig, (NOTIFY_KEYS,), set()),
     (model.SyncConfig, (SYNC_KEYS,), set()),
-    (model.SlurmConfig, (SLURM_KEYS,), set()),
+    # components: from the roles' [roles.X.slurm] tables (SlurmComponent below)
+    (model.SlurmConfig, (SLURM_KEYS,), {"components"}),
+    # roles: which roles the component holds, from where the table is
+    (model.SlurmComponent, (ROLE_SLURM_KEYS,), {"roles"}),
     (model.LogPolicy, (LOG_POLICY_KEYS,), set()),
 ]
 #: declared keys with no field of their own: [ssh] is folded into each host's SshSettings, a host's ssh
 #: keys into its HostConfig.ssh, a role's task keys into its RoleConfig.settings, [ssh]'s preemption_notice
 #: into each HostConfig without its own
 FOLDED_KEYS = {model.Profile: {"ssh"}, model.HostConfig: set(SSH_KEYS.names),
-               model.RoleConfig: set(TASK_KEYS.names), model.SshSettings: {"preemption_notice"}}
+               model.RoleConfig: {*TASK_KEYS.names, "slurm"}, model.SshSettings: {"preemption_notice"}}
 
 
 @pytest.mark.parametrize(("cls", "tables", "not_keys"), MODEL_TABLES, ids=[c.__name__ for c, _, _ in MODEL_TABLES])
@@ -317,7 +321,8 @@ def with_value(path: tuple[str, ...], value: object) -> dict[str, Any]:
         node.setdefault("image", "tensorflow/tensorflow:2.16.1")
     if path == ("spares",):  # a spare is a host of its own, on which no role runs tasks
         data["hosts"]["s"] = {"address": "localhost", "transport": "local"}
-    if path[0] == "slurm":  # [slurm] takes the hosts from the allocation: no [hosts] beside it
+    if path[0] == "slurm" or path[2:3] == ("slurm",):  # hosts from the allocation: no [hosts] beside [slurm]
+        data.setdefault("slurm", {})
         data.pop("hosts", None)
         for role in data.get("roles", {}).values():
             role.pop("hosts", None)
@@ -328,6 +333,10 @@ def read_back(profile: model.Profile, path: tuple[str, ...]) -> object:
     """Where the parser put the value of ``path`` in the model."""
     if path[0] == "ssh" or path == ("defaults", "preemption_notice"):  # both give each host its default
         path = ("hosts", "h", *path[1:])
+    if path[0] == "roles" and path[2:3] == ("slurm",):  # a role's own Slurm component
+        assert profile.slurm is not None
+        component = next(c for c in profile.slurm.components if path[1] in c.roles)
+        return getattr(component, path[3])
     obj: object = profile
     for part in path:
         if isinstance(obj, dict):
