@@ -446,8 +446,15 @@ def expand(path: str, home: Optional[str]) -> str:
     return os.path.expanduser(path)
 
 
+#: set by the launcher in each step of a heterogeneous Slurm job's component (transport/slurm.py):
+#: a step started from inside one must name its component, or srun refuses it
+HET_GROUP_VAR = "DISTLAUNCH_SLURM_HET_GROUP"
+
+
 def _srun(name: Optional[str], node: Optional[str]) -> List[str]:
+    group = os.environ.get(HET_GROUP_VAR, "")
     return ["srun", "--overlap", "--nodes=1", "--ntasks=1", "--quiet", "--kill-on-bad-exit=0", "--export=ALL",
+            *([f"--het-group={group}"] if group.isdigit() else []),
             *([f"--nodelist={node}"] if node else []), *([f"--job-name={name}"] if name else [])]
 
 

@@ -173,7 +173,11 @@ def _follow_allocation(path: Path, shown: Shown, own: bool) -> int | None:
             return 0
     state = load_run_state(path)
     if elsewhere(state) and state.slurm is not None and state.slurm.node is not None:
-        code = relay_attach(job, state.slurm.node, run_id, shown)
+        # srun names Slurm's node (the batch host squeue shows), which need not be its hostname
+        info = slurmqueue.query(job, cluster=state.slurm.cluster)
+        node = info.node if info is not None and info.node else state.slurm.node
+        het = any((r.config or {}).get("slurm_het_group") is not None for r in state.hosts.values())
+        code = relay_attach(job, node, run_id, shown, het_group=0 if het else None)
     else:
         code = follow_supervisor(run_id, path, child=None, shown=shown, attach=not own, log_from=0)
     return None if requeued_meanwhile(path) else code
@@ -192,11 +196,14 @@ def elsewhere(state: RunState) -> bool:
     return True
 
 
-def relay_attach(job: str, node: str, run_id: str, shown: Shown) -> int:
+def relay_attach(job: str, node: str, run_id: str, shown: Shown, het_group: int | None = None) -> int:
     """Follow the supervisor on ``node`` through a step of the job: `attach` runs there, next to
-    its control socket, its screen or lines relayed by srun (a pty for the dashboard)."""
+    its control socket, its screen or lines relayed by srun (a pty for the dashboard). In a
+    heterogeneous job the step names component 0, where the batch script runs (srun refuses a
+    step of such a job that names none)."""
     mode = [] if shown.tui else (["--json"] if shown.json else ["--no-tui"])
-    argv = ["srun", "--overlap", f"--jobid={job}", f"--nodelist={node}", "--nodes=1", "--ntasks=1", "--quiet",
+    group = [] if het_group is None else [f"--het-group={het_group}"]
+    argv = ["srun", "--overlap", f"--jobid={job}", *group, f"--nodelist={node}", "--nodes=1", "--ntasks=1", "--quiet",
             *(["--pty"] if shown.tui else []), sys.executable, "-m", "launcher.cli", "attach", run_id, *mode]
     try:
         return subprocess.run(argv, check=False).returncode

@@ -27,6 +27,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from launcher.agent.containeradapters import HET_GROUP_VAR
 from launcher.errors import HostError, HostGone
 from launcher.model import HostConfig
 from launcher.transport.base import CommandResult, LineStream, head
@@ -129,10 +130,12 @@ class SlurmHost(LocalHost):
         """The argv of one step on this node running ``command`` under /bin/sh."""
         assert self.job_id is not None
         # a heterogeneous job's steps name the leader's id and the component (its own id is refused)
+        # (and a step started from inside it, a pyxis container's, must too: it is told the component)
         group = [] if self.het_group is None else [f"--het-group={self.het_group}"]
+        told = [] if self.het_group is None else ["env", f"{HET_GROUP_VAR}={self.het_group}"]
         return ["srun", "--overlap", f"--jobid={self.job_id}", *group, f"--nodelist={self.address}",
                 "--nodes=1", "--ntasks=1", "--quiet", "--kill-on-bad-exit=0", "--export=ALL",
-                "/bin/sh", "-c", command]
+                *told, "/bin/sh", "-c", command]
 
     def _step(self, command: str) -> str:
         return shlex.join(self.srun(command))

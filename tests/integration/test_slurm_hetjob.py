@@ -7,6 +7,8 @@ the login node ends a running one and leaves nothing."""
 from __future__ import annotations
 
 import json
+import os
+import shlex
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -100,6 +102,54 @@ def test_down_from_the_login_node_ends_a_running_heterogeneous_job(tmp_path: Pat
         assert down.returncode == 0, down.stderr
         data = status_json(cluster, run_id)
         assert data is not None and data["job"]["state"] == "Stopped", data
+        nothing_left(cluster, run_id)
+    finally:
+        kill_run_processes(run_id)
+
+
+def attach_steps(run_id: str) -> list[int]:
+    """Processes running `attach RUN` under slurmstepd: a client's relay through a step of the job."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            parent_name = Path(f"/proc/{parent}/comm").read_text().strip()
+        except (OSError, ValueError, IndexError):
+            continue
+        if b"attach" in argv and run_id.encode() in argv and parent_name == "slurmstepd":
+            found.append(int(entry.name))
+    return found
+
+
+def test_attach_from_another_machine_follows_the_supervisor_through_a_step(
+        tmp_path: Path, two_partition_cluster: SlurmCluster) -> None:
+    """The login node is another machine here: another hostname (a UTS namespace) and no view of the
+    supervisor's control socket (a tmpfs over the control dir in a mount namespace). `attach`
+    then follows the run through `srun --overlap --het-group=0` on the batch host, Slurm's n1."""
+    cluster, run_id = two_partition_cluster, "it-het-relay"
+    up = cli("up", str(het_profile(tmp_path, "it-het-relay", steps=1500)), "--detach", "--run-id", run_id,
+             env=cluster.env, timeout=90)
+    assert up.returncode == 0, up.stderr
+    log = tmp_path / "attach.log"
+    try:
+        wait_for(lambda: running_hosts(cluster, run_id), 240, "every task to run", interval=1.0)
+        control = Path(os.environ["DISTLAUNCH_HOME"]) / "control"
+        assert control.is_dir()
+        script = (f"hostname login-elsewhere && mount -t tmpfs none {shlex.quote(str(control))} && "
+                  f"exec {shlex.quote(PYTHON)} -m launcher.cli attach {run_id} --no-tui")
+        attach = subprocess.Popen(["unshare", "--uts", "--mount", "sh", "-c", script], cwd=REPO,
+                                  env={**os.environ, **cluster.env}, stdout=log.open("wb"), stderr=subprocess.STDOUT)
+        try:
+            wait_for(lambda: attach_steps(run_id), 60, f"attach to run in a step of the job ({log})", interval=0.5)
+            assert attach.wait(timeout=300) == 0, log.read_text()[-3000:]
+        finally:
+            if attach.poll() is None:
+                attach.kill()
+                attach.wait(timeout=30)
+        assert "Succeeded" in log.read_text(), log.read_text()[-3000:]
         nothing_left(cluster, run_id)
     finally:
         kill_run_processes(run_id)

@@ -193,3 +193,21 @@ def test_squeue_and_the_lost_sbatch_answer_read_the_leader(monkeypatch: pytest.M
     info = slurmqueue.query("7")
     assert info is not None and (info.state, info.reason, info.node) == ("PENDING", "BeginTime", "n1")
     assert slurmqueue.find_submitted("r1") == "7"
+
+
+def test_a_hosts_component_survives_the_run_record_and_reaches_nested_steps(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from launcher.agent import containeradapters
+    from launcher.runstate import host_from_json, host_to_json
+
+    _allocation(monkeypatch, ["g1", "c1"])
+    host = load_profile(_profile(tmp_path, PS_ON_CPU.replace("nodes = 2\n", ""))).hosts["c1"]
+    again = host_from_json(host_to_json(host))
+    assert again.slurm_het_group == 1  # `down` and `attach` from the login node step into component 1
+    step = SlurmHost(again).srun("agent")
+    assert step[step.index("env") + 1] == f"{containeradapters.HET_GROUP_VAR}=1"
+    # a pyxis container's step, started by the agent inside that step, names the component too
+    monkeypatch.setenv(containeradapters.HET_GROUP_VAR, "1")
+    assert "--het-group=1" in containeradapters._srun(None, "c1")
+    monkeypatch.delenv(containeradapters.HET_GROUP_VAR)
+    assert not any(a.startswith("--het-group") for a in containeradapters._srun(None, "c1"))
