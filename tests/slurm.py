@@ -31,7 +31,7 @@ class SlurmCluster:
     NodeAddr gives distlaunch for TF_CONFIG) and the backfill scheduler, which alone starts
     heterogeneous jobs; None: one node named as this machine, in partition debug."""
 
-    def __init__(self, partitions: dict[str, str] | None = None) -> None:
+    def __init__(self, partitions: dict[str, str] | None = None, extra: tuple[str, ...] = ()) -> None:
         self._tmp = tempfile.TemporaryDirectory(prefix="distlaunch-slurm-")
         self.dir = Path(self._tmp.name)
         self.node = socket.gethostname()
@@ -84,7 +84,7 @@ class SlurmCluster:
                 members = ",".join(n for n, p in partitions.items() if p == name)
                 lines.append(f"PartitionName={name} Nodes={members} Default={'YES' if index == 0 else 'NO'} "
                              "MaxTime=INFINITE State=UP")
-        self.conf.write_text("\n".join([*lines, ""]))
+        self.conf.write_text("\n".join([*lines, *(line.replace("{node}", self.node) for line in extra), ""]))
 
     @property
     def env(self) -> dict[str, str]:
@@ -174,13 +174,31 @@ def slurm_unavailable() -> str | None:
     return None
 
 
-def _cluster(partitions: dict[str, str] | None = None) -> SlurmCluster:
+def _cluster(partitions: dict[str, str] | None = None, extra: tuple[str, ...] = ()) -> SlurmCluster:
     reason = slurm_unavailable()
     if reason is not None:
         if os.environ.get("DISTLAUNCH_REQUIRE_SLURM") == "1":
             pytest.fail(f"DISTLAUNCH_REQUIRE_SLURM=1 but {reason}")
         pytest.skip(reason)
-    return SlurmCluster(partitions)
+    return SlurmCluster(partitions, extra)
+
+
+#: partitions low and high on the one node: a job in high preempts one in low, which Slurm sends
+#: SIGTERM, gives GraceTime, then requeues (PreemptMode=REQUEUE)
+PREEMPTION = ("PreemptType=preempt/partition_prio", "PreemptMode=REQUEUE",
+              "PartitionName=low Nodes={node} PriorityTier=1 PreemptMode=REQUEUE GraceTime=15 MaxTime=INFINITE "
+              "State=UP",
+              "PartitionName=high Nodes={node} PriorityTier=2 PreemptMode=OFF MaxTime=INFINITE State=UP")
+
+
+@pytest.fixture(scope="module")
+def preempting_cluster() -> Iterator[SlurmCluster]:
+    """One node in partitions debug, low and high (``PREEMPTION``)."""
+    cluster = _cluster(extra=PREEMPTION)
+    try:
+        yield cluster.start()
+    finally:
+        cluster.cleanup()
 
 
 @pytest.fixture(scope="module")

@@ -97,6 +97,7 @@ class RestartOwner(SpecSource, Protocol):
     def write_state(self) -> None: ...
     def finish(self, state: str, reason: str) -> None: ...
     def slurm_deciding(self) -> bool: ...
+    def slurm_holds_failure(self, judge: Callable[[], None]) -> bool: ...
     def reachable(self, host: str) -> bool: ...
     def in_job(self, host: str) -> bool: ...
 
@@ -180,6 +181,14 @@ class Restarts:
         sup.write_state()
         if all(t.final for t in sup.tasks.values()):
             sup.end.all_final.set()
+        if state == ev.FAILED and sup.slurm_holds_failure(lambda: self._judge_end(rt, event)):
+            return  # Slurm taking the job back kills the tasks first: its word decides
+        self._judge_end(rt, event)
+
+    def _judge_end(self, rt: TaskRuntime, event: ev.StateEvent) -> None:
+        """What the policy makes of a task's end: a restart, a stop, the job's end."""
+        sup = self.sup
+        state = event.state
         if state == ev.FAILED and self._hold_for_peers(rt):
             return
         facts = self.facts()

@@ -53,33 +53,44 @@ class SlurmJob:
     submitted: bool = False
 
 
+@dataclass(frozen=True)
+class Requeue:
+    """Slurm takes the job back and the run goes on: ``words`` say why. ``preempted``: in a
+    preemption's grace time, Slurm requeues the job only at its end, and a job whose batch script
+    ends sooner (the tasks stopped) would be recorded ended, not requeued; the supervisor asks
+    Slurm for the requeue itself once the tasks have stopped, which also frees the nodes sooner."""
+
+    words: str
+    preempted: bool = False
+
+
 def requeue_reason(job: SlurmJob, known: int,
-                   ask: Callable[..., slurmqueue.JobRestarts | None] = slurmqueue.restarts) -> str | None:
+                   ask: Callable[..., slurmqueue.JobRestarts | None] = slurmqueue.restarts) -> Requeue | None:
     """Why the job's allocation is ending while its run goes on (Slurm's words), when Slurm counts
-    more requeues of the job than the run knows of (``known``); None for any other end (a cancel,
-    the time limit, no answer)."""
+    more requeues of the job than the run knows of (``known``), or preempts it to requeue it; None
+    for any other end (a cancel, the time limit, no answer)."""
     if not job.submitted:
         return None
     info = ask(job.job_id, timeout=ASK_TIMEOUT_S, cluster=job.cluster)
     if info is None or info.state == "CANCELLED":
         return None
     if info.preempted and info.restarts <= known:  # its grace time: the requeue comes at its end
-        return f"Slurm preempted job {job.job_id} to requeue it"
+        return Requeue(f"Slurm preempted job {job.job_id} to requeue it", preempted=True)
     if info.restarts <= known or info.state == "RUNNING":
         return None
-    return f"Slurm requeued job {job.job_id}" + (f" ({info.reason})" if info.reason else "")
+    return Requeue(f"Slurm requeued job {job.job_id}" + (f" ({info.reason})" if info.reason else ""))
 
 
 class TimeLimit:
     """Acts ``margin`` seconds before Slurm's end time for the job: ``on_limit(words)`` once (None:
     no time limit action; a limit no longer than the margin: ``on_notice`` says so, nothing acts);
-    for a submitted run, ``on_requeue(words)`` once ``requeued()`` has Slurm's words for a requeue."""
+    for a submitted run, ``on_requeue(requeue)`` once ``requeued()`` sees Slurm take the job back."""
 
     def __init__(self, job: SlurmJob, margin: float | None, on_limit: Callable[[str], None], done: threading.Event,
                  ask: Callable[..., slurmqueue.SlurmJobInfo | None] = slurmqueue.query,
                  clock: Callable[[], float] = time.time,
-                 on_requeue: Callable[[str], None] | None = None,
-                 requeued: Callable[[], str | None] | None = None,
+                 on_requeue: Callable[[Requeue], None] | None = None,
+                 requeued: Callable[[], Requeue | None] | None = None,
                  on_notice: Callable[[str], None] = lambda _line: None) -> None:
         self.job = job
         self.margin = margin
@@ -162,9 +173,12 @@ class SlurmLife:
         self.sup = sup
         #: why the allocation ends while the run goes on (set once the requeue is decided)
         self.requeued: str | None = None
-        self._by_us = False  # the time limit's requeue: `scontrol requeue` at close
-        self.asking = False  # an end waits for Slurm's word (on the loop)
-        self._asked = False  # Slurm was asked once already: ends go through from now on
+        self._by_us = False  # the time limit's requeue, a preemption's: `scontrol requeue` at close
+        self._preempted = False
+        self.asking = False  # Slurm is being asked (on the loop): no restart starts meanwhile
+        self._asked = False  # an end was held and Slurm said no requeue: ends go through from now on
+        self._held: tuple[str, str] | None = None  # the end that waits for Slurm's word
+        self._judges: list[Callable[[], None]] = []  # task failures that wait for it
 
     def known_requeues(self) -> int:
         """The requeues of this allocation's job so far: Slurm's own count for the allocation
@@ -185,30 +199,56 @@ class SlurmLife:
         job = self.job()
         if job is None or not job.submitted or state in (ev.JOB_SUCCEEDED, ev.JOB_RESTARTING) or self._asked:
             return False
+        if self._held is None:  # a later end comes of the same cause: the first is carried out
+            self._held = (state, reason)
+        self._ask(job)
+        return True
+
+    def holds_failure(self, judge: Callable[[], None]) -> bool:
+        """On the loop: a task of a submitted run failed. Slurm's SIGTERM when it preempts the job
+        reaches the tasks' steps, often before (or instead of) the supervisor: Slurm is asked, and
+        the failure is judged (``judge``: a restart, the job's end) only once it said no requeue.
+        A requeue stops the run's tasks as a drain instead, never counted as the task's failure.
+        False: judge it now (no submitted run, or Slurm's word was had already)."""
+        job = self.job()
+        if job is None or not job.submitted or self._asked or self.requeued is not None:
+            return False
+        self._judges.append(judge)
+        self._ask(job)
+        return True
+
+    def _ask(self, job: SlurmJob) -> None:
         if self.asking:
-            return True  # the first end asked already: this one comes of the same cause
+            return
         self.asking = True
 
         def ask() -> None:
             why = requeue_reason(job, self.known_requeues())
-            self.sup.call(lambda: self._answered(why, state, reason))
+            self.sup.call(lambda: self._answered(why))
 
         threading.Thread(target=ask, name="slurm-requeue?", daemon=True).start()
-        return True
 
-    def _answered(self, why: str | None, state: str, reason: str) -> None:
-        self.asking, self._asked = False, True
+    def _answered(self, why: Requeue | None) -> None:
+        self.asking = False
+        held, self._held = self._held, None
+        judges, self._judges = self._judges, []
         if why is not None:
-            self.requeue(why)
-        else:
-            self.sup.finish(state, reason)
+            self.requeue(why.words, preempted=why.preempted)
+            return
+        for judge in judges:  # Slurm keeps the job: the failures are the tasks' own
+            judge()
+        if held is not None:
+            self._asked = True  # this end was Slurm's no: the ends after it go through
+            self.sup.finish(*held)
 
-    def requeue(self, why: str, by_us: bool = False) -> None:
-        """On the loop: the allocation ends, the run goes on when Slurm runs the job again."""
+    def requeue(self, why: str, by_us: bool = False, preempted: bool = False) -> None:
+        """On the loop: the allocation ends, the run goes on when Slurm runs the job again
+        (``by_us``, and in a preemption's grace: the supervisor asks Slurm for the requeue once the
+        tasks stopped)."""
         if self.sup.finishing or self.requeued is not None:
             return
-        self.requeued, self._by_us, self._asked = why, by_us, True
-        if not by_us:  # the time limit's is told once Slurm took it (``closing``)
+        self.requeued, self._by_us, self._preempted, self._asked = why, by_us or preempted, preempted, True
+        if not self._by_us:  # the time limit's and a preemption's are told once Slurm took it (``closing``)
             self._tell()
         self.sup.finish(ev.JOB_RESTARTING, f"{why}: the run goes on when the job runs again")
 
@@ -226,8 +266,10 @@ class SlurmLife:
         record = self.sup.slurm_job
         assert record is not None
         problem = slurmqueue.requeue(record.job_id, cluster=record.cluster)
-        if problem is None:
-            self._tell()
+        job = self.job()
+        again = requeue_reason(job, self.known_requeues()) if problem is not None and self._preempted and job else None
+        if problem is None or (again is not None and not again.preempted):
+            self._tell()  # or a preemption's grace ended first, and Slurm requeued the job itself
             return outcome
         reason = f"{self.requeued}, but Slurm did not requeue it ({problem})"
         self.requeued = None
@@ -264,8 +306,8 @@ class SlurmLife:
             else:
                 self.sup.call(lambda: self.sup.stop_job(f"{words}: stopped before it", "time limit"))
 
-        def on_requeue(words: str) -> None:
-            self.sup.call(lambda: self.requeue(words))
+        def on_requeue(why: Requeue) -> None:
+            self.sup.call(lambda: self.requeue(why.words, preempted=why.preempted))
 
         margin = config.time_limit_margin_seconds if action else None
         TimeLimit(job, margin, on_limit, self.sup.loop.done, on_requeue=on_requeue if job.submitted else None,

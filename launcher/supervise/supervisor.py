@@ -189,6 +189,9 @@ class Supervisor:
         """An end waits for Slurm's word on a requeue: no restart starts meanwhile."""
         return self.slurm.asking
 
+    def slurm_holds_failure(self, judge: Callable[[], None]) -> bool:
+        return self.slurm.holds_failure(judge)
+
     def ended(self, state: str, reason: str) -> None:
         self.life.job_to(state, reason)
 

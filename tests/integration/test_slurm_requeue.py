@@ -170,3 +170,44 @@ def test_the_time_limit_stops_the_run_before_slurm_kills_it(tmp_path: Path, slur
             up.kill()
             up.wait(timeout=30)
         kill_run_processes(run_id)
+
+
+def test_a_preempted_job_is_requeued_and_resumes_never_failed(tmp_path: Path, preempting_cluster: SlurmCluster
+                                                             ) -> None:
+    """A job of partition low, preempted by one of partition high (PreemptMode=REQUEUE, GraceTime=15):
+    Slurm's SIGTERM comes while the job still runs, with its PreemptTime set; the run takes it for a
+    requeue (the tasks checkpoint and stop), waits in the queue while the high job runs, then
+    resumes from that checkpoint and succeeds."""
+    cluster, run_id, log = preempting_cluster, "it-preempted", tmp_path / "up.log"
+    up = start_cli("up", str(resumable_profile(tmp_path, run_id, steps=200, slurm={"partition": "low"})),
+                   "--no-tui", "--run-id", run_id, log=log, env=cluster.env)
+    high = ""
+    try:
+        data = wait_for(lambda: stepped(cluster, run_id, 20), 120, f"step 20 in the first allocation ({log})",
+                        interval=0.5)
+        job = data["slurm"]["job_id"]
+        done = subprocess.run(["sbatch", "--parsable", "-p", "high", "--exclusive", "--output=/dev/null", "--wrap",
+                               "sleep 3"], capture_output=True, text=True, timeout=60, env=cluster.env)
+        assert done.returncode == 0, done.stderr
+        high = done.stdout.strip()
+        release(cluster, job)
+        assert up.wait(timeout=300) == 0, log.read_text()[-3000:]
+        events = events_of(cluster, run_id)
+        requeued = [e for e in events if e["kind"] == "requeued"]
+        assert len(requeued) == 1 and requeued[0]["job_id"] == job, requeued
+        states = [e["state"] for e in events if e["kind"] == "job"]
+        assert "Failed" not in states and states[-1] == "Succeeded", states
+        log_lines = chief_log(cluster, run_id)
+        resumed = [int(n) for n in re.findall(r"resumed from step (\d+)", log_lines)]
+        assert len(resumed) == 2 and resumed[1] >= 20, log_lines[-2000:]  # the checkpoint before the stop
+        assert "stopped at step" in log_lines and "done at step 200" in log_lines
+        final = status_json(cluster, run_id)
+        assert final is not None and final["tasks"]["chief:0"]["restarts"] == 0, final
+        nothing_left(cluster, run_id)
+    finally:
+        if up.poll() is None:
+            up.kill()
+            up.wait(timeout=30)
+        if high:
+            subprocess.run(["scancel", high], capture_output=True, timeout=30, env=cluster.env)
+        kill_run_processes(run_id)

@@ -8,7 +8,7 @@ import threading
 from typing import Any
 
 from launcher.runstate import RunState, SlurmJobRecord
-from launcher.supervise.slurmlife import SlurmJob, TimeLimit, requeue_reason
+from launcher.supervise.slurmlife import Requeue, SlurmJob, TimeLimit, requeue_reason
 from launcher.transport.slurmqueue import JobRestarts, SlurmJobInfo, parse_show_job, parse_squeue_line
 
 
@@ -27,15 +27,19 @@ def _restarts(state: str, count: int, reason: str = "", preempted: bool = False)
 def test_a_sigterm_is_a_requeue_only_when_slurm_counts_one_more_restart() -> None:
     job = SlurmJob("41", submitted=True)
     # Slurm 22.05: a requeued job is COMPLETING (then PENDING) at once, its Restarts one up
-    assert requeue_reason(job, 0, _restarts("COMPLETING", 1)) == "Slurm requeued job 41"
-    assert requeue_reason(job, 1, _restarts("PENDING", 2, "BeginTime")) == "Slurm requeued job 41 (BeginTime)"
-    assert requeue_reason(job, 0, _restarts("REQUEUED", 1, "JobHeldAdmin")) == "Slurm requeued job 41 (JobHeldAdmin)"
+    assert requeue_reason(job, 0, _restarts("COMPLETING", 1)) == Requeue("Slurm requeued job 41")
+    assert requeue_reason(job, 1, _restarts("PENDING", 2, "BeginTime")) == Requeue("Slurm requeued job 41 (BeginTime)")
+    assert requeue_reason(job, 0, _restarts("REQUEUED", 1, "JobHeldAdmin")) == \
+        Requeue("Slurm requeued job 41 (JobHeldAdmin)")
     assert requeue_reason(job, 1, _restarts("COMPLETING", 1)) is None  # a requeue the run knows: this is a cancel
     for state in ("RUNNING", "CANCELLED"):
         assert requeue_reason(job, 0, _restarts(state, 1)) is None, state
     assert requeue_reason(job, 0, lambda *_, **__: None) is None  # no answer: a stop, as ever
     # preempted with a grace time: still RUNNING, the count goes up once the grace is over
-    assert requeue_reason(job, 0, _restarts("RUNNING", 0, preempted=True)) == "Slurm preempted job 41 to requeue it"
+    # (the supervisor asks for the requeue itself once the tasks stopped: a batch script ending in the
+    # grace would end the job, not requeue it)
+    assert requeue_reason(job, 0, _restarts("RUNNING", 0, preempted=True)) == \
+        Requeue("Slurm preempted job 41 to requeue it", preempted=True)
     # a job started by hand (salloc, a batch script written by `export sbatch`) would start a new run
     assert requeue_reason(SlurmJob("41"), 0, _restarts("COMPLETING", 1)) is None
 
@@ -153,7 +157,7 @@ def test_an_end_of_a_submitted_run_waits_for_slurms_word_and_a_requeue_wins(monk
     from launcher.supervise import slurmlife
 
     monkeypatch.delenv("SLURM_RESTART_COUNT", raising=False)
-    monkeypatch.setattr(slurmlife, "requeue_reason", lambda job, known: "Slurm requeued job 41")
+    monkeypatch.setattr(slurmlife, "requeue_reason", lambda job, known: Requeue("Slurm requeued job 41"))
     sup = _Sup()
     life = slurmlife.SlurmLife(sup)  # type: ignore[arg-type]
     assert life.holds("Failed", "host n1 lost: the allocation ended") and life.asking
@@ -183,3 +187,33 @@ def test_without_a_requeue_the_first_end_goes_through_and_success_never_waits(mo
     assert not life.holds("Failed", "later")  # asked once: the end is decided from here on
     sup.slurm_job = None
     assert not slurmlife.SlurmLife(sup).holds("Failed", "not a submitted run")  # type: ignore[arg-type]
+
+
+def test_a_task_failure_of_a_submitted_run_is_judged_after_slurms_word(monkeypatch: Any) -> None:
+    """Slurm's SIGTERM at a preemption reaches the task's step first: its failure is not judged
+    (no restart counted) until Slurm answered; a preemption then requeues the job, asked of Slurm by
+    the supervisor once the tasks stopped; a plain failure is judged as ever."""
+    from launcher.supervise import slurmlife
+
+    monkeypatch.delenv("SLURM_RESTART_COUNT", raising=False)
+    answers = [Requeue("Slurm preempted job 41 to requeue it", preempted=True)]
+    monkeypatch.setattr(slurmlife, "requeue_reason", lambda job, known: answers[0])
+    requeued: list[str] = []
+    monkeypatch.setattr(slurmlife.slurmqueue, "requeue", lambda job, cluster=None: requeued.append(job))
+    sup = _Sup()
+    life = slurmlife.SlurmLife(sup)  # type: ignore[arg-type]
+    judged: list[str] = []
+    assert life.holds_failure(lambda: judged.append("chief:0")) and life.asking
+    sup.run_one()
+    assert judged == [] and sup.finished[0][0] == "Restarting" and sup.published == []  # told at close
+    sup.outcome = "Restarting"
+    assert life.closing("Restarting") == "Restarting" and requeued == ["41"]
+    assert [e.kind for e in sup.published] == ["requeued"]
+
+    answers[0] = None  # type: ignore[call-overload]
+    sup = _Sup()
+    life = slurmlife.SlurmLife(sup)  # type: ignore[arg-type]
+    assert life.holds_failure(lambda: judged.append("worker:0"))
+    sup.run_one()
+    assert judged == ["worker:0"] and sup.finished == []  # Slurm keeps the job: the policy decides
+    assert life.holds_failure(lambda: judged.append("worker:0 again"))  # a later failure asks again
