@@ -91,6 +91,12 @@ def _profile(args: argparse.Namespace) -> int:
     return run_profile(args)
 
 
+def _add_host(args: argparse.Namespace) -> int:
+    from launcher.commands.addhost import run_add_host
+
+    return run_add_host(args)
+
+
 def _resize(args: argparse.Namespace) -> int:
     from launcher.commands.resize import run_resize
 
@@ -265,6 +271,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run", help="run id or run directory")
     p.add_argument("size", help="ROLE=N, e.g. worker=4")
     p.set_defaults(handler=_resize)
+
+    p = sub.add_parser("add-host", help="add a host to a running job as a spare (after its preflight)")
+    p.add_argument("run", help="run id or run directory")
+    p.add_argument("host", help="a host of the profile's [hosts] the run does not use, or [user@]address[:port]")
+    p.set_defaults(handler=_add_host)
 
     p = sub.add_parser("attach", help="follow a running job again (its dashboard); take it over if its supervisor died")
     p.add_argument("run", nargs="?", help="run id or run directory (default: the most recent run)")

@@ -277,6 +277,9 @@ class Profile:
     grow: GrowPolicy = "at-checkpoint"
     #: the least seconds between two grows
     grow_every_seconds: float = 60.0
+    #: a command that prints hosts to add to the running job (supervise/hostjoin.py); None: none
+    host_discovery: str | None = None
+    host_discovery_seconds: float = 30.0
 
     @property
     def directory(self) -> Path:

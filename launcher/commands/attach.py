@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import signal
 import sys
 from pathlib import Path
@@ -35,7 +36,7 @@ from launcher.remote.preflight import PreflightError
 from launcher.rundir import EVENTS_FILE, SUPERVISOR_LOG, RunDir
 from launcher.runlookup import find_run, read_events, skipped_note
 from launcher.runrecord import load_recorded_profile
-from launcher.runstate import RunState, load_run_state
+from launcher.runstate import RunState, host_from_json, load_run_state
 from launcher.supervise import controlsock, daemon
 from launcher.supervise.stopsignals import JobSignals
 from launcher.supervise.supervisor import Supervisor
@@ -64,6 +65,10 @@ def attach_run(path: Path, tui: bool, as_json: bool = False) -> int:
                         "nowhere, so no new supervisor can restart its tasks; stop it with `distlaunch down "
                         f"{run_id}` and give secrets as --set 'KEY=\"${{env:NAME}}\"' next time")
     profile = load_recorded_profile(path, state)  # as the run started: the file may have been edited since
+    added = {name: host_from_json(r.config) for name, r in state.hosts.items()
+             if name not in profile.hosts and r.config is not None}
+    if added:  # hosts the run took in while it ran (add-host, host_discovery)
+        profile = dataclasses.replace(profile, hosts={**profile.hosts, **added})
     addresses = sshconfig.resolve_addresses(profile)
     plan = build_plan(profile, addresses)
     known = set(state.tasks)

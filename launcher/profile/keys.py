@@ -376,6 +376,13 @@ TOP_KEYS = Table(
             choices=("at-checkpoint", "now", "never")),
         Key("grow_every_seconds", "number", "The least time between two grows of the job.", default=60.0,
             minimum=0),
+        Key("host_discovery", "string", "A command run on the launcher every host_discovery_seconds that "
+            "prints host names, one per line (a host of [hosts] or [user@]address[:port], read with [ssh]'s "
+            "settings): each new one passes a preflight and joins the running job as a spare that roles "
+            "grow onto (as Horovod's --host-discovery-script); a host that leaves the list stays.",
+            nonblank=True),
+        Key("host_discovery_seconds", "number", "Seconds between two runs of host_discovery.", default=30.0,
+            positive=True),
         Key("sample_interval", "number", "Seconds between CPU/GPU samples per task.", default=1.0,
             positive=True),
         Key("straggler_ratio", "number", "A worker whose steps/s stays below this fraction of the workers' "

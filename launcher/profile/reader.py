@@ -186,7 +186,19 @@ class ProfileReader:
             readmit_after_seconds=float(_get(data, TOP_KEYS, "readmit_after_seconds")),
             grow=cast(GrowPolicy, _get(data, TOP_KEYS, "grow")),
             grow_every_seconds=float(_get(data, TOP_KEYS, "grow_every_seconds")),
+            host_discovery=self.host_discovery(data),
+            host_discovery_seconds=float(_get(data, TOP_KEYS, "host_discovery_seconds")),
         )
+
+    def host_discovery(self, data: Mapping[str, Any]) -> str | None:
+        command: str | None = data.get("host_discovery")
+        if command is not None and not command.strip():
+            raise self.checker.fail(("host_discovery",), "is empty; give the command that prints host names, or "
+                                    "leave the key out")
+        if command is not None and "slurm" in data:
+            raise self.checker.fail(("host_discovery",), "a Slurm job's hosts are its allocation's nodes; remove "
+                                    "host_discovery (or [slurm])")
+        return command.strip() if command is not None else None
 
     def host_lost_seconds(self, data: Mapping[str, Any], grace: float) -> float:
         """``host_lost_seconds``, more than the orphan grace: a lost host's tasks must have stopped

@@ -118,6 +118,7 @@ class Controlled(CaptureOwner, Protocol):
     def teardown(self, reason: str = ..., origin: str = ...) -> None: ...
     def drain(self, host: str, reason: str, timeout: float = ...) -> str | None: ...
     def resize(self, role: str, count: int, timeout: float = ...) -> str | None: ...
+    def add_host(self, spec: str, timeout: float = ...) -> str | None: ...
     def capture_stacks(self, tasks: list[str] | None = None, native: bool = False,
                        timeout: float = ...) -> list[TaskStacks]: ...
 
@@ -276,6 +277,10 @@ class ControlServer:
                 return Answer(False, refused)
         elif action == "resize" and request.role and request.count is not None:
             refused = self.control.resize(request.role, request.count)
+            if refused is not None:
+                return Answer(False, refused)
+        elif action == "add_host" and request.host:
+            refused = self.control.add_host(request.host)
             if refused is not None:
                 return Answer(False, refused)
         elif action == "detach":  # a client leaving needs nothing of the supervisor: the job stays supervised

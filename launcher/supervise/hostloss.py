@@ -174,8 +174,8 @@ class HostLoss:
                 self.states[host] = HostState(info.state or ev.HOST_UP, info.reason,
                                               info.since if info.since else time.time())
         self.gone = {h for h, st in self.states.items() if st.state in (ev.HOST_LOST, ev.HOST_DRAINED)}
-        if spares is not None:  # those still unused (one that was unreachable then is one still)
-            self.spares = [s for s in self.spares if s in spares and s not in self.gone]
+        if spares is not None:  # those still unused (one that was unreachable then is one still), added ones too
+            self.spares = [s for s in spares if s in self.states and s not in self.gone]
         else:
             self.spares = [s for s in self.spares if self.states[s].state == ev.HOST_SPARE]
         self.losses = losses

@@ -127,6 +127,13 @@ class HostLinks:
         # a host that was down has its reconnect loop under way: it sees the host retired, and
         # retires it if it comes back
 
+    def add_host(self, host: str) -> None:
+        """On the loop, before it is followed: a host added to the running job (add-host)."""
+        self.offsets.setdefault(host, {})
+        self.host_up.setdefault(host, True)
+        self._clocks.setdefault(host, HostClock())
+        self._send_locks.setdefault(host, threading.Lock())
+
     def readmit(self, host: str, offsets: Mapping[str, int]) -> None:
         """On the loop: a host re-admitted as a new incarnation is followed again, from ``offsets``
         (where its old incarnation's events end: none of them is read)."""

@@ -391,6 +391,7 @@ class Restarts:
             if not rt.final:
                 sup.life.ask_stop(rt, "restart")
             sup.life.carried_out(rt, pending.counted)
+        sup.write_state()  # no longer pending: a supervisor that takes the run over must not do it again
         threading.Thread(target=self._restart_blocking, args=(members,), name="restart", daemon=True).start()
 
     def _restart_blocking(self, members: list[TaskRuntime]) -> None:

@@ -34,6 +34,7 @@ from launcher.supervise.attachstate import arm_watchdog, fold_task_states
 from launcher.supervise.checkpoints import CheckpointBook, CheckpointKeeper
 from launcher.supervise.core import Feed, LineFeed, Loop, Publisher
 from launcher.supervise.gpudrain import GpuFaults
+from launcher.supervise.hostjoin import HostAdder
 from launcher.supervise.hostloss import HostLoss
 from launcher.supervise.hostworker import HostWorker
 from launcher.supervise.lifecycle import Lifecycle, TaskRuntime
@@ -103,6 +104,7 @@ class Supervisor:
         self.growth = Growth(self, self.hosts)  # lost hosts re-admitted, roles grown back, resizes
         self.hosts.targets = self.growth.targets
         self.slurm = SlurmLife(self)  # a Slurm job's requeue and time limit
+        self.adder = HostAdder(self, self.hosts, self.growth)  # hosts added to the running job
 
     # -- the plan, a value ----------------------------------------------------------------------------
 
@@ -262,6 +264,29 @@ class Supervisor:
         """The operator's resize (any thread but the loop): why it was refused, or None."""
         return self.growth.resize_request(role, count, timeout)
 
+    def add_host(self, spec: str, timeout: float = 240.0) -> str | None:
+        """The operator's add-host (any thread but the loop): why not, or None once it is a spare."""
+        return self.adder.request(spec, timeout)
+
+    def host_root(self) -> str | None:
+        """Where local hosts keep their run dirs (the run dir's ``hosts``)."""
+        return str(self.rundir.path / "hosts")
+
+    def take_host(self, session: HostSession, plan: Plan) -> None:
+        """On the loop: a host added to the running job (supervise/hostjoin.py), then followed. The
+        dicts other threads iterate are replaced, never changed in place."""
+        name = session.name
+        self.sessions = {**self.sessions, name: session}
+        self.workers = {**self.workers, name: HostWorker(f"host-{name}")}
+        self.links.add_host(name)
+        self.replace_plan(plan)
+        self.links.readmit(name, {})
+
+    def _discover_hosts(self) -> None:
+        if self.profile.host_discovery:
+            threading.Thread(target=self.adder.discover, args=(self.loop.done,), name="host-discovery",
+                             daemon=True).start()
+
     def on_preempted(self, host: str, why: str) -> None:
         """The host's preemption_notice fired (said again at every poll): drained once."""
         if host in self.hosts.gone or self.finishing:
@@ -312,6 +337,7 @@ class Supervisor:
         self.call(self._launched)
         self.call(self.write_state)  # on the loop: the streams' offsets change there, never mid-dump
         self.slurm.watch_time_limit()
+        self._discover_hosts()
         threading.Thread(target=self._say_storage, name="storage-probe", daemon=True).start()
 
     def _say_storage(self) -> None:
@@ -346,6 +372,7 @@ class Supervisor:
         self.loop.start(self._loop_begins, self._tick)
         self._follow_again([h for h in self.sessions if h not in unreachable and h not in gone], unreachable)
         self.slurm.watch_time_limit()
+        self._discover_hosts()
 
     def _resume_tasks(self, state: RunState, history: list[Event]) -> None:
         """Each task's runtime, the job's counters and the restarts under way as the last
