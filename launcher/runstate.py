@@ -225,6 +225,15 @@ def _move(data: object, where: str) -> dict[str, Any]:
     return d
 
 
+def _resize(data: object, where: str) -> dict[str, Any]:
+    """One change of a role's size (state.json's ``resizes``): role, before, after, why, ts."""
+    d = _obj(data, where)
+    w = f"{where}."
+    for key, read in (("role", _str), ("before", _int), ("after", _int), ("why", _str), ("ts", _float)):
+        _key(d, key, w, read, None)
+    return d
+
+
 @dataclass
 class SlurmJobRecord:
     """The Slurm job a run was submitted as (`up` outside an allocation): its id, when, and the
@@ -282,6 +291,8 @@ class RunState:
     moved_from: dict[str, str] = field(default_factory=dict)
     #: role -> the size an operator asked for with `distlaunch resize` (kept over an attach)
     resize_targets: dict[str, int] = field(default_factory=dict)
+    #: every change of a role's size so far, oldest first (``status`` shows them)
+    resizes: list[dict[str, Any]] = field(default_factory=list)
     #: task -> the checkpoints it announced, newest last, with where their copies are (supervise/checkpoints.py)
     checkpoints: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     last_contact: dict[str, float] = field(default_factory=dict)  # this boot's monotonic clock
@@ -326,6 +337,7 @@ class RunState:
             "left_behind": self.left_behind,
             "moved_from": self.moved_from,
             "resize_targets": self.resize_targets,
+            "resizes": self.resizes,
             "checkpoints": self.checkpoints,
             "last_contact": self.last_contact,
             "boot_id": self.boot_id,
@@ -370,6 +382,8 @@ class RunState:
             left_behind=_key(d, "left_behind", "", lambda v, w: _table(v, w, _strs), {}),
             moved_from=_key(d, "moved_from", "", lambda v, w: _table(v, w, _str), {}),
             resize_targets=_key(d, "resize_targets", "", lambda v, w: _table(v, w, _int), {}),
+            resizes=_key(d, "resizes", "", lambda v, w: [_resize(m, f"{w}[{i}]") for i, m in enumerate(_list(v, w))],
+                         []),
             checkpoints=_key(d, "checkpoints", "", lambda v, w: _table(v, w, _checkpoints), {}),
             last_contact=_key(d, "last_contact", "", lambda v, w: _table(v, w, _float), {}),
             boot_id=_key(d, "boot_id", "", _opt(_str), "") or "",

@@ -94,7 +94,8 @@ def summarize(path: Path) -> dict[str, Any]:
             "supervisor_pid": state.supervisor_pid,
             "launcher_pid": state.supervisor_pid,
             "supervisor_alive": alive, "launcher_alive": alive,
-            "tasks": tasks, "roles": state.roles, "hosts": _hosts(state, view.machines, view.host_gpus),
+            "tasks": tasks, "roles": state.roles, "resizes": state.resizes,
+            "hosts": _hosts(state, view.machines, view.host_gpus),
             "lost_events": view.lost_events,
             "slurm": slurm_json(path, state, slurm_now),
             "skipped_lines": lines.skipped}
@@ -189,6 +190,9 @@ def run_status(args: argparse.Namespace) -> int:
     sizes = role_sizes_text(summary["roles"])
     if sizes:
         print(f"size: {sizes}")
+    for change in summary.get("resizes", [])[-5:]:  # the last few; all of them in --json and state.json
+        when = time.strftime("%H:%M:%S", time.localtime(change["ts"]))
+        print(f"resized {when}: {change['role']} {change['before']} -> {change['after']}: {shown(change['why'])}")
     for task_id, t in summary["tasks"].items():
         if t.get("moved_from"):
             print(f"{task_id} moved from {t['moved_from']} to {t['host']}")

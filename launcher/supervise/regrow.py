@@ -26,7 +26,7 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import Protocol
+from typing import Any, Protocol
 
 from launcher import events as ev
 from launcher.errors import HostError
@@ -96,6 +96,8 @@ class Growth:
         self.why: dict[str, str] = {}
         self.asked = False
         self.hold_said = ""
+        #: every resize so far (state.json's ``resizes``): role, before, after, why, ts
+        self.history: list[dict[str, Any]] = []
 
     # -- re-admission ---------------------------------------------------------------------------------
 
@@ -333,10 +335,15 @@ class Growth:
         sup = self.sup
         event = ev.resize_event(sup.run_id, decision.role, decision.before, decision.after, reason, tasks,
                                 decision.restart)
+        self._kept(event)
         sup.notice(event.line())
         sup.publish(event)
         sup.publish(ev.job_event(sup.run_id, sup.job_state, event.line(), roles=self.hosts.role_sizes()))
         sup.write_state()
+
+    def _kept(self, event: ev.ResizeEvent) -> None:
+        self.history.append({"role": event.role, "before": event.before, "after": event.after,
+                             "why": event.reason, "ts": event.ts})
 
     # -- resize ---------------------------------------------------------------------------------------
 
@@ -365,6 +372,7 @@ class Growth:
         why = f"resized to {target}"
         event = ev.resize_event(sup.run_id, role, now, target, why, list(leaving),
                                 sup.plan.profile.strategy == "multi_worker_mirrored")
+        self._kept(event)
         for task in leaving:
             sup.life.ask_stop(sup.tasks[task], "resize")
         if sup.plan.profile.strategy != "multi_worker_mirrored":

@@ -387,6 +387,7 @@ class Supervisor:
             self.restarts.resume([t for t in pending.tasks if t in self.tasks], pending.due, pending.counted)
         self.restarts.moved_from.update(state.moved_from)
         self.growth.resized.update({r: n for r, n in state.resize_targets.items() if r in self.plan.profile.roles})
+        self.growth.history = list(state.resizes)
         self.checkpoints.book = CheckpointBook.from_json(state.checkpoints)
 
     def _resume_hosts(self, state: RunState) -> list[str]:
@@ -561,6 +562,7 @@ class Supervisor:
             left_behind=self.hosts.left_behind,
             moved_from=dict(self.restarts.moved_from),
             resize_targets=dict(self.growth.resized),
+            resizes=list(self.growth.history),
             checkpoints=self.checkpoints.to_json(),
             last_contact=self.links.last_contact(),
             boot_id=boot_id(),

@@ -103,6 +103,8 @@ def test_add_host_and_discovery_bring_spares_a_resize_grows_onto(tmp_path: Path,
     events = read_events(run_dir)
     assert {ran_on(events, "worker:1")[0], ran_on(events, "worker:2")[0]} == {"b", "c"}
     assert status(run_dir)["roles"]["worker"]["running"] == 3
+    text = cli("status", str(run_dir)).stdout
+    assert "resized " in text and "worker 1 -> 3: host " in text, text  # the size's history, one line each
     # a supervisor that dies is taken over by `attach`, added hosts and all
     os.kill(json.loads((run_dir / "state.json").read_text())["supervisor_pid"], signal.SIGKILL)
     assert finish_up(proc, tmp_path, 60) != 0
@@ -113,6 +115,7 @@ def test_add_host_and_discovery_bring_spares_a_resize_grows_onto(tmp_path: Path,
                  and s["roles"]["worker"]["running"] == 3, 120, "the new supervisor with 3 workers")
         events = read_events(run_dir)  # the take-over restarts nothing: the grow's start is not done twice
         assert len(ran_on(events, "worker:1")) == len(ran_on(events, "worker:2")) == 1, ran_on(events, "worker:1")
+        assert [(r["before"], r["after"]) for r in status(run_dir)["resizes"]] == [(1, 3)]  # kept by the take-over
         hosts = status(run_dir)["hosts"]
         assert {h: hosts[h]["state"] for h in ("b", "c")} == {"b": "up", "c": "up"}, hosts
         down = cli("down", run_id, timeout=120)

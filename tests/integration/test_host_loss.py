@@ -464,3 +464,35 @@ def test_pss_worker_host_back_is_readmitted_and_the_job_grows_back(tmp_path: Pat
     closures = [e for e in events if e["kind"] == "metric" and e["task"] == "chief:0" and e["ts"] > back["ts"]
                 and (e.get("values") or {}).get("closures_per_s/worker:1")]
     assert closures, "the chief's coordinator never scheduled on worker:1 after its return"
+
+
+@pytest.mark.timeout(420)
+def test_mwms_grows_from_two_to_three_workers_from_one_checkpoint(tmp_path: Path, lab: NetnsLab, run_id: str) -> None:
+    """Issue 55 §3: `resize worker=3` of a MultiWorkerMirroredStrategy job with a spare: a planned
+    restart of the workers with the bigger TF_CONFIG, from the checkpoint every worker restores
+    (no epoch before it run again), counted as neither a failure nor a restart."""
+    epochs = 60  # ~1,500 steps: the first fit must not end (and Keras drop its backup) before the grow
+    profile = mwms_profile(tmp_path, lab, spares=True, epochs=epochs)
+    profile.write_text(profile.read_text().replace("[roles.worker]", "[roles.worker]\nmax_count = 3")
+                       .replace("host_lost_seconds", 'grow = "now"\nhost_lost_seconds', 1))
+    proc, run_dir = launch_up(tmp_path, profile, run_id)
+    wait_for(lambda: step_of(read_events(run_dir), "worker:1") >= 30, 240, "worker:1 past step 30 (epoch 1 done)")
+    grown = cli("resize", run_id, "worker=3")
+    assert grown.returncode == 0, grown.stderr
+    event = wait_for_event(run_dir, lambda e: e["kind"] == "resize" and e["after"] == 3, 60, "worker 2 -> 3")
+    assert event["before"] == 2 and event["restart"] is True and event["tasks"] == ["worker:2"], event
+    started = wait_for_event(run_dir, lambda e: e["kind"] == "state" and e["task"] == "worker:2"
+                             and e["state"] == "running", 120, "worker:2 running")
+    assert started["host"] == "c"
+    code = finish_up(proc, tmp_path, 360)
+    log = (tmp_path / "up.log").read_text()
+    assert code == 0, log[-4000:]
+    assert "worker 2 -> 3" in log and "resuming from step 0" not in log, log[-4000:]
+    events = read_events(run_dir)
+    after = [e["step"] for e in events
+             if e["kind"] == "metric" and e["task"] == "worker:2" and e.get("step") is not None]
+    assert after and max(after) <= (epochs - 1) * 25, max(after)  # resumed: at least one epoch is not run again
+    state = json.loads((run_dir / "state.json").read_text())
+    assert all(t["restarts"] == 0 for t in state["tasks"].values()), state["tasks"]
+    assert state["job_restarts"] == 0 and state["roles"]["worker"]["running"] == 3, state["roles"]
+    assert not any(e["kind"] == "state" and e["state"] == "failed" for e in events)

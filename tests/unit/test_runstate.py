@@ -34,6 +34,8 @@ WRITTEN = {
     "moves": [{"task": "worker:0", "from": "b", "to": "a", "why": "lost", "ts": 1700000000.0}],
     "left_behind": {"b": ["worker-0"]}, "moved_from": {"worker:0": "b"}, "last_contact": {"b": 123.25},
     "resize_targets": {"worker": 3},
+    "resizes": [{"role": "worker", "before": 1, "after": 2, "why": "host c added by `distlaunch add-host`",
+                 "ts": 1700000001.0}],
     "checkpoints": {"worker:0": [{"task": "worker:0", "host": "a", "directory": "/o/ckpt", "files": ["checkpoint"],
                                   "step": 20, "epoch": None, "bytes": 9, "api": "checkpoint_manager", "ts": 1.5,
                                   "copy": "/run/checkpoints/worker-0/20", "copy_seconds": 0.25}]},
@@ -61,6 +63,7 @@ def test_a_file_from_before_the_supervisor_process_names_its_pid_launcher_pid() 
 @pytest.mark.parametrize(("patch", "field"), [
     ({"moved_from": ["worker:0"]}, "moved_from"),
     ({"resize_targets": {"worker": "three"}}, "resize_targets.worker"),
+    ({"resizes": [{"role": "worker", "before": "1"}]}, "resizes[0].before"),
     ({"host_losses": 1.5}, "host_losses"),
     ({"host_states": {"a": {"since": "now"}}}, "host_states.a.since"),
     ({"left_behind": {"b": [1]}}, "left_behind.b[0]"),
