@@ -468,4 +468,5 @@ def host_from_json(data: dict[str, Any]) -> HostConfig:
     return HostConfig(name=data["name"], address=data["address"], transport=data.get("transport", "ssh"),
                       ssh=ssh, gpus=tuple(data.get("gpus", ())), tf_address=data.get("tf_address"),
                       env=dict(data.get("env") or {}), group=data.get("group"),
-                      slurm_job_id=data.get("slurm_job_id"), slurm_het_group=data.get("slurm_het_group"))
+                      slurm_job_id=data.get("slurm_job_id"), slurm_het_group=data.get("slurm_het_group"),
+                      preemption_notice=data.get("preemption_notice"))

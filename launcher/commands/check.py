@@ -141,7 +141,7 @@ def _slurm_lines(plan: Plan) -> list[str]:
     slurm = plan.profile.slurm
     assert slurm is not None
     hosts = list(plan.profile.hosts.values())
-    components = [f"slurm     {words}" for words in component_lines(slurm)]
+    components = [f"slurm     {words}" for words in component_lines(slurm)] if slurm.heterogeneous else []
     if components:
         components.insert(0, f"slurm     a heterogeneous job of {len(slurm.components)} components "
                              "(#SBATCH hetjob; each role's tasks start as `srun --het-group` steps of its own)")

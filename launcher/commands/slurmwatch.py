@@ -178,6 +178,9 @@ def _follow_allocation(path: Path, shown: Shown, own: bool) -> int | None:
         node = info.node if info is not None and info.node else state.slurm.node
         het = any((r.config or {}).get("slurm_het_group") is not None for r in state.hosts.values())
         code = relay_attach(job, node, run_id, shown, het_group=0 if het else None)
+        ended = load_run_state(path)
+        if ended.outcome is not None:  # the job's end cancels the step: the run's own end is the answer
+            code = job_exit_code(ended.outcome, None)
     else:
         code = follow_supervisor(run_id, path, child=None, shown=shown, attach=not own, log_from=0)
     return None if requeued_meanwhile(path) else code

@@ -51,8 +51,8 @@ def sbatch_script(profile: Profile, run: SubmittedRun | None = None) -> str:
     if run is not None:  # how `up` finds the job again if sbatch's answer is lost (a run id is no secret)
         options.append(f"--comment={RUN_COMMENT}{run.run_id}")
         options.append("--open-mode=append")  # a requeued job's batch output follows the first one's
-    if slurm.time_limit_action == "requeue" and run is not None:  # an exported script's rerun is a new run
-        options.append("--requeue")
+    if run is not None:  # requeueable whatever the cluster's JobRequeue: a preemption or a node failure
+        options.append("--requeue")  # requeues it, and the run goes on (an exported script's rerun is a new run)
     if not slurm.heterogeneous:  # the job's nodes: [slurm]'s, or those of the one role that names its own
         only = slurm.components[0] if slurm.components else SlurmComponent(roles=())
         options += component_options(slurm, only)

@@ -30,6 +30,9 @@ def added_host(profile: Profile, spec: str) -> HostConfig:
     if found is None:
         raise UserError(f"{spec!r} is no host: give a host of the profile's [hosts] or [user@]address[:port]")
     address = found.group("address")
+    if address in profile.hosts:  # [user@]NAME[:port] of a profile's host: that host, as written, or nothing
+        raise UserError(f"{address!r} is [hosts.{address}] of the profile; give {address} alone to add it as "
+                        "written there")
     problem = host_name_problem(address)
     if problem is not None:
         raise UserError(f"{address!r} cannot name a host ({problem})")

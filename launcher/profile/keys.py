@@ -322,8 +322,8 @@ SLURM_KEYS = Table(
             expected='a list of options like ["--exclusive"]'),
         Key("time_limit_action", "choice", "Before the job's time limit (time_limit_margin_seconds ahead): "
             "requeue ends this allocation with the tasks stopped as at any end (their checkpoint) and puts "
-            "the job back in Slurm's queue, where it continues the same run (a run `up` submitted; the batch "
-            "script gets #SBATCH --requeue); stop ends the run Stopped: time limit. Left out, Slurm kills "
+            "the job back in Slurm's queue, where it continues the same run (a run `up` submitted, whose batch "
+            "script has #SBATCH --requeue); stop ends the run Stopped: time limit. Left out, Slurm kills "
             "the tasks at the limit.", choices=("requeue", "stop")),
         Key("time_limit_margin_seconds", "number", "How long before the time limit time_limit_action acts "
             "(enough for the tasks to checkpoint and stop).", default=300.0, minimum=0),

@@ -31,9 +31,14 @@ from launcher.transport import Host, LineStream
 
 
 def remote_base_dir(host: Host, config: HostConfig, run_id: str, local_host_root: str | None) -> str:
-    """The host run dir: under the local run dir for local hosts, under ~/.cache on SSH hosts."""
+    """The host run dir: under the local run dir for local hosts, under ~/.cache on SSH hosts. A
+    Slurm job's nodes share their home as a rule, and a node may be two hosts (two components of
+    a heterogeneous job): each host has a dir of its own there (``.../runs/RUN/hosts/NAME``), as
+    each host's agent holds its dir for itself."""
     if config.transport == "local" and local_host_root is not None:
         return f"{local_host_root}/{config.name}"
+    if config.transport == "slurm":
+        return f"{host.home()}/.cache/distlaunch/runs/{run_id}/hosts/{config.name}"
     return f"{host.home()}/.cache/distlaunch/runs/{run_id}"
 
 
@@ -336,7 +341,11 @@ class HostSession:
         if not looks_like_run_dir or (outputs and (outputs == base or outputs.startswith(base + "/"))):
             raise HostError(f"host {self.name}: {self.base_dir} is not only this run's scratch space; "
                             "left in place")
-        result = self.host.run(remove_host_dir_script(base), timeout=120)
+        script = remove_host_dir_script(base)
+        if self.config.transport == "slurm":  # .../runs/RUN/hosts/NAME: its parents go once empty
+            parents = [posixpath.dirname(base), posixpath.dirname(posixpath.dirname(base))]
+            script += "\n" + " ".join(["rmdir", *map(shlex.quote, parents)]) + " 2>/dev/null; true"
+        result = self.host.run(script, timeout=120)
         if not result.ok:
             detail = (result.stderr.strip().splitlines() or ["no output"])[-1]
             raise HostError(f"host {self.name}: cannot remove {self.base_dir}: {detail}")

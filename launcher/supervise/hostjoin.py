@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import shlex
 import subprocess
 import threading
 import time
@@ -32,7 +33,7 @@ from launcher.remote.session import HostSession, remote_base_dir, remote_outputs
 from launcher.supervise.hostloss import HostLoss, HostState
 from launcher.supervise.hostworker import HostWorker
 from launcher.supervise.regrow import READMIT_RETRY_MIN_S, Growth, preflight_again
-from launcher.transport import make_host, sshconfig
+from launcher.transport import Host, make_host, sshconfig
 
 #: how long one run of the discovery command may take
 DISCOVERY_TIMEOUT_S = 30.0
@@ -83,6 +84,15 @@ class HostAdder:
         if config.transport != "local" and any(t.address in ("127.0.0.1", "::1", "localhost")
                                                for t in sup.plan.tasks):
             return "the job's tasks listen on loopback addresses, which another host cannot reach"
+        same = [h for h, s in sup.sessions.items() if _machine(s.config) == _machine(config)]
+        if same and config.transport != "local":
+            return f"{config.address} is host {same[0]} of the job already"
+        profile = sup.plan.profile
+        if any(role.settings.container is not None for role in profile.roles.values()):
+            return "the job's tasks run in containers, whose images add-host does not check yet"
+        if name not in profile.hosts and any(role.gpus_per_task for role in profile.roles.values()):
+            return ("a host given by its address has no GPUs listed, and the job's tasks take GPUs: add a "
+                    "host of the profile's [hosts] (its gpus = [...]) by its name")
         return None
 
     def add(self, spec: str, asked: bool, done: Callable[[str | None], None]) -> None:
@@ -103,10 +113,13 @@ class HostAdder:
                          name=f"add-host-{config.name}").start()
 
     def _prepare(self, config: HostConfig, plan: Plan, asked: bool, done: Callable[[str | None], None]) -> None:
-        """On its own thread: connect, the run dir and agent, the preflight."""
+        """On its own thread: connect, the run dir and agent, the preflight. Whatever fails leaves
+        nothing of the run there (a dir the run already had there is another host's: left alone)."""
         sup = self.sup
         name = config.name
+        host: Host | None = None
         session: HostSession | None = None
+        ours = False  # the host's run dir was made by this add
         try:
             address = _resolved(config)
             if address is not None:  # an alias: the tasks elsewhere reach it at the HostName it stands for
@@ -114,14 +127,21 @@ class HostAdder:
             host = make_host(config, on_notice=sup.notice, run_id=sup.run_id)
             host.connect()
             base = remote_base_dir(host, config, sup.run_id, sup.host_root())
-            outputs = remote_outputs_dir(host, config, plan.profile.outputs, plan.profile.directory)
-            session = HostSession(config, host, sup.run_id, base, agent_python(plan, name), outputs)
-            problems = preflight_again(plan, name, session)
+            if host.run(f"test -e {shlex.quote(base)}", timeout=60).ok:
+                problems = [f"{base} is there already: the machine is a host of this job under another name"]
+            else:
+                ours = True
+                outputs = remote_outputs_dir(host, config, plan.profile.outputs, plan.profile.directory)
+                session = HostSession(config, host, sup.run_id, base, agent_python(plan, name), outputs)
+                problems = preflight_again(plan, name, session)
         except HostError as exc:
             problems = [str(exc)]
+        except Exception as exc:  # a bug must not keep the host "being added" for good
+            problems = [f"{type(exc).__name__}: {exc}"]
+        if not problems and sup.finishing:
+            problems = ["the job is ending"]
         if problems:
-            if session is not None:
-                _forget(session)
+            _forget(host, session if ours else None)
             line = f"host {name} is not added: {problems[0]}"
             sup.call(lambda: self._refused_now(name, line, done))
             return
@@ -140,7 +160,7 @@ class HostAdder:
         name = session.name
         self._busy.discard(name)
         if sup.finishing:
-            _forget(session)
+            threading.Thread(target=_forget, args=(session.host, session), daemon=True).start()
             done("the job is ending")
             return
         plan = _with_host(sup.plan, session.config)
@@ -198,13 +218,13 @@ class HostAdder:
             return
 
         def done(why: str | None) -> None:
-            if why is not None:
+            if why is not None:  # said, and tried again after a while: never at every poll
+                self._refused[spec] = time.monotonic() + READMIT_RETRY_MIN_S
                 sup.notice(f"host_discovery found {spec}: {why}")
 
         try:
             config = added_host(sup.plan.profile, spec)
         except UserError as exc:
-            self._refused[spec] = time.monotonic() + READMIT_RETRY_MIN_S
             done(str(exc))
             return
         if config.name in sup.sessions:
@@ -232,7 +252,9 @@ def run_discovery(command: str) -> tuple[list[str], str | None]:
 def _with_host(plan: Plan, config: HostConfig) -> Plan:
     """The plan with one more host (no task placed on it yet)."""
     hosts: Mapping[str, HostConfig] = {**plan.profile.hosts, config.name: config}
-    return dataclasses.replace(plan, profile=dataclasses.replace(plan.profile, hosts=dict(hosts)))
+    spares = plan.profile.spares if config.name in plan.profile.spares else (*plan.profile.spares, config.name)
+    # a spare of the job: the host-loss limit (one loss more than the spares) counts it too
+    return dataclasses.replace(plan, profile=dataclasses.replace(plan.profile, hosts=dict(hosts), spares=spares))
 
 
 def _resolved(config: HostConfig) -> str | None:
@@ -245,9 +267,16 @@ def _resolved(config: HostConfig) -> str | None:
         return None
 
 
-def _forget(session: HostSession) -> None:
-    """A host that did not join: nothing of the run is left there."""
-    with contextlib.suppress(HostError):
-        session.remove_run_dir()
-    with contextlib.suppress(HostError, OSError):
-        session.host.close()
+def _forget(host: Host | None, session: HostSession | None) -> None:
+    """A host that did not join: the run dir this add made there removed, the connection closed."""
+    if session is not None:
+        with contextlib.suppress(HostError):
+            session.remove_run_dir()
+    if host is not None:
+        with contextlib.suppress(HostError, OSError):
+            host.close()
+
+
+def _machine(config: HostConfig) -> tuple[str, str | None, int]:
+    """What tells two hosts apart when they are one machine's: its address, login and ssh port."""
+    return (config.address, config.ssh.user, config.ssh.ssh_port)

@@ -149,6 +149,8 @@ class HostLoss:
         self.left: dict[str, str] = {}
         #: each role's target size (regrow.py's, which knows the operator's resizes)
         self.targets: Callable[[], Mapping[str, int]] = dict
+        #: a role's size changed by a loss (role, before, after, why): the size's history (regrow.py's)
+        self.resized: Callable[[str, int, int, str], None] = lambda *_: None
 
     # -- what is reported -----------------------------------------------------------------------------
 
@@ -414,6 +416,7 @@ class HostLoss:
         sup = self.sup
         self.losses += 1
         self.restarts.cancel_pending(decision.tasks)
+        before = {role: size["running"] for role, size in self.role_sizes().items()}
         now = time.time()
         for task_id in decision.tasks:
             self.left[task_id] = decision.why
@@ -422,6 +425,10 @@ class HostLoss:
             if gone.drained:  # stopped on purpose: their end is planned
                 sup.life.ask_stop(sup.tasks[task_id], "drain")
         self.record_placement()
+        went = f"host {gone.host} {'drained' if gone.drained else 'lost'}"
+        for role, size in self.role_sizes().items():
+            if size["running"] != before.get(role, size["running"]):
+                self.resized(role, before[role], size["running"], went)
         said = (f"the job goes on without {', '.join(decision.tasks)} ({decision.why}); nothing restarts: "
                 + ", ".join(self.role_line(role) for role in sorted({t.split(':', 1)[0] for t in decision.tasks})))
         sup.notice(said)

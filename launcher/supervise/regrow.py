@@ -342,8 +342,11 @@ class Growth:
         sup.write_state()
 
     def _kept(self, event: ev.ResizeEvent) -> None:
-        self.history.append({"role": event.role, "before": event.before, "after": event.after,
-                             "why": event.reason, "ts": event.ts})
+        self.record(event.role, event.before, event.after, event.reason)
+
+    def record(self, role: str, before: int, after: int, why: str) -> None:
+        """On the loop: one change of a role's size, kept for state.json (``status`` shows them)."""
+        self.history.append({"role": role, "before": before, "after": after, "why": why, "ts": time.time()})
 
     # -- resize ---------------------------------------------------------------------------------------
 

@@ -268,8 +268,10 @@ class SlurmLife:
         problem = slurmqueue.requeue(record.job_id, cluster=record.cluster)
         job = self.job()
         again = requeue_reason(job, self.known_requeues()) if problem is not None and self._preempted and job else None
-        if problem is None or (again is not None and not again.preempted):
-            self._tell()  # or a preemption's grace ended first, and Slurm requeued the job itself
+        if problem is None or again is not None:
+            # a preemption's grace ended first and Slurm requeued the job itself, or is still in it and
+            # requeues the job at its end: either way the run waits for the job to run again
+            self._tell()
             return outcome
         reason = f"{self.requeued}, but Slurm did not requeue it ({problem})"
         self.requeued = None

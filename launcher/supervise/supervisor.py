@@ -103,6 +103,7 @@ class Supervisor:
         self.checkpoints = CheckpointKeeper(self)  # the tasks' checkpoints, their copies, one per restart
         self.growth = Growth(self, self.hosts)  # lost hosts re-admitted, roles grown back, resizes
         self.hosts.targets = self.growth.targets
+        self.hosts.resized = self.growth.record
         self.slurm = SlurmLife(self)  # a Slurm job's requeue and time limit
         self.adder = HostAdder(self, self.hosts, self.growth)  # hosts added to the running job
 

@@ -47,7 +47,14 @@ def running_hosts(cluster: SlurmCluster, run: str) -> dict[str, dict[str, str]] 
     running = {e["task"]: e for e in events if e["kind"] == "state" and e["state"] == "running"}
     if set(running) != {"ps:0", "worker:0", "chief:0"}:
         return None
-    return {task: {"host": e["host"]} for task, e in running.items()}
+    return {task: {"host": e["host"], "pid": e["pid"]} for task, e in running.items()}
+
+
+def slurm_node_of(pid: int) -> str:
+    """The Slurm node a task's process runs in, as its step's environment says (the nodes of the
+    test cluster are one machine: only Slurm tells them apart)."""
+    env = dict(item.split(b"=", 1) for item in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0") if b"=" in item)
+    return f"{env.get(b'SLURMD_NODENAME', b'').decode()} {env.get(b'SLURM_JOB_PARTITION', b'').decode()}"
 
 
 def components(cluster: SlurmCluster) -> list[str]:
@@ -73,6 +80,9 @@ def test_each_role_runs_in_its_own_component_and_the_job_succeeds(tmp_path: Path
         placed = wait_for(lambda: running_hosts(cluster, run_id), 240, f"every task to run ({log})", interval=1.0)
         assert placed["ps:0"]["host"] == "n2", placed
         assert placed["worker:0"]["host"] == placed["chief:0"]["host"] == "n1", placed
+        # and they really run there: each task in a step of its own component
+        assert slurm_node_of(placed["ps:0"]["pid"]) == "n2 cpu"
+        assert slurm_node_of(placed["worker:0"]["pid"]) == slurm_node_of(placed["chief:0"]["pid"]) == "n1 debug"
         lines = components(cluster)
         assert len(lines) == 2 and lines[0].endswith("debug n1") and lines[1].endswith("cpu n2"), lines
         assert lines[0].split()[0].endswith("+0") and lines[1].split()[0].endswith("+1"), lines

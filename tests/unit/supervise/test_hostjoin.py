@@ -4,6 +4,7 @@ tests/integration/test_add_host.py."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,7 @@ from launcher.errors import ProfileError, UserError
 from launcher.model import Profile
 from launcher.profile.addedhost import added_host
 from launcher.profile.reader import load_profile
-from launcher.supervise.hostjoin import run_discovery
+from launcher.supervise.hostjoin import HostAdder, run_discovery
 
 PROFILE = '''name = "j"
 strategy = "custom"
@@ -76,3 +77,48 @@ def test_host_discovery_is_no_slurm_key(tmp_path: Path) -> None:
                     "[roles.worker]\n[slurm]\n")
     with pytest.raises(ProfileError, match="host_discovery: a Slurm job's hosts"):
         load_profile(path)
+
+
+def _joiner(profile: Profile, used: tuple[str, ...] = ("a",)) -> HostAdder:
+    from types import SimpleNamespace
+
+    from launcher.plan import build_plan
+
+    plan = build_plan(profile)
+    sessions = {name: SimpleNamespace(config=profile.hosts[name]) for name in used}
+    sup = SimpleNamespace(plan=plan, sessions=sessions, finishing=False)
+    return HostAdder(sup, SimpleNamespace(gone=set()), None)  # type: ignore[arg-type]
+
+
+def test_a_machine_already_in_the_job_is_refused_under_any_name(profile: Profile) -> None:
+    joiner = _joiner(profile)
+    same = added_host(profile, "other@10.0.0.1")
+    assert joiner.refusal(dataclasses.replace(same, ssh=profile.hosts["a"].ssh)) == \
+        "10.0.0.1 is host a of the job already"
+    assert joiner.refusal(profile.hosts["a"]) == "host a is already a host of the job"
+    assert joiner.refusal(profile.hosts["spare-b"]) is None
+    with pytest.raises(UserError, match=r"'spare-b' is \[hosts.spare-b\] of the profile"):
+        added_host(profile, "root@spare-b")  # a name of the profile's is that host, as written
+
+
+def test_a_gpu_job_takes_no_host_by_address(tmp_path: Path) -> None:
+    path = tmp_path / "g.toml"
+    path.write_text(PROFILE.replace('hosts = ["a"]', 'hosts = ["a"]\ngpus_per_task = 1').replace(
+        'address = "10.0.0.1"', 'address = "10.0.0.1"\ngpus = [0]'))
+    profile = load_profile(path)
+    refused = _joiner(profile).refusal(added_host(profile, "10.0.0.9"))
+    assert refused is not None and "no GPUs listed" in refused
+
+
+def test_a_slurm_nodes_hosts_have_run_dirs_of_their_own() -> None:
+    from types import SimpleNamespace
+
+    from launcher.model import HostConfig
+    from launcher.remote.session import remote_base_dir
+
+    home = SimpleNamespace(home=lambda: "/home/u")
+    dirs = {remote_base_dir(home, HostConfig(name=n, address="n1", transport="slurm"), "r1", None)  # type: ignore[arg-type]
+            for n in ("n1", "n1-het1")}
+    assert dirs == {"/home/u/.cache/distlaunch/runs/r1/hosts/n1", "/home/u/.cache/distlaunch/runs/r1/hosts/n1-het1"}
+    ssh = remote_base_dir(home, HostConfig(name="a", address="a"), "r1", None)  # type: ignore[arg-type]
+    assert ssh == "/home/u/.cache/distlaunch/runs/r1"

@@ -217,3 +217,27 @@ def test_a_task_failure_of_a_submitted_run_is_judged_after_slurms_word(monkeypat
     sup.run_one()
     assert judged == ["worker:0"] and sup.finished == []  # Slurm keeps the job: the policy decides
     assert life.holds_failure(lambda: judged.append("worker:0 again"))  # a later failure asks again
+
+
+def test_a_preemptions_requeue_refused_in_its_grace_leaves_the_run_waiting(monkeypatch: Any) -> None:
+    """`scontrol requeue` refused (or late) while the job is still in its preemption grace: Slurm
+    requeues it at the grace's end all the same, so the run waits for it, never Stopped for good."""
+    from launcher.supervise import slurmlife
+
+    monkeypatch.delenv("SLURM_RESTART_COUNT", raising=False)
+    preempted = Requeue("Slurm preempted job 41 to requeue it", preempted=True)
+    monkeypatch.setattr(slurmlife, "requeue_reason", lambda job, known: preempted)
+    monkeypatch.setattr(slurmlife.slurmqueue, "requeue", lambda job, cluster=None: "did not finish: timed out")
+    sup = _Sup()
+    life = slurmlife.SlurmLife(sup)  # type: ignore[arg-type]
+    assert life.holds_failure(lambda: None)
+    sup.run_one()
+    sup.outcome = "Restarting"
+    assert life.closing("Restarting") == "Restarting" and life.requeued is not None
+    assert [e.kind for e in sup.published] == ["requeued"]
+    monkeypatch.setattr(slurmlife, "requeue_reason", lambda job, known: None)  # Slurm keeps no requeue
+    sup = _Sup()
+    life = slurmlife.SlurmLife(sup)  # type: ignore[arg-type]
+    life.requeue("time limit: Slurm ends job 41 at 12:00:00", by_us=True)
+    sup.ended = lambda state, reason: None  # type: ignore[attr-defined]
+    assert life.closing("Restarting") == "Stopped" and life.requeued is None
