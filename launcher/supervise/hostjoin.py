@@ -27,6 +27,7 @@ from typing import Protocol
 from launcher import events as ev
 from launcher.errors import HostError, UserError
 from launcher.model import SSH_TRANSPORTS, HostConfig, Plan
+from launcher.placement import rehearsal
 from launcher.plan import agent_python
 from launcher.profile.addedhost import added_host
 from launcher.remote.session import HostSession, remote_base_dir, remote_outputs_dir
@@ -132,7 +133,9 @@ class HostAdder:
             else:
                 ours = True
                 outputs = remote_outputs_dir(host, config, plan.profile.outputs, plan.profile.directory)
-                session = HostSession(config, host, sup.run_id, base, agent_python(plan, name), outputs)
+                # the python the role's tasks would use there (the rehearsal places one of each on it)
+                python = agent_python(rehearsal(plan), name)
+                session = HostSession(config, host, sup.run_id, base, python, outputs)
                 problems = preflight_again(plan, name, session)
         except HostError as exc:
             problems = [str(exc)]

@@ -147,3 +147,43 @@ def test_a_host_that_fails_its_preflight_is_not_added(tmp_path: Path, lab: Netns
     finally:
         cli("down", run_id, timeout=120)
         finish_up(proc, tmp_path, 60)
+
+
+@pytest.mark.timeout(420)
+def test_a_discovered_host_takes_a_third_parameter_server_worker(tmp_path: Path, lab: NetnsLab, run_id: str) -> None:
+    """Real TensorFlow: a ParameterServerStrategy job (ps and chief on a, a worker on b) whose
+    discovery command then prints c; `resize worker=2` places worker:1 on c (a planned restart of the
+    cluster from the chief's checkpoint: another address than any the coordinator knows), and the
+    job succeeds with both workers, nothing counted as a failure or a restart."""
+    listed = tmp_path / "hosts.txt"
+    listed.write_text("")
+    ckpt = tmp_path / "ckpt"
+    profile = build_profile(tmp_path / "ps.toml", name="it-add-ps", strategy="parameter_server", orphan_grace=10,
+                            top=f'host_discovery = "cat {listed}"\nhost_discovery_seconds = 1\ngrow = "now"\n',
+                            command=f"{{python}} examples/ps_mnist.py --steps 2500 --log-every 20 "
+                                    f"--checkpoint-dir {ckpt} --checkpoint-every 100",
+                            defaults={"python": sys.executable}, workdir=REPO, env={"TF_CPP_MIN_LOG_LEVEL": "2"},
+                            grace=5, hosts=netns_hosts(lab, "ssh"),
+                            roles={"ps": {"hosts": ["a"]}, "chief": {"hosts": ["a"]},
+                                   "worker": {"count": 1, "hosts": ["b"], "max_count": 2}})
+    proc, run_dir = launch_up(tmp_path, profile, run_id)
+    wait_for(lambda: max((e["step"] for e in read_events(run_dir) if e["kind"] == "metric"
+                          and e["task"] == "chief:0" and e.get("step") is not None), default=-1) >= 200,
+             240, "the chief past step 200")
+    listed.write_text("c\n")
+    wait_for_event(run_dir, lambda e: e["kind"] == "host" and e.get("host") == "c" and e["state"] == "spare", 120,
+                   "c discovered")
+    grown = cli("resize", run_id, "worker=2")
+    assert grown.returncode == 0, grown.stderr
+    running = wait_for_event(run_dir, lambda e: e["kind"] == "state" and e["task"] == "worker:1"
+                             and e["state"] == "running", 180, "worker:1 running")
+    assert running["host"] == "c"
+    code = finish_up(proc, tmp_path, 360)
+    log = (tmp_path / "up.log").read_text()
+    assert code == 0, log[-4000:]
+    assert "worker 1 -> 2" in log and "resuming from step 0" not in log, log[-3000:]
+    state = json.loads((run_dir / "state.json").read_text())
+    assert all(t["restarts"] == 0 for t in state["tasks"].values()) and state["job_restarts"] == 0, state["tasks"]
+    assert state["roles"]["worker"]["running"] == 2
+    worker_steps = [e for e in read_events(run_dir) if e["kind"] == "metric" and e["task"] == "worker:1"]
+    assert worker_steps or any(e["kind"] == "log" and e["task"] == "worker:1" for e in read_events(run_dir))

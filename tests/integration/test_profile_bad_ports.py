@@ -24,9 +24,10 @@ pytestmark = pytest.mark.slow
 MODES = ("garbage", "big", "silent", "close", "closed", "h2silent")
 #: TensorFlow's C++ log lines (glog / absl) and absl's notice before it is set up
 TF_LOG = re.compile(r"^([IWEF]\d{4} |WARNING: All log messages)", re.MULTILINE)
-#: TensorFlow's import in the client's process (seconds, on a busy CI machine), then the capture's
-#: length and a few seconds
-BUDGET_S = 20.0
+#: what a port that never answers may cost beyond one that refuses at once (whose cost is TensorFlow's
+#: import in the client, seconds or tens of seconds on a busy machine): TensorFlow's own client waited
+#: 40 s there
+BEYOND_REFUSED_S = 15.0
 
 
 def failure_lines(stderr: str) -> list[str]:
@@ -42,9 +43,7 @@ def test_each_port_that_is_no_profiler_is_one_line_and_the_real_one_is_captured(
         ports = {f"worker:{i}": stack.enter_context(bad_port(mode)) for i, mode in enumerate(MODES)}
         ports["chief:0"] = stack.enter_context(profiler_server(tmp_path / "server.log"))
         fake_run(distlaunch_home, "bad-ports", outputs, ports)
-        started = time.monotonic()
         result = cli("profile", "bad-ports", "--seconds", "1", timeout=120)
-        took = time.monotonic() - started
     lines = failure_lines(result.stderr)
     assert result.returncode == 1, result.stdout + result.stderr
     for i, mode in enumerate(MODES):
@@ -53,23 +52,23 @@ def test_each_port_that_is_no_profiler_is_one_line_and_the_real_one_is_captured(
         assert mine[0].startswith(f"distlaunch: no capture from worker:{i} (127.0.0.1:{ports[f'worker:{i}']}): ")
     assert len(lines) == len(MODES), lines
     assert "chief:0: " in result.stdout and "step(s) captured" in result.stdout, result.stdout
-    assert took < BUDGET_S + 5, f"took {took:.1f} s"  # the analysis of the real capture besides
     assert not processes_naming(str(outputs)), "the capture left a process running"
 
 
 def test_a_port_that_never_answers_costs_the_capture_and_a_few_seconds(
         distlaunch_home: Path, tmp_path: Path) -> None:
     outputs = tmp_path / "outputs"
-    for mode in ("h2silent", "silent"):
+    took: dict[str, float] = {}
+    for mode in ("closed", "h2silent", "silent"):  # first the one refused at once: the cost of the rest
         with bad_port(mode) as port:
             fake_run(distlaunch_home, f"never-{mode}", outputs, {"worker:0": port})
             started = time.monotonic()
             result = cli("profile", f"never-{mode}", "--seconds", "1", timeout=120)
-            took = time.monotonic() - started
+            took[mode] = time.monotonic() - started
         assert result.returncode == 1, result.stdout + result.stderr
         lines = failure_lines(result.stderr)
         assert len(lines) == 1 and lines[0].startswith(f"distlaunch: no capture from worker:0 (127.0.0.1:{port}): "), \
             lines
-        assert took < BUDGET_S, f"{mode}: took {took:.1f} s"
+        assert took[mode] < took["closed"] + BEYOND_REFUSED_S, took
         assert not processes_naming(str(outputs)), "the capture left a process running"
         assert result.stdout == ""  # no "kept in" for a capture that holds nothing
