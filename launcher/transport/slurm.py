@@ -32,6 +32,7 @@ from launcher.errors import HostError, HostGone
 from launcher.model import HostConfig
 from launcher.transport.base import CommandResult, LineStream, head
 from launcher.transport.local import LocalHost
+from launcher.transport.slurmqueue import leader_line
 
 #: how long a detached step may take to report its pid (slurmctld may be busy)
 START_TIMEOUT = 120.0
@@ -107,7 +108,7 @@ class SlurmHost(LocalHost):
         when squeue no longer knows the job; None when squeue could not answer (slurmctld busy),
         which is no reason to give up on the host."""
         try:
-            result = subprocess.run(["squeue", "-h", "-j", str(self.job_id), "--states=all", "-o", "%i %T"],
+            result = subprocess.run(["squeue", "-h", "-j", str(self.job_id), "--states=all", "-o", "%T %i"],
                                     capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
         except (OSError, subprocess.TimeoutExpired):
             return None
@@ -212,16 +213,10 @@ class SlurmHost(LocalHost):
         return super().stream_lines(self._step(command), on_line, on_close)
 
 def leader_state(job_id: str, stdout: str) -> str:
-    """The state in squeue's ``%i %T`` lines of the job itself: a heterogeneous job shows one line
-    per component (``ID+K``), and its leader's (``ID+0``) is the job's; "" when none is shown."""
-    states = {}
-    for line in stdout.splitlines():
-        shown, _, state = line.strip().partition(" ")
-        states[shown] = state.strip()
-    for name in (job_id, f"{job_id}+0"):
-        if name in states:
-            return states[name]
-    return next(iter(states.values()), "")
+    """The job's state in squeue's ``%T %i`` lines: its leader's in a heterogeneous job (one line per
+    component); "" when none is shown."""
+    lines = [line.strip() for line in stdout.splitlines() if line.strip()]
+    return leader_line(job_id, lines, " ").partition(" ")[0] if lines else ""
 
 
 def _drain_and_reap(proc: subprocess.Popen[bytes]) -> None:

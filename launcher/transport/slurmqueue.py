@@ -120,9 +120,14 @@ def query(job_id: str, timeout: float = QUERY_TIMEOUT_S, cluster: str | None = N
     if result.returncode != 0:
         return SlurmJobInfo(job_id, "") if "invalid job id" in result.stderr.lower() else None
     lines = _answer_lines(result.stdout)
-    # a heterogeneous job shows a line per component (%i ``ID+K``): its leader's is the job's
-    leader = [line for line in lines if line.rpartition("|")[2].strip() in (job_id, f"{job_id}+0")]
-    return parse_squeue_line(job_id, (leader or lines)[0]) if lines else SlurmJobInfo(job_id, "")
+    return parse_squeue_line(job_id, leader_line(job_id, lines, "|")) if lines else SlurmJobInfo(job_id, "")
+
+
+def leader_line(job_id: str, lines: list[str], sep: str) -> str:
+    """The job's own line among squeue's: a heterogeneous job shows one per component (``%i`` is
+    ``ID+K``, last on the line after ``sep``), and its leader's (``ID+0``) is the job's."""
+    leader = [line for line in lines if line.rpartition(sep)[2].strip() in (job_id, f"{job_id}+0")]
+    return (leader or lines)[0]
 
 
 #: find_submitted's answer when squeue itself did not answer (the job may be queued all the same)

@@ -154,8 +154,8 @@ def test_one_component_in_all_is_a_homogeneous_job(tmp_path: Path) -> None:
 
 
 def test_the_leaders_line_is_the_jobs_state() -> None:
-    assert leader_state("7", "7+1 RUNNING\n7+0 COMPLETING\n") == "COMPLETING"
-    assert leader_state("7", "7 RUNNING\n") == "RUNNING"
+    assert leader_state("7", "RUNNING 7+1\nCOMPLETING 7+0\n") == "COMPLETING"
+    assert leader_state("7", "RUNNING 7\n") == "RUNNING"
     assert leader_state("7", "") == ""
     shown = ("JobId=7 HetJobId=7 HetJobOffset=0 JobState=RUNNING Reason=None Requeue=1 Restarts=2\n"
              "JobId=8 HetJobId=7 HetJobOffset=1 JobState=RUNNING Reason=None Requeue=1 Restarts=0\n")
