@@ -39,7 +39,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -52,6 +51,7 @@ from launcher.placement import is_rehearsal, rehearsal
 from launcher.plan import agent_python, task_container
 from launcher.remote.agentpack import agent_digest
 from launcher.remote.channel import AgentChannel
+from launcher.remote.hostpool import each_host
 from launcher.remote.imagecheck import add_images, container_checks, containerised_only, image_problems
 from launcher.remote.launchclock import LaunchClock
 from launcher.remote.parity import HostRow, judge, row_from_answer
@@ -170,8 +170,7 @@ def _parallel(items: dict[str, T], fn: Callable[[str, T], list[str]], label: str
             finally:
                 progress.advance()
 
-        with ThreadPoolExecutor(max_workers=min(32, len(items))) as pool:
-            results = list(pool.map(one, items.items()))
+        results = each_host(one, items.items())
     return [problem for problems in results for problem in problems]
 
 
@@ -400,10 +399,8 @@ def _sessions(plan: Plan, run_id: str, local_root: Path | None, pre: Preflight, 
         session.clock = pre.clock
         return session
 
-    with ThreadPoolExecutor(max_workers=min(32, max(1, len(pre.hosts)))) as pool:
-        futures = {name: pool.submit(session, name, host) for name, host in pre.hosts.items()}
-    for name, future in futures.items():
-        pre.sessions[name] = future.result()  # a host's HostError (no $HOME) is raised here
+    made = each_host(lambda item: session(*item), pre.hosts.items())  # a host's HostError (no $HOME) is raised here
+    pre.sessions.update(zip(pre.hosts, made, strict=True))
 
 
 def _fast_preflight(plan: Plan, run_id: str, local_root: Path | None, pre: Preflight,

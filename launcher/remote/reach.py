@@ -11,13 +11,13 @@ one (`check`, Slurm, [sync]: the channel is closed afterwards). A single-host pl
 from __future__ import annotations
 
 from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
 
 from launcher.agent.reachcheck import CONNECT_SECONDS
 from launcher.model import Plan
 from launcher.plan import host_port
 from launcher.protocol.agentlines import ReachAnswer, ReachRequest, decode_agent
 from launcher.remote.channel import AgentChannel
+from launcher.remote.hostpool import each_host
 
 #: how long a host may take to answer, beyond the connections' own timeout
 ANSWER_SLACK_SECONDS = 15.0
@@ -76,8 +76,7 @@ def check_reach(plan: Plan, ports: Mapping[str, int], channels: Mapping[str, Age
         return [describe(source, failure, plan) for failure in answer.failed]
 
     sources = [h for h in hosts_of(plan) if h in channels]
-    with ThreadPoolExecutor(max_workers=min(32, len(sources) or 1)) as pool:
-        results = list(pool.map(ask, sources))
+    results = each_host(ask, sources)
     return [problem for problems in results for problem in problems]
 
 

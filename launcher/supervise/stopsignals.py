@@ -138,8 +138,10 @@ class StopSignals:
             self.leave()
 
 
-class StoppedBeforeStart(Exception):
-    """A stop signal came while the hosts were prepared, before any task started."""
+class StoppedBeforeStart(BaseException):
+    """A stop signal came while the hosts were prepared, before any task started. Raised in the
+    main thread wherever it was, so (like KeyboardInterrupt) no ``except Exception`` on the way
+    may take it for a host's error and go on with the launch."""
 
 
 class JobSignals(StopSignals):
@@ -155,6 +157,10 @@ class JobSignals(StopSignals):
         self.sup: Supervisor | None = None
 
     def bind(self, sup: Supervisor) -> None:
+        """From here on a stop tears ``sup``'s job down. A stop that came before and was lost on
+        its way up (raised where something caught it) stops the launch here."""
+        if self.signum is not None:
+            raise StoppedBeforeStart(STOP_REASONS[self.signum])
         self.sup = sup
 
     def _stop(self, reason: str, origin: str) -> None:

@@ -7,7 +7,7 @@ import signal
 
 import pytest
 
-from launcher.supervise.stopsignals import SAME_STOP_SECONDS, StopSignals
+from launcher.supervise.stopsignals import SAME_STOP_SECONDS, JobSignals, StoppedBeforeStart, StopSignals
 
 
 class Recorder:
@@ -62,3 +62,23 @@ def test_sighup_detaches_once_and_not_during_a_stop() -> None:
     stopping.send(signal.SIGTERM)
     stopping.send(signal.SIGHUP)
     assert (stopping.hangups, len(stopping.stops)) == (0, 1)
+
+
+def test_a_stop_before_the_launch_is_no_exception_an_except_exception_takes() -> None:
+    signals = JobSignals("r")
+    swallowed = False
+    with pytest.raises(StoppedBeforeStart, match="stopped by SIGTERM"):
+        try:
+            signals._on_signal(signal.SIGTERM, None)
+        except Exception:  # a host's error handler on the preflight's way must not end the stop
+            swallowed = True
+    assert not swallowed and signals.exit_code == 143
+
+
+def test_a_stop_lost_on_its_way_up_stops_the_launch_at_bind() -> None:
+    signals = JobSignals("r")
+    with pytest.raises(StoppedBeforeStart):
+        signals._on_signal(signal.SIGINT, None)
+    with pytest.raises(StoppedBeforeStart, match=r"stopped by SIGINT \(Ctrl-C\)"):
+        signals.bind(object())  # type: ignore[arg-type]
+    assert signals.sup is None
