@@ -180,6 +180,7 @@ def connect_hosts(plan: Plan, on_notice: Callable[[str], None], run_id: str | No
     used = {t.host for t in plan.tasks}
     configs = {name: cfg for name, cfg in plan.profile.hosts.items() if name in used}
     hosts: dict[str, Host] = {}
+    left = threading.Event()  # the connect was left (a stop): a host connected after it is closed at once
 
     def connect(name: str, cfg: object) -> list[str]:
         host = make_host(plan.profile.hosts[name], on_notice=on_notice, run_id=run_id)
@@ -187,6 +188,9 @@ def connect_hosts(plan: Plan, on_notice: Callable[[str], None], run_id: str | No
             host.connect()
         except HostError as exc:
             return [str(exc)]
+        if left.is_set():
+            host.close()
+            return []
         hosts[name] = host
         try:
             host.home()  # the run dir's round trip, while other hosts still connect (it is cached)
@@ -196,7 +200,13 @@ def connect_hosts(plan: Plan, on_notice: Callable[[str], None], run_id: str | No
             clock.stamp(name, "connected")
         return []
 
-    problems = _parallel(configs, connect, "connecting")
+    try:
+        problems = _parallel(configs, connect, "connecting")
+    except BaseException:  # a stop: no connection (an SSH master, say) outlives the refused launch
+        left.set()
+        for host in list(hosts.values()):
+            host.close()
+        raise
     if problems:
         for host in hosts.values():
             host.close()
