@@ -23,6 +23,7 @@ itself is ``launcher/supervise/ckptbook.py``'s.
 from __future__ import annotations
 
 import base64
+import re
 import secrets
 import shlex
 import threading
@@ -36,7 +37,7 @@ from launcher.events import Event
 from launcher.model import Plan
 from launcher.remote.session import HostSession
 from launcher.rundir import RunDir
-from launcher.supervise.ckptbook import STATE_FILE, Checkpoint, CheckpointBook, checkpoint_of
+from launcher.supervise.ckptbook import STATE_FILE, Checkpoint, CheckpointBook, checkpoint_of, fixed_names
 from launcher.supervise.ckptcopies import CheckpointCopier, tar_files
 from launcher.supervise.lifecycle import TaskRuntime
 from launcher.supervise.policy import deciding_task
@@ -90,6 +91,33 @@ def target_directory(directory: str, source: HostSession, target: HostSession) -
     return directory
 
 
+def task_directory(directory: str, source: str, member: str, root: str = "") -> str:
+    """``directory``, which ``source`` wrote, as ``member`` names its own where the path below
+    ``root`` (the host's outputs dir, or a path its ``env`` names) names the source task (a folder
+    per task on shared storage: ``backup-worker-0``, ``worker_0``, ``worker0``): the member's role
+    and index in their place; else the same path (every member reads one folder, as each host
+    names it)."""
+    role, _, index = source.partition(":")
+    their_role, _, their_index = member.partition(":")
+    if source == member or not index.isdigit() or not their_index.isdigit():
+        return directory
+    root = root.rstrip("/")
+    if root and directory == root:
+        return directory
+    root = root if root and directory.startswith(root + "/") else ""
+    pattern = re.compile(rf"(?<![A-Za-z0-9]){re.escape(role)}([-_:]?){index}(?![0-9])")
+    return root + pattern.sub(lambda m: f"{their_role}{m.group(1)}{their_index}", directory[len(root):])
+
+
+def root_of(directory: str, host: HostSession) -> str:
+    """The longest of ``host``'s roots (its outputs dir, the absolute paths its ``env`` names) that
+    ``directory`` is under; "" where none."""
+    roots = [host.outputs_dir, *host.config.env.values()]
+    under = [r.rstrip("/") for r in roots if r.startswith("/") and r.rstrip("/")
+             and (directory == r.rstrip("/") or directory.startswith(r.rstrip("/") + "/"))]
+    return max(under, key=len, default="")
+
+
 def state_text(cp: Checkpoint) -> str | None:
     """The ``checkpoint`` state file naming ``cp`` (relative, as CheckpointManager writes it), or
     None where ``cp`` has no TensorFlow index file (its own state file, if any, is copied as is)."""
@@ -132,16 +160,28 @@ def push_command(directory: str, files: Sequence[str], state: str | None) -> str
             f"trap 'rm -rf \"$t\"' EXIT; {extract}; {moves}; {last}")
 
 
-def park_command(directory: str) -> str:
+def park_command(directory: str, files: Sequence[str] = (STATE_FILE,)) -> str:
+    """Rename ``files`` in ``directory`` (where there) to ``NAME.distlaunch-parked-<time>``: the
+    ``checkpoint`` state file, so TensorFlow finds none; a fixed-name save's files, so Keras does not."""
     d = shlex.quote(directory)
-    parked = f"{d}/{STATE_FILE}.distlaunch-parked-{int(time.time())}"
-    return f"if [ -f {d}/{STATE_FILE} ]; then mv -f {d}/{STATE_FILE} {parked}; fi"
+    stamp = int(time.time())
+    return "; ".join(f"if [ -f {d}/{q} ]; then mv -f {d}/{q} {d}/{q}.distlaunch-parked-{stamp}; fi"
+                     for q in map(shlex.quote, files)) + "; true"
 
 
 def exists_command(cp: Checkpoint, directory: str | None = None) -> str:
-    """Exit 0 where every file of ``cp`` is in ``directory`` (default: where it was written)."""
+    """Exit 0 where every file of ``cp`` is in ``directory`` (default: where it was written). Files
+    of fixed names (a Keras backup, a ``.weights.h5``: no state file among them) are rewritten in
+    place by the next save: they must also still have the size announced, or they are a save cut
+    short (a task stopped as it wrote), which a restart would read and fail on again and again."""
     where = cp.directory if directory is None else directory
-    return " && ".join(f"test -f {shlex.quote(where + '/' + f)}" for f in cp.files) or "false"
+    paths = [shlex.quote(where + "/" + f) for f in cp.files]
+    command = " && ".join(f"test -f {p}" for p in paths) or "false"
+    if paths and fixed_names(cp):
+        command += (f" && s=0 && for n in $(stat -c %s -- {' '.join(paths)}); do s=$((s + n)); done"
+                    f" && [ \"$s\" = {int(cp.nbytes or 0)} ]")
+    return command
+
 
 
 def _plural(items: Sequence[str]) -> str:
@@ -261,26 +301,44 @@ class CheckpointKeeper:
             return False
 
     def _has_copy(self, cp: Checkpoint) -> bool:
-        return cp.copy is not None and all((Path(cp.copy) / f).is_file() for f in cp.files)
+        """Is the launcher's copy there, and whole (a fixed-name save pulled as the next one cut it
+        has another size)?"""
+        if cp.copy is None or not all((Path(cp.copy) / f).is_file() for f in cp.files):
+            return False
+        return not fixed_names(cp) or sum((Path(cp.copy) / f).stat().st_size for f in cp.files) == cp.nbytes
 
-    def where(self, cp: Checkpoint, host: str) -> str:
+    def where(self, cp: Checkpoint, host: str, task: str | None = None) -> str:
+        """Where ``task`` (None: a task of ``cp``'s own folder) on ``host`` reads ``cp``: its folder
+        as ``host`` names it, and the task's own where the folder is one per task."""
+        directory = cp.directory
+        if task is not None and task != cp.task and self._per_task(cp):
+            directory = self._task_folder(cp, task)
         if cp.host in self.sup.sessions and host in self.sup.sessions:
-            return target_directory(cp.directory, self.sup.sessions[cp.host], self.sup.sessions[host])
-        return cp.directory
+            return target_directory(directory, self.sup.sessions[cp.host], self.sup.sessions[host])
+        return directory
 
     def _ways(self, cp: Checkpoint, members: Sequence[TaskRuntime], newest: bool) -> dict[str, str] | None:
         """How each member gets ``cp`` (task -> "there": it sees the files where it reads; "point":
         it sees them, and its state file must name this older one; "host" / "copy": pushed from
         the source host / the launcher's copy), or None when one member cannot get it."""
         ways: dict[str, str] = {}
-        on_source: bool | None = None
+        # files of fixed names a later save wrote over are that save's, wherever they are: this
+        # one is only in the launcher's copy
+        over = self._written_over(cp)
+        on_source: bool | None = False if over else None
         for rt in members:
             # a spare the copier pushed to holds files of the same names from another checkpoint
             # (Keras' backups and fixed-name saves write the same names each time): there only when
             # this very one was pushed
             pushed = self.copier.on_spares.get((rt.spec.host, cp.task))
             stale = rt.spec.host != cp.host and pushed is not None and all(c.order != cp.order for c in pushed)
-            if not stale and self._has_files(rt.spec.host, self.where(cp, rt.spec.host), cp):
+            if over:  # what a spare was last given is this one; else the later save's files are there
+                stale = not (rt.spec.host != cp.host and pushed and pushed[-1].order == cp.order)
+            if self._own_folder(cp, rt):
+                # a folder per task: the member's own files there are this save's only when it
+                # announced this very save there (the same step and epoch); else the source's go in
+                stale = not self._saved_alike(cp, rt)
+            if not stale and self._has_files(rt.spec.host, self.where(cp, rt.spec.host, rt.spec.task_id), cp):
                 # same host, or storage the hosts share: the member reads the very files
                 ways[rt.spec.task_id] = "there" if newest else "point"
                 continue
@@ -293,6 +351,48 @@ class CheckpointKeeper:
             else:
                 return None
         return ways
+
+    def _written_over(self, cp: Checkpoint) -> list[Checkpoint]:
+        """The later saves of ``cp``'s task that wrote files of the same names in its folder (a
+        Keras backup or a fixed-name ``ModelCheckpoint`` rewrites its files every time)."""
+        if STATE_FILE in cp.files:
+            return []  # TensorFlow's numbered prefixes: a later save writes files of other names
+        with self.lock:
+            later = [c for c in self.book.history(cp.task) if c.order > cp.order]
+        return [c for c in later if c.host == cp.host and c.directory == cp.directory and set(c.files) & set(cp.files)]
+
+    def _task_folder(self, cp: Checkpoint, task: str) -> str:
+        """``cp``'s folder with ``task`` named in place of its own, as ``cp``'s host names it."""
+        source = self.sup.sessions.get(cp.host)
+        return task_directory(cp.directory, cp.task, task, root_of(cp.directory, source) if source else "")
+
+    def _per_task(self, cp: Checkpoint) -> bool:
+        """Is ``cp``'s folder one of a folder per task? Only where another task announced a save in
+        the folder that names it (a folder every member reads may name the task that writes it)."""
+        with self.lock:
+            theirs = [(t, c) for t, cps in self.book.by_task.items() if t != cp.task for c in cps]
+        for task, c in theirs:
+            folder = self._task_folder(cp, task)
+            if folder == cp.directory:
+                continue
+            if c.host in self.sup.sessions and cp.host in self.sup.sessions:
+                folder = target_directory(folder, self.sup.sessions[cp.host], self.sup.sessions[c.host])
+            if c.directory == folder:
+                return True
+        return False
+
+    def _own_folder(self, cp: Checkpoint, rt: TaskRuntime) -> bool:
+        """Does ``rt`` read a folder of its own, not ``cp``'s (a folder per task)?"""
+        return self.where(cp, cp.host, rt.spec.task_id) != self.where(cp, cp.host)
+
+    def _saved_alike(self, cp: Checkpoint, rt: TaskRuntime) -> bool:
+        """Was ``rt``'s own last save in the folder it reads one of ``cp``'s step and epoch, with
+        the same files (a later save of fixed names wrote over it)?"""
+        where = self.where(cp, rt.spec.host, rt.spec.task_id)
+        with self.lock:
+            own = [c for c in self.book.history(rt.spec.task_id) if c.host == rt.spec.host and c.directory == where]
+        last = own[0] if own else None
+        return last is not None and (last.step, last.epoch, sorted(last.files)) == (cp.step, cp.epoch, sorted(cp.files))
 
     def before_start(self, members: Sequence[TaskRuntime]) -> None:
         """Put one checkpoint where every member restores from, before they start (on a restart's
@@ -324,10 +424,11 @@ class CheckpointKeeper:
                 return
             cp, ways = chosen
             placed = self._place(cp, ways, members, others)
+            self._forget_written_over(cp, ways)
         finally:
             with self.lock:
                 self.pinned -= pins
-        copies = [f"{rt.spec.host}:{self.where(cp, rt.spec.host)}" for rt in members
+        copies = [f"{rt.spec.host}:{self.where(cp, rt.spec.host, rt.spec.task_id)}" for rt in members
                   if ways[rt.spec.task_id] in ("host", "copy")]
         if copies:
             self.restate(cp, copies, only_newest=False)
@@ -342,12 +443,24 @@ class CheckpointKeeper:
             words += f"; goes back for {_plural(behind)}"
         self._say(words, source)
 
+    def _forget_written_over(self, cp: Checkpoint, ways: dict[str, str]) -> None:
+        """``cp`` went back into its own folder over later saves of the same names (one cut short,
+        or never copied off): those saves are gone, and must not be taken for what is there now."""
+        if ways.get(cp.task) not in ("host", "copy"):
+            return
+        over = self._written_over(cp)
+        with self.lock:  # the copier sets a record's copy under this lock
+            gone = [c for c in over if c.copy is None]
+            self.book.forget(gone)
+        if gone:
+            self.sup.write_state()
+
     def _place(self, cp: Checkpoint, ways: dict[str, str], members: Sequence[TaskRuntime],
                others: dict[str, Checkpoint | None]) -> list[str]:
         """Put ``cp`` where each member reads, as ``ways`` says; the members it was copied for."""
         placed: list[str] = []
         for rt in members:
-            host, where, way = rt.spec.host, self.where(cp, rt.spec.host), ways[rt.spec.task_id]
+            host, where, way = rt.spec.host, self.where(cp, rt.spec.host, rt.spec.task_id), ways[rt.spec.task_id]
             mine = others.get(rt.spec.task_id)
             if mine is not None and mine.host == host and mine.directory != where and mine.order > cp.order:
                 # a newer checkpoint of its own elsewhere: parked, so it does not resume alone from it
@@ -386,17 +499,19 @@ class CheckpointKeeper:
                           f"{result.stderr.strip()[-200:] or result.exit_code}")
 
     def _from_scratch(self, members: Sequence[TaskRuntime], source: str, history: list[Checkpoint]) -> None:
-        """No checkpoint of the source survives: no member resumes alone from one of its own."""
+        """No checkpoint of the source survives: no member resumes alone from one of its own (nor
+        from a fixed-name save cut short, whose files are parked too)."""
         for rt in members:
             host = rt.spec.host
             mine = self.book.newest(rt.spec.task_id)
             dirs = {mine.directory if mine is not None else ""}
             if history and history[0].host in self.sup.sessions:
-                dirs.add(target_directory(history[0].directory, self.sup.sessions[history[0].host],
-                                          self.sup.sessions[host]))
+                dirs.add(self.where(history[0], host, rt.spec.task_id))
+            names = [STATE_FILE, *(f for c in (mine, history[0] if history else None)
+                                   if c is not None and fixed_names(c) for f in c.files)]
             for d in sorted(x for x in dirs if x):
                 if self.sup.reachable(host):
-                    self.sup.sessions[host].host.run(park_command(d), timeout=30)
+                    self.sup.sessions[host].host.run(park_command(d, sorted(set(names))), timeout=30)
         lost = f"host {history[0].host}" if history else "anywhere"
         self._say(f"resuming from step 0: no checkpoint of {source} survived {lost}; "
                   f"{_plural([rt.spec.task_id for rt in members])} start from scratch together", source)

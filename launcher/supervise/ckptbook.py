@@ -8,7 +8,7 @@ start) and ``launcher/supervise/ckptcopies.py``'s (copies off the host).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -106,6 +106,12 @@ class CheckpointBook:
         self.by_task[cp.task] = kept[-self.keep:]
         return cp
 
+    def forget(self, gone: Sequence[Checkpoint]) -> None:
+        """Drop the records of ``gone`` (saves whose files are no longer anywhere)."""
+        for cp in gone:
+            listed = self.by_task.get(cp.task, [])
+            self.by_task[cp.task] = [c for c in listed if c is not cp]
+
     def newest(self, task: str) -> Checkpoint | None:
         kept = self.by_task.get(task)
         return kept[-1] if kept else None
@@ -120,6 +126,13 @@ class CheckpointBook:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> CheckpointBook:
         return cls({str(t): [Checkpoint.from_json(c) for c in cps] for t, cps in data.items()})
+
+
+def fixed_names(cp: Checkpoint) -> bool:
+    """Are ``cp``'s files of names the next save writes over (a Keras backup, a ``.weights.h5``),
+    with the size they had when announced? TensorFlow's numbered prefixes (a state file among the
+    files) are never rewritten."""
+    return cp.nbytes is not None and bool(cp.files) and STATE_FILE not in cp.files
 
 
 def checkpoint_of(event: ev.CheckpointEvent, host: str) -> Checkpoint:

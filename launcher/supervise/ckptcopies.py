@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from launcher.profile.sizes import show_size
-from launcher.supervise.ckptbook import Checkpoint, CheckpointBook
+from launcher.supervise.ckptbook import Checkpoint, CheckpointBook, fixed_names
 
 #: the folder of the run dir the copies live in
 COPIES_DIR = "checkpoints"
@@ -215,11 +215,17 @@ class CheckpointCopier:
             dest = sup.rundir.path / COPIES_DIR / slug / copy_name(cp)
             extract_complete(data, cp.files, dest)
             seconds = time.monotonic() - began
+            if fixed_names(cp) and sum((dest / f).stat().st_size for f in cp.files) != cp.nbytes:
+                shutil.rmtree(dest, ignore_errors=True)
+                raise OSError("its files were being written over by the next save as they were read")
         except Exception as exc:  # a dropped link, a full disk: no copy; the next checkpoint tries again
             self._failed_last = True
             sup.notice(f"checkpoint {cp.label} of {cp.task} not copied off host {cp.host}: {exc}")
             return
         with keeper.lock:
+            if all(c is not cp for c in keeper.book.history(cp.task)):
+                shutil.rmtree(dest, ignore_errors=True)  # forgotten meanwhile (written over): a copy of nothing
+                return
             cp.copy, cp.copy_seconds = str(dest), seconds
             for older in keeper.book.history(cp.task)[self.kept:]:
                 if older.copy is not None and older.copy != cp.copy and older.copy not in keeper.pinned:

@@ -59,15 +59,22 @@ def run_id(request: pytest.FixtureRequest, lab: NetnsLab) -> Iterator[str]:
 
 
 def mwms_profile(tmp: Path, lab: NetnsLab, *, spares: bool, epochs: int = 4, restart: str | None = None,
-                 notify: dict[str, Any] | None = None) -> Path:
-    ckpt = tmp / "ckpt"  # the namespaces share this machine's filesystem: shared storage
+                 notify: dict[str, Any] | None = None, own_disks: bool = False) -> Path:
+    """``own_disks``: each host keeps its checkpoints in a folder of its own (``$CKPT_ROOT``), as
+    separate machines do; else in one folder (the namespaces share this machine's filesystem)."""
+    hosts = netns_hosts(lab, "ssh")
+    ckpt = str(tmp / "ckpt")
+    if own_disks:
+        hosts = [dataclasses.replace(h, options={**h.options, "env": {"CKPT_ROOT": str(tmp / f"disk-{h.name}")}})
+                 for h in hosts]
+        ckpt = "$CKPT_ROOT/ckpt"
     top = f"host_lost_seconds = {HOST_LOST}\n" + ('spares = ["c"]\n' if spares else "")
     return build_profile(tmp / "mwms.toml", name="it-loss-mwms", strategy="multi_worker_mirrored",
                          orphan_grace=ORPHAN_GRACE, top=top,
                          command=f"{{python}} examples/mwms_keras.py --epochs {epochs} --steps-per-epoch 25 "
                                  f"--checkpoint-dir {ckpt}",
                          defaults={"python": sys.executable}, workdir=REPO, env={"TF_CPP_MIN_LOG_LEVEL": "2"},
-                         grace=5, restart=restart, hosts=netns_hosts(lab, "ssh"), notify=notify,
+                         grace=5, restart=restart, hosts=hosts, notify=notify,
                          roles={"worker": {"count": 2, "hosts": ["a", "b"]}})
 
 
@@ -467,12 +474,15 @@ def test_pss_worker_host_back_is_readmitted_and_the_job_grows_back(tmp_path: Pat
 
 
 @pytest.mark.timeout(420)
-def test_mwms_grows_from_two_to_three_workers_from_one_checkpoint(tmp_path: Path, lab: NetnsLab, run_id: str) -> None:
+@pytest.mark.parametrize("own_disks", [False, True], ids=["shared-disk", "own-disks"])
+def test_mwms_grows_from_two_to_three_workers_from_one_checkpoint(tmp_path: Path, lab: NetnsLab, run_id: str,
+                                                                  own_disks: bool) -> None:
     """Issue 55 §3: `resize worker=3` of a MultiWorkerMirroredStrategy job with a spare: a planned
     restart of the workers with the bigger TF_CONFIG, from the checkpoint every worker restores
-    (no epoch before it run again), counted as neither a failure nor a restart."""
+    (no epoch before it run again), counted as neither a failure nor a restart; with one folder
+    for all, and with each host its own (the new worker's host has no checkpoint of its own)."""
     epochs = 60  # ~1,500 steps: the first fit must not end (and Keras drop its backup) before the grow
-    profile = mwms_profile(tmp_path, lab, spares=True, epochs=epochs)
+    profile = mwms_profile(tmp_path, lab, spares=True, epochs=epochs, own_disks=own_disks)
     profile.write_text(profile.read_text().replace("[roles.worker]", "[roles.worker]\nmax_count = 3")
                        .replace("host_lost_seconds", 'grow = "now"\nhost_lost_seconds', 1))
     proc, run_dir = launch_up(tmp_path, profile, run_id)
@@ -489,6 +499,13 @@ def test_mwms_grows_from_two_to_three_workers_from_one_checkpoint(tmp_path: Path
     assert code == 0, log[-4000:]
     assert "worker 2 -> 3" in log and "resuming from step 0" not in log, log[-4000:]
     events = read_events(run_dir)
+    # the keeper put one checkpoint where each of the three reads, and every one resumed from it
+    said = [e["line"] for e in events
+            if e["kind"] == "log" and "resuming worker:0, worker:1, worker:2 from" in e["line"]]
+    assert said, log[-4000:]
+    resumed = [e for e in events if e["kind"] == "metric" and e.get("step") is not None and e["ts"] > started["ts"]]
+    firsts = {t: min(e["step"] for e in resumed if e["task"] == t) for t in ("worker:0", "worker:1", "worker:2")}
+    assert min(firsts.values()) >= 25 and max(firsts.values()) - min(firsts.values()) <= 25, (firsts, said)
     after = [e["step"] for e in events
              if e["kind"] == "metric" and e["task"] == "worker:2" and e.get("step") is not None]
     assert after and max(after) <= (epochs - 1) * 25, max(after)  # resumed: at least one epoch is not run again

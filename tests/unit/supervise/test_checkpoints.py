@@ -32,6 +32,7 @@ from launcher.supervise.checkpoints import (
     source_of,
     state_text,
     target_directory,
+    task_directory,
 )
 from launcher.supervise.ckptbook import KEEP_RECORDS, ONE_SAVE_SECONDS
 from launcher.supervise.ckptcopies import Pacer, extract_complete, tar_files
@@ -261,6 +262,110 @@ def test_the_source_hosts_newest_checkpoint_is_pushed_to_the_other_members(tmp_p
     assert (roots["b"] / "ckpt" / "checkpoint").read_text() == state_text(cp(step=40))
     assert owner.said == ["resuming worker:1, worker:0 from step 40 (checkpoint of worker:0, put in place for "
                           "worker:1 on b)"]
+
+
+def backup(directory: Path, task: str, epoch: int, host: str) -> Checkpoint:
+    """A Keras 3 BackupAndRestore save: fixed names, rewritten every epoch."""
+    directory.mkdir(parents=True, exist_ok=True)
+    files = ["latest.weights.h5", "training_metadata.json"]
+    for name in files:
+        (directory / name).write_text(f"{name} of {task} epoch {epoch}")
+    return Checkpoint(task, host, str(directory), files, step=epoch * 25, epoch=epoch, api="backup_and_restore",
+                      ts=float(epoch), nbytes=sum((directory / f).stat().st_size for f in files))
+
+
+def test_a_save_cut_short_is_never_read_in_place_and_comes_from_the_copy(tmp_path: Path) -> None:
+    """A worker stopped as Keras rewrote its backup leaves a half file of the announced names: read
+    in place, every restart fails on it. The keeper puts the last copy of a whole save there."""
+    roots = {h: tmp_path / f"disk-{h}" for h in "ab"}
+    keeper, owner = keeper_on(tmp_path, roots, lost=set())
+    folder = roots["a"] / "ckpt"
+    old = backup(folder, "worker:0", 3, "a")
+    old.copy = str(tmp_path / "copy-3")
+    extract_complete(tar_files(folder, old.files), old.files, Path(old.copy))
+    keeper.book.add(old)
+    keeper.book.add(backup(folder, "worker:0", 4, "a"))  # announced, never copied
+    (folder / "latest.weights.h5").write_text("latest.weights")  # epoch 5's save, cut short by the stop
+    keeper.before_start([member("worker:0", "a"), member("worker:1", "b")])
+    for root in roots.values():
+        assert (root / "ckpt" / "latest.weights.h5").read_text() == "latest.weights.h5 of worker:0 epoch 3"
+    assert owner.said == ["resuming worker:0, worker:1 from step 75 (checkpoint of worker:0, put in place for "
+                          "worker:0 on a, worker:1 on b); step 100 of worker:0 did not survive host a: "
+                          "step 75 is older"]
+    # step 100 is gone (its files were written over): the next restart reads step 75 where it is
+    assert [c.step for c in keeper.book.history("worker:0")] == [75]
+    owner.said.clear()
+    keeper.before_start([member("worker:0", "a"), member("worker:1", "b")])
+    assert owner.said == ["resuming worker:0, worker:1 from step 75 (checkpoint of worker:0)"]
+
+
+def test_a_folder_per_task_is_named_for_each_member() -> None:
+    assert task_directory("/d/ckpt/backup-worker-0", "worker:0", "worker:2") == "/d/ckpt/backup-worker-2"
+    assert task_directory("/d/worker_0/ckpt", "worker:0", "chief:0") == "/d/chief_0/ckpt"
+    assert task_directory("/d/ckpt/worker0", "worker:0", "worker:11") == "/d/ckpt/worker11"
+    for same in ("/d/ckpt", "/d/ckpt/worker-01", "/d/coworker-0", "/d/ckpt/backup-worker-0"):
+        assert task_directory(same, "worker:0", "worker:0" if same.endswith("-0") else "worker:1") == same
+    # only below the host's root: a home named like a task is nobody's folder
+    assert task_directory("/home/worker0/out/ckpt/worker0", "worker:0", "worker:1", "/home/worker0/out") == \
+        "/home/worker0/out/ckpt/worker1"
+    assert task_directory("/home/worker0/out", "worker:0", "worker:1", "/home/worker0/out") == "/home/worker0/out"
+
+
+def test_a_folder_per_task_gets_the_sources_save_where_the_member_reads(tmp_path: Path) -> None:
+    """Issue 55: an MWMS group grows 2 -> 3 with a BackupAndRestore folder per worker, each host
+    its own disk. worker:1 saved epoch 3 as worker:0 did (its own files stay); worker:2 is new on
+    c: worker:0's epoch 3 goes into c's backup-worker-2, where worker:2 reads."""
+    roots = {h: tmp_path / f"disk-{h}" for h in "abc"}
+    keeper, owner = keeper_on(tmp_path, roots, lost=set())
+    keeper.book.add(backup(roots["a"] / "ckpt" / "backup-worker-0", "worker:0", 3, "a"))
+    keeper.book.add(backup(roots["b"] / "ckpt" / "backup-worker-1", "worker:1", 3, "b"))
+    keeper.before_start([member("worker:0", "a"), member("worker:1", "b"), member("worker:2", "c")])
+    assert (roots["b"] / "ckpt" / "backup-worker-1" / "latest.weights.h5").read_text() == \
+        "latest.weights.h5 of worker:1 epoch 3"
+    assert (roots["c"] / "ckpt" / "backup-worker-2" / "latest.weights.h5").read_text() == \
+        "latest.weights.h5 of worker:0 epoch 3"
+    assert not (roots["c"] / "ckpt" / "backup-worker-0").exists()  # a folder nobody reads
+    assert owner.said == ["resuming worker:0, worker:1, worker:2 from step 75 (checkpoint of worker:0, put in "
+                          "place for worker:2 on c)"]
+
+
+def test_a_member_whose_own_folder_is_ahead_or_behind_gets_the_sources_save(tmp_path: Path) -> None:
+    """One shared folder per task: worker:1 got to epoch 4 before the stop, worker:0's epoch 4 was
+    never announced; worker:1 goes back to epoch 3 with worker:0 (the files of one save)."""
+    shared = tmp_path / "shared"
+    keeper, owner = keeper_on(tmp_path, {h: shared for h in "ab"}, lost=set())
+    keeper.book.add(backup(shared / "backup-worker-0", "worker:0", 3, "a"))
+    keeper.book.add(backup(shared / "backup-worker-1", "worker:1", 3, "b"))
+    keeper.book.add(backup(shared / "backup-worker-1", "worker:1", 4, "b"))
+    keeper.before_start([member("worker:0", "a"), member("worker:1", "b")])
+    assert (shared / "backup-worker-1" / "latest.weights.h5").read_text() == "latest.weights.h5 of worker:0 epoch 3"
+    assert owner.said == ["resuming worker:0, worker:1 from step 75 (checkpoint of worker:0, put in place for "
+                          "worker:1 on b); goes back for worker:1 had step 100"]
+
+
+def test_a_folder_that_names_the_saver_but_every_member_reads_is_not_one_per_task(tmp_path: Path) -> None:
+    """No other task ever saved in a folder naming it: ``ckpt/worker-0`` is the one folder all read."""
+    roots = {h: tmp_path / f"disk-{h}" for h in "ab"}
+    keeper, owner = keeper_on(tmp_path, roots, lost=set())
+    keeper.book.add(backup(roots["a"] / "ckpt" / "worker-0", "worker:0", 3, "a"))
+    keeper.before_start([member("worker:0", "a"), member("worker:1", "b")])
+    assert (roots["b"] / "ckpt" / "worker-0" / "latest.weights.h5").read_text() == \
+        "latest.weights.h5 of worker:0 epoch 3"
+    assert not (roots["b"] / "ckpt" / "worker-1").exists()
+
+
+def test_a_cut_save_with_no_copy_is_parked_and_everyone_starts_from_scratch(tmp_path: Path) -> None:
+    """One shared folder, no copies: a backup cut short is no checkpoint, and nobody reads it."""
+    shared = tmp_path / "shared"
+    keeper, owner = keeper_on(tmp_path, {h: shared for h in "ab"}, lost=set())
+    keeper.book.add(backup(shared / "ckpt", "worker:0", 3, "a"))
+    (shared / "ckpt" / "latest.weights.h5").write_text("cut")
+    keeper.before_start([member("worker:0", "a"), member("worker:1", "b")])
+    assert not (shared / "ckpt" / "latest.weights.h5").exists()
+    assert [p.name.split(".distlaunch-parked-")[0] for p in sorted((shared / "ckpt").glob("*parked*"))] == \
+        ["latest.weights.h5", "training_metadata.json"]
+    assert owner.said == ["resuming from step 0: no checkpoint of worker:0 survived host a; worker:0, worker:1 "
+                          "start from scratch together"]
 
 
 def test_a_copy_off_the_host_and_a_placement_are_published_as_the_checkpoints_copies(tmp_path: Path) -> None:
