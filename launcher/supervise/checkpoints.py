@@ -437,8 +437,8 @@ class CheckpointKeeper:
         words += f", put in place for {_plural(placed)})" if placed else ")"
         if newest is not cp:
             words += f"; {newest.label} of {source} did not survive host {newest.host}: {cp.label} is older"
-        behind = [f"{t} had {c.label}" for t, c in others.items()
-                  if t != source and c is not None and c.order > cp.order]  # the source's is said above
+        behind = [f"{t} had {c.label}" for t, c in others.items()  # the source's is said above
+                  if t != source and c is not None and c.order[:2] > cp.order[:2]]  # a later step, not a later time
         if behind:
             words += f"; goes back for {_plural(behind)}"
         self._say(words, source)

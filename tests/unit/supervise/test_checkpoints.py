@@ -352,6 +352,8 @@ def test_a_folder_that_names_the_saver_but_every_member_reads_is_not_one_per_tas
     assert (roots["b"] / "ckpt" / "worker-0" / "latest.weights.h5").read_text() == \
         "latest.weights.h5 of worker:0 epoch 3"
     assert not (roots["b"] / "ckpt" / "worker-1").exists()
+    assert owner.said == ["resuming worker:0, worker:1 from step 75 (checkpoint of worker:0, put in place for "
+                          "worker:1 on b)"]
 
 
 def test_a_cut_save_with_no_copy_is_parked_and_everyone_starts_from_scratch(tmp_path: Path) -> None:
