@@ -12,6 +12,10 @@ Three network-namespace hosts (tests/netns.py; root), real sshd and TensorFlow:
   first epoch: the workers restart with the bigger TF_CONFIG from one checkpoint. Seconds: from the
   resize to worker:2's first step; redone: worker:0's last step before the resize less the step the
   restart resumed from (Keras resumes at the last finished epoch).
+- ``mwms-resize-own``: the same, each host with a checkpoint folder of its own (``$CKPT_ROOT``, as
+  separate machines have): the keeper copies worker:0's checkpoint into the folder worker:2 reads
+  on c (``backup-worker-2``). Both MWMS kinds stop where the three workers did not run the same
+  epochs after the grow (not one checkpoint).
 - ``add-host``: a custom ticker on a, ``add-host RUN c`` (connect, agent upload, preflight), then
   ``resize worker=2``: seconds the add-host command took, and from the resize to worker:1's first
   tick; redone: worker:0's ticks lost (0: it never restarts).
@@ -24,6 +28,7 @@ One line per run with the load average, then the medians.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import statistics
 import subprocess
@@ -39,7 +44,7 @@ from tests.integration.jobtools import PYTHON, REPO, kill_run_processes, read_ev
 from tests.netns import NetnsLab, netns_available
 from tests.profiles import build_profile, netns_hosts
 
-KINDS = ("pss-back", "mwms-resize", "add-host")
+KINDS = ("pss-back", "mwms-resize", "mwms-resize-own", "add-host")
 HOST_LOST = 20
 MWMS_EPOCHS, MWMS_STEPS_PER_EPOCH = 60, 25  # many epochs: the first fit must not end before the grow
 TICKER = "{python} -u -c 'import time\nfor i in range(%d):\n    print(\"tick\", i, flush=True); time.sleep(0.1)'"
@@ -62,9 +67,14 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def profile(tmp: Path, lab: NetnsLab, kind: str) -> Path:
+    hosts = netns_hosts(lab, "ssh")
+    ckpt = str(tmp / "ckpt")
+    if kind == "mwms-resize-own":
+        hosts = [dataclasses.replace(h, options={**h.options, "env": {"CKPT_ROOT": str(tmp / f"disk-{h.name}")}})
+                 for h in hosts]
+        ckpt = "$CKPT_ROOT/ckpt"
     common: dict[str, Any] = dict(orphan_grace=4, defaults={"python": sys.executable}, workdir=REPO,
-                                  env={"TF_CPP_MIN_LOG_LEVEL": "2"}, grace=5, hosts=netns_hosts(lab, "ssh"))
-    ckpt = tmp / "ckpt"
+                                  env={"TF_CPP_MIN_LOG_LEVEL": "2"}, grace=5, hosts=hosts)
     if kind == "pss-back":
         return build_profile(tmp / "p.toml", name="bench-grow-ps", strategy="parameter_server",
                              top=f'host_lost_seconds = {HOST_LOST}\nreadmit_after_seconds = 3\ngrow = "now"\n'
@@ -73,7 +83,7 @@ def profile(tmp: Path, lab: NetnsLab, kind: str) -> Path:
                                      f"--checkpoint-dir {ckpt} --checkpoint-every 100",
                              roles={"ps": {"hosts": ["a"]}, "chief": {"hosts": ["a"]},
                                     "worker": {"count": 2, "hosts": ["b", "c"], "min_count": 1}}, **common)
-    if kind == "mwms-resize":
+    if kind.startswith("mwms-resize"):
         return build_profile(tmp / "p.toml", name="bench-grow-mwms", strategy="multi_worker_mirrored",
                              top=f'host_lost_seconds = {HOST_LOST}\nspares = ["c"]\ngrow = "now"\n',
                              command=f"{{python}} examples/mwms_keras.py --epochs {MWMS_EPOCHS} "
@@ -124,6 +134,9 @@ def mwms_resize(run_dir: Path, run_id: str, proc: Any) -> dict[str, float]:
     before = max(s for ts, s in seen if ts <= running["ts"])  # where the old workers were stopped
     after = [s for ts, s in seen if ts > running["ts"]]
     restored_at = MWMS_EPOCHS * MWMS_STEPS_PER_EPOCH - max(after)
+    ran = {t: max((s for ts, s in steps(read_events(run_dir), t) if ts > running["ts"]), default=-1)
+           for t in ("worker:0", "worker:1", "worker:2")}
+    assert len(set(ran.values())) == 1, f"the workers did not resume from one checkpoint: {ran}"
     return {"running_s": running["ts"] - asked, "trains_s": stepped - asked,
             "redone": float(max(0, before - restored_at)), "restarts": 0.0}
 
@@ -154,7 +167,7 @@ def one_run(kind: str, n: int) -> dict[str, float]:
         try:
             if kind == "pss-back":
                 return pss_back(run_dir, lab)
-            if kind == "mwms-resize":
+            if kind.startswith("mwms-resize"):
                 return mwms_resize(run_dir, run_id, proc)
             return add_host(run_dir, run_id)
         finally:
@@ -175,6 +188,7 @@ def main() -> int:
         return 2
     words = {"pss-back": ("link back -> worker:1 running", "then the chief's steps/s"),
              "mwms-resize": ("resize -> worker:2 running", "-> its first step"),
+             "mwms-resize-own": ("resize -> worker:2 running", "-> its first step"),
              "add-host": ("add-host took", "resize -> worker:1's first tick")}
     for kind in (KINDS if args.kind == "all" else (args.kind,)):
         results = []
