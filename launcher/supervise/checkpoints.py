@@ -86,9 +86,13 @@ def target_directory(directory: str, source: HostSession, target: HostSession) -
                     if a.startswith("/") and b.startswith("/") and a.rstrip("/") and b.rstrip("/")},
                    key=lambda p: -len(p[0]))
     for a, b in roots:
-        if directory == a or directory.startswith(a + "/"):
+        if _under(directory, a):
             return b + directory[len(a):]
     return directory
+
+
+def _under(directory: str, root: str) -> bool:
+    return directory == root or directory.startswith(root + "/")
 
 
 def task_directory(directory: str, source: str, member: str, root: str = "") -> str:
@@ -104,7 +108,7 @@ def task_directory(directory: str, source: str, member: str, root: str = "") -> 
     root = root.rstrip("/")
     if root and directory == root:
         return directory
-    root = root if root and directory.startswith(root + "/") else ""
+    root = root if root and _under(directory, root) else ""
     pattern = re.compile(rf"(?<![A-Za-z0-9]){re.escape(role)}([-_:]?){index}(?![0-9])")
     return root + pattern.sub(lambda m: f"{their_role}{m.group(1)}{their_index}", directory[len(root):])
 
@@ -112,10 +116,8 @@ def task_directory(directory: str, source: str, member: str, root: str = "") -> 
 def root_of(directory: str, host: HostSession) -> str:
     """The longest of ``host``'s roots (its outputs dir, the absolute paths its ``env`` names) that
     ``directory`` is under; "" where none."""
-    roots = [host.outputs_dir, *host.config.env.values()]
-    under = [r.rstrip("/") for r in roots if r.startswith("/") and r.rstrip("/")
-             and (directory == r.rstrip("/") or directory.startswith(r.rstrip("/") + "/"))]
-    return max(under, key=len, default="")
+    roots = [r.rstrip("/") for r in (host.outputs_dir, *host.config.env.values()) if r.startswith("/")]
+    return max((r for r in roots if r and _under(directory, r)), key=len, default="")
 
 
 def state_text(cp: Checkpoint) -> str | None:
