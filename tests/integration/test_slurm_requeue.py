@@ -65,14 +65,16 @@ def nothing_left(cluster: SlurmCluster, run_id: str) -> None:
 
 
 def release(cluster: SlurmCluster, job: str) -> None:
-    """Slurm holds a requeued job for 120 s (PENDING, BeginTime); this cluster lets it go at once."""
+    """Slurm holds a requeued job for 120 s (PENDING, BeginTime); this cluster lets it go 2 s on.
+    Not at once: slurmd refuses a credential of the job made within the second its old one was
+    revoked ("Job credential revoked"), and the job would fail, not run again."""
     def held() -> bool:
         done = subprocess.run(["squeue", "-h", "-j", job, "-o", "%T|%r"], capture_output=True, text=True,
                               timeout=30, env=cluster.env)
         return done.stdout.strip() == "PENDING|BeginTime"
 
     wait_for(held, 120, f"job {job} to wait in the queue again", interval=0.5)
-    done = subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], capture_output=True, text=True,
+    done = subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now+2"], capture_output=True, text=True,
                           timeout=30, env=cluster.env)
     assert done.returncode == 0, done.stderr
 
