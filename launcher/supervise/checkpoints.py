@@ -243,6 +243,19 @@ class CheckpointKeeper:
         if kept_off_host(cp.task, self.sup.tasks, self.sup.plan.profile.strategy):
             self.copier.offer(cp)
 
+    def link_back(self, host: str) -> None:
+        """On the loop: ``host``'s link came back. The newest checkpoint of each task there whose
+        copy off it a dropped link cut short (or which was written while the link was down) is
+        copied now, not only at the task's next save (which may be far off, or never come)."""
+        if len(self.sup.sessions) < 2:
+            return
+        with self.lock:
+            waiting = [cp for task in self.book.by_task if (cp := self.book.newest(task)) is not None
+                       and cp.host == host and cp.copy is None and self.shared.get((cp.host, cp.directory)) is False]
+        for cp in waiting:
+            if kept_off_host(cp.task, self.sup.tasks, self.sup.plan.profile.strategy):
+                self.copier.offer(cp)
+
     def to_json(self) -> dict[str, list[dict[str, Any]]]:
         with self.lock:
             return self.book.to_json()

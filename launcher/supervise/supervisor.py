@@ -230,6 +230,7 @@ class Supervisor:
         self.hosts.link_changed(host, up, why)
         if up:
             self.restarts.host_back()
+            self.checkpoints.link_back(host)
 
     def host_returned(self, host: str) -> None:
         if self.hosts.host_returned(host):

@@ -29,8 +29,11 @@ from launcher.transport.sshexplain import explain_failure
 # over the dashboard. Errors reach the user as HostError instead.
 logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
-#: How often paramiko sends a keepalive, so idle links through NAT stay open and dead ones are noticed.
+#: The keepalive where ssh_config sets no ServerAliveInterval, as the openssh transport's: one every
+#: 5 s (idle links through NAT stay open), and a link silent for 3 in a row is closed, so a cut link
+#: fails a copy or a command under way within ~15 s, not at its own timeout (600 s for a checkpoint)
 KEEPALIVE_SECONDS = 5
+KEEPALIVE_COUNT = 3
 _CHUNK = 65536
 
 
@@ -226,11 +229,10 @@ class SshHost(shellcmds.ShellHost):
                 raise HostError(why) from exc
             raise
         assert connection.transport is not None
-        if endpoint.keepalive_seconds:  # ServerAliveInterval set: a link that stops answering is cut
-            self._watches.append(sshauth.KeepaliveWatch(connection.transport, endpoint.keepalive_seconds,
-                                                        endpoint.keepalive_count))
-        else:
-            connection.transport.set_keepalive(KEEPALIVE_SECONDS)
+        # ServerAliveInterval as set, else the launcher's: a link that stops answering is cut
+        interval, count = ((endpoint.keepalive_seconds, endpoint.keepalive_count) if endpoint.keepalive_seconds
+                           else (KEEPALIVE_SECONDS, KEEPALIVE_COUNT))
+        self._watches.append(sshauth.KeepaliveWatch(connection.transport, interval, count))
         return connection
 
     def _key_added(self, key_name: str, key: paramiko.PKey) -> None:

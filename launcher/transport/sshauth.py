@@ -56,25 +56,35 @@ def proxy_command(command: str) -> paramiko.ProxyCommand:
 
 class KeepaliveWatch:
     """ServerAliveInterval/ServerAliveCountMax as ssh applies them: a keepalive every ``interval``
-    seconds; after ``count`` in a row without an answer from the server, the link is closed."""
+    seconds; after ``count`` in a row without an answer from the server, nor any other packet from
+    it (a bulk copy's data delays the answer behind it, and is itself a sign of life), the link is
+    closed, and with it every channel waiting on it."""
 
-    def __init__(self, transport: paramiko.Transport, interval: int, count: int) -> None:
+    def __init__(self, transport: paramiko.Transport, interval: float, count: int) -> None:
         self._transport = transport
         self._interval = interval
         self._count = count
         self._stop = threading.Event()
         threading.Thread(target=self._run, daemon=True, name="ssh-keepalive").start()
 
+    def _received(self) -> int | None:
+        """The packets read from the server so far (paramiko's count, reset at a rekey: any change
+        is traffic); None where paramiko does not keep it."""
+        packets = getattr(self._transport.packetizer, "_Packetizer__received_packets", None)
+        return packets if isinstance(packets, int) else None
+
     def _run(self) -> None:
         missed = 0
         transport = self._transport
         while transport.is_active():
             transport.global_response = None  # set by the server's answer (success or failure)
+            before = self._received()
             with contextlib.suppress(Exception):
                 transport.global_request("keepalive@openssh.com", wait=False)
             if self._stop.wait(self._interval):
                 return
-            missed = missed + 1 if transport.global_response is None else 0
+            heard = transport.global_response is not None or (before is not None and self._received() != before)
+            missed = 0 if heard else missed + 1
             if missed >= self._count:
                 transport.close()  # as ssh: "Timeout, server not responding"
                 return

@@ -440,3 +440,77 @@ def test_a_drained_mwms_worker_host_on_its_own_disk_moves_to_the_spare_redoing_n
             assert pids_with_run_id(run_id) == []
         finally:
             kill_run_processes(run_id)
+
+
+def copy_under_way(step: int) -> bool:
+    """A pull of checkpoint ``step`` runs: its tar (on the source host, this machine's process table)."""
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                argv = (entry / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if argv[:3] == [b"tar", b"-cf", b"-"] and f"ckpt-{step}.index".encode() in argv:
+                return True
+    return False
+
+
+@pytest.mark.netns
+@pytest.mark.sshd
+@pytest.mark.timeout(300)
+def test_a_copy_cut_by_a_dropped_link_leaves_no_half_and_is_copied_when_the_link_is_back(tmp_path: Path) -> None:
+    """Host a's link is slowed to 2 Mbit/s, so worker:0's 3 MiB checkpoint takes ~17 s to copy off
+    it, and cut while the copy runs: within seconds (the host's silence, then the SSH keepalive) one
+    line says the copy failed, the launcher's run dir holds no part of it, and the job goes on (its
+    tasks outlive the cut: orphan_grace). When the link is back, that checkpoint is copied, whole,
+    without waiting for the next save (which here waits for the test's word: none would come)."""
+    from tests.netns import NetnsLab, require_netns
+
+    require_netns()
+    if shutil.which("tc") is None:
+        pytest.skip("tc (iproute2) is needed to slow a link")
+    with NetnsLab(2) as lab:
+        run_id = f"it-ckpt-cut-{lab.tag}"
+        disks, hosts = own_disks(lab, tmp_path)
+        profile = build_profile(
+            tmp_path / "cut.toml", name="it-ckpt-cut", strategy="custom", orphan_grace=60,
+            top="host_lost_seconds = 120\n",
+            command="{python} -u tests/integration/ckpt_big_saves.py", defaults={"python": sys.executable},
+            workdir=REPO, env={"SAVE_BYTES": str(3 << 20)}, restart="never", hosts=hosts,
+            roles={"worker": {"count": 2, "hosts": ["a", "b"]}})
+        veth = lab.hosts["a"].veth_ns
+        slowed = lab.exec("a", "tc", "qdisc", "add", "dev", veth, "root", "tbf", "rate", "2mbit", "burst", "32kb",
+                          "latency", "2s")
+        assert slowed.returncode == 0, slowed.stderr
+        proc, run_dir = launch_up(tmp_path, profile, run_id)
+        log = tmp_path / "up.log"
+        try:
+            wait_for(lambda: copy_under_way(10), 120, "the copy of worker:0's step 10 off host a", interval=0.1)
+            lab.cut("a")
+            wait_for(lambda: "checkpoint step 10 of worker:0 not copied off host a" in log.read_text(), 45,
+                     "the cut copy's line")
+            copies = run_dir / "checkpoints" / "worker-0"
+            assert not copies.exists() or list(copies.iterdir()) == [], list(copies.iterdir())
+            lab.exec("a", "tc", "qdisc", "del", "dev", veth, "root")
+            lab.restore("a")
+
+            def copied() -> dict[str, Any] | None:
+                state = json.loads((run_dir / "state.json").read_text())
+                done = [c for c in state.get("checkpoints", {}).get("worker:0", []) if c.get("copy")]
+                return done[-1] if done else None
+
+            record = wait_for(copied, 120, "step 10 copied once the link is back")
+            assert record["step"] == 10
+            data = Path(record["copy"]) / "ckpt-10.data-00000-of-00001"
+            assert data.read_bytes() == (disks["a"] / "ckpt" / "ckpt-10.data-00000-of-00001").read_bytes()
+            for disk in disks.values():
+                (disk / "go").write_text("go\n")
+            assert finish_up(proc, tmp_path, 120) == 0, log.read_text()[-4000:]
+            events = read_events(run_dir)
+            assert [e for e in events if e["kind"] == "job"][-1]["state"] == "Succeeded"
+            assert pids_with_run_id(run_id) == []
+        finally:
+            for disk in disks.values():
+                disk.mkdir(parents=True, exist_ok=True)
+                (disk / "go").write_text("go\n")
+            kill_run_processes(run_id)

@@ -238,12 +238,17 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
-def test_serveralivecountmax_ends_a_link_that_stopped_answering(tmp_path: Path, private_sshd: PrivateSshd) -> None:
+@pytest.mark.parametrize("alive", ["    ServerAliveInterval 1\n    ServerAliveCountMax 2\n", ""],
+                         ids=["set-in-ssh-config", "the-launchers-default"])
+def test_serveralivecountmax_ends_a_link_that_stopped_answering(tmp_path: Path, private_sshd: PrivateSshd,
+                                                                alive: str) -> None:
+    """A link whose server stopped answering is closed: after ServerAliveInterval x CountMax as set,
+    else the launcher's 5 s x 3, as the openssh transport's (without it, a checkpoint copy over a
+    cut link hung for its whole 600 s)."""
     server = private_sshd
     config = tmp_path / "ssh_config"
     config.write_text(f"Host alive\n    HostName {server.address}\n    Port {server.port}\n    User {server.user}\n"
-                      f"    IdentityFile {server.identity_file}\n"
-                      "    ServerAliveInterval 1\n    ServerAliveCountMax 2\n")
+                      f"    IdentityFile {server.identity_file}\n{alive}")
     host = SshHost(via_config("alive", config, server.known_hosts))
     host.connect()
     assert server._proc is not None
@@ -256,7 +261,7 @@ def test_serveralivecountmax_ends_a_link_that_stopped_answering(tmp_path: Path, 
                 os.kill(pid, signal.SIGSTOP)
                 stopped.append(pid)
         assert stopped
-        wait_for(lambda: not host.connected, 10, "the link to be declared dead")
+        wait_for(lambda: not host.connected, 10 if alive else 30, "the link to be declared dead")
     finally:
         for pid in frozen:
             with contextlib.suppress(ProcessLookupError):
