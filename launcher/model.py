@@ -260,6 +260,8 @@ class Profile:
     checkpoint_copies_kept: int = 2
     #: bytes per second the checkpoint copies may average; 0: no limit
     checkpoint_copy_bandwidth: int = 50 * 1024**2
+    #: the most of the time (percent) the checkpoint copies may take; the copier rests the rest
+    checkpoint_copy_percent: int = 5
     #: what preflight does when a task's GPUs hold other processes' memory
     gpu_busy: GpuBusy = "warn"
     #: whether an all-local job runs in a private network namespace (launcher/commands/localnet.py)

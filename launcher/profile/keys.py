@@ -404,6 +404,10 @@ TOP_KEYS = Table(
         Key("checkpoint_copy_bandwidth", "rate", "Where checkpoints are per host: the average rate their copies "
             "(to the launcher's machine and to the spares) may take of the links training uses too: bytes per "
             "second, or with a unit (\"50MiB/s\"); 0: no limit.", default="50MiB/s"),
+        Key("checkpoint_copy_percent", "integer", "Where checkpoints are per host: the most of the time their "
+            "copies may take (a copy of t seconds is followed by a rest of t x (100 / this - 1)), so they cost the "
+            "training hosts little however often checkpoints come; a checkpoint saved meanwhile waits, only the "
+            "newest is copied. 100: no rest (the freshest copies).", default=5, minimum=1, maximum=100),
         Key("gpu_busy", "choice", "When GPUs a task is given hold memory of other processes: warn, or refuse "
             "the launch.", default="warn", choices=("warn", "refuse")),
         Key("local_network", "choice", "A job whose tasks all run on this machine (one local host, no containers): "

@@ -176,6 +176,7 @@ class ProfileReader:
             min_free_disk=int(parse_size(_get(data, TOP_KEYS, "min_free_disk")) or 0),
             checkpoint_copies_kept=int(_get(data, TOP_KEYS, "checkpoint_copies_kept")),
             checkpoint_copy_bandwidth=int(parse_rate(_get(data, TOP_KEYS, "checkpoint_copy_bandwidth")) or 0),
+            checkpoint_copy_percent=int(_get(data, TOP_KEYS, "checkpoint_copy_percent")),
             gpu_busy=cast(GpuBusy, _get(data, TOP_KEYS, "gpu_busy")),
             local_network=cast(LocalNetwork, _get(data, TOP_KEYS, "local_network")),
             log_policies=self.log_policies(data.get("log_policies", [])),

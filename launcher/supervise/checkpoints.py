@@ -224,7 +224,8 @@ class CheckpointKeeper:
         #: the launcher's copies a restart is putting in place: the copier prunes them later, not now
         self.pinned: set[str] = set()
         profile = sup.plan.profile
-        self.copier = CheckpointCopier(self, profile.checkpoint_copies_kept, profile.checkpoint_copy_bandwidth)
+        self.copier = CheckpointCopier(self, profile.checkpoint_copies_kept, profile.checkpoint_copy_bandwidth,
+                                       share=profile.checkpoint_copy_percent / 100)
 
     # -- the record ---------------------------------------------------------------------------------
 

@@ -31,6 +31,7 @@ import queue
 import secrets
 import shlex
 import shutil
+import sys
 import tarfile
 import threading
 import time
@@ -108,12 +109,33 @@ def remove_command(directory: str, files: Sequence[str], keep: Sequence[str]) ->
     return f"cd {shlex.quote(directory)} && rm -f -- " + " ".join(shlex.quote(f) for f in gone)
 
 
-class Pacer:
-    """The average rate cap: ``wait`` after a transfer says how long to pause before the next."""
+#: the share of the time the copier may spend copying (``checkpoint_copy_percent``'s default):
+#: after a checkpoint's copies took t seconds (the pull and the pushes), it rests (1 / share - 1) t
+#: before the next, so copies cost the training hosts (their sshd, tar, a core of the launcher's
+#: machine) at most this share of the time however often checkpoints come; a checkpoint saved
+#: meanwhile waits, and only the newest is copied then
+COPY_TIME_SHARE = 0.05
+#: the copy thread's niceness (Linux, where a thread has its own): a launcher that shares a
+#: machine with training yields the CPU to it
+COPY_NICENESS = 10
 
-    def __init__(self, bytes_per_s: int, sleep: Callable[[float], None] = time.sleep) -> None:
+
+class Pacer:
+    """The average rate cap: ``pause_after`` a transfer says how long to pause before the next;
+    and the copier's share of the time: ``rest_after`` a checkpoint's copies."""
+
+    def __init__(self, bytes_per_s: int, sleep: Callable[[float], None] = time.sleep,
+                 share: float = COPY_TIME_SHARE) -> None:
         self.bytes_per_s = bytes_per_s
         self.sleep = sleep
+        self.share = share
+
+    def rest_after(self, busy: float) -> float:
+        """Rest so that ``busy`` seconds of copying stay ``share`` of the time; the rest."""
+        rest = busy * (1 / self.share - 1) if 0 < self.share < 1 else 0.0
+        if rest > 0:
+            self.sleep(rest)
+        return rest
 
     def pause_after(self, nbytes: int, seconds: float) -> float:
         """Pause so that ``nbytes`` in ``seconds`` plus the pause stays under the cap; the pause."""
@@ -146,14 +168,15 @@ class CheckpointCopier:
     """The copy thread of one keeper: a queue of checkpoints, copied to the launcher, then to spares."""
 
     def __init__(self, keeper: CopySource, kept: int, bytes_per_s: int,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 sleep: Callable[[float], None] = time.sleep, share: float = COPY_TIME_SHARE) -> None:
         self.keeper = keeper
         self.kept = max(1, kept)
         keeper.book.keep = max(keeper.book.keep, self.kept + 1)  # every kept copy's record stays to prune it
-        self.pacer = Pacer(bytes_per_s, sleep)
+        self.pacer = Pacer(bytes_per_s, sleep, share)
         self._queue: queue.Queue[Checkpoint | None] = queue.Queue()
         self._thread: threading.Thread | None = None
         self._copied_once = self._failed_last = self._said_too_big = False
+        self._pushing = 0.0  # seconds this checkpoint's pushes to the spares took
         #: (spare, task) -> checkpoints put on that spare, newest last
         self.on_spares: dict[tuple[str, str], list[Checkpoint]] = {}
         self._spare_failed: set[str] = set()
@@ -171,6 +194,9 @@ class CheckpointCopier:
             self._queue.put(None)
 
     def _loop(self) -> None:
+        if sys.platform == "linux":  # a thread's own niceness (elsewhere it would be the process's)
+            with contextlib.suppress(OSError):
+                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), COPY_NICENESS)
         while True:
             cp = self._queue.get()
             if cp is None:
@@ -237,8 +263,10 @@ class CheckpointCopier:
         self._copied_once, self._failed_last = True, False
         sup.call(sup.write_state)
         self.pacer.pause_after(len(data), seconds)
+        self._pushing = 0.0
         copies = [f"{LAUNCHER}:{dest}", *self.to_spares(cp, len(data))]
         keeper.restate(cp, copies, only_newest=True)
+        self.pacer.rest_after(seconds + self._pushing)
 
     # -- to the spares ----------------------------------------------------------------------------
 
@@ -269,6 +297,7 @@ class CheckpointCopier:
             try:
                 keeper.push(cp, spare, directory, from_host=False)
             except Exception as exc:  # a full disk, a dropped link: that spare has the older ones still
+                self._pushing += time.monotonic() - began
                 if spare not in self._spare_failed:
                     sup.notice(f"checkpoint {cp.label} of {cp.task} not copied to spare {spare}: {exc}; "
                                "the job goes on (a task moved there resumes from the launcher's copy)")
@@ -279,6 +308,7 @@ class CheckpointCopier:
                 sup.notice(f"checkpoint {cp.label} of {cp.task} copied to spare {spare} again")
             placed.append(f"{spare}:{directory}")
             self._forget_older(spare, cp, directory)
+            self._pushing += time.monotonic() - began
             self.pacer.pause_after(nbytes, time.monotonic() - began)
         return placed
 

@@ -287,12 +287,17 @@ def test_checkpoint_copies_keep_two_at_50mib_per_second_unless_told(tmp_path: Pa
     assert told.checkpoint_copies_kept == 3 and told.checkpoint_copy_bandwidth == 10_000_000
     assert load(tmp_path, top="checkpoint_copy_bandwidth = 0").checkpoint_copy_bandwidth == 0
     assert load(tmp_path, top='checkpoint_copy_bandwidth = "1GiB"').checkpoint_copy_bandwidth == 1024**3
+    assert profile.checkpoint_copy_percent == 5
+    assert load(tmp_path, top="checkpoint_copy_percent = 100").checkpoint_copy_percent == 100
 
 
 @pytest.mark.parametrize(("top", "words"), [
     ('checkpoint_copy_bandwidth = "fast"', 'a rate like "50MiB/s"'),
     ("checkpoint_copy_bandwidth = -1", 'a rate like "50MiB/s"'),
     ("checkpoint_copies_kept = 0", "checkpoint_copies_kept"),
+    ("checkpoint_copy_percent = 0", "checkpoint_copy_percent"),
+    ("checkpoint_copy_percent = 101", "checkpoint_copy_percent"),
+    ("checkpoint_copy_percent = 2.5", "checkpoint_copy_percent"),
 ])
 def test_a_wrong_checkpoint_copy_key_is_one_line(tmp_path: Path, top: str, words: str) -> None:
     assert words in refused(tmp_path, top=top)

@@ -18,7 +18,7 @@ import pytest
 
 from launcher import events as ev
 from launcher.errors import HostError
-from launcher.model import HostConfig
+from launcher.model import HostConfig, Profile
 from launcher.remote.session import HostSession
 from launcher.runstate import RunState
 from launcher.supervise.checkpoints import (
@@ -35,7 +35,7 @@ from launcher.supervise.checkpoints import (
     task_directory,
 )
 from launcher.supervise.ckptbook import KEEP_RECORDS, ONE_SAVE_SECONDS
-from launcher.supervise.ckptcopies import Pacer, extract_complete, tar_files
+from launcher.supervise.ckptcopies import COPY_TIME_SHARE, Pacer, extract_complete, tar_files
 from launcher.transport.local import LocalHost
 
 FILES = ["ckpt-40.index", "ckpt-40.data-00000-of-00001", "checkpoint"]
@@ -170,13 +170,15 @@ class Owner:
         self.sessions = {h: session(h, "", CKPT_ROOT=str(root)) for h, root in roots.items()}
         self.tasks = {"worker:0": None, "worker:1": None}
         self.plan = SimpleNamespace(profile=SimpleNamespace(
-            strategy="multi_worker_mirrored", checkpoint_copies_kept=kept, checkpoint_copy_bandwidth=0))
+            strategy="multi_worker_mirrored", checkpoint_copies_kept=kept, checkpoint_copy_bandwidth=0,
+            checkpoint_copy_percent=5))
         self.lost = lost
         self.spares = spares
         self.notices: list[str] = []
         self.said: list[str] = []
         self.restated: list[ev.CheckpointEvent] = []
         self.rundir = SimpleNamespace(path=tmp / "run")
+        self.rested: list[float] = []  # the copier's rests after each copy, in seconds
 
     def call(self, fn: Callable[[], None]) -> None:
         fn()
@@ -211,7 +213,9 @@ def member(task: str, host: str) -> Any:
 def keeper_on(tmp_path: Path, roots: dict[str, Path], lost: set[str], spares: tuple[str, ...] = (),
               kept: int = 2) -> tuple[CheckpointKeeper, Owner]:
     owner = Owner(tmp_path, roots, lost, spares, kept)
-    return CheckpointKeeper(owner), owner  # type: ignore[arg-type]
+    keeper = CheckpointKeeper(owner)  # type: ignore[arg-type]
+    keeper.copier.pacer.sleep = owner.rested.append  # the copier's rests, not slept here
+    return keeper, owner
 
 
 def test_a_lost_hosts_checkpoint_on_shared_storage_is_read_where_it_is(tmp_path: Path) -> None:
@@ -554,6 +558,24 @@ def test_a_full_disk_on_the_launchers_side_drops_the_copy_in_one_line_and_leaves
         assert [p for p in run.rglob("*") if p.is_file()] == []  # no half copy, no temp dir's files
     finally:
         subprocess.run(["umount", str(run)])
+
+
+def test_the_copier_rests_so_copies_take_a_twentieth_of_the_time(tmp_path: Path) -> None:
+    """However often checkpoints come, copying (pull and pushes) takes at most COPY_TIME_SHARE of
+    the time: a copy of t seconds is followed by a rest of 19 t (the cost on the training hosts)."""
+    assert COPY_TIME_SHARE == 0.05 == Profile.__dataclass_fields__["checkpoint_copy_percent"].default / 100
+    assert Pacer(0, lambda _: None).rest_after(0.5) == pytest.approx(9.5)
+    roots = {h: tmp_path / f"disk-{h}" for h in "abc"}
+    keeper, owner = keeper_on(tmp_path, roots, lost=set(), spares=("c",))
+    cp = write_checkpoint(roots["a"] / "ckpt", 40)
+    keeper.book.add(cp)
+    keeper.copier.copy_one(cp)
+    assert cp.copy_seconds is not None and len(owner.rested) == 1
+    # the pull's seconds and the push's to spare c: more than the pull's alone
+    assert owner.rested[0] > 19 * cp.copy_seconds
+    fresh = Owner(tmp_path, roots, set())
+    fresh.plan.profile.checkpoint_copy_percent = 100  # the profile's word: no rest, the freshest copies
+    assert CheckpointKeeper(fresh).copier.pacer.rest_after(1.0) == 0.0  # type: ignore[arg-type]
 
 
 def test_the_pacer_keeps_the_average_rate_under_the_cap() -> None:
