@@ -27,8 +27,6 @@ import signal
 import subprocess
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections import deque
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -223,6 +221,9 @@ class Notifier:
         """The webhook's JSON POST; a failure is logged (and warned once), never raised."""
         body = {key.removeprefix("DISTLAUNCH_").lower(): value for key, value in info.items()}
         body["text"] = info["DISTLAUNCH_MESSAGE"]
+        import urllib.error  # here: ~30 ms (http.client, ssl, email) a run without a webhook never needs
+        import urllib.request
+
         request = urllib.request.Request(str(self.webhook), data=json.dumps(body).encode(), method="POST",
                                          headers={"Content-Type": "application/json"})
         problem = ""
