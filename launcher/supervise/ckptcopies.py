@@ -31,7 +31,6 @@ import queue
 import secrets
 import shlex
 import shutil
-import sys
 import tarfile
 import threading
 import time
@@ -115,9 +114,8 @@ def remove_command(directory: str, files: Sequence[str], keep: Sequence[str]) ->
 #: machine) at most this share of the time however often checkpoints come; a checkpoint saved
 #: meanwhile waits, and only the newest is copied then
 COPY_TIME_SHARE = 0.05
-#: the copy thread's niceness (Linux, where a thread has its own): a launcher that shares a
-#: machine with training yields the CPU to it
-COPY_NICENESS = 10
+#: the longest rest: a copy that took minutes (a slow link) does not hold the next one for hours
+REST_MAX_SECONDS = 60.0
 
 
 class Pacer:
@@ -132,7 +130,7 @@ class Pacer:
 
     def rest_after(self, busy: float) -> float:
         """Rest so that ``busy`` seconds of copying stay ``share`` of the time; the rest."""
-        rest = busy * (1 / self.share - 1) if 0 < self.share < 1 else 0.0
+        rest = min(busy * (1 / self.share - 1), REST_MAX_SECONDS) if 0 < self.share < 1 else 0.0
         if rest > 0:
             self.sleep(rest)
         return rest
@@ -194,9 +192,6 @@ class CheckpointCopier:
             self._queue.put(None)
 
     def _loop(self) -> None:
-        if sys.platform == "linux":  # a thread's own niceness (elsewhere it would be the process's)
-            with contextlib.suppress(OSError):
-                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), COPY_NICENESS)
         while True:
             cp = self._queue.get()
             if cp is None:
@@ -225,6 +220,9 @@ class CheckpointCopier:
     def copy_one(self, cp: Checkpoint) -> None:
         """Copy ``cp`` to the launcher's run dir, then on to the spares; one line per failure."""
         keeper, sup = self.keeper, self.keeper.sup
+        with keeper.lock:
+            if cp.copy is not None:  # copied already (offered again: a link that came back, a save told twice)
+                return
         try:
             if keeper.is_shared(cp):
                 return
@@ -297,7 +295,6 @@ class CheckpointCopier:
             try:
                 keeper.push(cp, spare, directory, from_host=False)
             except Exception as exc:  # a full disk, a dropped link: that spare has the older ones still
-                self._pushing += time.monotonic() - began
                 if spare not in self._spare_failed:
                     sup.notice(f"checkpoint {cp.label} of {cp.task} not copied to spare {spare}: {exc}; "
                                "the job goes on (a task moved there resumes from the launcher's copy)")

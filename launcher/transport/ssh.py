@@ -232,7 +232,11 @@ class SshHost(shellcmds.ShellHost):
         # ServerAliveInterval as set, else the launcher's: a link that stops answering is cut
         interval, count = ((endpoint.keepalive_seconds, endpoint.keepalive_count) if endpoint.keepalive_seconds
                            else (KEEPALIVE_SECONDS, KEEPALIVE_COUNT))
-        self._watches.append(sshauth.KeepaliveWatch(connection.transport, interval, count))
+        if sshauth.KeepaliveWatch.supported(connection.transport):
+            self._watches = [w for w in self._watches if w.alive]
+            self._watches.append(sshauth.KeepaliveWatch(connection.transport, interval, count))
+        else:
+            connection.transport.set_keepalive(interval)
         return connection
 
     def _key_added(self, key_name: str, key: paramiko.PKey) -> None:

@@ -49,42 +49,62 @@ def certified_key(endpoint: Endpoint) -> paramiko.PKey | None:
     return None
 
 
+def _received(transport: paramiko.Transport) -> int | None:
+    """The packets read from the server so far (paramiko's count, reset at a rekey: any change is
+    traffic); None where paramiko does not keep it."""
+    packets = getattr(transport.packetizer, "_Packetizer__received_packets", None)
+    return packets if isinstance(packets, int) else None
+
+
 def proxy_command(command: str) -> paramiko.ProxyCommand:
     """ProxyCommand as ssh runs it: by a shell, which execs it (paramiko alone would split it)."""
     return paramiko.ProxyCommand("/bin/sh -c " + shlex.quote("exec " + command))
 
 
 class KeepaliveWatch:
-    """ServerAliveInterval/ServerAliveCountMax as ssh applies them: a keepalive every ``interval``
-    seconds; after ``count`` in a row without an answer from the server, nor any other packet from
-    it (a bulk copy's data delays the answer behind it, and is itself a sign of life), the link is
-    closed, and with it every channel waiting on it."""
+    """ServerAliveInterval/ServerAliveCountMax as ssh applies them: every ``interval`` seconds a
+    ``keepalive@openssh.com`` request that wants a reply (a live server answers, if only with a
+    refusal); after ``count`` intervals in a row in which nothing at all came from the server (no
+    answer, no data: a bulk copy's data delays the answer behind it and is itself a sign of life),
+    the link is closed, and with it every channel waiting on it.
+
+    It reads paramiko's count of received packets and sends through its transport's own queue,
+    neither of them public: where this paramiko lacks them (``supported``), the caller falls back
+    to paramiko's plain keepalive, which never closes a link."""
 
     def __init__(self, transport: paramiko.Transport, interval: float, count: int) -> None:
         self._transport = transport
         self._interval = interval
         self._count = count
         self._stop = threading.Event()
-        threading.Thread(target=self._run, daemon=True, name="ssh-keepalive").start()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="ssh-keepalive")
+        self._thread.start()
 
-    def _received(self) -> int | None:
-        """The packets read from the server so far (paramiko's count, reset at a rekey: any change
-        is traffic); None where paramiko does not keep it."""
-        packets = getattr(self._transport.packetizer, "_Packetizer__received_packets", None)
-        return packets if isinstance(packets, int) else None
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    @staticmethod
+    def supported(transport: paramiko.Transport) -> bool:
+        return _received(transport) is not None and callable(getattr(transport, "_send_user_message", None))
+
+    def _ask(self) -> None:
+        message = paramiko.Message()
+        message.add_byte(paramiko.common.cMSG_GLOBAL_REQUEST)
+        message.add_string("keepalive@openssh.com")
+        message.add_boolean(True)  # want a reply: global_request(wait=True) would block this thread on it
+        self._transport._send_user_message(message)
 
     def _run(self) -> None:
         missed = 0
         transport = self._transport
         while transport.is_active():
-            transport.global_response = None  # set by the server's answer (success or failure)
-            before = self._received()
+            before = _received(transport)
             with contextlib.suppress(Exception):
-                transport.global_request("keepalive@openssh.com", wait=False)
+                self._ask()
             if self._stop.wait(self._interval):
                 return
-            heard = transport.global_response is not None or (before is not None and self._received() != before)
-            missed = 0 if heard else missed + 1
+            missed = 0 if _received(transport) != before else missed + 1
             if missed >= self._count:
                 transport.close()  # as ssh: "Timeout, server not responding"
                 return

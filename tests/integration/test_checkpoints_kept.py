@@ -44,6 +44,7 @@ def two_host_profile(tmp: Path, max_restarts: int = 2, steps: int = STEPS) -> tu
     hosts = [Host(name, options={"env": {"CKPT_ROOT": str(root)}}) for name, root in zip("ab", roots, strict=True)]
     profile = build_profile(
         tmp / "ckpt.toml", name="it-ckpt", strategy="multi_worker_mirrored", orphan_grace=30,
+        top="checkpoint_copy_percent = 100\n",  # every save copied at once: these tests wait for given steps
         command=f"{sys.executable} -u tests/integration/ckpt_mwms_steps.py", workdir=REPO,
         env={"STEPS": str(steps), "CKPT_EVERY": "20", "STEP_SECONDS": "0.15", "TF_CPP_MIN_LOG_LEVEL": "2"},
         restart="on-failure", max_restarts=max_restarts, grace=2, hosts=hosts,
@@ -261,6 +262,47 @@ def test_the_source_host_lost_its_task_moves_to_the_spare_and_all_resume_from_th
             kill_run_processes(run_id)
 
 
+@pytest.mark.netns
+@pytest.mark.sshd
+@pytest.mark.timeout(360)
+def test_the_source_host_lost_before_any_checkpoint_both_start_from_scratch_together(tmp_path: Path) -> None:
+    """worker:0's host a is cut for good before any checkpoint exists (each host its own disk):
+    worker:0 moves to the spare c, and the group starts again from step 0, both workers alike,
+    and trains to the end."""
+    from tests.netns import NetnsLab, require_netns
+
+    require_netns()
+    with NetnsLab(3) as lab:
+        run_id = f"it-ckpt-none-lost-{lab.tag}"
+        _, hosts = own_disks(lab, tmp_path)
+        profile = build_profile(
+            tmp_path / "none.toml", name="it-ckpt-none-lost", strategy="multi_worker_mirrored", orphan_grace=4,
+            top='host_lost_seconds = 8\nspares = ["c"]\n',
+            command="{python} -u tests/integration/ckpt_mwms_steps.py", defaults={"python": sys.executable},
+            workdir=REPO, env={"STEPS": str(STEPS), "CKPT_EVERY": "1000", "STEP_SECONDS": "0.3",
+                               "TF_CPP_MIN_LOG_LEVEL": "2"},
+            restart="on-failure", max_restarts=2, grace=2, hosts=hosts,
+            roles={"worker": {"count": 2, "hosts": ["a", "b"]}})
+        proc, run_dir = launch_up(tmp_path, profile, run_id)
+        try:
+            wait_for(lambda: all(lines_of(read_events(run_dir), t, r"restored step (\d+)") == [0]
+                                 for t in ("worker:0", "worker:1")), 120, "both workers training from step 0")
+            lab.cut("a")
+            assert finish_up(proc, tmp_path, 300) == 0, (tmp_path / "up.log").read_text()[-4000:]
+            events = read_events(run_dir)
+            moved = [e for e in events if e["kind"] == "state" and e["task"] == "worker:0"
+                     and e["state"] == "running" and e.get("moved_from") == "a"]
+            assert moved and moved[0]["host"] == "c"
+            restored = {t: lines_of(events, t, r"restored step (\d+)") for t in ("worker:0", "worker:1")}
+            assert restored == {"worker:0": [0, 0], "worker:1": [0, 0]}, restored
+            assert not [e for e in events if e["kind"] == "checkpoint"]
+            assert lines_of(events, "worker:0", r"finished at step (\d+)")[-1] == STEPS
+            assert [e for e in events if e["kind"] == "job"][-1]["state"] == "Succeeded"
+            assert pids_with_run_id(run_id) == []
+        finally:
+            kill_run_processes(run_id)
+
+
 PS_STEPS = 300
 
 
@@ -442,15 +484,18 @@ def test_a_drained_mwms_worker_host_on_its_own_disk_moves_to_the_spare_redoing_n
             kill_run_processes(run_id)
 
 
-def copy_under_way(step: int) -> bool:
-    """A pull of checkpoint ``step`` runs: its tar (on the source host, this machine's process table)."""
+def copy_under_way(step: int, directory: Path) -> bool:
+    """A pull of checkpoint ``step`` out of ``directory`` runs: its tar, working there (the source
+    host's, in this machine's process table)."""
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
                 argv = (entry / "cmdline").read_bytes().split(b"\0")
+                cwd = os.readlink(entry / "cwd")
             except OSError:
                 continue
-            if argv[:3] == [b"tar", b"-cf", b"-"] and f"ckpt-{step}.index".encode() in argv:
+            if argv[:3] == [b"tar", b"-cf", b"-"] and f"ckpt-{step}.index".encode() in argv and \
+                    Path(cwd) == directory:
                 return True
     return False
 
@@ -481,11 +526,13 @@ def test_a_copy_cut_by_a_dropped_link_leaves_no_half_and_is_copied_when_the_link
         veth = lab.hosts["a"].veth_ns
         slowed = lab.exec("a", "tc", "qdisc", "add", "dev", veth, "root", "tbf", "rate", "2mbit", "burst", "32kb",
                           "latency", "2s")
-        assert slowed.returncode == 0, slowed.stderr
+        if slowed.returncode != 0:
+            pytest.skip(f"tc cannot shape a link here: {slowed.stderr.strip()}")
         proc, run_dir = launch_up(tmp_path, profile, run_id)
         log = tmp_path / "up.log"
         try:
-            wait_for(lambda: copy_under_way(10), 120, "the copy of worker:0's step 10 off host a", interval=0.1)
+            wait_for(lambda: copy_under_way(10, disks["a"] / "ckpt"), 120, "the copy of worker:0's step 10 off host a",
+                     interval=0.1)
             lab.cut("a")
             wait_for(lambda: "checkpoint step 10 of worker:0 not copied off host a" in log.read_text(), 45,
                      "the cut copy's line")

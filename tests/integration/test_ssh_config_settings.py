@@ -9,6 +9,7 @@ import os
 import shutil
 import signal
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -266,6 +267,25 @@ def test_serveralivecountmax_ends_a_link_that_stopped_answering(tmp_path: Path, 
         for pid in frozen:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGCONT)
+        host.close()
+
+
+def test_an_idle_link_whose_server_answers_stays_open(tmp_path: Path, private_sshd: PrivateSshd) -> None:
+    """The launcher's keepalive asks for a reply: a link on which nothing else happens for longer
+    than 5 s x 3 (a long preflight import, a quiet host) is not taken for a dead one."""
+    server = private_sshd
+    config = tmp_path / "ssh_config"
+    config.write_text(f"Host idle\n    HostName {server.address}\n    Port {server.port}\n    User {server.user}\n"
+                      f"    IdentityFile {server.identity_file}\n")
+    host = SshHost(via_config("idle", config, server.known_hosts))
+    host.connect()
+    try:
+        deadline = time.monotonic() + 22  # past three intervals of the watch, and a fourth
+        while time.monotonic() < deadline:  # an absence to watch for: no event marks it
+            assert host.connected, "an idle link to a live server was closed"
+            time.sleep(0.5)
+        assert host.run("echo still", timeout=30).stdout.strip() == "still"
+    finally:
         host.close()
 
 
