@@ -239,23 +239,23 @@ class CheckpointKeeper:
         with self.lock:
             new = self.book.add(cp)
         self.sup.write_state()  # `attach` keeps the record
-        if new is None or len(self.sup.sessions) < 2:  # one save told twice is copied once
-            return
-        if kept_off_host(cp.task, self.sup.tasks, self.sup.plan.profile.strategy):
+        if new is not None:  # one save told twice is copied once
+            self._offer(cp)
+
+    def _offer(self, cp: Checkpoint) -> None:
+        """To the copier, where a copy off its host is worth having: a source's, several hosts."""
+        if len(self.sup.sessions) >= 2 and kept_off_host(cp.task, self.sup.tasks, self.sup.plan.profile.strategy):
             self.copier.offer(cp)
 
     def link_back(self, host: str) -> None:
         """On the loop: ``host``'s link came back. The newest checkpoint of each task there whose
         copy off it a dropped link cut short (or which was written while the link was down) is
         copied now, not only at the task's next save (which may be far off, or never come)."""
-        if len(self.sup.sessions) < 2:
-            return
         with self.lock:
             waiting = [cp for task in self.book.by_task if (cp := self.book.newest(task)) is not None
                        and cp.host == host and cp.copy is None and self.shared.get((cp.host, cp.directory)) is False]
         for cp in waiting:
-            if kept_off_host(cp.task, self.sup.tasks, self.sup.plan.profile.strategy):
-                self.copier.offer(cp)
+            self._offer(cp)
 
     def to_json(self) -> dict[str, list[dict[str, Any]]]:
         with self.lock:

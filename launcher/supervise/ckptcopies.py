@@ -174,7 +174,6 @@ class CheckpointCopier:
         self._queue: queue.Queue[Checkpoint | None] = queue.Queue()
         self._thread: threading.Thread | None = None
         self._copied_once = self._failed_last = self._said_too_big = False
-        self._pushing = 0.0  # seconds this checkpoint's pushes to the spares took
         #: (spare, task) -> checkpoints put on that spare, newest last
         self.on_spares: dict[tuple[str, str], list[Checkpoint]] = {}
         self._spare_failed: set[str] = set()
@@ -261,10 +260,9 @@ class CheckpointCopier:
         self._copied_once, self._failed_last = True, False
         sup.call(sup.write_state)
         self.pacer.pause_after(len(data), seconds)
-        self._pushing = 0.0
-        copies = [f"{LAUNCHER}:{dest}", *self.to_spares(cp, len(data))]
-        keeper.restate(cp, copies, only_newest=True)
-        self.pacer.rest_after(seconds + self._pushing)
+        placed, pushing = self.to_spares(cp, len(data))
+        keeper.restate(cp, [f"{LAUNCHER}:{dest}", *placed], only_newest=True)
+        self.pacer.rest_after(seconds + pushing)
 
     # -- to the spares ----------------------------------------------------------------------------
 
@@ -283,10 +281,12 @@ class CheckpointCopier:
                     continue
         return [h for h in ready if self._sees.get((cp.host, cp.directory, h)) is False]
 
-    def to_spares(self, cp: Checkpoint, nbytes: int) -> list[str]:
-        """Push the launcher's copy of ``cp`` to each spare; where it now is (``host:directory``)."""
+    def to_spares(self, cp: Checkpoint, nbytes: int) -> tuple[list[str], float]:
+        """Push the launcher's copy of ``cp`` to each spare; where it now is (``host:directory``),
+        and the seconds the pushes that succeeded took (the copier's rest counts them)."""
         keeper, sup = self.keeper, self.keeper.sup
         placed: list[str] = []
+        pushing = 0.0
         for spare in self.spares(cp):
             if spare not in sup.spare_hosts():  # a move or a grow took it while the last push went
                 continue
@@ -305,9 +305,9 @@ class CheckpointCopier:
                 sup.notice(f"checkpoint {cp.label} of {cp.task} copied to spare {spare} again")
             placed.append(f"{spare}:{directory}")
             self._forget_older(spare, cp, directory)
-            self._pushing += time.monotonic() - began
+            pushing += time.monotonic() - began
             self.pacer.pause_after(nbytes, time.monotonic() - began)
-        return placed
+        return placed, pushing
 
     def _forget_older(self, spare: str, cp: Checkpoint, directory: str) -> None:
         """Keep the newest ``kept`` checkpoints of the task on ``spare``; remove the older ones' files."""
