@@ -63,6 +63,19 @@ def own_disks(lab: Any, tmp: Path) -> tuple[dict[str, Path], list[Any]]:
     return disks, hosts
 
 
+def spare_profile(tmp: Path, hosts: list[Any], name: str, ckpt_every: int) -> Path:
+    """The MWMS steps job on netns hosts a and b (worker:0 saves every ``ckpt_every`` steps), spare
+    c, a host lost after 8 s."""
+    return build_profile(
+        tmp / f"{name}.toml", name=name, strategy="multi_worker_mirrored", orphan_grace=4,
+        top='host_lost_seconds = 8\nspares = ["c"]\n',
+        command="{python} -u tests/integration/ckpt_mwms_steps.py", defaults={"python": sys.executable},
+        workdir=REPO, env={"STEPS": str(STEPS), "CKPT_EVERY": str(ckpt_every), "STEP_SECONDS": "0.3",
+                           "TF_CPP_MIN_LOG_LEVEL": "2"},
+        restart="on-failure", max_restarts=2, grace=2, hosts=hosts,
+        roles={"worker": {"count": 2, "hosts": ["a", "b"]}})
+
+
 def lines_of(events: list[dict[str, Any]], task: str, pattern: str) -> list[int]:
     return [int(m.group(1)) for e in events if e["kind"] == "log" and e["task"] == task
             for m in [re.search(pattern, e["line"])] if m]
@@ -227,14 +240,7 @@ def test_the_source_host_lost_its_task_moves_to_the_spare_and_all_resume_from_th
     with NetnsLab(3) as lab:
         run_id = f"it-ckpt-spare-{lab.tag}"
         disks, hosts = own_disks(lab, tmp_path)
-        profile = build_profile(
-            tmp_path / "spare.toml", name="it-ckpt-spare", strategy="multi_worker_mirrored", orphan_grace=4,
-            top='host_lost_seconds = 8\nspares = ["c"]\n',
-            command="{python} -u tests/integration/ckpt_mwms_steps.py", defaults={"python": sys.executable},
-            workdir=REPO, env={"STEPS": str(STEPS), "CKPT_EVERY": "20", "STEP_SECONDS": "0.3",
-                               "TF_CPP_MIN_LOG_LEVEL": "2"},
-            restart="on-failure", max_restarts=2, grace=2, hosts=hosts,
-            roles={"worker": {"count": 2, "hosts": ["a", "b"]}})
+        profile = spare_profile(tmp_path, hosts, "it-ckpt-spare", ckpt_every=20)
         proc, run_dir = launch_up(tmp_path, profile, run_id)
         try:
             checkpoint_event(run_dir)
@@ -275,14 +281,7 @@ def test_the_source_host_lost_before_any_checkpoint_both_start_from_scratch_toge
     with NetnsLab(3) as lab:
         run_id = f"it-ckpt-none-lost-{lab.tag}"
         _, hosts = own_disks(lab, tmp_path)
-        profile = build_profile(
-            tmp_path / "none.toml", name="it-ckpt-none-lost", strategy="multi_worker_mirrored", orphan_grace=4,
-            top='host_lost_seconds = 8\nspares = ["c"]\n',
-            command="{python} -u tests/integration/ckpt_mwms_steps.py", defaults={"python": sys.executable},
-            workdir=REPO, env={"STEPS": str(STEPS), "CKPT_EVERY": "1000", "STEP_SECONDS": "0.3",
-                               "TF_CPP_MIN_LOG_LEVEL": "2"},
-            restart="on-failure", max_restarts=2, grace=2, hosts=hosts,
-            roles={"worker": {"count": 2, "hosts": ["a", "b"]}})
+        profile = spare_profile(tmp_path, hosts, "it-ckpt-none-lost", ckpt_every=1000)
         proc, run_dir = launch_up(tmp_path, profile, run_id)
         try:
             wait_for(lambda: all(lines_of(read_events(run_dir), t, r"restored step (\d+)") == [0]
