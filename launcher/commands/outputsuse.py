@@ -15,7 +15,8 @@ from pathlib import Path
 
 from launcher.errors import UserError
 from launcher.paths import runs_root
-from launcher.runstate import RunState, load_run_state
+from launcher.rundir import read_state
+from launcher.runstate import RunState
 
 #: the name of the link to the newest run in the state root (never a run of its own)
 _LATEST = "latest"
@@ -47,7 +48,11 @@ def outputs_in_use(run_id: str, ours: Mapping[str, tuple[str, str]], root: Path 
             continue
         seen.add(path)
         try:
-            state: RunState = load_run_state(path)
+            data = read_state(path)
+            if data.get("outcome") is not None or data.get("supervisor_pid", data.get("launcher_pid")) is None:
+                continue  # ended, or never supervised: read whole only a run that may still be live (a
+                # user's hundreds of old runs would cost every `up` a second)
+            state = RunState.from_json(data)
         except (UserError, OSError, ValueError):
             continue  # a run that cannot be read is no live run of ours
         if state.run_id == run_id or not state.supervisor_alive():
