@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import subprocess
@@ -94,7 +95,18 @@ def test_the_built_archive_is_kept_under_a_hash_of_its_sources(state_dir, monkey
     assert agentpack.build_agent_zipapp() == built
     sources = agentpack.agent_sources()
     changed = dict(sources, **{"launcher/events.py": sources["launcher/events.py"] + b"\n"})
-    assert agentpack._cache_path(changed) != agentpack._cache_path(sources)
+    assert agentpack._cache_key(changed)[1] != agentpack._cache_key(sources)[1]
+    assert kept[0].name.endswith(f"-{hashlib.sha256(built).hexdigest()}.pyz")  # its own sha256 in its name
+
+
+def test_a_kept_archive_whose_bytes_are_not_the_sha256_in_its_name_is_built_again(state_dir):
+    built = agentpack.build_agent_zipapp()
+    kept = next((state_dir / "cache").glob("agent-*.pyz"))
+    other = agentpack.pack_zipapp({"__main__.py": b"print('not the agent')\n"})  # whole, private, ours
+    kept.write_bytes(other)
+    agentpack.build_agent_zipapp.cache_clear()
+    assert agentpack.build_agent_zipapp() == built
+    assert kept.read_bytes() == built
 
 
 def test_a_kept_archive_that_is_not_whole_is_built_again(state_dir):
