@@ -23,8 +23,9 @@ from pathlib import Path
 
 from launcher import events as ev
 from launcher.commands import notice
-from launcher.commands.follow import Shown, follow_supervisor
+from launcher.commands.follow import follow_supervisor
 from launcher.commands.runhosts import open_sessions
+from launcher.commands.shown import Shown
 from launcher.commands.slurmwatch import elsewhere, follow_submitted
 from launcher.commands.up import follow_notify, report_outcome, start_control_server, wait_for_end
 from launcher.errors import UserError

@@ -21,13 +21,13 @@ import signal
 import sys
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from launcher.agent import pid_alive
 from launcher.agent.leaving import shown as shown_text
 from launcher.commands import notice
+from launcher.commands.shown import Shown
 from launcher.errors import UserError
 from launcher.privatedir import open_trusted
 from launcher.protocol.controllines import job_exit_code
@@ -105,18 +105,6 @@ def _size(path: Path) -> int:
         return path.stat().st_size
     except OSError:
         return 0
-
-
-@dataclass
-class Shown:
-    """What the client shows: the dashboard (with its title and strategy) or lines."""
-
-    tui: bool
-    json: bool = False
-    title: str = ""
-    strategy: str = ""
-    hosts_total: int = 0
-    bell: bool = False
 
 
 class ClientSignals(StopSignals):

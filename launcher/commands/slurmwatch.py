@@ -26,7 +26,8 @@ from pathlib import Path
 
 from launcher import events as ev
 from launcher.commands import notice
-from launcher.commands.follow import Shown, follow_supervisor
+from launcher.commands.follow import follow_supervisor
+from launcher.commands.shown import Shown
 from launcher.commands.slurmrecord import record_end_before_start, refresh, waiting_words
 from launcher.protocol.controllines import job_exit_code
 from launcher.runlookup import read_events

@@ -20,8 +20,8 @@ import time
 from pathlib import Path
 
 from launcher import events as ev
-from launcher.commands.follow import Shown
 from launcher.commands.rundirplace import check_new_run_dir
+from launcher.commands.shown import Shown
 from launcher.commands.slurmwatch import follow_submitted, refresh
 from launcher.errors import UserError
 from launcher.export.sbatch import SubmittedRun, sbatch_script

@@ -7,6 +7,9 @@ dict write per host and phase, no thread, no I/O. The supervisor keeps the recor
 ``benchmarks/launch_fanout.py`` reads it. Its fields, all seconds from the ``up`` process's start:
 
 - ``imports``: `up`'s own imports done (the profile not read yet); ``forked``: the supervisor runs;
+  ``checked``: every host's preflight answered and judged (the reach check, with several hosts,
+  included); ``supervisor``: the supervisor made and serving its clients, its first start request
+  next;
 - per host (``hosts.<name>``): ``connected`` (SSH up, home known), ``agent`` (the zipapp sent, or
   found in the host's cache: ``agent_from.<name>`` says ``sent`` or ``cached``), ``preflight`` (its
   answer read), ``start_sent`` (the first start request sent: on the launch channel it forks the

@@ -313,16 +313,21 @@ def _python_for(plan: Plan, host_name: str) -> str:
 
 def prepare_hosts(plan: Plan, run_id: str, local_root: Path | None,
                   on_notice: Callable[[str], None], progress: Callable[[str], None],
-                  import_tf: bool = False, clock: LaunchClock | None = None) -> Preflight:
+                  import_tf: bool = False, clock: LaunchClock | None = None,
+                  connected: Callable[[], None] | None = None) -> Preflight:
     """Connect, check interpreters and ports, upload the agent: everything before the first task.
     ``import_tf``: `check`: import TensorFlow on every host instead of reading its version, and
     create no outputs there (only make sure they could be: `up` creates them).
     Spares are checked as hosts too, each with a task of every role rehearsed on it
-    (``placement.rehearsal``); their sessions are kept, their rehearsed ports are not."""
+    (``placement.rehearsal``); their sessions are kept, their rehearsed ports are not.
+    ``connected``: called once every host is connected, before the hosts are checked (the
+    supervisor imports its own modules from there on, while the hosts answer)."""
     plan = rehearsal(plan)
     n = len({t.host for t in plan.tasks})
     progress(f"connecting to {n} host{'s' if n != 1 else ''}")
     hosts = connect_hosts(plan, on_notice, run_id, clock)
+    if connected is not None:
+        connected()
     pre = Preflight(hosts)
     pre.clock = clock
     try:

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from launcher import events as ev
-from launcher.telemetry.printer import human_bytes as launcher_human_bytes
+from launcher.telemetry.units import human_bytes as launcher_human_bytes
 
 MISSING = "—"
 

@@ -15,6 +15,7 @@ from launcher.telemetry.jobview import FAILURE_TAIL_LINES, JobView
 from launcher.telemetry.stepverdict import percent_text
 from launcher.telemetry.tfnoise import hidden_note, split_startup
 from launcher.telemetry.timeline import stacks_text
+from launcher.telemetry.units import human_bytes
 
 PROGRESS_EVERY = 5.0
 #: SGR colours of task and job states on a terminal
@@ -31,20 +32,6 @@ def wants_color(out: TextIO) -> bool:
         return False
     isatty = getattr(out, "isatty", None)
     return bool(isatty is not None and isatty())
-
-
-def human_bytes(n: float | None, missing: str = "-") -> str:
-    """1536 -> '1.5K', 3 GiB -> '3.0G', 700 MiB -> '700M': powers of 1024, one decimal below 10."""
-    if n is None:
-        return missing
-    value = float(n)
-    for unit in ("B", "K", "M", "G"):
-        if abs(value) < 1024:
-            if unit == "B":
-                return f"{int(value)}B"
-            return f"{value:.1f}{unit}" if abs(value) < 10 else f"{value:.0f}{unit}"
-        value /= 1024
-    return f"{value:.1f}T" if abs(value) < 10 else f"{value:.0f}T"
 
 
 class ProgressPrinter:

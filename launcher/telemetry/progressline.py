@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from types import TracebackType
 from typing import TextIO
 
-from launcher.telemetry.printer import human_bytes
+from launcher.telemetry.units import human_bytes
 
 #: seconds a step runs before its line appears (tests set DISTLAUNCH_PROGRESS_AFTER=0)
 DEFAULT_AFTER = 1.0
