@@ -26,7 +26,8 @@ With ``--grid HOSTS --per-host TASKS`` (e.g. ``--grid 1,4,16,32 --per-host 1,16,
 instead one ``up`` per (hosts, tasks per host) pair, with ``pdsh/host`` beside each, prints the
 phase split each ``up`` recorded in its state.json (``launch``, launcher/remote/launchclock.py:
 the median host's seconds from the process start to imports, fork, connect, agent (sent or
-cached), preflight, start sent, spawned, first running) and fits ``total = fixed + per_host *
+cached), preflight, every host checked (the reach check included), supervisor made, start sent,
+spawned, first running) and fits ``total = fixed + per_host *
 hosts + per_task * tasks`` by least squares over all pairs: the cost of one more host and of one
 more task (issue 60).
 
@@ -192,17 +193,20 @@ def time_fabric_floor(hosts: list[BenchHost]) -> float:
     return time.time() - t0
 
 
-#: the phase split's columns: process-wide marks, then the per-host phases (launchclock.HOST_PHASES)
-SPLIT = ("imports", "forked", "connected", "agent", "preflight", "start_sent", "spawned", "first_running")
+#: the phase split's columns in launch order: the per-host phases (launchclock.HOST_PHASES) and,
+#: between them, the process-wide marks (``MARKS``)
+SPLIT = ("imports", "forked", "connected", "agent", "preflight", "checked", "supervisor", "start_sent", "spawned",
+         "first_running")
+MARKS = ("imports", "forked", "checked", "supervisor")
 
 
 def phase_split(launch: dict) -> dict[str, float]:
     """One run's launch record as seconds from the process start per phase: the median host's."""
-    split = {k: float(launch[k]) for k in ("imports", "forked") if k in launch}
+    split = {k: float(launch[k]) for k in MARKS if k in launch}
     hosts = list((launch.get("hosts") or {}).values())
-    for phase in SPLIT[2:]:
+    for phase in SPLIT:
         values = [float(h[phase]) for h in hosts if phase in h]
-        if values:
+        if values and phase not in MARKS:
             split[phase] = statistics.median(values)
     return split
 
