@@ -49,8 +49,8 @@ if TYPE_CHECKING:
 
 #: what the supervisor needs once its hosts are prepared: imported by the child on a thread of its
 #: own while the preflight waits on the hosts (``WarmImports``), never by `up` before the fork
-SUPERVISOR_MODULES = ("launcher.supervise.supervisor", "launcher.supervise.controlsock", "launcher.supervise.notify",
-                      "launcher.supervise.stopsignals", "launcher.runrecord", "launcher.commands.outputsuse")
+SUPERVISOR_MODULES = ("launcher.supervise.supervisor", "launcher.supervise.notify", "launcher.runrecord",
+                      "launcher.commands.outputsuse")
 
 def _progress(quiet: bool) -> Callable[[str], None]:
     def show(msg: str) -> None:
