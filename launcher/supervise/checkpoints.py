@@ -48,6 +48,8 @@ __all__ = ["Checkpoint", "CheckpointBook", "CheckpointKeeper", "checkpoint_of"]
 COPY_SECONDS = 600.0
 #: the start of the line the keeper writes in a task's log
 SAY_PREFIX = "distlaunch: "
+#: how long a restart waits for the copy of a leaving host's last checkpoint (``_await_copy``)
+COPY_WAIT_SECONDS = 60.0
 
 
 def source_of(group: Sequence[str], tasks: Iterable[str]) -> str:
@@ -245,7 +247,8 @@ class CheckpointKeeper:
     def _offer(self, cp: Checkpoint) -> None:
         """To the copier, where a copy off its host is worth having: a source's, several hosts."""
         if len(self.sup.sessions) >= 2 and kept_off_host(cp.task, self.sup.tasks, self.sup.plan.profile.strategy):
-            self.copier.offer(cp)
+            # a host that left the job (drained) saved its last: copied now, not after the copier's rest
+            self.copier.offer(cp, urgent=not self.sup.in_job(cp.host))
 
     def link_back(self, host: str) -> None:
         """On the loop: ``host``'s link came back. The newest checkpoint of each task there whose
@@ -423,6 +426,7 @@ class CheckpointKeeper:
             others = {t: self.book.newest(t) for t in group}
         if not history and not any(others.values()):
             return  # no checkpoint was ever announced: nothing to align
+        self._await_copy(history[0] if history else None)
         # every copy a candidate may be read from is pinned before one is chosen: the choice asks
         # the hosts, and meanwhile the copier may land a newer copy and prune older ones
         with self.lock:
@@ -458,6 +462,21 @@ class CheckpointKeeper:
         if behind:
             words += f"; goes back for {_plural(behind)}"
         self._say(words, source)
+
+    def _await_copy(self, newest: Checkpoint | None) -> None:
+        """The newest checkpoint of a host that left the job (a drain: its tasks saved as they
+        stopped) is read from the launcher's copy only: where that copy is still under way or
+        waiting for the copier, the start waits for it (``COPY_WAIT_SECONDS`` at most) instead of
+        going back to an older one and redoing steps."""
+        if newest is None or newest.copy is not None or self.sup.reachable(newest.host):
+            return
+        if not self.copier.is_pending(newest):
+            return  # never offered (storage the hosts share), or its copy failed: nothing to wait for
+        self.copier.hurry()
+        if not self.copier.wait_copied(newest, 1.0):
+            self._say(f"waiting for {newest.label} of {newest.task} to be copied off host {newest.host} "
+                      "before the restart", newest.task)
+            self.copier.wait_copied(newest, COPY_WAIT_SECONDS)
 
     def _forget_written_over(self, cp: Checkpoint, ways: dict[str, str]) -> None:
         """``cp`` went back into its own folder over later saves of the same names (one cut short,

@@ -166,12 +166,17 @@ class CheckpointCopier:
     """The copy thread of one keeper: a queue of checkpoints, copied to the launcher, then to spares."""
 
     def __init__(self, keeper: CopySource, kept: int, bytes_per_s: int,
-                 sleep: Callable[[float], None] = time.sleep, share: float = COPY_TIME_SHARE) -> None:
+                 sleep: Callable[[float], None] | None = None, share: float = COPY_TIME_SHARE) -> None:
         self.keeper = keeper
         self.kept = max(1, kept)
         keeper.book.keep = max(keeper.book.keep, self.kept + 1)  # every kept copy's record stays to prune it
-        self.pacer = Pacer(bytes_per_s, sleep, share)
+        #: set by ``hurry``: a rest (the time share) ends at once, the copy that waited goes now
+        self._wake = threading.Event()
+        self.pacer = Pacer(bytes_per_s, sleep if sleep is not None else self._rest, share)
         self._queue: queue.Queue[Checkpoint | None] = queue.Queue()
+        #: checkpoints offered and not yet copied or passed over (``wait_copied`` waits on it)
+        self._pending: list[Checkpoint] = []
+        self._settled = threading.Condition()
         self._thread: threading.Thread | None = None
         self._copied_once = self._failed_last = self._said_too_big = False
         #: (spare, task) -> checkpoints put on that spare, newest last
@@ -180,11 +185,47 @@ class CheckpointCopier:
         #: (host, directory, spare) -> the spare sees that directory's files (a disk they share)
         self._sees: dict[tuple[str, str, str], bool] = {}
 
-    def offer(self, cp: Checkpoint) -> None:
+    def offer(self, cp: Checkpoint, urgent: bool = False) -> None:
+        """Copy ``cp`` when the copier comes to it; ``urgent`` (its host is leaving the job): now,
+        without the rest the time share would make it wait."""
         if self._thread is None:
             self._thread = threading.Thread(target=self._loop, name="checkpoint-copies", daemon=True)
             self._thread.start()
+        with self._settled:
+            self._pending.append(cp)
         self._queue.put(cp)
+        if urgent:
+            self.hurry()
+
+    def hurry(self) -> None:
+        """End the copier's rest now (a checkpoint that must not wait for it)."""
+        self._wake.set()
+
+    def wait_copied(self, cp: Checkpoint, timeout: float) -> bool:
+        """Wait (at most ``timeout`` s) until ``cp`` is copied, or the copier is done with it
+        otherwise (failed, passed over for a newer one); whether it has a copy."""
+        deadline = time.monotonic() + timeout
+        with self._settled:
+            while cp.copy is None and any(c is cp for c in self._pending):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._settled.wait(left)
+        return cp.copy is not None
+
+    def is_pending(self, cp: Checkpoint) -> bool:
+        """Offered, and neither copied nor done with yet."""
+        with self._settled:
+            return cp.copy is None and any(c is cp for c in self._pending)
+
+    def _rest(self, seconds: float) -> None:
+        self._wake.wait(seconds)
+        self._wake.clear()
+
+    def _settle(self, cp: Checkpoint) -> None:
+        with self._settled:
+            self._pending = [c for c in self._pending if c is not cp]
+            self._settled.notify_all()
 
     def close(self) -> None:
         if self._thread is not None:
@@ -200,6 +241,7 @@ class CheckpointCopier:
                 if later is None:
                     return
                 if later.task == cp.task:
+                    self._settle(cp)
                     cp = later
                 else:
                     self._copy_guarded(cp)
@@ -213,6 +255,8 @@ class CheckpointCopier:
         except Exception as exc:
             self.keeper.sup.notice(f"checkpoint {cp.label} of {cp.task} not copied on: {exc}; "
                                    "the next checkpoint is copied again")
+        finally:
+            self._settle(cp)
 
     # -- to the launcher --------------------------------------------------------------------------
 
@@ -258,6 +302,8 @@ class CheckpointCopier:
             sup.notice(f"checkpoint {cp.label} of {cp.task} copied off host {cp.host} to {dest} "
                        f"({show_size(len(data))} in {seconds:.2f} s); the newest {self.kept} are kept")
         self._copied_once, self._failed_last = True, False
+        with self._settled:  # a restart waiting for this copy goes on now, not after the pushes and the rest
+            self._settled.notify_all()
         sup.call(sup.write_state)
         self.pacer.pause_after(len(data), seconds)
         placed, pushing = self.to_spares(cp, len(data))

@@ -648,3 +648,33 @@ def test_a_tar_that_failed_on_the_host_is_no_copy(tmp_path: Path) -> None:
     (roots["a"] / "ckpt" / "ckpt-40.index").unlink()
     with pytest.raises(OSError, match=r"tar on host a failed: .*ckpt-40\.index"):
         keeper.pull(c)
+
+
+def test_a_drained_hosts_last_save_skips_the_copiers_rest_and_the_restart_waits_for_its_copy(tmp_path: Path) -> None:
+    """A drain stops the tasks of a host that leaves the job: their last save (the step they stopped
+    at) is there only until it is copied off. It must not wait for the copier's rest after an
+    earlier copy, and the restart must wait for it rather than go back to an older checkpoint."""
+    roots = {h: tmp_path / f"disk-{h}" for h in "abc"}
+    owner = Owner(tmp_path, roots, lost=set())
+    keeper = CheckpointKeeper(owner)  # type: ignore[arg-type]
+    keeper.copier.pacer.share = 0.0001  # after a copy, the copier rests as long as it may (REST_MAX_SECONDS)
+    owner.sessions["d"] = owner.sessions["c"]  # two hosts or more: copies off a host are worth having
+    first = write_checkpoint(roots["a"] / "ckpt", 20)
+    keeper.book.add(first)
+    keeper._offer(first)
+    deadline = time.monotonic() + 30
+    while first.copy is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert first.copy is not None  # copied; the copier rests now
+    owner.lost.add("a")  # drained: out of the job, its disk read from the copies only
+    last = write_checkpoint(roots["a"] / "ckpt", 40)
+    keeper.book.add(last)
+    keeper._offer(last)
+    began = time.monotonic()
+    keeper.before_start([member("worker:0", "c"), member("worker:1", "b")])
+    assert time.monotonic() - began < 20  # not the rest's 60 s
+    assert last.copy is not None
+    for host in "bc":
+        assert (roots[host] / "ckpt" / "checkpoint").read_text() == state_text(last)
+    assert owner.said[-1].startswith("resuming worker:0, worker:1 from step 40 "), owner.said
+    keeper.close()
