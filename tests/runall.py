@@ -1,11 +1,14 @@
 """`make test`'s pytest: every test, in two lanes side by side on the machine's cores.
 
-- lane 1: the integration test files marked ``sshd`` or ``netns`` or taking ``docker_image`` (the
+The runs, longest first; each lane takes the next one when it is free:
+
+- the integration test files marked ``sshd`` or ``netns`` or taking ``docker_image`` (the
   longest runs of their own servers and namespaces; a few other files start a private sshd
-  through a helper and run in lane 2: every sshd, namespace and bridge has a name and port of its
-  own, so the lanes never meet there);
-- lane 2: the other integration tests (local TensorFlow clusters, the Slurm cluster), then the
-  unit, dashboard and docs tests.
+  through a helper and run with the local ones: every sshd, namespace and bridge has a name and
+  port of its own, so the runs never meet there);
+- the other integration tests (local TensorFlow clusters, the Slurm cluster);
+- the unit tests; then the dashboard and docs tests. These two come last and go to whichever lane
+  is free first, so neither lane waits long for the other at the end.
 
 The integration tests mostly wait on TensorFlow processes and timers, so two of them at a time
 use the cores a single run leaves idle. A file runs whole in one lane (its tests share run ids
@@ -28,13 +31,16 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 #: what puts an integration test file in lane 1
 NEEDS_HOSTS = re.compile(r"mark\.sshd|mark\.netns|docker_image")
 PROGRESS_EVERY_S = float(os.environ.get("DISTLAUNCH_TEST_PROGRESS_S", "60"))
+#: runs side by side: the integration tests mostly wait on TensorFlow processes and timers, and
+#: two of them keep a 2-core machine busy (vmstat showed 2-18 % idle CPU through a CI run)
+LANES = 2
 
 
 @dataclass
@@ -48,9 +54,16 @@ class Run:
     took: float = 0.0
 
 
-@dataclass
-class Lane:
-    runs: list[Run] = field(default_factory=list)
+class Queue:
+    """The runs not started yet, in order; each lane takes the next one when it is free."""
+
+    def __init__(self, runs: list[Run]) -> None:
+        self._runs = list(runs)
+        self._lock = threading.Lock()
+
+    def next(self) -> Run | None:
+        with self._lock:
+            return self._runs.pop(0) if self._runs else None
 
 
 def integration_split() -> tuple[list[str], list[str]]:
@@ -92,9 +105,10 @@ def _end_runs(signum: int, _frame: object) -> None:
             proc.send_signal(signum)
 
 
-def run_lane(lane: Lane, extra: list[str], workdir: Path) -> None:
-    for run in lane.runs:
-        if _ENDING.is_set():
+def run_lane(queue: Queue, extra: list[str], workdir: Path) -> None:
+    while not _ENDING.is_set():
+        run = queue.next()
+        if run is None:
             return
         basetemp = workdir / run.tmp
         run.started = time.monotonic()
@@ -118,17 +132,16 @@ def main(extra: list[str]) -> int:
     # short: tests place sockets under their tmp_path and some measure the length a socket path may
     # have, so a lane's temp dir must be no deeper than pytest's own /tmp/pytest-of-<user>/pytest-N
     workdir = Path(tempfile.mkdtemp(prefix="dlt-"))
-    lanes = [
-        Lane([Run("integration-hosts", hosts, workdir / "integration-hosts.log", "h")]),
-        Lane([Run("integration-local", local, workdir / "integration-local.log", "l"),
-              Run("unit-tui-docs", ["tests/unit", "tests/tui", "tests/docs"], workdir / "unit-tui-docs.log", "u")]),
-    ]
-    runs = [run for lane in lanes for run in lane.runs]
+    runs = [Run("integration-hosts", hosts, workdir / "integration-hosts.log", "h"),
+            Run("integration-local", local, workdir / "integration-local.log", "l"),
+            Run("unit", ["tests/unit"], workdir / "unit.log", "u"),
+            Run("tui-docs", ["tests/tui", "tests/docs"], workdir / "tui-docs.log", "t")]
+    queue = Queue(runs)
     print(f"tests: {len(hosts)} integration files with hosts | {len(local)} local ones, then unit, tui, docs "
           f"(logs in {workdir})", flush=True)
     signal.signal(signal.SIGINT, _end_runs)
     signal.signal(signal.SIGTERM, _end_runs)
-    threads = [threading.Thread(target=run_lane, args=(lane, extra, workdir)) for lane in lanes]
+    threads = [threading.Thread(target=run_lane, args=(queue, extra, workdir)) for _ in range(LANES)]
     for thread in threads:
         thread.start()
     while True:
