@@ -69,6 +69,14 @@ def kept_off_host(task: str, tasks: Iterable[str], strategy: str) -> bool:
     return strategy == "custom" or task == deciding_task(tasks)
 
 
+def saves(task: str, tasks: Iterable[str], strategy: str) -> bool:
+    """Does ``task`` save the checkpoints its group restores from? The deciding task (chief:0,
+    else the first worker); under strategy custom, every worker and chief (each restarts alone)."""
+    if strategy == "custom":
+        return task.split(":")[0] in ("chief", "worker")
+    return task == deciding_task(tasks)
+
+
 def restores(task: str, source: str, strategy: str) -> bool:
     """Does ``task`` read ``source``'s checkpoint when it starts? Itself; under MultiWorkerMirrored
     every worker and the chief (one model, replicated); under ParameterServer only the chief
@@ -425,7 +433,13 @@ class CheckpointKeeper:
             history = self.book.history(source)
             others = {t: self.book.newest(t) for t in group}
         if not history and not any(others.values()):
-            return  # no checkpoint was ever announced: nothing to align
+            # nothing to align; said where the source is the one that saves, so that a user whose
+            # job goes back to step 0 knows why (not of a ParameterServer worker or ps, which keep no state)
+            if group and saves(source, self.sup.tasks, self.sup.plan.profile.strategy):
+                verb = "starts" if len(group) == 1 else "start"
+                self._say(f"no checkpoint of {source} seen yet: {_plural(group)} {verb} again from step 0, "
+                          "unless the script restores one itself", source)
+            return
         self._await_copy(history[0] if history else None)
         # every copy a candidate may be read from is pinned before one is chosen: the choice asks
         # the hosts, and meanwhile the copier may land a newer copy and prune older ones

@@ -319,6 +319,10 @@ def test_mirrored_worker_failure_restarts_the_whole_worker_group(tmp_path: Path)
         assert w0[-4:] == ["restarting", "stopped", "starting", "running"] and "failed" not in w0
         restarting = [e for e in events if e["kind"] == "job" and e["state"] == "Restarting"]
         assert len(restarting) == 1 and "worker:0" in restarting[0]["reason"] and "worker:1" in restarting[0]["reason"]
+        # no checkpoint was ever seen: the restart says the group starts over, in the saver's log
+        said = [e["line"] for e in events if e["kind"] == "log" and e["line"].startswith("distlaunch: no checkpoint")]
+        assert len(said) == 1 and said[0].startswith("distlaunch: no checkpoint of worker:0 seen yet: "), said
+        assert "worker:1" in said[0] and "start again from step 0" in said[0], said
         wait_for(lambda: job_states(read_events(run_dir))[-1] == "Running", 20, "job back to Running")
         stop_job(run_dir, launcher, log)
         assert_nothing_left(run_id)

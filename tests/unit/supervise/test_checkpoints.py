@@ -29,6 +29,7 @@ from launcher.supervise.checkpoints import (
     park_command,
     push_command,
     restores,
+    saves,
     source_of,
     state_text,
     target_directory,
@@ -255,6 +256,33 @@ def test_with_no_checkpoint_left_the_members_start_from_scratch_together(tmp_pat
     assert list((roots["b"] / "ckpt").glob("checkpoint.distlaunch-parked-*"))
     assert owner.said == ["resuming from step 0: no checkpoint of worker:0 survived host a; worker:0, worker:1 "
                           "start from scratch together"]
+
+
+def test_a_restart_with_no_checkpoint_ever_seen_says_it_starts_from_step_0(tmp_path: Path) -> None:
+    roots = {h: tmp_path / f"disk-{h}" for h in "ab"}
+    keeper, owner = keeper_on(tmp_path, roots, lost=set())
+    keeper.before_start([member("worker:0", "a"), member("worker:1", "b")])
+    assert owner.said == ["no checkpoint of worker:0 seen yet: worker:0, worker:1 start again from step 0, "
+                          "unless the script restores one itself"]
+    assert owner.notices == owner.said  # to every client too, not only in the source task's log
+    owner.said.clear()
+    keeper.before_start([member("worker:1", "b")])  # alone, worker:1 is not the one that saves
+    assert owner.said == []
+    owner.plan.profile.strategy = "custom"  # where each task restarts alone from its own
+    keeper.before_start([member("worker:1", "b")])
+    assert owner.said == ["no checkpoint of worker:1 seen yet: worker:1 starts again from step 0, "
+                          "unless the script restores one itself"]
+    owner.said.clear()
+    keeper.before_start([member("ps:0", "b")])  # a ps keeps no state of its own
+    assert owner.said == []
+
+
+def test_who_saves_what_a_group_restores() -> None:
+    pss, mwms = ("chief:0", "worker:0", "worker:1", "ps:0"), ("worker:0", "worker:1")
+    assert saves("chief:0", pss, "parameter_server") and not saves("worker:1", pss, "parameter_server")
+    assert not saves("ps:0", pss, "parameter_server")
+    assert saves("worker:0", mwms, "multi_worker_mirrored") and not saves("worker:1", mwms, "multi_worker_mirrored")
+    assert saves("worker:1", mwms, "custom") and not saves("ps:0", pss, "custom")
 
 
 def test_the_source_hosts_newest_checkpoint_is_pushed_to_the_other_members(tmp_path: Path) -> None:
