@@ -25,6 +25,10 @@ from launcher.supervise.checkpoints import (
     Checkpoint,
     CheckpointBook,
     CheckpointKeeper,
+)
+from launcher.supervise.ckptbook import KEEP_RECORDS, ONE_SAVE_SECONDS
+from launcher.supervise.ckptcopies import COPY_TIME_SHARE, Pacer, extract_complete, tar_files
+from launcher.supervise.ckptplaces import (
     kept_off_host,
     park_command,
     push_command,
@@ -35,8 +39,6 @@ from launcher.supervise.checkpoints import (
     target_directory,
     task_directory,
 )
-from launcher.supervise.ckptbook import KEEP_RECORDS, ONE_SAVE_SECONDS
-from launcher.supervise.ckptcopies import COPY_TIME_SHARE, Pacer, extract_complete, tar_files
 from launcher.transport.local import LocalHost
 
 FILES = ["ckpt-40.index", "ckpt-40.data-00000-of-00001", "checkpoint"]
