@@ -47,6 +47,13 @@ def read_events(run_dir: Path) -> list[dict[str, Any]]:
     return out
 
 
+def task_step(run_dir: Path, task: str) -> int:
+    """The highest step ``task`` reported in the run's events (-1: none yet). Read from the file,
+    where a poll of `status --json` would start a Python every time (~0.3 s of CPU each)."""
+    return max((e["step"] for e in read_events(run_dir) if e["kind"] == "metric" and e.get("task") == task
+                and isinstance(e.get("step"), int)), default=-1)
+
+
 def wait_for(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.1) -> Any:
     """Poll ``predicate`` until it returns something truthy; fail with ``what`` after ``timeout``."""
     deadline = time.monotonic() + timeout

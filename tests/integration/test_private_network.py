@@ -34,6 +34,7 @@ from tests.integration.jobtools import (
     pids_with_run_id,
     read_events,
     start_cli,
+    task_step,
     wait_for,
     write_profile,
 )
@@ -148,7 +149,7 @@ local_network = "private"
 [defaults]
 command = "{{python}} {STEPS_SCRIPT}"
 workdir = "{REPO}"
-env = {{ TF_CPP_MIN_LOG_LEVEL = "2", SLEEP_MS = "20", STEPS = "100000" }}
+env = {{ TF_CPP_MIN_LOG_LEVEL = "2", SLOW_TASKS = "worker:0", SLEEP_MS = "20", STEPS = "100000" }}
 restart = "never"
 grace_seconds = 5
 [hosts.local]
@@ -163,11 +164,8 @@ hosts = ["local"]
         up = cli("up", str(profile), "--detach", "--run-dir", str(run_dir), "--run-id", run_id, timeout=240)
         assert up.returncode == 0, up.stdout[-2000:] + up.stderr[-2000:]
 
-        def training() -> bool:
-            status = json.loads(cli("status", run_id, "--json", timeout=60).stdout)
-            return (status["tasks"]["worker:0"]["step"] or 0) >= 20
-
-        wait_for(training, 180, "worker:0 training", interval=1.0)
+        # a batch every 20 ms (SLOW_TASKS): the one worker does not train flat out through the test
+        wait_for(lambda: task_step(run_dir, "worker:0") >= 20, 180, "worker:0 training", interval=0.5)
         result = cli("profile", run_id, "--seconds", "1", timeout=240)
         assert result.returncode == 0, result.stdout + result.stderr
         assert re.search(r"^worker:0: \d+ step\(s\) captured", result.stdout, re.MULTILINE), result.stdout
