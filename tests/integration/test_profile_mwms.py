@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.jobtools import REPO, cli, kill_run_processes, wait_for, write_profile
+from tests.integration.jobtools import REPO, cli, kill_run_processes, task_step, wait_for, write_profile
 
 pytestmark = pytest.mark.slow
 
@@ -25,16 +25,21 @@ SCRIPT = "tests/data/steptime/no_optimizer.py"
 #: TensorFlow's C++ log lines (glog / absl) and absl's notice before it is set up
 TF_LOG = re.compile(r"^([IWEF]\d{4} |WARNING: All log messages)", re.MULTILINE)
 SPARED = "distlaunch: not capturing worker:1: TensorFlow's profiler crashes a MultiWorkerMirrored task"
+#: steps the job trains after the checks (9 s at 30 ms a step): the events the last step is read
+#: from lag by a second or two, and each worker must read the number before it passes it
+STOP_MARGIN = 300
 
 
 def start(tmp: Path, run_id: str, strategy: str, steps: int) -> Path:
+    env = (f'TF_CPP_MIN_LOG_LEVEL = "2", SLOW_TASKS = "worker:1", SLEEP_MS = "30", STEPS = "{steps}", '
+           f'STOP_AT_FILE = "{tmp / "stop-at"}"')
     profile = write_profile(tmp / "job.toml", f"""
 name = "{run_id}"
 strategy = "{strategy}"
 [defaults]
 command = "{{python}} {SCRIPT}"
 workdir = "{REPO}"
-env = {{ TF_CPP_MIN_LOG_LEVEL = "2", SLOW_TASKS = "worker:1", SLEEP_MS = "30", STEPS = "{steps}" }}
+env = {{ {env} }}
 restart = "never"
 grace_seconds = 5
 [hosts.local]
@@ -56,9 +61,16 @@ def status(run_id: str) -> dict[str, Any]:
     return json.loads(result.stdout)
 
 
-def training(run_id: str) -> bool:
-    tasks = status(run_id)["tasks"]
-    return all((tasks[t]["step"] or 0) >= 20 for t in ("worker:0", "worker:1"))
+def training(run_dir: Path) -> bool:
+    return all(task_step(run_dir, t) >= 20 for t in ("worker:0", "worker:1"))
+
+
+def stop_soon(tmp: Path, run_dir: Path) -> None:
+    """The checks that needed a training job are done: it ends STOP_MARGIN steps on (both workers
+    read the number every ten steps; a collective needs them to stop at the same one)."""
+    step = max(task_step(run_dir, t) for t in ("worker:0", "worker:1"))
+    (tmp / "stop-at.tmp").write_text(str(step + STOP_MARGIN))
+    (tmp / "stop-at.tmp").replace(tmp / "stop-at")
 
 
 def clean(stderr: str) -> list[str]:
@@ -73,7 +85,7 @@ def profile_and_finish(tmp: Path, run_id: str, strategy: str, captures: int) -> 
     steps = 1800 if captures == 1 else 3600
     run_dir = start(tmp, run_id, strategy, steps)
     try:
-        wait_for(lambda: training(run_id), 180, "both workers training", interval=1.0)
+        wait_for(lambda: training(run_dir), 180, "both workers training", interval=1.0)
         for _ in range(captures):
             result = cli("profile", run_id, "--seconds", "2", timeout=120)
             lines = clean(result.stderr)
@@ -87,6 +99,7 @@ def profile_and_finish(tmp: Path, run_id: str, strategy: str, captures: int) -> 
         assert named.returncode == 1 and named.stdout == "", named.stdout + named.stderr
         assert clean(named.stderr) == [named.stderr.strip()] and named.stderr.startswith(SPARED), named.stderr
         assert time.monotonic() - began < 15, "a task not captured costs no capture"
+        stop_soon(tmp, run_dir)
         def ended() -> dict[str, Any] | None:  # the job's end, and each task's (the success stops worker:1 after it)
             now = status(run_id)
             done = now["job"]["state"] in ("Succeeded", "Failed")
@@ -96,10 +109,12 @@ def profile_and_finish(tmp: Path, run_id: str, strategy: str, captures: int) -> 
         assert final["job"]["state"] == "Succeeded", final["job"]
         tasks = final["tasks"]
         assert tasks["worker:0"]["exit_code"] == 0, tasks["worker:0"]
-        assert f"worker:0 steps {steps} loss" in (run_dir / "logs" / "worker-0.log").read_text()
+        log = (run_dir / "logs" / "worker-0.log").read_text()
+        trained = re.search(r"^worker:0 steps (\d+) loss", log, re.MULTILINE)
+        assert trained is not None and int(trained.group(1)) < steps, "the job ended where the test said"
         # worker:1 trained to the end too: stopped by the job's success (143) if it had not exited yet
         assert tasks["worker:1"]["exit_code"] in (0, 143) and tasks["worker:1"]["restarts"] == 0, tasks["worker:1"]
-        assert tasks["worker:1"]["step"] >= steps - 10, tasks["worker:1"]
+        assert tasks["worker:1"]["step"] >= int(trained.group(1)) - 10, tasks["worker:1"]
         assert tasks["worker:1"]["step_time"] is not None, tasks["worker:1"]  # its live split
     finally:
         cli("down", run_id, timeout=120)

@@ -10,7 +10,9 @@ The input pipeline of the tasks in ``SLOW_TASKS`` (comma-separated task ids, or 
 batch every ``SLEEP_MS`` (30) from a ``tf.py_function`` that sleeps: ``all`` makes every worker
 input-bound, ``worker:1`` makes worker:0 wait for worker:1 in the all-reduce. Trains ``STEPS``
 steps (every worker the same number: a collective waits for all), then prints
-``worker:0 steps N loss X``.
+``worker:0 steps N loss X``. Where ``STOP_AT_FILE`` names a file, every tenth step reads it: a
+step number written there (by a test done with the job) becomes the last step, for every worker
+alike as long as each reads it before that step.
 """
 
 import json
@@ -24,6 +26,7 @@ import tensorflow as tf
 STEPS = int(os.environ.get("STEPS", "100"))
 SLEEP_S = float(os.environ.get("SLEEP_MS", "30")) / 1000.0
 SLOW_TASKS = os.environ.get("SLOW_TASKS", "worker:1").split(",")
+STOP_AT_FILE = os.environ.get("STOP_AT_FILE", "")
 LEARNING_RATE = 0.05
 task = json.loads(os.environ.get("TF_CONFIG", "{}")).get("task", {})
 ME = "%s:%s" % (task.get("type", "worker"), task.get("index", 0))
@@ -72,7 +75,20 @@ def train_step(it):
     return strategy.reduce(tf.distribute.ReduceOp.MEAN, losses, axis=None)
 
 
+def stop_at(step, limit):
+    """The last step: STOP_AT_FILE's number, once it is there (never below this step)."""
+    try:
+        with open(STOP_AT_FILE) as f:
+            return max(step, min(limit, int(f.read())))
+    except (OSError, ValueError):
+        return limit
+
+
 loss = None
-for _ in range(STEPS):
+step, last = 0, STEPS
+while step < last:
     loss = train_step(iterator)
-print("%s steps %d loss %.6f" % (ME, STEPS, float(loss)), flush=True)
+    step += 1
+    if STOP_AT_FILE and step % 10 == 0 and last == STEPS:
+        last = stop_at(step, STEPS)
+print("%s steps %d loss %.6f" % (ME, step, float(loss)), flush=True)
