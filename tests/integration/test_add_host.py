@@ -112,7 +112,7 @@ def test_add_host_and_discovery_bring_spares_a_resize_grows_onto(tmp_path: Path,
     try:
         wait_for(lambda: "takes it over" in (tmp_path / "attach.log").read_text(), 60, "the take-over")
         wait_for(lambda: (s := status(run_dir))["supervision"] in ("live", "supervised")
-                 and s["roles"]["worker"]["running"] == 3, 120, "the new supervisor with 3 workers")
+                 and s["roles"]["worker"]["running"] == 3, 120, "the new supervisor with 3 workers", interval=0.5)
         events = read_events(run_dir)  # the take-over restarts nothing: the grow's start is not done twice
         assert len(ran_on(events, "worker:1")) == len(ran_on(events, "worker:2")) == 1, ran_on(events, "worker:1")
         assert [(r["before"], r["after"]) for r in status(run_dir)["resizes"]] == [(1, 3)]  # kept by the take-over

@@ -19,7 +19,8 @@ def test_a_second_run_on_the_outputs_of_a_live_one_is_refused(tmp_path: Path) ->
     first = start_cli("up", str(profile), "--no-tui", "--run-id", "out-first", log=tmp_path / "first.log", env=env)
     try:
         wait_for(lambda: [r for r in json.loads(cli("runs", "--json", env=env, timeout=60).stdout)
-                          if r["run"] == "out-first" and r["job_state"] == "Running"], 120, "the first run running")
+                          if r["run"] == "out-first" and r["job_state"] == "Running"], 120, "the first run running",
+                 interval=0.5)
         second = cli("up", str(profile), "--no-tui", "--run-id", "out-second", env=env, timeout=120)
         assert second.returncode == 2, second.stdout[-2000:] + second.stderr[-2000:]
         assert f"the outputs {outputs} are in use by run out-first" in second.stderr, second.stderr

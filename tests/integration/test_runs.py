@@ -70,7 +70,8 @@ def test_a_run_is_live_while_a_client_follows_it_then_ended(tmp_path: Path) -> N
     sleeper = write_profile(tmp_path, "sleeper", "import time; time.sleep(600)")
     launcher = start_cli("up", str(sleeper), "--no-tui", "--run-id", "r-live", log=tmp_path / "up.log", env=env)
     try:
-        wait_for(lambda: [r for r in runs_json(env) if r["live"] == "live"], 120, "the run to be listed live")
+        wait_for(lambda: [r for r in runs_json(env) if r["live"] == "live"], 120, "the run to be listed live",
+                 interval=0.5)
         launcher.send_signal(signal.SIGINT)
         launcher.wait(timeout=120)
         listed = runs_json(env)
@@ -91,7 +92,7 @@ def test_a_killed_client_leaves_the_run_supervised_and_a_killed_supervisor_lost(
     try:
         # a run is live from the supervisor's first state.json, Running only once every task started
         wait_for(lambda: [r for r in runs_json(env) if (r["live"], r["job_state"]) == ("live", "Running")],
-                 120, "the run to be listed live and Running")
+                 120, "the run to be listed live and Running", interval=0.5)
         launcher.send_signal(signal.SIGKILL)  # the client only: the job stays supervised
         launcher.wait(timeout=30)
         wait_for(lambda: [r for r in runs_json(env) if (r["live"], r["job_state"]) == ("supervised", "Running")],

@@ -29,6 +29,8 @@ pytest_plugins = ["tests.slurm"]
 pytestmark = [pytest.mark.slow]
 
 SCRIPT = REPO / "tests" / "data" / "slurm" / "resumable_steps.py"
+#: seconds between two `status --json` polls: the job's 0.1 s steps leave seconds to spare
+STATUS_POLL_S = 2.0
 
 
 def resumable_profile(tmp: Path, name: str, steps: int, slurm: dict[str, Any] | None = None) -> Path:
@@ -80,6 +82,8 @@ def release(cluster: SlurmCluster, job: str) -> None:
 
 
 def stepped(cluster: SlurmCluster, run: str, at_least: int) -> dict[str, Any] | None:
+    """The run's status once it runs at ``at_least`` steps. Each call is a `status --json` (a Python
+    and Slurm's commands, ~0.3 s of CPU): polled every STATUS_POLL_S, not faster."""
     data = status_json(cluster, run)
     if data is None or data["job"]["state"] != "Running":
         return None
@@ -93,7 +97,7 @@ def test_a_requeued_job_continues_the_same_run_from_its_checkpoint(tmp_path: Pat
                    log=log, env=slurm_cluster.env)
     try:
         data = wait_for(lambda: stepped(slurm_cluster, run_id, 20), 120, f"step 20 in the first allocation ({log})",
-                        interval=0.5)
+                        interval=STATUS_POLL_S)
         job = data["slurm"]["job_id"]
         done = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True, timeout=30,
                               env=slurm_cluster.env)
@@ -135,7 +139,8 @@ def test_the_time_limit_requeues_the_job_before_it_kills_the_tasks(tmp_path: Pat
         "time": "00:01:00", "time_limit_action": "requeue", "time_limit_margin_seconds": 45})
     up = start_cli("up", str(profile), "--no-tui", "--run-id", run_id, log=log, env=slurm_cluster.env)
     try:
-        data = wait_for(lambda: stepped(slurm_cluster, run_id, 1), 120, f"the first allocation ({log})", interval=0.5)
+        data = wait_for(lambda: stepped(slurm_cluster, run_id, 1), 120, f"the first allocation ({log})",
+                        interval=STATUS_POLL_S)
         release(slurm_cluster, data["slurm"]["job_id"])  # requeued by its time limit
         assert up.wait(timeout=300) == 0, log.read_text()[-3000:]
         events = events_of(slurm_cluster, run_id)
@@ -186,7 +191,7 @@ def test_a_preempted_job_is_requeued_and_resumes_never_failed(tmp_path: Path, pr
     high = ""
     try:
         data = wait_for(lambda: stepped(cluster, run_id, 20), 120, f"step 20 in the first allocation ({log})",
-                        interval=0.5)
+                        interval=STATUS_POLL_S)
         job = data["slurm"]["job_id"]
         done = subprocess.run(["sbatch", "--parsable", "-p", "high", "--exclusive", "--output=/dev/null", "--wrap",
                                "sleep 3"], capture_output=True, text=True, timeout=60, env=cluster.env)

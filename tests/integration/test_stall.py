@@ -130,7 +130,7 @@ def test_status_json_rate_drops_to_zero_once_the_step_stops(tmp_path: Path) -> N
         (tmp_path / "hang").touch()
         wait_for_event(run_dir, lambda e: e["kind"] == "log" and e.get("line") == "hanging now", 30, "the hang")
         last_metric = max(e["ts"] for e in read_events(run_dir) if e["kind"] == "metric")
-        wait_for(lambda: rate() in (0.0, None), RATE_WINDOW_S + 20, "steps/s 0 after the hang")
+        wait_for(lambda: rate() in (0.0, None), RATE_WINDOW_S + 20, "steps/s 0 after the hang", interval=1.0)
         assert time.time() - last_metric <= RATE_WINDOW_S + 10  # within the window (and a slow status)
         assert rate() == 0.0  # the task still runs: its rate is known, and nil
         states = [e["state"] for e in read_events(run_dir) if e["kind"] == "state"]

@@ -148,7 +148,7 @@ def test_a_detached_mirrored_job_restarts_its_worker_group_and_succeeds(tmp_path
     run_dir, run_id = tmp_path / "run", f"sup-mwms-{secrets.token_hex(2)}"
     profile = write_profile(tmp_path / "mwms.toml", (REPO / "cluster_profiles/mwms.toml").read_text()
                             .replace('workdir = ".."', f'workdir = "{REPO}"')
-                            .replace("--epochs 2 --steps-per-epoch 20", "--epochs 12 --steps-per-epoch 60"))
+                            .replace("--epochs 2 --steps-per-epoch 20", "--epochs 6 --steps-per-epoch 50"))
     try:
         up = cli("up", str(profile), "--detach", "--run-dir", str(run_dir), "--run-id", run_id, timeout=240)
         assert up.returncode == 0, up.stdout + up.stderr
