@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import glob
 import importlib
+import json
 import math
 import os
 import sys
@@ -391,17 +392,27 @@ def leave_now(code: int) -> NoReturn:
     os._exit(code)
 
 
+def _task_type_named() -> str | None:
+    """TF_CONFIG's task type, read without TensorFlow (None where it names none or is no JSON:
+    TensorFlow's resolver then says what is wrong)."""
+    try:
+        task = json.loads(os.environ.get("TF_CONFIG") or "{}").get("task", {})
+    except (ValueError, AttributeError):
+        return None
+    return task.get("type") if isinstance(task, dict) else None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if _task_type_named() == "evaluator":  # said before TensorFlow loads: seconds of CPU for nothing
+        print("evaluator: ps_mnist.py has no evaluation loop; exiting", flush=True)
+        return 0
     import tensorflow as tf
 
     resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
     task_type = resolver.task_type
     if task_type in ("ps", "worker"):
         serve_forever(tf, resolver)
-        return 0
-    if task_type == "evaluator":
-        print("evaluator: ps_mnist.py has no evaluation loop; exiting", flush=True)
         return 0
     if task_type != "chief":
         print(f"ps_mnist.py: TF_CONFIG must name a task of type chief, ps, worker or evaluator "
