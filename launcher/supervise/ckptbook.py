@@ -103,7 +103,14 @@ class CheckpointBook:
         kept = [c for c in listed if not (c.directory == cp.directory and c.order == cp.order)]
         kept.append(cp)
         kept.sort(key=lambda c: c.order)
-        self.by_task[cp.task] = kept[-self.keep:]
+        newest, older = kept[-self.keep:], kept[:-self.keep]
+        copied = [c for c in older if c.copy is not None]
+        if copied and all(c.copy is None for c in newest):
+            # saves come faster than the copier copies (every epoch of a fast fit): the newest copy
+            # is kept with its record, else a restart that finds the newer ones gone (written over,
+            # deleted as the task stopped) would have nothing to resume from
+            newest = [copied[-1], *newest]
+        self.by_task[cp.task] = newest
         return cp
 
     def forget(self, gone: Sequence[Checkpoint]) -> None:

@@ -67,6 +67,25 @@ def test_the_book_keeps_each_tasks_newest_checkpoints_in_step_order() -> None:
     assert again.to_json() == book.to_json()
 
 
+def test_the_newest_copied_checkpoint_outlives_newer_saves_the_copier_did_not_reach() -> None:
+    # a fast Keras fit saves every second, the copier copies one in twenty: the one copy must stay
+    # with its record, or a restart that finds the newer saves gone has nothing to resume from
+    book = CheckpointBook()
+    first = cp(step=25)
+    book.add(first)
+    first.copy = "/run/checkpoints/worker-0/25"
+    for step in range(50, 50 + 25 * (KEEP_RECORDS + 2), 25):
+        book.add(cp(step=step))
+    history = book.history("worker:0")
+    assert history[-1] is first and len(history) == KEEP_RECORDS + 1
+    last = 50 + 25 * (KEEP_RECORDS + 1)
+    assert [c.step for c in history[:-1]] == list(range(last, last - 25 * KEEP_RECORDS, -25))
+    copied = history[0]  # a newer copy made: the older one is an ordinary record again, and goes
+    copied.copy = "/run/checkpoints/worker-0/150"
+    book.add(cp(step=200))
+    assert first not in book.history("worker:0") and len(book.history("worker:0")) == KEEP_RECORDS
+
+
 def test_the_source_is_the_chief_else_worker0_else_the_lone_task() -> None:
     mwms = ["worker:0", "worker:1"]
     assert source_of(mwms, mwms) == "worker:0"
